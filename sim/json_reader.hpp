@@ -1,0 +1,95 @@
+#pragma once
+// Strict, path-aware reading of JSON input. Every accessor knows the file and
+// the dotted JSON path of the value it reads, so every error names both and the
+// rule that was broken. Objects reject keys nobody asked for.
+//
+// Only `*_io.cpp` files use this header (it needs nlohmann's full header to
+// be useful); it includes only json_fwd.hpp so it stays cheap.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/error.hpp"
+#include "sim/names.hpp"
+
+namespace strata {
+
+// Reads a JSON file; `//` and `/* */` comments are accepted. Throws InputError
+// naming the file and the line/column of a syntax error.
+nlohmann::json load_json_file(const std::string& path);
+// Parses JSON text; `source` names it in errors.
+nlohmann::json parse_json_text(std::string_view text, const std::string& source);
+
+class JsonReader {
+ public:
+  JsonReader(const nlohmann::json& value, std::string file, std::string path = {});
+
+  const std::string& file() const { return file_; }
+  const std::string& path() const { return path_; }
+  const nlohmann::json& json() const { return *value_; }
+
+  bool is_object() const;
+  bool is_array() const;
+  bool is_string() const;
+  bool is_null() const;
+
+  // --- object members (this value must be an object) ---
+  // Whether `key` is present. Registers `key` as allowed.
+  bool has(std::string_view key) const;
+  // Required member; a clear error when absent.
+  JsonReader at(std::string_view key) const;
+  // Optional member.
+  std::optional<JsonReader> get(std::string_view key) const;
+  // Registers keys that are allowed without being read (e.g. `source`).
+  void allow(std::initializer_list<std::string_view> keys) const;
+  // Fails on the first member that was never asked for, suggesting the
+  // closest allowed key.
+  void reject_unknown_keys() const;
+
+  // --- scalars ---
+  std::int64_t as_int(std::int64_t lo, std::int64_t hi) const;
+  double as_number(double lo, double hi) const;  // finite, in [lo, hi]
+  bool as_bool() const;
+  std::string as_string() const;
+  template <class E>
+  E as_enum() const {
+    const std::string s = as_string();
+    if (auto e = enum_from_name<E>(s)) return *e;
+    fail("must be one of " + enum_choices<E>() + " (got \"" + s + "\")");
+  }
+
+  // Shorthands for optional members with a default.
+  std::int64_t int_or(std::string_view key, std::int64_t dflt, std::int64_t lo,
+                      std::int64_t hi) const;
+  double number_or(std::string_view key, double dflt, double lo, double hi) const;
+  bool bool_or(std::string_view key, bool dflt) const;
+  std::string string_or(std::string_view key, std::string dflt) const;
+  template <class E>
+  E enum_or(std::string_view key, E dflt) const {
+    auto r = get(key);
+    return r ? r->as_enum<E>() : dflt;
+  }
+
+  // --- arrays ---
+  std::vector<JsonReader> elements() const;
+
+  [[noreturn]] void fail(const std::string& rule) const;
+  // Error for a member that is absent or sits at this object's level.
+  [[noreturn]] void fail_at(std::string_view key, const std::string& rule) const;
+
+  std::string child_path(std::string_view key) const;
+
+ private:
+  void require_object() const;
+  std::string type_name() const;
+
+  const nlohmann::json* value_;
+  std::string file_;
+  std::string path_;
+  mutable std::vector<std::string> allowed_;
+};
+
+}  // namespace strata

@@ -1,0 +1,72 @@
+#include "sim/json_reader.hpp"
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+namespace {
+
+enum class Color { Red, Green };
+
+}  // namespace
+
+template <>
+struct EnumNames<Color> {
+  static constexpr std::array<std::pair<Color, std::string_view>, 2> table{
+      {{Color::Red, "red"}, {Color::Green, "green"}}};
+};
+
+namespace {
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_CASE("comments are accepted and syntax errors name line and column") {
+  // `//` comments are part of Strata's JSON input contract.
+  auto j = parse_json_text("{\n // a comment\n \"a\": 1 /* block */\n}", "x.json");
+  CHECK(j.at("a") == 1);
+  const std::string msg = error_of([] { parse_json_text("{\n  \"a\": 1,\n  \"b\": }", "bad.json"); });
+  CHECK(msg.find("bad.json: invalid JSON at line 3, column") == 0);
+}
+
+TEST_CASE("paths are dotted and indexed") {
+  auto j = parse_json_text(R"({"plan": {"stage_layers": [1, 2, -3]}})", "s.json");
+  JsonReader r(j, "s.json");
+  auto layers = r.at("plan").at("stage_layers").elements();
+  REQUIRE(layers.size() == 3);
+  CHECK(layers[1].as_int(1, 10) == 2);
+  CHECK(error_of([&] { layers[2].as_int(1, 10); }) ==
+        "s.json: plan.stage_layers[2]: must be in [1, 10], got -3");
+}
+
+TEST_CASE("unknown keys are rejected with a suggestion") {
+  auto j = parse_json_text(R"({"layers": 2, "hiden": 3})", "m.json");
+  JsonReader r(j, "m.json", "model");
+  CHECK(r.int_or("layers", 1, 1, 100) == 2);
+  CHECK(r.int_or("hidden", 64, 1, 100) == 64);
+  CHECK(error_of([&] { r.reject_unknown_keys(); }) ==
+        "m.json: model.hiden: unknown key (did you mean \"hidden\"?)");
+}
+
+TEST_CASE("types are checked") {
+  auto j = parse_json_text(R"({"a": "x", "b": 1.5, "c": 2e3, "d": "blue", "e": "red"})", "t.json");
+  JsonReader r(j, "t.json");
+  CHECK(error_of([&] { r.at("a").as_int(0, 10); }) == "t.json: a: must be an integer, got a string");
+  CHECK(error_of([&] { r.at("b").as_int(0, 10); }) == "t.json: b: must be an integer, got 1.5");
+  CHECK(r.at("c").as_int(0, 5000) == 2000);  // whole floats are integers
+  CHECK(error_of([&] { r.at("d").as_enum<Color>(); }) ==
+        "t.json: d: must be one of red|green (got \"blue\")");
+  CHECK(r.at("e").as_enum<Color>() == Color::Red);
+  CHECK(error_of([&] { r.at("zzz"); }) == "t.json: zzz: missing required key");
+  CHECK(error_of([&] { r.at("a").as_bool(); }) == "t.json: a: must be true or false, got a string");
+}
+
+}  // namespace
+}  // namespace strata
