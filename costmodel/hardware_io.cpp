@@ -1,0 +1,200 @@
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/model_io.hpp"
+#include "costmodel/presets.hpp"
+
+namespace strata::cost {
+
+namespace {
+
+constexpr double kMaxTflops = 1e6;
+constexpr double kMaxGBps = 1e6;
+constexpr double kMaxGiB = 1e9;
+constexpr std::int64_t kMaxGpusPerNode = 1024;
+constexpr std::int64_t kMaxNodes = 1'000'000;
+
+std::vector<std::string> names_of(std::string_view kind) {
+  std::vector<std::string> names;
+  for (const auto& p : presets_of(kind)) names.emplace_back(p.name);
+  return names;
+}
+
+// Reads the node fields present in `r` over `n`.
+void read_node_fields(const JsonReader& r, NodeSpec& n) {
+  n.gpus_per_node = r.int_or("gpus_per_node", n.gpus_per_node, 1, kMaxGpusPerNode);
+  n.intra_node_GBps = r.number_or("intra_node_GBps", n.intra_node_GBps, 0, kMaxGBps);
+  n.inter_node_GBps_per_gpu =
+      r.number_or("inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu, 0, kMaxGBps);
+  n.pcie_GBps = r.number_or("pcie_GBps", n.pcie_GBps, 0, kMaxGBps);
+  n.host_memory_GiB = r.number_or("host_memory_GiB", n.host_memory_GiB, 0, kMaxGiB);
+  n.nvme_GBps = r.number_or("nvme_GBps", n.nvme_GBps, 0, kMaxGBps);
+  n.nvme_GiB = r.number_or("nvme_GiB", n.nvme_GiB, 0, kMaxGiB);
+}
+
+GpuSpec gpu_preset_at(std::string_view name, const JsonReader& where);
+
+GpuSpec read_gpu_object(const JsonReader& r) {
+  GpuSpec g;
+  bool based = false;
+  if (auto p = r.get("preset")) {
+    g = gpu_preset_at(p->as_string(), *p);
+    based = true;
+  }
+  g.name = r.string_or("name", based ? g.name : "custom-gpu");
+  auto required = [&](const char* key, double& field, double lo, double hi) {
+    if (auto v = r.get(key))
+      field = v->as_number(lo, hi);
+    else if (!based)
+      r.fail_at(key, "missing required key");
+  };
+  required("memory_GiB", g.memory_GiB, 1e-3, kMaxGiB);
+  required("hbm_GBps", g.hbm_GBps, 1e-3, kMaxGBps);
+  if (auto t = r.get("tflops")) {
+    auto& f = g.tflops;
+    f.fp32 = t->number_or("fp32", f.fp32, 0, kMaxTflops);
+    f.tf32 = t->number_or("tf32", f.tf32, 0, kMaxTflops);
+    f.fp16 = t->number_or("fp16", f.fp16, 0, kMaxTflops);
+    f.bf16 = t->number_or("bf16", f.bf16, 0, kMaxTflops);
+    f.fp8 = t->number_or("fp8", f.fp8, 0, kMaxTflops);
+    t->reject_unknown_keys();
+  } else if (!based) {
+    r.fail_at("tflops", "missing required key");
+  }
+  if (auto s = r.get("server")) {
+    s->allow({"source"});
+    g.server.name = s->string_or("name", g.server.name);
+    g.server.source = s->string_or("source", g.server.source);
+    read_node_fields(*s, g.server);
+    s->reject_unknown_keys();
+  }
+  g.source = r.string_or("source", g.source);
+  r.reject_unknown_keys();
+  return g;
+}
+
+GpuSpec gpu_preset_at(std::string_view name, const JsonReader& where) {
+  const PresetFile* p = find_preset("gpus", name);
+  if (!p) where.fail(unknown_preset_rule("GPU", name, names_of("gpus")));
+  const std::string file(p->path);
+  const auto j = parse_json_text(p->text, file);
+  return read_gpu_object(JsonReader(j, file));
+}
+
+ClusterSpec cluster_from_gpu(const GpuSpec& g) {
+  ClusterSpec c;
+  c.gpu = g;
+  c.node = g.server;
+  c.nodes = 1;
+  c.name = g.server.name.empty() ? g.name + "-cluster" : g.server.name;
+  c.source = g.server.source;
+  return c;
+}
+
+ClusterSpec cluster_preset_at(std::string_view name, const JsonReader& where, int depth);
+
+ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir, int depth) {
+  if (depth > 8) r.fail("presets/files nest more than 8 deep");
+  if (!r.is_object()) r.fail("must be a preset name, a file path or an object");
+  ClusterSpec c;
+  bool based = false;
+  if (auto p = r.get("preset")) {
+    c = cluster_preset_at(p->as_string(), *p, depth);
+    based = true;
+  }
+  if (auto f = r.get("file")) {
+    if (based) f->fail("\"file\" and \"preset\" are exclusive");
+    const std::string path = resolve_path(f->as_string(), base_dir);
+    const auto j = load_json_file(path);
+    c = read_cluster_object(JsonReader(j, path),
+                            std::filesystem::path(path).parent_path().string(), depth + 1);
+    based = true;
+  }
+  if (auto g = r.get("gpu")) {
+    const GpuSpec gpu = read_gpu(*g);
+    if (based) {
+      c.gpu = gpu;  // keep the preset's network
+    } else {
+      c = cluster_from_gpu(gpu);
+      based = true;
+    }
+  }
+  if (!based) r.fail("a cluster needs \"preset\", \"file\" or \"gpu\"");
+  c.name = r.string_or("name", c.name);
+  read_node_fields(r, c.node);
+  c.nodes = r.int_or("nodes", c.nodes, 1, kMaxNodes);
+  c.source = r.string_or("source", c.source);
+  r.reject_unknown_keys();
+  if (c.node.gpus_per_node > 1 && c.node.intra_node_GBps <= 0)
+    r.fail_at("intra_node_GBps", "must be > 0 when gpus_per_node > 1");
+  if (c.nodes > 1 && c.node.inter_node_GBps_per_gpu <= 0)
+    r.fail_at("inter_node_GBps_per_gpu", "must be > 0 when nodes > 1");
+  return c;
+}
+
+ClusterSpec cluster_preset_at(std::string_view name, const JsonReader& where, int depth) {
+  if (const PresetFile* p = find_preset("clusters", name)) {
+    const std::string file(p->path);
+    const auto j = parse_json_text(p->text, file);
+    return read_cluster_object(JsonReader(j, file), "", depth + 1);
+  }
+  // "1x<gpu>": one GPU in the GPU's standard server.
+  if (name.size() > 2 && name.substr(0, 2) == "1x" && find_preset("gpus", name.substr(2))) {
+    ClusterSpec c = cluster_from_gpu(gpu_preset_at(name.substr(2), where));
+    c.name = std::string(name);
+    c.node.gpus_per_node = 1;
+    c.nodes = 1;
+    c.source = "one " + c.gpu.name + " in its standard server (" + c.gpu.server.name + ")";
+    return c;
+  }
+  std::vector<std::string> known = names_of("clusters");
+  for (const auto& g : names_of("gpus")) known.push_back("1x" + g);
+  where.fail(unknown_preset_rule("cluster", name, known));
+}
+
+}  // namespace
+
+GpuSpec read_gpu(const JsonReader& value) {
+  if (value.is_string()) return gpu_preset_at(value.as_string(), value);
+  return read_gpu_object(value);
+}
+
+GpuSpec gpu_preset(std::string_view name) {
+  const nlohmann::json j = std::string(name);
+  return gpu_preset_at(name, JsonReader(j, "", "gpu"));
+}
+
+std::vector<GpuSpec> gpu_presets() {
+  std::vector<GpuSpec> out;
+  for (const auto& n : names_of("gpus")) out.push_back(gpu_preset(n));
+  return out;
+}
+
+ClusterSpec read_cluster(const JsonReader& value, const std::string& base_dir) {
+  if (value.is_string()) {
+    const std::string s = value.as_string();
+    if (names_a_file(s)) {
+      const std::string path = resolve_path(s, base_dir);
+      if (!std::filesystem::exists(path)) value.fail("cluster file \"" + s + "\" not found");
+      const auto j = load_json_file(path);
+      return read_cluster_object(JsonReader(j, path),
+                                 std::filesystem::path(path).parent_path().string(), 1);
+    }
+    return cluster_preset_at(s, value, 0);
+  }
+  return read_cluster_object(value, base_dir, 0);
+}
+
+ClusterSpec cluster_preset(std::string_view name) {
+  const nlohmann::json j = std::string(name);
+  return cluster_preset_at(name, JsonReader(j, "", "cluster"), 0);
+}
+
+std::vector<ClusterSpec> cluster_presets() {
+  std::vector<ClusterSpec> out;
+  for (const auto& n : names_of("clusters")) out.push_back(cluster_preset(n));
+  for (const auto& n : names_of("gpus")) out.push_back(cluster_preset("1x" + n));
+  return out;
+}
+
+}  // namespace strata::cost

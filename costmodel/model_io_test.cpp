@@ -1,0 +1,163 @@
+#include "costmodel/model_io.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/ops.hpp"
+#include "costmodel/presets.hpp"
+
+namespace strata::cost {
+namespace {
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+ModelSpec model_from(const std::string& text) {
+  const auto j = parse_json_text(text, "m.json");
+  return read_model(JsonReader(j, "m.json", "model"), "");
+}
+
+ClusterSpec cluster_from(const std::string& text) {
+  const auto j = parse_json_text(text, "c.json");
+  return read_cluster(JsonReader(j, "c.json", "cluster"), "");
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST_CASE("every bundled preset loads and names itself") {
+  // The issue's preset list: 14 models, 7 GPUs, 3 clusters (+ 1x<gpu> each).
+  const auto models = model_presets();
+  CHECK(models.size() == 14);
+  for (const auto& m : models) {
+    CAPTURE(m.name);
+    CHECK(!m.source.empty());
+    CHECK(find_preset("models", m.name) != nullptr);
+  }
+  const auto gpus = gpu_presets();
+  CHECK(gpus.size() == 7);
+  for (const auto& g : gpus) {
+    CAPTURE(g.name);
+    CHECK(!g.source.empty());
+    CHECK(g.peak_tflops(Precision::FP16) > 0);
+    CHECK(g.server.gpus_per_node >= 8);
+  }
+  CHECK(cluster_presets().size() == 3 + 7);
+  CHECK(model_preset("gpt3-175b").vocab == 51200);
+}
+
+TEST_CASE("cluster presets and overrides") {
+  // dgx-h100: 8 H100s per node; the scenario sets nodes.
+  const auto c = cluster_from(R"({"preset": "dgx-h100", "nodes": 16})");
+  CHECK(c.gpus() == 128);
+  CHECK(c.gpu.name == "h100-sxm");
+  CHECK(c.node.inter_node_GBps_per_gpu == 50);
+  // 1x<gpu>: one GPU of each preset.
+  const auto one = cluster_preset("1xh200");
+  CHECK(one.gpus() == 1);
+  CHECK(one.gpu.memory_GiB == doctest::Approx(140.4));
+  // A GPU alone takes its standard server's network.
+  const auto a100 = cluster_from(R"({"gpu": "a100-80g", "nodes": 2})");
+  CHECK(a100.gpus() == 16);
+  CHECK(a100.node.intra_node_GBps == 300);
+  // An inline GPU object overriding a preset's field.
+  const auto custom =
+      cluster_from(R"({"preset": "dgx-a100-80g", "gpu": {"preset": "a100-80g", "memory_GiB": 40}})");
+  CHECK(custom.gpu.memory_GiB == 40);
+  CHECK(custom.gpu.tflops.bf16 == 312);
+}
+
+TEST_CASE("model objects: preset with overrides, inline with defaults") {
+  const auto m = model_from(R"({"preset": "llama3-8b", "seq_len": 4096})");
+  CHECK(m.seq_len == 4096);
+  CHECK(m.kv_heads == 8);
+  CHECK(m.mlp == MlpKind::Swiglu);
+  // Inline: GPT-style defaults, kv_heads = heads, ffn = 4·hidden.
+  const auto g = model_from(R"({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32})");
+  CHECK(g.kv_heads == 4);
+  CHECK(g.ffn_hidden == 256);
+  CHECK(g.mlp == MlpKind::Gelu);
+  CHECK(g.norm == NormKind::LayerNorm);
+  CHECK(g.bias);
+  CHECK(g.tied_embeddings);
+  CHECK(g.position_embedding == PositionEmbedding::Learned);
+}
+
+TEST_CASE("model errors name the path and the rule") {
+  CHECK(error_of([] { model_from(R"("gpt5")"); }).find(
+            "m.json: model: unknown model preset \"gpt5\" (known: gpt2-124m,") == 0);
+  CHECK(error_of([] { model_from(R"({"layers": 2, "hidden": 64, "heads": 5, "vocab": 10, "seq_len": 8})"); }) ==
+        "m.json: model.heads: 5 does not divide hidden=64");
+  CHECK(error_of([] { model_from(R"({"preset": "llama3-8b", "kv_heads": 3})"); }) ==
+        "m.json: model.kv_heads: 3 does not divide heads=32");
+  CHECK(error_of([] { model_from(R"({"hidden": 64, "heads": 4, "vocab": 10, "seq_len": 8})"); }) ==
+        "m.json: model.layers: missing required key");
+  CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "layer": 3})"); }) ==
+        "m.json: model.layer: unknown key (did you mean \"layers\"?)");
+  CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "mlp": "relu"})"); }) ==
+        "m.json: model.mlp: must be one of gelu|swiglu (got \"relu\")");
+  CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "layers": 0})"); }) ==
+        "m.json: model.layers: must be in [1, 100000], got 0");
+  CHECK(error_of([] { model_from(R"({"preset": "mixtral-8x7b", "moe": {"experts": 2, "top_k": 4}})"); }) ==
+        "m.json: model.moe.top_k: 4 exceeds experts=2");
+  CHECK(error_of([] { model_from(R"("no/such/file.json")"); }) ==
+        "m.json: model: model file \"no/such/file.json\" not found");
+}
+
+TEST_CASE("Hugging Face config.json imports as a model") {
+  // meta-llama/Meta-Llama-3-70B's config.json keys; the result has the
+  // preset's parameter count (70.55 B).
+  const std::string path = write_temp("strata_hf_llama3_70b.json", R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_act": "silu", "hidden_size": 8192, "intermediate_size": 28672,
+    "max_position_embeddings": 8192, "num_attention_heads": 64,
+    "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "vocab_size": 128256, "attention_bias": false})");
+  const auto hf = load_model_file(path);
+  const auto preset = model_preset("llama3-70b");
+  CHECK(hf.mlp == MlpKind::Swiglu);
+  CHECK(hf.norm == NormKind::RmsNorm);
+  CHECK(hf.position_embedding == PositionEmbedding::Rope);
+  CHECK_FALSE(hf.bias);
+  CHECK_FALSE(hf.tied_embeddings);
+  CHECK(expand(hf).params() == expand(preset).params());
+
+  // Mixtral's MoE keys.
+  const std::string mix = write_temp("strata_hf_mixtral.json", R"({
+    "model_type": "mixtral", "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": false, "vocab_size": 32000})");
+  CHECK(expand(load_model_file(mix)).params() == expand(model_preset("mixtral-8x7b")).params());
+
+  // GPT-2's older key names.
+  const std::string g2 = write_temp("strata_hf_gpt2.json", R"({
+    "model_type": "gpt2", "activation_function": "gelu_new", "n_ctx": 1024, "n_embd": 768,
+    "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257,
+    "layer_norm_epsilon": 1e-05, "resid_pdrop": 0.1})");
+  CHECK(expand(load_model_file(g2)).params() == expand(model_preset("gpt2-124m")).params());
+
+  const std::string bad = write_temp("strata_hf_bad.json", R"({"num_hidden_layers": 2,
+    "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10,
+    "max_position_embeddings": 8, "hidden_act": "relu"})");
+  CHECK(error_of([&] { load_model_file(bad); }) ==
+        bad + ": hidden_act: unsupported activation \"relu\" (Strata models gelu* and silu/swiglu)");
+}
+
+}  // namespace
+}  // namespace strata::cost

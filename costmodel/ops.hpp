@@ -1,0 +1,96 @@
+#pragma once
+// A model expanded into its chain of ops (embedding, transformer blocks,
+// head), each with parameters, matrix-product FLOPs, memory traffic and the
+// bytes it saves for backward, for one microbatch on one tensor-parallel rank.
+//
+// Accounting follows Korthikanti et al. 2022 ("Reducing Activation
+// Recomputation in Large Transformer Models", Sec. 4): 16-bit activations,
+// 1-byte dropout masks; tensors in the tensor-parallel region are split by
+// `tp`, the rest (layer-norm inputs, dropout masks after the block's linear
+// layers) are split only with sequence parallelism.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/model.hpp"
+#include "costmodel/techniques.hpp"
+#include "sim/units.hpp"
+
+namespace strata::cost {
+
+enum class OpKind {
+  Embedding,   // token (and learned position) lookup
+  Norm,        // layer norm / RMS norm
+  Linear,      // matrix product with a weight (QKV, projections, MLP, logits)
+  Attention,   // flash attention: scores, softmax and values fused
+  AttnScores,  // Q·Kᵀ
+  Softmax,
+  AttnValues,  // softmax(QKᵀ)·V
+  Dropout,
+  Activation,  // GeLU, or SiLU-gate product for SwiGLU
+  Residual,
+  Router,      // MoE gate
+  Loss,        // softmax cross-entropy over the vocabulary
+};
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::Linear;
+  std::int64_t params = 0;  // parameters held by this rank
+  Flops fwd_flops = 0;      // matrix-product FLOPs (model FLOPs), forward
+  Flops bwd_flops = 0;      // matrix-product FLOPs, backward (2× forward)
+  Bytes fwd_bytes = 0;      // memory traffic estimate, forward
+  Bytes bwd_bytes = 0;      // memory traffic estimate, backward
+  Bytes saved_bytes = 0;    // activation bytes kept from forward to backward
+  // The part of saved_bytes that selective recompute drops (the attention
+  // core: softmax output, dropout mask and output over the scores),
+  // recomputed from Q, K and V in backward.
+  Bytes core_saved_bytes = 0;
+};
+
+enum class LayerKind { Embedding, Block, Head };
+
+struct Layer {
+  std::string name;
+  LayerKind kind = LayerKind::Block;
+  std::vector<Op> ops;
+  // Bytes of the layer's input on this rank: what full recompute keeps.
+  Bytes input_bytes = 0;
+
+  std::int64_t params() const;
+  Flops fwd_flops() const;
+  Flops bwd_flops() const;
+  Bytes saved_bytes() const;
+  // Bytes saved under a per-layer recompute policy: None keeps everything,
+  // Selective drops the attention core, Full keeps only the layer's input.
+  // Other policies are schedules over many layers; they throw here.
+  Bytes saved_bytes(Recompute policy) const;
+};
+
+struct ExpandOptions {
+  std::int64_t micro_batch = 1;  // sequences per microbatch
+  std::int64_t tp = 1;
+  bool sequence_parallel = false;
+  std::int64_t cp = 1;  // context parallel: each rank holds seq_len / cp tokens
+  Precision precision = Precision::BF16;
+  AttentionKernel attention = AttentionKernel::Flash;
+};
+
+// The whole model: embedding, one block per transformer layer (all alike),
+// head (final norm, logits, loss).
+struct OpChain {
+  Layer embedding;
+  Layer block;
+  std::int64_t blocks = 0;
+  Layer head;
+
+  std::int64_t params() const;
+  Flops fwd_flops() const;
+  Flops bwd_flops() const;
+  // Model FLOPs of one training step (forward + backward) for this microbatch.
+  Flops model_flops() const { return fwd_flops() + bwd_flops(); }
+};
+
+OpChain expand(const ModelSpec& model, const ExpandOptions& opts = {});
+
+}  // namespace strata::cost

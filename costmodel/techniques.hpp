@@ -1,0 +1,60 @@
+#pragma once
+// Training techniques whose effect the cost model must know: numeric
+// precision, the attention kernel and the activation-recompute policy. The
+// plan (strategies/) chooses them; the cost and memory models price them.
+#include <array>
+#include <string_view>
+#include <utility>
+
+#include "sim/names.hpp"
+#include "sim/units.hpp"
+
+namespace strata::cost {
+
+// 16-bit and fp8 are mixed precision with fp32 master weights.
+enum class Precision { FP32, FP16, BF16, FP8 };
+
+// `Standard` materialises the attention scores (saved for backward: softmax
+// output, dropout mask and output, 5·a·s²·b bytes per layer in 16 bits);
+// `Flash` fuses them and saves only the output and fp32 log-sum-exp statistics.
+enum class AttentionKernel { Flash, Standard };
+
+enum class Recompute { None, Selective, Full, EveryK, Sqrt, Optimal };
+
+// Bytes per element of a saved activation.
+constexpr Bytes activation_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
+// Bytes per element of a matrix-product input kept for backward: fp8 training
+// keeps the fp8 cast of GEMM inputs (Transformer Engine), others as activations.
+constexpr Bytes gemm_input_bytes(Precision p) {
+  return p == Precision::FP8 ? 1 : activation_bytes(p);
+}
+
+}  // namespace strata::cost
+
+namespace strata {
+
+template <>
+struct EnumNames<cost::Precision> {
+  static constexpr std::array<std::pair<cost::Precision, std::string_view>, 4> table{
+      {{cost::Precision::FP32, "fp32"},
+       {cost::Precision::FP16, "fp16"},
+       {cost::Precision::BF16, "bf16"},
+       {cost::Precision::FP8, "fp8"}}};
+};
+template <>
+struct EnumNames<cost::AttentionKernel> {
+  static constexpr std::array<std::pair<cost::AttentionKernel, std::string_view>, 2> table{
+      {{cost::AttentionKernel::Flash, "flash"}, {cost::AttentionKernel::Standard, "standard"}}};
+};
+template <>
+struct EnumNames<cost::Recompute> {
+  static constexpr std::array<std::pair<cost::Recompute, std::string_view>, 6> table{
+      {{cost::Recompute::None, "none"},
+       {cost::Recompute::Selective, "selective"},
+       {cost::Recompute::Full, "full"},
+       {cost::Recompute::EveryK, "every_k"},
+       {cost::Recompute::Sqrt, "sqrt"},
+       {cost::Recompute::Optimal, "optimal"}}};
+};
+
+}  // namespace strata

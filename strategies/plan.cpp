@@ -1,0 +1,21 @@
+#include "strategies/plan.hpp"
+
+namespace strata::strategies {
+
+std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers) {
+  if (!plan.stage_layers.empty()) return plan.stage_layers;
+  const std::int64_t chunks = plan.pp * plan.virtual_stages;
+  std::vector<std::int64_t> out(static_cast<std::size_t>(chunks), layers / chunks);
+  // The remainder goes to the middle chunks: the first and last stages also
+  // hold the embedding and the head.
+  const std::int64_t extra = layers % chunks;
+  const std::int64_t start = (chunks - extra) / 2;
+  for (std::int64_t i = 0; i < extra; ++i) out[static_cast<std::size_t>(start + i)] += 1;
+  return out;
+}
+
+std::int64_t microbatches(const Plan& plan, const Batch& batch) {
+  return batch.global / (plan.dp * batch.micro);
+}
+
+}  // namespace strata::strategies

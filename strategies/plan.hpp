@@ -1,0 +1,141 @@
+#pragma once
+// A training plan: every axis of the plan space (DESIGN.md "The plan space")
+// as typed data with documented defaults. Parsing and validation live in
+// scenario_io.cpp; the rules that relate the plan to a model and a cluster
+// live in validate.cpp.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "costmodel/techniques.hpp"
+#include "sim/names.hpp"
+
+namespace strata::strategies {
+
+using cost::AttentionKernel;
+using cost::Precision;
+using cost::Recompute;
+
+enum class Schedule { GPipe, OneFOneB, Interleaved, PipeDream, PipeDream2BW };
+enum class OffloadTarget { None, Cpu, Nvme };
+enum class OffloadPlanner { All, Vdnn, Lifetime, Priority, Joint };
+enum class CompressionMethod { None, TopK, RandomK, Qsgd, OneBit, PowerSgd };
+enum class Optimizer { Sgd, Momentum, Adam, AdamW, Adam8bit, Adam4bit, Adafactor, Sm3, Lamb, Lars };
+enum class DpTopology { AllReduce, ParameterServer };
+enum class TpCommOverlap { None, Bulk, Ring };
+enum class ParallelDim { TP, CP, DP, PP };
+
+struct Offload {
+  bool activations = false;
+  bool weights = false;
+  OffloadTarget optimizer = OffloadTarget::None;
+  std::int64_t prefetch_depth = 1;
+  OffloadPlanner planner = OffloadPlanner::All;
+};
+
+struct Compression {
+  CompressionMethod method = CompressionMethod::None;
+  double ratio = 0.01;          // topk, randomk: fraction of entries sent
+  bool error_feedback = true;   // topk, randomk
+  std::int64_t bits = 8;        // qsgd
+  std::int64_t rank = 4;        // powersgd
+};
+
+struct Implementation {
+  AttentionKernel attention = AttentionKernel::Flash;
+  bool fused_elementwise = true;
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = true;
+  TpCommOverlap tp_comm_overlap = TpCommOverlap::None;
+  bool pp_scatter_gather = false;
+  // Order in which ranks are laid out, innermost (fastest varying) first.
+  std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
+                                        ParallelDim::PP};
+};
+
+struct Plan {
+  std::int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  std::int64_t zero = 0;
+  Schedule schedule = Schedule::OneFOneB;
+  std::int64_t virtual_stages = 1;
+  std::vector<std::int64_t> stage_layers;  // empty: balanced
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::None;
+  std::int64_t recompute_k = 1;                  // every_k
+  std::optional<double> memory_budget_GiB;       // optimal
+  Offload offload;
+  Compression compression;
+  Optimizer optimizer = Optimizer::Adam;
+  Precision precision = Precision::BF16;
+  DpTopology dp_topology = DpTopology::AllReduce;
+  Implementation implementation;
+
+  std::int64_t gpus() const { return dp * tp * pp * cp; }
+};
+
+struct Batch {
+  std::int64_t global = 1;  // sequences per optimizer step
+  std::int64_t micro = 1;   // sequences per microbatch
+};
+
+// Layers per pipeline chunk (pp · virtual_stages chunks, in pipeline order):
+// the plan's `stage_layers`, or balanced sizes that differ by at most one.
+std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers);
+
+// Microbatches per pipeline per step: global / (dp · micro).
+std::int64_t microbatches(const Plan& plan, const Batch& batch);
+
+}  // namespace strata::strategies
+
+namespace strata {
+
+#define STRATA_ENUM_NAMES(E, N, ...)                                             \
+  template <>                                                                    \
+  struct EnumNames<E> {                                                          \
+    static constexpr std::array<std::pair<E, std::string_view>, N> table{{__VA_ARGS__}}; \
+  }
+
+STRATA_ENUM_NAMES(strategies::Schedule, 5, {strategies::Schedule::GPipe, "gpipe"},
+                  {strategies::Schedule::OneFOneB, "1f1b"},
+                  {strategies::Schedule::Interleaved, "interleaved"},
+                  {strategies::Schedule::PipeDream, "pipedream"},
+                  {strategies::Schedule::PipeDream2BW, "pipedream-2bw"});
+STRATA_ENUM_NAMES(strategies::OffloadTarget, 3, {strategies::OffloadTarget::None, "none"},
+                  {strategies::OffloadTarget::Cpu, "cpu"},
+                  {strategies::OffloadTarget::Nvme, "nvme"});
+STRATA_ENUM_NAMES(strategies::OffloadPlanner, 5, {strategies::OffloadPlanner::All, "all"},
+                  {strategies::OffloadPlanner::Vdnn, "vdnn"},
+                  {strategies::OffloadPlanner::Lifetime, "lifetime"},
+                  {strategies::OffloadPlanner::Priority, "priority"},
+                  {strategies::OffloadPlanner::Joint, "joint"});
+STRATA_ENUM_NAMES(strategies::CompressionMethod, 6,
+                  {strategies::CompressionMethod::None, "none"},
+                  {strategies::CompressionMethod::TopK, "topk"},
+                  {strategies::CompressionMethod::RandomK, "randomk"},
+                  {strategies::CompressionMethod::Qsgd, "qsgd"},
+                  {strategies::CompressionMethod::OneBit, "onebit"},
+                  {strategies::CompressionMethod::PowerSgd, "powersgd"});
+STRATA_ENUM_NAMES(strategies::Optimizer, 10, {strategies::Optimizer::Sgd, "sgd"},
+                  {strategies::Optimizer::Momentum, "momentum"},
+                  {strategies::Optimizer::Adam, "adam"}, {strategies::Optimizer::AdamW, "adamw"},
+                  {strategies::Optimizer::Adam8bit, "adam8bit"},
+                  {strategies::Optimizer::Adam4bit, "adam4bit"},
+                  {strategies::Optimizer::Adafactor, "adafactor"},
+                  {strategies::Optimizer::Sm3, "sm3"}, {strategies::Optimizer::Lamb, "lamb"},
+                  {strategies::Optimizer::Lars, "lars"});
+STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce, "allreduce"},
+                  {strategies::DpTopology::ParameterServer, "parameter_server"});
+STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},
+                  {strategies::TpCommOverlap::Bulk, "bulk"},
+                  {strategies::TpCommOverlap::Ring, "ring"});
+STRATA_ENUM_NAMES(strategies::ParallelDim, 4, {strategies::ParallelDim::TP, "tp"},
+                  {strategies::ParallelDim::CP, "cp"}, {strategies::ParallelDim::DP, "dp"},
+                  {strategies::ParallelDim::PP, "pp"});
+
+#undef STRATA_ENUM_NAMES
+
+}  // namespace strata

@@ -1,0 +1,193 @@
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "costmodel/model_io.hpp"
+#include "strategies/scenario.hpp"
+#include "strategies/validate.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+constexpr std::int64_t kMaxDegree = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
+
+std::array<ParallelDim, 4> read_rank_order(const JsonReader& r) {
+  std::vector<std::string> names;
+  if (r.is_string()) {
+    std::string s = r.as_string();
+    for (auto& ch : s)
+      if (ch == '-' || ch == ',') ch = ' ';
+    std::istringstream in(s);
+    for (std::string w; in >> w;) names.push_back(w);
+  } else {
+    for (const auto& e : r.elements()) names.push_back(e.as_string());
+  }
+  const std::string rule = "must be a permutation of tp, cp, dp, pp (innermost first)";
+  if (names.size() != 4) r.fail(rule);
+  std::array<ParallelDim, 4> order{};
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto d = enum_from_name<ParallelDim>(names[i]);
+    if (!d) r.fail(rule + "; \"" + names[i] + "\" is not one of them");
+    for (std::size_t j = 0; j < i; ++j)
+      if (order[j] == *d) r.fail(rule + "; \"" + names[i] + "\" appears twice");
+    order[i] = *d;
+  }
+  return order;
+}
+
+Implementation read_implementation(const JsonReader& r) {
+  Implementation im;
+  im.attention = r.enum_or("attention", im.attention);
+  im.fused_elementwise = r.bool_or("fused_elementwise", im.fused_elementwise);
+  im.overlap_grad_reduce = r.bool_or("overlap_grad_reduce", im.overlap_grad_reduce);
+  im.overlap_param_gather = r.bool_or("overlap_param_gather", im.overlap_param_gather);
+  im.tp_comm_overlap = r.enum_or("tp_comm_overlap", im.tp_comm_overlap);
+  im.pp_scatter_gather = r.bool_or("pp_scatter_gather", im.pp_scatter_gather);
+  if (auto ro = r.get("rank_order")) im.rank_order = read_rank_order(*ro);
+  r.reject_unknown_keys();
+  return im;
+}
+
+Offload read_offload(const JsonReader& r) {
+  Offload o;
+  o.activations = r.bool_or("activations", o.activations);
+  o.weights = r.bool_or("weights", o.weights);
+  o.optimizer = r.enum_or("optimizer", o.optimizer);
+  o.prefetch_depth = r.int_or("prefetch_depth", o.prefetch_depth, 0, 1024);
+  o.planner = r.enum_or("planner", o.planner);
+  r.reject_unknown_keys();
+  return o;
+}
+
+Compression read_compression(const JsonReader& r) {
+  Compression c;
+  c.method = r.at("method").as_enum<CompressionMethod>();
+  using M = CompressionMethod;
+  const bool sparse = c.method == M::TopK || c.method == M::RandomK;
+  // Each key belongs to some methods; naming it with another is an error.
+  auto only = [&](const char* key, bool applies, const char* methods) {
+    if (r.has(key) && !applies)
+      r.fail_at(key, std::string("applies only to method ") + methods + ", not \"" +
+                         std::string(enum_name(c.method)) + "\"");
+  };
+  only("ratio", sparse, "topk|randomk");
+  only("error_feedback", sparse, "topk|randomk");
+  only("bits", c.method == M::Qsgd, "qsgd");
+  only("rank", c.method == M::PowerSgd, "powersgd");
+  if (sparse) {
+    c.ratio = r.number_or("ratio", c.ratio, 1e-9, 1.0);
+    if (c.ratio <= 0) r.fail_at("ratio", "must be > 0");
+    c.error_feedback = r.bool_or("error_feedback", c.error_feedback);
+  }
+  if (c.method == M::Qsgd) c.bits = r.int_or("bits", c.bits, 1, 16);
+  if (c.method == M::PowerSgd) c.rank = r.int_or("rank", c.rank, 1, 65536);
+  r.reject_unknown_keys();
+  return c;
+}
+
+Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
+  Plan p;
+  p.tp = r.int_or("tp", 1, 1, kMaxDegree);
+  p.pp = r.int_or("pp", 1, 1, kMaxDegree);
+  p.cp = r.int_or("cp", 1, 1, kMaxDegree);
+  p.ep = r.int_or("ep", 1, 1, kMaxDegree);
+  if (auto dp = r.get("dp")) {
+    p.dp = dp->as_int(1, kMaxDegree);
+  } else {
+    const std::int64_t model_parallel = p.tp * p.pp * p.cp;
+    if (cluster_gpus % model_parallel != 0)
+      r.fail("cannot default dp: the cluster's " + std::to_string(cluster_gpus) +
+             " GPUs are not divisible by tp·pp·cp = " + std::to_string(model_parallel));
+    p.dp = cluster_gpus / model_parallel;
+  }
+  p.zero = r.int_or("zero", 0, 0, 3);
+  p.schedule = r.enum_or("schedule", p.schedule);
+  p.virtual_stages =
+      r.int_or("virtual_stages", p.schedule == Schedule::Interleaved ? 2 : 1, 1, 4096);
+  if (auto sl = r.get("stage_layers"))
+    for (const auto& e : sl->elements()) p.stage_layers.push_back(e.as_int(1, 100'000));
+  p.sequence_parallel = r.bool_or("sequence_parallel", false);
+  p.recompute = r.enum_or("recompute", p.recompute);
+  if (auto k = r.get("recompute_k")) {
+    if (p.recompute != Recompute::EveryK)
+      k->fail("applies only to recompute \"every_k\"");
+    p.recompute_k = k->as_int(1, 100'000);
+  }
+  if (auto o = r.get("offload")) p.offload = read_offload(*o);
+  if (auto budget = r.get("memory_budget_GiB")) {
+    if (p.recompute != Recompute::Optimal && p.offload.planner != OffloadPlanner::Joint)
+      budget->fail("applies only to recompute \"optimal\" or offload planner \"joint\"");
+    p.memory_budget_GiB = budget->as_number(1e-6, 1e9);
+  }
+  if (auto c = r.get("compression")) p.compression = read_compression(*c);
+  p.optimizer = r.enum_or("optimizer", p.optimizer);
+  p.precision = r.enum_or("precision", p.precision);
+  p.dp_topology = r.enum_or("dp_topology", p.dp_topology);
+  if (auto im = r.get("implementation")) p.implementation = read_implementation(*im);
+  r.reject_unknown_keys();
+  return p;
+}
+
+Batch read_batch(const JsonReader& r) {
+  Batch b;
+  b.global = r.at("global").as_int(1, kMaxBatch);
+  b.micro = r.int_or("micro", 1, 1, kMaxBatch);
+  r.reject_unknown_keys();
+  return b;
+}
+
+Goal read_goal(const JsonReader& r) {
+  Goal g;
+  if (auto t = r.get("tokens")) g.tokens = t->as_number(1, 1e18);
+  if (auto l = r.get("target_loss")) g.target_loss = l->as_number(1e-9, 1e6);
+  r.reject_unknown_keys();
+  if (g.tokens.has_value() == g.target_loss.has_value())
+    r.fail("needs exactly one of \"tokens\" or \"target_loss\"");
+  return g;
+}
+
+Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
+  if (!r.is_object()) r.fail("a scenario must be a JSON object");
+  Scenario s;
+  s.file = r.file();
+  r.allow({"name", "description"});
+  if (auto n = r.get("name")) n->as_string();
+  if (auto d = r.get("description")) d->as_string();
+  s.model = cost::read_model(r.at("model"), base_dir);
+  s.cluster = cost::read_cluster(r.at("cluster"), base_dir);
+  s.batch = read_batch(r.at("batch"));
+  if (auto p = r.get("plan")) {
+    s.plan = read_plan(*p, s.cluster.gpus());
+  } else {
+    s.plan.dp = s.cluster.gpus();
+  }
+  if (auto g = r.get("goal")) s.goal = read_goal(*g);
+  if (auto c = r.get("calibration")) {
+    const std::string path = cost::resolve_path(c->as_string(), base_dir);
+    if (!std::filesystem::exists(path))
+      c->fail("calibration file \"" + c->as_string() + "\" not found");
+    s.calibration = path;
+  }
+  r.reject_unknown_keys();
+  if (auto v = first_violation(s)) throw InputError(r.file(), v->path, v->message);
+  return s;
+}
+
+}  // namespace
+
+Scenario parse_scenario(std::string_view text, const std::string& source,
+                        const std::string& base_dir) {
+  const auto j = parse_json_text(text, source);
+  return read_scenario(JsonReader(j, source), base_dir);
+}
+
+Scenario load_scenario(const std::string& path) {
+  const auto j = load_json_file(path);
+  return read_scenario(JsonReader(j, path),
+                       std::filesystem::path(path).parent_path().string());
+}
+
+}  // namespace strata::strategies

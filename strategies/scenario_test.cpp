@@ -1,0 +1,152 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "sim/error.hpp"
+#include "strategies/scenario.hpp"
+#include "strategies/validate.hpp"
+
+namespace strata::strategies {
+namespace {
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_scenario(text, "s.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// A valid GPT-3 175B scenario (the input contract's example) with
+// replacements applied to its text, in order.
+std::string scenario(std::initializer_list<std::pair<std::string, std::string>> edits = {}) {
+  std::string s = R"({
+  "model":   "gpt3-175b",
+  "cluster": {"preset": "dgx-a100-80g", "nodes": 128},
+  "batch":   {"global": 1536, "micro": 1},
+  "plan":    {"dp": 16, "tp": 8, "pp": 8, "cp": 1, "ep": 1, "zero": 1,
+              "schedule": "interleaved", "virtual_stages": 3, "sequence_parallel": true,
+              "recompute": "selective", "offload": {"activations": false,
+              "weights": false, "optimizer": "none"}, "compression": {"method": "none"},
+              "optimizer": "adam", "precision": "bf16",
+              "implementation": {"attention": "flash", "fused_elementwise": true,
+                "overlap_grad_reduce": true, "overlap_param_gather": true,
+                "tp_comm_overlap": "none", "pp_scatter_gather": false}}
+})";
+  for (const auto& [from, to] : edits) {
+    const auto at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+std::string scenario(const std::string& from, const std::string& to) {
+  return scenario({{from, to}});
+}
+
+TEST_CASE("the input contract's example parses") {
+  const auto s = parse_scenario(scenario(), "s.json");
+  CHECK(s.model.layers == 96);
+  CHECK(s.cluster.gpus() == 1024);
+  CHECK(s.plan.dp == 16);
+  CHECK(s.plan.schedule == Schedule::Interleaved);
+  CHECK(s.plan.virtual_stages == 3);
+  CHECK(s.plan.recompute == Recompute::Selective);
+  CHECK(microbatches(s.plan, s.batch) == 96);  // 1536 / (16 · 1)
+}
+
+TEST_CASE("defaults: dp fills the cluster, 1f1b, no recompute, bf16 adam") {
+  const auto s = parse_scenario(R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
+                                    "batch": {"global": 64}, "plan": {"tp": 2}})",
+                                "s.json");
+  CHECK(s.plan.dp == 8);  // 16 GPUs / tp 2
+  CHECK(s.batch.micro == 1);
+  CHECK(s.plan.schedule == Schedule::OneFOneB);
+  CHECK(s.plan.virtual_stages == 1);
+  CHECK(s.plan.precision == Precision::BF16);
+  CHECK(s.plan.optimizer == Optimizer::Adam);
+  CHECK(s.plan.implementation.attention == AttentionKernel::Flash);
+  CHECK(s.plan.implementation.rank_order[0] == ParallelDim::TP);
+}
+
+TEST_CASE("balanced chunks differ by at most one layer") {
+  // 50 layers over 8 chunks: 6 each, the 2 extra in the middle.
+  Plan p;
+  p.pp = 8;
+  const auto c = chunk_layers(p, 50);
+  CHECK(c == std::vector<std::int64_t>{6, 6, 6, 7, 7, 6, 6, 6});
+}
+
+TEST_CASE("invalid combinations name the rule") {
+  CHECK(error_of(scenario("\"tp\": 8", "\"tp\": 3")) ==
+        "s.json: plan: dp·tp·pp·cp = 16·3·8·1 = 384 does not equal the cluster's 1024 GPUs "
+        "(128 nodes × 8)");
+  CHECK(error_of(scenario("\"dp\": 16, \"tp\": 8", "\"dp\": 2, \"tp\": 64")) ==
+        "s.json: plan.tp: 64 does not divide heads=96");
+  CHECK(error_of(scenario({{"\"dp\": 16, \"tp\": 8", "\"dp\": 128, \"tp\": 1"},
+                           {"\"global\": 1536", "\"global\": 1024"}})) ==
+        "s.json: plan.sequence_parallel: sequence parallelism needs tp > 1");
+  CHECK(error_of(scenario("\"virtual_stages\": 3", "\"virtual_stages\": 1")) ==
+        "s.json: plan.virtual_stages: the interleaved schedule needs virtual_stages >= 2");
+  CHECK(error_of(scenario("\"schedule\": \"interleaved\"", "\"schedule\": \"1f1b\"")) ==
+        "s.json: plan.virtual_stages: virtual_stages = 3 needs schedule \"interleaved\"");
+  CHECK(error_of(scenario("\"virtual_stages\": 3", "\"virtual_stages\": 13")) ==
+        "s.json: plan.pp: pp·virtual_stages = 104 pipeline chunks exceed layers=96 (each chunk "
+        "needs at least one layer)");
+  CHECK(error_of(scenario("\"global\": 1536", "\"global\": 1000")) ==
+        "s.json: batch.global: 1000 is not divisible by dp·micro = 16·1 = 16");
+  CHECK(error_of(scenario({{"\"zero\": 1", "\"zero\": 2"},
+                           {"{\"method\": \"none\"}", "{\"method\": \"topk\", \"ratio\": 0.01}"}})) ==
+        "s.json: plan.compression.method: topk sends index/value pairs that need an all-gather; "
+        "ZeRO-2 reduce-scatters gradients instead (use zero <= 1)");
+  CHECK(error_of(scenario("\"ep\": 1", "\"ep\": 2")) ==
+        "s.json: plan.ep: expert parallelism needs a mixture-of-experts model");
+  CHECK(error_of(scenario({{"\"model\":   \"gpt3-175b\"", "\"model\": {\"preset\": \"gpt3-175b\", \"seq_len\": 2050}"},
+                           {"\"dp\": 16", "\"dp\": 8"},
+                           {"\"cp\": 1", "\"cp\": 2"},
+                           {"\"global\": 1536", "\"global\": 1024"},
+                           {"\"sequence_parallel\": true", "\"sequence_parallel\": false"}})) ==
+        "s.json: plan.cp: 2·cp = 4 does not divide seq_len=2050 (ring attention splits the "
+        "sequence into 2·cp balanced chunks)");
+  CHECK(error_of(scenario("\"precision\": \"bf16\"", "\"precision\": \"fp8\"")) ==
+        "s.json: plan.precision: fp8 is not supported by a100-80g (no fp8 peak)");
+  CHECK(error_of(scenario("\"activations\": false", "\"activations\": false, \"planner\": \"vdnn\"")) ==
+        "s.json: plan.offload.planner: an offload planner needs offload.activations = true");
+}
+
+TEST_CASE("stage_layers must list every chunk and sum to the layers") {
+  const std::string base = scenario("\"schedule\": \"interleaved\", \"virtual_stages\": 3",
+                                    "\"schedule\": \"1f1b\", \"stage_layers\": LAYERS");
+  auto with = [&](const std::string& layers) {
+    std::string s = base;
+    s.replace(s.find("LAYERS"), 6, layers);
+    return error_of(s);
+  };
+  CHECK(with("[12, 12, 12, 12, 12, 12, 12, 12]") == "no error");
+  CHECK(with("[12, 12]") ==
+        "s.json: plan.stage_layers: has 2 entries; needs pp·virtual_stages = 8");
+  CHECK(with("[12, 12, 12, 12, 12, 12, 12, 11]") ==
+        "s.json: plan.stage_layers: sums to 95; must equal layers=96");
+  CHECK(with("[12, 12, 12, 0, 12, 12, 12, 12]") ==
+        "s.json: plan.stage_layers[3]: must be in [1, 100000], got 0");
+}
+
+TEST_CASE("keys that apply to other choices are rejected, not ignored") {
+  CHECK(error_of(scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_k\": 2")) ==
+        "s.json: plan.recompute_k: applies only to recompute \"every_k\"");
+  CHECK(error_of(scenario("{\"method\": \"none\"}", "{\"method\": \"qsgd\", \"rank\": 4}")) ==
+        "s.json: plan.compression.rank: applies only to method powersgd, not \"qsgd\"");
+  CHECK(error_of(scenario("\"optimizer\": \"none\"", "\"optimizer\": \"disk\"")) ==
+        "s.json: plan.offload.optimizer: must be one of none|cpu|nvme (got \"disk\")");
+  CHECK(error_of(scenario("\"pp_scatter_gather\": false", "\"pp_scatter_gather\": false, \"rank_order\": \"tp-dp-dp-pp\"")) ==
+        "s.json: plan.implementation.rank_order: must be a permutation of tp, cp, dp, pp "
+        "(innermost first); \"dp\" appears twice");
+  CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9, \"target_loss\": 2.0}, \"plan\":")) ==
+        "s.json: goal: needs exactly one of \"tokens\" or \"target_loss\"");
+  CHECK(error_of(scenario("\"plan\":", "\"plna\": 1, \"plan\":")) ==
+        "s.json: plna: unknown key (did you mean \"plan\"?)");
+}
+
+}  // namespace
+}  // namespace strata::strategies

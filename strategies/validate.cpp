@@ -1,0 +1,133 @@
+#include "strategies/validate.hpp"
+
+#include <numeric>
+
+namespace strata::strategies {
+
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+using Check = std::optional<Violation>;
+Check fail(std::string rule, std::string path, std::string message) {
+  return Violation{std::move(rule), std::move(path), std::move(message)};
+}
+
+bool is_sparse(CompressionMethod m) {
+  return m == CompressionMethod::TopK || m == CompressionMethod::RandomK;
+}
+
+}  // namespace
+
+std::optional<Violation> first_violation(const Scenario& s) {
+  const auto& m = s.model;
+  const auto& c = s.cluster;
+  const auto& p = s.plan;
+  const auto& b = s.batch;
+
+  // --- parallel degrees against the cluster ---
+  if (p.gpus() != c.gpus())
+    return fail("gpu-count", "plan",
+                "dp·tp·pp·cp = " + str(p.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" +
+                    str(p.cp) + " = " + str(p.gpus()) + " does not equal the cluster's " +
+                    str(c.gpus()) + " GPUs (" + str(c.nodes) + " nodes × " +
+                    str(c.node.gpus_per_node) + ")");
+
+  // --- tensor parallelism against the model ---
+  if (m.heads % p.tp != 0)
+    return fail("tp-divides-heads", "plan.tp",
+                str(p.tp) + " does not divide heads=" + str(m.heads));
+  if (m.kv_heads % p.tp != 0)
+    return fail("tp-divides-kv-heads", "plan.tp",
+                str(p.tp) + " does not divide kv_heads=" + str(m.kv_heads) +
+                    " (each tensor-parallel rank needs whole key/value heads)");
+  if (m.ffn_hidden % p.tp != 0)
+    return fail("tp-divides-ffn", "plan.tp",
+                str(p.tp) + " does not divide ffn_hidden=" + str(m.ffn_hidden));
+  if (p.sequence_parallel && p.tp == 1)
+    return fail("sp-needs-tp", "plan.sequence_parallel", "sequence parallelism needs tp > 1");
+  if (p.sequence_parallel && (m.seq_len / p.cp) % p.tp != 0)
+    return fail("sp-divides-seq", "plan.sequence_parallel",
+                "tp=" + str(p.tp) + " does not divide the " + str(m.seq_len / p.cp) +
+                    " tokens per context-parallel rank");
+
+  // --- context parallelism ---
+  if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
+    return fail("cp-divides-seq", "plan.cp",
+                "2·cp = " + str(2 * p.cp) + " does not divide seq_len=" + str(m.seq_len) +
+                    " (ring attention splits the sequence into 2·cp balanced chunks)");
+
+  // --- expert parallelism ---
+  if (p.ep > 1 && !m.moe)
+    return fail("ep-needs-moe", "plan.ep", "expert parallelism needs a mixture-of-experts model");
+  if (p.ep > 1 && m.moe->experts % p.ep != 0)
+    return fail("ep-divides-experts", "plan.ep",
+                str(p.ep) + " does not divide experts=" + str(m.moe->experts));
+  if (p.dp % p.ep != 0)
+    return fail("ep-divides-dp", "plan.ep", str(p.ep) + " does not divide dp=" + str(p.dp));
+
+  // --- pipeline ---
+  const bool interleaved = p.schedule == Schedule::Interleaved;
+  if (interleaved && p.virtual_stages < 2)
+    return fail("interleaved-needs-virtual-stages", "plan.virtual_stages",
+                "the interleaved schedule needs virtual_stages >= 2");
+  if (!interleaved && p.virtual_stages != 1)
+    return fail("virtual-stages-need-interleaved", "plan.virtual_stages",
+                "virtual_stages = " + str(p.virtual_stages) +
+                    " needs schedule \"interleaved\"");
+  if (interleaved && p.pp < 2)
+    return fail("interleaved-needs-pp", "plan.schedule", "the interleaved schedule needs pp > 1");
+  const std::int64_t chunks = p.pp * p.virtual_stages;
+  if (chunks > m.layers)
+    return fail("chunks-exceed-layers", "plan.pp",
+                "pp·virtual_stages = " + str(chunks) + " pipeline chunks exceed layers=" +
+                    str(m.layers) + " (each chunk needs at least one layer)");
+  if (!p.stage_layers.empty()) {
+    if (static_cast<std::int64_t>(p.stage_layers.size()) != chunks)
+      return fail("stage-layers-count", "plan.stage_layers",
+                  "has " + str(static_cast<std::int64_t>(p.stage_layers.size())) +
+                      " entries; needs pp·virtual_stages = " + str(chunks));
+    const std::int64_t sum =
+        std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), std::int64_t{0});
+    if (sum != m.layers)
+      return fail("stage-layers-sum", "plan.stage_layers",
+                  "sums to " + str(sum) + "; must equal layers=" + str(m.layers));
+  }
+
+  // --- batch ---
+  if (b.global % (p.dp * b.micro) != 0)
+    return fail("batch-divisible", "batch.global",
+                str(b.global) + " is not divisible by dp·micro = " + str(p.dp) + "·" +
+                    str(b.micro) + " = " + str(p.dp * b.micro));
+
+  // --- sharding, compression, optimizer ---
+  if (p.zero > 0 && p.dp_topology == DpTopology::ParameterServer)
+    return fail("zero-needs-allreduce", "plan.zero",
+                "ZeRO shards over the data-parallel all-reduce group; dp_topology "
+                "\"parameter_server\" has none");
+  if (p.compression.method != CompressionMethod::None && p.zero >= 2)
+    return fail("compression-vs-zero", "plan.compression.method",
+                std::string(enum_name(p.compression.method)) +
+                    (is_sparse(p.compression.method)
+                         ? " sends index/value pairs that need an all-gather"
+                         : " compresses a full gradient all-reduce") +
+                    "; ZeRO-" + str(p.zero) +
+                    " reduce-scatters gradients instead (use zero <= 1)");
+
+  // --- precision against the GPU ---
+  if (c.gpu.peak_tflops(p.precision) <= 0)
+    return fail("precision-supported", "plan.precision",
+                std::string(enum_name(p.precision)) + " is not supported by " + c.gpu.name +
+                    " (no " + std::string(enum_name(p.precision)) + " peak)");
+
+  // --- offload ---
+  if (p.offload.planner != OffloadPlanner::All && !p.offload.activations)
+    return fail("planner-needs-activation-offload", "plan.offload.planner",
+                "an offload planner needs offload.activations = true");
+  if (p.offload.optimizer == OffloadTarget::Nvme && c.node.nvme_GiB <= 0)
+    return fail("nvme-needed", "plan.offload.optimizer",
+                "offload to NVMe needs a cluster with nvme_GiB > 0");
+  return std::nullopt;
+}
+
+}  // namespace strata::strategies

@@ -1,0 +1,22 @@
+#pragma once
+// Validity rules relating a plan to its model, cluster and batch. Each rule
+// has a stable id (for counting rejections in a search) and a message naming
+// the numbers. A plan read from JSON turns the first violation into an
+// InputError; the explorer counts them.
+#include <optional>
+#include <string>
+
+#include "strategies/scenario.hpp"
+
+namespace strata::strategies {
+
+struct Violation {
+  std::string rule;     // stable id, e.g. "tp-divides-heads"
+  std::string path;     // JSON path, e.g. "plan.tp"
+  std::string message;  // e.g. "3 does not divide heads=32"
+};
+
+// The first rule the scenario breaks, in a fixed order, or nothing.
+std::optional<Violation> first_violation(const Scenario& s);
+
+}  // namespace strata::strategies
