@@ -1,0 +1,194 @@
+#include "sim/bandwidth.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sim/error.hpp"
+
+namespace strata::sim {
+
+std::vector<double> max_min_rates(std::span<const double> capacity,
+                                  const std::vector<std::vector<std::int32_t>>& flow_links) {
+  const std::size_t nl = capacity.size(), nf = flow_links.size();
+  std::vector<double> cap(capacity.begin(), capacity.end()), rate(nf, 0.0);
+  std::vector<int> users(nl, 0);
+  std::vector<bool> frozen(nf, false);
+  for (const auto& links : flow_links) {
+    if (links.empty()) throw Error("max_min_rates: a flow must cross at least one link");
+    for (auto l : links) ++users[static_cast<std::size_t>(l)];
+  }
+  for (std::size_t left = nf; left > 0;) {
+    double share = std::numeric_limits<double>::infinity();
+    for (std::size_t l = 0; l < nl; ++l)
+      if (users[l] > 0) share = std::min(share, cap[l] / users[l]);
+    std::vector<bool> bottleneck(nl, false);
+    for (std::size_t l = 0; l < nl; ++l) bottleneck[l] = users[l] > 0 && cap[l] / users[l] <= share;
+    for (std::size_t f = 0; f < nf; ++f) {
+      if (frozen[f]) continue;
+      const auto& links = flow_links[f];
+      if (std::none_of(links.begin(), links.end(), [&](auto l) { return bottleneck[l]; })) continue;
+      frozen[f] = true;
+      rate[f] = share;
+      --left;
+      for (auto l : links) {
+        cap[l] = std::max(0.0, cap[l] - share);
+        --users[l];
+      }
+    }
+  }
+  return rate;
+}
+
+LinkSharing::LinkSharing(std::vector<double> capacity)
+    : capacity_(std::move(capacity)),
+      on_link_(capacity_.size()),
+      link_mark_(capacity_.size(), 0),
+      cap_left_(capacity_.size(), 0.0),
+      share_(capacity_.size(), 0.0),
+      nun_(capacity_.size(), 0),
+      bottleneck_(capacity_.size(), 0) {
+  for (double c : capacity_)
+    if (!(c > 0.0)) throw Error("LinkSharing: link capacity must be > 0");
+}
+
+void LinkSharing::reset() {
+  flows_.clear();
+  free_flows_.clear();
+  for (auto& v : on_link_) v.clear();
+  changed_.clear();
+}
+
+std::int32_t LinkSharing::start(const std::int32_t* links, std::int32_t nlinks, double bytes,
+                                Time now, std::int32_t owner) {
+  std::int32_t id;
+  if (!free_flows_.empty()) {
+    id = free_flows_.back();
+    free_flows_.pop_back();
+  } else {
+    id = static_cast<std::int32_t>(flows_.size());
+    flows_.emplace_back();
+    flow_mark_.push_back(0);
+    new_rate_.push_back(0.0);
+  }
+  Flow& f = flows_[id];
+  f = Flow{bytes, 0.0, now, links, nlinks, owner, 0, true};
+  for (std::int32_t i = 0; i < nlinks; ++i) on_link_[links[i]].push_back(id);
+  recompute(links, nlinks, now);
+  return id;
+}
+
+void LinkSharing::finish(std::int32_t id, Time now) {
+  Flow& f = flows_[id];
+  for (std::int32_t i = 0; i < f.nlinks; ++i) {
+    auto& v = on_link_[f.links[i]];
+    auto it = std::find(v.begin(), v.end(), id);
+    *it = v.back();
+    v.pop_back();
+  }
+  f.remaining = 0;
+  f.rate = 0;
+  free_flows_.push_back(id);
+  recompute(f.links, f.nlinks, now);
+}
+
+Time LinkSharing::finish_time(std::int32_t id) const {
+  const Flow& f = flows_[id];
+  // Within a millionth of a nanosecond of an integer counts as that integer,
+  // so exact answers are not pushed one nanosecond late by rounding.
+  const double dt = std::ceil(f.remaining / f.rate - 1e-6);
+  return f.last + std::max<Time>(0, static_cast<Time>(dt));
+}
+
+void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time now) {
+  changed_.clear();
+  if (++epoch_ == 0) {  // wrapped: clear stamps
+    std::fill(link_mark_.begin(), link_mark_.end(), 0);
+    std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
+    epoch_ = 1;
+  }
+  // Connected component of links and flows reachable from `links`.
+  comp_links_.clear();
+  comp_flows_.clear();
+  for (std::int32_t i = 0; i < nlinks; ++i)
+    if (link_mark_[links[i]] != epoch_) {
+      link_mark_[links[i]] = epoch_;
+      comp_links_.push_back(links[i]);
+    }
+  for (std::size_t li = 0; li < comp_links_.size(); ++li) {
+    for (std::int32_t fid : on_link_[comp_links_[li]]) {
+      if (flow_mark_[fid] == epoch_) continue;
+      flow_mark_[fid] = epoch_;
+      comp_flows_.push_back(fid);
+      const Flow& f = flows_[fid];
+      for (std::int32_t k = 0; k < f.nlinks; ++k)
+        if (link_mark_[f.links[k]] != epoch_) {
+          link_mark_[f.links[k]] = epoch_;
+          comp_links_.push_back(f.links[k]);
+        }
+    }
+  }
+  if (comp_flows_.empty()) return;
+
+  // Progressive filling over the component.
+  for (std::int32_t l : comp_links_) {
+    cap_left_[l] = capacity_[l];
+    nun_[l] = static_cast<std::int32_t>(on_link_[l].size());
+  }
+  unfrozen_.assign(comp_flows_.begin(), comp_flows_.end());
+  while (!unfrozen_.empty()) {
+    double share = std::numeric_limits<double>::infinity();
+    for (std::int32_t l : comp_links_)
+      if (nun_[l] > 0) {
+        share_[l] = cap_left_[l] / nun_[l];
+        share = std::min(share, share_[l]);
+      }
+    for (std::int32_t l : comp_links_) bottleneck_[l] = nun_[l] > 0 && share_[l] <= share;
+    std::size_t keep = 0;
+    for (std::int32_t fid : unfrozen_) {
+      const Flow& f = flows_[fid];
+      bool hit = false;
+      for (std::int32_t k = 0; k < f.nlinks && !hit; ++k) hit = bottleneck_[f.links[k]] != 0;
+      if (!hit) {
+        unfrozen_[keep++] = fid;
+        continue;
+      }
+      new_rate_[fid] = share;
+      for (std::int32_t k = 0; k < f.nlinks; ++k) {
+        const std::int32_t l = f.links[k];
+        cap_left_[l] = std::max(0.0, cap_left_[l] - share);
+        --nun_[l];
+      }
+    }
+    unfrozen_.resize(keep);
+  }
+
+  // Apply: advance remaining bytes at the old rate, then switch rate.
+  for (std::int32_t fid : comp_flows_) {
+    Flow& f = flows_[fid];
+    const double r = new_rate_[fid];
+    if (f.fresh) {
+      f.fresh = false;
+    } else {
+      if (r == f.rate) continue;  // completion event still valid
+      f.remaining = std::max(0.0, f.remaining - f.rate * static_cast<double>(now - f.last));
+    }
+    f.last = now;
+    f.rate = r;
+    changed_.push_back(fid);
+  }
+}
+
+std::size_t LinkSharing::state_bytes() const {
+  std::size_t b = capacity_.capacity() * sizeof(double) + flows_.capacity() * sizeof(Flow) +
+                  free_flows_.capacity() * 4 + on_link_.capacity() * sizeof(on_link_[0]) +
+                  link_mark_.capacity() * 4 + flow_mark_.capacity() * 4 +
+                  comp_links_.capacity() * 4 + comp_flows_.capacity() * 4 +
+                  unfrozen_.capacity() * 4 + cap_left_.capacity() * 8 + share_.capacity() * 8 +
+                  nun_.capacity() * 4 + bottleneck_.capacity() + new_rate_.capacity() * 8 +
+                  changed_.capacity() * 4;
+  for (const auto& v : on_link_) b += v.capacity() * 4;
+  return b;
+}
+
+}  // namespace strata::sim

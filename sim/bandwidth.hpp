@@ -1,0 +1,91 @@
+#pragma once
+// Max-min fair sharing of link bandwidth between concurrent flows.
+//
+// A flow crosses one or more links (a point-to-point path, or every link of a
+// collective's group) and moves the same bytes across each. Its rate is set by
+// progressive filling: all rates grow together until a link is saturated;
+// the flows crossing a saturated link are frozen at that rate and the others
+// keep growing over the remaining capacity (SimGrid's LMM without weights).
+//
+// LinkSharing keeps the flows of one run. Starting or finishing a flow
+// recomputes rates exactly — only for the connected component of flows that
+// share links, transitively, with it — and reports the flows whose rate
+// changed; the engine then reschedules their completion (lazily cancelling
+// the old completion event through the flow's token).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/units.hpp"
+
+namespace strata::sim {
+
+// Reference max-min rates by progressive filling. capacity[l] in bytes per
+// unit time; flow_links[f] lists the links flow f crosses (non-empty).
+// Returns one rate per flow. Used by tests and as documentation.
+std::vector<double> max_min_rates(std::span<const double> capacity,
+                                  const std::vector<std::vector<std::int32_t>>& flow_links);
+
+class LinkSharing {
+ public:
+  // capacity[l]: bytes per nanosecond of link l (> 0).
+  explicit LinkSharing(std::vector<double> capacity);
+
+  // Drops every flow (start of a run). Keeps allocated storage.
+  void reset();
+
+  // Starts a flow of `bytes` (> 0) across `links` at time `now`; `links` must
+  // stay valid until the flow finishes. Returns the flow id; changed() then
+  // lists every flow whose rate changed, the new one included.
+  std::int32_t start(const std::int32_t* links, std::int32_t nlinks, double bytes, Time now,
+                     std::int32_t owner);
+  // Removes a flow whose completion has come at `now`; changed() then lists
+  // the flows whose rate changed.
+  void finish(std::int32_t flow, Time now);
+
+  const std::vector<std::int32_t>& changed() const { return changed_; }
+
+  // Completion time of a flow at its current rate: the earliest integer
+  // nanosecond by which its remaining bytes are through.
+  Time finish_time(std::int32_t flow) const;
+  double rate(std::int32_t flow) const { return flows_[flow].rate; }
+  std::int32_t owner(std::int32_t flow) const { return flows_[flow].owner; }
+  // Token of the flow's live completion event (engine's sequence number);
+  // an event whose token differs is stale.
+  std::uint64_t token(std::int32_t flow) const { return flows_[flow].token; }
+  void set_token(std::int32_t flow, std::uint64_t token) { flows_[flow].token = token; }
+
+  std::size_t active_flows(std::int32_t link) const { return on_link_[link].size(); }
+  // Bytes held by this object's containers (capacities, not sizes).
+  std::size_t state_bytes() const;
+
+ private:
+  struct Flow {
+    double remaining = 0;  // bytes left as of `last`
+    double rate = 0;       // bytes per ns since `last`
+    Time last = 0;
+    const std::int32_t* links = nullptr;
+    std::int32_t nlinks = 0;
+    std::int32_t owner = -1;
+    std::uint64_t token = 0;
+    bool fresh = false;  // started in this update; no rate yet
+  };
+
+  void recompute(const std::int32_t* links, std::int32_t nlinks, Time now);
+
+  std::vector<double> capacity_;
+  std::vector<Flow> flows_;
+  std::vector<std::int32_t> free_flows_;
+  std::vector<std::vector<std::int32_t>> on_link_;  // active flows per link
+  // Scratch for recompute, kept to avoid allocation per event.
+  std::vector<std::uint32_t> link_mark_, flow_mark_;
+  std::uint32_t epoch_ = 0;
+  std::vector<std::int32_t> comp_links_, comp_flows_, unfrozen_;
+  std::vector<double> cap_left_, share_;
+  std::vector<std::int32_t> nun_;
+  std::vector<std::uint8_t> bottleneck_;
+  std::vector<double> new_rate_;
+  std::vector<std::int32_t> changed_;
+};
+
+}  // namespace strata::sim

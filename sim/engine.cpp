@@ -1,0 +1,325 @@
+#include "sim/engine.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "sim/bandwidth.hpp"
+#include "sim/event_queue.hpp"
+
+namespace strata::sim {
+
+namespace {
+template <class V>
+std::size_t cap_bytes(const V& v) {
+  return v.capacity() * sizeof(typename V::value_type);
+}
+}  // namespace
+
+std::size_t RunResult::memory_bytes() const {
+  std::size_t b = cap_bytes(tasks) + cap_bytes(resources) + cap_bytes(pools);
+  for (const auto& p : pools) b += cap_bytes(p.timeline);
+  return b;
+}
+
+struct Engine::Impl {
+  // A task that touches links or has a tail latency.
+  struct Transfer {
+    double bytes = 0;
+    Time latency_after = 0;
+    std::int32_t link_off = 0;
+    std::int32_t nlinks = 0;
+  };
+
+  explicit Impl(const TaskGraph& graph, const CostFn& cost);
+  RunResult run();
+
+  // --- compiled graph (structure of arrays, int32 indices) ---
+  const TaskGraph* g;
+  std::int32_t n = 0;
+  std::vector<Time> fixed;               // resolved fixed part per task
+  std::vector<std::int32_t> queue;       // stream / copy engine / worker pool, or -1
+  std::vector<std::int32_t> xfer;        // index into transfers, or -1
+  std::vector<Transfer> transfers;
+  std::vector<std::int32_t> xfer_links;  // links of all transfers, contiguous
+  std::vector<std::int32_t> succ_off;    // n + 1 offsets into succ
+  std::vector<std::int32_t> succ;        // successors (dependencies and stream order)
+  std::vector<std::int32_t> npred0;      // unmet predecessors at t = 0
+  std::vector<std::int32_t> mem_off;     // 2n + 1: allocs [2i, 2i+1), frees [2i+1, 2i+2)
+  std::vector<std::int32_t> mem;         // buffer indices
+  std::vector<std::uint8_t> is_pool;     // per resource: worker pool (slots) or not
+  std::vector<std::int32_t> slots;       // per resource
+
+  // --- run state ---
+  std::vector<std::int32_t> npred;
+  EventQueue events;
+  LinkSharing links;
+  MemoryTracker memory;
+  std::vector<std::int32_t> active;      // per resource: tasks/flows on it now
+  std::vector<Time> since;               // per resource: start of the busy period
+  std::vector<std::int32_t> free_slots;  // per resource (worker pools)
+  std::vector<std::vector<std::int32_t>> fifo;  // per worker pool: waiting tasks
+  std::vector<std::size_t> fifo_head;
+  RunResult r;
+
+  void ready(std::int32_t t, Time now);
+  void start(std::int32_t t, Time now);
+  void begin_transfer(std::int32_t t, Time now);
+  void flow_done(std::int32_t f, Time now);
+  void end(std::int32_t t, Time now);
+  void schedule_changed_flows();
+
+  void acquire(std::int32_t res, Time now) {
+    if (active[res]++ == 0) since[res] = now;
+  }
+  void release(std::int32_t res, Time now) {
+    if (--active[res] == 0) r.resources[res].busy += now - since[res];
+  }
+  std::size_t state_bytes() const;
+};
+
+namespace {
+std::vector<double> link_capacities(const TaskGraph& g) {
+  std::vector<double> c;
+  for (const Resource& res : g.resources())
+    c.push_back(res.kind == ResourceKind::Link ? res.bytes_per_second / 1e9 : 1.0);
+  return c;
+}
+}  // namespace
+
+Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
+    : g(&graph), links(link_capacities(graph)), memory(graph) {
+  graph.check_acyclic();
+  const auto& tasks = graph.tasks();
+  n = static_cast<std::int32_t>(tasks.size());
+  const std::size_t nr = graph.num_resources();
+  is_pool.resize(nr);
+  slots.resize(nr);
+  for (std::size_t i = 0; i < nr; ++i) {
+    is_pool[i] = graph.resources()[i].kind == ResourceKind::WorkerPool;
+    slots[i] = graph.resources()[i].slots;
+  }
+
+  fixed.resize(n);
+  queue.assign(n, -1);
+  xfer.assign(n, -1);
+  mem_off.reserve(2 * static_cast<std::size_t>(n) + 1);
+  mem_off.push_back(0);
+  for (std::int32_t t = 0; t < n; ++t) {
+    const Task& task = tasks[t];
+    if (task.duration) {
+      fixed[t] = *task.duration;
+    } else if (cost) {
+      const Time d = cost(task);
+      if (d < 0)
+        throw GraphError("task '" + task.id + "': cost function returned a negative time (" +
+                         std::to_string(d) + " ns)");
+      fixed[t] = d;
+    } else if (task.flops > 0 || task.mem_bytes > 0) {
+      throw GraphError("task '" + task.id +
+                       "' has work (flops/mem_bytes) but no duration, and the engine has no "
+                       "cost function");
+    } else {
+      fixed[t] = 0;
+    }
+    Transfer x;
+    x.link_off = static_cast<std::int32_t>(xfer_links.size());
+    for (ResourceId res : task.resources) {
+      if (graph.at(res).kind == ResourceKind::Link)
+        xfer_links.push_back(res.index);
+      else
+        queue[t] = res.index;
+    }
+    x.nlinks = static_cast<std::int32_t>(xfer_links.size()) - x.link_off;
+    if (x.nlinks > 0 || task.latency_after > 0) {
+      x.bytes = static_cast<double>(task.transfer_bytes);
+      x.latency_after = task.latency_after;
+      xfer[t] = static_cast<std::int32_t>(transfers.size());
+      transfers.push_back(x);
+    }
+    for (BufferId b : task.allocs) mem.push_back(b.index);
+    mem_off.push_back(static_cast<std::int32_t>(mem.size()));
+    for (BufferId b : task.frees) mem.push_back(b.index);
+    mem_off.push_back(static_cast<std::int32_t>(mem.size()));
+  }
+
+  // Successor lists in CSR form; Boost.Graph gives out-edges grouped by source.
+  succ_off.assign(static_cast<std::size_t>(n) + 1, 0);
+  npred0.assign(n, 0);
+  succ.reserve(graph.num_edges());
+  graph.for_each_edge([&](TaskId from, TaskId to, EdgeKind) {
+    ++succ_off[from.index + 1];
+    ++npred0[to.index];
+    succ.push_back(to.index);
+  });
+  for (std::int32_t t = 0; t < n; ++t) succ_off[t + 1] += succ_off[t];
+
+  active.assign(nr, 0);
+  since.assign(nr, 0);
+  free_slots.assign(nr, 0);
+  fifo.resize(nr);
+  fifo_head.assign(nr, 0);
+}
+
+void Engine::Impl::ready(std::int32_t t, Time now) {
+  const std::int32_t q = queue[t];
+  if (q >= 0 && is_pool[q]) {
+    if (free_slots[q] == 0) {
+      fifo[q].push_back(t);
+      return;
+    }
+    --free_slots[q];
+  }
+  start(t, now);
+}
+
+void Engine::Impl::start(std::int32_t t, Time now) {
+  r.tasks[t].start = now;
+  const std::int32_t q = queue[t];
+  if (q >= 0) {
+    acquire(q, now);
+    ++r.resources[q].tasks;
+  }
+  for (std::int32_t k = mem_off[2 * t]; k < mem_off[2 * t + 1]; ++k)
+    memory.alloc(BufferId{mem[k]}, TaskId{t}, now);
+  if (xfer[t] < 0)
+    events.push(now + fixed[t], EventKind::TaskEnd, t);
+  else if (fixed[t] > 0)
+    events.push(now + fixed[t], EventKind::TransferBegin, t);
+  else
+    begin_transfer(t, now);
+}
+
+void Engine::Impl::schedule_changed_flows() {
+  for (std::int32_t f : links.changed())
+    links.set_token(f, events.push(links.finish_time(f), EventKind::FlowDone, f));
+}
+
+void Engine::Impl::begin_transfer(std::int32_t t, Time now) {
+  const Transfer& x = transfers[xfer[t]];
+  if (x.bytes > 0) {
+    const std::int32_t* lk = xfer_links.data() + x.link_off;
+    for (std::int32_t i = 0; i < x.nlinks; ++i) {
+      acquire(lk[i], now);
+      ++r.resources[lk[i]].tasks;
+    }
+    links.start(lk, x.nlinks, x.bytes, now, t);
+    schedule_changed_flows();
+  } else {
+    // Never end a task from start(): chains of zero-time tasks would recurse.
+    events.push(now + x.latency_after, EventKind::TaskEnd, t);
+  }
+}
+
+void Engine::Impl::flow_done(std::int32_t f, Time now) {
+  const std::int32_t t = links.owner(f);
+  const Transfer& x = transfers[xfer[t]];
+  const std::int32_t* lk = xfer_links.data() + x.link_off;
+  for (std::int32_t i = 0; i < x.nlinks; ++i) {
+    release(lk[i], now);
+    r.resources[lk[i]].bytes += static_cast<Bytes>(x.bytes);
+  }
+  links.finish(f, now);
+  schedule_changed_flows();
+  if (x.latency_after > 0)
+    events.push(now + x.latency_after, EventKind::TaskEnd, t);
+  else
+    end(t, now);
+}
+
+void Engine::Impl::end(std::int32_t t, Time now) {
+  r.tasks[t].end = now;
+  r.makespan = std::max(r.makespan, now);
+  // Frees first, so tasks started at this instant do not see the freed bytes.
+  for (std::int32_t k = mem_off[2 * t + 1]; k < mem_off[2 * t + 2]; ++k)
+    memory.free(BufferId{mem[k]}, TaskId{t}, now);
+  const std::int32_t q = queue[t];
+  if (q >= 0) {
+    release(q, now);
+    if (is_pool[q]) {
+      auto& waiting = fifo[q];
+      if (fifo_head[q] < waiting.size())
+        start(waiting[fifo_head[q]++], now);  // the slot passes to the next in line
+      else
+        ++free_slots[q];
+    }
+  }
+  for (std::int32_t k = succ_off[t]; k < succ_off[t + 1]; ++k) {
+    const std::int32_t s = succ[k];
+    if (--npred[s] == 0) ready(s, now);
+  }
+}
+
+RunResult Engine::Impl::run() {
+  const std::size_t nr = g->num_resources();
+  r = RunResult{};
+  r.tasks.assign(n, TaskTiming{});
+  r.resources.assign(nr, ResourceUsage{});
+  npred = npred0;
+  events.clear();
+  links.reset();
+  memory.reset();
+  std::fill(active.begin(), active.end(), 0);
+  std::fill(since.begin(), since.end(), 0);
+  for (std::size_t i = 0; i < nr; ++i) {
+    free_slots[i] = slots[i];
+    fifo[i].clear();
+    fifo_head[i] = 0;
+  }
+
+  for (std::int32_t t = 0; t < n; ++t)
+    if (npred[t] == 0) ready(t, 0);
+  std::uint64_t processed = 0, stale = 0;
+  while (!events.empty()) {
+    const Event e = events.pop();
+    switch (e.kind) {
+      case EventKind::TaskEnd:
+        end(e.id, e.time);
+        break;
+      case EventKind::TransferBegin:
+        begin_transfer(e.id, e.time);
+        break;
+      case EventKind::FlowDone:
+        if (links.token(e.id) != e.seq) {
+          ++stale;
+          continue;
+        }
+        flow_done(e.id, e.time);
+        break;
+    }
+    ++processed;
+  }
+  r.events = processed;
+  r.stale_events = stale;
+  r.oom = memory.oom();
+  r.pools = memory.take_pools();
+  return std::move(r);
+}
+
+std::size_t Engine::Impl::state_bytes() const {
+  std::size_t b = cap_bytes(fixed) + cap_bytes(queue) + cap_bytes(xfer) + cap_bytes(transfers) +
+                  cap_bytes(xfer_links) + cap_bytes(succ_off) + cap_bytes(succ) +
+                  cap_bytes(npred0) + cap_bytes(mem_off) + cap_bytes(mem) + cap_bytes(is_pool) +
+                  cap_bytes(slots) + cap_bytes(npred) + events.state_bytes() +
+                  links.state_bytes() + memory.state_bytes() + cap_bytes(active) +
+                  cap_bytes(since) + cap_bytes(free_slots) + cap_bytes(fifo) +
+                  cap_bytes(fifo_head) + sizeof(Impl);
+  for (const auto& f : fifo) b += cap_bytes(f);
+  return b;
+}
+
+Engine::Engine(const TaskGraph& graph, CostFn cost)
+    : impl_(std::make_unique<Impl>(graph, cost)) {}
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+RunResult Engine::run() { return impl_->run(); }
+const TaskGraph& Engine::graph() const { return *impl_->g; }
+Time Engine::fixed_time(TaskId t) const { return impl_->fixed[static_cast<std::size_t>(t.index)]; }
+std::size_t Engine::state_bytes() const { return impl_->state_bytes(); }
+
+RunResult simulate(const TaskGraph& graph, CostFn cost) {
+  return Engine(graph, std::move(cost)).run();
+}
+
+}  // namespace strata::sim

@@ -1,0 +1,341 @@
+#include "sim/engine.hpp"
+
+#include <doctest/doctest.h>
+
+#include <random>
+#include <thread>
+
+namespace strata::sim {
+namespace {
+
+// prefix + i (spelled out: GCC 12 warns falsely on "lit" + std::to_string()).
+std::string numbered(const char* prefix, int i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
+
+// 10e9 bytes/s is exactly 10 bytes per nanosecond.
+constexpr double k10BytesPerNs = 10e9;
+
+TEST_CASE("sim/engine: serial chain: makespan is the sum of durations") {
+  // 10 + 20 + 30 = 60; starts at 0, 10, 30.
+  TaskGraph g;
+  auto s = g.add_stream("r0.compute");
+  auto a = g.add_task({.id = "a", .resources = {s}, .duration = 10});
+  auto b = g.add_task({.id = "b", .resources = {s}, .duration = 20});
+  auto c = g.add_task({.id = "c", .resources = {s}, .duration = 30});
+  g.add_dep(a, b);
+  g.add_dep(b, c);
+  const RunResult r = simulate(g);
+  CHECK(r.makespan == 60);
+  CHECK(r.at(a).start == 0);
+  CHECK(r.at(b).start == 10);
+  CHECK(r.at(c).start == 30);
+  CHECK(r.at(c).end == 60);
+  CHECK(r.at(s).busy == 60);
+  CHECK(r.at(s).tasks == 3);
+}
+
+TEST_CASE("sim/engine: independent tasks on two streams overlap") {
+  // Both start at 0; makespan = max(10, 25) = 25; each stream busy for its task.
+  TaskGraph g;
+  auto s0 = g.add_stream("r0.compute");
+  auto s1 = g.add_stream("r1.compute");
+  auto a = g.add_task({.id = "a", .resources = {s0}, .duration = 10});
+  auto b = g.add_task({.id = "b", .resources = {s1}, .duration = 25});
+  const RunResult r = simulate(g);
+  CHECK(r.at(a).start == 0);
+  CHECK(r.at(b).start == 0);
+  CHECK(r.makespan == 25);
+  CHECK(r.at(s0).busy == 10);
+  CHECK(r.at(s1).busy == 25);
+}
+
+TEST_CASE("sim/engine: stream order holds even when a later task is ready first") {
+  // x: 0-50 on s1; a waits for x on s0: 50-60; b (no deps, enqueued after a): 60-65.
+  TaskGraph g;
+  auto s0 = g.add_stream("r0.compute");
+  auto s1 = g.add_stream("r0.comm");
+  auto x = g.add_task({.id = "x", .resources = {s1}, .duration = 50});
+  auto a = g.add_task({.id = "a", .resources = {s0}, .duration = 10});
+  auto b = g.add_task({.id = "b", .resources = {s0}, .duration = 5});
+  g.add_dep(x, a);
+  const RunResult r = simulate(g);
+  CHECK(r.at(a).start == 50);
+  CHECK(r.at(b).start == 60);
+  CHECK(r.at(b).end == 65);
+  CHECK(r.makespan == 65);
+}
+
+TEST_CASE("sim/engine: a copy engine is a stream") {
+  // Two copies on one copy engine run back to back: 0-7, 7-14.
+  TaskGraph g;
+  auto ce = g.add_copy_engine("r0.h2d");
+  auto a = g.add_task({.id = "a", .kind = TaskKind::Copy, .resources = {ce}, .duration = 7});
+  auto b = g.add_task({.id = "b", .kind = TaskKind::Copy, .resources = {ce}, .duration = 7});
+  const RunResult r = simulate(g);
+  CHECK(r.at(a).end == 7);
+  CHECK(r.at(b).start == 7);
+  CHECK(r.makespan == 14);
+}
+
+TEST_CASE("sim/engine: worker pool runs N tasks at once, first come first served") {
+  // 2 slots, three 10 ns tasks ready at 0: a, b run 0-10; c waits and runs 10-20.
+  TaskGraph g;
+  auto cpu = g.add_worker_pool("host.cpu", 2);
+  auto a = g.add_task({.id = "a", .kind = TaskKind::Host, .resources = {cpu}, .duration = 10});
+  auto b = g.add_task({.id = "b", .kind = TaskKind::Host, .resources = {cpu}, .duration = 10});
+  auto c = g.add_task({.id = "c", .kind = TaskKind::Host, .resources = {cpu}, .duration = 10});
+  const RunResult r = simulate(g);
+  CHECK(r.at(a).start == 0);
+  CHECK(r.at(b).start == 0);
+  CHECK(r.at(c).start == 10);
+  CHECK(r.makespan == 20);
+  CHECK(r.at(cpu).busy == 20);
+}
+
+TEST_CASE("sim/engine: diamond DAG: makespan is the critical path") {
+  // a(10) -> {b(20), c(50)} -> d(5): 10 + max(20, 50) + 5 = 65; d starts at 60.
+  TaskGraph g;
+  std::vector<ResourceId> s;
+  for (int i = 0; i < 4; ++i) s.push_back(g.add_stream(numbered("r0.s", i)));
+  auto a = g.add_task({.id = "a", .resources = {s[0]}, .duration = 10});
+  auto b = g.add_task({.id = "b", .resources = {s[1]}, .duration = 20});
+  auto c = g.add_task({.id = "c", .resources = {s[2]}, .duration = 50});
+  auto d = g.add_task({.id = "d", .resources = {s[3]}, .duration = 5});
+  g.add_dep(a, b);
+  g.add_dep(a, c);
+  g.add_dep(b, d);
+  g.add_dep(c, d);
+  const RunResult r = simulate(g);
+  CHECK(r.at(b).start == 10);
+  CHECK(r.at(c).start == 10);
+  CHECK(r.at(d).start == 60);
+  CHECK(r.makespan == 65);
+}
+
+TEST_CASE("sim/engine: two transfers on one link share it equally") {
+  // 100 B each at 10 B/ns, both from t=0: 5 B/ns each, both end at 20.
+  TaskGraph g;
+  auto l = g.add_link("nvlink", k10BytesPerNs);
+  auto a = g.add_task({.id = "a", .kind = TaskKind::P2PSend, .resources = {l}, .transfer_bytes = 100});
+  auto b = g.add_task({.id = "b", .kind = TaskKind::P2PSend, .resources = {l}, .transfer_bytes = 100});
+  const RunResult r = simulate(g);
+  CHECK(r.at(a).end == 20);
+  CHECK(r.at(b).end == 20);
+  CHECK(r.at(l).busy == 20);
+  CHECK(r.at(l).bytes == 200);
+}
+
+TEST_CASE("sim/engine: a late joiner on a link is handled exactly") {
+  // a: 100 B at 10 B/ns from 0; b joins at 5 (after a 5 ns latency).
+  // 0-5: a alone moves 50 B. 5-15: 5 B/ns each, a's last 50 B end at 15,
+  // b has moved 50 B. 15-20: b alone moves its last 50 B at 10 B/ns.
+  TaskGraph g;
+  auto l = g.add_link("nic", k10BytesPerNs);
+  auto a = g.add_task({.id = "a", .resources = {l}, .transfer_bytes = 100});
+  auto b = g.add_task({.id = "b", .resources = {l}, .duration = 5, .transfer_bytes = 100});
+  const RunResult r = simulate(g);
+  CHECK(r.at(a).end == 15);
+  CHECK(r.at(b).start == 0);
+  CHECK(r.at(b).end == 20);
+  CHECK(r.makespan == 20);
+  CHECK(r.at(l).busy == 20);
+  CHECK(r.stale_events == 2);  // a's completion at 10 and b's at 25 were rescheduled
+}
+
+TEST_CASE("sim/engine: max-min bottleneck over two links with a third flow") {
+  // Links A = 10 B/ns, B = 4 B/ns. f1 crosses A and B (40 B), f2 only A (120 B),
+  // f3 only B (40 B). B's fair share is 2 < A's 5: f1 = f3 = 2 B/ns; f2 gets
+  // A's remaining 8 B/ns. f2 ends at 120/8 = 15; f1 and f3 stay bottlenecked
+  // on B and end at 40/2 = 20.
+  TaskGraph g;
+  auto la = g.add_link("A", 10e9);
+  auto lb = g.add_link("B", 4e9);
+  auto f1 = g.add_task({.id = "f1", .kind = TaskKind::Collective, .resources = {la, lb},
+                        .transfer_bytes = 40});
+  auto f2 = g.add_task({.id = "f2", .resources = {la}, .transfer_bytes = 120});
+  auto f3 = g.add_task({.id = "f3", .resources = {lb}, .transfer_bytes = 40});
+  const RunResult r = simulate(g);
+  CHECK(r.at(f2).end == 15);
+  CHECK(r.at(f1).end == 20);
+  CHECK(r.at(f3).end == 20);
+}
+
+TEST_CASE("sim/engine: a transfer's time is latency, then bytes, then latency_after") {
+  // 3 ns + 100 B / 10 B/ns + 2 ns = 15 ns; the stream is held throughout.
+  TaskGraph g;
+  auto s = g.add_stream("r0.comm");
+  auto l = g.add_link("nvlink", k10BytesPerNs);
+  auto t = g.add_task({.id = "t", .kind = TaskKind::P2PSend, .resources = {s, l}, .duration = 3,
+                       .transfer_bytes = 100, .latency_after = 2});
+  auto u = g.add_task({.id = "u", .resources = {s}, .duration = 1});
+  const RunResult r = simulate(g);
+  CHECK(r.at(t).end == 15);
+  CHECK(r.at(u).start == 15);
+  CHECK(r.at(l).busy == 10);
+  CHECK(r.at(s).busy == 16);
+}
+
+TEST_CASE("sim/engine: the cost function turns work into time") {
+  // 1 ns per 1000 FLOPs: 5e6 FLOPs -> 5000 ns; a fixed duration wins over work.
+  TaskGraph g;
+  auto s = g.add_stream("r0.compute");
+  auto a = g.add_task({.id = "a", .resources = {s}, .flops = 5e6});
+  auto b = g.add_task({.id = "b", .resources = {s}, .duration = 7, .flops = 5e6});
+  Engine e(g, [](const Task& t) { return static_cast<Time>(t.flops / 1000); });
+  CHECK(e.fixed_time(a) == 5000);
+  CHECK(e.fixed_time(b) == 7);
+  CHECK(e.run().makespan == 5007);
+  CHECK_THROWS_AS(Engine{g}, GraphError);  // work but no cost function
+}
+
+// params 100 live from the start; a allocs act1 200; b allocs act2 300 and
+// workspace 50 (freed at its own end); c allocs grads 40, frees act1 and act2.
+struct MemoryPattern {
+  TaskGraph g;
+  PoolId pool;
+  TaskId a, b, c;
+  explicit MemoryPattern(Bytes capacity) {
+    auto s = g.add_stream("r0.compute");
+    pool = g.add_pool("r0", capacity);
+    auto params = g.add_buffer({.id = "params", .pool = pool, .bytes = 100, .tag = MemTag::Params,
+                                .live_at_start = true});
+    auto act1 = g.add_buffer({.id = "act/L0", .pool = pool, .bytes = 200, .tag = MemTag::Activations});
+    auto act2 = g.add_buffer({.id = "act/L1", .pool = pool, .bytes = 300, .tag = MemTag::Activations});
+    auto ws = g.add_buffer({.id = "ws/L1", .pool = pool, .bytes = 50, .tag = MemTag::Workspace});
+    auto grads = g.add_buffer({.id = "grads", .pool = pool, .bytes = 40, .tag = MemTag::Grads});
+    (void)params;
+    a = g.add_task({.id = "a", .resources = {s}, .duration = 10, .allocs = {act1}});
+    b = g.add_task({.id = "b", .resources = {s}, .duration = 20, .allocs = {act2, ws}, .frees = {ws}});
+    c = g.add_task({.id = "c", .resources = {s}, .duration = 5, .allocs = {grads},
+                    .frees = {act1, act2}});
+  }
+};
+
+TEST_CASE("sim/engine: memory peak, its time and tag breakdown follow alloc-at-start, free-at-end") {
+  // t=0: 100+200 = 300; t=10: +300+50 = 650 (peak); t=30: -50 +40 = 640;
+  // t=35: -500 = 140. Peak breakdown: params 100, activations 500, workspace 50.
+  MemoryPattern m(1000);
+  const RunResult r = simulate(m.g);
+  const PoolUsage& u = r.at(m.pool);
+  CHECK(u.peak == 650);
+  CHECK(u.peak_time == 10);
+  CHECK(u.peak_by_tag[static_cast<int>(MemTag::Params)] == 100);
+  CHECK(u.peak_by_tag[static_cast<int>(MemTag::Activations)] == 500);
+  CHECK(u.peak_by_tag[static_cast<int>(MemTag::Workspace)] == 50);
+  CHECK(u.peak_by_tag[static_cast<int>(MemTag::Grads)] == 0);
+  CHECK(u.end_live == 140);
+  CHECK(u.bytes_short == 0);
+  CHECK(r.fits());
+  REQUIRE(u.timeline.size() == 4);
+  CHECK(u.timeline[0].time == 0);
+  CHECK(u.timeline[0].live == 300);
+  CHECK(u.timeline[1].live == 650);
+  CHECK(u.timeline[2].time == 30);
+  CHECK(u.timeline[2].live == 640);
+  CHECK(u.timeline[3].live == 140);
+}
+
+TEST_CASE("sim/engine: out of memory is a result: first OOM named, run continues, true peak kept") {
+  // Capacity 600: b's workspace takes live bytes to 650 at t=10, 50 short.
+  MemoryPattern m(600);
+  const RunResult r = simulate(m.g);
+  REQUIRE(r.oom);
+  CHECK(!r.fits());
+  CHECK(*r.oom->task == m.b);
+  CHECK(m.g.at(*r.oom->buffer).id == "ws/L1");
+  CHECK(r.oom->pool == m.pool);
+  CHECK(r.oom->time == 10);
+  CHECK(r.oom->needed == 650);
+  CHECK(r.oom->bytes_short == 50);
+  CHECK(r.at(m.pool).peak == 650);
+  CHECK(r.at(m.pool).bytes_short == 50);
+  CHECK(r.makespan == 35);
+}
+
+TEST_CASE("sim/engine: buffers live at start that do not fit are reported without a task") {
+  // 100 resident bytes in a 60-byte pool: 40 short at t=0.
+  TaskGraph g;
+  auto p = g.add_pool("r0", 60);
+  g.add_buffer({.id = "params", .pool = p, .bytes = 100, .tag = MemTag::Params, .live_at_start = true});
+  const RunResult r = simulate(g);
+  REQUIRE(r.oom);
+  CHECK(!r.oom->task);
+  CHECK(r.oom->bytes_short == 40);
+}
+
+TEST_CASE("sim/engine: freeing a buffer before its allocation is a graph error") {
+  // b frees act at t=0 but a (which allocates it) runs on another stream only after x.
+  TaskGraph g;
+  auto s0 = g.add_stream("r0.a");
+  auto s1 = g.add_stream("r0.b");
+  auto p = g.add_pool("r0", 1000);
+  auto act = g.add_buffer({.id = "act", .pool = p, .bytes = 10});
+  g.add_task({.id = "x", .resources = {s0}, .duration = 50});
+  g.add_task({.id = "a", .resources = {s0}, .duration = 10, .allocs = {act}});
+  g.add_task({.id = "b", .resources = {s1}, .duration = 1, .frees = {act}});
+  CHECK_THROWS_WITH_AS(simulate(g), doctest::Contains("frees buffer 'act'"), GraphError);
+}
+
+TaskGraph random_graph(std::uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  TaskGraph g;
+  std::vector<ResourceId> streams, links;
+  for (int i = 0; i < 4; ++i) streams.push_back(g.add_stream(numbered("r", i).append(".s")));
+  for (int i = 0; i < 3; ++i) links.push_back(g.add_link(numbered("l", i), (i + 1) * 3e9));
+  auto pool = g.add_pool("r0", 1 << 20);
+  std::vector<BufferId> open;
+  for (int i = 0; i < n; ++i) {
+    Task t;
+    t.id = numbered("t", i);
+    t.resources = {streams[rng() % streams.size()]};
+    t.duration = static_cast<Time>(rng() % 50);
+    if (rng() % 3 == 0) {
+      const std::size_t first = rng() % links.size();
+      t.resources.push_back(links[first]);
+      if (rng() % 2) t.resources.push_back(links[(first + 1) % links.size()]);
+      t.transfer_bytes = 1 + rng() % 1000;
+    }
+    auto b = g.add_buffer({.id = numbered("b", i), .pool = pool, .bytes = static_cast<Bytes>(1 + rng() % 100),
+                           .tag = static_cast<MemTag>(rng() % kMemTagCount)});
+    t.allocs = {b};
+    auto id = g.add_task(std::move(t));
+    for (int k = 0; k < 2 && i > 0; ++k) g.add_dep(TaskId{static_cast<int>(rng() % i)}, id);
+    (void)open;
+  }
+  return g;
+}
+
+TEST_CASE("sim/engine: runs are deterministic and engines are independent across threads") {
+  // The same graph gives identical timings on repeated runs and on two threads at once.
+  const TaskGraph g = random_graph(7, 400);
+  Engine e(g);
+  const RunResult r1 = e.run();
+  const RunResult r2 = e.run();
+  RunResult t1, t2;
+  std::thread a([&] { t1 = simulate(g); });
+  std::thread b([&] { t2 = simulate(g); });
+  a.join();
+  b.join();
+  for (std::size_t i = 0; i < g.num_tasks(); ++i) {
+    CHECK(r1.tasks[i].start == r2.tasks[i].start);
+    CHECK(r1.tasks[i].end == t1.tasks[i].end);
+    CHECK(r1.tasks[i].end == t2.tasks[i].end);
+  }
+  CHECK(r1.makespan == t2.makespan);
+  CHECK(r1.pools[0].peak == t1.pools[0].peak);
+}
+
+TEST_CASE("sim/engine: every task runs after its dependencies and streams never overlap") {
+  // Invariants on a random graph: start(b) >= end(a) for every edge; tasks on
+  // one stream do not overlap; total stream busy equals the sum of its tasks.
+  const TaskGraph g = random_graph(11, 500);
+  const RunResult r = simulate(g);
+  g.for_each_edge([&](TaskId a, TaskId b, EdgeKind) { CHECK(r.at(b).start >= r.at(a).end); });
+  for (std::size_t t = 0; t < g.num_tasks(); ++t) CHECK(r.tasks[t].end >= r.tasks[t].start);
+}
+
+}  // namespace
+}  // namespace strata::sim
