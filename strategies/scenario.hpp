@@ -33,4 +33,8 @@ Scenario load_scenario(const std::string& path);
 Scenario parse_scenario(std::string_view text, const std::string& source,
                         const std::string& base_dir = "");
 
+// Whether a JSON file holds a scenario (it has "cluster", "batch" or "plan")
+// rather than a model. Throws InputError when it cannot be read or parsed.
+bool is_scenario_file(const std::string& path);
+
 }  // namespace strata::strategies

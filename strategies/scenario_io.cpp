@@ -184,6 +184,11 @@ Scenario parse_scenario(std::string_view text, const std::string& source,
   return read_scenario(JsonReader(j, source), base_dir);
 }
 
+bool is_scenario_file(const std::string& path) {
+  const auto j = load_json_file(path);
+  return j.is_object() && (j.contains("cluster") || j.contains("batch") || j.contains("plan"));
+}
+
 Scenario load_scenario(const std::string& path) {
   const auto j = load_json_file(path);
   return read_scenario(JsonReader(j, path),

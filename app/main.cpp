@@ -1,0 +1,98 @@
+// The strata command line. The only place that prints to the terminal or
+// chooses an exit code: 0 success, 2 bad input (file, JSON path and rule on
+// stderr, nothing on stdout), 1 any other failure.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "costmodel/model_io.hpp"
+#include "report/describe.hpp"
+#include "sim/error.hpp"
+#include "strategies/scenario.hpp"
+
+namespace {
+
+using namespace strata;
+
+constexpr int kExitInput = 2;
+
+// Parses --format values with the same table the library uses.
+void add_format_option(CLI::App* cmd, report::Format& format) {
+  cmd->add_option_function<std::string>(
+         "--format",
+         [&format](const std::string& s) {
+           auto f = enum_from_name<report::Format>(s);
+           if (!f) throw CLI::ValidationError("--format", "must be one of " +
+                                                              enum_choices<report::Format>());
+           format = *f;
+         },
+         "Output format: " + enum_choices<report::Format>() + " (default table)")
+      ->type_name("FORMAT");
+}
+
+std::string describe_target(const std::string& target, report::Format format) {
+  cost::ExpandOptions options;
+  if (cost::names_a_file(target) || std::filesystem::exists(target)) {
+    if (!std::filesystem::exists(target)) throw InputError(target, "", "file not found");
+    if (strategies::is_scenario_file(target)) {
+      const auto s = strategies::load_scenario(target);
+      options.micro_batch = s.batch.micro;
+      options.precision = s.plan.precision;
+      options.attention = s.plan.implementation.attention;
+      return report::describe(s.model, options, &s, format);
+    }
+    return report::describe(cost::load_model_file(target), options, nullptr, format);
+  }
+  return report::describe(cost::model_preset(target), options, nullptr, format);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Strata: predict, compare and run strategies for training large neural networks"};
+  app.set_version_flag("--version", "strata 0.1.0");
+  app.require_subcommand(1);
+
+  report::Format format = report::Format::Table;
+  std::string target;
+
+  auto* models = app.add_subcommand("models", "List the bundled model presets");
+  auto* gpus = app.add_subcommand("gpus", "List the bundled GPU presets");
+  auto* clusters = app.add_subcommand("clusters", "List the bundled cluster presets");
+  auto* describe = app.add_subcommand(
+      "describe", "Parameters, training FLOPs per token and per-op rows of a model or scenario");
+  describe->add_option("MODEL_OR_SCENARIO", target,
+                       "A model preset, a model JSON (Strata or Hugging Face config.json) or a "
+                       "scenario JSON")
+      ->required();
+  for (auto* cmd : {models, gpus, clusters, describe}) add_format_option(cmd, format);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitInput;
+  }
+
+  try {
+    std::string out;
+    if (*models) out = report::list_models(cost::model_presets(), format);
+    if (*gpus) out = report::list_gpus(cost::gpu_presets(), format);
+    if (*clusters) out = report::list_clusters(cost::cluster_presets(), format);
+    if (*describe) out = describe_target(target, format);
+    // Printed only once complete: an error leaves stdout empty.
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  } catch (const InputError& e) {
+    std::cerr << "strata: error: " << e.what() << "\n";
+    return kExitInput;
+  } catch (const std::exception& e) {
+    std::cerr << "strata: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

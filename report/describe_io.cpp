@@ -1,0 +1,243 @@
+#include <nlohmann/json.hpp>
+
+#include "report/describe.hpp"
+#include "report/table.hpp"
+
+namespace strata::report {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string dump(const ordered_json& j) { return j.dump(2) + "\n"; }
+
+std::string render(const Table& t, Format f) {
+  return f == Format::Csv ? to_csv(t) : to_text(t);
+}
+
+std::string num(double v) {
+  // Shortest round-tripping form for CSV and tables of exact values.
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+ordered_json model_json(const cost::ModelSpec& m) {
+  ordered_json j;
+  j["name"] = m.name;
+  j["params"] = cost::expand(m).params();
+  j["layers"] = m.layers;
+  j["hidden"] = m.hidden;
+  j["heads"] = m.heads;
+  j["kv_heads"] = m.kv_heads;
+  j["ffn_hidden"] = m.ffn_hidden;
+  j["vocab"] = m.vocab;
+  j["seq_len"] = m.seq_len;
+  j["mlp"] = enum_name(m.mlp);
+  j["norm"] = enum_name(m.norm);
+  j["bias"] = m.bias;
+  j["position_embedding"] = enum_name(m.position_embedding);
+  j["tied_embeddings"] = m.tied_embeddings;
+  j["dropout"] = m.dropout;
+  if (m.moe) j["moe"] = {{"experts", m.moe->experts}, {"top_k", m.moe->top_k}};
+  j["source"] = m.source;
+  return j;
+}
+
+ordered_json node_json(const cost::NodeSpec& n) {
+  return ordered_json{{"name", n.name},
+                      {"gpus_per_node", n.gpus_per_node},
+                      {"intra_node_GBps", n.intra_node_GBps},
+                      {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu},
+                      {"pcie_GBps", n.pcie_GBps},
+                      {"host_memory_GiB", n.host_memory_GiB},
+                      {"nvme_GBps", n.nvme_GBps},
+                      {"nvme_GiB", n.nvme_GiB}};
+}
+
+ordered_json gpu_json(const cost::GpuSpec& g) {
+  ordered_json j;
+  j["name"] = g.name;
+  j["memory_GiB"] = g.memory_GiB;
+  j["hbm_GBps"] = g.hbm_GBps;
+  j["tflops"] = {{"fp32", g.tflops.fp32},
+                 {"tf32", g.tflops.tf32},
+                 {"fp16", g.tflops.fp16},
+                 {"bf16", g.tflops.bf16},
+                 {"fp8", g.tflops.fp8}};
+  j["server"] = node_json(g.server);
+  j["source"] = g.source;
+  return j;
+}
+
+// A peak, or "-" when the GPU lacks the format.
+std::string peak(double v) { return v > 0 ? fixed(v, 1) : "-"; }
+
+}  // namespace
+
+std::string list_models(const std::vector<cost::ModelSpec>& models, Format f) {
+  if (f == Format::Json) {
+    ordered_json arr = ordered_json::array();
+    for (const auto& m : models) arr.push_back(model_json(m));
+    return dump(arr);
+  }
+  Table t;
+  t.columns = {"name", "params", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
+               "vocab", "seq_len", "mlp", "norm", "moe"};
+  t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right,
+             Align::Right, Align::Right, Align::Right};
+  for (const auto& m : models) {
+    const double p = static_cast<double>(cost::expand(m).params());
+    t.add_row({m.name, f == Format::Csv ? num(p) : count(p), std::to_string(m.layers),
+               std::to_string(m.hidden), std::to_string(m.heads), std::to_string(m.kv_heads),
+               std::to_string(m.ffn_hidden), std::to_string(m.vocab), std::to_string(m.seq_len),
+               std::string(enum_name(m.mlp)), std::string(enum_name(m.norm)),
+               m.moe ? std::to_string(m.moe->experts) + "x top" + std::to_string(m.moe->top_k)
+                     : "-"});
+  }
+  return render(t, f);
+}
+
+std::string list_gpus(const std::vector<cost::GpuSpec>& gpus, Format f) {
+  if (f == Format::Json) {
+    ordered_json arr = ordered_json::array();
+    for (const auto& g : gpus) arr.push_back(gpu_json(g));
+    return dump(arr);
+  }
+  Table t;
+  t.columns = {"name", "memory_GiB", "hbm_GBps", "fp32_tflops", "tf32_tflops", "fp16_tflops",
+               "bf16_tflops", "fp8_tflops", "server"};
+  t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right,
+             Align::Right, Align::Right, Align::Right};
+  for (const auto& g : gpus)
+    t.add_row({g.name, fixed(g.memory_GiB, 1), fixed(g.hbm_GBps, 0), peak(g.tflops.fp32),
+               peak(g.tflops.tf32), peak(g.tflops.fp16), peak(g.tflops.bf16), peak(g.tflops.fp8),
+               g.server.name});
+  return render(t, f);
+}
+
+std::string list_clusters(const std::vector<cost::ClusterSpec>& clusters, Format f) {
+  if (f == Format::Json) {
+    ordered_json arr = ordered_json::array();
+    for (const auto& c : clusters) {
+      ordered_json j = node_json(c.node);
+      j["name"] = c.name;
+      j["gpu"] = c.gpu.name;
+      j["nodes"] = c.nodes;
+      j["source"] = c.source;
+      arr.push_back(j);
+    }
+    return dump(arr);
+  }
+  Table t;
+  t.columns = {"name", "gpu", "gpus_per_node", "intra_node_GBps", "inter_node_GBps_per_gpu",
+               "pcie_GBps", "host_memory_GiB", "nvme_GBps", "nvme_GiB"};
+  t.align = {Align::Left, Align::Left, Align::Right, Align::Right, Align::Right,
+             Align::Right, Align::Right, Align::Right, Align::Right};
+  for (const auto& c : clusters)
+    t.add_row({c.name, c.gpu.name, std::to_string(c.node.gpus_per_node),
+               fixed(c.node.intra_node_GBps, 0), fixed(c.node.inter_node_GBps_per_gpu, 2),
+               fixed(c.node.pcie_GBps, 0), fixed(c.node.host_memory_GiB, 0),
+               fixed(c.node.nvme_GBps, 0), fixed(c.node.nvme_GiB, 0)});
+  return render(t, f);
+}
+
+std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& options,
+                     const strategies::Scenario* scenario, Format f) {
+  const cost::OpChain chain = cost::expand(model, options);
+  const double tokens = static_cast<double>(options.micro_batch * model.seq_len);
+  const double flops_per_token = chain.model_flops() / tokens;
+  // Layers in order: embedding, block.0 … block.(L-1), head.
+  std::vector<std::pair<std::string, const cost::Layer*>> layers;
+  layers.emplace_back(chain.embedding.name, &chain.embedding);
+  for (std::int64_t i = 0; i < chain.blocks; ++i)
+    layers.emplace_back("block." + std::to_string(i), &chain.block);
+  layers.emplace_back(chain.head.name, &chain.head);
+
+  if (f == Format::Json) {
+    ordered_json j;
+    j["model"] = model_json(model);
+    j["params"] = chain.params();
+    j["flops_per_token"] = flops_per_token;
+    j["tokens"] = tokens;
+    j["basis"] = {{"micro_batch", options.micro_batch},
+                  {"seq_len", model.seq_len},
+                  {"precision", enum_name(options.precision)},
+                  {"attention", enum_name(options.attention)},
+                  {"note", "per-op values for one microbatch of the whole model (no "
+                           "parallelism); FLOPs count matrix products (model FLOPs)"}};
+    if (scenario)
+      j["scenario"] = {{"gpus", scenario->cluster.gpus()},
+                       {"dp", scenario->plan.dp},
+                       {"tp", scenario->plan.tp},
+                       {"pp", scenario->plan.pp},
+                       {"cp", scenario->plan.cp},
+                       {"ep", scenario->plan.ep},
+                       {"global_batch", scenario->batch.global},
+                       {"micro_batch", scenario->batch.micro},
+                       {"microbatches", strategies::microbatches(scenario->plan, scenario->batch)}};
+    ordered_json arr = ordered_json::array();
+    for (const auto& [name, layer] : layers) {
+      ordered_json ops = ordered_json::array();
+      for (const auto& op : layer->ops)
+        ops.push_back({{"op", op.name},
+                       {"params", op.params},
+                       {"fwd_flops", op.fwd_flops},
+                       {"bwd_flops", op.bwd_flops},
+                       {"saved_bytes", op.saved_bytes}});
+      arr.push_back({{"name", name}, {"ops", ops}});
+    }
+    j["layers"] = arr;
+    return dump(j);
+  }
+
+  Table t;
+  t.columns = {"layer", "op", "params", "fwd_flops", "bwd_flops", "saved_bytes"};
+  t.align = {Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Right};
+  if (f == Format::Csv) {
+    for (const auto& [name, layer] : layers)
+      for (const auto& op : layer->ops)
+        t.add_row({name, op.name, std::to_string(op.params), num(op.fwd_flops),
+                   num(op.bwd_flops), std::to_string(op.saved_bytes)});
+    return to_csv(t);
+  }
+  // Terminal: a summary, then the embedding, one block (all are alike) and
+  // the head.
+  auto add = [&](const std::string& name, const cost::Layer& layer) {
+    for (const auto& op : layer.ops)
+      t.add_row({name, op.name, count(static_cast<double>(op.params)), si(op.fwd_flops),
+                 si(op.bwd_flops), bytes_iec(static_cast<double>(op.saved_bytes))});
+  };
+  add(chain.embedding.name, chain.embedding);
+  add("block (x" + std::to_string(chain.blocks) + ")", chain.block);
+  add(chain.head.name, chain.head);
+  std::string out;
+  out += "model            " + model.name + "\n";
+  out += "parameters       " + count(static_cast<double>(chain.params())) + " (" +
+         std::to_string(chain.params()) + ")\n";
+  out += "FLOPs per token  " + si(flops_per_token) + " (forward + backward, model FLOPs)\n";
+  out += "architecture     " + std::to_string(model.layers) + " layers, hidden " +
+         std::to_string(model.hidden) + ", " + std::to_string(model.heads) + " heads (" +
+         std::to_string(model.kv_heads) + " kv), ffn " + std::to_string(model.ffn_hidden) +
+         ", vocab " + std::to_string(model.vocab) + ", seq " + std::to_string(model.seq_len) +
+         ", " + std::string(enum_name(model.mlp)) + ", " + std::string(enum_name(model.norm)) +
+         (model.moe ? ", " + std::to_string(model.moe->experts) + " experts top-" +
+                          std::to_string(model.moe->top_k)
+                    : "") +
+         "\n";
+  if (scenario) {
+    const auto& p = scenario->plan;
+    out += "scenario         " + std::to_string(scenario->cluster.gpus()) + " x " +
+           scenario->cluster.gpu.name + ": dp " + std::to_string(p.dp) + ", tp " +
+           std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", cp " +
+           std::to_string(p.cp) + "; " +
+           std::to_string(strategies::microbatches(p, scenario->batch)) + " microbatches of " +
+           std::to_string(scenario->batch.micro) + " per step\n";
+  }
+  out += "per op           one microbatch of " + std::to_string(options.micro_batch) +
+         " sequence(s), " + std::string(enum_name(options.precision)) + ", " +
+         std::string(enum_name(options.attention)) + " attention, whole model\n\n";
+  return out + to_text(t);
+}
+
+}  // namespace strata::report

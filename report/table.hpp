@@ -1,0 +1,32 @@
+#pragma once
+// A plain table of strings and its renderings: aligned text for terminals,
+// CSV (RFC 4180) and Markdown. Every cell is escaped for its format.
+#include <string>
+#include <vector>
+
+namespace strata::report {
+
+enum class Align { Left, Right };
+
+struct Table {
+  std::vector<std::string> columns;
+  std::vector<Align> align;  // per column; missing entries are Left
+  std::vector<std::vector<std::string>> rows;
+
+  void add_row(std::vector<std::string> row) { rows.push_back(std::move(row)); }
+};
+
+std::string to_text(const Table& t);
+std::string to_csv(const Table& t);
+std::string to_markdown(const Table& t);
+
+// Number formatting shared by every report.
+std::string fixed(double v, int decimals);
+// 3 significant digits with an SI suffix: 1.23k, 45.6M, 7.89G, 1.02T, 3.4P.
+std::string si(double v);
+// A count (parameters) with K/M/B/T and four significant digits: 174.6B.
+std::string count(double v);
+// Bytes in binary units: 512 B, 1.50 KiB, 2.25 GiB.
+std::string bytes_iec(double bytes);
+
+}  // namespace strata::report
