@@ -43,6 +43,7 @@ std::vector<double> max_min_rates(std::span<const double> capacity,
 LinkSharing::LinkSharing(std::vector<double> capacity)
     : capacity_(std::move(capacity)),
       on_link_(capacity_.size()),
+      multi_on_link_(capacity_.size(), 0),
       link_mark_(capacity_.size(), 0),
       cap_left_(capacity_.size(), 0.0),
       share_(capacity_.size(), 0.0),
@@ -56,6 +57,7 @@ void LinkSharing::reset() {
   flows_.clear();
   free_flows_.clear();
   for (auto& v : on_link_) v.clear();
+  std::fill(multi_on_link_.begin(), multi_on_link_.end(), 0);
   changed_.clear();
 }
 
@@ -73,8 +75,14 @@ std::int32_t LinkSharing::start(const std::int32_t* links, std::int32_t nlinks, 
   }
   Flow& f = flows_[id];
   f = Flow{bytes, 0.0, now, links, nlinks, owner, 0, true};
-  for (std::int32_t i = 0; i < nlinks; ++i) on_link_[links[i]].push_back(id);
-  recompute(links, nlinks, now);
+  for (std::int32_t i = 0; i < nlinks; ++i) {
+    on_link_[links[i]].push_back(id);
+    if (nlinks > 1) ++multi_on_link_[links[i]];
+  }
+  if (nlinks == 1 && multi_on_link_[links[0]] == 0)
+    recompute_single(links[0], now);
+  else
+    recompute(links, nlinks, now);
   return id;
 }
 
@@ -85,11 +93,15 @@ void LinkSharing::finish(std::int32_t id, Time now) {
     auto it = std::find(v.begin(), v.end(), id);
     *it = v.back();
     v.pop_back();
+    if (f.nlinks > 1) --multi_on_link_[f.links[i]];
   }
   f.remaining = 0;
   f.rate = 0;
   free_flows_.push_back(id);
-  recompute(f.links, f.nlinks, now);
+  if (f.nlinks == 1 && multi_on_link_[f.links[0]] == 0)
+    recompute_single(f.links[0], now);
+  else
+    recompute(f.links, f.nlinks, now);
 }
 
 Time LinkSharing::finish_time(std::int32_t id) const {
@@ -163,20 +175,30 @@ void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time
     unfrozen_.resize(keep);
   }
 
-  // Apply: advance remaining bytes at the old rate, then switch rate.
-  for (std::int32_t fid : comp_flows_) {
-    Flow& f = flows_[fid];
-    const double r = new_rate_[fid];
-    if (f.fresh) {
-      f.fresh = false;
-    } else {
-      if (r == f.rate) continue;  // completion event still valid
-      f.remaining = std::max(0.0, f.remaining - f.rate * static_cast<double>(now - f.last));
-    }
-    f.last = now;
-    f.rate = r;
-    changed_.push_back(fid);
+  for (std::int32_t fid : comp_flows_) apply(fid, new_rate_[fid], now);
+}
+
+void LinkSharing::recompute_single(std::int32_t link, Time now) {
+  changed_.clear();
+  const auto& on = on_link_[link];
+  if (on.empty()) return;
+  const double share = capacity_[link] / static_cast<double>(on.size());
+  for (std::int32_t fid : on) apply(fid, share, now);
+}
+
+// Advances remaining bytes at the old rate, then switches rate; a flow whose
+// rate is unchanged keeps its completion event.
+void LinkSharing::apply(std::int32_t fid, double r, Time now) {
+  Flow& f = flows_[fid];
+  if (f.fresh) {
+    f.fresh = false;
+  } else {
+    if (r == f.rate) return;
+    f.remaining = std::max(0.0, f.remaining - f.rate * static_cast<double>(now - f.last));
   }
+  f.last = now;
+  f.rate = r;
+  changed_.push_back(fid);
 }
 
 std::size_t LinkSharing::state_bytes() const {
@@ -186,7 +208,7 @@ std::size_t LinkSharing::state_bytes() const {
                   comp_links_.capacity() * 4 + comp_flows_.capacity() * 4 +
                   unfrozen_.capacity() * 4 + cap_left_.capacity() * 8 + share_.capacity() * 8 +
                   nun_.capacity() * 4 + bottleneck_.capacity() + new_rate_.capacity() * 8 +
-                  changed_.capacity() * 4;
+                  changed_.capacity() * 4 + multi_on_link_.capacity() * 4;
   for (const auto& v : on_link_) b += v.capacity() * 4;
   return b;
 }

@@ -72,11 +72,16 @@ class LinkSharing {
   };
 
   void recompute(const std::int32_t* links, std::int32_t nlinks, Time now);
+  // Fast path: every flow on `link` crosses only that link, so each gets an
+  // equal share.
+  void recompute_single(std::int32_t link, Time now);
+  void apply(std::int32_t fid, double rate, Time now);
 
   std::vector<double> capacity_;
   std::vector<Flow> flows_;
   std::vector<std::int32_t> free_flows_;
   std::vector<std::vector<std::int32_t>> on_link_;  // active flows per link
+  std::vector<std::int32_t> multi_on_link_;         // of those, flows crossing 2+ links
   // Scratch for recompute, kept to avoid allocation per event.
   std::vector<std::uint32_t> link_mark_, flow_mark_;
   std::uint32_t epoch_ = 0;

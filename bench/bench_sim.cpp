@@ -1,0 +1,94 @@
+// Speed and footprint of the discrete-event engine on a large random graph.
+//
+// The graph: a seeded random layered DAG of 1,000,000 tasks. Each task has 1-3
+// predecessors among the 1,000 tasks before it and runs on one of 64 streams;
+// a quarter of the tasks are transfers over 16 shared links (one link, or a
+// two-link path for one transfer in four), so max-min bandwidth sharing and
+// completion rescheduling really happen. Building the graph is not timed.
+//
+//   BM_EngineEvents  — replay (Engine::run) of the compiled graph; items = tasks.
+//                      Counters: bytes_per_task (engine state + result, from
+//                      container capacities), events and stale events per task.
+//   BM_EngineCompile — checking and compiling the TaskGraph into flat arrays.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+
+#include "sim/engine.hpp"
+
+namespace {
+
+using namespace strata;
+using namespace strata::sim;
+
+constexpr int kTasks = 1'000'000;
+constexpr int kStreams = 64;
+constexpr int kLinks = 16;
+constexpr int kWindow = 1'000;
+
+TaskGraph build_graph(int n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  TaskGraph g;
+  std::vector<ResourceId> streams, links;
+  for (int s = 0; s < kStreams; ++s) streams.push_back(g.add_stream(std::string("r").append(std::to_string(s)).append(".s")));
+  for (int l = 0; l < kLinks; ++l) links.push_back(g.add_link(std::string("link").append(std::to_string(l)), 100 * kGB));
+  for (int i = 0; i < n; ++i) {
+    Task t;
+    t.id = std::to_string(i);
+    t.resources.push_back(streams[rng() % kStreams]);
+    if (rng() % 4 == 0) {
+      t.kind = TaskKind::P2PSend;
+      const std::uint32_t first = rng() % kLinks;
+      t.resources.push_back(links[first]);
+      if (rng() % 4 == 0) t.resources.push_back(links[(first + 1 + rng() % (kLinks - 1)) % kLinks]);
+      t.duration = 1 + rng() % 2'000;                        // latency, ns
+      t.transfer_bytes = 10'000 + rng() % 1'000'000;         // 0.1-10 us alone at 100 GB/s
+    } else {
+      t.duration = 1'000 + rng() % 10'000;                   // 1-11 us
+    }
+    const TaskId id = g.add_task(std::move(t));
+    const int preds = i == 0 ? 0 : 1 + static_cast<int>(rng() % 3);
+    const int lo = std::max(0, i - kWindow);
+    for (int k = 0; k < preds; ++k)
+      g.add_dep(TaskId{lo + static_cast<int>(rng() % static_cast<std::uint32_t>(i - lo))}, id);
+  }
+  return g;
+}
+
+const TaskGraph& graph() {
+  static const TaskGraph g = build_graph(kTasks, 42);
+  return g;
+}
+
+void BM_EngineEvents(benchmark::State& state) {
+  const TaskGraph& g = graph();
+  Engine engine(g);
+  RunResult r;
+  for (auto _ : state) {
+    r = engine.run();
+    benchmark::DoNotOptimize(r.makespan);
+  }
+  const double n = static_cast<double>(g.num_tasks());
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g.num_tasks()));
+  state.counters["bytes_per_task"] =
+      static_cast<double>(engine.state_bytes() + r.memory_bytes()) / n;
+  state.counters["events_per_task"] = static_cast<double>(r.events) / n;
+  state.counters["stale_per_task"] = static_cast<double>(r.stale_events) / n;
+  state.counters["makespan_ms"] = static_cast<double>(r.makespan) / 1e6;
+}
+BENCHMARK(BM_EngineEvents)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_EngineCompile(benchmark::State& state) {
+  const TaskGraph& g = graph();
+  for (auto _ : state) {
+    Engine engine(g);
+    benchmark::DoNotOptimize(engine.state_bytes());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g.num_tasks()));
+}
+BENCHMARK(BM_EngineCompile)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
