@@ -197,6 +197,8 @@ ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
 ModelSpec load_model_file_at(const std::string& path, int depth) {
   const auto j = load_json_file(path);
   const JsonReader r(j, path);
+  if (!j.is_object())
+    r.fail("must be a JSON object (a model, a Hugging Face config.json or a scenario)");
   if (is_hf_config(j)) return read_hf_config(r, path);
   const auto dir = std::filesystem::path(path).parent_path().string();
   return read_model_object(r, dir, depth);

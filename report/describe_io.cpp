@@ -231,8 +231,8 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
            scenario->cluster.gpu.name + ": dp " + std::to_string(p.dp) + ", tp " +
            std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", cp " +
            std::to_string(p.cp) + "; " +
-           std::to_string(strategies::microbatches(p, scenario->batch)) + " microbatches of " +
-           std::to_string(scenario->batch.micro) + " per step\n";
+           std::to_string(strategies::microbatches(p, scenario->batch)) + " microbatch(es) of " +
+           std::to_string(scenario->batch.micro) + " sequence(s) per step\n";
   }
   out += "per op           one microbatch of " + std::to_string(options.micro_batch) +
          " sequence(s), " + std::string(enum_name(options.precision)) + ", " +

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the strata CLI on bundled presets and scenarios.
+
+Each check states the closed form it expects. Usage: check_cli.py STRATA CHECK
+"""
+import csv
+import io
+import json
+import subprocess
+import sys
+
+
+def run(strata, *args):
+    p = subprocess.run([strata, *args], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(args)}: exit {p.returncode}\n{p.stderr}")
+    return p.stdout
+
+
+def check(cond, msg):
+    if not cond:
+        sys.exit("FAILED: " + msg)
+
+
+def describe_json(strata):
+    # GPT-3 175B: params = Megatron Eq. 2 + the final layer norm (2h);
+    # flops_per_token = Korthikanti Eq. 7 / (B·s) with B = 1.
+    d = json.loads(run(strata, "describe", "gpt3-175b", "--format", "json"))
+    l, h, V, s = 96, 12288, 51200, 2048
+    eq2 = 12 * l * h * h + 13 * l * h + (V + s) * h
+    check(d["params"] == eq2 + 2 * h, f"params {d['params']} != {eq2 + 2 * h}")
+    eq7 = 72 * l * s * h * h * (1 + s / (6 * h) + V / (12 * h * l)) / s
+    check(abs(d["flops_per_token"] - eq7) / eq7 < 1e-12, f"flops/token {d['flops_per_token']} != {eq7}")
+    names = [layer["name"] for layer in d["layers"]]
+    check(names[0] == "embedding" and names[-1] == "head" and len(names) == l + 2,
+          f"layers {names[:3]}…{names[-2:]} ({len(names)})")
+    op = d["layers"][1]["ops"][0]
+    check(set(op) == {"op", "params", "fwd_flops", "bwd_flops", "saved_bytes"}, f"op keys {set(op)}")
+    total = sum(o["params"] for layer in d["layers"] for o in layer["ops"])
+    check(total == d["params"], "per-op params do not sum to params")
+
+
+def describe_scenario(strata):
+    # A scenario describes its model at its microbatch: 8 sequences of 1024.
+    d = json.loads(run(strata, "describe", sys.argv[3], "--format", "json"))
+    check(d["tokens"] == 8 * 1024, f"tokens {d['tokens']}")
+    check(d["scenario"]["microbatches"] == 4, "32 sequences / (dp 1 · micro 8) = 4 microbatches")
+
+
+def lists(strata):
+    # 14 model, 7 GPU and 3 + 7 cluster presets, in every format.
+    for cmd, n in (("models", 14), ("gpus", 7), ("clusters", 10)):
+        j = json.loads(run(strata, cmd, "--format", "json"))
+        check(len(j) == n, f"{cmd}: {len(j)} presets, expected {n}")
+        rows = list(csv.reader(io.StringIO(run(strata, cmd, "--format", "csv"))))
+        check(len(rows) == n + 1, f"{cmd} csv: {len(rows)} rows")
+        table = run(strata, cmd).splitlines()
+        check(len(table) == n + 2, f"{cmd} table: {len(table)} lines")
+    names = {m["name"] for m in json.loads(run(strata, "models", "--format", "json"))}
+    check({"gpt3-175b", "llama3-405b", "mixtral-8x7b", "megatron-1t"} <= names, "missing presets")
+
+
+def hf_config(strata):
+    # A Hugging Face config.json describes like the equivalent preset.
+    hf = json.loads(run(strata, "describe", sys.argv[3], "--format", "json"))
+    preset = json.loads(run(strata, "describe", "llama3-8b", "--format", "json"))
+    check(hf["params"] == preset["params"], f"{hf['params']} != {preset['params']}")
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[2]](sys.argv[1])
