@@ -47,8 +47,7 @@ LinkSharing::LinkSharing(std::vector<double> capacity)
       link_mark_(capacity_.size(), 0),
       cap_left_(capacity_.size(), 0.0),
       share_(capacity_.size(), 0.0),
-      nun_(capacity_.size(), 0),
-      bottleneck_(capacity_.size(), 0) {
+      nun_(capacity_.size(), 0) {
   for (double c : capacity_)
     if (!(c > 0.0)) throw Error("LinkSharing: link capacity must be > 0");
 }
@@ -114,11 +113,14 @@ Time LinkSharing::finish_time(std::int32_t id) const {
 
 void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time now) {
   changed_.clear();
-  if (++epoch_ == 0) {  // wrapped: clear stamps
+  // Two fresh stamps: epoch_ marks "in the component", epoch_ + 1 "rate fixed".
+  if (epoch_ >= std::numeric_limits<std::uint32_t>::max() - 2) {  // about to wrap
     std::fill(link_mark_.begin(), link_mark_.end(), 0);
     std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
-    epoch_ = 1;
+    epoch_ = 0;
   }
+  epoch_ += 2;
+  const std::uint32_t frozen = epoch_ + 1;
   // Connected component of links and flows reachable from `links`.
   comp_links_.clear();
   comp_flows_.clear();
@@ -142,37 +144,41 @@ void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time
   }
   if (comp_flows_.empty()) return;
 
-  // Progressive filling over the component.
+  // Progressive filling over the component. Shares only grow as flows are
+  // frozen, so each round takes the smallest share, freezes the unfrozen flows
+  // of the links at that share, and drops links left without unfrozen flows.
   for (std::int32_t l : comp_links_) {
     cap_left_[l] = capacity_[l];
     nun_[l] = static_cast<std::int32_t>(on_link_[l].size());
   }
-  unfrozen_.assign(comp_flows_.begin(), comp_flows_.end());
-  while (!unfrozen_.empty()) {
+  std::size_t left = comp_flows_.size();
+  while (left > 0) {
     double share = std::numeric_limits<double>::infinity();
-    for (std::int32_t l : comp_links_)
-      if (nun_[l] > 0) {
-        share_[l] = cap_left_[l] / nun_[l];
-        share = std::min(share, share_[l]);
-      }
-    for (std::int32_t l : comp_links_) bottleneck_[l] = nun_[l] > 0 && share_[l] <= share;
     std::size_t keep = 0;
-    for (std::int32_t fid : unfrozen_) {
-      const Flow& f = flows_[fid];
-      bool hit = false;
-      for (std::int32_t k = 0; k < f.nlinks && !hit; ++k) hit = bottleneck_[f.links[k]] != 0;
-      if (!hit) {
-        unfrozen_[keep++] = fid;
-        continue;
-      }
-      new_rate_[fid] = share;
-      for (std::int32_t k = 0; k < f.nlinks; ++k) {
-        const std::int32_t l = f.links[k];
-        cap_left_[l] = std::max(0.0, cap_left_[l] - share);
-        --nun_[l];
+    for (std::int32_t l : comp_links_) {
+      if (nun_[l] == 0) continue;
+      comp_links_[keep++] = l;
+      share_[l] = cap_left_[l] / nun_[l];
+      share = std::min(share, share_[l]);
+    }
+    comp_links_.resize(keep);
+    bottlenecks_.clear();
+    for (std::int32_t l : comp_links_)
+      if (share_[l] <= share) bottlenecks_.push_back(l);
+    for (std::int32_t l : bottlenecks_) {
+      for (std::int32_t fid : on_link_[l]) {
+        if (flow_mark_[fid] == frozen) continue;
+        flow_mark_[fid] = frozen;
+        new_rate_[fid] = share;
+        --left;
+        const Flow& f = flows_[fid];
+        for (std::int32_t k = 0; k < f.nlinks; ++k) {
+          const std::int32_t fl = f.links[k];
+          cap_left_[fl] = std::max(0.0, cap_left_[fl] - share);
+          --nun_[fl];
+        }
       }
     }
-    unfrozen_.resize(keep);
   }
 
   for (std::int32_t fid : comp_flows_) apply(fid, new_rate_[fid], now);
@@ -206,8 +212,8 @@ std::size_t LinkSharing::state_bytes() const {
                   free_flows_.capacity() * 4 + on_link_.capacity() * sizeof(on_link_[0]) +
                   link_mark_.capacity() * 4 + flow_mark_.capacity() * 4 +
                   comp_links_.capacity() * 4 + comp_flows_.capacity() * 4 +
-                  unfrozen_.capacity() * 4 + cap_left_.capacity() * 8 + share_.capacity() * 8 +
-                  nun_.capacity() * 4 + bottleneck_.capacity() + new_rate_.capacity() * 8 +
+                  bottlenecks_.capacity() * 4 + cap_left_.capacity() * 8 + share_.capacity() * 8 +
+                  nun_.capacity() * 4 + new_rate_.capacity() * 8 +
                   changed_.capacity() * 4 + multi_on_link_.capacity() * 4;
   for (const auto& v : on_link_) b += v.capacity() * 4;
   return b;

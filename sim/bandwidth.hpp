@@ -85,10 +85,9 @@ class LinkSharing {
   // Scratch for recompute, kept to avoid allocation per event.
   std::vector<std::uint32_t> link_mark_, flow_mark_;
   std::uint32_t epoch_ = 0;
-  std::vector<std::int32_t> comp_links_, comp_flows_, unfrozen_;
+  std::vector<std::int32_t> comp_links_, comp_flows_, bottlenecks_;
   std::vector<double> cap_left_, share_;
   std::vector<std::int32_t> nun_;
-  std::vector<std::uint8_t> bottleneck_;
   std::vector<double> new_rate_;
   std::vector<std::int32_t> changed_;
 };

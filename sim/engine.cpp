@@ -33,19 +33,26 @@ struct Engine::Impl {
   explicit Impl(const TaskGraph& graph, const CostFn& cost);
   RunResult run();
 
-  // --- compiled graph (structure of arrays, int32 indices) ---
+  // What the replay reads about a task, in one 32-byte record so that
+  // starting or ending a task touches one cache line.
+  struct Node {
+    Time fixed = 0;             // resolved fixed part
+    std::int32_t queue = -1;    // stream / copy engine / worker pool, or -1
+    std::int32_t xfer = -1;     // index into transfers, or -1
+    std::int32_t succ_begin = 0, succ_end = 0;  // range in succ
+    std::int32_t mem = -1;      // offset in mem of {nallocs, nfrees, allocs..., frees...}, or -1
+    std::int32_t npred0 = 0;    // unmet predecessors at t = 0
+  };
+  static_assert(sizeof(Node) == 32);
+
+  // --- compiled graph (int32 indices, contiguous lists) ---
   const TaskGraph* g;
   std::int32_t n = 0;
-  std::vector<Time> fixed;               // resolved fixed part per task
-  std::vector<std::int32_t> queue;       // stream / copy engine / worker pool, or -1
-  std::vector<std::int32_t> xfer;        // index into transfers, or -1
+  std::vector<Node> nodes;
   std::vector<Transfer> transfers;
   std::vector<std::int32_t> xfer_links;  // links of all transfers, contiguous
-  std::vector<std::int32_t> succ_off;    // n + 1 offsets into succ
   std::vector<std::int32_t> succ;        // successors (dependencies and stream order)
-  std::vector<std::int32_t> npred0;      // unmet predecessors at t = 0
-  std::vector<std::int32_t> mem_off;     // 2n + 1: allocs [2i, 2i+1), frees [2i+1, 2i+2)
-  std::vector<std::int32_t> mem;         // buffer indices
+  std::vector<std::int32_t> mem;         // per task with buffers: counts, then buffer indices
   std::vector<std::uint8_t> is_pool;     // per resource: worker pool (slots) or not
   std::vector<std::int32_t> slots;       // per resource
 
@@ -99,27 +106,22 @@ Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
     slots[i] = graph.resources()[i].slots;
   }
 
-  fixed.resize(n);
-  queue.assign(n, -1);
-  xfer.assign(n, -1);
-  mem_off.reserve(2 * static_cast<std::size_t>(n) + 1);
-  mem_off.push_back(0);
+  nodes.resize(n);
   for (std::int32_t t = 0; t < n; ++t) {
     const Task& task = tasks[t];
+    Node& node = nodes[t];
     if (task.duration) {
-      fixed[t] = *task.duration;
+      node.fixed = *task.duration;
     } else if (cost) {
       const Time d = cost(task);
       if (d < 0)
         throw GraphError("task '" + task.id + "': cost function returned a negative time (" +
                          std::to_string(d) + " ns)");
-      fixed[t] = d;
+      node.fixed = d;
     } else if (task.flops > 0 || task.mem_bytes > 0) {
       throw GraphError("task '" + task.id +
                        "' has work (flops/mem_bytes) but no duration, and the engine has no "
                        "cost function");
-    } else {
-      fixed[t] = 0;
     }
     Transfer x;
     x.link_off = static_cast<std::int32_t>(xfer_links.size());
@@ -127,31 +129,37 @@ Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
       if (graph.at(res).kind == ResourceKind::Link)
         xfer_links.push_back(res.index);
       else
-        queue[t] = res.index;
+        node.queue = res.index;
     }
     x.nlinks = static_cast<std::int32_t>(xfer_links.size()) - x.link_off;
     if (x.nlinks > 0 || task.latency_after > 0) {
       x.bytes = static_cast<double>(task.transfer_bytes);
       x.latency_after = task.latency_after;
-      xfer[t] = static_cast<std::int32_t>(transfers.size());
+      node.xfer = static_cast<std::int32_t>(transfers.size());
       transfers.push_back(x);
     }
-    for (BufferId b : task.allocs) mem.push_back(b.index);
-    mem_off.push_back(static_cast<std::int32_t>(mem.size()));
-    for (BufferId b : task.frees) mem.push_back(b.index);
-    mem_off.push_back(static_cast<std::int32_t>(mem.size()));
+    if (!task.allocs.empty() || !task.frees.empty()) {
+      node.mem = static_cast<std::int32_t>(mem.size());
+      mem.push_back(static_cast<std::int32_t>(task.allocs.size()));
+      mem.push_back(static_cast<std::int32_t>(task.frees.size()));
+      for (BufferId b : task.allocs) mem.push_back(b.index);
+      for (BufferId b : task.frees) mem.push_back(b.index);
+    }
   }
 
   // Successor lists in CSR form; Boost.Graph gives out-edges grouped by source.
-  succ_off.assign(static_cast<std::size_t>(n) + 1, 0);
-  npred0.assign(n, 0);
   succ.reserve(graph.num_edges());
   graph.for_each_edge([&](TaskId from, TaskId to, EdgeKind) {
-    ++succ_off[from.index + 1];
-    ++npred0[to.index];
+    ++nodes[from.index].succ_end;
+    ++nodes[to.index].npred0;
     succ.push_back(to.index);
   });
-  for (std::int32_t t = 0; t < n; ++t) succ_off[t + 1] += succ_off[t];
+  std::int32_t offset = 0;
+  for (Node& node : nodes) {
+    node.succ_begin = offset;
+    offset += node.succ_end;
+    node.succ_end = offset;
+  }
 
   active.assign(nr, 0);
   since.assign(nr, 0);
@@ -161,7 +169,7 @@ Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
 }
 
 void Engine::Impl::ready(std::int32_t t, Time now) {
-  const std::int32_t q = queue[t];
+  const std::int32_t q = nodes[t].queue;
   if (q >= 0 && is_pool[q]) {
     if (free_slots[q] == 0) {
       fifo[q].push_back(t);
@@ -173,18 +181,22 @@ void Engine::Impl::ready(std::int32_t t, Time now) {
 }
 
 void Engine::Impl::start(std::int32_t t, Time now) {
+  const Node& node = nodes[t];
+  // The successor list is read when the task ends, events later; fetch it now.
+  __builtin_prefetch(succ.data() + node.succ_begin);
   r.tasks[t].start = now;
-  const std::int32_t q = queue[t];
-  if (q >= 0) {
-    acquire(q, now);
-    ++r.resources[q].tasks;
+  if (node.queue >= 0) {
+    acquire(node.queue, now);
+    ++r.resources[node.queue].tasks;
   }
-  for (std::int32_t k = mem_off[2 * t]; k < mem_off[2 * t + 1]; ++k)
-    memory.alloc(BufferId{mem[k]}, TaskId{t}, now);
-  if (xfer[t] < 0)
-    events.push(now + fixed[t], EventKind::TaskEnd, t);
-  else if (fixed[t] > 0)
-    events.push(now + fixed[t], EventKind::TransferBegin, t);
+  if (node.mem >= 0) {
+    const std::int32_t* m = mem.data() + node.mem;
+    for (std::int32_t k = 0; k < m[0]; ++k) memory.alloc(BufferId{m[2 + k]}, TaskId{t}, now);
+  }
+  if (node.xfer < 0)
+    events.push(now + node.fixed, EventKind::TaskEnd, t);
+  else if (node.fixed > 0)
+    events.push(now + node.fixed, EventKind::TransferBegin, t);
   else
     begin_transfer(t, now);
 }
@@ -195,7 +207,7 @@ void Engine::Impl::schedule_changed_flows() {
 }
 
 void Engine::Impl::begin_transfer(std::int32_t t, Time now) {
-  const Transfer& x = transfers[xfer[t]];
+  const Transfer& x = transfers[nodes[t].xfer];
   if (x.bytes > 0) {
     const std::int32_t* lk = xfer_links.data() + x.link_off;
     for (std::int32_t i = 0; i < x.nlinks; ++i) {
@@ -212,7 +224,7 @@ void Engine::Impl::begin_transfer(std::int32_t t, Time now) {
 
 void Engine::Impl::flow_done(std::int32_t f, Time now) {
   const std::int32_t t = links.owner(f);
-  const Transfer& x = transfers[xfer[t]];
+  const Transfer& x = transfers[nodes[t].xfer];
   const std::int32_t* lk = xfer_links.data() + x.link_off;
   for (std::int32_t i = 0; i < x.nlinks; ++i) {
     release(lk[i], now);
@@ -230,9 +242,12 @@ void Engine::Impl::end(std::int32_t t, Time now) {
   r.tasks[t].end = now;
   r.makespan = std::max(r.makespan, now);
   // Frees first, so tasks started at this instant do not see the freed bytes.
-  for (std::int32_t k = mem_off[2 * t + 1]; k < mem_off[2 * t + 2]; ++k)
-    memory.free(BufferId{mem[k]}, TaskId{t}, now);
-  const std::int32_t q = queue[t];
+  const Node& node = nodes[t];
+  if (node.mem >= 0) {
+    const std::int32_t* m = mem.data() + node.mem;
+    for (std::int32_t k = 0; k < m[1]; ++k) memory.free(BufferId{m[2 + m[0] + k]}, TaskId{t}, now);
+  }
+  const std::int32_t q = node.queue;
   if (q >= 0) {
     release(q, now);
     if (is_pool[q]) {
@@ -243,8 +258,9 @@ void Engine::Impl::end(std::int32_t t, Time now) {
         ++free_slots[q];
     }
   }
-  for (std::int32_t k = succ_off[t]; k < succ_off[t + 1]; ++k) {
+  for (std::int32_t k = node.succ_begin; k < node.succ_end; ++k) {
     const std::int32_t s = succ[k];
+    __builtin_prefetch(&nodes[s]);  // read by start(s) once s is ready
     if (--npred[s] == 0) ready(s, now);
   }
 }
@@ -254,7 +270,8 @@ RunResult Engine::Impl::run() {
   r = RunResult{};
   r.tasks.assign(n, TaskTiming{});
   r.resources.assign(nr, ResourceUsage{});
-  npred = npred0;
+  npred.resize(n);
+  for (std::int32_t t = 0; t < n; ++t) npred[t] = nodes[t].npred0;
   events.clear();
   links.reset();
   memory.reset();
@@ -296,9 +313,8 @@ RunResult Engine::Impl::run() {
 }
 
 std::size_t Engine::Impl::state_bytes() const {
-  std::size_t b = cap_bytes(fixed) + cap_bytes(queue) + cap_bytes(xfer) + cap_bytes(transfers) +
-                  cap_bytes(xfer_links) + cap_bytes(succ_off) + cap_bytes(succ) +
-                  cap_bytes(npred0) + cap_bytes(mem_off) + cap_bytes(mem) + cap_bytes(is_pool) +
+  std::size_t b = cap_bytes(nodes) + cap_bytes(transfers) + cap_bytes(xfer_links) +
+                  cap_bytes(succ) + cap_bytes(mem) + cap_bytes(is_pool) +
                   cap_bytes(slots) + cap_bytes(npred) + events.state_bytes() +
                   links.state_bytes() + memory.state_bytes() + cap_bytes(active) +
                   cap_bytes(since) + cap_bytes(free_slots) + cap_bytes(fifo) +
@@ -315,7 +331,7 @@ Engine& Engine::operator=(Engine&&) noexcept = default;
 
 RunResult Engine::run() { return impl_->run(); }
 const TaskGraph& Engine::graph() const { return *impl_->g; }
-Time Engine::fixed_time(TaskId t) const { return impl_->fixed[static_cast<std::size_t>(t.index)]; }
+Time Engine::fixed_time(TaskId t) const { return impl_->nodes[static_cast<std::size_t>(t.index)].fixed; }
 std::size_t Engine::state_bytes() const { return impl_->state_bytes(); }
 
 RunResult simulate(const TaskGraph& graph, CostFn cost) {

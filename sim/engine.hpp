@@ -72,6 +72,7 @@ class Engine {
   // function such a task must carry no work (flops and mem_bytes zero) and
   // takes 0 ns. Throws GraphError.
   explicit Engine(const TaskGraph& graph, CostFn cost = {});
+  Engine(TaskGraph&&, CostFn = {}) = delete;  // the engine keeps a reference to the graph
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;

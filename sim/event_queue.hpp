@@ -60,8 +60,10 @@ class EventQueue {
       std::size_t hole = 0;
       for (;;) {
         std::size_t child = 2 * hole + 1;
-        if (child >= n) break;
-        if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
+        if (child + 1 < n)
+          child += static_cast<std::size_t>(before(heap_[child + 1], heap_[child]));
+        else if (child >= n)
+          break;
         if (!before(heap_[child], last)) break;
         heap_[hole] = heap_[child];
         hole = child;
@@ -72,8 +74,9 @@ class EventQueue {
   }
 
  private:
+  // Branch-free (time, seq) comparison: heap comparisons are unpredictable.
   static bool before(const Event& a, const Event& b) {
-    return a.time < b.time || (a.time == b.time && a.seq < b.seq);
+    return (a.time < b.time) | ((a.time == b.time) & (a.seq < b.seq));
   }
 
   std::vector<Event> heap_;
