@@ -8,7 +8,8 @@
 //
 //   BM_EngineEvents  — replay (Engine::run) of the compiled graph; items = tasks.
 //                      Counters: bytes_per_task (engine state + result, from
-//                      container capacities), events and stale events per task.
+//                      container capacities), edges (dependencies and stream
+//                      order), events and stale events per task.
 //   BM_EngineCompile — checking and compiling the TaskGraph into flat arrays.
 #include <benchmark/benchmark.h>
 
@@ -73,6 +74,7 @@ void BM_EngineEvents(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g.num_tasks()));
   state.counters["bytes_per_task"] =
       static_cast<double>(engine.state_bytes() + r.memory_bytes()) / n;
+  state.counters["edges_per_task"] = static_cast<double>(g.num_edges()) / n;
   state.counters["events_per_task"] = static_cast<double>(r.events) / n;
   state.counters["stale_per_task"] = static_cast<double>(r.stale_events) / n;
   state.counters["makespan_ms"] = static_cast<double>(r.makespan) / 1e6;
