@@ -65,9 +65,10 @@ enum class MemTag : std::uint8_t {
   CommBuffers,
   Workspace,
   AllocatorReserve,
+  Runtime,  // CUDA context and library handles: device memory outside the allocator
   Other,
 };
-inline constexpr std::size_t kMemTagCount = 8;
+inline constexpr std::size_t kMemTagCount = 9;
 using TagBytes = std::array<Bytes, kMemTagCount>;  // indexed by MemTag
 
 // Dense typed handles. Only a graph hands them out; `index` is the position
@@ -251,6 +252,7 @@ struct EnumNames<sim::MemTag> {
       {sim::MemTag::CommBuffers, "comm_buffers"},
       {sim::MemTag::Workspace, "workspace"},
       {sim::MemTag::AllocatorReserve, "allocator_reserve"},
+      {sim::MemTag::Runtime, "runtime"},
       {sim::MemTag::Other, "other"},
   }};
 };
