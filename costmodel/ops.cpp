@@ -90,15 +90,18 @@ struct Builder {
   // its input lies in the replicated region (saved per rep()). `tokens`
   // multiplies the tokens it processes (MoE top-k), `copies` its weights
   // (MoE experts).
-  Op linear(std::string name, double in, double out, bool column, bool in_rep,
+  Op linear(std::string_view name, double in, double out, bool column, bool in_rep,
             double tokens = 1.0, double copies = 1.0) const {
     Op op;
-    op.name = std::move(name);
+    op.name = name;
     op.kind = OpKind::Linear;
     const double w = in * out / t;
     // Column-parallel bias is split; row-parallel bias is replicated.
     const double bias = m.bias ? (column ? out / t : out) : 0.0;
     op.params = static_cast<std::int64_t>(copies * (w + bias));
+    op.matrices = static_cast<std::int64_t>(copies);
+    op.rows = static_cast<std::int64_t>(column ? in : in / t);
+    op.cols = static_cast<std::int64_t>(column ? out / t : out);
     op.fwd_flops = tokens * 2.0 * b * s * in * out / t;
     op.bwd_flops = 2.0 * op.fwd_flops;
     const double in_elems = b * s * in;
@@ -111,10 +114,10 @@ struct Builder {
   }
 
   // An op without weights; `core`: all it saves is attention core.
-  Op elementwise(std::string name, OpKind kind, double saved_elems, Bytes per_elem,
+  Op elementwise(std::string_view name, OpKind kind, double saved_elems, Bytes per_elem,
                  double touched_elems, bool core = false) const {
     Op op;
-    op.name = std::move(name);
+    op.name = name;
     op.kind = kind;
     op.saved_bytes = bytes(saved_elems, per_elem);
     op.core_saved_bytes = core ? op.saved_bytes : 0;
@@ -123,14 +126,14 @@ struct Builder {
     return op;
   }
 
-  Op norm(std::string name) const {
-    Op op = elementwise(std::move(name), OpKind::Norm, rep(b * s * h), e, rep(b * s * h));
+  Op norm(std::string_view name) const {
+    Op op = elementwise(name, OpKind::Norm, rep(b * s * h), e, rep(b * s * h));
     op.params = static_cast<std::int64_t>(m.norm == NormKind::LayerNorm ? 2 * h : h);
     return op;
   }
 
-  Op dropout_mask(std::string name, double elems, bool core = false) const {
-    return elementwise(std::move(name), OpKind::Dropout, elems, 1, elems, core);
+  Op dropout_mask(std::string_view name, double elems, bool core = false) const {
+    return elementwise(name, OpKind::Dropout, elems, 1, elems, core);
   }
 
   void attention(std::vector<Op>& ops) const {
@@ -175,6 +178,8 @@ struct Builder {
   void mlp(std::vector<Op>& ops) const {
     const double mult = m.moe ? static_cast<double>(m.moe->top_k) : 1.0;
     const double experts = m.moe ? static_cast<double>(m.moe->experts) : 1.0;
+    // Expert parallelism spreads the experts; tokens still visit top_k each.
+    const double local_experts = experts / static_cast<double>(o.ep);
     if (m.moe) {
       // The gate is replicated (not split by tp) and keeps fp32 routing
       // probabilities; its input is the experts' input, saved there.
@@ -182,6 +187,9 @@ struct Builder {
       router.name = "router";
       router.kind = OpKind::Router;
       router.params = static_cast<std::int64_t>(h * experts);
+      router.matrices = 1;
+      router.rows = m.hidden;
+      router.cols = m.moe->experts;
       router.fwd_flops = 2.0 * b * s * h * experts;
       router.bwd_flops = 2.0 * router.fwd_flops;
       router.saved_bytes = bytes(b * s * experts, 4);
@@ -192,28 +200,43 @@ struct Builder {
     // Each token visits top_k experts; the weights exist once per expert.
     const bool swiglu = m.mlp == MlpKind::Swiglu;
     ops.push_back(linear(swiglu ? "mlp_up_gate" : "mlp_up", h, swiglu ? 2 * f : f,
-                         /*column=*/true, /*in_rep=*/true, mult, experts));
+                         /*column=*/true, /*in_rep=*/true, mult, local_experts));
     // GeLU saves its input; SwiGLU saves gate and up projections.
     const double act_saved = mult * shard(b * s * f) * (swiglu ? 2.0 : 1.0);
     ops.push_back(elementwise(swiglu ? "swiglu" : "gelu", OpKind::Activation, act_saved, e,
                               act_saved));
-    ops.push_back(linear("mlp_down", f, h, /*column=*/false, /*in_rep=*/false, mult, experts));
+    ops.push_back(linear("mlp_down", f, h, /*column=*/false, /*in_rep=*/false, mult, local_experts));
   }
 
   Layer embedding() const {
     Layer l;
     l.name = "embedding";
     l.kind = LayerKind::Embedding;
+    l.ops.reserve(3);
     Op op;
     op.name = "embedding";
     op.kind = OpKind::Embedding;
-    // Vocabulary-parallel table; learned positions replicated.
-    const double pos = m.position_embedding == PositionEmbedding::Learned ? s_full * h : 0.0;
-    op.params = static_cast<std::int64_t>(V * h / t + pos);
+    // Vocabulary-parallel table.
+    op.params = static_cast<std::int64_t>(V * h / t);
+    op.matrices = 1;
+    op.rows = static_cast<std::int64_t>(V / t);
+    op.cols = m.hidden;
     op.saved_bytes = bytes(b * s, 4);  // token ids
     op.fwd_bytes = bytes(2.0 * b * s * h, e);
     op.bwd_bytes = 2 * op.fwd_bytes;
     l.ops.push_back(op);
+    if (m.position_embedding == PositionEmbedding::Learned) {
+      Op pos;
+      pos.name = "position_embedding";
+      pos.kind = OpKind::Embedding;
+      pos.params = static_cast<std::int64_t>(s_full * h);  // replicated
+      pos.matrices = 1;
+      pos.rows = m.seq_len;
+      pos.cols = m.hidden;
+      pos.fwd_bytes = bytes(2.0 * b * s * h, e);
+      pos.bwd_bytes = 2 * pos.fwd_bytes;
+      l.ops.push_back(pos);
+    }
     if (m.dropout) l.ops.push_back(dropout_mask("embedding_dropout", rep(b * s * h)));
     return l;
   }
@@ -222,6 +245,7 @@ struct Builder {
     Layer l;
     l.name = "block";
     l.kind = LayerKind::Block;
+    l.ops.reserve(18);
     l.input_bytes = bytes(rep(b * s * h), e);
     auto& ops = l.ops;
     ops.push_back(norm("attn_norm"));
@@ -241,10 +265,14 @@ struct Builder {
     Layer l;
     l.name = "head";
     l.kind = LayerKind::Head;
+    l.ops.reserve(3);
     l.input_bytes = bytes(rep(b * s * h), e);
     l.ops.push_back(norm("final_norm"));
     Op logits = linear("logits", h, V, /*column=*/true, /*in_rep=*/true);
     logits.params = m.tied_embeddings ? 0 : static_cast<std::int64_t>(V * h / t);
+    logits.matrices = m.tied_embeddings ? 0 : 1;
+    logits.rows = static_cast<std::int64_t>(V / t);
+    logits.cols = m.hidden;
     l.ops.push_back(logits);
     // Cross-entropy keeps fp32 logits (vocabulary-parallel) for backward.
     l.ops.push_back(elementwise("loss", OpKind::Loss, shard(b * s * V), 4, shard(b * s * V)));
@@ -255,8 +283,10 @@ struct Builder {
 }  // namespace
 
 OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
-  if (opts.micro_batch < 1 || opts.tp < 1 || opts.cp < 1)
-    throw Error("expand: micro_batch, tp and cp must be >= 1");
+  if (opts.micro_batch < 1 || opts.tp < 1 || opts.cp < 1 || opts.ep < 1)
+    throw Error("expand: micro_batch, tp, cp and ep must be >= 1");
+  if (opts.ep > 1 && (!model.moe || model.moe->experts % opts.ep != 0))
+    throw Error("expand: ep must divide the number of experts");
   Builder bld(model, opts);
   OpChain c;
   c.embedding = bld.embedding();

@@ -10,6 +10,7 @@
 // layers) are split only with sequence parallelism.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "costmodel/model.hpp"
@@ -34,7 +35,7 @@ enum class OpKind {
 };
 
 struct Op {
-  std::string name;
+  std::string_view name;  // a literal: expanding allocates no strings
   OpKind kind = OpKind::Linear;
   std::int64_t params = 0;  // parameters held by this rank
   Flops fwd_flops = 0;      // matrix-product FLOPs (model FLOPs), forward
@@ -46,12 +47,20 @@ struct Op {
   // core: softmax output, dropout mask and output over the scores),
   // recomputed from Q, K and V in backward.
   Bytes core_saved_bytes = 0;
+  // Weight matrices held by this rank: `matrices` of `rows` × `cols` (MoE
+  // experts give several); the rest of `params` are vectors (biases, norms).
+  std::int64_t matrices = 0;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+
+  std::int64_t matrix_params() const { return matrices * rows * cols; }
+  std::int64_t vector_params() const { return params - matrix_params(); }
 };
 
 enum class LayerKind { Embedding, Block, Head };
 
 struct Layer {
-  std::string name;
+  std::string_view name;  // "embedding", "block" or "head"
   LayerKind kind = LayerKind::Block;
   std::vector<Op> ops;
   // Bytes of the layer's input on this rank: what full recompute keeps.
@@ -72,6 +81,7 @@ struct ExpandOptions {
   std::int64_t tp = 1;
   bool sequence_parallel = false;
   std::int64_t cp = 1;  // context parallel: each rank holds seq_len / cp tokens
+  std::int64_t ep = 1;  // expert parallel: each rank holds experts / ep experts
   Precision precision = Precision::BF16;
   AttentionKernel attention = AttentionKernel::Flash;
 };

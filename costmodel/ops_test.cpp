@@ -210,3 +210,40 @@ TEST_CASE("fp32 doubles activation bytes; fp8 halves GEMM inputs") {
 
 }  // namespace
 }  // namespace strata::cost
+
+namespace strata::cost {
+namespace {
+
+TEST_CASE("weight shapes: a GPT block has 12h² in matrices and 13h in vectors") {
+  // QKV h×3h, projection h×h, MLP h×4h and 4h×h; biases 3h+h+4h+h and two
+  // layer norms 2h each.
+  const auto m = gpt(2, 256, 4, 64, 1000);
+  const auto c = expand(m);
+  std::int64_t mat = 0, vec = 0;
+  for (const auto& op : c.block.ops) {
+    CHECK(op.vector_params() >= 0);
+    mat += op.matrix_params();
+    vec += op.vector_params();
+  }
+  CHECK(mat == 12 * 256 * 256);
+  CHECK(vec == 13 * 256);
+  // Embedding: a V×h token table and an s×h position table.
+  CHECK(c.embedding.ops[0].matrix_params() == 1000 * 256);
+  CHECK(c.embedding.ops[1].matrix_params() == 64 * 256);
+}
+
+TEST_CASE("expert parallelism divides expert weights, not attention") {
+  // Mixtral with ep = 4: each rank holds 2 of 8 experts; the router and the
+  // attention stay whole.
+  const auto m = model_preset("mixtral-8x7b");
+  ExpandOptions o;
+  o.ep = 4;
+  const auto full = expand(m);
+  const auto part = expand(m, o);
+  const std::int64_t expert = 8 * 3 * 4096 * 14336;  // 8 SwiGLU experts
+  CHECK(full.block.params() - part.block.params() == expert - expert / 4);
+  CHECK(part.block.fwd_flops() == full.block.fwd_flops());
+}
+
+}  // namespace
+}  // namespace strata::cost

@@ -149,10 +149,10 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   const double flops_per_token = chain.model_flops() / tokens;
   // Layers in order: embedding, block.0 … block.(L-1), head.
   std::vector<std::pair<std::string, const cost::Layer*>> layers;
-  layers.emplace_back(chain.embedding.name, &chain.embedding);
+  layers.emplace_back(std::string(chain.embedding.name), &chain.embedding);
   for (std::int64_t i = 0; i < chain.blocks; ++i)
     layers.emplace_back("block." + std::to_string(i), &chain.block);
-  layers.emplace_back(chain.head.name, &chain.head);
+  layers.emplace_back(std::string(chain.head.name), &chain.head);
 
   if (f == Format::Json) {
     ordered_json j;
@@ -197,7 +197,7 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   if (f == Format::Csv) {
     for (const auto& [name, layer] : layers)
       for (const auto& op : layer->ops)
-        t.add_row({name, op.name, std::to_string(op.params), num(op.fwd_flops),
+        t.add_row({name, std::string(op.name), std::to_string(op.params), num(op.fwd_flops),
                    num(op.bwd_flops), std::to_string(op.saved_bytes)});
     return to_csv(t);
   }
@@ -205,12 +205,12 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   // the head.
   auto add = [&](const std::string& name, const cost::Layer& layer) {
     for (const auto& op : layer.ops)
-      t.add_row({name, op.name, count(static_cast<double>(op.params)), si(op.fwd_flops),
+      t.add_row({name, std::string(op.name), count(static_cast<double>(op.params)), si(op.fwd_flops),
                  si(op.bwd_flops), bytes_iec(static_cast<double>(op.saved_bytes))});
   };
-  add(chain.embedding.name, chain.embedding);
+  add(std::string(chain.embedding.name), chain.embedding);
   add("block (x" + std::to_string(chain.blocks) + ")", chain.block);
-  add(chain.head.name, chain.head);
+  add(std::string(chain.head.name), chain.head);
   std::string out;
   out += "model            " + model.name + "\n";
   out += "parameters       " + count(static_cast<double>(chain.params())) + " (" +
