@@ -44,6 +44,7 @@ LinkSharing::LinkSharing(std::vector<double> capacity)
     : capacity_(std::move(capacity)),
       on_link_(capacity_.size()),
       multi_on_link_(capacity_.size(), 0),
+      link_dirty_(capacity_.size(), 0),
       link_mark_(capacity_.size(), 0),
       cap_left_(capacity_.size(), 0.0),
       share_(capacity_.size(), 0.0),
@@ -57,6 +58,8 @@ void LinkSharing::reset() {
   free_flows_.clear();
   for (auto& v : on_link_) v.clear();
   std::fill(multi_on_link_.begin(), multi_on_link_.end(), 0);
+  std::fill(link_dirty_.begin(), link_dirty_.end(), 0);
+  dirty_links_.clear();
   changed_.clear();
 }
 
@@ -73,19 +76,16 @@ std::int32_t LinkSharing::start(const std::int32_t* links, std::int32_t nlinks, 
     new_rate_.push_back(0.0);
   }
   Flow& f = flows_[id];
-  f = Flow{bytes, 0.0, now, links, nlinks, owner, 0, true};
+  f = Flow{bytes, 0.0, now, links, nlinks, owner, kNoToken, true};
   for (std::int32_t i = 0; i < nlinks; ++i) {
     on_link_[links[i]].push_back(id);
     if (nlinks > 1) ++multi_on_link_[links[i]];
+    mark(links[i]);
   }
-  if (nlinks == 1 && multi_on_link_[links[0]] == 0)
-    recompute_single(links[0], now);
-  else
-    recompute(links, nlinks, now);
   return id;
 }
 
-void LinkSharing::finish(std::int32_t id, Time now) {
+void LinkSharing::finish(std::int32_t id) {
   Flow& f = flows_[id];
   for (std::int32_t i = 0; i < f.nlinks; ++i) {
     auto& v = on_link_[f.links[i]];
@@ -93,14 +93,44 @@ void LinkSharing::finish(std::int32_t id, Time now) {
     *it = v.back();
     v.pop_back();
     if (f.nlinks > 1) --multi_on_link_[f.links[i]];
+    mark(f.links[i]);
   }
   f.remaining = 0;
   f.rate = 0;
+  f.token = kNoToken;
   free_flows_.push_back(id);
-  if (f.nlinks == 1 && multi_on_link_[f.links[0]] == 0)
-    recompute_single(f.links[0], now);
-  else
-    recompute(f.links, f.nlinks, now);
+}
+
+void LinkSharing::mark(std::int32_t link) {
+  if (link_dirty_[link]) return;
+  link_dirty_[link] = 1;
+  dirty_links_.push_back(link);
+}
+
+void LinkSharing::update(Time now) {
+  changed_.clear();
+  // Fresh stamps for this update: epoch_ marks links and flows "in the
+  // component", epoch_ + 1 marks flows "rate fixed".
+  if (epoch_ >= ~std::uint32_t{0} - 2) {  // about to wrap: clear stamps
+    std::fill(link_mark_.begin(), link_mark_.end(), 0);
+    std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
+    epoch_ = 0;
+  }
+  epoch_ += 2;
+  // Links whose flows all cross only them form their own component: equal
+  // split. The others seed one progressive filling over their components.
+  comp_links_.clear();
+  for (std::int32_t l : dirty_links_) {
+    link_dirty_[l] = 0;
+    if (multi_on_link_[l] == 0) {
+      recompute_single(l, now);
+    } else {
+      link_mark_[l] = epoch_;
+      comp_links_.push_back(l);
+    }
+  }
+  dirty_links_.clear();
+  if (!comp_links_.empty()) recompute(now);
 }
 
 Time LinkSharing::finish_time(std::int32_t id) const {
@@ -111,24 +141,9 @@ Time LinkSharing::finish_time(std::int32_t id) const {
   return f.last + std::max<Time>(0, static_cast<Time>(dt));
 }
 
-void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time now) {
-  changed_.clear();
-  // Two fresh stamps: epoch_ marks "in the component", epoch_ + 1 "rate fixed".
-  if (epoch_ >= std::numeric_limits<std::uint32_t>::max() - 2) {  // about to wrap
-    std::fill(link_mark_.begin(), link_mark_.end(), 0);
-    std::fill(flow_mark_.begin(), flow_mark_.end(), 0);
-    epoch_ = 0;
-  }
-  epoch_ += 2;
-  const std::uint32_t frozen = epoch_ + 1;
-  // Connected component of links and flows reachable from `links`.
-  comp_links_.clear();
+void LinkSharing::recompute(Time now) {
+  // Components reachable from the seed links already in comp_links_.
   comp_flows_.clear();
-  for (std::int32_t i = 0; i < nlinks; ++i)
-    if (link_mark_[links[i]] != epoch_) {
-      link_mark_[links[i]] = epoch_;
-      comp_links_.push_back(links[i]);
-    }
   for (std::size_t li = 0; li < comp_links_.size(); ++li) {
     for (std::int32_t fid : on_link_[comp_links_[li]]) {
       if (flow_mark_[fid] == epoch_) continue;
@@ -151,6 +166,7 @@ void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time
     cap_left_[l] = capacity_[l];
     nun_[l] = static_cast<std::int32_t>(on_link_[l].size());
   }
+  const std::uint32_t frozen = epoch_ + 1;
   std::size_t left = comp_flows_.size();
   while (left > 0) {
     double share = std::numeric_limits<double>::infinity();
@@ -185,7 +201,6 @@ void LinkSharing::recompute(const std::int32_t* links, std::int32_t nlinks, Time
 }
 
 void LinkSharing::recompute_single(std::int32_t link, Time now) {
-  changed_.clear();
   const auto& on = on_link_[link];
   if (on.empty()) return;
   const double share = capacity_[link] / static_cast<double>(on.size());

@@ -7,11 +7,14 @@
 // the flows crossing a saturated link are frozen at that rate and the others
 // keep growing over the remaining capacity (SimGrid's LMM without weights).
 //
-// LinkSharing keeps the flows of one run. Starting or finishing a flow
-// recomputes rates exactly — only for the connected component of flows that
-// share links, transitively, with it — and reports the flows whose rate
-// changed; the engine then reschedules their completion (lazily cancelling
-// the old completion event through the flow's token).
+// LinkSharing keeps the flows of one run. Starting or finishing a flow only
+// marks its links; update() then recomputes rates exactly — once per instant,
+// and only for the connected components of flows that share links,
+// transitively, with a marked link — and reports the flows whose rate
+// changed; the engine reschedules their completion (lazily cancelling the
+// old completion event through the flow's token). Rates computed this way
+// are bit-identical to max_min_rates() over all flows: within a round every
+// frozen flow subtracts the same share, and rounds run in increasing share.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -35,14 +38,17 @@ class LinkSharing {
   void reset();
 
   // Starts a flow of `bytes` (> 0) across `links` at time `now`; `links` must
-  // stay valid until the flow finishes. Returns the flow id; changed() then
-  // lists every flow whose rate changed, the new one included.
+  // stay valid until the flow finishes. Returns the flow id. Its rate is set
+  // by the next update().
   std::int32_t start(const std::int32_t* links, std::int32_t nlinks, double bytes, Time now,
                      std::int32_t owner);
-  // Removes a flow whose completion has come at `now`; changed() then lists
-  // the flows whose rate changed.
-  void finish(std::int32_t flow, Time now);
-
+  // Removes a flow whose completion has come.
+  void finish(std::int32_t flow);
+  // Whether a start or finish awaits update().
+  bool pending() const { return !dirty_links_.empty(); }
+  // Recomputes the rates of the flows on links touched since the last update;
+  // changed() then lists every flow whose rate changed (new flows included).
+  void update(Time now);
   const std::vector<std::int32_t>& changed() const { return changed_; }
 
   // Completion time of a flow at its current rate: the earliest integer
@@ -68,10 +74,13 @@ class LinkSharing {
     std::int32_t nlinks = 0;
     std::int32_t owner = -1;
     std::uint64_t token = 0;
-    bool fresh = false;  // started in this update; no rate yet
+    bool fresh = false;  // started since the last update; no rate yet
   };
+  static constexpr std::uint64_t kNoToken = ~std::uint64_t{0};
 
-  void recompute(const std::int32_t* links, std::int32_t nlinks, Time now);
+  void mark(std::int32_t link);
+  // Progressive filling over the components reachable from comp_links_.
+  void recompute(Time now);
   // Fast path: every flow on `link` crosses only that link, so each gets an
   // equal share.
   void recompute_single(std::int32_t link, Time now);
@@ -82,6 +91,8 @@ class LinkSharing {
   std::vector<std::int32_t> free_flows_;
   std::vector<std::vector<std::int32_t>> on_link_;  // active flows per link
   std::vector<std::int32_t> multi_on_link_;         // of those, flows crossing 2+ links
+  std::vector<std::uint8_t> link_dirty_;
+  std::vector<std::int32_t> dirty_links_;
   // Scratch for recompute, kept to avoid allocation per event.
   std::vector<std::uint32_t> link_mark_, flow_mark_;
   std::uint32_t epoch_ = 0;

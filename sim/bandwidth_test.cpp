@@ -31,7 +31,7 @@ TEST_CASE("sim/bandwidth: max-min rates: a flow limited elsewhere leaves its sha
 
 TEST_CASE("sim/bandwidth: LinkSharing matches the reference rates as flows come and go") {
   // Random flows over 5 links; after every start and finish each active flow's
-  // rate equals max_min_rates() on the active set.
+  // rate equals max_min_rates() on the active set, bit for bit.
   std::mt19937 rng(3);
   const std::vector<double> cap{1, 2, 3, 5, 8};
   LinkSharing ls(cap);
@@ -55,15 +55,16 @@ TEST_CASE("sim/bandwidth: LinkSharing matches the reference rates as flows come 
       active_path.push_back(pi);
     } else {
       const std::size_t k = rng() % active_flow.size();
-      ls.finish(active_flow[k], now);
+      ls.finish(active_flow[k]);
       active_flow.erase(active_flow.begin() + static_cast<long>(k));
       active_path.erase(active_path.begin() + static_cast<long>(k));
     }
+    ls.update(now);
     std::vector<std::vector<std::int32_t>> live;
     for (auto pi : active_path) live.push_back(paths[pi]);
     const auto want = max_min_rates(cap, live);
     for (std::size_t i = 0; i < active_flow.size(); ++i)
-      CHECK(ls.rate(active_flow[i]) == doctest::Approx(want[i]).epsilon(1e-12));
+      CHECK(ls.rate(active_flow[i]) == want[i]);  // bit for bit
   }
 }
 
@@ -74,15 +75,42 @@ TEST_CASE("sim/bandwidth: LinkSharing reports only flows whose rate changed") {
   LinkSharing ls(cap);
   const std::int32_t l0 = 0, l1 = 1;
   const auto a = ls.start(&l0, 1, 100, 0, 0);
+  ls.update(0);
+  CHECK(ls.changed() == std::vector<std::int32_t>{a});
   const auto b = ls.start(&l1, 1, 100, 0, 1);
+  ls.update(0);
   CHECK(ls.changed() == std::vector<std::int32_t>{b});
   const auto c = ls.start(&l0, 1, 100, 2, 2);
+  CHECK(ls.pending());
+  ls.update(2);
+  CHECK(!ls.pending());
   CHECK(ls.changed().size() == 2);
   CHECK(ls.rate(a) == 5);
   CHECK(ls.rate(c) == 5);
   // a moved 20 B in [0, 2) at 10 B/ns; 80 B left at 5 B/ns -> ends at 2 + 16 = 18.
   CHECK(ls.finish_time(a) == 18);
   CHECK(ls.finish_time(b) == 10);
+}
+
+TEST_CASE("sim/bandwidth: a flow ending on two links speeds up the flows left on each") {
+  // pcie = 3 B/ns, nic = 5 B/ns. a (349 B, pcie) alone from 114: 3 B/ns. b (283 B,
+  // pcie + nic) joins at 133: both 1.5 B/ns; b ends at 133 + 283/1.5 = 321.67 -> 322.
+  // a has then moved 57 + 1.5 * 189 = 340.5 B; its last 8.5 B at 3 B/ns end at 325.
+  const std::vector<double> cap{3, 5};
+  LinkSharing ls(cap);
+  const std::int32_t pcie[1] = {0}, both[2] = {0, 1};
+  const auto a = ls.start(pcie, 1, 349, 114, 0);
+  ls.update(114);
+  CHECK(ls.finish_time(a) == 231);  // 114 + 349/3 = 230.33
+  const auto b = ls.start(both, 2, 283, 133, 1);
+  ls.update(133);
+  CHECK(ls.rate(a) == 1.5);
+  CHECK(ls.finish_time(b) == 322);
+  ls.finish(b);
+  ls.update(322);
+  CHECK(ls.changed() == std::vector<std::int32_t>{a});
+  CHECK(ls.rate(a) == 3);
+  CHECK(ls.finish_time(a) == 325);
 }
 
 }  // namespace

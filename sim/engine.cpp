@@ -66,9 +66,12 @@ struct Engine::Impl {
   std::vector<std::int32_t> free_slots;  // per resource (worker pools)
   std::vector<std::vector<std::int32_t>> fifo;  // per worker pool: waiting tasks
   std::vector<std::size_t> fifo_head;
+  std::vector<std::uint8_t> pool_dirty;  // per resource: a slot or a waiter came this instant
+  std::vector<std::int32_t> dirty_pools;
+  std::vector<std::int32_t> ready_now, starting;  // tasks whose predecessors are all done
   RunResult r;
 
-  void ready(std::int32_t t, Time now);
+  void start_ready(Time now);
   void start(std::int32_t t, Time now);
   void begin_transfer(std::int32_t t, Time now);
   void flow_done(std::int32_t f, Time now);
@@ -84,11 +87,27 @@ struct Engine::Impl {
   std::size_t state_bytes() const;
 };
 
+Time resolve_fixed_time(const Task& task, const CostFn& cost) {
+  if (task.duration) return *task.duration;
+  if (cost) {
+    const Time d = cost(task);
+    if (d < 0)
+      throw GraphError("task '" + task.id + "': cost function returned a negative time (" +
+                       std::to_string(d) + " ns)");
+    return d;
+  }
+  if (task.flops > 0 || task.mem_bytes > 0)
+    throw GraphError("task '" + task.id +
+                     "' has work (flops/mem_bytes) but no duration, and the engine has no "
+                     "cost function");
+  return 0;
+}
+
 namespace {
 std::vector<double> link_capacities(const TaskGraph& g) {
   std::vector<double> c;
   for (const Resource& res : g.resources())
-    c.push_back(res.kind == ResourceKind::Link ? res.bytes_per_second / 1e9 : 1.0);
+    c.push_back(res.kind == ResourceKind::Link ? res.bytes_per_ns() : 1.0);  // 1: unused
   return c;
 }
 }  // namespace
@@ -110,19 +129,7 @@ Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
   for (std::int32_t t = 0; t < n; ++t) {
     const Task& task = tasks[t];
     Node& node = nodes[t];
-    if (task.duration) {
-      node.fixed = *task.duration;
-    } else if (cost) {
-      const Time d = cost(task);
-      if (d < 0)
-        throw GraphError("task '" + task.id + "': cost function returned a negative time (" +
-                         std::to_string(d) + " ns)");
-      node.fixed = d;
-    } else if (task.flops > 0 || task.mem_bytes > 0) {
-      throw GraphError("task '" + task.id +
-                       "' has work (flops/mem_bytes) but no duration, and the engine has no "
-                       "cost function");
-    }
+    node.fixed = resolve_fixed_time(task, cost);
     Transfer x;
     x.link_off = static_cast<std::int32_t>(xfer_links.size());
     for (ResourceId res : task.resources) {
@@ -166,18 +173,39 @@ Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
   free_slots.assign(nr, 0);
   fifo.resize(nr);
   fifo_head.assign(nr, 0);
+  pool_dirty.assign(nr, 0);
 }
 
-void Engine::Impl::ready(std::int32_t t, Time now) {
-  const std::int32_t q = nodes[t].queue;
-  if (q >= 0 && is_pool[q]) {
-    if (free_slots[q] == 0) {
+// Starts the tasks that became ready at this instant, once every event of the
+// instant is handled (so frees at an instant come before allocations), in
+// task order; then hands free worker-pool slots to waiters, first come first
+// served (pools in index order).
+void Engine::Impl::start_ready(Time now) {
+  starting.swap(ready_now);
+  if (starting.size() > 1) std::sort(starting.begin(), starting.end());
+  for (std::int32_t t : starting) {
+    const std::int32_t q = nodes[t].queue;
+    if (q >= 0 && is_pool[q]) {
       fifo[q].push_back(t);
-      return;
+      if (!pool_dirty[q]) {
+        pool_dirty[q] = 1;
+        dirty_pools.push_back(q);
+      }
+    } else {
+      start(t, now);
     }
-    --free_slots[q];
   }
-  start(t, now);
+  starting.clear();
+  if (dirty_pools.empty()) return;
+  if (dirty_pools.size() > 1) std::sort(dirty_pools.begin(), dirty_pools.end());
+  for (std::int32_t q : dirty_pools) {
+    pool_dirty[q] = 0;
+    while (free_slots[q] > 0 && fifo_head[q] < fifo[q].size()) {
+      --free_slots[q];
+      start(fifo[q][fifo_head[q]++], now);
+    }
+  }
+  dirty_pools.clear();
 }
 
 void Engine::Impl::start(std::int32_t t, Time now) {
@@ -214,8 +242,7 @@ void Engine::Impl::begin_transfer(std::int32_t t, Time now) {
       acquire(lk[i], now);
       ++r.resources[lk[i]].tasks;
     }
-    links.start(lk, x.nlinks, x.bytes, now, t);
-    schedule_changed_flows();
+    links.start(lk, x.nlinks, x.bytes, now, t);  // rate set at the end of the instant
   } else {
     // Never end a task from start(): chains of zero-time tasks would recurse.
     events.push(now + x.latency_after, EventKind::TaskEnd, t);
@@ -230,8 +257,7 @@ void Engine::Impl::flow_done(std::int32_t f, Time now) {
     release(lk[i], now);
     r.resources[lk[i]].bytes += static_cast<Bytes>(x.bytes);
   }
-  links.finish(f, now);
-  schedule_changed_flows();
+  links.finish(f);
   if (x.latency_after > 0)
     events.push(now + x.latency_after, EventKind::TaskEnd, t);
   else
@@ -241,7 +267,6 @@ void Engine::Impl::flow_done(std::int32_t f, Time now) {
 void Engine::Impl::end(std::int32_t t, Time now) {
   r.tasks[t].end = now;
   r.makespan = std::max(r.makespan, now);
-  // Frees first, so tasks started at this instant do not see the freed bytes.
   const Node& node = nodes[t];
   if (node.mem >= 0) {
     const std::int32_t* m = mem.data() + node.mem;
@@ -251,17 +276,17 @@ void Engine::Impl::end(std::int32_t t, Time now) {
   if (q >= 0) {
     release(q, now);
     if (is_pool[q]) {
-      auto& waiting = fifo[q];
-      if (fifo_head[q] < waiting.size())
-        start(waiting[fifo_head[q]++], now);  // the slot passes to the next in line
-      else
-        ++free_slots[q];
+      ++free_slots[q];
+      if (!pool_dirty[q]) {
+        pool_dirty[q] = 1;
+        dirty_pools.push_back(q);
+      }
     }
   }
   for (std::int32_t k = node.succ_begin; k < node.succ_end; ++k) {
     const std::int32_t s = succ[k];
     __builtin_prefetch(&nodes[s]);  // read by start(s) once s is ready
-    if (--npred[s] == 0) ready(s, now);
+    if (--npred[s] == 0) ready_now.push_back(s);
   }
 }
 
@@ -281,13 +306,33 @@ RunResult Engine::Impl::run() {
     free_slots[i] = slots[i];
     fifo[i].clear();
     fifo_head[i] = 0;
+    pool_dirty[i] = 0;
   }
+  dirty_pools.clear();
+  ready_now.clear();
 
   for (std::int32_t t = 0; t < n; ++t)
-    if (npred[t] == 0) ready(t, 0);
+    if (npred[t] == 0) ready_now.push_back(t);
   std::uint64_t processed = 0, stale = 0;
-  while (!events.empty()) {
+  Time now = 0;
+  // Each instant: handle its events; then start the tasks that became ready;
+  // then recompute link rates once for the transfers that started or ended.
+  // Any of these may add events at the same instant: repeat until none is left.
+  for (;;) {
+    if (events.empty() || events.top_time() > now) {
+      if (!ready_now.empty() || !dirty_pools.empty()) {
+        start_ready(now);
+        continue;
+      }
+      if (links.pending()) {
+        links.update(now);
+        schedule_changed_flows();
+        continue;
+      }
+      if (events.empty()) break;
+    }
     const Event e = events.pop();
+    now = e.time;
     switch (e.kind) {
       case EventKind::TaskEnd:
         end(e.id, e.time);
@@ -318,7 +363,8 @@ std::size_t Engine::Impl::state_bytes() const {
                   cap_bytes(slots) + cap_bytes(npred) + events.state_bytes() +
                   links.state_bytes() + memory.state_bytes() + cap_bytes(active) +
                   cap_bytes(since) + cap_bytes(free_slots) + cap_bytes(fifo) +
-                  cap_bytes(fifo_head) + sizeof(Impl);
+                  cap_bytes(fifo_head) + cap_bytes(pool_dirty) + cap_bytes(dirty_pools) +
+                  cap_bytes(ready_now) + cap_bytes(starting) + sizeof(Impl);
   for (const auto& f : fifo) b += cap_bytes(f);
   return b;
 }

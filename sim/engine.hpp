@@ -11,9 +11,15 @@
 // on a worker pool, a slot is free (first come, first served). Its fixed part
 // (`duration`, or the cost function's answer) runs first, then its transfer
 // bytes move across its links at the max-min fair share (recomputed exactly
-// whenever a transfer starts or finishes), then `latency_after`. Buffers are
-// allocated at the task's start and freed at its end; exceeding a pool's
-// capacity is recorded (first occurrence) and the run goes on.
+// whenever a transfer starts or finishes; a completion lands on the first
+// whole nanosecond by which the bytes are through), then `latency_after`.
+// Buffers are allocated at the task's start and freed at its end; exceeding a
+// pool's capacity is recorded (first occurrence) and the run goes on.
+//
+// Within one instant, every task end (and its frees) is handled before any
+// task start (and its allocations), and tasks that become ready at the same
+// instant start in task order (the order they were added), so results do not
+// depend on how the engine orders simultaneous events internally.
 //
 // The engine compiles the graph once into flat arrays (int32 indices,
 // contiguous successor lists, durations resolved through the cost function)
@@ -34,6 +40,11 @@ namespace strata::sim {
 // Turns a task's work (flops, mem_bytes, …) into its fixed time. Called once
 // per task without a `duration`, when the engine is built.
 using CostFn = std::function<Time(const Task&)>;
+
+// The fixed part of a task's time: its `duration`, else cost(task); a task
+// with neither a duration nor a cost function takes 0 ns if it carries no
+// work (flops, mem_bytes) and is a GraphError otherwise, as is a negative cost.
+Time resolve_fixed_time(const Task& task, const CostFn& cost);
 
 struct TaskTiming {
   Time start = 0;

@@ -50,6 +50,9 @@ class EventQueue {
     return e.seq;
   }
 
+  // Time of the earliest event. Precondition: !empty().
+  Time top_time() const { return heap_.front().time; }
+
   // Removes and returns the earliest event. Precondition: !empty().
   Event pop() {
     const Event top = heap_.front();

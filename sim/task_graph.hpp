@@ -98,6 +98,9 @@ struct Resource {
   ResourceKind kind = ResourceKind::Stream;
   int slots = 1;                  // worker pools: concurrent tasks; else 1
   double bytes_per_second = 0.0;  // links only
+  // Bandwidth in the engine's unit (division keeps round figures exact:
+  // 10e9 B/s is exactly 10 B/ns).
+  double bytes_per_ns() const { return bytes_per_second / 1e9; }
 };
 
 struct MemoryPool {
