@@ -1,6 +1,7 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "sim/bandwidth.hpp"
@@ -115,6 +116,9 @@ std::vector<double> link_capacities(const TaskGraph& g) {
 Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
     : g(&graph), links(link_capacities(graph)), memory(graph) {
   graph.check_acyclic();
+  if (graph.num_edges() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    throw GraphError("graph has " + std::to_string(graph.num_edges()) +
+                     " edges; the engine indexes them with 32-bit integers");
   const auto& tasks = graph.tasks();
   n = static_cast<std::int32_t>(tasks.size());
   const std::size_t nr = graph.num_resources();

@@ -11,7 +11,7 @@
 
 namespace strata::sim {
 
-enum class EventKind : std::uint8_t {
+enum class EventKind : std::uint32_t {
   TaskEnd,        // a task's last phase is over
   TransferBegin,  // a transfer's fixed latency is over: its bytes start moving
   FlowDone,       // a flow's bytes are through (stale if the flow's token differs)

@@ -89,5 +89,32 @@ TEST_CASE("sim/trace: summary holds makespan, busy time, peak breakdown and OOM"
   CHECK(j["pools"][0]["peak_by_tag"]["activations"] == 100);
 }
 
+TEST_CASE("sim/trace: worker pool tasks get one lane per overlapping task; OOM is in the summary") {
+  // Two 10 ns host tasks run at once on a 2-slot pool (lanes "cpu", "cpu #1");
+  // each allocates 60 B in a 100 B pool: 20 B short at t=0, blamed on the second.
+  TaskGraph g;
+  auto cpu = g.add_worker_pool("host.cpu", 2);
+  auto p = g.add_pool("host", 100);
+  auto a = g.add_buffer({.id = "a", .pool = p, .bytes = 60, .tag = MemTag::OptimizerStates});
+  auto b = g.add_buffer({.id = "b", .pool = p, .bytes = 60, .tag = MemTag::OptimizerStates});
+  g.add_task({.id = "opt/0", .kind = TaskKind::Host, .resources = {cpu}, .duration = 10,
+              .allocs = {a}, .frees = {a}, .label = {.phase = Phase::Optim}});
+  g.add_task({.id = "opt/1", .kind = TaskKind::Host, .resources = {cpu}, .duration = 10,
+              .allocs = {b}, .frees = {b}, .label = {.phase = Phase::Optim}});
+  const RunResult r = simulate(g);
+  const auto trace = nlohmann::json::parse(chrome_trace(g, r));
+  std::set<std::string> threads;
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name") threads.insert(e.at("args").at("name"));
+  CHECK(threads == std::set<std::string>{"cpu", "cpu #1"});
+  const auto j = summary_json(g, r);
+  CHECK(j["fits"] == false);
+  CHECK(j["oom"]["task"] == "opt/1");
+  CHECK(j["oom"]["buffer"] == "b");
+  CHECK(j["oom"]["pool"] == "host");
+  CHECK(j["oom"]["bytes_short"] == 20);
+  CHECK(j["pools"][0]["peak_by_tag"]["optimizer_states"] == 120);
+}
+
 }  // namespace
 }  // namespace strata::sim
