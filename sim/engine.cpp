@@ -208,6 +208,10 @@ void Engine::Impl::start_ready(Time now) {
       --free_slots[q];
       start(fifo[q][fifo_head[q]++], now);
     }
+    if (fifo_head[q] == fifo[q].size()) {  // all served: reuse the storage
+      fifo[q].clear();
+      fifo_head[q] = 0;
+    }
   }
   dirty_pools.clear();
 }

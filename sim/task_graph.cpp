@@ -225,6 +225,20 @@ void TaskGraph::add_dep(TaskId before, TaskId after) {
                   adj_->g);
   ++adj_->edges;
 }
+TaskId TaskGraph::add_task(Task task, std::initializer_list<TaskId> after_these) {
+  for (TaskId t : after_these)  // check first: a failed add leaves no trace
+    if (t.index < 0 || static_cast<std::size_t>(t.index) >= tasks_.size())
+      throw GraphError("task '" + task.id + "': unknown predecessor task #" +
+                       std::to_string(t.index));
+  const TaskId id = add_task(std::move(task));
+  for (TaskId t : after_these) add_dep(t, id);
+  return id;
+}
+
+void TaskGraph::add_deps(std::span<const TaskId> before, TaskId after) {
+  for (TaskId t : before) add_dep(t, after);
+}
+
 void TaskGraph::add_dep(std::string_view before, std::string_view after) {
   add_dep(task(before), task(after));
 }

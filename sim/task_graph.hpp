@@ -11,8 +11,7 @@
 //   auto fwd  = g.add_task({.id = "r0:fwd/L3/mb2", .kind = sim::TaskKind::Compute,
 //                           .resources = {s0}, .duration = 120 * kMicrosecond,
 //                           .allocs = {act}});
-//   auto bwd  = g.add_task({...,  .frees = {act}});
-//   g.add_dep(fwd, bwd);
+//   auto bwd  = g.add_task({...,  .frees = {act}}, {fwd});   // or g.add_dep(fwd, bwd)
 //
 // Resources: streams and copy engines run one task at a time in the order the
 // tasks were added to the graph (as a framework enqueues kernels); worker pools
@@ -33,8 +32,10 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -159,9 +160,12 @@ class TaskGraph {
   // transfer bytes, non-negative times, each buffer allocated and freed at most
   // once) and enqueues it on its stream after the tasks added before it.
   TaskId add_task(Task task);
+  // add_task, then a dependency on each of `after_these`.
+  TaskId add_task(Task task, std::initializer_list<TaskId> after_these);
   // `after` starts only once `before` has ended.
   void add_dep(TaskId before, TaskId after);
   void add_dep(std::string_view before, std::string_view after);
+  void add_deps(std::span<const TaskId> before, TaskId after);
 
   // --- lookup (throw GraphError naming the unknown id) ---
   ResourceId resource(std::string_view name) const;

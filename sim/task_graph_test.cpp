@@ -141,5 +141,22 @@ TEST_CASE("sim/task_graph: a copied graph is independent of its source") {
   CHECK(simulate(h).tasks.size() == 3);
 }
 
+TEST_CASE("sim/task_graph: a task can be added with its predecessors") {
+  // c after a and b: 2 edges; d after c via add_deps: 3; an unknown predecessor adds nothing.
+  TaskGraph g;
+  auto a = g.add_task({.id = "a"});
+  auto b = g.add_task({.id = "b"});
+  auto c = g.add_task({.id = "c"}, {a, b});
+  CHECK(g.num_edges() == 2);
+  const std::vector<TaskId> before{c};
+  auto d = g.add_task({.id = "d"});
+  g.add_deps(before, d);
+  CHECK(g.num_edges() == 3);
+  CHECK_THROWS_AS(g.add_task({.id = "e"}, {TaskId{9}}), GraphError);
+  CHECK(g.num_tasks() == 4);
+  const RunResult r = simulate(g);
+  CHECK(r.at(d).start >= r.at(c).end);
+}
+
 }  // namespace
 }  // namespace strata::sim
