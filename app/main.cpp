@@ -10,7 +10,9 @@
 
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
+#include "report/simulate.hpp"
 #include "sim/error.hpp"
+#include "strategies/memory_lowering.hpp"
 #include "strategies/scenario.hpp"
 
 namespace {
@@ -68,7 +70,14 @@ int main(int argc, char** argv) {
                        "A model preset, a model JSON (Strata or Hugging Face config.json) or a "
                        "scenario JSON")
       ->required();
-  for (auto* cmd : {models, gpus, clusters, describe}) add_format_option(cmd, format);
+  std::string scenario_path;
+  bool analytical = false;
+  auto* simulate = app.add_subcommand(
+      "simulate", "Predict per-GPU memory (feasibility, peak, breakdown by tag and stage)");
+  simulate->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
+  simulate->add_flag("--analytical", analytical,
+                     "Use the closed-form memory model instead of replaying the schedule");
+  for (auto* cmd : {models, gpus, clusters, describe, simulate}) add_format_option(cmd, format);
 
   try {
     app.parse(argc, argv);
@@ -85,6 +94,14 @@ int main(int argc, char** argv) {
     if (*gpus) out = report::list_gpus(cost::gpu_presets(), format);
     if (*clusters) out = report::list_clusters(cost::cluster_presets(), format);
     if (*describe) out = describe_target(target, format);
+    if (*simulate) {
+      if (!std::filesystem::exists(scenario_path))
+        throw InputError(scenario_path, "", "file not found");
+      const auto sc = strategies::load_scenario(scenario_path);
+      const auto mem =
+          analytical ? strategies::estimate_memory(sc) : strategies::simulate_memory(sc);
+      out = report::render_simulation(sc, mem, format);
+    }
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;

@@ -52,6 +52,11 @@ struct Implementation {
   bool overlap_param_gather = true;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::None;
   bool pp_scatter_gather = false;
+  // Gradients accumulated in an fp32 buffer beside the 16-bit weights
+  // (Megatron-LM's main_grad, DeepSpeed's fp16/bf16 optimizers): 4 more bytes
+  // per parameter with fp16 (which also keeps 16-bit gradients), 4 instead of
+  // 2 with bf16/fp8. Off: ZeRO's accounting, 2 bytes (16 per parameter with Adam).
+  bool fp32_grad_accumulation = false;
   // Order in which ranks are laid out, innermost (fastest varying) first.
   std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                         ParallelDim::PP};

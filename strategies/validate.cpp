@@ -100,6 +100,11 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 str(b.global) + " is not divisible by dp·micro = " + str(p.dp) + "·" +
                     str(b.micro) + " = " + str(p.dp * b.micro));
 
+  if (interleaved && microbatches(p, b) % p.pp != 0)
+    return fail("interleaved-microbatches", "batch.global",
+                "the interleaved schedule needs microbatches per pipeline (" +
+                    str(microbatches(p, b)) + ") to be a multiple of pp=" + str(p.pp));
+
   // --- sharding, compression, optimizer ---
   if (p.zero > 0 && p.dp_topology == DpTopology::ParameterServer)
     return fail("zero-needs-allreduce", "plan.zero",

@@ -1,0 +1,142 @@
+#include <nlohmann/json.hpp>
+
+#include "report/simulate.hpp"
+#include "report/table.hpp"
+
+namespace strata::report {
+
+namespace {
+
+using nlohmann::ordered_json;
+using sim::MemTag;
+
+// Tags printed, in order: every tag a GPU's bytes can carry.
+constexpr MemTag kTags[] = {MemTag::Params,     MemTag::Grads,           MemTag::OptimizerStates,
+                            MemTag::Activations, MemTag::CommBuffers,    MemTag::Workspace,
+                            MemTag::AllocatorReserve, MemTag::Runtime,   MemTag::Other};
+
+ordered_json tags_json(const sim::TagBytes& bytes) {
+  ordered_json j = ordered_json::object();
+  for (MemTag t : kTags) {
+    const Bytes b = bytes[static_cast<std::size_t>(t)];
+    if (t == MemTag::Other && b == 0) continue;
+    j[std::string(enum_name(t))] = b;
+  }
+  return j;
+}
+
+std::string plan_summary(const strategies::Scenario& sc) {
+  const auto& p = sc.plan;
+  std::string s = "dp " + std::to_string(p.dp) + ", tp " + std::to_string(p.tp) + ", pp " +
+                  std::to_string(p.pp);
+  if (p.cp > 1) s += ", cp " + std::to_string(p.cp);
+  if (p.ep > 1) s += ", ep " + std::to_string(p.ep);
+  s += ", " + std::string(enum_name(p.schedule));
+  if (p.virtual_stages > 1) s += " (v " + std::to_string(p.virtual_stages) + ")";
+  if (p.zero > 0) s += ", ZeRO-" + std::to_string(p.zero);
+  if (p.sequence_parallel) s += ", sequence parallel";
+  s += ", recompute " + std::string(enum_name(p.recompute));
+  s += ", " + std::string(enum_name(p.optimizer)) + " " + std::string(enum_name(p.precision));
+  if (p.offload.activations) s += ", offload activations";
+  if (p.offload.weights) s += ", offload weights";
+  if (p.offload.optimizer != strategies::OffloadTarget::None)
+    s += ", optimizer on " + std::string(enum_name(p.offload.optimizer));
+  if (p.compression.method != strategies::CompressionMethod::None)
+    s += ", " + std::string(enum_name(p.compression.method)) + " compression";
+  return s;
+}
+
+std::string gib(Bytes b) { return fixed(to_GiB(b), 2) + " GiB"; }
+
+}  // namespace
+
+std::string render_simulation(const strategies::Scenario& sc,
+                              const strategies::MemoryEstimate& mem, Format f) {
+  if (f == Format::Json) {
+    ordered_json j;
+    j["scenario"] = sc.file;
+    j["model"] = sc.model.name;
+    j["gpus"] = sc.cluster.gpus();
+    j["feasible"] = mem.feasible();
+    if (mem.infeasible)
+      j["infeasible_reason"] = {{"pool", mem.infeasible->pool},
+                                {"needs_bytes", mem.infeasible->needs},
+                                {"has_bytes", mem.infeasible->has}};
+    j["peak_memory_bytes"] = mem.peak_bytes;
+    j["gpu_memory_bytes"] = mem.gpu_capacity;
+    j["peak_stage"] = mem.peak_stage;
+    j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
+    ordered_json stages = ordered_json::array();
+    for (const auto& st : mem.stages)
+      stages.push_back({{"stage", st.stage},
+                        {"peak_bytes", st.total},
+                        {"params", st.params},
+                        {"in_flight_microbatches", st.in_flight},
+                        {"host_bytes", st.host_bytes},
+                        {"nvme_bytes", st.nvme_bytes},
+                        {"breakdown_bytes", tags_json(st.bytes)}});
+    j["memory_per_stage"] = stages;
+    j["host_memory_bytes"] = mem.host_bytes_per_node;
+    j["host_memory_capacity_bytes"] = mem.host_capacity_per_node;
+    j["nvme_bytes"] = mem.nvme_bytes_per_node;
+    j["nvme_capacity_bytes"] = mem.nvme_capacity_per_node;
+    j["memory_source"] = mem.source;
+    return j.dump(2) + "\n";
+  }
+
+  Table per_stage;
+  per_stage.columns = {"stage", "parameters", "in_flight", "peak"};
+  for (MemTag t : kTags)
+    if (t != MemTag::Other) per_stage.columns.emplace_back(enum_name(t));
+  per_stage.align.assign(per_stage.columns.size(), Align::Right);
+  for (const auto& st : mem.stages) {
+    std::vector<std::string> row = {std::to_string(st.stage), count(static_cast<double>(st.params)),
+                                    std::to_string(st.in_flight),
+                                    f == Format::Csv ? std::to_string(st.total) : gib(st.total)};
+    for (MemTag t : kTags) {
+      if (t == MemTag::Other) continue;
+      const Bytes b = st.bytes[static_cast<std::size_t>(t)];
+      row.push_back(f == Format::Csv ? std::to_string(b) : gib(b));
+    }
+    per_stage.add_row(std::move(row));
+  }
+  if (f == Format::Csv) return to_csv(per_stage);
+
+  std::string out;
+  out += "scenario   " + sc.file + "\n";
+  out += "model      " + sc.model.name + " on " + std::to_string(sc.cluster.gpus()) + " x " +
+         sc.cluster.gpu.name + "\n";
+  out += "plan       " + plan_summary(sc) + "\n";
+  out += "batch      " + std::to_string(sc.batch.global) + " sequences of " +
+         std::to_string(sc.model.seq_len) + " tokens, microbatch " +
+         std::to_string(sc.batch.micro) + " (" +
+         std::to_string(strategies::microbatches(sc.plan, sc.batch)) + " per pipeline)\n\n";
+  if (mem.feasible()) {
+    out += "fits       peak " + gib(mem.peak_bytes) + " of " + gib(mem.gpu_capacity) +
+           " per GPU (stage " + std::to_string(mem.peak_stage) + ", " + mem.source + ")\n";
+  } else {
+    const auto& r = *mem.infeasible;
+    out += "DOES NOT FIT  " + r.pool + " memory: needs " + gib(r.needs) + ", has " + gib(r.has) +
+           "\n";
+  }
+  if (mem.host_bytes_per_node > 0 || mem.nvme_bytes_per_node > 0)
+    out += "host       " + gib(mem.host_bytes_per_node) + " of " +
+           gib(mem.host_capacity_per_node) + " per node; NVMe " + gib(mem.nvme_bytes_per_node) +
+           " of " + gib(mem.nvme_capacity_per_node) + "\n";
+  out += "\nmemory at the peak (stage " + std::to_string(mem.peak_stage) + ")\n";
+  Table b;
+  b.columns = {"tag", "bytes", "share"};
+  b.align = {Align::Left, Align::Right, Align::Right};
+  for (MemTag t : kTags) {
+    const Bytes v = mem.breakdown[static_cast<std::size_t>(t)];
+    if (t == MemTag::Other && v == 0) continue;
+    b.add_row({std::string(enum_name(t)), gib(v),
+               mem.peak_bytes > 0 ? fixed(100.0 * static_cast<double>(v) / static_cast<double>(mem.peak_bytes), 1) + " %" : "-"});
+  }
+  b.add_row({"total", gib(mem.peak_bytes), "100.0 %"});
+  out += to_text(b);
+  out += "\nper pipeline stage\n" + to_text(per_stage);
+  return out;
+}
+
+}  // namespace strata::report

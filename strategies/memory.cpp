@@ -1,0 +1,424 @@
+#include "strategies/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/error.hpp"
+#include "strategies/schedule.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+using sim::MemTag;
+
+Bytes whole(double x) { return static_cast<Bytes>(std::llround(x)); }
+
+void add(sim::TagBytes& t, MemTag tag, double bytes) {
+  t[static_cast<std::size_t>(tag)] += whole(bytes);
+}
+
+Bytes sum(const sim::TagBytes& t) {
+  Bytes s = 0;
+  for (Bytes b : t) s += b;
+  return s;
+}
+
+// Parameters of some layers split the ways ZeRO and the optimizers treat them.
+struct ParamSplit {
+  double dense = 0;
+  double expert = 0;
+  double dense_factored = 0;   // Adafactor/SM3 statistics of dense weights
+  double expert_factored = 0;  // … of expert weights
+  double powersgd_rows_cols = 0;  // Σ matrices·(rows + cols), PowerSGD's P and Q
+
+  ParamSplit& operator+=(const ParamSplit& o) {
+    dense += o.dense;
+    expert += o.expert;
+    dense_factored += o.dense_factored;
+    expert_factored += o.expert_factored;
+    powersgd_rows_cols += o.powersgd_rows_cols;
+    return *this;
+  }
+  ParamSplit operator*(double k) const {
+    return {dense * k, expert * k, dense_factored * k, expert_factored * k, powersgd_rows_cols * k};
+  }
+  double params() const { return dense + expert; }
+};
+
+ParamSplit split_of(const cost::Op& op) {
+  ParamSplit s;
+  const double p = static_cast<double>(op.params);
+  const double f = factored_state_bytes(op);
+  (op.expert ? s.expert : s.dense) += p;
+  (op.expert ? s.expert_factored : s.dense_factored) += f;
+  s.powersgd_rows_cols = static_cast<double>(op.matrices * (op.rows + op.cols));
+  return s;
+}
+
+ParamSplit split_of(const cost::Layer& l) {
+  ParamSplit s;
+  for (const auto& op : l.ops) s += split_of(op);
+  return s;
+}
+
+// Bytes of compression state and buffers for `p` gradient parameters.
+double compression_bytes(const Compression& c, double p, double rows_cols, std::int64_t dp) {
+  const double d = static_cast<double>(dp);
+  switch (c.method) {
+    case CompressionMethod::None: return 0;
+    case CompressionMethod::TopK:
+    case CompressionMethod::RandomK:
+      // fp32 residual for error feedback; (int32 index, fp16 value) pairs sent
+      // and gathered from every rank.
+      return (c.error_feedback ? 4 * p : 0) + 6 * c.ratio * p * (1 + d);
+    case CompressionMethod::Qsgd:
+      return 2 * p * static_cast<double>(c.bits) / 8;  // send and receive buffers
+    case CompressionMethod::OneBit:
+      // worker and server error feedback, packed sign buffers
+      return 4 * p + 4 * p / d + 2 * p / 8;
+    case CompressionMethod::PowerSgd:
+      // error feedback, and P (rows × r) and Q (cols × r) per matrix in fp32
+      return 4 * p + 4 * rows_cols * static_cast<double>(c.rank);
+  }
+  return 0;
+}
+
+// The most bytes of embedding and head activations, plus one backward's
+// working set, alive at once on `stage` during the steady state. The first
+// stage keeps embedding activations of its in-flight microbatches of model
+// chunk 0; the last keeps head activations (fp32 logits) of model chunk
+// p·v − 1 and frees one of them at the start of each backward of that chunk,
+// before the layers' recompute. Megatron's steady state runs forward W + k,
+// then backward k (W the warm-up); with interleaving, which chunks are in
+// flight changes from step to step, with period p·v.
+double extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, double head,
+                   double working) {
+  const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage;
+  const bool first = s == 0, last = s == p - 1;
+  if (!first && !last) return working;
+  const std::int64_t pv = p * v;
+  // Steps of the stage's first and last local chunk among the first n
+  // forwards or backwards: forwards go in groups of p microbatches chunk by
+  // chunk (0, 1, …, v − 1), backwards visit the chunks in reverse.
+  const auto leading = [&](std::int64_t n) { return n / pv * p + std::min(p, n % pv); };
+  const auto trailing = [&](std::int64_t n) {
+    return n / pv * p + std::max<std::int64_t>(0, n % pv - (v - 1) * p);
+  };
+  std::int64_t warmup;
+  switch (plan.schedule) {
+    case Schedule::GPipe: warmup = m; break;
+    case Schedule::Interleaved: warmup = std::min(2 * (p - s - 1) + (v - 1) * p, m * v); break;
+    default: warmup = std::min(p - s - 1, m); break;
+  }
+  const std::int64_t steps = m * v;
+  double best = 0;
+  const auto consider = [&](std::int64_t forwards, std::int64_t backwards, bool frees_head) {
+    const double c_first = static_cast<double>(leading(forwards) - trailing(backwards));
+    const double c_last = static_cast<double>(trailing(forwards) - leading(backwards));
+    const double extras = (first ? emb * c_first : 0) + (last ? head * c_last : 0);
+    const double freed = last && frees_head ? head : 0;
+    best = std::max(best, extras + std::max(0.0, working - freed));
+  };
+  if (warmup >= steps) {
+    // Every forward runs before the first backward.
+    consider(steps, 0, true);  // the first backward is of the last chunk
+    return best;
+  }
+  // Steady steps k: forward warmup + k has run, backward k starts.
+  const std::int64_t period = v == 1 ? 1 : pv;
+  for (std::int64_t k = 0; k < std::min(period, steps - warmup); ++k)
+    consider(warmup + k + 1, k, leading(k + 1) - leading(k) == 1);
+  return best;
+}
+
+}  // namespace
+
+PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accumulation) {
+  const bool mixed = precision != Precision::FP32;
+  PerParam b;
+  b.weights = mixed ? 2 : 4;
+  if (!mixed)
+    b.grads = 4;
+  else if (fp32_grad_accumulation)
+    b.grads = precision == Precision::FP16 ? 2 + 4 : 4;
+  else
+    b.grads = 2;
+  double states = 0;  // optimizer statistics, fp32 unless quantized
+  switch (opt) {
+    case Optimizer::Sgd: states = 0; break;
+    case Optimizer::Momentum:
+    case Optimizer::Lars: states = 4; break;
+    case Optimizer::Adam:
+    case Optimizer::AdamW:
+    case Optimizer::Lamb: states = 8; break;
+    // Block-wise quantized moments with one fp32 absmax per block and moment:
+    // 8-bit blocks of 2048 (Dettmers et al. 2022), 4-bit blocks of 128 (Li et
+    // al. 2023).
+    case Optimizer::Adam8bit: states = 2 + 2 * 4.0 / 2048; break;
+    case Optimizer::Adam4bit: states = 1 + 2 * 4.0 / 128; break;
+    case Optimizer::Adafactor:
+    case Optimizer::Sm3: states = 0; break;  // by shape: factored_state_bytes
+  }
+  b.optimizer = states + (mixed ? 4 : 0);  // fp32 master weights
+  return b;
+}
+
+bool is_factored(Optimizer opt) { return opt == Optimizer::Adafactor || opt == Optimizer::Sm3; }
+
+double factored_state_bytes(const cost::Op& op) {
+  return 4.0 * static_cast<double>(op.matrices * (op.rows + op.cols)) +
+         4.0 * static_cast<double>(op.vector_params());
+}
+
+ModelStates zero_model_states(double psi, const PerParam& b, int zero, std::int64_t dp) {
+  const double d = static_cast<double>(dp);
+  return {b.weights * psi / (zero >= 3 ? d : 1.0), b.grads * psi / (zero >= 2 ? d : 1.0),
+          b.optimizer * psi / (zero >= 1 ? d : 1.0)};
+}
+
+std::vector<std::int64_t> in_flight_per_chunk(const Plan& plan, std::int64_t m, int stage) {
+  const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage;
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(v), 0);
+  if (plan.schedule == Schedule::Interleaved) {
+    std::int64_t n = std::min(2 * (p - s - 1) + (v - 1) * p + 1, m * v);
+    // Forward order: groups of p microbatches, each through chunk 0, 1, …
+    for (std::int64_t g = 0; n > 0 && g < m; g += p) {
+      const std::int64_t group = std::min(p, m - g);
+      for (std::int64_t c = 0; c < v && n > 0; ++c) {
+        const std::int64_t take = std::min(group, n);
+        counts[static_cast<std::size_t>(c)] += take;
+        n -= take;
+      }
+    }
+  } else {
+    counts[0] = plan.schedule == Schedule::GPipe ? m : std::min(p - s, m);
+  }
+  return counts;
+}
+
+cost::ExpandOptions expand_options(const Scenario& sc) {
+  cost::ExpandOptions o;
+  o.micro_batch = sc.batch.micro;
+  o.tp = sc.plan.tp;
+  o.sequence_parallel = sc.plan.sequence_parallel;
+  o.cp = sc.plan.cp;
+  o.ep = sc.plan.ep;
+  o.precision = sc.plan.precision;
+  o.attention = sc.plan.implementation.attention;
+  return o;
+}
+
+ActivationRule ActivationRule::of(const Plan& plan, const cost::OpChain& chain) {
+  return {plan.recompute, plan.recompute_k, chain.block.saved_bytes(Recompute::None),
+          chain.block.saved_bytes(Recompute::Selective), chain.block.input_bytes};
+}
+
+std::int64_t ActivationRule::segment(std::int64_t n) const {
+  if (policy == Recompute::Sqrt)
+    return std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  return std::min(k, n);
+}
+
+double ActivationRule::stored(std::int64_t n) const {
+  switch (policy) {
+    case Recompute::None: return static_cast<double>(n * full);
+    case Recompute::Selective: return static_cast<double>(n * selective);
+    case Recompute::Full: return static_cast<double>(n * input);
+    default: {  // every_k, sqrt: one checkpoint per segment
+      const std::int64_t seg = segment(n);
+      return static_cast<double>((n + seg - 1) / seg * input);
+    }
+  }
+}
+
+double ActivationRule::working(std::int64_t n) const {
+  switch (policy) {
+    case Recompute::None: return 0;
+    case Recompute::Selective: return static_cast<double>(full - selective);
+    case Recompute::Full: return static_cast<double>(full);
+    default: return static_cast<double>(segment(n) * full);
+  }
+}
+
+void finish_estimate(MemoryEstimate& out) {
+  out.peak_bytes = 0;
+  out.infeasible.reset();
+  for (const auto& st : out.stages) {
+    if (st.total > out.peak_bytes) {
+      out.peak_bytes = st.total;
+      out.peak_stage = st.stage;
+      out.breakdown = st.bytes;
+    }
+  }
+  if (out.peak_bytes > out.gpu_capacity)
+    out.infeasible = Infeasible{"gpu", out.peak_bytes, out.gpu_capacity};
+  else if (out.host_bytes_per_node > out.host_capacity_per_node)
+    out.infeasible = Infeasible{"host", out.host_bytes_per_node, out.host_capacity_per_node};
+  else if (out.nvme_bytes_per_node > out.nvme_capacity_per_node)
+    out.infeasible = Infeasible{"nvme", out.nvme_bytes_per_node, out.nvme_capacity_per_node};
+}
+
+MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
+  const Plan& plan = sc.plan;
+  const auto& model = sc.model;
+  if (plan.recompute == Recompute::Optimal)
+    throw InputError(sc.file, "plan.recompute",
+                     "\"optimal\" needs the rematerialization solver, which the memory model "
+                     "does not have yet (use none, selective, full, every_k or sqrt)");
+  if (plan.offload.planner != OffloadPlanner::All)
+    throw InputError(sc.file, "plan.offload.planner",
+                     "\"" + std::string(enum_name(plan.offload.planner)) +
+                         "\" is not modelled yet (use \"all\")");
+
+  const cost::OpChain chain = cost::expand(model, expand_options(sc));
+
+  const int p = static_cast<int>(plan.pp);
+  const std::int64_t v = plan.virtual_stages;
+  const std::int64_t m = microbatches(plan, sc.batch);
+  const auto chunks = chunk_layers(plan, model.layers);
+  const PerParam per =
+      bytes_per_param(plan.optimizer, plan.precision, plan.implementation.fp32_grad_accumulation);
+  const bool factored = is_factored(plan.optimizer);
+
+  const ParamSplit block = split_of(chain.block);
+  const ParamSplit embedding = split_of(chain.embedding);
+  const ParamSplit head = split_of(chain.head);
+  const ParamSplit word_embedding = split_of(chain.embedding.ops.front());
+
+  const ActivationRule act = ActivationRule::of(plan, chain);
+  const double e = static_cast<double>(cost::activation_bytes(plan.precision));
+  const double b = static_cast<double>(sc.batch.micro);
+  const double s_local = static_cast<double>(model.seq_len / plan.cp);
+  const double h = static_cast<double>(model.hidden);
+  const double t = static_cast<double>(plan.tp);
+
+  const std::int64_t dp_dense = plan.dp;
+  const std::int64_t dp_expert = std::max<std::int64_t>(1, plan.dp / plan.ep);
+  const bool opt_offload = plan.offload.optimizer != OffloadTarget::None;
+
+  MemoryEstimate out;
+  out.gpu_capacity = sc.cluster.gpu.memory_bytes();
+  out.stages.reserve(static_cast<std::size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    StageMemory st;
+    st.stage = s;
+    std::int64_t layers = 0;
+    for (std::int64_t c = 0; c < v; ++c) layers += chunks[static_cast<std::size_t>(c * p + s)];
+    ParamSplit ps = block * static_cast<double>(layers);
+    if (s == 0) ps += embedding;
+    if (s == p - 1) ps += head;
+    // Tied embeddings: the last stage keeps its own copy of the word
+    // embedding for the logits (Megatron-LM), synchronised by an all-reduce.
+    if (model.tied_embeddings && p > 1 && s == p - 1) ps += word_embedding;
+    st.params = whole(ps.params());
+
+    // --- model states, ZeRO-sharded (experts over dp / ep) ---
+    const ModelStates dense = zero_model_states(ps.dense, per, static_cast<int>(plan.zero), dp_dense);
+    const ModelStates expert = zero_model_states(ps.expert, per, static_cast<int>(plan.zero), dp_expert);
+    double weights = dense.params + expert.params;
+    double grads = dense.grads + expert.grads;
+    double optimizer = dense.optimizer + expert.optimizer;
+    if (factored) {
+      const double shard_d = plan.zero >= 1 ? static_cast<double>(dp_dense) : 1.0;
+      const double shard_e = plan.zero >= 1 ? static_cast<double>(dp_expert) : 1.0;
+      optimizer += ps.dense_factored / shard_d + ps.expert_factored / shard_e;
+    }
+    // PipeDream keeps p − s weight versions, PipeDream-2BW two.
+    weights *= weight_versions(plan.schedule, p, s);
+
+    double host = 0, nvme = 0;
+    if (opt_offload) {
+      // ZeRO-Offload: fp32 master weights, statistics and fp32 gradients live
+      // off the GPU; with ZeRO-2/3 reduced gradient partitions stream out too.
+      const double shard = plan.zero >= 1 ? static_cast<double>(plan.dp) : 1.0;
+      const double off = optimizer + 4.0 * ps.params() / shard;
+      (plan.offload.optimizer == OffloadTarget::Cpu ? host : nvme) += off;
+      if (plan.offload.optimizer == OffloadTarget::Nvme)
+        host += 2.0 * (block.params() * (per.optimizer + 4.0)) / shard;  // staging: two layers
+      optimizer = 0;
+      if (plan.zero >= 2) grads = 0;
+    }
+    if (plan.offload.weights) {
+      // Weights stream in per layer: the current one plus prefetch_depth more.
+      host += weights;
+      weights = std::min(weights, static_cast<double>(1 + plan.offload.prefetch_depth) *
+                                      block.params() * per.weights);
+    }
+
+    // --- activations ---
+    const auto counts = in_flight_per_chunk(plan, m, s);
+    double stored = 0, working = 0;
+    for (std::int64_t c = 0; c < v; ++c) {
+      const std::int64_t n = chunks[static_cast<std::size_t>(c * p + s)];
+      const std::int64_t k = counts[static_cast<std::size_t>(c)];
+      st.in_flight += k;
+      stored += static_cast<double>(k) * act.stored(n);
+      working = std::max(working, act.working(n));
+    }
+    // Embedding and head activations, and the working set, peak together.
+    const double extras = extras_peak(plan, m, s, static_cast<double>(chain.embedding.saved_bytes()),
+                                      static_cast<double>(chain.head.saved_bytes()), working);
+    working = extras;  // reported as the part beyond the blocks' stored bytes
+    if (plan.offload.activations) {
+      // Saved activations go to the host as they are produced; the GPU keeps
+      // the layer in flight and prefetch_depth layers brought back.
+      host += stored;
+      stored = std::min(stored, static_cast<double>(1 + plan.offload.prefetch_depth) *
+                                    act.stored(1));
+    }
+    st.activations_stored = whole(stored);
+    st.activations_working = whole(working);
+
+    // --- communication buffers ---
+    double comm = 0;
+    if (plan.dp > 1) {
+      const double grad_full = per.grads * ps.params();
+      comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
+      if (plan.zero >= 3) comm += 2.0 * block.params() * per.weights;  // gathered layer + prefetch
+      comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp);
+    }
+    const double seq_split = (plan.sequence_parallel || plan.implementation.pp_scatter_gather) ? t : 1.0;
+    if (p > 1) comm += 2.0 * b * s_local * h * e / seq_split;  // p2p send and receive
+    if (plan.cp > 1)  // ring attention: K and V of a neighbour's chunk, double-buffered
+      comm += 4.0 * b * s_local * static_cast<double>(model.kv_hidden()) / t * e;
+    if (plan.ep > 1)  // all-to-all dispatch and combine
+      comm += 2.0 * static_cast<double>(model.moe->top_k) * b * s_local * h * e /
+              (plan.sequence_parallel ? t : 1.0);
+
+    // --- workspace, runtime, allocator reserve ---
+    double workspace = static_cast<double>(rules.cublas_workspace_bytes);
+    if (plan.sequence_parallel) workspace += b * s_local * h * e;  // all-gathered layer input
+    const double transient = stored + working + comm + workspace;
+
+    add(st.bytes, MemTag::Params, weights);
+    add(st.bytes, MemTag::Grads, grads);
+    add(st.bytes, MemTag::OptimizerStates, optimizer);
+    add(st.bytes, MemTag::Activations, stored + working);
+    add(st.bytes, MemTag::CommBuffers, comm);
+    add(st.bytes, MemTag::Workspace, workspace);
+    add(st.bytes, MemTag::AllocatorReserve, rules.allocator_reserve_fraction * transient);
+    add(st.bytes, MemTag::Runtime, static_cast<double>(rules.runtime_bytes));
+    st.total = sum(st.bytes);
+    st.host_bytes = whole(host);
+    st.nvme_bytes = whole(nvme);
+    out.stages.push_back(st);
+  }
+
+  const auto& node = sc.cluster.node;
+  out.host_capacity_per_node = static_cast<Bytes>(node.host_memory_GiB * static_cast<double>(kGiB));
+  out.nvme_capacity_per_node = static_cast<Bytes>(node.nvme_GiB * static_cast<double>(kGiB));
+  // Host and NVMe per node are bounded by the busiest rank times the node's GPUs.
+  Bytes host_rank = 0, nvme_rank = 0;
+  for (const auto& st : out.stages) {
+    host_rank = std::max(host_rank, st.host_bytes);
+    nvme_rank = std::max(nvme_rank, st.nvme_bytes);
+  }
+  out.host_bytes_per_node = host_rank * node.gpus_per_node;
+  out.nvme_bytes_per_node = nvme_rank * node.gpus_per_node;
+  finish_estimate(out);
+  return out;
+}
+
+}  // namespace strata::strategies
