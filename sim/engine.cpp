@@ -115,7 +115,7 @@ std::vector<double> link_capacities(const TaskGraph& g) {
 
 Engine::Impl::Impl(const TaskGraph& graph, const CostFn& cost)
     : g(&graph), links(link_capacities(graph)), memory(graph) {
-  graph.check_acyclic();
+  graph.validate();
   if (graph.num_edges() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     throw GraphError("graph has " + std::to_string(graph.num_edges()) +
                      " edges; the engine indexes them with 32-bit integers");

@@ -289,6 +289,17 @@ TEST_CASE_TEMPLATE("sim/engine: freeing a buffer before its allocation is a grap
   CHECK_THROWS_WITH_AS(run<E>(g), doctest::Contains("frees buffer 'act'"), GraphError);
 }
 
+TEST_CASE_TEMPLATE("sim/engine: freeing a buffer nobody allocates is rejected before the run", E,
+                   Engine, ReferenceEngine) {
+  // 'ghost' is neither allocated by a task nor live at start.
+  TaskGraph g;
+  auto p = g.add_pool("r0", 1000);
+  auto ghost = g.add_buffer({.id = "ghost", .pool = p, .bytes = 10});
+  g.add_task({.id = "t", .frees = {ghost}});
+  CHECK_THROWS_WITH_AS(E{g}, "task 't' frees buffer 'ghost', which no task allocates and "
+                                  "which is not live at start", GraphError);
+}
+
 TEST_CASE_TEMPLATE("sim/engine: at one instant frees come before allocations", E, Engine,
                    ReferenceEngine) {
   // a (s0, 0-10) holds 100 B and frees it at 10; b (s1) starts at 10, after x,

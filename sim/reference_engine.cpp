@@ -11,7 +11,7 @@
 namespace strata::sim {
 
 ReferenceEngine::ReferenceEngine(const TaskGraph& graph, CostFn cost) : graph_(&graph) {
-  graph.check_acyclic();
+  graph.validate();
   for (const Task& t : graph.tasks()) fixed_.push_back(resolve_fixed_time(t, cost));
 }
 

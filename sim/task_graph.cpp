@@ -277,6 +277,15 @@ void TaskGraph::for_each_edge(const EdgeVisitor& fn) const {
   }
 }
 
+void TaskGraph::validate() const {
+  for (std::size_t b = 0; b < buffers_.size(); ++b)
+    if (buffer_free_by_[b] >= 0 && buffer_alloc_by_[b] < 0 && !buffers_[b].live_at_start)
+      throw GraphError("task " + quoted(tasks_[buffer_free_by_[b]].id) + " frees buffer " +
+                       quoted(buffers_[b].id) +
+                       ", which no task allocates and which is not live at start");
+  check_acyclic();
+}
+
 void TaskGraph::check_acyclic() const {
   const BglGraph& g = adj_->g;
   const std::size_t n = boost::num_vertices(g);

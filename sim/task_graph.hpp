@@ -194,8 +194,11 @@ class TaskGraph {
   void for_each_edge(const EdgeVisitor& fn) const;
 
   // Throws GraphError naming the tasks on a cycle (dependencies plus stream
-  // order) if there is one. The engine calls it before a run.
+  // order) if there is one.
   void check_acyclic() const;
+  // What the engines check before a run: check_acyclic(), and that every
+  // freed buffer is allocated by some task or live at start.
+  void validate() const;
 
  private:
   struct Adjacency;  // Boost.Graph adjacency list (task_graph.cpp)
