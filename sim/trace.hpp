@@ -19,8 +19,11 @@
 
 namespace strata::sim {
 
+// The whole trace as one JSON value (for small runs and tests).
 nlohmann::json chrome_trace_json(const TaskGraph& graph, const RunResult& result);
+// Streams the trace, one event per line, without holding it in memory.
 void write_chrome_trace(std::ostream& out, const TaskGraph& graph, const RunResult& result);
+// write_chrome_trace into a string.
 std::string chrome_trace(const TaskGraph& graph, const RunResult& result);
 
 // {"makespan_ns", "tasks", "events", "fits", "resources": [{name, kind, busy_ns,

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -35,11 +36,16 @@ json label_args(const Task& t, const TaskTiming& timing) {
   return a;
 }
 
+// Produces the trace events one at a time through `emit` (so a large trace
+// is streamed, never held as one JSON value): task events resource by
+// resource, then memory counters, then the process and thread metadata.
 class TraceBuilder {
  public:
-  TraceBuilder(const TaskGraph& g, const RunResult& r) : g_(g), r_(r) {}
+  using Emit = std::function<void(json&&)>;
+  TraceBuilder(const TaskGraph& g, const RunResult& r, Emit emit)
+      : g_(g), r_(r), emit_(std::move(emit)) {}
 
-  json build() {
+  void build() {
     // Processes in order of first appearance: resources, then pools.
     for (const Resource& res : g_.resources()) pid(process_of(res.name));
     for (const MemoryPool& p : g_.pools()) pid(process_of(p.name));
@@ -65,22 +71,19 @@ class TraceBuilder {
     if (!unassigned.empty()) lanes(unassigned, pid("unassigned"), "tasks");
     counters();
 
-    json meta = json::array();
     for (std::size_t i = 0; i < processes_.size(); ++i) {
       const int p = static_cast<int>(i) + 1;
-      meta.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"tid", 0},
-                      {"args", {{"name", processes_[i]}}}});
-      meta.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"tid", 0},
-                      {"args", {{"sort_index", p}}}});
+      emit_({{"ph", "M"}, {"name", "process_name"}, {"pid", p}, {"tid", 0},
+             {"args", {{"name", processes_[i]}}}});
+      emit_({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", p}, {"tid", 0},
+             {"args", {{"sort_index", p}}}});
     }
     for (const auto& [p, tid, name] : threads_) {
-      meta.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", tid},
-                      {"args", {{"name", name}}}});
-      meta.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", p}, {"tid", tid},
-                      {"args", {{"sort_index", tid}}}});
+      emit_({{"ph", "M"}, {"name", "thread_name"}, {"pid", p}, {"tid", tid},
+             {"args", {{"name", name}}}});
+      emit_({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", p}, {"tid", tid},
+             {"args", {{"sort_index", tid}}}});
     }
-    for (auto& e : events_) meta.push_back(std::move(e));
-    return json{{"traceEvents", std::move(meta)}, {"displayTimeUnit", "ns"}};
   }
 
  private:
@@ -97,9 +100,9 @@ class TraceBuilder {
   void task_event(std::int32_t t, int p, int tid) {
     const Task& task = g_.tasks()[t];
     const TaskTiming& tm = r_.tasks[t];
-    events_.push_back({{"ph", "X"}, {"name", task.id}, {"cat", enum_name(task.kind)},
-                       {"pid", p}, {"tid", tid}, {"ts", micros(tm.start)},
-                       {"dur", micros(tm.end - tm.start)}, {"args", label_args(task, tm)}});
+    emit_({{"ph", "X"}, {"name", task.id}, {"cat", enum_name(task.kind)}, {"pid", p},
+           {"tid", tid}, {"ts", micros(tm.start)}, {"dur", micros(tm.end - tm.start)},
+           {"args", label_args(task, tm)}});
   }
   // Packs possibly overlapping tasks into lanes (first lane free at start).
   void lanes(std::vector<std::int32_t> tasks, int p, const std::string& name) {
@@ -129,8 +132,8 @@ class TraceBuilder {
         json args = json::object();
         for (std::size_t k = 0; k < kMemTagCount; ++k)
           args[std::string(enum_name(static_cast<MemTag>(k)))] = pt.by_tag[k];
-        events_.push_back({{"ph", "C"}, {"name", "memory " + name}, {"pid", p}, {"tid", 0},
-                           {"ts", micros(pt.time)}, {"args", std::move(args)}});
+        emit_({{"ph", "C"}, {"name", "memory " + name}, {"pid", p}, {"tid", 0},
+               {"ts", micros(pt.time)}, {"args", std::move(args)}});
       }
     }
   }
@@ -141,7 +144,7 @@ class TraceBuilder {
   std::vector<std::string> processes_;
   std::vector<std::tuple<int, int, std::string>> threads_;
   int last_tid_ = 0;
-  json events_ = json::array();
+  Emit emit_;
 };
 
 json tag_bytes(const TagBytes& b) {
@@ -153,11 +156,20 @@ json tag_bytes(const TagBytes& b) {
 }  // namespace
 
 json chrome_trace_json(const TaskGraph& graph, const RunResult& result) {
-  return TraceBuilder(graph, result).build();
+  json events = json::array();
+  TraceBuilder(graph, result, [&](json&& e) { events.push_back(std::move(e)); }).build();
+  return json{{"displayTimeUnit", "ns"}, {"traceEvents", std::move(events)}};
 }
 
 void write_chrome_trace(std::ostream& out, const TaskGraph& graph, const RunResult& result) {
-  out << chrome_trace_json(graph, result).dump() << '\n';
+  // One event per line, streamed.
+  out << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+  bool first = true;
+  TraceBuilder(graph, result, [&](json&& e) {
+    out << (first ? "\n" : ",\n") << e.dump();
+    first = false;
+  }).build();
+  out << "\n]}\n";
 }
 
 std::string chrome_trace(const TaskGraph& graph, const RunResult& result) {

@@ -116,5 +116,12 @@ TEST_CASE("sim/trace: worker pool tasks get one lane per overlapping task; OOM i
   CHECK(j["pools"][0]["peak_by_tag"]["optimizer_states"] == 120);
 }
 
+TEST_CASE("sim/trace: the streamed trace equals the in-memory one") {
+  // write_chrome_trace (streamed) parses to exactly chrome_trace_json.
+  const TaskGraph g = small_graph();
+  const RunResult r = simulate(g);
+  CHECK(nlohmann::json::parse(chrome_trace(g, r)) == chrome_trace_json(g, r));
+}
+
 }  // namespace
 }  // namespace strata::sim
