@@ -201,11 +201,13 @@ struct Builder {
     const bool swiglu = m.mlp == MlpKind::Swiglu;
     ops.push_back(linear(swiglu ? "mlp_up_gate" : "mlp_up", h, swiglu ? 2 * f : f,
                          /*column=*/true, /*in_rep=*/true, mult, local_experts));
+    ops.back().expert = m.moe.has_value();
     // GeLU saves its input; SwiGLU saves gate and up projections.
     const double act_saved = mult * shard(b * s * f) * (swiglu ? 2.0 : 1.0);
     ops.push_back(elementwise(swiglu ? "swiglu" : "gelu", OpKind::Activation, act_saved, e,
                               act_saved));
     ops.push_back(linear("mlp_down", f, h, /*column=*/false, /*in_rep=*/false, mult, local_experts));
+    ops.back().expert = m.moe.has_value();
   }
 
   Layer embedding() const {

@@ -52,6 +52,7 @@ struct Op {
   std::int64_t matrices = 0;
   std::int64_t rows = 0;
   std::int64_t cols = 0;
+  bool expert = false;  // MoE expert weights: split by ep, sharded over dp / ep
 
   std::int64_t matrix_params() const { return matrices * rows * cols; }
   std::int64_t vector_params() const { return params - matrix_params(); }
