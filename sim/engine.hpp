@@ -23,8 +23,9 @@
 //
 // The engine compiles the graph once into flat arrays (int32 indices,
 // contiguous successor lists, durations resolved through the cost function)
-// and keeps no global state: engines on different threads are independent.
-// The graph must outlive the engine.
+// and keeps no global state: engines on different threads are independent
+// (one engine is not to be run from two threads at once). The graph must
+// outlive the engine.
 #include <cstdint>
 #include <functional>
 #include <memory>
