@@ -1,5 +1,6 @@
 #include "costmodel/ops.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "sim/error.hpp"
@@ -38,6 +39,12 @@ Bytes Layer::saved_bytes(Recompute policy) const {
       throw Error("saved_bytes: recompute policy '" + std::string(enum_name(policy)) +
                   "' is a schedule over layers, not a per-layer rule");
   }
+}
+
+Bytes Layer::max_grad_bytes() const {
+  Bytes g = 0;
+  for (const auto& op : ops) g = std::max(g, op.grad_bytes);
+  return g;
 }
 
 std::int64_t OpChain::params() const {
@@ -109,31 +116,34 @@ struct Builder {
     op.saved_bytes = bytes(saved, gi);
     const double out_elems = tokens * b * s * (column ? out / t : out);
     op.fwd_bytes = bytes(copies * w, e) + bytes(saved, e) + bytes(out_elems, e);
+    op.grad_bytes = bytes(out_elems, e);
     op.bwd_bytes = 2 * op.fwd_bytes;
     return op;
   }
 
-  // An op without weights; `core`: all it saves is attention core.
+  // An op without weights producing `out_elems` from `touched_elems` of
+  // traffic; `core`: all it saves is attention core.
   Op elementwise(std::string_view name, OpKind kind, double saved_elems, Bytes per_elem,
-                 double touched_elems, bool core = false) const {
+                 double touched_elems, double out_elems, bool core = false) const {
     Op op;
     op.name = name;
     op.kind = kind;
     op.saved_bytes = bytes(saved_elems, per_elem);
     op.core_saved_bytes = core ? op.saved_bytes : 0;
+    op.grad_bytes = bytes(out_elems, e);
     op.fwd_bytes = bytes(2.0 * touched_elems, e);
     op.bwd_bytes = 2 * op.fwd_bytes;
     return op;
   }
 
   Op norm(std::string_view name) const {
-    Op op = elementwise(name, OpKind::Norm, rep(b * s * h), e, rep(b * s * h));
+    Op op = elementwise(name, OpKind::Norm, rep(b * s * h), e, rep(b * s * h), rep(b * s * h));
     op.params = static_cast<std::int64_t>(m.norm == NormKind::LayerNorm ? 2 * h : h);
     return op;
   }
 
   Op dropout_mask(std::string_view name, double elems, bool core = false) const {
-    return elementwise(name, OpKind::Dropout, elems, 1, elems, core);
+    return elementwise(name, OpKind::Dropout, elems, 1, elems, elems, core);
   }
 
   void attention(std::vector<Op>& ops) const {
@@ -151,21 +161,24 @@ struct Builder {
       // its output is saved as the projection's input.
       op.saved_bytes = bytes(shard(q + 2.0 * kv), e) + bytes(shard(a * b * s), 4);
       op.fwd_bytes = bytes(shard(2.0 * q + 2.0 * kv), e);
+      op.grad_bytes = bytes(shard(q), e);
       op.bwd_bytes = 2 * op.fwd_bytes;
       ops.push_back(op);
       return;
     }
     const double scores = a * b * s * s_full;  // elements of the score matrix
     Op qk = elementwise("attn_scores", OpKind::AttnScores, shard(q + kv), e,
-                        shard(q + kv + scores));
+                        shard(q + kv + scores), shard(scores));
     qk.fwd_flops = core_flops;
     qk.bwd_flops = 2.0 * core_flops;
     ops.push_back(qk);
-    ops.push_back(elementwise("softmax", OpKind::Softmax, shard(scores), e, shard(scores), true));
+    ops.push_back(elementwise("softmax", OpKind::Softmax, shard(scores), e, shard(scores),
+                              shard(scores), true));
     if (m.dropout) ops.push_back(dropout_mask("attn_dropout", shard(scores), true));
     // Values: saves V, and the dropout output when dropout made a new tensor
     // (otherwise its input is the softmax output, already saved).
-    Op av = elementwise("attn_values", OpKind::AttnValues, shard(kv), e, shard(scores + kv + q));
+    Op av = elementwise("attn_values", OpKind::AttnValues, shard(kv), e, shard(scores + kv + q),
+                        shard(q));
     if (m.dropout) {
       av.core_saved_bytes = bytes(shard(scores), e);
       av.saved_bytes += av.core_saved_bytes;
@@ -195,6 +208,7 @@ struct Builder {
       router.saved_bytes = bytes(b * s * experts, 4);
       router.fwd_bytes = bytes(router.params, e) + bytes(b * s * (h + experts), e);
       router.bwd_bytes = 2 * router.fwd_bytes;
+      router.grad_bytes = bytes(b * s * experts, 4);
       ops.push_back(router);
     }
     // Each token visits top_k experts; the weights exist once per expert.
@@ -204,8 +218,9 @@ struct Builder {
     ops.back().expert = m.moe.has_value();
     // GeLU saves its input; SwiGLU saves gate and up projections.
     const double act_saved = mult * shard(b * s * f) * (swiglu ? 2.0 : 1.0);
+    const double act_out = mult * shard(b * s * f);
     ops.push_back(elementwise(swiglu ? "swiglu" : "gelu", OpKind::Activation, act_saved, e,
-                              act_saved));
+                              act_saved, act_out));
     ops.push_back(linear("mlp_down", f, h, /*column=*/false, /*in_rep=*/false, mult, local_experts));
     ops.back().expert = m.moe.has_value();
   }
@@ -255,11 +270,11 @@ struct Builder {
     attention(ops);
     ops.push_back(linear("attn_proj", h, h, /*column=*/false, /*in_rep=*/false));
     if (m.dropout) ops.push_back(dropout_mask("attn_out_dropout", rep(b * s * h)));
-    ops.push_back(elementwise("attn_residual", OpKind::Residual, 0.0, e, rep(b * s * h)));
+    ops.push_back(elementwise("attn_residual", OpKind::Residual, 0.0, e, rep(b * s * h), rep(b * s * h)));
     ops.push_back(norm("mlp_norm"));
     mlp(ops);
     if (m.dropout) ops.push_back(dropout_mask("mlp_dropout", rep(b * s * h)));
-    ops.push_back(elementwise("mlp_residual", OpKind::Residual, 0.0, e, rep(b * s * h)));
+    ops.push_back(elementwise("mlp_residual", OpKind::Residual, 0.0, e, rep(b * s * h), rep(b * s * h)));
     return l;
   }
 
@@ -277,7 +292,11 @@ struct Builder {
     logits.cols = m.hidden;
     l.ops.push_back(logits);
     // Cross-entropy keeps fp32 logits (vocabulary-parallel) for backward.
-    l.ops.push_back(elementwise("loss", OpKind::Loss, shard(b * s * V), 4, shard(b * s * V)));
+    // Its backward turns the saved fp32 softmax into the gradient in place
+    // (Megatron-LM's vocab-parallel cross-entropy) and casts it back to the
+    // activation type: that cast is the gradient it holds.
+    l.ops.push_back(elementwise("loss", OpKind::Loss, shard(b * s * V), 4, shard(b * s * V),
+                                shard(b * s * V)));
     return l;
   }
 };

@@ -47,6 +47,9 @@ struct Op {
   // core: softmax output, dropout mask and output over the scores),
   // recomputed from Q, K and V in backward.
   Bytes core_saved_bytes = 0;
+  // The gradient of its output, alive while its backward runs (for the loss:
+  // the logits' gradient in the activation type).
+  Bytes grad_bytes = 0;
   // Weight matrices held by this rank: `matrices` of `rows` × `cols` (MoE
   // experts give several); the rest of `params` are vectors (biases, norms).
   std::int64_t matrices = 0;
@@ -75,6 +78,9 @@ struct Layer {
   // Selective drops the attention core, Full keeps only the layer's input.
   // Other policies are schedules over many layers; they throw here.
   Bytes saved_bytes(Recompute policy) const;
+  // The largest output gradient of its ops: what one backward holds at once
+  // beyond the saved bytes.
+  Bytes max_grad_bytes() const;
 };
 
 struct ExpandOptions {

@@ -88,12 +88,13 @@ double compression_bytes(const Compression& c, double p, double rows_cols, std::
 // working set, alive at once on `stage` during the steady state. The first
 // stage keeps embedding activations of its in-flight microbatches of model
 // chunk 0; the last keeps head activations (fp32 logits) of model chunk
-// p·v − 1 and frees one of them at the start of each backward of that chunk,
-// before the layers' recompute. Megatron's steady state runs forward W + k,
+// p·v − 1, and each backward of that chunk starts with the loss's backward
+// (holding `head_grad`, the logits' gradient) which frees one of them before
+// the layers' backward (holding `working`). Megatron's steady state runs forward W + k,
 // then backward k (W the warm-up); with interleaving, which chunks are in
 // flight changes from step to step, with period p·v.
 double extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, double head,
-                   double working) {
+                   double head_grad, double working) {
   const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage;
   const bool first = s == 0, last = s == p - 1;
   if (!first && !last) return working;
@@ -117,8 +118,10 @@ double extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, doub
     const double c_first = static_cast<double>(leading(forwards) - trailing(backwards));
     const double c_last = static_cast<double>(trailing(forwards) - leading(backwards));
     const double extras = (first ? emb * c_first : 0) + (last ? head * c_last : 0);
-    const double freed = last && frees_head ? head : 0;
-    best = std::max(best, extras + std::max(0.0, working - freed));
+    if (last && frees_head)
+      best = std::max({best, extras + head_grad, extras - head + working});
+    else
+      best = std::max(best, extras + working);
   };
   if (warmup >= steps) {
     // Every forward runs before the first backward.
@@ -211,7 +214,8 @@ cost::ExpandOptions expand_options(const Scenario& sc) {
 
 ActivationRule ActivationRule::of(const Plan& plan, const cost::OpChain& chain) {
   return {plan.recompute, plan.recompute_k, chain.block.saved_bytes(Recompute::None),
-          chain.block.saved_bytes(Recompute::Selective), chain.block.input_bytes};
+          chain.block.saved_bytes(Recompute::Selective), chain.block.input_bytes,
+          chain.block.max_grad_bytes()};
 }
 
 std::int64_t ActivationRule::segment(std::int64_t n) const {
@@ -234,11 +238,12 @@ double ActivationRule::stored(std::int64_t n) const {
 }
 
 double ActivationRule::working(std::int64_t n) const {
+  const double g = static_cast<double>(grad);
   switch (policy) {
-    case Recompute::None: return 0;
-    case Recompute::Selective: return static_cast<double>(full - selective);
-    case Recompute::Full: return static_cast<double>(full);
-    default: return static_cast<double>(segment(n) * full);
+    case Recompute::None: return g;
+    case Recompute::Selective: return static_cast<double>(full - selective) + g;
+    case Recompute::Full: return static_cast<double>(full) + g;
+    default: return static_cast<double>(segment(n) * full) + g;
   }
 }
 
@@ -359,7 +364,8 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
     }
     // Embedding and head activations, and the working set, peak together.
     const double extras = extras_peak(plan, m, s, static_cast<double>(chain.embedding.saved_bytes()),
-                                      static_cast<double>(chain.head.saved_bytes()), working);
+                                      static_cast<double>(chain.head.saved_bytes()),
+                                      static_cast<double>(chain.head.max_grad_bytes()), working);
     working = extras;  // reported as the part beyond the blocks' stored bytes
     if (plan.offload.activations) {
       // Saved activations go to the host as they are produced; the GPU keeps

@@ -54,12 +54,15 @@ cost::ExpandOptions expand_options(const Scenario& sc);
 // selective drops the attention core and recomputes it per layer; full keeps
 // each layer's input and recomputes one layer; every_k and sqrt keep one
 // input per segment of k (or ⌈√n⌉) layers and recompute a segment at once.
+// Every backward also holds the gradient of the op it differentiates (at
+// most `grad` bytes).
 struct ActivationRule {
   Recompute policy = Recompute::None;
   std::int64_t k = 1;   // every_k segment length
   Bytes full = 0;       // a layer's saved bytes without recompute
   Bytes selective = 0;  // … with selective recompute
   Bytes input = 0;      // a layer's input: what a checkpoint keeps
+  Bytes grad = 0;       // the largest output gradient of a layer's ops
 
   static ActivationRule of(const Plan& plan, const cost::OpChain& chain);
   std::int64_t segment(std::int64_t n) const;

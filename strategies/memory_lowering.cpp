@@ -116,9 +116,12 @@ class StageLowering {
   }
 
   void backward(int k, int mb) {
-    if (last_chunk(k))
-      task("bwd/head/mb" + std::to_string(mb), sim::Phase::Bwd, 2 * kMicrosecond, std::nullopt,
-           mb, {}, {g_.buffer("act/head/mb" + std::to_string(mb))});
+    if (last_chunk(k)) {
+      const std::string m = std::to_string(mb);
+      const auto grad = buffer("grad/head/mb" + m, chain_.head.max_grad_bytes());
+      task("bwd/head/mb" + m, sim::Phase::Bwd, 2 * kMicrosecond, std::nullopt, mb, {grad},
+           {grad, g_.buffer("act/head/mb" + m)});
+    }
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     const Recompute policy = rule_.policy;
@@ -137,6 +140,9 @@ class StageLowering {
         task(key("recompute", layer, mb), sim::Phase::Recompute, kMicrosecond, layer, mb,
              std::move(full), {});
       }
+      // The gradient flowing through the layer's ops.
+      allocs.push_back(buffer(key("grad", layer, mb), rule_.grad));
+      frees.push_back(allocs.back());
       if (policy == Recompute::Selective) {
         // The attention core is recomputed inside the layer's backward.
         allocs.push_back(buffer(key("core", layer, mb), rule_.full - rule_.selective));
