@@ -18,7 +18,7 @@ std::size_t cap_bytes(const V& v) {
 
 std::size_t RunResult::memory_bytes() const {
   std::size_t b = cap_bytes(tasks) + cap_bytes(resources) + cap_bytes(pools);
-  for (const auto& p : pools) b += cap_bytes(p.timeline);
+  for (const auto& p : pools) b += cap_bytes(p.timeline) + cap_bytes(p.changes);
   return b;
 }
 

@@ -472,6 +472,9 @@ TEST_CASE("sim/engine: the fast and the reference engine agree bit for bit") {
       CHECK(pa.timeline[k].time == pb.timeline[k].time);
       CHECK(pa.timeline[k].live == pb.timeline[k].live);
     }
+    const auto ta = tag_timeline(g, PoolId{0}, pa), tb = tag_timeline(g, PoolId{0}, pb);
+    REQUIRE(ta.size() == tb.size());
+    for (std::size_t k = 0; k < ta.size(); ++k) CHECK(ta[k].by_tag == tb[k].by_tag);
     REQUIRE(a.oom.has_value() == b.oom.has_value());
     if (a.oom) {
       CHECK(a.oom->task == b.oom->task);

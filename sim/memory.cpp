@@ -34,7 +34,7 @@ void MemoryTracker::reset() {
     PoolUsage& u = pools_[p];
     u.peak = live_bytes_[p];
     u.peak_by_tag = live_by_tag_[p];
-    u.timeline.push_back({0, live_bytes_[p], live_by_tag_[p]});
+    u.timeline.push_back({0, live_bytes_[p]});
     u.bytes_short = std::max<Bytes>(0, u.peak - u.capacity);
     if (u.peak > u.capacity && !oom_) {
       // Resident buffers alone do not fit: no task to blame.
@@ -44,13 +44,14 @@ void MemoryTracker::reset() {
   }
 }
 
-void MemoryTracker::record(std::int32_t p, Time now) {
+void MemoryTracker::record(std::int32_t p, Time now, BufferId b, bool alloc) {
   PoolUsage& u = pools_[p];
   const Bytes live = live_bytes_[p];
   if (!u.timeline.empty() && u.timeline.back().time == now)
-    u.timeline.back() = {now, live, live_by_tag_[p]};
+    u.timeline.back().live = live;
   else
-    u.timeline.push_back({now, live, live_by_tag_[p]});
+    u.timeline.push_back({now, live});
+  u.changes.push_back({now, b, alloc});
 }
 
 void MemoryTracker::alloc(BufferId b, TaskId by, Time now) {
@@ -69,7 +70,7 @@ void MemoryTracker::alloc(BufferId b, TaskId by, Time now) {
     u.peak_time = now;
     u.peak_by_tag = live_by_tag_[p];
   }
-  record(p, now);
+  record(p, now, b, true);
 }
 
 void MemoryTracker::free(BufferId b, TaskId by, Time now) {
@@ -83,15 +84,33 @@ void MemoryTracker::free(BufferId b, TaskId by, Time now) {
   live_[b.index] = 0;
   live_bytes_[p] -= bytes;
   live_by_tag_[p][buf_tag_[b.index]] -= bytes;
-  record(p, now);
+  record(p, now, b, false);
 }
 
 std::size_t MemoryTracker::state_bytes() const {
   std::size_t b = buf_pool_.capacity() * 4 + buf_bytes_.capacity() * 8 + buf_tag_.capacity() +
                   live_.capacity() + live_bytes_.capacity() * 8 +
                   live_by_tag_.capacity() * sizeof(TagBytes) + pools_.capacity() * sizeof(PoolUsage);
-  for (const auto& u : pools_) b += u.timeline.capacity() * sizeof(MemPoint);
+  for (const auto& u : pools_)
+    b += u.timeline.capacity() * sizeof(MemPoint) + u.changes.capacity() * sizeof(MemChange);
   return b;
+}
+
+std::vector<TagPoint> tag_timeline(const TaskGraph& graph, PoolId pool, const PoolUsage& usage) {
+  std::vector<TagPoint> out;
+  TagBytes live{};
+  for (const Buffer& b : graph.buffers())
+    if (b.live_at_start && b.pool == pool) live[static_cast<std::size_t>(b.tag)] += b.bytes;
+  out.push_back({0, live});
+  for (const MemChange& c : usage.changes) {
+    const Buffer& b = graph.at(c.buffer);
+    live[static_cast<std::size_t>(b.tag)] += c.alloc ? b.bytes : -b.bytes;
+    if (out.back().time == c.time)
+      out.back().by_tag = live;
+    else
+      out.push_back({c.time, live});
+  }
+  return out;
 }
 
 }  // namespace strata::sim

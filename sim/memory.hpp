@@ -16,7 +16,14 @@ namespace strata::sim {
 struct MemPoint {
   Time time = 0;
   Bytes live = 0;
-  TagBytes by_tag{};
+};
+
+// One allocation (alloc) or free (!alloc) of a buffer, in the order the run
+// applied them.
+struct MemChange {
+  Time time = 0;
+  BufferId buffer;
+  bool alloc = true;
 };
 
 struct PoolUsage {
@@ -26,8 +33,17 @@ struct PoolUsage {
   TagBytes peak_by_tag{}; // breakdown at that moment
   Bytes end_live = 0;     // live bytes after the last task
   Bytes bytes_short = 0;  // max(0, peak - capacity)
-  std::vector<MemPoint> timeline;
+  std::vector<MemPoint> timeline;   // one point per instant with a change (t = 0 first)
+  std::vector<MemChange> changes;   // every alloc and free, for per-tag views
 };
+
+// Live bytes by tag of one pool over time, one point per instant of `usage`'s
+// timeline (buffers live at start included), rebuilt from usage.changes.
+struct TagPoint {
+  Time time = 0;
+  TagBytes by_tag{};
+};
+std::vector<TagPoint> tag_timeline(const TaskGraph& graph, PoolId pool, const PoolUsage& usage);
 
 // The first allocation that did not fit.
 struct OutOfMemory {
@@ -60,7 +76,7 @@ class MemoryTracker {
   std::size_t state_bytes() const;
 
  private:
-  void record(std::int32_t pool, Time now);
+  void record(std::int32_t pool, Time now, BufferId b, bool alloc);
 
   const TaskGraph* graph_;
   std::vector<std::int32_t> buf_pool_;

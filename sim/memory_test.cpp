@@ -22,7 +22,12 @@ TEST_CASE("sim/memory: tracker: same-time changes coalesce into one timeline poi
   CHECK(u.timeline[1].time == 5);
   CHECK(u.timeline[1].live == 30);
   CHECK(u.timeline[2].live == 20);
-  CHECK(u.timeline[2].by_tag[static_cast<int>(MemTag::CommBuffers)] == 20);
+  const auto tags = tag_timeline(g, p, u);
+  REQUIRE(tags.size() == 3);
+  CHECK(tags[1].by_tag[static_cast<int>(MemTag::Activations)] == 10);
+  CHECK(tags[2].by_tag[static_cast<int>(MemTag::Activations)] == 0);
+  CHECK(tags[2].by_tag[static_cast<int>(MemTag::CommBuffers)] == 20);
+  CHECK(u.changes.size() == 3);
   CHECK(u.peak == 30);
   CHECK(u.peak_time == 5);
   CHECK_THROWS_AS(m.free(a, t, 8), GraphError);

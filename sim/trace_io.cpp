@@ -128,7 +128,7 @@ class TraceBuilder {
     for (std::size_t i = 0; i < r_.pools.size(); ++i) {
       const std::string& name = g_.pools()[i].name;
       const int p = pid(process_of(name));
-      for (const MemPoint& pt : r_.pools[i].timeline) {
+      for (const TagPoint& pt : tag_timeline(g_, PoolId{static_cast<std::int32_t>(i)}, r_.pools[i])) {
         json args = json::object();
         for (std::size_t k = 0; k < kMemTagCount; ++k)
           args[std::string(enum_name(static_cast<MemTag>(k)))] = pt.by_tag[k];
