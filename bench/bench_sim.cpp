@@ -10,6 +10,10 @@
 //                      Counters: bytes_per_task (engine state + result, from
 //                      container capacities), edges (dependencies and stream
 //                      order), events and stale events per task.
+//   BM_EngineEventsWithMemory — the same graph where every task also
+//                      allocates a buffer in its rank's pool (64 pools) that
+//                      one of its successors frees: adds the live-bytes
+//                      timelines, peaks and the alloc/free log.
 //   BM_EngineCompile — checking and compiling the TaskGraph into flat arrays.
 #include <benchmark/benchmark.h>
 
@@ -28,16 +32,23 @@ constexpr int kStreams = 64;
 constexpr int kLinks = 16;
 constexpr int kWindow = 1'000;
 
-TaskGraph build_graph(int n, std::uint32_t seed) {
+TaskGraph build_graph(int n, std::uint32_t seed, bool with_buffers) {
   std::mt19937 rng(seed);
   TaskGraph g;
   std::vector<ResourceId> streams, links;
+  std::vector<PoolId> pools;
+  std::vector<BufferId> output;  // per task: its buffer, until a successor frees it
+  std::vector<std::uint8_t> freed;
   for (int s = 0; s < kStreams; ++s) streams.push_back(g.add_stream(std::string("r").append(std::to_string(s)).append(".s")));
   for (int l = 0; l < kLinks; ++l) links.push_back(g.add_link(std::string("link").append(std::to_string(l)), 100 * kGB));
+  if (with_buffers)
+    for (int s = 0; s < kStreams; ++s)
+      pools.push_back(g.add_pool(std::string("r").append(std::to_string(s)), 80 * kGiB));
   for (int i = 0; i < n; ++i) {
     Task t;
     t.id = std::to_string(i);
-    t.resources.push_back(streams[rng() % kStreams]);
+    const std::uint32_t stream = rng() % kStreams;
+    t.resources.push_back(streams[stream]);
     if (rng() % 4 == 0) {
       t.kind = TaskKind::P2PSend;
       const std::uint32_t first = rng() % kLinks;
@@ -48,22 +59,40 @@ TaskGraph build_graph(int n, std::uint32_t seed) {
     } else {
       t.duration = 1'000 + rng() % 10'000;                   // 1-11 us
     }
-    const TaskId id = g.add_task(std::move(t));
     const int preds = i == 0 ? 0 : 1 + static_cast<int>(rng() % 3);
     const int lo = std::max(0, i - kWindow);
+    std::vector<TaskId> before;
     for (int k = 0; k < preds; ++k)
-      g.add_dep(TaskId{lo + static_cast<int>(rng() % static_cast<std::uint32_t>(i - lo))}, id);
+      before.push_back(TaskId{lo + static_cast<int>(rng() % static_cast<std::uint32_t>(i - lo))});
+    if (with_buffers) {
+      t.allocs.push_back(g.add_buffer({.id = std::string("out/").append(std::to_string(i)),
+                                       .pool = pools[stream],
+                                       .bytes = static_cast<Bytes>(1 + rng() % (64 * kMiB)),
+                                       .tag = MemTag::Activations}));
+      output.push_back(t.allocs.back());
+      freed.push_back(0);
+      if (!before.empty() && !freed[before[0].index]) {  // consume the first predecessor's output
+        t.frees.push_back(output[before[0].index]);
+        freed[before[0].index] = 1;
+      }
+    }
+    const TaskId id = g.add_task(std::move(t));
+    g.add_deps(before, id);
   }
   return g;
 }
 
 const TaskGraph& graph() {
-  static const TaskGraph g = build_graph(kTasks, 42);
+  static const TaskGraph g = build_graph(kTasks, 42, false);
   return g;
 }
 
-void BM_EngineEvents(benchmark::State& state) {
-  const TaskGraph& g = graph();
+const TaskGraph& graph_with_buffers() {
+  static const TaskGraph g = build_graph(kTasks, 42, true);
+  return g;
+}
+
+void run_engine(benchmark::State& state, const TaskGraph& g) {
   Engine engine(g);
   RunResult r;
   for (auto _ : state) {
@@ -79,7 +108,12 @@ void BM_EngineEvents(benchmark::State& state) {
   state.counters["stale_per_task"] = static_cast<double>(r.stale_events) / n;
   state.counters["makespan_ms"] = static_cast<double>(r.makespan) / 1e6;
 }
+
+void BM_EngineEvents(benchmark::State& state) { run_engine(state, graph()); }
 BENCHMARK(BM_EngineEvents)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_EngineEventsWithMemory(benchmark::State& state) { run_engine(state, graph_with_buffers()); }
+BENCHMARK(BM_EngineEventsWithMemory)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_EngineCompile(benchmark::State& state) {
   const TaskGraph& g = graph();

@@ -67,5 +67,35 @@ def hf_config(strata):
     check(hf["params"] == preset["params"], f"{hf['params']} != {preset['params']}")
 
 
+def simulate_json(strata):
+    # The public contract: feasible, peak_memory_bytes, memory_breakdown_bytes
+    # (summing to the peak), one entry per pipeline stage, host memory.
+    d = json.loads(run(strata, "simulate", sys.argv[3], "--format", "json"))
+    for key in ("feasible", "peak_memory_bytes", "memory_breakdown_bytes", "memory_per_stage",
+                "host_memory_bytes"):
+        check(key in d, f"missing {key}")
+    check(d["feasible"] is True, "the bundled 175B scenario fits")
+    check(sum(d["memory_breakdown_bytes"].values()) == d["peak_memory_bytes"], "breakdown sums to peak")
+    check(len(d["memory_per_stage"]) == 8, "pp 8 stages")
+    check(max(s["peak_bytes"] for s in d["memory_per_stage"]) == d["peak_memory_bytes"], "peak = max stage")
+    tags = set(d["memory_breakdown_bytes"])
+    check({"params", "grads", "optimizer_states", "activations", "comm_buffers", "workspace",
+           "allocator_reserve"} <= tags, f"tags {tags}")
+    # The analytical model agrees with the replayed timeline on this plan.
+    a = json.loads(run(strata, "simulate", sys.argv[3], "--analytical", "--format", "json"))
+    check(a["peak_memory_bytes"] == d["peak_memory_bytes"], "analytical != timeline")
+
+
+def simulate_infeasible(strata):
+    # An out-of-memory plan exits 0 with feasible false and the numbers.
+    d = json.loads(run(strata, "simulate", sys.argv[3], "--format", "json"))
+    check(d["feasible"] is False, "175B with plain DP on 8 GPUs must not fit")
+    r = d["infeasible_reason"]
+    check(r["pool"] == "gpu" and r["has_bytes"] == 80 * 2**30 and r["needs_bytes"] > 16 * 174e9,
+          f"reason {r}")
+    table = run(strata, "simulate", sys.argv[3])
+    check("DOES NOT FIT" in table and "has 80.00 GiB" in table, "table says it does not fit")
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
