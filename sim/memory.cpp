@@ -5,30 +5,34 @@
 namespace strata::sim {
 
 MemoryTracker::MemoryTracker(const TaskGraph& graph) : graph_(&graph) {
-  const auto& bufs = graph.buffers();
-  buf_pool_.reserve(bufs.size());
-  buf_bytes_.reserve(bufs.size());
-  buf_tag_.reserve(bufs.size());
-  for (const Buffer& b : bufs) {
-    buf_pool_.push_back(b.pool.index);
-    buf_bytes_.push_back(b.bytes);
-    buf_tag_.push_back(static_cast<std::uint8_t>(b.tag));
+  bufs_.reserve(graph.num_buffers());
+  for (const Buffer& b : graph.buffers())
+    bufs_.push_back({b.bytes, b.pool.index, static_cast<std::uint8_t>(b.tag), 0});
+  // Every alloc and free of a run is known up front: size the logs once.
+  changes_per_pool_.assign(graph.num_pools(), 0);
+  for (const Task& t : graph.tasks()) {
+    for (BufferId b : t.allocs) ++changes_per_pool_[bufs_[b.index].pool];
+    for (BufferId b : t.frees) ++changes_per_pool_[bufs_[b.index].pool];
   }
 }
 
 void MemoryTracker::reset() {
   const std::size_t np = graph_->num_pools();
-  live_.assign(buf_pool_.size(), 0);
   live_bytes_.assign(np, 0);
   live_by_tag_.assign(np, TagBytes{});
   pools_.assign(np, PoolUsage{});
   oom_.reset();
-  for (std::size_t p = 0; p < np; ++p) pools_[p].capacity = graph_->pools()[p].capacity;
-  for (std::size_t b = 0; b < buf_pool_.size(); ++b) {
-    if (!graph_->buffers()[b].live_at_start) continue;
-    live_[b] = 1;
-    live_bytes_[buf_pool_[b]] += buf_bytes_[b];
-    live_by_tag_[buf_pool_[b]][buf_tag_[b]] += buf_bytes_[b];
+  for (std::size_t p = 0; p < np; ++p) {
+    pools_[p].capacity = graph_->pools()[p].capacity;
+    pools_[p].changes.reserve(changes_per_pool_[p]);
+    pools_[p].timeline.reserve(changes_per_pool_[p] + 1);
+  }
+  for (std::size_t b = 0; b < bufs_.size(); ++b) {
+    BufferState& st = bufs_[b];
+    st.live = graph_->buffers()[b].live_at_start ? 1 : 0;
+    if (!st.live) continue;
+    live_bytes_[st.pool] += st.bytes;
+    live_by_tag_[st.pool][st.tag] += st.bytes;
   }
   for (std::size_t p = 0; p < np; ++p) {
     PoolUsage& u = pools_[p];
@@ -55,11 +59,12 @@ void MemoryTracker::record(std::int32_t p, Time now, BufferId b, bool alloc) {
 }
 
 void MemoryTracker::alloc(BufferId b, TaskId by, Time now) {
-  const std::int32_t p = buf_pool_[b.index];
-  const Bytes bytes = buf_bytes_[b.index];
-  live_[b.index] = 1;
+  BufferState& st = bufs_[b.index];
+  const std::int32_t p = st.pool;
+  const Bytes bytes = st.bytes;
+  st.live = 1;
   live_bytes_[p] += bytes;
-  live_by_tag_[p][buf_tag_[b.index]] += bytes;
+  live_by_tag_[p][st.tag] += bytes;
   PoolUsage& u = pools_[p];
   const Bytes live = live_bytes_[p];
   if (live > u.capacity && !oom_)
@@ -74,22 +79,23 @@ void MemoryTracker::alloc(BufferId b, TaskId by, Time now) {
 }
 
 void MemoryTracker::free(BufferId b, TaskId by, Time now) {
-  if (!live_[b.index])
+  BufferState& st = bufs_[b.index];
+  if (!st.live)
     throw GraphError("task '" + graph_->at(by).id + "' frees buffer '" + graph_->at(b).id +
                      "' at t=" + std::to_string(now) +
                      " ns, but it is not live (its allocating task has not started; add a "
                      "dependency from the allocating task)");
-  const std::int32_t p = buf_pool_[b.index];
-  const Bytes bytes = buf_bytes_[b.index];
-  live_[b.index] = 0;
+  const std::int32_t p = st.pool;
+  const Bytes bytes = st.bytes;
+  st.live = 0;
   live_bytes_[p] -= bytes;
-  live_by_tag_[p][buf_tag_[b.index]] -= bytes;
+  live_by_tag_[p][st.tag] -= bytes;
   record(p, now, b, false);
 }
 
 std::size_t MemoryTracker::state_bytes() const {
-  std::size_t b = buf_pool_.capacity() * 4 + buf_bytes_.capacity() * 8 + buf_tag_.capacity() +
-                  live_.capacity() + live_bytes_.capacity() * 8 +
+  std::size_t b = changes_per_pool_.capacity() * sizeof(std::size_t) +
+                  bufs_.capacity() * sizeof(BufferState) + live_bytes_.capacity() * 8 +
                   live_by_tag_.capacity() * sizeof(TagBytes) + pools_.capacity() * sizeof(PoolUsage);
   for (const auto& u : pools_)
     b += u.timeline.capacity() * sizeof(MemPoint) + u.changes.capacity() * sizeof(MemChange);

@@ -79,10 +79,15 @@ class MemoryTracker {
   void record(std::int32_t pool, Time now, BufferId b, bool alloc);
 
   const TaskGraph* graph_;
-  std::vector<std::int32_t> buf_pool_;
-  std::vector<Bytes> buf_bytes_;
-  std::vector<std::uint8_t> buf_tag_;
-  std::vector<std::uint8_t> live_;
+  // One 16-byte record per buffer: an alloc or free touches one cache line.
+  struct BufferState {
+    Bytes bytes = 0;
+    std::int32_t pool = 0;
+    std::uint8_t tag = 0;
+    std::uint8_t live = 0;
+  };
+  std::vector<BufferState> bufs_;
+  std::vector<std::size_t> changes_per_pool_;  // allocs + frees in the graph
   std::vector<Bytes> live_bytes_;
   std::vector<TagBytes> live_by_tag_;
   std::vector<PoolUsage> pools_;
