@@ -1,0 +1,219 @@
+#include "costmodel/calibration.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "costmodel/model_io.hpp"
+#include "costmodel/presets.hpp"
+
+namespace strata::cost {
+namespace {
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+const std::string kHeader =
+    R"("machine": "test box", "backend": "cpu", "date": "2026-11-30", "source": "unit test")";
+
+Calibration parse(const std::string& body) {
+  return parse_calibration_text("{" + kHeader + (body.empty() ? "" : ", " + body) + "}",
+                                "cal.json", ideal_calibration());
+}
+
+std::string parse_error(const std::string& body) {
+  return error_of([&] { parse(body); });
+}
+
+constexpr double kGemm8192 = 2.0 * 8192.0 * 8192.0 * 8192.0;
+
+TEST_CASE("efficiency curve: linear in log size between points, clamped outside") {
+  // Points (1e3, 0.2) and (1e5, 0.6): 1e4 is halfway in log, so 0.4; below
+  // 1e3 it stays 0.2, above 1e5 it stays 0.6; an empty curve is 1.
+  const EfficiencyCurve c({{1e3, 0.2}, {1e5, 0.6}});
+  CHECK(c.at(1e4) == doctest::Approx(0.4));
+  CHECK(c.at(std::sqrt(1e3 * 1e4)) == doctest::Approx(0.3));
+  CHECK(c.at(1e3) == doctest::Approx(0.2));
+  CHECK(c.at(10) == doctest::Approx(0.2));
+  CHECK(c.at(0) == doctest::Approx(0.2));
+  CHECK(c.at(1e5) == doctest::Approx(0.6));
+  CHECK(c.at(1e9) == doctest::Approx(0.6));
+  CHECK(EfficiencyCurve().at(123) == 1.0);
+  CHECK(EfficiencyCurve::constant(0.7).at(1e12) == doctest::Approx(0.7));
+  // Three points: each segment is its own line.
+  const EfficiencyCurve d({{1, 0.1}, {100, 0.5}, {10000, 0.5}});
+  CHECK(d.at(10) == doctest::Approx(0.3));
+  CHECK(d.at(1000) == doctest::Approx(0.5));
+  // Scaling sizes by 10 moves the curve right by one decade.
+  CHECK(c.scaled_sizes(10).at(1e5) == doctest::Approx(0.4));
+  CHECK_THROWS_AS(EfficiencyCurve({{10, 0.5}, {10, 0.6}}), Error);
+  CHECK_THROWS_AS(EfficiencyCurve({{10, 0.0}}), Error);
+}
+
+TEST_CASE("calibration reader: absolute values become fractions of the stated peak") {
+  // 156 tflops measured on a 312-tflops peak is 0.5; 1800 GBps on 2000 is 0.9;
+  // 230 busbw_GBps on a 300 GBps link is 0.7667.
+  const Calibration c = parse(R"(
+    "gemm": {"bf16": {"peak_tflops": 312, "points": [
+        {"m": 1024, "n": 1024, "k": 1024, "tflops": 156},
+        {"m": 8192, "n": 8192, "k": 8192, "efficiency": 0.8}]}},
+    "memory": {"peak_GBps": 2000, "points": [{"bytes": 1048576, "GBps": 1800}]},
+    "copies": {"h2d_pinned": {"link_GBps": 32, "points": [{"bytes": 1048576, "GBps": 24}]},
+               "nvme_read": {"points": [{"bytes": 1048576, "efficiency": 0.5}]}},
+    "collectives": {"intra_node": {"link_GBps": 300, "group": 8, "latency_us": 10,
+        "step_latency_us": 0.5, "all_reduce": [{"bytes": 1073741824, "busbw_GBps": 230}]}},
+    "overheads_us": {"kernel_launch": 3, "step": 100}
+  )");
+  CHECK(c.machine == "test box");
+  CHECK(c.backend == "cpu");
+  CHECK(c.gemm_curve(GemmDtype::BF16).at(2.0 * 1024 * 1024 * 1024) == doctest::Approx(0.5));
+  CHECK(c.gemm_curve(GemmDtype::BF16).at(kGemm8192) == doctest::Approx(0.8));
+  CHECK(c.gemm_curve(GemmDtype::FP16).empty());  // absent: the base's (ideal) curve
+  CHECK(c.memory.at(1) == doctest::Approx(0.9));
+  CHECK(c.copy_curve(CopyKind::H2D, true).at(1) == doctest::Approx(0.75));
+  CHECK(c.copy_curve(CopyKind::H2D, false).empty());
+  CHECK(c.copy_curve(CopyKind::NvmeRead, false).at(1) == doctest::Approx(0.5));
+  CHECK(c.copy_curve(CopyKind::NvmeRead, true).at(1) == doctest::Approx(0.5));
+  CHECK(c.busbw_curve(LinkScope::IntraNode, CollectiveOp::AllReduce).at(1) ==
+        doctest::Approx(230.0 / 300.0));
+  CHECK(c.scope(LinkScope::IntraNode).latency_us == 10);
+  CHECK(c.scope(LinkScope::IntraNode).step_latency_us == 0.5);
+  CHECK(c.scope(LinkScope::IntraNode).group == 8);
+  CHECK(c.overheads.kernel_launch_us == 3);
+  CHECK(c.overheads.step_us == 100);
+  CHECK(c.overheads.microbatch_us == 0);  // the ideal base's
+}
+
+TEST_CASE("calibration reader: a partial file keeps the base's other tables") {
+  // Only overheads given over the bundled a100-80g: its GEMM curve (0.85 at
+  // 16384^3) survives.
+  const Calibration base = calibration_preset("a100-80g");
+  const Calibration c = parse_calibration_text(
+      "{" + kHeader + R"(, "overheads_us": {"kernel_launch": 7}})", "cal.json", base);
+  CHECK(c.overheads.kernel_launch_us == 7);
+  CHECK(c.gemm_curve(GemmDtype::BF16).at(2.0 * 16384.0 * 16384 * 16384) ==
+        doctest::Approx(0.85));
+  CHECK(c.machine == "test box");
+}
+
+TEST_CASE("calibration reader: unknown keys and bad units are rejected with their path") {
+  // Each broken input names file, JSON path and rule.
+  CHECK(parse_error(R"("gemmm": {})") == "cal.json: gemmm: unknown key (did you mean \"gemm\"?)");
+  CHECK(parse_error(R"("gemm": {"bf16": {"peak_tflops": 312, "points": [
+          {"m": 1, "n": 1, "k": 1, "GBps": 3}]}})") ==
+        "cal.json: gemm.bf16.points[0]: a point needs exactly one of \"tflops\" and \"efficiency\"");
+  CHECK(parse_error(R"("gemm": {"bf16": {"peak_tflops": 312, "points": [
+          {"m": 1, "n": 1, "k": 1, "tflops": 3, "GBps": 3}]}})") ==
+        "cal.json: gemm.bf16.points[0].GBps: unknown key");
+  CHECK(parse_error(R"("gemm": {"bf16": {"peak_tflop": 312, "points": []}})") ==
+        "cal.json: gemm.bf16.points: must list at least one point");
+  CHECK(parse_error(R"("gemm": {"bf16": {"peak_tflop": 312, "points": [
+          {"m": 1, "n": 1, "k": 1, "efficiency": 0.5}]}})") ==
+        "cal.json: gemm.bf16.peak_tflop: unknown key (did you mean \"peak_tflops\"?)");
+  CHECK(parse_error(R"("gemm": {"bf17": {}})") ==
+        "cal.json: gemm.bf17: unknown key (did you mean \"bf16\"?)");
+  CHECK(parse_error(R"("memory": {"points": [{"bytes": 10, "GBps": 100}]})") ==
+        "cal.json: memory.points[0].GBps: an absolute \"GBps\" needs \"peak_GBps\" (the peak it "
+        "was measured against)");
+  CHECK(parse_error(R"("memory": {"points": [{"bytes": 10, "efficiency": 1.5}]})") ==
+        "cal.json: memory.points[0].efficiency: must be in [1e-06, 1], got 1.5");
+  CHECK(parse_error(R"("memory": {"peak_GBps": 100, "points": [{"bytes": 10, "GBps": 150}]})") ==
+        "cal.json: memory.points[0].GBps: 150 is 1.5x the peak peak_GBps = 100 (at most 1x)");
+  CHECK(parse_error(R"("memory": {"points": [{"bytes": 100, "efficiency": 0.5},
+          {"bytes": 10, "efficiency": 0.5}]})") ==
+        "cal.json: memory.points[1]: sizes must increase strictly from point to point (got 10 "
+        "after 100)");
+  CHECK(parse_error(R"("memory": {"points": [{"bytes": 10, "efficiency": 0.1},
+          {"bytes": 20, "efficiency": 0.9}]})")
+            .find("memory.points[1]: efficiency 0.9 rises too fast") != std::string::npos);
+  CHECK(parse_error(R"("memory": {"points": [{"MB": 10, "efficiency": 0.1}]})") ==
+        "cal.json: memory.points[0].bytes: missing required key");
+  CHECK(parse_error(R"("copies": {"h2d": {"points": []}})") ==
+        "cal.json: copies.h2d: unknown key");
+  CHECK(parse_error(R"("collectives": {"intra_node": {"allreduce": []}})") ==
+        "cal.json: collectives.intra_node.allreduce: unknown key (did you mean \"all_reduce\"?)");
+  CHECK(parse_error(R"("collectives": {"intra_node": {"latency_ms": 1}})") ==
+        "cal.json: collectives.intra_node.latency_ms: unknown key (did you mean \"latency_us\"?)");
+  CHECK(parse_error(R"("collectives": {"intra_node": {"all_reduce": [
+          {"bytes": 10, "GBps": 100}]}})")
+            .find("collectives.intra_node.all_reduce[0]") != std::string::npos);
+  CHECK(parse_error(R"("overheads_us": {"kernel_launch": -1})") ==
+        "cal.json: overheads_us.kernel_launch: must be in [0, 1e+09], got -1");
+  CHECK(parse_error(R"("overheads": {})") ==
+        "cal.json: overheads: unknown key");
+  CHECK(error_of([] {
+          parse_calibration_text(R"({"machine": "m", "backend": "gpu", "date": "d", "source": "s"})",
+                                 "cal.json", ideal_calibration());
+        }) == "cal.json: backend: must be one of cuda|cpu|estimate (got \"gpu\")");
+  CHECK(error_of([] {
+          parse_calibration_text(R"({"backend": "cpu", "date": "d", "source": "s"})", "cal.json",
+                                 ideal_calibration());
+        }) == "cal.json: machine: missing required key");
+}
+
+TEST_CASE("bundled calibrations load and state their provenance") {
+  // configs/calibration holds a100-80g, h100-sxm and h200; each is an
+  // estimate with a source, monotone tables and a bf16 plateau of 0.75-0.86.
+  const auto names = calibration_preset_names();
+  CHECK(names == std::vector<std::string>{"a100-80g", "h100-sxm", "h200"});
+  for (const auto& n : names) {
+    CAPTURE(n);
+    const Calibration c = calibration_preset(n);
+    CHECK(c.backend == "estimate");
+    CHECK(c.source.size() > 200);
+    CHECK(!c.date.empty());
+    CHECK(!c.machine.empty());
+    const double plateau = c.gemm_curve(GemmDtype::BF16).at(1e16);
+    CHECK(plateau >= 0.75);
+    CHECK(plateau <= 0.86);
+    CHECK(!c.memory.empty());
+    CHECK(c.scope(LinkScope::IntraNode).latency_us > 0);
+    CHECK(c.scope(LinkScope::InterNode).latency_us > 0);
+    for (std::size_t op = 0; op < kCollectiveOps; ++op) {
+      CHECK(!c.collective[0].busbw[op].empty());
+      CHECK(!c.collective[1].busbw[op].empty());
+    }
+    CHECK(c.overheads.kernel_launch_us > 0);
+  }
+  CHECK(error_of([] { calibration_preset("tpu"); }) ==
+        "<input>: calibration: unknown calibration preset \"tpu\" (known: a100-80g, h100-sxm, h200)");
+}
+
+TEST_CASE("default calibration: bundled curves per GPU preset, generic scaled curves otherwise") {
+  // a100-80g, h100-sxm, h200 get their own files; b200 gets the A100 curves
+  // with the bf16 size axis stretched by 2250/312, so its efficiency at
+  // F·2250/312 equals the A100's at F.
+  CHECK(default_calibration(gpu_preset("h100-sxm")).machine ==
+        calibration_preset("h100-sxm").machine);
+  CHECK(default_calibration(gpu_preset("h200")).machine == calibration_preset("h200").machine);
+  const Calibration a100 = default_calibration(gpu_preset("a100-80g"));
+  const Calibration b200 = default_calibration(gpu_preset("b200"));
+  CHECK(b200.machine.find("generic") != std::string::npos);
+  CHECK(b200.source.find("a100-80g provenance") != std::string::npos);
+  for (double f : {1e8, 1e10, 1e12}) {
+    CHECK(b200.gemm_curve(GemmDtype::BF16).at(f * 2250.0 / 312.0) ==
+          doctest::Approx(a100.gemm_curve(GemmDtype::BF16).at(f)));
+    CHECK(b200.memory.at(f * 8000.0 / 2039.0) == doctest::Approx(a100.memory.at(f)));
+    CHECK(b200.busbw_curve(LinkScope::IntraNode, CollectiveOp::AllReduce).at(f * 3.0) ==
+          doctest::Approx(a100.busbw_curve(LinkScope::IntraNode, CollectiveOp::AllReduce).at(f)));
+  }
+  // fp8 (the A100 has none) takes the 16-bit curve, scaled by 4500/312.
+  CHECK(b200.gemm_curve(GemmDtype::FP8).at(1e12 * 4500.0 / 312.0) ==
+        doctest::Approx(a100.gemm_curve(GemmDtype::BF16).at(1e12)));
+  // Every GPU preset gets a usable calibration.
+  for (const auto& g : gpu_presets()) {
+    CAPTURE(g.name);
+    const Calibration c = default_calibration(g);
+    CHECK(c.gemm_curve(GemmDtype::FP16).at(1e13) > 0.5);
+  }
+}
+
+}  // namespace
+}  // namespace strata::cost
