@@ -1,0 +1,252 @@
+#include "costmodel/time_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "sim/error.hpp"
+
+namespace strata::cost {
+
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kUs = 1e-6;
+
+double ceil_log2(std::int64_t n) {
+  double steps = 0;
+  for (std::int64_t v = 1; v < n; v *= 2) steps += 1;
+  return steps;
+}
+
+// Bus bandwidth (bytes/s) of one scope's link for an op and message size.
+double scope_busbw(const NodeSpec& node, const Calibration& cal, LinkScope s, CollectiveOp op,
+                   double size) {
+  const double link =
+      s == LinkScope::IntraNode ? node.intra_node_GBps : node.inter_node_GBps_per_gpu;
+  return link * kGB * cal.busbw_curve(s, op).at(size);
+}
+
+[[noreturn]] void no_link(LinkScope s) {
+  throw Error(std::string("collective needs a ") +
+              (s == LinkScope::IntraNode ? "intra_node_GBps" : "inter_node_GBps_per_gpu") +
+              " > 0 on the node");
+}
+
+// The layout of a group: n ranks, r per node, N nodes.
+struct Layout {
+  std::int64_t n, r, nodes;
+  bool spans() const { return nodes > 1; }
+};
+
+// Bandwidth (bytes/s) a ring (or tree) over the whole group sees: the
+// intra-node busbw, bounded by the r NICs of each node once it spans nodes.
+double group_busbw(const Layout& g, const NodeSpec& node, const Calibration& cal,
+                   CollectiveOp op, double size) {
+  double bw = 0;
+  if (g.r > 1) {
+    bw = scope_busbw(node, cal, LinkScope::IntraNode, op, size);
+    if (bw <= 0) no_link(LinkScope::IntraNode);
+  }
+  if (g.spans()) {
+    const double inter =
+        static_cast<double>(g.r) * scope_busbw(node, cal, LinkScope::InterNode, op, size);
+    if (inter <= 0) no_link(LinkScope::InterNode);
+    bw = bw > 0 ? std::min(bw, inter) : inter;
+  }
+  return bw;
+}
+
+const CollectiveScope& latency_scope(const Layout& g, const Calibration& cal) {
+  return cal.scope(g.spans() ? LinkScope::InterNode : LinkScope::IntraNode);
+}
+
+// Ring all-reduce / all-gather / reduce-scatter over the whole group, seconds.
+double ring_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
+                    const Calibration& cal) {
+  const double n = static_cast<double>(g.n);
+  const double f = op == CollectiveOp::AllReduce ? 2.0 * (n - 1) / n : (n - 1) / n;
+  const double steps = op == CollectiveOp::AllReduce ? 2.0 * (n - 1) : n - 1;
+  const CollectiveScope& sc = latency_scope(g, cal);
+  return (sc.latency_us + steps * sc.step_latency_us) * kUs +
+         f * size / group_busbw(g, node, cal, op, size);
+}
+
+double tree_seconds(double size, const Layout& g, const NodeSpec& node, const Calibration& cal) {
+  const CollectiveScope& sc = latency_scope(g, cal);
+  return (sc.latency_us + 2.0 * ceil_log2(g.n) * sc.step_latency_us) * kUs +
+         2.0 * size / group_busbw(g, node, cal, CollectiveOp::AllReduce, size);
+}
+
+// Intra-node phase(s) around an inter-node phase over one GPU per node.
+double hierarchical_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
+                            const Calibration& cal) {
+  const Layout intra{g.r, g.r, 1};
+  const Layout inter{g.nodes, 1, g.nodes};
+  const double shard = size / static_cast<double>(g.r);
+  switch (op) {
+    case CollectiveOp::AllReduce:
+      return ring_seconds(CollectiveOp::ReduceScatter, size, intra, node, cal) +
+             ring_seconds(CollectiveOp::AllReduce, shard, inter, node, cal) +
+             ring_seconds(CollectiveOp::AllGather, size, intra, node, cal);
+    case CollectiveOp::AllGather:
+      return ring_seconds(CollectiveOp::AllGather, shard, inter, node, cal) +
+             ring_seconds(CollectiveOp::AllGather, size, intra, node, cal);
+    case CollectiveOp::ReduceScatter:
+      return ring_seconds(CollectiveOp::ReduceScatter, size, intra, node, cal) +
+             ring_seconds(CollectiveOp::ReduceScatter, shard, inter, node, cal);
+    default: return 0;  // not used for all-to-all and send/recv
+  }
+}
+
+double all_to_all_seconds(double size, const Layout& g, const NodeSpec& node,
+                          const Calibration& cal) {
+  const double n = static_cast<double>(g.n);
+  const double r = static_cast<double>(g.r);
+  const CollectiveScope& sc = latency_scope(g, cal);
+  double t = 0;
+  if (g.r > 1) {
+    const double bw = scope_busbw(node, cal, LinkScope::IntraNode, CollectiveOp::AllToAll, size);
+    if (bw <= 0) no_link(LinkScope::IntraNode);
+    t = (r - 1) / n * size / bw;
+  }
+  if (g.spans()) {
+    const double bw = scope_busbw(node, cal, LinkScope::InterNode, CollectiveOp::AllToAll, size);
+    if (bw <= 0) no_link(LinkScope::InterNode);
+    t = std::max(t, (n - r) / n * size / bw);
+  }
+  return (sc.latency_us + (n - 1) * sc.step_latency_us) * kUs + t;
+}
+
+double send_recv_seconds(double size, const Layout& g, const NodeSpec& node,
+                         const Calibration& cal) {
+  const LinkScope s = g.spans() ? LinkScope::InterNode : LinkScope::IntraNode;
+  const double bw = scope_busbw(node, cal, s, CollectiveOp::SendRecv, size);
+  if (bw <= 0) no_link(s);
+  const CollectiveScope& sc = cal.scope(s);
+  return (sc.latency_us + sc.step_latency_us) * kUs + size / bw;
+}
+
+}  // namespace
+
+Time seconds_to_time(double seconds) {
+  return static_cast<Time>(std::llround(seconds * static_cast<double>(kSecond)));
+}
+
+Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
+                  Flops matmul_flops, Bytes bytes, KernelShape shape) {
+  if (matmul_flops < 0 || bytes < 0 || shape.kernels < 0 || shape.gemm_flops < 0)
+    throw Error("compute_time: FLOPs, bytes and kernels must be >= 0");
+  const double kernels = static_cast<double>(std::max<std::int64_t>(shape.kernels, 1));
+  double seconds = 0;
+  if (matmul_flops > 0) {
+    const double peak = peak_tflops(gpu, dtype);
+    if (peak <= 0)
+      throw Error("compute_time: GPU " + gpu.name + " has no " +
+                  std::string(enum_name(dtype)) + " peak");
+    const Flops per_gemm = shape.gemm_flops > 0 ? shape.gemm_flops : matmul_flops / kernels;
+    seconds = matmul_flops / (peak * kTera * cal.gemm_curve(dtype).at(per_gemm));
+  }
+  if (bytes > 0) {
+    if (gpu.hbm_GBps <= 0) throw Error("compute_time: GPU " + gpu.name + " has no hbm_GBps");
+    const double b = static_cast<double>(bytes);
+    seconds = std::max(seconds, b / (gpu.hbm_GBps * kGB * cal.memory.at(b / kernels)));
+  }
+  seconds += static_cast<double>(shape.kernels) * cal.overheads.kernel_launch_us * kUs;
+  return seconds_to_time(seconds);
+}
+
+KernelShape op_kernels(const Op& op, bool backward) {
+  const Flops flops = backward ? op.bwd_flops : op.fwd_flops;
+  if (op.kind == OpKind::Linear && op.matrices > 0) {
+    // Forward: one GEMM per matrix. Backward: input gradient and weight
+    // gradient per matrix, each the forward GEMM's size.
+    const std::int64_t gemms = backward ? 2 * op.matrices : op.matrices;
+    return {flops / static_cast<double>(gemms), gemms};
+  }
+  if (flops > 0) {
+    const std::int64_t k = backward ? 2 : 1;
+    return {flops / static_cast<double>(k), k};
+  }
+  return {0, 1};
+}
+
+Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
+             bool backward) {
+  return compute_time(gpu, cal, p, backward ? op.bwd_flops : op.fwd_flops,
+                      backward ? op.bwd_bytes : op.fwd_bytes, op_kernels(op, backward));
+}
+
+CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
+                               std::int64_t ranks_per_node, const NodeSpec& node,
+                               const Calibration& cal, CollectiveAlgorithm algo) {
+  if (bytes < 0) throw Error("collective_time: bytes must be >= 0");
+  if (group < 1) throw Error("collective_time: group must be >= 1");
+  if (ranks_per_node < 1) throw Error("collective_time: ranks_per_node must be >= 1");
+  CollectiveCost out{0, algo == CollectiveAlgorithm::Auto ? CollectiveAlgorithm::Ring : algo};
+  if (group == 1 || bytes == 0) return out;
+  const std::int64_t r = std::min(ranks_per_node, group);
+  const Layout g{group, r, (group + r - 1) / r};
+  const double size = static_cast<double>(bytes);
+
+  double seconds = 0;
+  switch (op) {
+    case CollectiveOp::AllToAll:
+      out.algorithm = CollectiveAlgorithm::Ring;
+      seconds = all_to_all_seconds(size, g, node, cal);
+      break;
+    case CollectiveOp::SendRecv:
+      out.algorithm = CollectiveAlgorithm::Ring;
+      seconds = send_recv_seconds(size, g, node, cal);
+      break;
+    default: {
+      const bool tree_ok = op == CollectiveOp::AllReduce;
+      const bool hier_ok = g.spans() && g.r > 1;
+      auto price = [&](CollectiveAlgorithm a) {
+        switch (a) {
+          case CollectiveAlgorithm::Tree: return tree_seconds(size, g, node, cal);
+          case CollectiveAlgorithm::Hierarchical:
+            return hierarchical_seconds(op, size, g, node, cal);
+          default: return ring_seconds(op, size, g, node, cal);
+        }
+      };
+      if (algo == CollectiveAlgorithm::Auto) {
+        out.algorithm = CollectiveAlgorithm::Ring;
+        seconds = price(CollectiveAlgorithm::Ring);
+        if (tree_ok) {
+          const double t = price(CollectiveAlgorithm::Tree);
+          if (t < seconds) seconds = t, out.algorithm = CollectiveAlgorithm::Tree;
+        }
+        if (hier_ok) {
+          const double t = price(CollectiveAlgorithm::Hierarchical);
+          if (t < seconds) seconds = t, out.algorithm = CollectiveAlgorithm::Hierarchical;
+        }
+      } else {
+        // An algorithm that does not apply (tree for all-gather, hierarchical
+        // inside one node or with one GPU per node) is priced as a ring.
+        if ((algo == CollectiveAlgorithm::Tree && !tree_ok) ||
+            (algo == CollectiveAlgorithm::Hierarchical && !hier_ok))
+          out.algorithm = CollectiveAlgorithm::Ring;
+        seconds = price(out.algorithm);
+      }
+    }
+  }
+  out.time = seconds_to_time(seconds);
+  return out;
+}
+
+Time copy_time(Bytes bytes, CopyKind kind, bool pinned, const NodeSpec& node,
+               const Calibration& cal) {
+  if (bytes < 0) throw Error("copy_time: bytes must be >= 0");
+  if (bytes == 0) return 0;
+  const bool nvme = kind == CopyKind::NvmeRead || kind == CopyKind::NvmeWrite;
+  const double link = nvme ? node.nvme_GBps : node.pcie_GBps;
+  if (link <= 0)
+    throw Error(std::string("copy_time: node has no ") + (nvme ? "nvme_GBps" : "pcie_GBps"));
+  const double b = static_cast<double>(bytes);
+  const double seconds =
+      cal.overheads.copy_launch_us * kUs + b / (link * kGB * cal.copy_curve(kind, pinned).at(b));
+  return seconds_to_time(seconds);
+}
+
+}  // namespace strata::cost

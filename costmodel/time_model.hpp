@@ -1,0 +1,111 @@
+#pragma once
+// Time cost model: how long a kernel, a collective or a copy takes on the
+// modelled hardware, from its peaks (hardware.hpp) scaled by calibrated
+// efficiencies (calibration.hpp). Pure functions of their arguments; they
+// allocate nothing and look nothing up by name, so the lowering can call
+// them per task. Formulas and their sources: docs/cost-model.md.
+#include <cstdint>
+
+#include "costmodel/calibration.hpp"
+#include "costmodel/hardware.hpp"
+#include "costmodel/ops.hpp"
+#include "costmodel/techniques.hpp"
+#include "sim/names.hpp"
+#include "sim/units.hpp"
+
+namespace strata::cost {
+
+// FLOPs of one m×k by k×n matrix product.
+constexpr Flops gemm_flops(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+}
+
+// What the efficiency curves need to know about a compute task beyond its
+// totals: how many kernels it launches and how big each GEMM is.
+struct KernelShape {
+  // FLOPs of one GEMM, the size the GEMM efficiency curve is read at;
+  // 0: the task's matmul FLOPs divided evenly over its kernels.
+  Flops gemm_flops = 0;
+  // Kernels launched (each pays the launch overhead; memory efficiency is
+  // read at bytes / kernels).
+  std::int64_t kernels = 1;
+};
+
+// time = max(F / (peak(dtype) · eff_gemm(gemm size)), B / (HBM · eff_mem(B / kernels)))
+//        + kernels · kernel_launch.
+// Throws Error when F > 0 and the GPU has no peak for the dtype, or when a
+// count is negative.
+Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
+                  Flops matmul_flops, Bytes bytes, KernelShape shape = {});
+inline Time compute_time(const GpuSpec& gpu, const Calibration& cal, Precision p,
+                         Flops matmul_flops, Bytes bytes, KernelShape shape = {}) {
+  return compute_time(gpu, cal, gemm_dtype(p), matmul_flops, bytes, shape);
+}
+
+// The kernels of one op's forward or backward pass. A linear op runs one
+// GEMM per weight matrix forward and two backward (input gradient and
+// weight gradient), each of the forward GEMM's size; any other op with
+// matmul FLOPs (attention) is one kernel forward and two backward; ops
+// without matmul FLOPs (norms, activations, dropout, …) one kernel each way.
+KernelShape op_kernels(const Op& op, bool backward);
+// compute_time of an op's forward (backward = false) or backward pass.
+Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
+             bool backward);
+
+// Collective algorithms (NCCL's names). Auto takes the fastest that applies.
+enum class CollectiveAlgorithm { Auto, Ring, Tree, Hierarchical };
+
+struct CollectiveCost {
+  Time time = 0;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::Ring;  // what was priced
+};
+
+// One collective over `group` ranks, `ranks_per_node` of them on each node
+// (placed node by node, so nodes = ceil(group / ranks_per_node)). `bytes` is
+// nccl-tests' size S: the full buffer each rank holds — the all-reduce
+// buffer, the gathered output of all-gather, the input of reduce-scatter,
+// each rank's send buffer for all-to-all, the message for send/recv.
+//   ring all-reduce:          α + 2(n−1)·α_step + 2(n−1)/n · S / busbw
+//   ring all-gather / r-s:    α + (n−1)·α_step  +  (n−1)/n · S / busbw
+//   tree all-reduce:          α + 2⌈log2 n⌉·α_step + 2 · S / busbw
+//   hierarchical (n over N nodes of r): intra reduce-scatter(S, r), inter
+//     all-reduce(S/r, N), intra all-gather(S, r), each a ring priced alone.
+//   all-to-all:               α + (n−1)·α_step + max((r−1)/n·S / bw_intra, (n−r)/n·S / bw_inter)
+//   send/recv:                α + α_step + S / bw
+// busbw inside a node is intra_node_GBps · eff_intra(op, S); a ring that
+// spans nodes is bounded by min(intra, r · inter_node_GBps_per_gpu · eff_inter)
+// (each node's r GPUs drive r NICs); α and α_step are the inter-node ones
+// once the group spans nodes. A group of one costs nothing.
+CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
+                               std::int64_t ranks_per_node, const NodeSpec& node,
+                               const Calibration& cal,
+                               CollectiveAlgorithm algo = CollectiveAlgorithm::Auto);
+inline Time collective_time(CollectiveOp op, Bytes bytes, std::int64_t group,
+                            std::int64_t ranks_per_node, const NodeSpec& node,
+                            const Calibration& cal,
+                            CollectiveAlgorithm algo = CollectiveAlgorithm::Auto) {
+  return collective_cost(op, bytes, group, ranks_per_node, node, cal, algo).time;
+}
+
+// A copy of `bytes`: copy_launch + bytes / (link · eff(kind, pinned, bytes)),
+// the link being the node's pcie_GBps (h2d, d2h) or nvme_GBps.
+Time copy_time(Bytes bytes, CopyKind kind, bool pinned, const NodeSpec& node,
+               const Calibration& cal);
+
+// Seconds to the engine's integer nanoseconds (rounded to nearest).
+Time seconds_to_time(double seconds);
+
+}  // namespace strata::cost
+
+namespace strata {
+
+template <>
+struct EnumNames<cost::CollectiveAlgorithm> {
+  static constexpr std::array<std::pair<cost::CollectiveAlgorithm, std::string_view>, 4> table{
+      {{cost::CollectiveAlgorithm::Auto, "auto"},
+       {cost::CollectiveAlgorithm::Ring, "ring"},
+       {cost::CollectiveAlgorithm::Tree, "tree"},
+       {cost::CollectiveAlgorithm::Hierarchical, "hierarchical"}}};
+};
+
+}  // namespace strata
