@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "costmodel/model_io.hpp"
@@ -156,6 +158,27 @@ TEST_CASE("calibration reader: unknown keys and bad units are rejected with thei
           parse_calibration_text(R"({"backend": "cpu", "date": "d", "source": "s"})", "cal.json",
                                  ideal_calibration());
         }) == "cal.json: machine: missing required key");
+}
+
+TEST_CASE("the schema example in docs/cost-model.md reads") {
+  // The first json block of the document parses over the ideal base: 171 of
+  // 312 tflops at 1024^3 is 0.548, 231 of 300 GB/s all-reduce busbw 0.77.
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/docs/cost-model.md");
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  const auto begin = doc.find("```json\n");
+  REQUIRE(begin != std::string::npos);
+  const auto end = doc.find("```", begin + 8);
+  const Calibration c = parse_calibration_text(doc.substr(begin + 8, end - begin - 8),
+                                               "docs/cost-model.md", ideal_calibration());
+  CHECK(c.backend == "cuda");
+  CHECK(c.gemm_curve(GemmDtype::BF16).at(2.0 * 1024 * 1024 * 1024) ==
+        doctest::Approx(171.0 / 312.0));
+  CHECK(c.busbw_curve(LinkScope::IntraNode, CollectiveOp::AllReduce).at(1e12) ==
+        doctest::Approx(231.0 / 300.0));
+  CHECK(c.overheads.step_us == 200);
 }
 
 TEST_CASE("bundled calibrations load and state their provenance") {
