@@ -67,10 +67,9 @@ std::optional<std::string> megatron_expert_problem(i64 tp, i64 cp, i64 dp, i64 p
            " the expert mesh's pipeline groups differ from the dense ones (cp and dp must lie "
            "on the same side of pp, Megatron-LM parallel_state.py)";
   if (pp > 1 && order[3] != ParallelDim::PP && cp * dp / ep != dp)
-    return "expert-dp-needs-pp-last: rank order " + o +
-           " does not put pp outermost, so the "
-           "expert data-parallel size dp·cp/ep = " +
-           str(cp * dp / ep) + " must equal dp=" + str(dp) + " (Megatron-LM parallel_state.py)";
+    return "expert-dp-needs-pp-last: rank order " + o + " does not put pp outermost, so " +
+           "the expert data-parallel size dp·cp/ep = " + str(cp * dp / ep) +
+           " must equal dp=" + str(dp) + " (Megatron-LM parallel_state.py)";
   return std::nullopt;
 }
 
