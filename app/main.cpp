@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -14,6 +15,8 @@
 #include "sim/error.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/scenario.hpp"
+#include "strategies/step_costs.hpp"
+#include "sim/trace.hpp"
 
 namespace {
 
@@ -51,6 +54,19 @@ std::string describe_target(const std::string& target, report::Format format) {
   return report::describe(cost::model_preset(target), options, nullptr, format);
 }
 
+// Writes next to the destination and renames, so the file appears whole or
+// not at all.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw InputError(path, "", "cannot write file");
+    f << text;
+    if (!f.flush()) throw InputError(path, "", "cannot write file");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +93,9 @@ int main(int argc, char** argv) {
   simulate->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
   simulate->add_flag("--analytical", analytical,
                      "Use the closed-form memory model instead of replaying the schedule");
+  std::string trace_path;
+  simulate->add_option("--trace", trace_path, "Write the step's Chrome/Perfetto trace to FILE")
+      ->type_name("FILE");
   for (auto* cmd : {models, gpus, clusters, describe, simulate}) add_format_option(cmd, format);
 
   try {
@@ -100,7 +119,11 @@ int main(int argc, char** argv) {
       const auto sc = strategies::load_scenario(scenario_path);
       const auto mem =
           analytical ? strategies::estimate_memory(sc) : strategies::simulate_memory(sc);
-      out = report::render_simulation(sc, mem, format);
+      sim::RunResult run;
+      strategies::LoweredStep lowered;
+      const auto step = strategies::predict_step(sc, &run, &lowered);
+      out = report::render_simulation(sc, mem, &step, format);
+      if (!trace_path.empty()) write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
     }
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);

@@ -48,10 +48,41 @@ std::string plan_summary(const strategies::Scenario& sc) {
 
 std::string gib(Bytes b) { return fixed(to_GiB(b), 2) + " GiB"; }
 
+// Throughput figures of a step.
+struct Rates {
+  double step_s, tokens_per_s_per_gpu, model_tflops, hardware_tflops, mfu;
+};
+Rates rates(const strategies::Scenario& sc, const strategies::StepPrediction& p) {
+  const double step = to_seconds(p.step_time);
+  const double gpus = static_cast<double>(sc.cluster.gpus());
+  const double tokens = static_cast<double>(sc.batch.global) * static_cast<double>(sc.model.seq_len);
+  Rates r{step, 0, 0, 0, 0};
+  if (step <= 0) return r;
+  r.tokens_per_s_per_gpu = tokens / step / gpus;
+  r.model_tflops = p.model_flops_per_step / step / gpus / 1e12;
+  r.hardware_tflops = p.hardware_flops_per_step / step / gpus / 1e12;
+  const double peak = sc.cluster.gpu.peak_tflops(sc.plan.precision);
+  r.mfu = peak > 0 ? r.model_tflops / peak : 0;
+  return r;
+}
+
+ordered_json breakdown_json(const strategies::TimeBreakdown& b) {
+  ordered_json comm = ordered_json::object();
+  for (std::size_t k = 1; k < strategies::kCommKinds; ++k)
+    comm[std::string(enum_name(static_cast<strategies::CommKind>(k)))] = to_seconds(b.exposed_comm[k]);
+  return ordered_json{{"compute", to_seconds(b.compute)},
+                      {"recompute", to_seconds(b.recompute)},
+                      {"exposed_comm", comm},
+                      {"bubble", to_seconds(b.bubble)},
+                      {"offload_stall", to_seconds(b.offload_stall)},
+                      {"optimizer", to_seconds(b.optimizer)}};
+}
+
 }  // namespace
 
 std::string render_simulation(const strategies::Scenario& sc,
-                              const strategies::MemoryEstimate& mem, Format f) {
+                              const strategies::MemoryEstimate& mem,
+                              const strategies::StepPrediction* step, Format f) {
   if (f == Format::Json) {
     ordered_json j;
     j["scenario"] = sc.file;
@@ -62,6 +93,18 @@ std::string render_simulation(const strategies::Scenario& sc,
       j["infeasible_reason"] = {{"pool", mem.infeasible->pool},
                                 {"needs_bytes", mem.infeasible->needs},
                                 {"has_bytes", mem.infeasible->has}};
+    if (step) {
+      const Rates r = rates(sc, *step);
+      j["step_time_s"] = r.step_s;
+      j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;
+      j["model_tflops_per_gpu"] = r.model_tflops;
+      j["hardware_tflops_per_gpu"] = r.hardware_tflops;
+      j["mfu"] = r.mfu;
+      j["time_breakdown_s"] = breakdown_json(step->breakdown);
+      j["bubble_fraction"] = step->bubble_fraction;
+      j["critical_stage"] = step->critical_stage;
+      j["tasks"] = step->tasks;
+    }
     j["peak_memory_bytes"] = mem.peak_bytes;
     j["gpu_memory_bytes"] = mem.gpu_capacity;
     j["peak_stage"] = mem.peak_stage;
@@ -118,6 +161,29 @@ std::string render_simulation(const strategies::Scenario& sc,
     const auto& r = *mem.infeasible;
     out += "DOES NOT FIT  " + r.pool + " memory: needs " + gib(r.needs) + ", has " + gib(r.has) +
            "\n";
+  }
+  if (step) {
+    const Rates r = rates(sc, *step);
+    const auto& b = step->breakdown;
+    out += "step       " + fixed(r.step_s, 3) + " s, " + fixed(r.tokens_per_s_per_gpu, 0) +
+           " tokens/s per GPU, " + fixed(r.model_tflops, 1) + " model TFLOP/s per GPU (MFU " +
+           fixed(100 * r.mfu, 1) + " %), " + fixed(r.hardware_tflops, 1) + " hardware TFLOP/s\n";
+    Table t;
+    t.columns = {"time (stage " + std::to_string(step->critical_stage) + ")", "seconds", "share"};
+    t.align = {Align::Left, Align::Right, Align::Right};
+    auto row = [&](const std::string& name, Time v) {
+      if (v == 0 && name.rfind("exposed", 0) == 0) return;
+      t.add_row({name, fixed(to_seconds(v), 4),
+                 step->step_time > 0 ? fixed(100.0 * static_cast<double>(v) / static_cast<double>(step->step_time), 1) + " %" : "-"});
+    };
+    row("compute", b.compute);
+    row("recompute", b.recompute);
+    for (std::size_t k = 1; k < strategies::kCommKinds; ++k)
+      row("exposed " + std::string(enum_name(static_cast<strategies::CommKind>(k))), b.exposed_comm[k]);
+    row("pipeline bubble", b.bubble);
+    row("offload stall", b.offload_stall);
+    row("optimizer", b.optimizer);
+    out += "\n" + to_text(t) + "\n";
   }
   if (mem.host_bytes_per_node > 0 || mem.nvme_bytes_per_node > 0)
     out += "host       " + gib(mem.host_bytes_per_node) + " of " +

@@ -81,6 +81,16 @@ def simulate_json(strata):
     tags = set(d["memory_breakdown_bytes"])
     check({"params", "grads", "optimizer_states", "activations", "comm_buffers", "workspace",
            "allocator_reserve"} <= tags, f"tags {tags}")
+    # Step time and its breakdown on the critical stage, summing to the step.
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+                "hardware_tflops_per_gpu", "mfu", "time_breakdown_s", "bubble_fraction"):
+        check(key in d, f"missing {key}")
+    b = d["time_breakdown_s"]
+    total = b["compute"] + b["recompute"] + b["bubble"] + b["offload_stall"] + b["optimizer"] + \
+        sum(b["exposed_comm"].values())
+    check(abs(total - d["step_time_s"]) <= 1e-9 * d["step_time_s"] + 1e-9, f"breakdown {total} != {d['step_time_s']}")
+    check(set(b["exposed_comm"]) == {"dp", "tp", "pp", "cp", "ep", "offload"}, f"{b['exposed_comm']}")
+    check(0 < d["mfu"] < 1, f"mfu {d['mfu']}")
     # The analytical model agrees with the replayed timeline on this plan.
     a = json.loads(run(strata, "simulate", sys.argv[3], "--analytical", "--format", "json"))
     check(a["peak_memory_bytes"] == d["peak_memory_bytes"], "analytical != timeline")
@@ -95,6 +105,21 @@ def simulate_infeasible(strata):
           f"reason {r}")
     table = run(strata, "simulate", sys.argv[3])
     check("DOES NOT FIT" in table and "has 80.00 GiB" in table, "table says it does not fit")
+    check(d["step_time_s"] > 0, "an infeasible plan still reports every field it can")
+
+
+def simulate_trace(strata):
+    # --trace writes a Chrome trace: JSON with one track per resource.
+    import tempfile, os
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "t.json")
+        run(strata, "simulate", sys.argv[3], "--trace", path)
+        events = json.load(open(path))
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        names = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        procs = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+        check({"compute", "comm", "p2p"} <= names and "s0" in procs, f"tracks {sorted(names)} in {sorted(procs)}")
+        check(any(e.get("ph") == "X" for e in events), "no task events")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,659 @@
+#include "strategies/lower.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+
+#include "strategies/memory.hpp"
+#include "strategies/schedule.hpp"
+
+namespace strata::strategies {
+
+Time TimeBreakdown::total() const {
+  Time t = compute + recompute + bubble + offload_stall + optimizer;
+  for (Time c : exposed_comm) t += c;
+  return t;
+}
+
+namespace {
+
+using sim::TaskId;
+using sim::TaskKind;
+
+constexpr std::int32_t kNone = -1;
+
+class StepLowering {
+ public:
+  StepLowering(const Scenario& sc, const StepCosts& costs)
+      : sc_(sc),
+        plan_(sc.plan),
+        costs_(costs),
+        chain_(cost::expand(sc.model, expand_options(sc))),
+        rule_(ActivationRule::of(sc.plan, chain_)),
+        chunks_(chunk_layers(sc.plan, sc.model.layers)),
+        p_(static_cast<int>(sc.plan.pp)),
+        v_(static_cast<int>(sc.plan.virtual_stages)),
+        m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
+        per_(bytes_per_param(sc.plan.optimizer, sc.plan.precision,
+                             sc.plan.implementation.fp32_grad_accumulation)) {
+    first_layer_.assign(chunks_.size() + 1, 0);
+    for (std::size_t k = 0; k < chunks_.size(); ++k)
+      first_layer_[k + 1] = first_layer_[k] + chunks_[k];
+    const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
+    fwd_first_.assign(slots, kNone);
+    bwd_first_.assign(slots, kNone);
+    fwd_send_.assign(slots, kNone);
+    bwd_send_.assign(slots, kNone);
+  }
+
+  LoweredStep build() && {
+    const auto sched = make_schedule(plan_.schedule, p_, v_, m_);
+    for (int s = 0; s < p_; ++s) lower_stage(sched, s);
+    // Pipeline dependencies: a chunk's forward waits for the previous
+    // chunk's activations, its backward for the next chunk's gradients.
+    const int chunks = static_cast<int>(chunks_.size());
+    for (int k = 0; k < chunks; ++k)
+      for (int mb = 0; mb < m_; ++mb) {
+        if (k > 0) dep(fwd_send_[slot(k - 1, mb)], fwd_first_[slot(k, mb)]);
+        if (k + 1 < chunks) dep(bwd_send_[slot(k + 1, mb)], bwd_first_[slot(k, mb)]);
+      }
+    out_.stages = p_;
+    out_.graph = std::move(g_);
+    return std::move(out_);
+  }
+
+ private:
+  struct StageRes {
+    sim::ResourceId compute, comm, p2p, d2h, h2d, cpu;
+  };
+
+  std::size_t slot(int k, int mb) const {
+    return static_cast<std::size_t>(k) * static_cast<std::size_t>(m_) + static_cast<std::size_t>(mb);
+  }
+  void dep(std::int32_t before, std::int32_t after) {
+    if (before != kNone && after != kNone) g_.add_dep(TaskId{before}, TaskId{after});
+  }
+
+  TaskId task(std::string id, TaskKind kind, sim::ResourceId on, Time duration, sim::Phase phase,
+              CommKind comm, std::optional<std::int64_t> layer, std::optional<int> mb) {
+    sim::Task t;
+    t.id = "s" + std::to_string(stage_) + ":" + std::move(id);
+    t.kind = kind;
+    t.resources = {on};
+    t.duration = std::max<Time>(0, duration);
+    t.label.stage = stage_;
+    t.label.phase = phase;
+    if (layer) t.label.layer = static_cast<int>(*layer);
+    if (mb) t.label.microbatch = *mb;
+    const TaskId id_ = g_.add_task(std::move(t));
+    out_.comm_kind.push_back(comm);
+    return id_;
+  }
+  // A task on the compute stream; remembers the first of the current step.
+  TaskId compute(std::string id, Time d, sim::Phase phase, std::optional<std::int64_t> layer,
+                 int mb, CommKind comm = CommKind::None) {
+    const TaskId t = task(std::move(id), comm == CommKind::None ? TaskKind::Compute : TaskKind::Collective,
+                          r_.compute, d, phase, comm, layer, mb);
+    if (step_first_ == kNone) step_first_ = t.index;
+    last_compute_ = t.index;
+    return t;
+  }
+
+  static std::string key(const char* what, std::int64_t layer, int mb) {
+    return std::string(what) + "/L" + std::to_string(layer) + "/mb" + std::to_string(mb);
+  }
+
+  // Blocking tensor-, context- and expert-parallel communication of a layer.
+  void layer_comm(std::int64_t layer, int mb, Pass pass) {
+    const sim::Phase ph = pass == Pass::Backward ? sim::Phase::Bwd
+                          : pass == Pass::Forward ? sim::Phase::Fwd
+                                                  : sim::Phase::Recompute;
+    const char* tag = pass == Pass::Backward ? "bwd" : pass == Pass::Forward ? "fwd" : "re";
+    auto one = [&](CommKind kind, bool on, const char* name) {
+      if (!on) return;
+      const Time d = costs_.layer_comm(kind, pass == Pass::Recompute ? Pass::Forward : pass);
+      if (d > 0) compute(std::string(name) + "-" + tag + key("", layer, mb), d, ph, layer, mb, kind);
+    };
+    one(CommKind::TP, plan_.tp > 1, "tp");
+    one(CommKind::CP, plan_.cp > 1, "cp");
+    one(CommKind::EP, plan_.ep > 1, "ep");
+  }
+
+  Bytes layer_stored(std::int64_t i, std::int64_t n) const {
+    switch (rule_.policy) {
+      case Recompute::None: return rule_.full;
+      case Recompute::Selective: return rule_.selective;
+      case Recompute::Full: return rule_.input;
+      default: return i % rule_.segment(n) == 0 ? rule_.input : 0;
+    }
+  }
+
+  void forward(int k, int mb) {
+    const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
+    const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
+    if (k == 0)
+      compute("fwd/embedding/mb" + std::to_string(mb),
+              costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd, std::nullopt, mb);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t layer = first + i;
+      std::int32_t gather = kNone, fetch = kNone;
+      if (zero3()) gather = param_gather(layer, mb, "fwd");
+      if (plan_.offload.weights) fetch = weight_fetch(layer, mb, "fwd");
+      const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
+                               sim::Phase::Fwd, layer, mb);
+      dep(gather, f.index);
+      dep(fetch, f.index);
+      layer_comm(layer, mb, Pass::Forward);
+      if (plan_.offload.activations) {
+        const Bytes b = layer_stored(i, n);
+        if (b > 0) {
+          const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
+                                costs_.copy(b, CopyDir::ToHost), sim::Phase::None, CommKind::None,
+                                layer, mb);
+          dep(last_compute_, c.index);
+          offloaded_[key("", layer, mb)] = c.index;
+        }
+      }
+    }
+    if (k + 1 == static_cast<int>(chunks_.size()))
+      compute("fwd/head/mb" + std::to_string(mb), costs_.layer(chain_.head, Pass::Forward),
+              sim::Phase::Fwd, std::nullopt, mb);
+  }
+
+  void backward(int k, int mb) {
+    const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
+    const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
+    if (k + 1 == static_cast<int>(chunks_.size())) {
+      compute("bwd/head/mb" + std::to_string(mb), costs_.layer(chain_.head, Pass::Backward),
+              sim::Phase::Bwd, std::nullopt, mb);
+      head_bwd_ = last_compute_;
+    }
+    const Recompute policy = rule_.policy;
+    std::vector<std::int32_t> bwd_of(static_cast<std::size_t>(n), kNone);
+    for (std::int64_t i = n - 1; i >= 0; --i) {
+      const std::int64_t layer = first + i;
+      // What the layer's backward waits for off the compute stream.
+      std::vector<std::int32_t> ready;
+      if (plan_.offload.activations) ready.push_back(prefetch_activations(layer, mb, i, n, bwd_of));
+      if (zero3()) ready.push_back(param_gather(layer, mb, "bwd"));
+      if (plan_.offload.weights) ready.push_back(weight_fetch(layer, mb, "bwd"));
+      auto wait = [&](TaskId t) {
+        for (auto r : ready) dep(r, t.index);
+      };
+      const bool segment_end = i == n - 1 || (i + 1) % rule_.segment(n) == 0;
+      if (policy == Recompute::Full ||
+          ((policy == Recompute::EveryK || policy == Recompute::Sqrt) && segment_end)) {
+        const std::int64_t start = policy == Recompute::Full ? i : i - i % rule_.segment(n);
+        for (std::int64_t j = start; j <= i; ++j) {
+          const TaskId r = compute(key("recompute", first + j, mb),
+                                   costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
+                                   first + j, mb);
+          wait(r);
+          layer_comm(first + j, mb, Pass::Recompute);
+        }
+      } else if (policy == Recompute::Selective && rule_.full != rule_.selective) {
+        const TaskId r = compute(key("recompute", layer, mb),
+                                 costs_.layer(chain_.block, Pass::Recompute, true),
+                                 sim::Phase::Recompute, layer, mb);
+        wait(r);
+      }
+      const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
+                               sim::Phase::Bwd, layer, mb);
+      wait(b);
+      bwd_of[static_cast<std::size_t>(i)] = b.index;
+      layer_comm(layer, mb, Pass::Backward);
+      last_bwd_of_layer_[static_cast<std::size_t>(layer)] = last_compute_;
+    }
+    if (k == 0) {
+      compute("bwd/embedding/mb" + std::to_string(mb), costs_.layer(chain_.embedding, Pass::Backward),
+              sim::Phase::Bwd, std::nullopt, mb);
+      embedding_bwd_ = last_compute_;
+    }
+  }
+
+  bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
+
+  // ZeRO-3: all-gather a layer's parameters on the communication stream,
+  // one layer ahead of its use (prefetch depth 1).
+  std::int32_t param_gather(std::int64_t layer, int mb, const char* pass) {
+    const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
+    const TaskId g = task(key((std::string("zero3-gather-") + pass).c_str(), layer, mb),
+                          TaskKind::Collective, r_.comm,
+                          costs_.collective(Collective::AllGather, Group::DP, bytes), sim::Phase::Comm,
+                          CommKind::DP, layer, mb);
+    // It may start once the compute stream reached the layer before the previous one.
+    if (recent_.size() >= 2) dep(recent_[recent_.size() - 2], g.index);
+    recent_.push_back(last_compute_);
+    return g.index;
+  }
+
+  // Weight offload: bring a layer's weights to the device ahead of use.
+  std::int32_t weight_fetch(std::int64_t layer, int mb, const char* pass) {
+    const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
+    const TaskId c = task(key((std::string("fetch-weights-") + pass).c_str(), layer, mb),
+                          TaskKind::Copy, r_.h2d, costs_.copy(bytes, CopyDir::ToDevice),
+                          sim::Phase::None, CommKind::None, layer, mb);
+    const std::size_t depth = static_cast<std::size_t>(plan_.offload.prefetch_depth);
+    if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], c.index);
+    recent_fetch_.push_back(last_compute_);
+    return c.index;
+  }
+
+  // Activation offload: bring layer i's saved activations back before its
+  // backward, prefetch_depth layers ahead.
+  std::int32_t prefetch_activations(std::int64_t layer, int mb, std::int64_t i, std::int64_t n,
+                                    const std::vector<std::int32_t>& bwd_of) {
+    const Bytes b = layer_stored(i, n);
+    const auto it = offloaded_.find(key("", layer, mb));
+    if (b == 0 || it == offloaded_.end()) return kNone;
+    const TaskId c = task(key("prefetch", layer, mb), TaskKind::Copy, r_.h2d,
+                          costs_.copy(b, CopyDir::ToDevice), sim::Phase::None, CommKind::None, layer,
+                          mb);
+    dep(it->second, c.index);
+    const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
+    if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c.index);
+    return c.index;
+  }
+
+  void lower_stage(const PipelineSchedule& sched, int s) {
+    stage_ = s;
+    const std::string n = "s" + std::to_string(s);
+    r_.compute = g_.add_stream(n + ".compute");
+    r_.comm = g_.add_stream(n + ".comm");
+    r_.p2p = g_.add_stream(n + ".p2p");
+    r_.d2h = g_.add_copy_engine(n + ".d2h");
+    r_.h2d = g_.add_copy_engine(n + ".h2d");
+    r_.cpu = g_.add_worker_pool(n + ".cpu", 1);
+    last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
+    embedding_bwd_ = head_bwd_ = kNone;
+    last_compute_ = kNone;
+    recent_.clear();
+    recent_fetch_.clear();
+    offloaded_.clear();
+    const int chunks = static_cast<int>(chunks_.size());
+    const double e = static_cast<double>(cost::activation_bytes(plan_.precision));
+    const double split = (plan_.sequence_parallel || plan_.implementation.pp_scatter_gather)
+                             ? static_cast<double>(plan_.tp)
+                             : 1.0;
+    const Bytes p2p_bytes = static_cast<Bytes>(static_cast<double>(sc_.batch.micro) *
+                                               static_cast<double>(sc_.model.seq_len / plan_.cp) *
+                                               static_cast<double>(sc_.model.hidden) * e / split);
+    if (const Time t = costs_.overhead_per_step(); t > 0)
+      compute("framework/step", t, sim::Phase::None, std::nullopt, 0);
+    for (const Step& st : sched.stages[static_cast<std::size_t>(s)]) {
+      const int k = model_chunk(sched, s, st.chunk);
+      step_first_ = kNone;
+      if (const Time t = costs_.overhead_per_microbatch(); t > 0)
+        compute(std::string(st.phase == Phase::Forward ? "framework/fwd" : "framework/bwd") +
+                    "/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
+                t, sim::Phase::None, std::nullopt, st.microbatch);
+      if (st.phase == Phase::Forward) {
+        forward(k, st.microbatch);
+        fwd_first_[slot(k, st.microbatch)] = step_first_;
+        if (k + 1 < chunks) {
+          const TaskId t = task("send-act/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
+                                TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
+                                CommKind::PP, std::nullopt, st.microbatch);
+          dep(last_compute_, t.index);
+          fwd_send_[slot(k, st.microbatch)] = t.index;
+        }
+      } else {
+        backward(k, st.microbatch);
+        bwd_first_[slot(k, st.microbatch)] = step_first_;
+        if (k > 0) {
+          const TaskId t = task("send-grad/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
+                                TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
+                                CommKind::PP, std::nullopt, st.microbatch);
+          dep(last_compute_, t.index);
+          bwd_send_[slot(k, st.microbatch)] = t.index;
+        }
+      }
+    }
+    reduce_and_step();
+  }
+
+  // Gradient reduction over dp (bucketed, overlapped with backward when the
+  // plan says so), optional compression, the optimizer step and, with ZeRO,
+  // the all-gather of updated parameters.
+  void reduce_and_step() {
+    const int s = stage_;
+    std::int64_t layers = 0;
+    std::vector<std::int64_t> mine;  // this stage's layers, in backward order
+    for (int k = static_cast<int>(chunks_.size()) - 1; k >= 0; --k) {
+      if (k % p_ != s) continue;
+      for (std::int64_t l = first_layer_[static_cast<std::size_t>(k) + 1] - 1;
+           l >= first_layer_[static_cast<std::size_t>(k)]; --l)
+        mine.push_back(l);
+      layers += chunks_[static_cast<std::size_t>(k)];
+    }
+    double params = static_cast<double>(layers) * static_cast<double>(chain_.block.params());
+    if (s == 0) params += static_cast<double>(chain_.embedding.params());
+    if (s == p_ - 1) params += static_cast<double>(chain_.head.params());
+    const std::int32_t end_of_backward = last_compute_;
+    std::vector<std::int32_t> reduced;  // what the optimizer waits for
+    const bool dp = plan_.dp > 1;
+    const auto method = plan_.compression.method;
+    if (dp && method != CompressionMethod::None) {
+      compress_and_reduce(params, end_of_backward, reduced);
+    } else if (dp) {
+      // Buckets of about 25 MiB of gradients, filled in backward order.
+      const double grad_bytes = per_.grads > 4 ? 4 : per_.grads;  // the reduced (fp32 or 16-bit) copy
+      const double layer_bytes = static_cast<double>(chain_.block.params()) * grad_bytes;
+      const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
+      const Collective op = plan_.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+      double fill = 0;
+      std::int32_t last_dep = kNone;
+      int bucket_index = 0;
+      auto flush = [&](double bytes, std::int32_t after) {
+        const TaskId t = task("dp-reduce/bucket" + std::to_string(bucket_index++),
+                              TaskKind::Collective, r_.comm,
+                              costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
+                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+        dep(plan_.implementation.overlap_grad_reduce ? after : end_of_backward, t.index);
+        reduced.push_back(t.index);
+      };
+      if (s == p_ - 1 && chain_.head.params() > 0) {
+        flush(static_cast<double>(chain_.head.params()) * grad_bytes, head_bwd_);
+      }
+      for (std::int64_t l : mine) {
+        fill += layer_bytes;
+        last_dep = last_bwd_of_layer_[static_cast<std::size_t>(l)];
+        if (fill >= bucket) {
+          flush(fill, last_dep);
+          fill = 0;
+        }
+      }
+      if (s == 0) {
+        fill += static_cast<double>(chain_.embedding.params()) * grad_bytes;
+        last_dep = embedding_bwd_;
+      }
+      if (fill > 0) flush(fill, last_dep);
+    }
+    // Tied embeddings across the pipeline: first and last stage all-reduce
+    // the word embedding's gradient.
+    if (p_ > 1 && sc_.model.tied_embeddings && (s == 0 || s == p_ - 1)) {
+      const double bytes = static_cast<double>(chain_.embedding.ops.front().params) * per_.grads;
+      const TaskId t = task("embedding-tie", TaskKind::Collective, r_.comm,
+                            costs_.collective(Collective::AllReduce, Group::EmbeddingTie,
+                                              static_cast<Bytes>(bytes)),
+                            sim::Phase::Comm, CommKind::PP, std::nullopt, std::nullopt);
+      dep(end_of_backward, t.index);
+      reduced.push_back(t.index);
+    }
+    const double shard = plan_.zero >= 1 ? static_cast<double>(plan_.dp) : 1.0;
+    const double local = params / shard;
+    const bool on_host = plan_.offload.optimizer != OffloadTarget::None;
+    std::int32_t stepped;
+    if (on_host) {
+      // ZeRO-Offload: gradients to the host, the step on the CPU, updated
+      // 16-bit weights back.
+      const TaskId down = task("grads-to-host", TaskKind::Copy, r_.d2h,
+                               costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost),
+                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt);
+      dep(end_of_backward, down.index);
+      for (auto r : reduced) dep(r, down.index);
+      std::int32_t before_step = down.index;
+      if (plan_.offload.optimizer == OffloadTarget::Nvme) {
+        const Bytes states = static_cast<Bytes>(local * per_.optimizer);
+        const TaskId rd = task("states-from-nvme", TaskKind::Host, r_.cpu,
+                               costs_.copy(states, CopyDir::NvmeRead), sim::Phase::Comm,
+                               CommKind::Offload, std::nullopt, std::nullopt);
+        dep(down.index, rd.index);
+        before_step = rd.index;
+      }
+      const TaskId step = task("optimizer-step", TaskKind::Host, r_.cpu,
+                               costs_.optimizer_step(local, true), sim::Phase::Optim, CommKind::None,
+                               std::nullopt, std::nullopt);
+      dep(before_step, step.index);
+      std::int32_t after_step = step.index;
+      if (plan_.offload.optimizer == OffloadTarget::Nvme) {
+        const TaskId wr = task("states-to-nvme", TaskKind::Host, r_.cpu,
+                               costs_.copy(static_cast<Bytes>(local * per_.optimizer), CopyDir::NvmeWrite),
+                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt);
+        dep(step.index, wr.index);
+      }
+      const TaskId up = task("weights-to-device", TaskKind::Copy, r_.h2d,
+                             costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
+                             sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt);
+      dep(after_step, up.index);
+      stepped = up.index;
+    } else {
+      const TaskId step = task("optimizer-step", TaskKind::Compute, r_.compute,
+                               costs_.optimizer_step(local, false), sim::Phase::Optim, CommKind::None,
+                               std::nullopt, std::nullopt);
+      for (auto r : reduced) dep(r, step.index);
+      stepped = step.index;
+    }
+    if (dp && plan_.zero >= 1 && plan_.zero <= 2) {
+      // The distributed optimizer's all-gather of updated weights.
+      const TaskId ag = task("dp-gather-weights", TaskKind::Collective, r_.comm,
+                             costs_.collective(Collective::AllGather, Group::DP,
+                                               static_cast<Bytes>(params * per_.weights)),
+                             sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+      dep(stepped, ag.index);
+    }
+  }
+
+  // Compressed gradient exchange: encode on the compute stream, the
+  // collective the method needs, decode.
+  void compress_and_reduce(double params, std::int32_t after, std::vector<std::int32_t>& reduced) {
+    const auto& c = plan_.compression;
+    const double grad_bytes = per_.grads > 4 ? 4 : per_.grads;
+    const double dp = static_cast<double>(plan_.dp);
+    Time encode = costs_.elementwise(static_cast<Bytes>(params * (grad_bytes + 4)));
+    Time decode = encode;
+    std::vector<std::pair<Collective, double>> rounds;
+    switch (c.method) {
+      case CompressionMethod::TopK:
+      case CompressionMethod::RandomK:
+        // (int32 index, fp16 value) pairs; sparse vectors cannot be summed in
+        // a ring, so every rank gathers every other's.
+        rounds.push_back({Collective::AllGather, 6 * c.ratio * params * dp});
+        decode = costs_.elementwise(static_cast<Bytes>(6 * c.ratio * params * dp + params * grad_bytes));
+        break;
+      case CompressionMethod::Qsgd:
+        rounds.push_back({Collective::AllGather, params * static_cast<double>(c.bits) / 8 * dp});
+        break;
+      case CompressionMethod::OneBit:
+        // 1-bit compressed all-reduce: a compressed reduce-scatter, then all-gather.
+        rounds.push_back({Collective::ReduceScatter, params / 8});
+        rounds.push_back({Collective::AllGather, params / 8});
+        break;
+      case CompressionMethod::PowerSgd: {
+        // P = M·Q and Q = Mᵀ·P per matrix, each all-reduced in fp32.
+        double rows = 0, cols = 0;
+        for (const auto& op : chain_.block.ops) {
+          rows += static_cast<double>(op.matrices * op.rows);
+          cols += static_cast<double>(op.matrices * op.cols);
+        }
+        const double scale = params / std::max(1.0, static_cast<double>(chain_.block.params()));
+        const double r = static_cast<double>(c.rank);
+        rounds.push_back({Collective::AllReduce, 4 * rows * r * scale});
+        rounds.push_back({Collective::AllReduce, 4 * cols * r * scale});
+        encode = costs_.gemm(4 * params * r);
+        decode = costs_.gemm(2 * params * r);
+        break;
+      }
+      case CompressionMethod::None: break;
+    }
+    const TaskId enc = task("compress-encode", TaskKind::Compute, r_.compute, encode,
+                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt);
+    dep(after, enc.index);
+    std::int32_t prev = enc.index;
+    int i = 0;
+    for (const auto& [op, bytes] : rounds) {
+      const TaskId t = task("dp-compressed/round" + std::to_string(i++), TaskKind::Collective,
+                            r_.comm, costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
+                            sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+      dep(prev, t.index);
+      prev = t.index;
+    }
+    const TaskId dec = task("compress-decode", TaskKind::Compute, r_.compute, decode,
+                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt);
+    dep(prev, dec.index);
+    reduced.push_back(dec.index);
+  }
+
+  const Scenario& sc_;
+  const Plan& plan_;
+  const StepCosts& costs_;
+  cost::OpChain chain_;
+  ActivationRule rule_;
+  std::vector<std::int64_t> chunks_;
+  std::vector<std::int64_t> first_layer_;
+  int p_, v_, m_;
+  PerParam per_;
+  sim::TaskGraph g_;
+  LoweredStep out_;
+  // Per stage state.
+  int stage_ = 0;
+  StageRes r_{};
+  std::int32_t step_first_ = kNone;
+  std::int32_t last_compute_ = kNone;
+  std::vector<std::int32_t> last_bwd_of_layer_;
+  std::int32_t embedding_bwd_ = kNone, head_bwd_ = kNone;
+  std::vector<std::int32_t> recent_, recent_fetch_;
+  std::unordered_map<std::string, std::int32_t> offloaded_;
+  // Cross-stage: first compute task and send of each (model chunk, microbatch).
+  std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
+};
+
+}  // namespace
+
+LoweredStep lower_step(const Scenario& sc, const StepCosts& costs) {
+  return StepLowering(sc, costs).build();
+}
+
+namespace {
+
+// Categories of a stage's time, in the order they win a tie when nothing
+// runs on the compute stream.
+enum Cat : int { kCompute, kRecompute, kOptimizer, kOffloadStall, kComm0 };
+constexpr int kCats = kComm0 + static_cast<int>(kCommKinds);
+
+int category(const sim::Task& t, CommKind kind, bool on_compute) {
+  if (t.label.phase == sim::Phase::Optim) return kOptimizer;
+  if (kind != CommKind::None) return kComm0 + static_cast<int>(kind);
+  if (t.kind == sim::TaskKind::Copy) return kOffloadStall;
+  if (t.label.phase == sim::Phase::Recompute) return kRecompute;
+  if (t.label.phase == sim::Phase::Comm) return kComm0 + static_cast<int>(CommKind::DP);  // compression
+  return on_compute ? kCompute : kComm0 + static_cast<int>(CommKind::DP);
+}
+
+// Attributes every instant of [0, makespan] of one stage: what the compute
+// stream runs, else the exposed communication or copy it waits for, else
+// pipeline bubble.
+TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int stage) {
+  struct Iv {
+    Time a, b;
+    int cat;
+  };
+  std::vector<Iv> busy, side;
+  const std::string compute_name = "s" + std::to_string(stage) + ".compute";
+  const auto compute_res = low.graph.resource(compute_name);
+  const auto& tasks = low.graph.tasks();
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const auto& t = tasks[i];
+    if (t.label.stage != stage) continue;
+    const auto& tm = run.tasks[i];
+    if (tm.end <= tm.start) continue;
+    const bool on_compute = !t.resources.empty() && t.resources.front() == compute_res;
+    (on_compute ? busy : side).push_back({tm.start, tm.end, category(t, low.comm_kind[i], on_compute)});
+  }
+  std::vector<Time> cuts = {0, run.makespan};
+  for (const auto& v : busy) cuts.insert(cuts.end(), {v.a, v.b});
+  for (const auto& v : side) cuts.insert(cuts.end(), {v.a, v.b});
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  // Side activity per category as +1/−1 events.
+  std::vector<std::pair<Time, int>> ev;  // (time, cat + 1 or −(cat + 1))
+  for (const auto& v : side) {
+    ev.push_back({v.a, v.cat + 1});
+    ev.push_back({v.b, -(v.cat + 1)});
+  }
+  std::sort(ev.begin(), ev.end());
+  std::sort(busy.begin(), busy.end(), [](const Iv& x, const Iv& y) { return x.a < y.a; });
+  std::array<int, kCats> active{};
+  std::array<Time, kCats + 1> total{};  // last slot: bubble
+  std::size_t e = 0, c = 0;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const Time a = cuts[k], b = cuts[k + 1];
+    while (e < ev.size() && ev[e].first <= a) {
+      active[static_cast<std::size_t>(std::abs(ev[e].second) - 1)] += ev[e].second > 0 ? 1 : -1;
+      ++e;
+    }
+    while (c < busy.size() && busy[c].b <= a) ++c;
+    int cat = kCats;  // bubble
+    if (c < busy.size() && busy[c].a <= a) {
+      cat = busy[c].cat;
+    } else {
+      for (int q : {kOptimizer, kOffloadStall}) if (active[static_cast<std::size_t>(q)] > 0 && cat == kCats) cat = q;
+      for (CommKind kind : {CommKind::DP, CommKind::PP, CommKind::Offload, CommKind::TP,
+                            CommKind::CP, CommKind::EP}) {
+        const int q = kComm0 + static_cast<int>(kind);
+        if (cat == kCats && active[static_cast<std::size_t>(q)] > 0) cat = q;
+      }
+    }
+    total[static_cast<std::size_t>(cat)] += b - a;
+  }
+  TimeBreakdown out;
+  out.compute = total[kCompute];
+  out.recompute = total[kRecompute];
+  out.optimizer = total[kOptimizer];
+  out.offload_stall = total[kOffloadStall];
+  for (std::size_t q = 0; q < kCommKinds; ++q) out.exposed_comm[q] = total[kComm0 + q];
+  out.bubble = total[kCats];
+  return out;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::RunResult* run_out,
+                            LoweredStep* lowered_out) {
+  LoweredStep low = lower_step(sc, costs);
+  const sim::RunResult run = sim::simulate(low.graph);
+  StepPrediction pr;
+  pr.step_time = run.makespan;
+  pr.tasks = low.graph.num_tasks();
+  Time most = -1;
+  for (int s = 0; s < low.stages; ++s) {
+    pr.per_stage.push_back(attribute(low, run, s));
+    const auto& b = pr.per_stage.back();
+    if (b.compute + b.recompute > most) {
+      most = b.compute + b.recompute;
+      pr.critical_stage = s;
+    }
+  }
+  pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
+  pr.bubble_fraction =
+      pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
+  // FLOPs of the whole model for the global batch: model FLOPs count each
+  // matrix product once (Korthikanti Eq. 7); hardware FLOPs add recompute.
+  cost::ExpandOptions one;
+  one.attention = sc.plan.implementation.attention;
+  const cost::OpChain whole = cost::expand(sc.model, one);
+  const double seqs = static_cast<double>(sc.batch.global);
+  pr.model_flops_per_step = whole.model_flops() * seqs;
+  double recompute = 0;
+  switch (sc.plan.recompute) {
+    case Recompute::None: break;
+    case Recompute::Selective:
+      // The attention core's matrix products, when the kernel saved it (flash
+      // attention saves no scores: nothing to recompute).
+      if (whole.block.saved_bytes(Recompute::None) != whole.block.saved_bytes(Recompute::Selective))
+        for (const auto& op : whole.block.ops)
+          if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::AttnValues)
+            recompute += op.fwd_flops;
+      break;
+    default: recompute = whole.block.fwd_flops(); break;
+  }
+  pr.hardware_flops_per_step =
+      pr.model_flops_per_step + recompute * static_cast<double>(whole.blocks) * seqs;
+  if (run_out) *run_out = run;
+  if (lowered_out) *lowered_out = std::move(low);
+  return pr;
+}
+
+}  // namespace strata::strategies

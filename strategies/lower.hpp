@@ -1,0 +1,113 @@
+#pragma once
+// Lowering a plan into the task graph of one training step, and predicting
+// its time by replaying the graph.
+//
+// Each pipeline stage is lowered once, as the representative of the ranks
+// that do identical work (any dp/tp/cp index); collectives are single tasks
+// whose duration the cost model gives from the group's size and placement.
+// Per stage: a compute stream running the pipeline schedule layer by layer
+// (forward, recompute, backward, blocking tensor/context/expert-parallel
+// communication, the optimizer step), a communication stream for data-
+// parallel and ZeRO collectives (overlapped with backward when the plan says
+// so), a point-to-point stream for pipeline sends, host<->device copy engines
+// for offload, and a CPU worker pool for ZeRO-Offload's optimizer step.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "costmodel/ops.hpp"
+#include "sim/engine.hpp"
+#include "sim/task_graph.hpp"
+#include "strategies/scenario.hpp"
+
+namespace strata::strategies {
+
+// What a communication task is for; the keys of `exposed_comm` in outputs.
+enum class CommKind : std::uint8_t { None, DP, TP, PP, CP, EP, Offload };
+inline constexpr std::size_t kCommKinds = 7;
+
+enum class Pass : std::uint8_t { Forward, Backward, Recompute };
+enum class Collective : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll };
+// The group a collective runs over.
+enum class Group : std::uint8_t { TP, CP, DP, EP, ExpertDP, EmbeddingTie };
+enum class CopyDir : std::uint8_t { ToHost, ToDevice, NvmeRead, NvmeWrite };
+
+// Durations the lowering needs for one stage's representative rank. A cost
+// model answers (costs.hpp); tests answer with closed forms.
+class StepCosts {
+ public:
+  virtual ~StepCosts() = default;
+  // One pass of `layer` over one microbatch on this rank (a recompute pass is
+  // a forward over what the policy drops: the whole layer or the attention core).
+  virtual Time layer(const cost::Layer& layer, Pass pass, bool attention_core_only = false) const = 0;
+  // Tensor-, context- and expert-parallel communication one layer blocks on,
+  // per microbatch and pass.
+  virtual Time layer_comm(CommKind kind, Pass pass) const = 0;
+  virtual Time collective(Collective op, Group group, Bytes bytes_per_rank) const = 0;
+  virtual Time p2p(Bytes bytes) const = 0;
+  // A memory-bound kernel touching `bytes` (compression encode/decode), and
+  // matrix products of `flops` (PowerSGD's projections).
+  virtual Time elementwise(Bytes bytes) const = 0;
+  virtual Time gemm(Flops flops) const = 0;
+  virtual Time copy(Bytes bytes, CopyDir dir) const = 0;
+  // The optimizer step over `params` parameters held by this rank, on the GPU
+  // or (ZeRO-Offload) on the host CPU.
+  virtual Time optimizer_step(double params, bool on_host) const = 0;
+  // Framework work the GPU waits on: per forward or backward of a
+  // microbatch's chunk, and once per step.
+  virtual Time overhead_per_microbatch() const { return 0; }
+  virtual Time overhead_per_step() const { return 0; }
+};
+
+struct LoweredStep {
+  sim::TaskGraph graph;
+  std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
+  int stages = 0;
+};
+
+LoweredStep lower_step(const Scenario& sc, const StepCosts& costs);
+
+// Where one stage's time went, summing to the step time.
+struct TimeBreakdown {
+  Time compute = 0;
+  Time recompute = 0;
+  std::array<Time, kCommKinds> exposed_comm{};  // by CommKind
+  Time bubble = 0;
+  Time offload_stall = 0;
+  Time optimizer = 0;
+  Time total() const;
+};
+
+struct StepPrediction {
+  Time step_time = 0;
+  int critical_stage = 0;  // the stage with the most compute
+  TimeBreakdown breakdown;  // of the critical stage
+  std::vector<TimeBreakdown> per_stage;
+  double bubble_fraction = 0;
+  Flops model_flops_per_step = 0;     // whole model, global batch (Korthikanti Eq. 7)
+  Flops hardware_flops_per_step = 0;  // plus recompute
+  std::uint64_t tasks = 0;
+};
+
+// Lowers, replays and attributes the step; `run` receives the replay (for
+// traces) when given.
+StepPrediction predict_step(const Scenario& sc, const StepCosts& costs,
+                            sim::RunResult* run = nullptr, LoweredStep* lowered = nullptr);
+
+}  // namespace strata::strategies
+
+namespace strata {
+template <>
+struct EnumNames<strategies::CommKind> {
+  static constexpr std::array<std::pair<strategies::CommKind, std::string_view>, 7> table{{
+      {strategies::CommKind::None, "none"},
+      {strategies::CommKind::DP, "dp"},
+      {strategies::CommKind::TP, "tp"},
+      {strategies::CommKind::PP, "pp"},
+      {strategies::CommKind::CP, "cp"},
+      {strategies::CommKind::EP, "ep"},
+      {strategies::CommKind::Offload, "offload"},
+  }};
+};
+}  // namespace strata

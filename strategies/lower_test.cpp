@@ -1,0 +1,152 @@
+// Step-time lowering checked with closed-form costs: layers take fixed
+// times, communication is free unless a test prices it.
+#include "strategies/lower.hpp"
+
+#include <doctest/doctest.h>
+
+namespace strata::strategies {
+namespace {
+
+// Per layer and microbatch: forward tf, backward tb, a full recompute tf,
+// selective recompute tc; embedding and head free; communication priced by
+// the fields below (0 = free).
+struct UnitCosts : StepCosts {
+  Time tf = 1000, tb = 2000, tc = 100;
+  Time tp = 0, cp = 0, ep = 0, p2p_t = 0, collective_t = 0, copy_t = 0, optimizer = 0;
+  Time layer(const cost::Layer& l, Pass pass, bool core) const override {
+    if (l.kind != cost::LayerKind::Block) return 0;
+    if (pass == Pass::Backward) return tb;
+    if (pass == Pass::Recompute && core) return tc;
+    return tf;
+  }
+  Time layer_comm(CommKind k, Pass) const override {
+    return k == CommKind::TP ? tp : k == CommKind::CP ? cp : ep;
+  }
+  Time collective(Collective, Group, Bytes) const override { return collective_t; }
+  Time p2p(Bytes) const override { return p2p_t; }
+  Time copy(Bytes, CopyDir) const override { return copy_t; }
+  Time elementwise(Bytes) const override { return 0; }
+  Time gemm(Flops) const override { return 0; }
+  Time optimizer_step(double, bool) const override { return optimizer; }
+};
+
+Scenario scenario(const std::string& plan, int global = 16, int hidden = 256) {
+  return parse_scenario(
+      "{\"model\": {\"layers\": 16, \"hidden\": " + std::to_string(hidden) +
+          ", \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000},"
+          " \"cluster\": {\"preset\": \"dgx-h100\", \"nodes\": 1}, \"batch\": {\"global\": " +
+          std::to_string(global) + "}, \"plan\": " + plan + "}",
+      "t.json");
+}
+
+TEST_CASE("1F1B and GPipe: step (m + p − 1)·(tf + tb) per stage, bubble (p − 1)/(m + p − 1)") {
+  // 16 layers over p = 4 stages (4 each), m = 8 microbatches (dp 2), free comm.
+  for (const char* sched : {"1f1b", "gpipe", "pipedream", "pipedream-2bw"}) {
+    CAPTURE(sched);
+    const auto sc = scenario(std::string("{\"pp\": 4, \"schedule\": \"") + sched + "\"}");
+    const UnitCosts c;
+    const auto pr = predict_step(sc, c);
+    const Time per_mb = 4 * (c.tf + c.tb);
+    CHECK(pr.step_time == (8 + 4 - 1) * per_mb);
+    CHECK(pr.bubble_fraction == doctest::Approx(3.0 / 11.0));
+    CHECK(pr.breakdown.compute == 8 * per_mb);
+    CHECK(pr.breakdown.total() == pr.step_time);
+  }
+}
+
+TEST_CASE("interleaved: bubble (p − 1)/(v·m + p − 1)") {
+  // p = 4, v = 2, m = 8: the bubble shrinks by v (Megatron Sec 2.2.2).
+  const auto sc = scenario("{\"pp\": 4, \"schedule\": \"interleaved\", \"virtual_stages\": 2}");
+  const UnitCosts c;
+  const auto pr = predict_step(sc, c);
+  const Time per_mb = 4 * (c.tf + c.tb);
+  CHECK(pr.step_time == 8 * per_mb + 3 * per_mb / 2);
+  CHECK(pr.bubble_fraction == doctest::Approx(3.0 / (2 * 8 + 3)));
+  CHECK(pr.breakdown.total() == pr.step_time);
+}
+
+TEST_CASE("full recompute adds one forward per layer; selective adds the attention core") {
+  const UnitCosts c;
+  const auto none = predict_step(scenario("{\"pp\": 4}"), c);
+  const auto full = predict_step(scenario("{\"pp\": 4, \"recompute\": \"full\"}"), c);
+  CHECK(full.step_time == none.step_time / (c.tf + c.tb) * (2 * c.tf + c.tb));
+  CHECK(full.breakdown.recompute == 8 * 4 * c.tf);
+  // Selective needs a kernel that saved the core: standard attention.
+  const auto sel = predict_step(
+      scenario("{\"pp\": 4, \"recompute\": \"selective\", \"implementation\": {\"attention\": \"standard\"}}"), c);
+  CHECK(sel.step_time == none.step_time / (c.tf + c.tb) * (c.tf + c.tb + c.tc));
+  // With flash attention there is nothing to recompute.
+  CHECK(predict_step(scenario("{\"pp\": 4, \"recompute\": \"selective\"}"), c).step_time ==
+        none.step_time);
+  // Hardware FLOPs add one forward of every block with full recompute.
+  CHECK(full.hardware_flops_per_step > full.model_flops_per_step);
+  CHECK(none.hardware_flops_per_step == none.model_flops_per_step);
+}
+
+TEST_CASE("tensor-parallel communication blocks the compute stream") {
+  // tp 2 with 50 ns per layer and pass: forward and backward each grow by it.
+  UnitCosts c;
+  c.tp = 50;
+  const auto pr = predict_step(scenario("{\"tp\": 2}", 8), c);  // dp 4, m 2
+  CHECK(pr.step_time == 2 * 16 * (c.tf + c.tb + 2 * c.tp));
+  CHECK(pr.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::TP)] == 2 * 16 * 2 * c.tp);
+}
+
+TEST_CASE("data-parallel reduction hides behind backward when overlapped") {
+  // dp 8, one stage, 16 layers of 100 MB of gradients: one 25 MiB+ bucket
+  // per layer, each all-reduce 1 µs. Overlapped, only the last bucket (the
+  // first layer's) is exposed; not overlapped, all 16 are.
+  UnitCosts c;
+  c.collective_t = 1000;
+  const auto on = predict_step(scenario("{}", 8, 2048), c);
+  const auto off =
+      predict_step(scenario("{\"implementation\": {\"overlap_grad_reduce\": false}}", 8, 2048), c);
+  const Time compute = 16 * (c.tf + c.tb);
+  CHECK(on.step_time == compute + 2 * c.collective_t);  // the first layer's and the embedding's buckets
+  CHECK(off.step_time == compute + 18 * c.collective_t);  // + head and embedding buckets
+  CHECK(off.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::DP)] == off.step_time - compute);
+  CHECK(on.breakdown.total() == on.step_time);
+}
+
+TEST_CASE("every plan axis lowers and simulates") {
+  // One plan per axis and a few mixed ones: the graph replays without error
+  // and the breakdown sums to the step time.
+  const char* plans[] = {
+      "{\"zero\": 1}", "{\"zero\": 2}", "{\"zero\": 3}",
+      "{\"tp\": 2, \"sequence_parallel\": true}", "{\"dp\": 4, \"cp\": 2}",
+      "{\"recompute\": \"every_k\", \"recompute_k\": 4}", "{\"recompute\": \"sqrt\"}",
+      "{\"offload\": {\"activations\": true, \"prefetch_depth\": 2}}",
+      "{\"offload\": {\"weights\": true}}", "{\"zero\": 2, \"offload\": {\"optimizer\": \"cpu\"}}",
+      "{\"zero\": 2, \"offload\": {\"optimizer\": \"nvme\"}}",
+      "{\"compression\": {\"method\": \"topk\", \"ratio\": 0.01}}",
+      "{\"compression\": {\"method\": \"randomk\", \"ratio\": 0.1}}",
+      "{\"compression\": {\"method\": \"qsgd\", \"bits\": 4}}",
+      "{\"compression\": {\"method\": \"onebit\"}}", "{\"compression\": {\"method\": \"powersgd\", \"rank\": 2}}",
+      "{\"optimizer\": \"sgd\", \"precision\": \"fp32\"}", "{\"dp_topology\": \"parameter_server\"}",
+      "{\"pp\": 2, \"tp\": 2, \"zero\": 1, \"recompute\": \"full\", \"schedule\": \"interleaved\"}",
+      "{\"pp\": 4, \"zero\": 3, \"offload\": {\"activations\": true}, \"recompute\": \"selective\"}",
+  };
+  UnitCosts c;
+  c.collective_t = 3000;
+  c.p2p_t = 200;
+  c.copy_t = 700;
+  c.optimizer = 5000;
+  c.tp = c.cp = c.ep = 40;
+  for (const char* p : plans) {
+    CAPTURE(p);
+    const auto pr = predict_step(scenario(p), c);
+    CHECK(pr.step_time > 0);
+    CHECK(pr.breakdown.total() == pr.step_time);
+  }
+  // Expert parallelism needs a MoE model.
+  const auto moe = parse_scenario(
+      "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000,"
+      " \"moe\": {\"experts\": 8, \"top_k\": 2}}, \"cluster\": {\"preset\": \"dgx-h100\"},"
+      " \"batch\": {\"global\": 16}, \"plan\": {\"ep\": 4}}",
+      "t.json");
+  const auto pr = predict_step(moe, c);
+  CHECK(pr.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::EP)] == 2 * 4 * 2 * c.ep);
+}
+
+}  // namespace
+}  // namespace strata::strategies

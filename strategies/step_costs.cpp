@@ -1,0 +1,210 @@
+#include "strategies/step_costs.hpp"
+
+#include <algorithm>
+
+#include "costmodel/time_model.hpp"
+#include "strategies/memory.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+cost::Calibration calibration_of(const Scenario& sc) {
+  const cost::Calibration base = cost::default_calibration(sc.cluster.gpu);
+  return sc.calibration ? cost::load_calibration_file(*sc.calibration, base) : base;
+}
+
+cost::CollectiveOp op_of(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return cost::CollectiveOp::AllReduce;
+    case Collective::AllGather: return cost::CollectiveOp::AllGather;
+    case Collective::ReduceScatter: return cost::CollectiveOp::ReduceScatter;
+    case Collective::AllToAll: return cost::CollectiveOp::AllToAll;
+  }
+  return cost::CollectiveOp::AllReduce;
+}
+
+int layer_index(const cost::Layer& l) {
+  return l.kind == cost::LayerKind::Embedding ? 0 : l.kind == cost::LayerKind::Block ? 1 : 2;
+}
+
+}  // namespace
+
+ModelStepCosts::ModelStepCosts(const Scenario& sc) : ModelStepCosts(sc, calibration_of(sc)) {}
+
+ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration)
+    : sc_(sc),
+      cal_(std::move(calibration)),
+      mesh_(sc.plan, sc.cluster.node.gpus_per_node),
+      chain_(cost::expand(sc.model, expand_options(sc))) {
+  const auto& gpu = sc.cluster.gpu;
+  const auto precision = sc.plan.precision;
+  const cost::Layer* layers[3] = {&chain_.embedding, &chain_.block, &chain_.head};
+  for (int i = 0; i < 3; ++i) {
+    Time f = 0, b = 0;
+    for (const auto& op : layers[i]->ops) {
+      f += cost::op_time(gpu, cal_, precision, op, false);
+      b += cost::op_time(gpu, cal_, precision, op, true);
+    }
+    pass_[static_cast<std::size_t>(i)] = {f, b, f};
+  }
+  // Selective recompute redoes the attention core: scores, softmax, dropout, values.
+  for (const auto& op : chain_.block.ops)
+    if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::Softmax ||
+        op.kind == cost::OpKind::AttnValues ||
+        (op.kind == cost::OpKind::Dropout && op.core_saved_bytes > 0))
+      core_ += cost::op_time(gpu, cal_, precision, op, false);
+
+  const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
+  tp_g_ = mesh_.placement(rep, MeshDim::TP);
+  cp_g_ = mesh_.placement(rep, MeshDim::CP);
+  dp_g_ = mesh_.placement(rep, sc.plan.cp > 1 ? MeshDim::DataWithContext : MeshDim::DP);
+  ep_g_ = mesh_.placement(rep, MeshDim::EP);
+  edp_g_ = mesh_.placement(rep, MeshDim::ExpertDP);
+  pp_g_ = mesh_.placement(rep, MeshDim::PP);
+
+  // Blocking communication per layer and microbatch.
+  const auto& p = sc.plan;
+  const double e = static_cast<double>(cost::activation_bytes(precision));
+  const double b = static_cast<double>(sc.batch.micro);
+  const double s = static_cast<double>(sc.model.seq_len / p.cp);
+  const double h = static_cast<double>(sc.model.hidden);
+  const Bytes act = static_cast<Bytes>(b * s * h * e);
+  if (p.tp > 1) {
+    // Megatron: two all-reduces forward and two backward (with sequence
+    // parallelism two all-gathers and two reduce-scatters of the same volume).
+    Time one = p.sequence_parallel
+                   ? ring(cost::CollectiveOp::AllGather, act, tp_g_) +
+                         ring(cost::CollectiveOp::ReduceScatter, act, tp_g_)
+                   : 2 * ring(cost::CollectiveOp::AllReduce, act, tp_g_);
+    // Overlap with the layer's GEMMs (Transformer Engine): bulk hides it
+    // behind half of them, ring behind all of them.
+    Time gemm = 0;
+    for (const auto& op : chain_.block.ops)
+      if (op.kind == cost::OpKind::Linear) gemm += cost::op_time(gpu, cal_, precision, op, false);
+    const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
+                      : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
+                                                                                : 0;
+    tp_[0] = std::max<Time>(0, one - hide);
+    tp_[1] = std::max<Time>(0, one - 2 * hide);
+  }
+  if (p.cp > 1) {
+    // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
+    // their gradients backward), overlapped with the attention of the chunk
+    // in hand; only what exceeds it is exposed.
+    const Bytes kv = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
+                                        static_cast<double>(p.tp) * e);
+    Time attn_f = 0, attn_b = 0;
+    for (const auto& op : chain_.block.ops)
+      if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
+          op.kind == cost::OpKind::AttnValues) {
+        attn_f += cost::op_time(gpu, cal_, precision, op, false);
+        attn_b += cost::op_time(gpu, cal_, precision, op, true);
+      }
+    const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,
+                                            cp_g_.intra_node() ? 2 : 1, sc.cluster.node, cal_);
+    const Time exch = (p.cp - 1) * step;
+    cp_[0] = std::max<Time>(0, exch - attn_f);
+    cp_[1] = std::max<Time>(0, 2 * exch - attn_b);
+  }
+  if (p.ep > 1 && sc.model.moe) {
+    // Dispatch and combine all-to-alls forward, and their gradients backward.
+    const Bytes tokens = static_cast<Bytes>(static_cast<double>(sc.model.moe->top_k) * b * s * h * e /
+                                            (p.sequence_parallel ? static_cast<double>(p.tp) : 1.0));
+    const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_);
+    ep_[0] = ep_[1] = 2 * a2a;
+  }
+}
+
+Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const {
+  if (g.size <= 1) return 0;
+  return cost::collective_time(op, bytes, g.size, g.ranks_per_node, sc_.cluster.node, cal_);
+}
+
+Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool core_only) const {
+  if (pass == Pass::Recompute && core_only) return core_;
+  return pass_[static_cast<std::size_t>(layer_index(l))][static_cast<std::size_t>(pass)];
+}
+
+Time ModelStepCosts::layer_comm(CommKind kind, Pass pass) const {
+  const std::size_t i = pass == Pass::Backward ? 1 : 0;
+  switch (kind) {
+    case CommKind::TP: return tp_[i];
+    case CommKind::CP: return cp_[i];
+    case CommKind::EP: return ep_[i];
+    default: return 0;
+  }
+}
+
+Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
+  switch (group) {
+    case Group::TP: return ring(op_of(op), bytes, tp_g_);
+    case Group::CP: return ring(op_of(op), bytes, cp_g_);
+    case Group::DP: return ring(op_of(op), bytes, dp_g_);
+    case Group::EP: return ring(op_of(op), bytes, ep_g_);
+    case Group::ExpertDP: return ring(op_of(op), bytes, edp_g_);
+    case Group::EmbeddingTie: {
+      // The first and last pipeline stages: on one node only if the whole
+      // pipeline group is.
+      const GroupPlacement pair{2, pp_g_.intra_node() ? 1 : 2, pp_g_.intra_node() ? 2 : 1, true};
+      return ring(op_of(op), bytes, pair);
+    }
+  }
+  return 0;
+}
+
+Time ModelStepCosts::p2p(Bytes bytes) const {
+  // Neighbouring stages share a node when the pipeline group does.
+  return cost::collective_time(cost::CollectiveOp::SendRecv, bytes, 2,
+                               pp_g_.ranks_per_node >= 2 ? 2 : 1, sc_.cluster.node, cal_);
+}
+
+Time ModelStepCosts::copy(Bytes bytes, CopyDir dir) const {
+  const cost::CopyKind kind = dir == CopyDir::ToHost     ? cost::CopyKind::D2H
+                              : dir == CopyDir::ToDevice ? cost::CopyKind::H2D
+                              : dir == CopyDir::NvmeRead ? cost::CopyKind::NvmeRead
+                                                         : cost::CopyKind::NvmeWrite;
+  return cost::copy_time(bytes, kind, /*pinned=*/true, sc_.cluster.node, cal_);
+}
+
+Time ModelStepCosts::elementwise(Bytes bytes) const {
+  return cost::compute_time(sc_.cluster.gpu, cal_, sc_.plan.precision, 0, bytes);
+}
+
+Time ModelStepCosts::gemm(Flops flops) const {
+  return cost::compute_time(sc_.cluster.gpu, cal_, sc_.plan.precision, flops, 0);
+}
+
+Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
+  // Memory-bound: read gradients, weights and state, write weights and state.
+  const PerParam per = bytes_per_param(sc_.plan.optimizer, sc_.plan.precision,
+                                       sc_.plan.implementation.fp32_grad_accumulation);
+  const double bytes = params * (per.grads + 2 * (per.weights + per.optimizer));
+  const Time launch = cost::seconds_to_time(cal_.overheads.optimizer_step_us * 1e-6);
+  if (on_host) {
+    // The host's memory bandwidth shared by the node's GPUs' optimizer steps.
+    const double per_gpu = kHostOptimizerGBps * kGB /
+                           static_cast<double>(sc_.cluster.node.gpus_per_node);
+    return launch + cost::seconds_to_time(bytes / per_gpu);
+  }
+  // One fused multi-tensor kernel per group of tensors when fused.
+  cost::KernelShape shape;
+  shape.kernels = sc_.plan.implementation.fused_elementwise ? 4 : 4 * std::max<std::int64_t>(1, sc_.model.layers);
+  return launch + cost::compute_time(sc_.cluster.gpu, cal_, sc_.plan.precision, 0,
+                                     static_cast<Bytes>(bytes), shape);
+}
+
+Time ModelStepCosts::overhead_per_microbatch() const {
+  return cost::seconds_to_time(cal_.overheads.microbatch_us * 1e-6);
+}
+
+Time ModelStepCosts::overhead_per_step() const {
+  return cost::seconds_to_time(cal_.overheads.step_us * 1e-6);
+}
+
+StepPrediction predict_step(const Scenario& sc, sim::RunResult* run, LoweredStep* lowered) {
+  const ModelStepCosts costs(sc);
+  return predict_step(sc, costs, run, lowered);
+}
+
+}  // namespace strata::strategies
