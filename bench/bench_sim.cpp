@@ -17,6 +17,9 @@
 //   BM_EngineCompile — checking and compiling the TaskGraph into flat arrays.
 #include <benchmark/benchmark.h>
 
+#include "costmodel/model_io.hpp"
+#include "strategies/step_costs.hpp"
+
 #include <memory>
 #include <random>
 
@@ -124,6 +127,59 @@ void BM_EngineCompile(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g.num_tasks()));
 }
 BENCHMARK(BM_EngineCompile)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One training step of GPT-3 175B on 1024 A100s (tp 8, pp 8 interleaved with
+// 3 virtual stages, dp 16, microbatch 1: 96 microbatches per replica),
+// lowered per layer with one representative rank per pipeline stage
+// (configs/scenarios/gpt3-175b-1024-a100.json). Replay (the engine) and the
+// whole prediction (lowering + compile + replay + attribution) are timed apart.
+const strata::strategies::Scenario& gpt3_1024() {
+  static const auto sc = [] {
+    auto s = strata::strategies::Scenario{};
+    s.model = strata::cost::model_preset("gpt3-175b");
+    s.cluster = strata::cost::cluster_preset("dgx-a100-80g");
+    s.cluster.nodes = 128;
+    s.batch = {1536, 1};
+    auto& p = s.plan;
+    p.dp = 16;
+    p.tp = 8;
+    p.pp = 8;
+    p.schedule = strata::strategies::Schedule::Interleaved;
+    p.virtual_stages = 3;
+    p.sequence_parallel = true;
+    p.recompute = strata::cost::Recompute::Selective;
+    p.zero = 1;
+    p.implementation.attention = strata::cost::AttentionKernel::Standard;
+    return s;
+  }();
+  return sc;
+}
+
+void BM_SimulateGpt3_1024(benchmark::State& state) {
+  const auto& sc = gpt3_1024();
+  const strata::strategies::ModelStepCosts costs(sc);
+  const auto low = strata::strategies::lower_step(sc, costs);
+  Engine engine(low.graph);
+  RunResult r;
+  for (auto _ : state) {
+    r = engine.run();
+    benchmark::DoNotOptimize(r.makespan);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(low.graph.num_tasks()));
+  state.counters["tasks"] = static_cast<double>(low.graph.num_tasks());
+  state.counters["step_s"] = static_cast<double>(r.makespan) / 1e9;
+}
+BENCHMARK(BM_SimulateGpt3_1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_PredictGpt3_1024(benchmark::State& state) {
+  const auto& sc = gpt3_1024();
+  const strata::strategies::ModelStepCosts costs(sc);
+  for (auto _ : state) {
+    auto pr = strata::strategies::predict_step(sc, costs);
+    benchmark::DoNotOptimize(pr.step_time);
+  }
+}
+BENCHMARK(BM_PredictGpt3_1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
