@@ -11,6 +11,7 @@
 
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
+#include "report/published.hpp"
 #include "report/simulate.hpp"
 #include "sim/error.hpp"
 #include "strategies/memory_lowering.hpp"
@@ -96,7 +97,14 @@ int main(int argc, char** argv) {
   std::string trace_path;
   simulate->add_option("--trace", trace_path, "Write the step's Chrome/Perfetto trace to FILE")
       ->type_name("FILE");
-  for (auto* cmd : {models, gpus, clusters, describe, simulate}) add_format_option(cmd, format);
+  std::string cases_path;
+  bool markdown = false;
+  auto* published = app.add_subcommand(
+      "validate-published", "Predict the published runs of a cases file and report the errors");
+  published->add_option("FILE", cases_path, "published_cases.json")->required();
+  published->add_flag("--markdown", markdown, "Print the table as Markdown (docs/accuracy.md)");
+  for (auto* cmd : {models, gpus, clusters, describe, simulate, published})
+    add_format_option(cmd, format);
 
   try {
     app.parse(argc, argv);
@@ -124,6 +132,10 @@ int main(int argc, char** argv) {
       const auto step = strategies::predict_step(sc, &run, &lowered);
       out = report::render_simulation(sc, mem, &step, format);
       if (!trace_path.empty()) write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
+    }
+    if (*published) {
+      const auto r = report::validate_published(cases_path);
+      out = markdown ? report::published_markdown(r) : report::render_published(r, format);
     }
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);

@@ -1,0 +1,40 @@
+#pragma once
+// Prediction against published measurements (`strata validate-published`):
+// each counted case of ../shared/validation/published_cases.json becomes a
+// scenario (settings the source does not state get documented defaults,
+// listed in docs/accuracy.md), is simulated, and its step time, throughput
+// or FLOP rate is compared with the measurement.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "report/format.hpp"
+
+namespace strata::report {
+
+struct PublishedRow {
+  std::string id;
+  std::string family;
+  std::string metric;  // "step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"
+  double measured = 0;
+  std::optional<double> predicted;  // absent: Strata cannot express or fit it
+  double error_pct = 100;           // |predicted − measured| / measured, 100 when absent
+  std::string note;                 // the settings chosen, or why it failed
+};
+
+struct PublishedReport {
+  std::vector<PublishedRow> rows;
+  // Mean absolute percentage error by family and over every counted case.
+  std::vector<std::pair<std::string, double>> mape_by_family;
+  double mape = 0;
+};
+
+// Reads the cases file and predicts every counted case. Throws InputError for
+// an unreadable file.
+PublishedReport validate_published(const std::string& cases_file);
+
+std::string render_published(const PublishedReport& r, Format f);
+// The report as a Markdown table (docs/accuracy.md).
+std::string published_markdown(const PublishedReport& r);
+
+}  // namespace strata::report
