@@ -205,6 +205,18 @@ class StepLowering {
       bwd_of[static_cast<std::size_t>(i)] = b.index;
       layer_comm(layer, mb, Pass::Backward);
       last_bwd_of_layer_[static_cast<std::size_t>(layer)] = last_compute_;
+      if (zero3()) {
+        // ZeRO-3 (DeepSpeed, PyTorch FSDP) reduce-scatters each layer's
+        // gradients after every microbatch's backward, overlapped with the
+        // next layer's backward.
+        const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) *
+                                               std::min(per_.grads, 4.0));
+        const TaskId rs = task(key("zero3-reduce", layer, mb), TaskKind::Collective, r_.comm,
+                               costs_.collective(Collective::ReduceScatter, Group::DP, bytes),
+                               sim::Phase::Comm, CommKind::DP, layer, mb);
+        dep(last_compute_, rs.index);
+        zero3_reduced_.push_back(rs.index);
+      }
     }
     if (k == 0) {
       compute("bwd/embedding/mb" + std::to_string(mb), costs_.layer(chain_.embedding, Pass::Backward),
@@ -271,6 +283,7 @@ class StepLowering {
     last_compute_ = kNone;
     recent_.clear();
     recent_fetch_.clear();
+    zero3_reduced_.clear();
     offloaded_.clear();
     const int chunks = static_cast<int>(chunks_.size());
     const double e = static_cast<double>(cost::activation_bytes(plan_.precision));
@@ -337,9 +350,22 @@ class StepLowering {
     const auto method = plan_.compression.method;
     if (dp && method != CompressionMethod::None) {
       compress_and_reduce(params, end_of_backward, reduced);
+    } else if (zero3()) {
+      // Reduced layer by layer during backward; the embedding and head here.
+      reduced = zero3_reduced_;
+      const double other = (s == 0 ? static_cast<double>(chain_.embedding.params()) : 0.0) +
+                           (s == p_ - 1 ? static_cast<double>(chain_.head.params()) : 0.0);
+      if (other > 0) {
+        const TaskId t = task("zero3-reduce/embedding-head", TaskKind::Collective, r_.comm,
+                              costs_.collective(Collective::ReduceScatter, Group::DP,
+                                                static_cast<Bytes>(other * std::min(per_.grads, 4.0))),
+                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+        dep(end_of_backward, t.index);
+        reduced.push_back(t.index);
+      }
     } else if (dp) {
       // Buckets of about 25 MiB of gradients, filled in backward order.
-      const double grad_bytes = per_.grads > 4 ? 4 : per_.grads;  // the reduced (fp32 or 16-bit) copy
+      const double grad_bytes = std::min(per_.grads, 4.0);  // the reduced (fp32 or 16-bit) copy
       const double layer_bytes = static_cast<double>(chain_.block.params()) * grad_bytes;
       const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
       const Collective op = plan_.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
@@ -514,7 +540,7 @@ class StepLowering {
   std::int32_t last_compute_ = kNone;
   std::vector<std::int32_t> last_bwd_of_layer_;
   std::int32_t embedding_bwd_ = kNone, head_bwd_ = kNone;
-  std::vector<std::int32_t> recent_, recent_fetch_;
+  std::vector<std::int32_t> recent_, recent_fetch_, zero3_reduced_;
   std::unordered_map<std::string, std::int32_t> offloaded_;
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
