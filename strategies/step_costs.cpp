@@ -71,22 +71,32 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   const double h = static_cast<double>(sc.model.hidden);
   const Bytes act = static_cast<Bytes>(b * s * h * e);
   if (p.tp > 1) {
-    // Megatron: two all-reduces forward and two backward (with sequence
-    // parallelism two all-gathers and two reduce-scatters of the same volume).
-    Time one = p.sequence_parallel
-                   ? ring(cost::CollectiveOp::AllGather, act, tp_g_) +
-                         ring(cost::CollectiveOp::ReduceScatter, act, tp_g_)
-                   : 2 * ring(cost::CollectiveOp::AllReduce, act, tp_g_);
-    // Overlap with the layer's GEMMs (Transformer Engine): bulk hides it
-    // behind half of them, ring behind all of them.
-    Time gemm = 0;
-    for (const auto& op : chain_.block.ops)
-      if (op.kind == cost::OpKind::Linear) gemm += cost::op_time(gpu, cal_, precision, op, false);
+    // Megatron: two all-reduces forward and two backward; with sequence
+    // parallelism two all-gathers and two reduce-scatters each way (the same
+    // volume; Korthikanti et al. Sec. 4.2.2).
+    const Time one = p.sequence_parallel
+                         ? 2 * (ring(cost::CollectiveOp::AllGather, act, tp_g_) +
+                                ring(cost::CollectiveOp::ReduceScatter, act, tp_g_))
+                         : 2 * ring(cost::CollectiveOp::AllReduce, act, tp_g_);
+    // Backward: Megatron overlaps the input-gradient all-reduce (or
+    // reduce-scatter) of each column-parallel linear with that linear's
+    // weight-gradient GEMM (Korthikanti et al. Table 4's note), half of its
+    // backward. Transformer Engine's overlap (tp_comm_overlap) also hides
+    // forward communication behind the layer's GEMMs: bulk behind half of
+    // them, ring behind all.
+    Time gemm = 0, wgrad = 0;
+    for (const auto& op : chain_.block.ops) {
+      if (op.kind != cost::OpKind::Linear) continue;
+      gemm += cost::op_time(gpu, cal_, precision, op, false);
+      if (op.name == "qkv" || op.name == "mlp_up" || op.name == "mlp_up_gate")
+        wgrad += cost::op_time(gpu, cal_, precision, op, true) / 2;
+    }
     const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
                       : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
                                                                                 : 0;
     tp_[0] = std::max<Time>(0, one - hide);
-    tp_[1] = std::max<Time>(0, one - 2 * hide);
+    // Half of the backward volume is the column-parallel input gradients.
+    tp_[1] = one / 2 + std::max<Time>(0, one / 2 - wgrad - hide);
   }
   if (p.cp > 1) {
     // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
