@@ -61,16 +61,19 @@ std::vector<Case> cases_of(const json& file) {
     if (fam == "MEG21-T1") {
       // Megatron-LM 2021 Table 1: fp16, full recompute, interleaved
       // schedule with scatter/gather; microbatch and virtual stages not
-      // stated: microbatch 1, 2 virtual stages.
+      // stated: microbatch 1, 2 virtual stages. Megatron-LM of 2021 reduced
+      // gradients after the backward pass, not overlapped with it.
       const int pp = st.at("pp").get<int>();
       json plan = {{"tp", st.at("tp")}, {"pp", pp}, {"dp", st.at("dp")}, {"recompute", "full"},
                    {"precision", "fp16"},
-                   {"implementation", {{"attention", "standard"}, {"pp_scatter_gather", pp > 1}}}};
+                   {"implementation", {{"attention", "standard"}, {"pp_scatter_gather", pp > 1},
+                                       {"overlap_grad_reduce", false}}}};
       if (pp > 1) {
         plan["schedule"] = "interleaved";
         plan["virtual_stages"] = 2;
       }
-      Case k{id, fam, "tflops_per_gpu", "fp16, full recompute, microbatch 1, v = 2 (not stated)",
+      Case k{id, fam, "tflops_per_gpu",
+             "fp16, full recompute, gradient reduction not overlapped; microbatch 1, v = 2 (not stated)",
              num(meas, "tflops_per_gpu"), json::object()};
       k.scenario = {{"model", gpt_model(m, true)},
                     {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", hw.at("count").get<int>() / 8}}},
@@ -120,7 +123,8 @@ std::vector<Case> cases_of(const json& file) {
       // EDR link per node: fp16 with fp32 master weights and gradient copy,
       // Adam, full recompute.
       const int gpus = hw.at("count").get<int>();
-      Case k{id, fam, "step_time_s", "fp16, full recompute, V100-16GB, EDR 100 Gb/s per node",
+      Case k{id, fam, "step_time_s",
+             "fp16, full recompute, gradient reduction after backward, V100-16GB, EDR 100 Gb/s per node",
              num(meas, "iteration_latency_ms") / 1000.0, json::object()};
       k.scenario = {
           {"model", gpt_model(m, true)},
@@ -130,7 +134,8 @@ std::vector<Case> cases_of(const json& file) {
           {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
           {"plan", {{"tp", st.at("tp")}, {"pp", st.at("pp")}, {"dp", st.at("dp")}, {"recompute", "full"},
                     {"precision", "fp16"},
-                    {"implementation", {{"attention", "standard"}, {"fp32_grad_accumulation", true}}}}}};
+                    {"implementation", {{"attention", "standard"}, {"fp32_grad_accumulation", true},
+                                        {"overlap_grad_reduce", false}}}}}};
       out.push_back(k);
     } else if (fam == "MOSAIC" && meas.contains("tokens_per_s_per_gpu")) {
       // MosaicML llm-foundry MPT runs: FSDP FULL_SHARD (ZeRO-3), flash
