@@ -173,6 +173,7 @@ Calibration calibration_preset(std::string_view name);
 // the a100-80g curves with every size axis scaled by the ratio of this
 // GPU's (or its server's) peak to the A100's, so a faster device needs
 // proportionally larger work for the same efficiency (docs/cost-model.md).
+// Parses JSON: call once per run and pass the result around, not per task.
 Calibration default_calibration(const GpuSpec& gpu);
 
 }  // namespace strata::cost
