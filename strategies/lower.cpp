@@ -368,12 +368,17 @@ class StepLowering {
       const double grad_bytes = std::min(per_.grads, 4.0);  // the reduced (fp32 or 16-bit) copy
       const double layer_bytes = static_cast<double>(chain_.block.params()) * grad_bytes;
       const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
-      const Collective op = plan_.zero == 0 ? Collective::AllReduce : Collective::ReduceScatter;
+      // A parameter server takes pushed gradients per bucket and serves the
+      // updated weights after its step; all-reduce sums them among workers.
+      const bool ps = plan_.dp_topology == DpTopology::ParameterServer;
+      const Collective op = ps                ? Collective::SendRecv
+                            : plan_.zero == 0 ? Collective::AllReduce
+                                              : Collective::ReduceScatter;
       double fill = 0;
       std::int32_t last_dep = kNone;
       int bucket_index = 0;
       auto flush = [&](double bytes, std::int32_t after) {
-        const TaskId t = task("dp-reduce/bucket" + std::to_string(bucket_index++),
+        const TaskId t = task(std::string(ps ? "ps-push" : "dp-reduce") + "/bucket" + std::to_string(bucket_index++),
                               TaskKind::Collective, r_.comm,
                               costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
                               sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
@@ -451,6 +456,13 @@ class StepLowering {
                                std::nullopt, std::nullopt);
       for (auto r : reduced) dep(r, step.index);
       stepped = step.index;
+    }
+    if (dp && plan_.dp_topology == DpTopology::ParameterServer) {
+      const TaskId pull = task("ps-pull-weights", TaskKind::Collective, r_.comm,
+                               costs_.collective(Collective::SendRecv, Group::DP,
+                                                 static_cast<Bytes>(params * per_.weights)),
+                               sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+      dep(stepped, pull.index);
     }
     if (dp && plan_.zero >= 1 && plan_.zero <= 2) {
       // The distributed optimizer's all-gather of updated weights.

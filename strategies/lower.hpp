@@ -28,7 +28,8 @@ enum class CommKind : std::uint8_t { None, DP, TP, PP, CP, EP, Offload };
 inline constexpr std::size_t kCommKinds = 7;
 
 enum class Pass : std::uint8_t { Forward, Backward, Recompute };
-enum class Collective : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll };
+// SendRecv: each member sends and receives `bytes` (parameter-server push or pull).
+enum class Collective : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
 // The group a collective runs over.
 enum class Group : std::uint8_t { TP, CP, DP, EP, ExpertDP, EmbeddingTie };
 enum class CopyDir : std::uint8_t { ToHost, ToDevice, NvmeRead, NvmeWrite };

@@ -108,6 +108,15 @@ TEST_CASE("data-parallel reduction hides behind backward when overlapped") {
   CHECK(on.breakdown.total() == on.step_time);
 }
 
+TEST_CASE("parameter server: gradients pushed per bucket, weights pulled after the step") {
+  // dp 8, one stage, overlap off: 18 bucket pushes after backward, the step,
+  // then one pull of all weights, each 1 µs.
+  UnitCosts c;
+  c.collective_t = 1000;
+  const auto ps = predict_step(scenario("{\"dp_topology\": \"parameter_server\", \"implementation\": {\"overlap_grad_reduce\": false}}", 8, 2048), c);
+  CHECK(ps.step_time == 16 * (c.tf + c.tb) + 18 * c.collective_t + c.collective_t);
+}
+
 TEST_CASE("every plan axis lowers and simulates") {
   // One plan per axis and a few mixed ones: the graph replays without error
   // and the breakdown sums to the step time.
@@ -133,10 +142,11 @@ TEST_CASE("every plan axis lowers and simulates") {
   c.optimizer = 5000;
   c.tp = c.cp = c.ep = 40;
   for (const char* p : plans) {
-    CAPTURE(p);
-    const auto pr = predict_step(scenario(p), c);
-    CHECK(pr.step_time > 0);
-    CHECK(pr.breakdown.total() == pr.step_time);
+    SUBCASE(p) {
+      const auto pr = predict_step(scenario(p), c);
+      CHECK(pr.step_time > 0);
+      CHECK(pr.breakdown.total() == pr.step_time);
+    }
   }
   // Expert parallelism needs a MoE model.
   const auto moe = parse_scenario(

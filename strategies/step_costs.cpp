@@ -20,6 +20,7 @@ cost::CollectiveOp op_of(Collective c) {
     case Collective::AllGather: return cost::CollectiveOp::AllGather;
     case Collective::ReduceScatter: return cost::CollectiveOp::ReduceScatter;
     case Collective::AllToAll: return cost::CollectiveOp::AllToAll;
+    case Collective::SendRecv: return cost::CollectiveOp::SendRecv;
   }
   return cost::CollectiveOp::AllReduce;
 }
