@@ -281,6 +281,7 @@ class StepLowering {
     last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
     embedding_bwd_ = head_bwd_ = kNone;
     last_compute_ = kNone;
+    pending_send_ = kNone;
     recent_.clear();
     recent_fetch_.clear();
     zero3_reduced_.clear();
@@ -298,12 +299,17 @@ class StepLowering {
     for (const Step& st : sched.stages[static_cast<std::size_t>(s)]) {
       const int k = model_chunk(sched, s, st.chunk);
       step_first_ = kNone;
+      // Without p2p overlap (Megatron-LM's default) a stage waits for its
+      // last send before its next step.
+      const std::int32_t blocking_send = plan_.implementation.overlap_p2p ? kNone : pending_send_;
+      pending_send_ = kNone;
       if (const Time t = costs_.overhead_per_microbatch(); t > 0)
         compute(std::string(st.phase == Phase::Forward ? "framework/fwd" : "framework/bwd") +
                     "/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
                 t, sim::Phase::None, std::nullopt, st.microbatch);
       if (st.phase == Phase::Forward) {
         forward(k, st.microbatch);
+        dep(blocking_send, step_first_);
         fwd_first_[slot(k, st.microbatch)] = step_first_;
         if (k + 1 < chunks) {
           const TaskId t = task("send-act/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
@@ -311,9 +317,11 @@ class StepLowering {
                                 CommKind::PP, std::nullopt, st.microbatch);
           dep(last_compute_, t.index);
           fwd_send_[slot(k, st.microbatch)] = t.index;
+          pending_send_ = t.index;
         }
       } else {
         backward(k, st.microbatch);
+        dep(blocking_send, step_first_);
         bwd_first_[slot(k, st.microbatch)] = step_first_;
         if (k > 0) {
           const TaskId t = task("send-grad/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
@@ -321,6 +329,7 @@ class StepLowering {
                                 CommKind::PP, std::nullopt, st.microbatch);
           dep(last_compute_, t.index);
           bwd_send_[slot(k, st.microbatch)] = t.index;
+          pending_send_ = t.index;
         }
       }
     }
@@ -549,6 +558,7 @@ class StepLowering {
   int stage_ = 0;
   StageRes r_{};
   std::int32_t step_first_ = kNone;
+  std::int32_t pending_send_ = kNone;
   std::int32_t last_compute_ = kNone;
   std::vector<std::int32_t> last_bwd_of_layer_;
   std::int32_t embedding_bwd_ = kNone, head_bwd_ = kNone;

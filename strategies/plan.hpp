@@ -52,6 +52,9 @@ struct Implementation {
   bool overlap_param_gather = true;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::None;
   bool pp_scatter_gather = false;
+  // Pipeline sends overlapped with the next step's compute (Megatron-LM's
+  // --overlap-p2p-communication); off, a stage waits for its send.
+  bool overlap_p2p = false;
   // Gradients accumulated in an fp32 buffer beside the 16-bit weights
   // (Megatron-LM's main_grad, DeepSpeed's fp16/bf16 optimizers): 4 more bytes
   // per parameter with fp16 (which also keeps 16-bit gradients), 4 instead of

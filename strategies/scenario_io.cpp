@@ -46,6 +46,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.overlap_param_gather = r.bool_or("overlap_param_gather", im.overlap_param_gather);
   im.tp_comm_overlap = r.enum_or("tp_comm_overlap", im.tp_comm_overlap);
   im.pp_scatter_gather = r.bool_or("pp_scatter_gather", im.pp_scatter_gather);
+  im.overlap_p2p = r.bool_or("overlap_p2p", im.overlap_p2p);
   im.fp32_grad_accumulation = r.bool_or("fp32_grad_accumulation", im.fp32_grad_accumulation);
   if (auto ro = r.get("rank_order")) im.rank_order = read_rank_order(*ro);
   r.reject_unknown_keys();
