@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/testing.hpp"
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -13,14 +15,7 @@
 namespace strata::cost {
 namespace {
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(auto&& fn) { return testing::input_error_of(fn); }
 
 const std::string kHeader =
     R"("machine": "test box", "backend": "cpu", "date": "2026-11-30", "source": "unit test")";

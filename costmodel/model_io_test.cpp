@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/testing.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,14 +15,7 @@
 namespace strata::cost {
 namespace {
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(auto&& fn) { return testing::input_error_of(fn); }
 
 ModelSpec model_from(const std::string& text) {
   const auto j = parse_json_text(text, "m.json");

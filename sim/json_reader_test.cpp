@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/testing.hpp"
+
 #include <nlohmann/json.hpp>
 
 namespace strata {
@@ -19,14 +21,7 @@ struct EnumNames<Color> {
 
 namespace {
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+std::string error_of(auto&& fn) { return testing::input_error_of(fn); }
 
 TEST_CASE("comments are accepted and syntax errors name line and column") {
   // `//` comments are part of Strata's JSON input contract.

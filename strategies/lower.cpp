@@ -307,30 +307,23 @@ class StepLowering {
         compute(std::string(st.phase == Phase::Forward ? "framework/fwd" : "framework/bwd") +
                     "/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
                 t, sim::Phase::None, std::nullopt, st.microbatch);
-      if (st.phase == Phase::Forward) {
+      const bool fwd = st.phase == Phase::Forward;
+      const std::size_t at = slot(k, st.microbatch);
+      if (fwd)
         forward(k, st.microbatch);
-        dep(blocking_send, step_first_);
-        fwd_first_[slot(k, st.microbatch)] = step_first_;
-        if (k + 1 < chunks) {
-          const TaskId t = task("send-act/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
-                                TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
-                                CommKind::PP, std::nullopt, st.microbatch);
-          dep(last_compute_, t.index);
-          fwd_send_[slot(k, st.microbatch)] = t.index;
-          pending_send_ = t.index;
-        }
-      } else {
+      else
         backward(k, st.microbatch);
-        dep(blocking_send, step_first_);
-        bwd_first_[slot(k, st.microbatch)] = step_first_;
-        if (k > 0) {
-          const TaskId t = task("send-grad/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
-                                TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
-                                CommKind::PP, std::nullopt, st.microbatch);
-          dep(last_compute_, t.index);
-          bwd_send_[slot(k, st.microbatch)] = t.index;
-          pending_send_ = t.index;
-        }
+      dep(blocking_send, step_first_);
+      (fwd ? fwd_first_ : bwd_first_)[at] = step_first_;
+      // Activations go to the next chunk, gradients to the previous one.
+      if (fwd ? k + 1 < chunks : k > 0) {
+        const TaskId t = task(std::string(fwd ? "send-act" : "send-grad") + "/c" + std::to_string(k) +
+                                  "/mb" + std::to_string(st.microbatch),
+                              TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
+                              CommKind::PP, std::nullopt, st.microbatch);
+        dep(last_compute_, t.index);
+        (fwd ? fwd_send_ : bwd_send_)[at] = t.index;
+        pending_send_ = t.index;
       }
     }
     reduce_and_step();
