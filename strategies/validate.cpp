@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "strategies/rank_mesh.hpp"
+
 namespace strata::strategies {
 
 namespace {
@@ -65,6 +67,10 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 str(p.ep) + " does not divide experts=" + str(m.moe->experts));
   if (p.dp % p.ep != 0)
     return fail("ep-divides-dp", "plan.ep", str(p.ep) + " does not divide dp=" + str(p.dp));
+
+  // Megatron's expert mesh refuses some rank orders (rank_mesh.hpp).
+  if (auto why = RankMesh::violation(p, c.node.gpus_per_node))
+    return fail("rank-mesh", "plan.implementation.rank_order", *why);
 
   // --- pipeline ---
   const bool interleaved = p.schedule == Schedule::Interleaved;
