@@ -125,11 +125,11 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
-      const auto mem =
-          analytical ? strategies::estimate_memory(sc) : strategies::simulate_memory(sc);
       sim::RunResult run;
       strategies::LoweredStep lowered;
       const auto step = strategies::predict_step(sc, &run, &lowered);
+      const auto mem = analytical ? strategies::estimate_memory(sc)
+                                  : strategies::memory_from_run(sc, lowered, run);
       out = report::render_simulation(sc, mem, &step, format);
       if (!trace_path.empty()) write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
     }

@@ -37,7 +37,8 @@ class StepLowering {
         v_(static_cast<int>(sc.plan.virtual_stages)),
         m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
         per_(bytes_per_param(sc.plan.optimizer, sc.plan.precision,
-                             sc.plan.implementation.fp32_grad_accumulation)) {
+                             sc.plan.implementation.fp32_grad_accumulation)),
+        statics_(estimate_memory(sc)) {
     first_layer_.assign(chunks_.size() + 1, 0);
     for (std::size_t k = 0; k < chunks_.size(); ++k)
       first_layer_[k + 1] = first_layer_[k] + chunks_[k];
@@ -76,9 +77,17 @@ class StepLowering {
     if (before != kNone && after != kNone) g_.add_dep(TaskId{before}, TaskId{after});
   }
 
+  // Buffers a task allocates when it starts and frees when it ends.
+  struct Mem {
+    std::vector<sim::BufferId> allocs, frees;
+  };
+
   TaskId task(std::string id, TaskKind kind, sim::ResourceId on, Time duration, sim::Phase phase,
-              CommKind comm, std::optional<std::int64_t> layer, std::optional<int> mb) {
+              CommKind comm, std::optional<std::int64_t> layer, std::optional<int> mb,
+              Mem mem = {}) {
     sim::Task t;
+    t.allocs = std::move(mem.allocs);
+    t.frees = std::move(mem.frees);
     t.id = "s" + std::to_string(stage_) + ":" + std::move(id);
     t.kind = kind;
     t.resources = {on};
@@ -93,9 +102,9 @@ class StepLowering {
   }
   // A task on the compute stream; remembers the first of the current step.
   TaskId compute(std::string id, Time d, sim::Phase phase, std::optional<std::int64_t> layer,
-                 int mb, CommKind comm = CommKind::None) {
+                 int mb, CommKind comm = CommKind::None, Mem mem = {}) {
     const TaskId t = task(std::move(id), comm == CommKind::None ? TaskKind::Compute : TaskKind::Collective,
-                          r_.compute, d, phase, comm, layer, mb);
+                          r_.compute, d, phase, comm, layer, mb, std::move(mem));
     if (step_first_ == kNone) step_first_ = t.index;
     last_compute_ = t.index;
     return t;
@@ -103,6 +112,17 @@ class StepLowering {
 
   static std::string key(const char* what, std::int64_t layer, int mb) {
     return std::string(what) + "/L" + std::to_string(layer) + "/mb" + std::to_string(mb);
+  }
+
+  // An activation buffer of this stage (ids are per stage: "s3:act/L7/mb2").
+  sim::BufferId buffer(const std::string& id, Bytes bytes, bool host = false) {
+    return g_.add_buffer({.id = "s" + std::to_string(stage_) + ":" + id,
+                          .pool = host ? host_pool_ : gpu_pool_,
+                          .bytes = bytes,
+                          .tag = sim::MemTag::Activations});
+  }
+  sim::BufferId existing(const std::string& id) const {
+    return g_.buffer("s" + std::to_string(stage_) + ":" + id);
   }
 
   // Blocking tensor-, context- and expert-parallel communication of a layer.
@@ -133,63 +153,83 @@ class StepLowering {
   void forward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
+    const std::string m = std::to_string(mb);
     if (k == 0)
-      compute("fwd/embedding/mb" + std::to_string(mb),
-              costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd, std::nullopt, mb);
+      compute("fwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Forward),
+              sim::Phase::Fwd, std::nullopt, mb, CommKind::None,
+              {{buffer("act/embedding/mb" + m, chain_.embedding.saved_bytes())}, {}});
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
       if (zero3()) gather = param_gather(layer, mb, "fwd");
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, "fwd");
+      const Bytes stored = layer_stored(i, n);
+      Mem mem;
+      if (stored > 0) mem.allocs.push_back(buffer(key("act", layer, mb), stored));
       const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
-                               sim::Phase::Fwd, layer, mb);
+                               sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem));
       dep(gather, f.index);
       dep(fetch, f.index);
       layer_comm(layer, mb, Pass::Forward);
-      if (plan_.offload.activations) {
-        const Bytes b = layer_stored(i, n);
-        if (b > 0) {
-          const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
-                                costs_.copy(b, CopyDir::ToHost), sim::Phase::None, CommKind::None,
-                                layer, mb);
-          dep(last_compute_, c.index);
-          offloaded_[key("", layer, mb)] = c.index;
-        }
+      if (plan_.offload.activations && stored > 0) {
+        // The saved activations move to the host pool once the layer is done.
+        const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
+                              costs_.copy(stored, CopyDir::ToHost), sim::Phase::None, CommKind::None,
+                              layer, mb,
+                              {{buffer(key("act-host", layer, mb), stored, true)},
+                               {existing(key("act", layer, mb))}});
+        dep(last_compute_, c.index);
+        offloaded_[key("", layer, mb)] = c.index;
       }
     }
     if (k + 1 == static_cast<int>(chunks_.size()))
-      compute("fwd/head/mb" + std::to_string(mb), costs_.layer(chain_.head, Pass::Forward),
-              sim::Phase::Fwd, std::nullopt, mb);
+      compute("fwd/head/mb" + m, costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
+              std::nullopt, mb, CommKind::None,
+              {{buffer("act/head/mb" + m, chain_.head.saved_bytes())}, {}});
   }
 
   void backward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
+    const std::string m = std::to_string(mb);
     if (k + 1 == static_cast<int>(chunks_.size())) {
-      compute("bwd/head/mb" + std::to_string(mb), costs_.layer(chain_.head, Pass::Backward),
-              sim::Phase::Bwd, std::nullopt, mb);
+      // The loss's backward holds the logits' gradient and frees the head's
+      // saved bytes.
+      const auto grad = buffer("grad/head/mb" + m, chain_.head.max_grad_bytes());
+      compute("bwd/head/mb" + m, costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd,
+              std::nullopt, mb, CommKind::None, {{grad}, {grad, existing("act/head/mb" + m)}});
       head_bwd_ = last_compute_;
     }
     const Recompute policy = rule_.policy;
     std::vector<std::int32_t> bwd_of(static_cast<std::size_t>(n), kNone);
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const std::int64_t layer = first + i;
+      const Bytes stored = layer_stored(i, n);
       // What the layer's backward waits for off the compute stream.
       std::vector<std::int32_t> ready;
-      if (plan_.offload.activations) ready.push_back(prefetch_activations(layer, mb, i, n, bwd_of));
+      std::string saved = key("act", layer, mb);  // where its saved bytes are on the GPU
+      if (plan_.offload.activations && stored > 0) {
+        ready.push_back(prefetch_activations(layer, mb, i, n, stored, bwd_of));
+        saved = key("act-back", layer, mb);
+      }
       if (zero3()) ready.push_back(param_gather(layer, mb, "bwd"));
       if (plan_.offload.weights) ready.push_back(weight_fetch(layer, mb, "bwd"));
       auto wait = [&](TaskId t) {
         for (auto r : ready) dep(r, t.index);
       };
       const bool segment_end = i == n - 1 || (i + 1) % rule_.segment(n) == 0;
+      const bool recomputes = policy == Recompute::Full ||
+                              ((policy == Recompute::EveryK || policy == Recompute::Sqrt));
       if (policy == Recompute::Full ||
           ((policy == Recompute::EveryK || policy == Recompute::Sqrt) && segment_end)) {
+        // Recompute the segment ending at layer i (one layer for full): its
+        // layers' saved bytes live until their backward.
         const std::int64_t start = policy == Recompute::Full ? i : i - i % rule_.segment(n);
         for (std::int64_t j = start; j <= i; ++j) {
           const TaskId r = compute(key("recompute", first + j, mb),
                                    costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
-                                   first + j, mb);
+                                   first + j, mb, CommKind::None,
+                                   {{buffer(key("recomputed", first + j, mb), rule_.full)}, {}});
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
@@ -199,8 +239,17 @@ class StepLowering {
                                  sim::Phase::Recompute, layer, mb);
         wait(r);
       }
+      Mem mem;
+      // The gradient flowing through the layer's ops, and (selective) the
+      // attention core recomputed for it.
+      mem.allocs.push_back(buffer(key("grad", layer, mb), rule_.grad));
+      if (policy == Recompute::Selective)
+        mem.allocs.push_back(buffer(key("core", layer, mb), rule_.full - rule_.selective));
+      mem.frees = mem.allocs;
+      if (recomputes) mem.frees.push_back(existing(key("recomputed", layer, mb)));
+      if (stored > 0) mem.frees.push_back(existing(saved));
       const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
-                               sim::Phase::Bwd, layer, mb);
+                               sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem));
       wait(b);
       bwd_of[static_cast<std::size_t>(i)] = b.index;
       layer_comm(layer, mb, Pass::Backward);
@@ -219,8 +268,9 @@ class StepLowering {
       }
     }
     if (k == 0) {
-      compute("bwd/embedding/mb" + std::to_string(mb), costs_.layer(chain_.embedding, Pass::Backward),
-              sim::Phase::Bwd, std::nullopt, mb);
+      compute("bwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Backward),
+              sim::Phase::Bwd, std::nullopt, mb, CommKind::None,
+              {{}, {existing("act/embedding/mb" + m)}});
       embedding_bwd_ = last_compute_;
     }
   }
@@ -256,14 +306,13 @@ class StepLowering {
   // Activation offload: bring layer i's saved activations back before its
   // backward, prefetch_depth layers ahead.
   std::int32_t prefetch_activations(std::int64_t layer, int mb, std::int64_t i, std::int64_t n,
-                                    const std::vector<std::int32_t>& bwd_of) {
-    const Bytes b = layer_stored(i, n);
-    const auto it = offloaded_.find(key("", layer, mb));
-    if (b == 0 || it == offloaded_.end()) return kNone;
+                                    Bytes stored, const std::vector<std::int32_t>& bwd_of) {
     const TaskId c = task(key("prefetch", layer, mb), TaskKind::Copy, r_.h2d,
-                          costs_.copy(b, CopyDir::ToDevice), sim::Phase::None, CommKind::None, layer,
-                          mb);
-    dep(it->second, c.index);
+                          costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None, CommKind::None,
+                          layer, mb,
+                          {{buffer(key("act-back", layer, mb), stored)},
+                           {existing(key("act-host", layer, mb))}});
+    dep(offloaded_.at(key("", layer, mb)), c.index);
     const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
     if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c.index);
     return c.index;
@@ -278,6 +327,22 @@ class StepLowering {
     r_.d2h = g_.add_copy_engine(n + ".d2h");
     r_.h2d = g_.add_copy_engine(n + ".h2d");
     r_.cpu = g_.add_worker_pool(n + ".cpu", 1);
+    // Memory: the GPU pool holds this stage's static bytes from the start
+    // (weights, gradients, optimizer state, buffers, workspace, runtime:
+    // the analytical model's) and the activations the tasks allocate; the
+    // host pool the offloaded activations.
+    gpu_pool_ = g_.add_pool(n + ".gpu", sc_.cluster.gpu.memory_bytes());
+    host_pool_ = g_.add_pool(n + ".host", statics_.host_capacity_per_node /
+                                              std::max<std::int64_t>(1, sc_.cluster.node.gpus_per_node));
+    const StageMemory& st = statics_.stages[static_cast<std::size_t>(s)];
+    for (std::size_t t = 0; t < sim::kMemTagCount; ++t) {
+      const auto tag = static_cast<sim::MemTag>(t);
+      if (tag == sim::MemTag::Activations || tag == sim::MemTag::AllocatorReserve ||
+          st.bytes[t] == 0)
+        continue;
+      g_.add_buffer({.id = n + ":" + std::string(enum_name(tag)), .pool = gpu_pool_,
+                     .bytes = st.bytes[t], .tag = tag, .live_at_start = true});
+    }
     last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
     embedding_bwd_ = head_bwd_ = kNone;
     last_compute_ = kNone;
@@ -547,8 +612,10 @@ class StepLowering {
   PerParam per_;
   sim::TaskGraph g_;
   LoweredStep out_;
+  MemoryEstimate statics_;  // the analytical model's static bytes per stage
   // Per stage state.
   int stage_ = 0;
+  sim::PoolId gpu_pool_, host_pool_;
   StageRes r_{};
   std::int32_t step_first_ = kNone;
   std::int32_t pending_send_ = kNone;

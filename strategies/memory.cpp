@@ -371,6 +371,7 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
       // Saved activations go to the host as they are produced; the GPU keeps
       // the layer in flight and prefetch_depth layers brought back.
       host += stored;
+      st.host_activation_bytes = whole(stored);
       stored = std::min(stored, static_cast<double>(1 + plan.offload.prefetch_depth) *
                                     act.stored(1));
     }

@@ -90,6 +90,7 @@ struct StageMemory {
   Bytes activations_stored = 0;   // kept from forward for backward
   Bytes activations_working = 0;  // recomputed for one layer's backward
   Bytes host_bytes = 0;        // this rank's bytes in host memory
+  Bytes host_activation_bytes = 0;  // of host_bytes: offloaded activations
   Bytes nvme_bytes = 0;        // this rank's bytes on NVMe
 };
 

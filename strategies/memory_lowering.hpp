@@ -1,23 +1,20 @@
 #pragma once
-// The memory side of a training step lowered into task graphs: one graph per
-// pipeline stage (its representative rank), whose compute tasks follow the
-// pipeline schedule and allocate and free the activation buffers of the
-// recompute policy, with the stage's static bytes (weights, gradients,
-// optimizer state, communication buffers, workspace, runtime) live from the
-// start. Replaying it gives each stage's peak from the actual schedule.
-#include "sim/task_graph.hpp"
+// Per-GPU memory from the replayed step: the step's task graph
+// (lower_step) carries every stage's buffers — static bytes live from the
+// start, activations allocated and freed by the tasks that make and consume
+// them, offloaded activations in the host pool — so each stage's peak comes
+// out of the actual schedule, prefetch timing included.
+#include "sim/engine.hpp"
+#include "strategies/lower.hpp"
 #include "strategies/memory.hpp"
 
 namespace strata::strategies {
 
-// Stage `stage`'s graph; `statics` is that stage's analytical estimate, whose
-// non-activation bytes become buffers live from the start.
-sim::TaskGraph lower_stage_memory(const Scenario& sc, int stage, const StageMemory& statics);
-
-// estimate_memory(), with each stage's activations and peak taken from the
-// replayed timeline instead of the closed forms (`source` = "timeline").
-// Plans the lowering does not cover yet (activation offload, whose copies need
-// the time model) keep the analytical numbers (`source` = "analytical").
+// estimate_memory(), with each stage's GPU bytes at its peak and its host
+// activation bytes taken from the replayed timeline (`source` = "timeline").
 MemoryEstimate simulate_memory(const Scenario& sc, const MemoryRules& rules = {});
+// The same from a step already lowered and replayed (predict_step's).
+MemoryEstimate memory_from_run(const Scenario& sc, const LoweredStep& low, const sim::RunResult& run,
+                               const MemoryRules& rules = {});
 
 }  // namespace strata::strategies
