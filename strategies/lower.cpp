@@ -218,10 +218,9 @@ class StepLowering {
         for (auto r : ready) dep(r, t.index);
       };
       const bool segment_end = i == n - 1 || (i + 1) % rule_.segment(n) == 0;
-      const bool recomputes = policy == Recompute::Full ||
-                              ((policy == Recompute::EveryK || policy == Recompute::Sqrt));
-      if (policy == Recompute::Full ||
-          ((policy == Recompute::EveryK || policy == Recompute::Sqrt) && segment_end)) {
+      const bool segmented = policy == Recompute::EveryK || policy == Recompute::Sqrt;
+      const bool recomputes = policy == Recompute::Full || segmented;
+      if (policy == Recompute::Full || (segmented && segment_end)) {
         // Recompute the segment ending at layer i (one layer for full): its
         // layers' saved bytes live until their backward.
         const std::int64_t start = policy == Recompute::Full ? i : i - i % rule_.segment(n);
