@@ -136,6 +136,9 @@ struct Calibration {
   // Collectives by LinkScope.
   std::array<CollectiveScope, kLinkScopes> collective;
   Overheads overheads;
+  // Fused (flash) attention kernels reach this fraction of what a GEMM of
+  // the same FLOPs reaches (forward and backward together); 1 = as a GEMM.
+  double attention_fraction = 1.0;
 
   const EfficiencyCurve& gemm_curve(GemmDtype d) const {
     return gemm[static_cast<std::size_t>(d)];

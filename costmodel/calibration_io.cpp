@@ -230,6 +230,12 @@ Calibration read_calibration(const JsonReader& r, const Calibration& base) {
     col->reject_unknown_keys();
   }
   if (auto o = r.get("overheads_us")) read_overheads(*o, c.overheads);
+  if (auto a = r.get("attention")) {
+    c.attention_fraction = a->at("fraction_of_gemm").as_number(0.01, 1.0);
+    a->allow({"source"});
+    if (auto src = a->get("source")) src->as_string();
+    a->reject_unknown_keys();
+  }
   r.reject_unknown_keys();
   return c;
 }

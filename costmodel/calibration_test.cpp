@@ -155,6 +155,18 @@ TEST_CASE("calibration reader: unknown keys and bad units are rejected with thei
         }) == "cal.json: machine: missing required key");
 }
 
+TEST_CASE("calibration reader: fused attention's fraction of the GEMM efficiency") {
+  // Absent: 1 (attention priced as a GEMM of its FLOPs); present: (0, 1].
+  CHECK(parse("").attention_fraction == 1.0);
+  CHECK(parse(R"("attention": {"fraction_of_gemm": 0.45, "source": "paper"})").attention_fraction == 0.45);
+  CHECK(parse_error(R"("attention": {"fraction_of_gemm": 1.5})") ==
+        "cal.json: attention.fraction_of_gemm: must be in [0.01, 1], got 1.5");
+  CHECK(parse_error(R"("attention": {"fraction": 0.5})") ==
+        "cal.json: attention.fraction_of_gemm: missing required key");
+  // The bundled Hopper files carry FlashAttention-2's lower share of peak.
+  CHECK(calibration_preset("h100-sxm").attention_fraction < calibration_preset("a100-80g").attention_fraction);
+}
+
 TEST_CASE("the schema example in docs/cost-model.md reads") {
   // The first json block of the document parses over the ideal base: 171 of
   // 312 tflops at 1024^3 is 0.548, 231 of 300 GB/s all-reduce busbw 0.77.

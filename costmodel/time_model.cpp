@@ -137,6 +137,7 @@ Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
                   Flops matmul_flops, Bytes bytes, KernelShape shape) {
   if (matmul_flops < 0 || bytes < 0 || shape.kernels < 0 || shape.gemm_flops < 0)
     throw Error("compute_time: FLOPs, bytes and kernels must be >= 0");
+  if (!(shape.efficiency_scale > 0)) throw Error("compute_time: efficiency_scale must be > 0");
   const double kernels = static_cast<double>(std::max<std::int64_t>(shape.kernels, 1));
   double seconds = 0;
   if (matmul_flops > 0) {
@@ -145,7 +146,8 @@ Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
       throw Error("compute_time: GPU " + gpu.name + " has no " +
                   std::string(enum_name(dtype)) + " peak");
     const Flops per_gemm = shape.gemm_flops > 0 ? shape.gemm_flops : matmul_flops / kernels;
-    seconds = matmul_flops / (peak * kTera * cal.gemm_curve(dtype).at(per_gemm));
+    seconds = matmul_flops /
+              (peak * kTera * cal.gemm_curve(dtype).at(per_gemm) * shape.efficiency_scale);
   }
   if (bytes > 0) {
     if (gpu.hbm_GBps <= 0) throw Error("compute_time: GPU " + gpu.name + " has no hbm_GBps");
@@ -173,8 +175,10 @@ KernelShape op_kernels(const Op& op, bool backward) {
 
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
              bool backward) {
+  KernelShape shape = op_kernels(op, backward);
+  if (op.kind == OpKind::Attention) shape.efficiency_scale = cal.attention_fraction;
   return compute_time(gpu, cal, p, backward ? op.bwd_flops : op.fwd_flops,
-                      backward ? op.bwd_bytes : op.fwd_bytes, op_kernels(op, backward));
+                      backward ? op.bwd_bytes : op.fwd_bytes, shape);
 }
 
 CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,

@@ -29,6 +29,9 @@ struct KernelShape {
   // Kernels launched (each pays the launch overhead; memory efficiency is
   // read at bytes / kernels).
   std::int64_t kernels = 1;
+  // Multiplies the GEMM efficiency: kernels that do matrix products less
+  // well than cuBLAS (fused attention: Calibration::attention_fraction).
+  double efficiency_scale = 1.0;
 };
 
 // time = max(F / (peak(dtype) · eff_gemm(gemm size)), B / (HBM · eff_mem(B / kernels)))

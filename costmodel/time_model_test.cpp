@@ -118,6 +118,12 @@ TEST_CASE("op time: a linear op's backward is two GEMMs of the forward's size pe
   attn.bwd_flops = 2e10;
   CHECK(op_time(g, c, Precision::BF16, attn, false) == 83'333 + 1'000);
   CHECK(op_time(g, c, Precision::BF16, attn, true) == 166'667 + 2'000);
+  // At attention_fraction 0.5 of the GEMM efficiency its matrix products
+  // take twice as long; linear layers are unaffected.
+  c.attention_fraction = 0.5;
+  CHECK(op_time(g, c, Precision::BF16, attn, false) == 166'667 + 1'000);
+  CHECK(op_time(g, c, Precision::BF16, lin, false) == 166'667 + 2'000);
+  c.attention_fraction = 1.0;
   // A norm moves 1.8e9 bytes each way: 1 ms + one launch.
   Op norm;
   norm.kind = OpKind::Norm;
