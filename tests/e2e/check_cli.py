@@ -122,5 +122,19 @@ def simulate_trace(strata):
         check(any(e.get("ph") == "X" for e in events), "no task events")
 
 
+def validate_published(strata):
+    # Counted cases become rows with a prediction and an error; a case with
+    # no stated layout (ZeRO-100B) is not counted; MAPE is the mean error.
+    d = json.loads(run(strata, "validate-published", sys.argv[3], "--format", "json"))
+    ids = [c["id"] for c in d["cases"]]
+    check(ids == ["KOR22-22B/full-recompute", "KOR22-22B/selective+sp",
+                  "DLPERF-MEGATRON-MP_1x1x1_8_768x12"], f"rows {ids}")
+    for c in d["cases"]:
+        check(c["predicted"] is not None and c["predicted"] > 0, f"{c['id']}: {c['note']}")
+        check(abs(c["error_pct"] - 100 * abs(c["predicted"] - c["measured"]) / c["measured"]) < 1e-9, "error")
+    mean = sum(c["error_pct"] for c in d["cases"]) / len(d["cases"])
+    check(abs(d["mape_pct"] - mean) < 1e-9, "mape is the mean error")
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
