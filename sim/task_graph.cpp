@@ -150,6 +150,16 @@ void TaskGraph::check(BufferId b, const std::string& who) const {
                      std::to_string(buffers_.size()) + " buffers)");
 }
 
+void TaskGraph::reserve(std::size_t tasks, std::size_t buffers) {
+  tasks_.reserve(tasks);
+  task_by_id_.reserve(tasks);
+  buffers_.reserve(buffers);
+  buffer_by_id_.reserve(buffers);
+  buffer_alloc_by_.reserve(buffers);
+  buffer_free_by_.reserve(buffers);
+  adj_->g.m_vertices.reserve(tasks);
+}
+
 TaskId TaskGraph::add_task(Task t) {
   if (t.id.empty()) throw GraphError("task id must not be empty");
   const std::string who = "task " + quoted(t.id);

@@ -160,6 +160,9 @@ class TaskGraph {
   // transfer bytes, non-negative times, each buffer allocated and freed at most
   // once) and enqueues it on its stream after the tasks added before it.
   TaskId add_task(Task task);
+  // Room for this many tasks and buffers in all, so building a large graph
+  // does not rehash or reallocate as it grows.
+  void reserve(std::size_t tasks, std::size_t buffers);
   // add_task, then a dependency on each of `after_these`.
   TaskId add_task(Task task, std::initializer_list<TaskId> after_these);
   // `after` starts only once `before` has ended.

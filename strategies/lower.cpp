@@ -51,6 +51,10 @@ class StepLowering {
 
   LoweredStep build() && {
     const auto sched = make_schedule(plan_.schedule, p_, v_, m_);
+    // About six tasks and four buffers per layer and microbatch.
+    const auto layer_steps = static_cast<std::size_t>(sc_.model.layers) * static_cast<std::size_t>(m_);
+    g_.reserve(6 * layer_steps + 64 * static_cast<std::size_t>(p_), 4 * layer_steps);
+    out_.comm_kind.reserve(6 * layer_steps);
     for (int s = 0; s < p_; ++s) lower_stage(sched, s);
     // Pipeline dependencies: a chunk's forward waits for the previous
     // chunk's activations, its backward for the next chunk's gradients.
@@ -114,15 +118,28 @@ class StepLowering {
     return std::string(what) + "/L" + std::to_string(layer) + "/mb" + std::to_string(mb);
   }
 
-  // An activation buffer of this stage (ids are per stage: "s3:act/L7/mb2").
-  sim::BufferId buffer(const std::string& id, Bytes bytes, bool host = false) {
-    return g_.add_buffer({.id = "s" + std::to_string(stage_) + ":" + id,
-                          .pool = host ? host_pool_ : gpu_pool_,
-                          .bytes = bytes,
-                          .tag = sim::MemTag::Activations});
+  // Activation buffers of this stage, by kind, layer (−1 for the embedding
+  // and head) and microbatch; ids are per stage: "s3:act/L7/mb2".
+  enum class Buf : std::uint8_t { Act, ActHost, ActBack, Recomputed, Grad, Core, Head, HeadGrad, Embedding };
+  static constexpr const char* kBufName[] = {"act",  "act-host", "act-back", "recomputed", "grad",
+                                             "core", "act/head", "grad/head", "act/embedding"};
+  static std::uint64_t code(Buf b, std::int64_t layer, int mb) {
+    return (static_cast<std::uint64_t>(b) << 56) | (static_cast<std::uint64_t>(layer + 1) << 28) |
+           static_cast<std::uint64_t>(mb);
   }
-  sim::BufferId existing(const std::string& id) const {
-    return g_.buffer("s" + std::to_string(stage_) + ":" + id);
+  sim::BufferId buffer(Buf kind, std::int64_t layer, int mb, Bytes bytes, bool host = false) {
+    const std::string name = layer >= 0 ? key(kBufName[static_cast<int>(kind)], layer, mb)
+                                        : std::string(kBufName[static_cast<int>(kind)]) + "/mb" +
+                                              std::to_string(mb);
+    const sim::BufferId id = g_.add_buffer({.id = "s" + std::to_string(stage_) + ":" + name,
+                                            .pool = host ? host_pool_ : gpu_pool_,
+                                            .bytes = bytes,
+                                            .tag = sim::MemTag::Activations});
+    buffers_[code(kind, layer, mb)] = id;
+    return id;
+  }
+  sim::BufferId existing(Buf kind, std::int64_t layer, int mb) const {
+    return buffers_.at(code(kind, layer, mb));
   }
 
   // Blocking tensor-, context- and expert-parallel communication of a layer.
@@ -157,7 +174,7 @@ class StepLowering {
     if (k == 0)
       compute("fwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Forward),
               sim::Phase::Fwd, std::nullopt, mb, CommKind::None,
-              {{buffer("act/embedding/mb" + m, chain_.embedding.saved_bytes())}, {}});
+              {{buffer(Buf::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}});
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
@@ -165,7 +182,7 @@ class StepLowering {
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, "fwd");
       const Bytes stored = layer_stored(i, n);
       Mem mem;
-      if (stored > 0) mem.allocs.push_back(buffer(key("act", layer, mb), stored));
+      if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, stored));
       const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
                                sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem));
       dep(gather, f.index);
@@ -176,8 +193,8 @@ class StepLowering {
         const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
                               costs_.copy(stored, CopyDir::ToHost), sim::Phase::None, CommKind::None,
                               layer, mb,
-                              {{buffer(key("act-host", layer, mb), stored, true)},
-                               {existing(key("act", layer, mb))}});
+                              {{buffer(Buf::ActHost, layer, mb, stored, true)},
+                               {existing(Buf::Act, layer, mb)}});
         dep(last_compute_, c.index);
         offloaded_[key("", layer, mb)] = c.index;
       }
@@ -185,7 +202,7 @@ class StepLowering {
     if (k + 1 == static_cast<int>(chunks_.size()))
       compute("fwd/head/mb" + m, costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
               std::nullopt, mb, CommKind::None,
-              {{buffer("act/head/mb" + m, chain_.head.saved_bytes())}, {}});
+              {{buffer(Buf::Head, -1, mb, chain_.head.saved_bytes())}, {}});
   }
 
   void backward(int k, int mb) {
@@ -195,9 +212,9 @@ class StepLowering {
     if (k + 1 == static_cast<int>(chunks_.size())) {
       // The loss's backward holds the logits' gradient and frees the head's
       // saved bytes.
-      const auto grad = buffer("grad/head/mb" + m, chain_.head.max_grad_bytes());
+      const auto grad = buffer(Buf::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
       compute("bwd/head/mb" + m, costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd,
-              std::nullopt, mb, CommKind::None, {{grad}, {grad, existing("act/head/mb" + m)}});
+              std::nullopt, mb, CommKind::None, {{grad}, {grad, existing(Buf::Head, -1, mb)}});
       head_bwd_ = last_compute_;
     }
     const Recompute policy = rule_.policy;
@@ -207,10 +224,10 @@ class StepLowering {
       const Bytes stored = layer_stored(i, n);
       // What the layer's backward waits for off the compute stream.
       std::vector<std::int32_t> ready;
-      std::string saved = key("act", layer, mb);  // where its saved bytes are on the GPU
+      Buf saved = Buf::Act;  // where its saved bytes are on the GPU
       if (plan_.offload.activations && stored > 0) {
         ready.push_back(prefetch_activations(layer, mb, i, n, stored, bwd_of));
-        saved = key("act-back", layer, mb);
+        saved = Buf::ActBack;
       }
       if (zero3()) ready.push_back(param_gather(layer, mb, "bwd"));
       if (plan_.offload.weights) ready.push_back(weight_fetch(layer, mb, "bwd"));
@@ -228,7 +245,7 @@ class StepLowering {
           const TaskId r = compute(key("recompute", first + j, mb),
                                    costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
                                    first + j, mb, CommKind::None,
-                                   {{buffer(key("recomputed", first + j, mb), rule_.full)}, {}});
+                                   {{buffer(Buf::Recomputed, first + j, mb, rule_.full)}, {}});
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
@@ -241,12 +258,12 @@ class StepLowering {
       Mem mem;
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
-      mem.allocs.push_back(buffer(key("grad", layer, mb), rule_.grad));
+      mem.allocs.push_back(buffer(Buf::Grad, layer, mb, rule_.grad));
       if (policy == Recompute::Selective)
-        mem.allocs.push_back(buffer(key("core", layer, mb), rule_.full - rule_.selective));
+        mem.allocs.push_back(buffer(Buf::Core, layer, mb, rule_.full - rule_.selective));
       mem.frees = mem.allocs;
-      if (recomputes) mem.frees.push_back(existing(key("recomputed", layer, mb)));
-      if (stored > 0) mem.frees.push_back(existing(saved));
+      if (recomputes) mem.frees.push_back(existing(Buf::Recomputed, layer, mb));
+      if (stored > 0) mem.frees.push_back(existing(saved, layer, mb));
       const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
                                sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem));
       wait(b);
@@ -269,7 +286,7 @@ class StepLowering {
     if (k == 0) {
       compute("bwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Backward),
               sim::Phase::Bwd, std::nullopt, mb, CommKind::None,
-              {{}, {existing("act/embedding/mb" + m)}});
+              {{}, {existing(Buf::Embedding, -1, mb)}});
       embedding_bwd_ = last_compute_;
     }
   }
@@ -309,8 +326,8 @@ class StepLowering {
     const TaskId c = task(key("prefetch", layer, mb), TaskKind::Copy, r_.h2d,
                           costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None, CommKind::None,
                           layer, mb,
-                          {{buffer(key("act-back", layer, mb), stored)},
-                           {existing(key("act-host", layer, mb))}});
+                          {{buffer(Buf::ActBack, layer, mb, stored)},
+                           {existing(Buf::ActHost, layer, mb)}});
     dep(offloaded_.at(key("", layer, mb)), c.index);
     const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
     if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c.index);
@@ -350,6 +367,7 @@ class StepLowering {
     recent_fetch_.clear();
     zero3_reduced_.clear();
     offloaded_.clear();
+    buffers_.clear();
     const int chunks = static_cast<int>(chunks_.size());
     const double e = static_cast<double>(cost::activation_bytes(plan_.precision));
     const double split = (plan_.sequence_parallel || plan_.implementation.pp_scatter_gather)
@@ -623,6 +641,7 @@ class StepLowering {
   std::int32_t embedding_bwd_ = kNone, head_bwd_ = kNone;
   std::vector<std::int32_t> recent_, recent_fetch_, zero3_reduced_;
   std::unordered_map<std::string, std::int32_t> offloaded_;
+  std::unordered_map<std::uint64_t, sim::BufferId> buffers_;
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
 };
@@ -652,7 +671,8 @@ int category(const sim::Task& t, CommKind kind, bool on_compute) {
 // Attributes every instant of [0, makespan] of one stage: what the compute
 // stream runs, else the exposed communication or copy it waits for, else
 // pipeline bubble.
-TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int stage) {
+TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int stage,
+                        const std::vector<std::int32_t>& stage_tasks) {
   struct Iv {
     Time a, b;
     int cat;
@@ -661,9 +681,10 @@ TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int s
   const std::string compute_name = "s" + std::to_string(stage) + ".compute";
   const auto compute_res = low.graph.resource(compute_name);
   const auto& tasks = low.graph.tasks();
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
+  busy.reserve(stage_tasks.size());
+  for (const std::int32_t index : stage_tasks) {
+    const auto i = static_cast<std::size_t>(index);
     const auto& t = tasks[i];
-    if (t.label.stage != stage) continue;
     const auto& tm = run.tasks[i];
     if (tm.end <= tm.start) continue;
     const bool on_compute = !t.resources.empty() && t.resources.front() == compute_res;
@@ -725,8 +746,13 @@ StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::Run
   pr.step_time = run.makespan;
   pr.tasks = low.graph.num_tasks();
   Time most = -1;
+  std::vector<std::vector<std::int32_t>> by_stage(static_cast<std::size_t>(low.stages));
+  const auto& tasks = low.graph.tasks();
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    if (tasks[i].label.stage)
+      by_stage[static_cast<std::size_t>(*tasks[i].label.stage)].push_back(static_cast<std::int32_t>(i));
   for (int s = 0; s < low.stages; ++s) {
-    pr.per_stage.push_back(attribute(low, run, s));
+    pr.per_stage.push_back(attribute(low, run, s, by_stage[static_cast<std::size_t>(s)]));
     const auto& b = pr.per_stage.back();
     if (b.compute + b.recompute > most) {
       most = b.compute + b.recompute;
