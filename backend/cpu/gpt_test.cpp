@@ -1,0 +1,168 @@
+#include "backend/cpu/gpt.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/rng.hpp"
+#include "backend/cpu/test_util.hpp"
+#include "costmodel/ops.hpp"
+#include "sim/error.hpp"
+
+namespace strata::backend::cpu {
+namespace {
+
+cost::ModelSpec tiny(cost::MlpKind mlp = cost::MlpKind::Gelu,
+                     cost::NormKind norm = cost::NormKind::LayerNorm, bool bias = true,
+                     bool tied = true) {
+  cost::ModelSpec m;
+  m.name = "tiny";
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 2;
+  m.kv_heads = 2;
+  m.ffn_hidden = 64;
+  m.vocab = 11;
+  m.seq_len = 8;
+  m.mlp = mlp;
+  m.norm = norm;
+  m.bias = bias;
+  m.tied_embeddings = tied;
+  return m;
+}
+
+std::vector<std::int32_t> ids(std::size_t n, std::int64_t vocab, Rng& rng) {
+  std::vector<std::int32_t> v(n);
+  for (auto& x : v) x = static_cast<std::int32_t>(rng.below(vocab));
+  return v;
+}
+
+std::size_t tag(MemTag t) { return static_cast<std::size_t>(t); }
+
+// Central differences of the mean loss against the analytical gradient, for
+// six entries of every parameter tensor. Parameters are redrawn larger than
+// GPT-2's init (sd 0.3) so gradients stand well above fp32 round-off.
+void check_model_gradients(const cost::ModelSpec& spec) {
+  TrackingAllocator alloc;
+  GptModel model(spec, alloc, 7);
+  Rng rng(11);
+  for (std::size_t i = 0; i < model.params().size(); ++i) {
+    const bool gain = model.names()[i].ends_with("norm.gain");
+    for (float& v : model.params()[i].span())
+      v = static_cast<float>((gain ? 1.0 : 0.0) + 0.3 * rng.normal());
+  }
+  const std::int64_t batch = 2;
+  const auto n = static_cast<std::size_t>(batch * spec.seq_len);
+  const auto tokens = ids(n, spec.vocab, rng), targets = ids(n, spec.vocab, rng);
+  model.zero_grads();
+  model.forward_backward(tokens, targets, batch);
+  for (std::size_t i = 0; i < model.params().size(); ++i) {
+    Tensor& p = model.params()[i];
+    std::vector<float> x(p.span().begin(), p.span().end());
+    const std::vector<float> analytic(model.grads()[i].span().begin(),
+                                      model.grads()[i].span().end());
+    std::vector<std::size_t> idx;
+    for (int k = 0; k < 6; ++k) idx.push_back(static_cast<std::size_t>(rng.below(p.numel())));
+    auto f = [&] {
+      std::copy(x.begin(), x.end(), p.data());
+      return model.loss(tokens, targets, batch);
+    };
+    test::check_grad(model.names()[i], x, analytic, f, 1e-2f, 1e-3, 2e-2, idx);
+    std::copy(x.begin(), x.end(), p.data());
+  }
+}
+
+TEST_CASE("cpu/gpt: GPT (GeLU, layer norm, bias, tied logits): gradients match finite differences") {
+  // 2 layers, hidden 16, heads 2, seq 8, vocab 11: the whole chain's backward.
+  check_model_gradients(tiny());
+}
+
+TEST_CASE("cpu/gpt: Llama-style GPT (SwiGLU, RMS norm, no bias, untied logits): gradients match finite differences") {
+  // The other branch of every op choice the model implements.
+  check_model_gradients(tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false));
+}
+
+TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at fp32") {
+  // Parameter count = cost::expand(...).params(); bytes saved per block,
+  // embedding and head = the op chain's saved_bytes with fp32 activations and
+  // standard attention (sbh(68 + 4as/h) per block without dropout... i.e. 2×
+  // Korthikanti's 16-bit sbh(34 + 5as/h) less the dropout terms).
+  for (const auto& spec : {tiny(), tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false)}) {
+    TrackingAllocator alloc;
+    GptModel model(spec, alloc, 1);
+    const std::int64_t batch = 3;
+    cost::ExpandOptions o;
+    o.micro_batch = batch;
+    o.precision = cost::Precision::FP32;
+    o.attention = cost::AttentionKernel::Standard;
+    const auto chain = cost::expand(spec, o);
+    CHECK(model.parameter_count() == chain.params());
+    CHECK(alloc.stats().current[tag(MemTag::Params)] == 4 * chain.params());
+    CHECK(alloc.stats().current[tag(MemTag::Grads)] == 4 * chain.params());
+
+    Rng rng(2);
+    const auto n = static_cast<std::size_t>(batch * spec.seq_len);
+    const auto tokens = ids(n, spec.vocab, rng), targets = ids(n, spec.vocab, rng);
+    model.forward_backward(tokens, targets, batch);
+    const auto& s = model.last_saved_bytes();
+    CHECK(s.embedding == chain.embedding.saved_bytes());
+    CHECK(s.block == chain.block.saved_bytes());
+    CHECK(s.head == chain.head.saved_bytes());
+    // Everything a step holds is gone after it; its peak holds at least
+    // every layer's saved tensors at once.
+    const auto st = alloc.stats();
+    CHECK(st.current[tag(MemTag::Activations)] == 0);
+    CHECK(st.current[tag(MemTag::Workspace)] == 0);
+    CHECK(st.peak[tag(MemTag::Activations)] >= s.embedding + spec.layers * s.block + s.head);
+  }
+}
+
+TEST_CASE("cpu/gpt: GPT step: deterministic, starts at log V, microbatches add up") {
+  // The same seed gives the same loss; near-zero init predicts uniformly
+  // (loss ≈ log 11); two microbatches of 1 with loss_scale ½ give the
+  // gradients of one batch of 2.
+  const auto spec = tiny();
+  TrackingAllocator alloc;
+  GptModel a(spec, alloc, 5), b(spec, alloc, 5);
+  Rng rng(3);
+  const std::size_t n = static_cast<std::size_t>(spec.seq_len);
+  const auto tokens = ids(2 * n, spec.vocab, rng), targets = ids(2 * n, spec.vocab, rng);
+  const double la = a.forward_backward(tokens, targets, 2);
+  CHECK(la == b.loss(tokens, targets, 2));
+  CHECK(la == doctest::Approx(std::log(11.0)).epsilon(0.02));
+
+  const std::span<const std::int32_t> t(tokens), y(targets);
+  const double l0 = b.forward_backward(t.first(n), y.first(n), 1, 0.5f);
+  const double l1 = b.forward_backward(t.last(n), y.last(n), 1, 0.5f);
+  CHECK((l0 + l1) / 2 == doctest::Approx(la).epsilon(1e-6));
+  for (std::size_t i = 0; i < a.grads().size(); ++i) {
+    float largest = 0.0f, worst = 0.0f;
+    for (std::int64_t j = 0; j < a.grads()[i].numel(); ++j) {
+      largest = std::max(largest, std::abs(a.grads()[i][j]));
+      worst = std::max(worst, std::abs(a.grads()[i][j] - b.grads()[i][j]));
+    }
+    CHECK_MESSAGE(worst <= 1e-4f * largest, a.names()[i]);
+  }
+}
+
+TEST_CASE("cpu/gpt: GPT rejects what it does not implement and malformed batches") {
+  // Dropout, MoE, GQA and rotary positions throw; so do wrong id counts.
+  TrackingAllocator alloc;
+  auto m = tiny();
+  m.dropout = true;
+  CHECK_THROWS_AS(GptModel(m, alloc, 1), Error);
+  m = tiny();
+  m.kv_heads = 1;
+  CHECK_THROWS_AS(GptModel(m, alloc, 1), Error);
+  m = tiny();
+  m.position_embedding = cost::PositionEmbedding::Rope;
+  CHECK_THROWS_AS(GptModel(m, alloc, 1), Error);
+  GptModel model(tiny(), alloc, 1);
+  std::vector<std::int32_t> few(5, 0);
+  CHECK_THROWS_AS(model.forward_backward(few, few, 1), Error);
+}
+
+}  // namespace
+}  // namespace strata::backend::cpu

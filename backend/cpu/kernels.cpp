@@ -1,0 +1,347 @@
+#include "backend/cpu/kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "backend/cpu/blas.hpp"
+#include "sim/error.hpp"
+
+namespace strata::backend::cpu {
+
+namespace {
+
+void check_index(std::int32_t v, std::int64_t limit, const char* what) {
+  if (v < 0 || v >= limit)
+    throw Error(std::string(what) + " " + std::to_string(v) + " is outside [0, " +
+                std::to_string(limit) + ")");
+}
+
+}  // namespace
+
+// --- embedding -----------------------------------------------------------------
+
+void embedding_forward(const std::int32_t* tokens, const float* table, const float* pos,
+                       float* y, std::int64_t batch, std::int64_t seq, std::int64_t hidden,
+                       std::int64_t vocab) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t s = 0; s < seq; ++s) {
+      const std::int64_t t = b * seq + s;
+      check_index(tokens[t], vocab, "embedding: token");
+      const float* e = table + tokens[t] * hidden;
+      float* out = y + t * hidden;
+      if (pos != nullptr) {
+        const float* p = pos + s * hidden;
+        for (std::int64_t i = 0; i < hidden; ++i) out[i] = e[i] + p[i];
+      } else {
+        std::memcpy(out, e, static_cast<std::size_t>(hidden) * sizeof(float));
+      }
+    }
+  }
+}
+
+void embedding_backward(const std::int32_t* tokens, const float* dy, float* dtable,
+                        float* dpos, std::int64_t batch, std::int64_t seq,
+                        std::int64_t hidden) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t s = 0; s < seq; ++s) {
+      const std::int64_t t = b * seq + s;
+      const float* g = dy + t * hidden;
+      float* de = dtable + static_cast<std::int64_t>(tokens[t]) * hidden;
+      for (std::int64_t i = 0; i < hidden; ++i) de[i] += g[i];
+      if (dpos != nullptr) {
+        float* dp = dpos + s * hidden;
+        for (std::int64_t i = 0; i < hidden; ++i) dp[i] += g[i];
+      }
+    }
+  }
+}
+
+// --- norms ---------------------------------------------------------------------
+
+namespace {
+// Mean and 1/sqrt(var + eps) of one row, accumulated in double.
+void row_moments(const float* x, std::int64_t dim, float eps, float& mean, float& rstd) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < dim; ++i) s += x[i];
+  const double m = s / static_cast<double>(dim);
+  double v = 0.0;
+  for (std::int64_t i = 0; i < dim; ++i) {
+    const double d = x[i] - m;
+    v += d * d;
+  }
+  mean = static_cast<float>(m);
+  rstd = static_cast<float>(1.0 / std::sqrt(v / static_cast<double>(dim) + eps));
+}
+float row_rrms(const float* x, std::int64_t dim, float eps) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < dim; ++i) s += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(1.0 / std::sqrt(s / static_cast<double>(dim) + eps));
+}
+}  // namespace
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       std::int64_t rows, std::int64_t dim, float eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float mean = 0.0f, rstd = 0.0f;
+    row_moments(xr, dim, eps, mean, rstd);
+    for (std::int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
+  }
+}
+
+void layernorm_backward(const float* x, const float* gamma, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, std::int64_t rows, std::int64_t dim,
+                        float eps) {
+  const double inv_dim = 1.0 / static_cast<double>(dim);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* g = dy + r * dim;
+    float* dxr = dx + r * dim;
+    float mean = 0.0f, rstd = 0.0f;
+    row_moments(xr, dim, eps, mean, rstd);
+    // dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)), ĝ = dy·gamma.
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (std::int64_t i = 0; i < dim; ++i) {
+      const float xhat = (xr[i] - mean) * rstd;
+      const float gh = g[i] * gamma[i];
+      sum_g += gh;
+      sum_gx += static_cast<double>(gh) * xhat;
+      dgamma[i] += g[i] * xhat;
+      dbeta[i] += g[i];
+    }
+    const auto mg = static_cast<float>(sum_g * inv_dim);
+    const auto mgx = static_cast<float>(sum_gx * inv_dim);
+    for (std::int64_t i = 0; i < dim; ++i) {
+      const float xhat = (xr[i] - mean) * rstd;
+      dxr[i] += rstd * (g[i] * gamma[i] - mg - xhat * mgx);
+    }
+  }
+}
+
+void rmsnorm_forward(const float* x, const float* gamma, float* y, std::int64_t rows,
+                     std::int64_t dim, float eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    const float rr = row_rrms(xr, dim, eps);
+    for (std::int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * rr * gamma[i];
+  }
+}
+
+void rmsnorm_backward(const float* x, const float* gamma, const float* dy, float* dx,
+                      float* dgamma, std::int64_t rows, std::int64_t dim, float eps) {
+  const double inv_dim = 1.0 / static_cast<double>(dim);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* g = dy + r * dim;
+    float* dxr = dx + r * dim;
+    const float rr = row_rrms(xr, dim, eps);
+    // dx = rr·(ĝ − x̂·mean(ĝ·x̂)), x̂ = x·rr, ĝ = dy·gamma.
+    double sum_gx = 0.0;
+    for (std::int64_t i = 0; i < dim; ++i) {
+      const float xhat = xr[i] * rr;
+      sum_gx += static_cast<double>(g[i] * gamma[i]) * xhat;
+      dgamma[i] += g[i] * xhat;
+    }
+    const auto mgx = static_cast<float>(sum_gx * inv_dim);
+    for (std::int64_t i = 0; i < dim; ++i)
+      dxr[i] += rr * (g[i] * gamma[i] - xr[i] * rr * mgx);
+  }
+}
+
+// --- linear --------------------------------------------------------------------
+
+void linear_forward(const float* x, const float* w, const float* b, float* y, std::int64_t n,
+                    std::int64_t in, std::int64_t out, WeightLayout layout, bool accumulate) {
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (b != nullptr) {
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* yr = y + r * out;
+      if (accumulate)
+        for (std::int64_t j = 0; j < out; ++j) yr[j] += b[j];
+      else
+        std::memcpy(yr, b, static_cast<std::size_t>(out) * sizeof(float));
+    }
+    beta = 1.0f;
+  }
+  if (layout == WeightLayout::InOut)
+    gemm(false, false, n, out, in, 1.0f, x, in, w, out, beta, y, out);
+  else
+    gemm(false, true, n, out, in, 1.0f, x, in, w, in, beta, y, out);
+}
+
+void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     float* db, std::int64_t n, std::int64_t in, std::int64_t out,
+                     WeightLayout layout, bool accumulate_dx) {
+  const float beta = accumulate_dx ? 1.0f : 0.0f;
+  if (layout == WeightLayout::InOut) {
+    if (dx != nullptr) gemm(false, true, n, in, out, 1.0f, dy, out, w, out, beta, dx, in);
+    gemm(true, false, in, out, n, 1.0f, x, in, dy, out, 1.0f, dw, out);
+  } else {
+    if (dx != nullptr) gemm(false, false, n, in, out, 1.0f, dy, out, w, in, beta, dx, in);
+    gemm(true, false, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+  }
+  if (db != nullptr)
+    for (std::int64_t r = 0; r < n; ++r) {
+      const float* g = dy + r * out;
+      for (std::int64_t j = 0; j < out; ++j) db[j] += g[j];
+    }
+}
+
+// --- attention -------------------------------------------------------------------
+
+void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d) {
+  const std::int64_t S = d.seq, H = d.hidden(), hd = d.head_dim, ld = 3 * H;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const float* base = qkv + b * S * ld;
+    for (std::int64_t h = 0; h < d.heads; ++h) {
+      const float* q = base + h * hd;
+      const float* k = base + H + h * hd;
+      const float* v = base + 2 * H + h * hd;
+      float* p = probs + (b * d.heads + h) * S * S;
+      gemm(false, true, S, S, hd, scale, q, ld, k, ld, 0.0f, p, S);
+      for (std::int64_t i = 0; i < S; ++i) {
+        float* row = p + i * S;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.0f;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+        for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (std::int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
+      }
+      gemm(false, false, S, hd, S, 1.0f, p, S, v, ld, 0.0f, out + b * S * H + h * hd, H);
+    }
+  }
+}
+
+void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
+                        float* scratch, const AttentionDims& d) {
+  const std::int64_t S = d.seq, H = d.hidden(), hd = d.head_dim, ld = 3 * H;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const float* base = qkv + b * S * ld;
+    float* dbase = dqkv + b * S * ld;
+    for (std::int64_t h = 0; h < d.heads; ++h) {
+      const float* q = base + h * hd;
+      const float* k = base + H + h * hd;
+      const float* v = base + 2 * H + h * hd;
+      const float* p = probs + (b * d.heads + h) * S * S;
+      const float* go = dout + b * S * H + h * hd;
+      // dP = dO·Vᵀ, dV = Pᵀ·dO.
+      gemm(false, true, S, S, hd, 1.0f, go, H, v, ld, 0.0f, scratch, S);
+      gemm(true, false, S, hd, S, 1.0f, p, S, go, H, 0.0f, dbase + 2 * H + h * hd, ld);
+      // Softmax backward: dS = P ⊙ (dP − rowsum(P ⊙ dP)); masked P are zero.
+      for (std::int64_t i = 0; i < S; ++i) {
+        const float* pr = p + i * S;
+        float* g = scratch + i * S;
+        float dot = 0.0f;
+        for (std::int64_t j = 0; j <= i; ++j) dot += pr[j] * g[j];
+        for (std::int64_t j = 0; j <= i; ++j) g[j] = pr[j] * (g[j] - dot);
+        for (std::int64_t j = i + 1; j < S; ++j) g[j] = 0.0f;
+      }
+      // Scores were QKᵀ·scale: dQ = dS·K·scale, dK = dSᵀ·Q·scale.
+      gemm(false, false, S, hd, S, scale, scratch, S, k, ld, 0.0f, dbase + h * hd, ld);
+      gemm(true, false, S, hd, S, scale, scratch, S, q, ld, 0.0f, dbase + H + h * hd, ld);
+    }
+  }
+}
+
+// --- activations -------------------------------------------------------------------
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/π)
+constexpr float kGeluA = 0.044715f;
+}  // namespace
+
+void gelu_forward(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    const float dt = kGeluC * (1.0f + 3.0f * kGeluA * v * v) * (1.0f - t * t);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  }
+}
+
+void swiglu_forward(const float* gu, float* y, std::int64_t rows, std::int64_t f) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * f;
+    const float* u = g + f;
+    float* yr = y + r * f;
+    for (std::int64_t i = 0; i < f; ++i) {
+      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      yr[i] = g[i] * sig * u[i];
+    }
+  }
+}
+
+void swiglu_backward(const float* gu, const float* dy, float* dgu, std::int64_t rows,
+                     std::int64_t f) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * f;
+    const float* u = g + f;
+    const float* d = dy + r * f;
+    float* dg = dgu + r * 2 * f;
+    float* du = dg + f;
+    for (std::int64_t i = 0; i < f; ++i) {
+      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float silu = g[i] * sig;
+      du[i] = d[i] * silu;
+      dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+    }
+  }
+}
+
+void residual_forward(const float* a, const float* b, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+// --- loss --------------------------------------------------------------------------
+
+double cross_entropy_forward(float* logits, const std::int32_t* targets, std::int64_t n,
+                             std::int64_t vocab) {
+  double loss = 0.0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    check_index(targets[r], vocab, "cross_entropy: target");
+    float* row = logits + r * vocab;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
+    const float target_logit = row[targets[r]];
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < vocab; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (std::int64_t j = 0; j < vocab; ++j) row[j] *= inv;
+    loss += std::log(sum) + mx - target_logit;
+  }
+  return loss;
+}
+
+void cross_entropy_backward(float* probs, const std::int32_t* targets, std::int64_t n,
+                            std::int64_t vocab, float scale) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    float* row = probs + r * vocab;
+    row[targets[r]] -= 1.0f;
+    for (std::int64_t j = 0; j < vocab; ++j) row[j] *= scale;
+  }
+}
+
+}  // namespace strata::backend::cpu

@@ -1,0 +1,105 @@
+#pragma once
+// The ops of a GPT block (costmodel/ops.hpp's op chain), forward and
+// backward, over raw fp32 buffers. Stateless and thread-safe: every buffer,
+// scratch included, is the caller's (so it comes from the caller's
+// allocator). Activations are row-major [tokens × features], tokens ordered
+// (sequence, position).
+//
+// Conventions: forward writes its output. Backward writes the input gradient
+// unless it says it accumulates; parameter gradients always accumulate (+=),
+// so microbatches add up. Each op's comment names what it reads in backward:
+// exactly the tensors the op chain says it saves.
+#include <cstdint>
+
+namespace strata::backend::cpu {
+
+// --- embedding (op `embedding`, `position_embedding`) -------------------------
+// y[t] = table[tokens[t]] + pos[t mod seq] (pos may be null: no positions).
+// Throws Error for a token outside [0, vocab).
+// Saves: the token ids.
+void embedding_forward(const std::int32_t* tokens, const float* table, const float* pos,
+                       float* y, std::int64_t batch, std::int64_t seq, std::int64_t hidden,
+                       std::int64_t vocab);
+// dtable[tokens[t]] += dy[t]; dpos[t mod seq] += dy[t] (dpos may be null).
+void embedding_backward(const std::int32_t* tokens, const float* dy, float* dtable,
+                        float* dpos, std::int64_t batch, std::int64_t seq, std::int64_t hidden);
+
+// --- norms (ops `attn_norm`, `mlp_norm`, `final_norm`) ------------------------
+// Layer norm over the last dimension: y = (x − mean)/sqrt(var + eps)·gamma + beta.
+// Saves: its input x (mean and variance are recomputed in backward).
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       std::int64_t rows, std::int64_t dim, float eps);
+// dx ACCUMULATES (+=): the norm sits on a residual branch whose gradient
+// already holds the skip path. dgamma, dbeta accumulate.
+void layernorm_backward(const float* x, const float* gamma, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, std::int64_t rows, std::int64_t dim,
+                        float eps);
+// RMS norm (Llama): y = x / sqrt(mean(x²) + eps) · gamma. Saves: its input.
+void rmsnorm_forward(const float* x, const float* gamma, float* y, std::int64_t rows,
+                     std::int64_t dim, float eps);
+// dx ACCUMULATES, dgamma accumulates.
+void rmsnorm_backward(const float* x, const float* gamma, const float* dy, float* dx,
+                      float* dgamma, std::int64_t rows, std::int64_t dim, float eps);
+
+// --- linear (ops `qkv`, `attn_proj`, `mlp_up`, `mlp_up_gate`, `mlp_down`, `logits`)
+// The weight is stored [in × out] (the op chain's rows × cols), or [out × in]
+// for the logits tied to the [vocab × hidden] embedding table.
+enum class WeightLayout { InOut, OutIn };
+// y[n×out] = x[n×in]·W + b, or y += x·W + b with `accumulate` (a residual
+// add folded into the product). b may be null (no bias).
+// Saves: its input x.
+void linear_forward(const float* x, const float* w, const float* b, float* y, std::int64_t n,
+                    std::int64_t in, std::int64_t out, WeightLayout layout, bool accumulate);
+// dx = dy·Wᵀ (+= with accumulate_dx; dx may be null: no input gradient);
+// dw += xᵀ·dy; db += column sums of dy (db may be null).
+void linear_backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     float* db, std::int64_t n, std::int64_t in, std::int64_t out,
+                     WeightLayout layout, bool accumulate_dx);
+
+// --- standard causal attention (ops `attn_scores`, `softmax`, `attn_values`) ---
+// qkv: [batch·seq × 3·heads·head_dim], each row Q | K | V, heads side by side
+// within each (the `qkv` linear's output). probs: [batch × heads × seq × seq].
+// out: [batch·seq × heads·head_dim]. P = softmax(QKᵀ/sqrt(head_dim) with
+// keys after the query masked), out = P·V.
+// Saves: Q and K (attn_scores), P (softmax), V (attn_values): the qkv tensor
+// and probs.
+struct AttentionDims {
+  std::int64_t batch = 1, seq = 1, heads = 1, head_dim = 1;
+  std::int64_t hidden() const { return heads * head_dim; }
+};
+void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d);
+// dqkv (same layout as qkv) is written. scratch: seq·seq floats.
+void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
+                        float* scratch, const AttentionDims& d);
+
+// --- activations (ops `gelu`, `swiglu`) ----------------------------------------
+// GeLU, tanh approximation (GPT-2, Megatron-LM):
+// y = x/2·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))). Saves: its input.
+void gelu_forward(const float* x, float* y, std::int64_t n);
+// dx = dy·gelu'(x); dx may alias dy.
+void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n);
+// SwiGLU (Llama): gu rows are gate | up (the `mlp_up_gate` linear's output,
+// [rows × 2·f]); y[rows × f] = silu(gate)·up. Saves: gate and up.
+void swiglu_forward(const float* gu, float* y, std::int64_t rows, std::int64_t f);
+// dgu [rows × 2·f] is written.
+void swiglu_backward(const float* gu, const float* dy, float* dgu, std::int64_t rows,
+                     std::int64_t f);
+
+// --- residual (ops `attn_residual`, `mlp_residual`) -----------------------------
+// y = a + b. Saves nothing; its backward passes the gradient to both inputs
+// unchanged (the block keeps one residual-stream gradient and adds to it).
+void residual_forward(const float* a, const float* b, float* y, std::int64_t n);
+
+// --- loss (op `loss`) ---------------------------------------------------------
+// Softmax cross-entropy. Turns logits [n × vocab] into softmax probabilities
+// in place and returns the summed (not averaged) loss over the n rows in
+// double precision. Throws Error for a target outside [0, vocab).
+// Saves: the fp32 logits, here as their softmax (the same bytes).
+double cross_entropy_forward(float* logits, const std::int32_t* targets, std::int64_t n,
+                             std::int64_t vocab);
+// Turns the probabilities into the gradient of scale·(summed loss) in place:
+// (p − onehot(target))·scale. For a mean over N tokens, scale = 1/N.
+void cross_entropy_backward(float* probs, const std::int32_t* targets, std::int64_t n,
+                            std::int64_t vocab, float scale);
+
+}  // namespace strata::backend::cpu

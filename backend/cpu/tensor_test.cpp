@@ -1,0 +1,52 @@
+#include "backend/cpu/tensor.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "sim/error.hpp"
+
+namespace strata::backend::cpu {
+namespace {
+
+std::size_t idx(MemTag t) { return static_cast<std::size_t>(t); }
+
+TEST_CASE("cpu/tensor: tracking allocator: live and peak bytes by tag follow tensor lifetimes") {
+  // 2×3 floats = 24 bytes of activations and 4 int32 = 16 bytes of
+  // workspace; freeing the first leaves the peaks at 40 total, 24 and 16.
+  TrackingAllocator alloc;
+  {
+    Tensor a(alloc, {2, 3}, MemTag::Activations);
+    CHECK(a.numel() == 6);
+    CHECK(a.bytes() == 24);
+    CHECK(a[5] == 0.0f);  // zero-filled
+    CHECK(reinterpret_cast<std::uintptr_t>(a.data()) % kAlignment == 0);
+    IndexTensor w(alloc, {4}, MemTag::Workspace);
+    CHECK(alloc.stats().current_total == 40);
+    Tensor moved = std::move(a);  // ownership moves, bytes do not double
+    CHECK(a.empty());
+    CHECK(alloc.stats().current[idx(MemTag::Activations)] == 24);
+    moved.release();
+    CHECK(alloc.stats().current_total == 16);
+  }
+  const auto s = alloc.stats();
+  CHECK(s.current_total == 0);
+  CHECK(s.peak_total == 40);
+  CHECK(s.peak[idx(MemTag::Activations)] == 24);
+  CHECK(s.peak[idx(MemTag::Workspace)] == 16);
+  CHECK(s.allocations == 2);
+  alloc.reset_peaks();
+  CHECK(alloc.stats().peak_total == 0);
+}
+
+TEST_CASE("cpu/tensor: tracking allocator with a capacity refuses to go beyond it") {
+  // A 100-byte pool holds 24 bytes twice (48) but not a further 64.
+  TrackingAllocator pool(100);
+  Tensor a(pool, {6}, MemTag::Params), b(pool, {6}, MemTag::Grads);
+  CHECK_THROWS_AS(Tensor(pool, {16}, MemTag::Activations), Error);
+  CHECK(pool.stats().current_total == 48);
+}
+
+}  // namespace
+}  // namespace strata::backend::cpu

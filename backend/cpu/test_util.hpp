@@ -1,0 +1,55 @@
+#pragma once
+// Helpers for the CPU backend's tests: seeded random buffers and a
+// central-difference gradient check.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/rng.hpp"
+
+namespace strata::backend::cpu::test {
+
+inline std::vector<float> random_vec(std::size_t n, Rng& rng, double sd = 1.0) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(sd * rng.normal());
+  return v;
+}
+
+// Σ w·y in double: a scalar whose gradient with respect to y is w.
+inline double dot(const std::vector<float>& w, const std::vector<float>& y) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < w.size(); ++i) s += static_cast<double>(w[i]) * y[i];
+  return s;
+}
+
+// Compares analytic[i] with the central difference (f(x+h) − f(x−h))/2h of
+// the scalar f() for the entries `idx` of x (all when empty). fp32 forward
+// passes: |a − n| <= atol + rtol·max(|a|, |n|).
+template <class F>
+void check_grad(const std::string& what, std::vector<float>& x,
+                const std::vector<float>& analytic, F f, float h = 1e-2f, double atol = 2e-3,
+                double rtol = 1e-2, std::vector<std::size_t> idx = {}) {
+  REQUIRE(analytic.size() == x.size());
+  if (idx.empty())
+    for (std::size_t i = 0; i < x.size(); ++i) idx.push_back(i);
+  int bad = 0;
+  for (std::size_t i : idx) {
+    const float v = x[i];
+    x[i] = v + h;
+    const double fp = f();
+    x[i] = v - h;
+    const double fm = f();
+    x[i] = v;
+    const double num = (fp - fm) / (2.0 * static_cast<double>(h));
+    const double a = analytic[i];
+    if (std::abs(a - num) > atol + rtol * std::max(std::abs(a), std::abs(num))) {
+      if (++bad <= 5) FAIL_CHECK(what << "[" << i << "]: analytic " << a << ", numeric " << num);
+    }
+  }
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << idx.size() << " entries disagree");
+}
+
+}  // namespace strata::backend::cpu::test
