@@ -7,6 +7,7 @@
 #include "costmodel/hardware.hpp"
 #include "costmodel/model.hpp"
 #include "strategies/plan.hpp"
+#include "strategies/space.hpp"
 
 namespace strata::strategies {
 
@@ -23,9 +24,14 @@ struct Scenario {
   Plan plan;
   std::optional<Goal> goal;
   std::optional<std::string> calibration;  // resolved path
+  // The space `strata explore` searches; `plan` and `batch` are then the
+  // template for the axes it does not list.
+  std::optional<Space> space;
 };
 
-// Reads and validates a scenario file. Throws InputError naming the file, the
+// Reads and validates a scenario file. With a `space`, the plan is a
+// template: it is validated point by point when explored, and by
+// require_valid_plan before it is simulated on its own. Throws InputError naming the file, the
 // JSON path and the rule.
 Scenario load_scenario(const std::string& path);
 // The same from JSON text (`source` names it in errors; relative paths
@@ -36,5 +42,9 @@ Scenario parse_scenario(std::string_view text, const std::string& source,
 // Whether a JSON file holds a scenario (it has "cluster", "batch" or "plan")
 // rather than a model. Throws InputError when it cannot be read or parsed.
 bool is_scenario_file(const std::string& path);
+
+// Throws InputError (file, JSON path, rule) for the first validity rule the
+// scenario's plan breaks (validate.hpp).
+void require_valid_plan(const Scenario& s);
 
 }  // namespace strata::strategies

@@ -166,6 +166,7 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
   } else {
     s.plan.dp = s.cluster.gpus();
   }
+  if (auto sp = r.get("space")) s.space = read_space(*sp, s);
   if (auto g = r.get("goal")) s.goal = read_goal(*g);
   if (auto c = r.get("calibration")) {
     const std::string path = cost::resolve_path(c->as_string(), base_dir);
@@ -174,7 +175,7 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
     s.calibration = path;
   }
   r.reject_unknown_keys();
-  if (auto v = first_violation(s)) throw InputError(r.file(), v->path, v->message);
+  if (!s.space) require_valid_plan(s);
   return s;
 }
 
@@ -184,6 +185,10 @@ Scenario parse_scenario(std::string_view text, const std::string& source,
                         const std::string& base_dir) {
   const auto j = parse_json_text(text, source);
   return read_scenario(JsonReader(j, source), base_dir);
+}
+
+void require_valid_plan(const Scenario& s) {
+  if (auto v = first_violation(s)) throw InputError(s.file, v->path, v->message);
 }
 
 bool is_scenario_file(const std::string& path) {

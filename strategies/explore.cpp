@@ -1,0 +1,257 @@
+#include "strategies/explore.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "strategies/step_costs.hpp"
+#include "strategies/validate.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+void count_rule(std::map<std::string, RuleCount>& m, const std::string& rule, std::uint64_t index,
+                const std::string& example) {
+  auto [it, fresh] = m.try_emplace(rule);
+  RuleCount& rc = it->second;
+  if (fresh || index < rc.first_index) {
+    rc.first_index = index;
+    rc.example = example;
+  }
+  ++rc.count;
+}
+
+// One worker's share of the counts.
+struct Tally {
+  std::uint64_t invalid = 0, pruned = 0, not_modelled = 0, failed = 0, scored = 0, resumed = 0;
+  std::map<std::string, RuleCount> rejected, pruned_by_pool;
+  std::vector<ScoredPlan> plans;
+};
+
+std::string gib(Bytes b) {
+  const double g = static_cast<double>(b) / static_cast<double>(kGiB);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", g);
+  return buf;
+}
+
+}  // namespace
+
+Scorer simulator_scorer(const Scenario& base) {
+  const cost::Calibration dflt = cost::default_calibration(base.cluster.gpu);
+  auto cal = std::make_shared<const cost::Calibration>(
+      base.calibration ? cost::load_calibration_file(*base.calibration, dflt) : dflt);
+  return [cal](const Scenario& sc) {
+    const ModelStepCosts costs(sc, *cal);
+    return Score{predict_step(sc, costs)};
+  };
+}
+
+double tokens_per_s_per_gpu(const Scenario& sc, double step_time_s) {
+  if (step_time_s <= 0) return 0;
+  const double gpus = static_cast<double>(sc.cluster.gpus());
+  const double tokens =
+      static_cast<double>(sc.batch.global) * static_cast<double>(sc.model.seq_len);
+  return tokens / step_time_s / gpus;
+}
+
+std::vector<ScoredPlan> pareto_front(std::vector<ScoredPlan> plans) {
+  std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) {
+    if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
+    if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
+    return a.plan_id < b.plan_id;
+  });
+  std::vector<ScoredPlan> front;
+  // Lowest memory among plans strictly faster than the current group.
+  Bytes faster_min = std::numeric_limits<Bytes>::max();
+  for (std::size_t i = 0; i < plans.size();) {
+    std::size_t j = i;
+    while (j < plans.size() && plans[j].step_time_s == plans[i].step_time_s) ++j;
+    // Within a group of equal time, only the lowest memory (and its ties) survive.
+    const Bytes group_min = plans[i].peak_memory_bytes;
+    for (std::size_t k = i; k < j; ++k)
+      if (plans[k].peak_memory_bytes == group_min && group_min < faster_min)
+        front.push_back(plans[k]);
+    faster_min = std::min(faster_min, group_min);
+    i = j;
+  }
+  return front;
+}
+
+std::vector<ScoredPlan> top_by_throughput(std::vector<ScoredPlan> plans, std::size_t k) {
+  auto better = [](const ScoredPlan& a, const ScoredPlan& b) {
+    if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu)
+      return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+    return a.plan_id < b.plan_id;
+  };
+  k = std::min(k, plans.size());
+  std::partial_sort(plans.begin(), plans.begin() + static_cast<std::ptrdiff_t>(k), plans.end(),
+                    better);
+  plans.resize(k);
+  return plans;
+}
+
+void merge_rule_counts(std::map<std::string, RuleCount>& a,
+                       const std::map<std::string, RuleCount>& b) {
+  for (const auto& [rule, rc] : b) {
+    auto [it, fresh] = a.try_emplace(rule, rc);
+    if (fresh) continue;
+    it->second.count += rc.count;
+    if (rc.first_index < it->second.first_index) {
+      it->second.first_index = rc.first_index;
+      it->second.example = rc.example;
+    }
+  }
+}
+
+ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  if (opt.shard_count < 1 || opt.shard_index >= opt.shard_count)
+    throw Error("explore: shard index must be below the shard count");
+  Space space;
+  if (sc.space) space = *sc.space;
+  space.gpus = sc.cluster.gpus();
+
+  ExploreResult res;
+  res.space_size = space.size();
+  const std::uint64_t total =
+      res.space_size > opt.shard_index
+          ? (res.space_size - opt.shard_index + opt.shard_count - 1) / opt.shard_count
+          : 0;
+  res.enumerated = total;
+  const Scorer scorer = opt.scorer ? opt.scorer : simulator_scorer(sc);
+  int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::thread::hardware_concurrency());
+  jobs = std::max(1, jobs);
+  if (static_cast<std::uint64_t>(jobs) > total) jobs = static_cast<int>(std::max<std::uint64_t>(1, total));
+
+  res.jobs = jobs;
+  std::atomic<std::uint64_t> next{0}, done{0}, scored_now{0};
+  std::atomic<bool> stop{false};
+  std::mutex err_mu;
+  std::exception_ptr error;
+  std::vector<Tally> tallies(static_cast<std::size_t>(jobs));
+  constexpr std::uint64_t kChunk = 16;
+
+  auto work = [&](Tally& t) {
+    Scenario pt = sc;
+    pt.space.reset();
+    try {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const std::uint64_t begin = next.fetch_add(kChunk);
+        if (begin >= total) break;
+        const std::uint64_t end = std::min(total, begin + kChunk);
+        for (std::uint64_t j = begin; j < end; ++j, done.fetch_add(1, std::memory_order_relaxed)) {
+          const std::uint64_t index = opt.shard_index + j * opt.shard_count;
+          pt.plan = sc.plan;
+          pt.batch = sc.batch;
+          space.apply(index, pt.plan, pt.batch);
+          if (auto v = first_violation(pt)) {
+            ++t.invalid;
+            count_rule(t.rejected, v->rule, index, v->path + ": " + v->message);
+            continue;
+          }
+          MemoryEstimate mem;
+          try {
+            mem = estimate_memory(pt);
+          } catch (const InputError& e) {
+            ++t.not_modelled;
+            count_rule(t.rejected, "not-modelled", index, e.path() + ": " + e.rule());
+            continue;
+          }
+          if (!mem.feasible()) {
+            ++t.pruned;
+            const auto& why = *mem.infeasible;
+            count_rule(t.pruned_by_pool, why.pool, index,
+                       why.pool + " memory: needs " + gib(why.needs) + " GiB, has " +
+                           gib(why.has) + " GiB");
+            continue;
+          }
+          const std::uint64_t id = plan_id(pt.plan, pt.batch);
+          if (opt.finished) {
+            if (auto it = opt.finished->find(id); it != opt.finished->end()) {
+              t.plans.push_back(it->second);
+              ++t.scored;
+              ++t.resumed;
+              continue;
+            }
+          }
+          Score score;
+          try {
+            score = scorer(pt);
+          } catch (const InputError& e) {
+            ++t.not_modelled;
+            count_rule(t.rejected, "not-modelled", index, e.path() + ": " + e.rule());
+            continue;
+          } catch (const std::exception& e) {
+            ++t.failed;
+            count_rule(t.rejected, "internal-error", index, e.what());
+            continue;
+          }
+          const double step_s = to_seconds(score.step.step_time);
+          const ScoredPlan ranked{id, step_s, mem.peak_bytes, tokens_per_s_per_gpu(pt, step_s)};
+          if (opt.on_scored) opt.on_scored(ScoredOutcome{index, pt, mem, score, ranked});
+          t.plans.push_back(ranked);
+          ++t.scored;
+          scored_now.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    } catch (...) {
+      std::lock_guard lock(err_mu);
+      if (!error) error = std::current_exception();
+      stop = true;
+    }
+  };
+
+  auto progress = [&] {
+    if (opt.on_progress)
+      opt.on_progress(Progress{done.load(), total, scored_now.load(),
+                               std::chrono::duration<double>(Clock::now() - t0).count()});
+  };
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < jobs; ++i) threads.emplace_back(work, std::ref(tallies[static_cast<std::size_t>(i)]));
+  auto last = Clock::now();
+  while (done.load() < total && !stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::chrono::duration<double>(Clock::now() - last).count() >= opt.progress_interval_s) {
+      last = Clock::now();
+      try {
+        progress();
+      } catch (...) {
+        std::lock_guard lock(err_mu);
+        if (!error) error = std::current_exception();
+        stop = true;
+      }
+    }
+  }
+  for (auto& th : threads) th.join();
+  if (error) std::rethrow_exception(error);
+  progress();
+
+  for (auto& t : tallies) {
+    res.invalid += t.invalid;
+    res.pruned += t.pruned;
+    res.not_modelled += t.not_modelled;
+    res.failed += t.failed;
+    res.scored += t.scored;
+    res.resumed += t.resumed;
+    merge_rule_counts(res.rejected, t.rejected);
+    merge_rule_counts(res.pruned_by_pool, t.pruned_by_pool);
+    res.plans.insert(res.plans.end(), t.plans.begin(), t.plans.end());
+  }
+  std::sort(res.plans.begin(), res.plans.end(),
+            [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
+  res.pareto = pareto_front(res.plans);
+  res.top = top_by_throughput(res.plans, opt.top_k);
+  res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace strata::strategies

@@ -1,0 +1,113 @@
+#pragma once
+// The explorer: every plan of a scenario's space, rejected by the validity
+// rules (counted per rule), pruned by the analytical memory bound (counted
+// per pool), the rest scored on a thread pool; keeps the Pareto front of
+// (step time, peak memory) and the top plans by throughput. docs/explore.md.
+//
+// Workers hand each scored plan to a sink as it finishes (results.jsonl is
+// written by report/explore.hpp); everything returned is independent of the
+// number of jobs and of the order plans finish in.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "strategies/lower.hpp"
+#include "strategies/memory.hpp"
+#include "strategies/scenario.hpp"
+
+namespace strata::strategies {
+
+// What a scorer says about one plan that fits in memory.
+struct Score {
+  StepPrediction step;
+};
+using Scorer = std::function<Score(const Scenario&)>;
+
+// The simulator at layer granularity (predict_step over ModelStepCosts), with
+// the scenario's calibration read once.
+Scorer simulator_scorer(const Scenario& base);
+
+// The figures a scored plan is ranked by.
+struct ScoredPlan {
+  std::uint64_t plan_id = 0;
+  double step_time_s = 0;
+  Bytes peak_memory_bytes = 0;
+  double tokens_per_s_per_gpu = 0;
+  bool operator==(const ScoredPlan&) const = default;
+};
+
+// global · seq_len / step time / GPUs (as `strata simulate` reports it).
+double tokens_per_s_per_gpu(const Scenario& sc, double step_time_s);
+
+// One plan the scorer finished, as handed to the sink.
+struct ScoredOutcome {
+  std::uint64_t index = 0;  // in the space
+  const Scenario& point;    // the scenario at this plan
+  const MemoryEstimate& memory;
+  const Score& score;
+  ScoredPlan ranked;
+};
+
+// Plans rejected by one rule: the count and the message of the first (lowest
+// index) such plan.
+struct RuleCount {
+  std::uint64_t count = 0;
+  std::uint64_t first_index = 0;
+  std::string example;  // "plan.tp: 3 does not divide heads=32"
+};
+
+struct Progress {
+  std::uint64_t done = 0;   // plans of this shard looked at
+  std::uint64_t total = 0;  // plans of this shard
+  std::uint64_t scored = 0;  // of `done`: scored now (not resumed)
+  double elapsed_s = 0;
+};
+
+struct ExploreOptions {
+  int jobs = 0;  // worker threads; 0: the hardware's
+  std::uint64_t shard_index = 0;  // plans with index % shard_count == shard_index
+  std::uint64_t shard_count = 1;
+  std::size_t top_k = 10;
+  Scorer scorer;  // empty: simulator_scorer(scenario)
+  // Plans already scored (resume): not scored again, ranked with these figures.
+  const std::unordered_map<std::uint64_t, ScoredPlan>* finished = nullptr;
+  // Called from worker threads, concurrently, for every plan scored now.
+  std::function<void(const ScoredOutcome&)> on_scored;
+  // Called from the calling thread about every `progress_interval_s`, and once at the end.
+  std::function<void(const Progress&)> on_progress;
+  double progress_interval_s = 1.0;
+};
+
+struct ExploreResult {
+  std::uint64_t space_size = 0;
+  std::uint64_t enumerated = 0;  // plans of this shard
+  std::uint64_t invalid = 0;     // broke a validity rule
+  std::uint64_t pruned = 0;      // do not fit (analytical memory bound)
+  std::uint64_t not_modelled = 0;  // the memory model or the scorer refused (InputError)
+  std::uint64_t failed = 0;      // the scorer failed otherwise (internal error)
+  std::uint64_t scored = 0;      // scored now or earlier (resumed)
+  std::uint64_t resumed = 0;     // of scored: read from an earlier run
+  std::map<std::string, RuleCount> rejected;  // by rule (not-modelled and internal-error too)
+  std::map<std::string, RuleCount> pruned_by_pool;  // "gpu", "host", "nvme"
+  std::vector<ScoredPlan> plans;   // every scored plan, by plan id
+  std::vector<ScoredPlan> pareto;  // by step time, then memory, then id
+  std::vector<ScoredPlan> top;     // by throughput (descending), then id
+  double wall_s = 0;
+  int jobs = 0;  // worker threads used
+};
+
+ExploreResult explore(const Scenario& sc, const ExploreOptions& options);
+
+// Plans no other plan beats in both step time and peak memory (ties in both
+// are all kept), by step time, then memory, then id.
+std::vector<ScoredPlan> pareto_front(std::vector<ScoredPlan> plans);
+// The `k` best by throughput (tokens/s per GPU, descending; ties by id).
+std::vector<ScoredPlan> top_by_throughput(std::vector<ScoredPlan> plans, std::size_t k);
+// Adds `b`'s counts to `a` keeping the lowest-index example.
+void merge_rule_counts(std::map<std::string, RuleCount>& a,
+                       const std::map<std::string, RuleCount>& b);
+
+}  // namespace strata::strategies

@@ -1,0 +1,173 @@
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "sim/error.hpp"
+#include "strategies/explore.hpp"
+#include "strategies/scenario.hpp"
+
+namespace strata::strategies {
+namespace {
+
+Scenario gpt2(const std::string& space) {
+  return parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+                            "batch": {"global": 64, "micro": 1}, "plan": {"optimizer": "adamw"},
+                            "space": )" + space + "}",
+                        "s.json");
+}
+
+// A scorer that needs no simulator: 1 ms per tensor-parallel degree, less
+// with larger microbatches.
+Score fake_score(const Scenario& sc) {
+  Score s;
+  s.step.step_time = 1'000'000 * sc.plan.tp + 100'000 / sc.batch.micro;
+  return s;
+}
+
+TEST_CASE("explore: rejections counted per rule, by hand") {
+  // 6 tp × 2 micro = 12 plans on 8 GPUs, 12 heads, global batch 64:
+  // tp 3 and 5 leave dp·tp ≠ 8 (gpu-count, 2 × 2 plans); tp 8 does not divide
+  // 12 heads (2 plans); micro 3 does not divide 64 / dp (tp 1, 2, 4: 3 plans);
+  // 3 plans remain.
+  const auto sc = gpt2(R"({"tp": [1, 2, 3, 4, 5, 8], "batch.micro": [1, 3]})");
+  ExploreOptions o;
+  o.scorer = fake_score;
+  const auto r = explore(sc, o);
+  CHECK(r.space_size == 12);
+  CHECK(r.enumerated == 12);
+  CHECK(r.invalid == 9);
+  CHECK(r.rejected.at("gpu-count").count == 4);
+  CHECK(r.rejected.at("gpu-count").first_index == 4);  // tp 3, micro 1
+  CHECK(r.rejected.at("gpu-count").example ==
+        "plan: dp·tp·pp·cp = 2·3·1·1 = 6 does not equal the cluster's 8 GPUs (1 nodes × 8)");
+  CHECK(r.rejected.at("tp-divides-heads").count == 2);
+  CHECK(r.rejected.at("batch-divisible").count == 3);
+  CHECK(r.pruned == 0);
+  CHECK(r.scored == 3);
+  CHECK(r.plans.size() == 3);
+}
+
+TEST_CASE("explore: plans that do not fit are pruned before scoring, per pool") {
+  // GPT-3 175B on one DGX A100 node: 2.8 TB of Adam state cannot fit in 8 × 80 GB.
+  const auto sc = parse_scenario(R"({"model": "gpt3-175b", "cluster": "dgx-a100-80g",
+      "batch": {"global": 64}, "plan": {"tp": 8}, "space": {"zero": "auto"}})", "s.json");
+  std::atomic<int> calls{0};
+  ExploreOptions o;
+  o.scorer = [&](const Scenario& s) { ++calls; return fake_score(s); };
+  const auto r = explore(sc, o);
+  CHECK(r.pruned == 4);
+  CHECK(r.pruned_by_pool.at("gpu").count == 4);
+  CHECK(r.scored == 0);
+  CHECK(calls == 0);
+}
+
+TEST_CASE("pareto front: hand-made set") {
+  // (time, memory): G(0.5, 20), A(1, 10), B(2, 5), C(2, 5) twin of B, F(4, 1)
+  // are on the front; E(1, 12) and H(1, 11) lose to A, D(3, 5) to B.
+  auto p = [](std::uint64_t id, double t, Bytes m) { return ScoredPlan{id, t, m, 1 / t}; };
+  const std::vector<ScoredPlan> all = {p(1, 1, 10), p(2, 2, 5),  p(3, 2, 5), p(4, 3, 5),
+                                       p(5, 1, 12), p(6, 4, 1),  p(7, 0.5, 20), p(8, 1, 11)};
+  std::vector<std::uint64_t> ids;
+  for (const auto& x : pareto_front(all)) ids.push_back(x.plan_id);
+  CHECK(ids == std::vector<std::uint64_t>{7, 1, 2, 3, 6});
+  CHECK(pareto_front({}).empty());
+  // Top 3 by throughput (1 / time): G, then A, E, H at equal throughput by id.
+  ids.clear();
+  for (const auto& x : top_by_throughput(all, 3)) ids.push_back(x.plan_id);
+  CHECK(ids == std::vector<std::uint64_t>{7, 1, 5});
+  CHECK(top_by_throughput(all, 100).size() == all.size());
+}
+
+TEST_CASE("explore: the result does not depend on the number of jobs") {
+  const auto sc = gpt2(R"({"tp": [1, 2, 4, 8], "zero": "auto", "recompute": ["none", "full"],
+                           "batch.micro": [1, 2, 4, 8]})");
+  ExploreOptions o;
+  o.jobs = 1;
+  const auto a = explore(sc, o);  // the simulator
+  o.jobs = 3;
+  const auto b = explore(sc, o);
+  CHECK(a.scored == 96);  // tp 8 does not divide 12 heads
+  CHECK(a.plans == b.plans);
+  CHECK(a.pareto == b.pareto);
+  CHECK(a.top == b.top);
+  CHECK(a.rejected.at("tp-divides-heads").example == b.rejected.at("tp-divides-heads").example);
+  CHECK(b.jobs == 3);
+}
+
+TEST_CASE("explore: finished plans are not scored again; shards partition the space") {
+  const auto sc = gpt2(R"({"tp": [1, 2, 4], "zero": "auto", "batch.micro": [1, 2]})");
+  std::atomic<int> calls{0};
+  std::mutex mu;
+  std::set<std::uint64_t> sunk;
+  ExploreOptions o;
+  o.scorer = [&](const Scenario& s) { ++calls; return fake_score(s); };
+  o.on_scored = [&](const ScoredOutcome& so) {
+    std::lock_guard lock(mu);
+    CHECK(so.ranked.plan_id == plan_id(so.point.plan, so.point.batch));
+    sunk.insert(so.ranked.plan_id);
+  };
+  const auto full = explore(sc, o);
+  CHECK(full.scored == 24);
+  CHECK(calls == 24);
+  CHECK(sunk.size() == 24);
+
+  // Resume with 10 plans done: 14 are scored, the result is the same.
+  std::unordered_map<std::uint64_t, ScoredPlan> done;
+  for (std::size_t i = 0; i < 10; ++i) done[full.plans[i].plan_id] = full.plans[i];
+  calls = 0;
+  sunk.clear();
+  o.finished = &done;
+  const auto resumed = explore(sc, o);
+  CHECK(calls == 14);
+  CHECK(sunk.size() == 14);
+  CHECK(resumed.resumed == 10);
+  CHECK(resumed.plans == full.plans);
+  CHECK(resumed.pareto == full.pareto);
+
+  // Shards 0/2 and 1/2: disjoint, together the whole space.
+  o.finished = nullptr;
+  o.shard_count = 2;
+  o.shard_index = 0;
+  const auto s0 = explore(sc, o);
+  o.shard_index = 1;
+  const auto s1 = explore(sc, o);
+  CHECK(s0.enumerated + s1.enumerated == 24);
+  std::vector<ScoredPlan> both = s0.plans;
+  both.insert(both.end(), s1.plans.begin(), s1.plans.end());
+  CHECK(pareto_front(both) == full.pareto);
+  CHECK(top_by_throughput(both, 10) == full.top);
+}
+
+TEST_CASE("explore: scorer errors are counted, not fatal") {
+  const auto sc = gpt2(R"({"tp": [1, 2, 4]})");
+  ExploreOptions o;
+  o.scorer = [](const Scenario& s) -> Score {
+    if (s.plan.tp == 2) throw InputError("", "plan.recompute", "not modelled yet");
+    if (s.plan.tp == 4) throw std::runtime_error("boom");
+    return fake_score(s);
+  };
+  const auto r = explore(sc, o);
+  CHECK(r.scored == 1);
+  CHECK(r.not_modelled == 1);
+  CHECK(r.failed == 1);
+  CHECK(r.rejected.at("not-modelled").example == "plan.recompute: not modelled yet");
+  CHECK(r.rejected.at("internal-error").example == "boom");
+}
+
+TEST_CASE("explore: a scenario without a space is its one plan") {
+  const auto sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+                                     "batch": {"global": 64}})", "s.json");
+  ExploreOptions o;
+  o.scorer = fake_score;
+  const auto r = explore(sc, o);
+  CHECK(r.space_size == 1);
+  CHECK(r.scored == 1);
+  CHECK(r.plans[0].plan_id == plan_id(sc.plan, sc.batch));
+}
+
+}  // namespace
+}  // namespace strata::strategies
