@@ -3,6 +3,8 @@
 // stderr, nothing on stdout), 1 any other failure.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
+#include "report/explore.hpp"
 #include "report/published.hpp"
 #include "report/simulate.hpp"
 #include "sim/error.hpp"
@@ -68,6 +71,70 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   std::filesystem::rename(tmp, path);
 }
 
+// "i/n" with 0 <= i < n.
+std::pair<std::uint64_t, std::uint64_t> parse_shard(const std::string& s) {
+  const auto slash = s.find('/');
+  std::uint64_t i = 0, n = 0;
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument(s);
+    std::size_t used_i = 0, used_n = 0;
+    i = std::stoull(s.substr(0, slash), &used_i);
+    n = std::stoull(s.substr(slash + 1), &used_n);
+    if (used_i != slash || used_n != s.size() - slash - 1 || s[0] == '-' || s[slash + 1] == '-')
+      throw std::invalid_argument(s);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("--shard", "must be i/n, e.g. 0/4 (got \"" + s + "\")");
+  }
+  if (n < 1 || i >= n)
+    throw CLI::ValidationError("--shard", "needs n >= 1 and 0 <= i < n (got " + s + ")");
+  return {i, n};
+}
+
+std::string duration(double s) {
+  if (!(s >= 0) || s > 1e8) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
+// The explorer's progress on stderr: one line redrawn in place on a
+// terminal, plain lines otherwise (logs, Slurm).
+struct ProgressLine {
+  bool tty = ::isatty(STDERR_FILENO) != 0;
+  bool drawn = false;
+
+  void operator()(const strategies::Progress& p) {
+    const double rate = p.elapsed_s > 0 ? static_cast<double>(p.done) / p.elapsed_s : 0;
+    const double scored_rate = p.elapsed_s > 0 ? static_cast<double>(p.scored) / p.elapsed_s : 0;
+    const double pct = p.total > 0 ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 100;
+    const double eta = rate > 0 ? static_cast<double>(p.total - p.done) / rate : -1;
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "explore: %llu/%llu plans (%.1f %%), %.0f configs/s, %llu scored (%.1f/s), "
+                  "elapsed %s, ETA %s",
+                  static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total),
+                  pct, rate, static_cast<unsigned long long>(p.scored), scored_rate,
+                  duration(p.elapsed_s).c_str(), p.done == p.total ? "0s" : duration(eta).c_str());
+    if (tty) {
+      std::fprintf(stderr, "\r%-110s", buf);
+      drawn = true;
+    } else {
+      std::fprintf(stderr, "%s\n", buf);
+    }
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (tty && drawn) std::fputc('\n', stderr);
+    drawn = false;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,11 +170,36 @@ int main(int argc, char** argv) {
       "validate-published", "Predict the published runs of a cases file and report the errors");
   published->add_option("FILE", cases_path, "published_cases.json")->required();
   published->add_flag("--markdown", markdown, "Print the table as Markdown (docs/accuracy.md)");
-  for (auto* cmd : {models, gpus, clusters, describe, simulate, published})
+  std::string out_dir, shard_text;
+  int jobs = 0;
+  bool resume = false;
+  std::size_t top_k = 10;
+  auto* explore = app.add_subcommand(
+      "explore", "Search the scenario's space: reject invalid plans, prune by memory, simulate "
+                 "the rest; results stream to DIR/results.jsonl, counts and best plans to "
+                 "DIR/summary.json");
+  explore->add_option("SCENARIO", scenario_path, "A scenario JSON with a \"space\"")->required();
+  explore->add_option("--out", out_dir, "Output directory")->required()->type_name("DIR");
+  explore->add_option("--jobs", jobs, "Worker threads (default: hardware threads)")
+      ->check(CLI::Range(1, 4096));
+  explore->add_flag("--resume", resume,
+                    "Continue DIR/results.jsonl: plans already there are not simulated again");
+  explore->add_option("--shard", shard_text, "Explore plans with index % n == i only")
+      ->type_name("i/n");
+  explore->add_option("--top", top_k, "Keep the K best plans by throughput (default 10)")
+      ->check(CLI::Range(0, 1000000));
+  std::vector<std::string> merge_dirs;
+  auto* merge = app.add_subcommand(
+      "merge", "Combine the output directories of explore shards into one");
+  merge->add_option("DIR", merge_dirs, "Explore output directories (--shard i/n)")->required();
+  merge->add_option("--out", out_dir, "Output directory")->required()->type_name("DIR");
+  for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge})
     add_format_option(cmd, format);
 
+  std::pair<std::uint64_t, std::uint64_t> shard{0, 1};
   try {
     app.parse(argc, argv);
+    if (!shard_text.empty()) shard = parse_shard(shard_text);
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
@@ -125,6 +217,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
+      if (sc.space) strategies::require_valid_plan(sc);
       sim::RunResult run;
       strategies::LoweredStep lowered;
       const auto step = strategies::predict_step(sc, &run, &lowered);
@@ -137,6 +230,30 @@ int main(int argc, char** argv) {
       const auto r = report::validate_published(cases_path);
       out = markdown ? report::published_markdown(r) : report::render_published(r, format);
     }
+    if (*explore) {
+      if (!std::filesystem::exists(scenario_path))
+        throw InputError(scenario_path, "", "file not found");
+      const auto sc = strategies::load_scenario(scenario_path);
+      ProgressLine line;
+      report::ExploreRunOptions o;
+      o.out_dir = out_dir;
+      o.resume = resume;
+      o.jobs = jobs;
+      o.shard_index = shard.first;
+      o.shard_count = shard.second;
+      o.top_k = top_k;
+      o.progress_interval_s = line.tty ? 0.25 : 10.0;
+      o.on_progress = [&line](const strategies::Progress& p) { line(p); };
+      try {
+        const auto rep = report::run_explore(sc, o);
+        line.finish();
+        out = report::render_explore(rep.summary_json, &rep, format);
+      } catch (...) {
+        line.finish();
+        throw;
+      }
+    }
+    if (*merge) out = report::render_explore(report::merge_explore(merge_dirs, out_dir), nullptr, format);
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
