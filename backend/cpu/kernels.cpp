@@ -1,6 +1,8 @@
 #include "backend/cpu/kernels.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +14,33 @@
 namespace strata::backend::cpu {
 
 namespace {
+
+// e^x in fp32 without a libm call, so loops over it vectorise: x = n·ln2 + r
+// with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (relative error
+// below 2e-7, fp32's own rounding), 2^n built in the exponent bits.
+// Inputs are clamped to [−87, 88], where e^x stays a normal float.
+inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  constexpr float kRound = 12582912.0f;  // 1.5·2²³: adding it rounds to an integer
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
+  const float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const auto bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(bits);
+}
+
+// tanh(u) = 1 − 2/(e^{2u} + 1): absolute error about 1e-7.
+inline float tanh_approx(float u) { return 1.0f - 2.0f / (exp_approx(2.0f * u) + 1.0f); }
+
+inline float sigmoid_approx(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 
 void check_index(std::int32_t v, std::int64_t limit, const char* what) {
   if (v < 0 || v >= limit)
@@ -209,11 +238,9 @@ void attention_forward(const float* qkv, float* probs, float* out, const Attenti
         float* row = p + i * S;
         float mx = -std::numeric_limits<float>::infinity();
         for (std::int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        for (std::int64_t j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - mx);
         float sum = 0.0f;
-        for (std::int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
+        for (std::int64_t j = 0; j <= i; ++j) sum += row[j];
         const float inv = 1.0f / sum;
         for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
         for (std::int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
@@ -265,7 +292,7 @@ constexpr float kGeluA = 0.044715f;
 void gelu_forward(const float* x, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    const float t = tanh_approx(kGeluC * (v + kGeluA * v * v * v));
     y[i] = 0.5f * v * (1.0f + t);
   }
 }
@@ -273,7 +300,7 @@ void gelu_forward(const float* x, float* y, std::int64_t n) {
 void gelu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = x[i];
-    const float t = std::tanh(kGeluC * (v + kGeluA * v * v * v));
+    const float t = tanh_approx(kGeluC * (v + kGeluA * v * v * v));
     const float dt = kGeluC * (1.0f + 3.0f * kGeluA * v * v) * (1.0f - t * t);
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
   }
@@ -285,7 +312,7 @@ void swiglu_forward(const float* gu, float* y, std::int64_t rows, std::int64_t f
     const float* u = g + f;
     float* yr = y + r * f;
     for (std::int64_t i = 0; i < f; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float sig = sigmoid_approx(g[i]);
       yr[i] = g[i] * sig * u[i];
     }
   }
@@ -300,7 +327,7 @@ void swiglu_backward(const float* gu, const float* dy, float* dgu, std::int64_t 
     float* dg = dgu + r * 2 * f;
     float* du = dg + f;
     for (std::int64_t i = 0; i < f; ++i) {
-      const float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      const float sig = sigmoid_approx(g[i]);
       const float silu = g[i] * sig;
       du[i] = d[i] * silu;
       dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
@@ -323,11 +350,9 @@ double cross_entropy_forward(float* logits, const std::int32_t* targets, std::in
     float mx = -std::numeric_limits<float>::infinity();
     for (std::int64_t j = 0; j < vocab; ++j) mx = std::max(mx, row[j]);
     const float target_logit = row[targets[r]];
+    for (std::int64_t j = 0; j < vocab; ++j) row[j] = exp_approx(row[j] - mx);
     double sum = 0.0;
-    for (std::int64_t j = 0; j < vocab; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += row[j];
-    }
+    for (std::int64_t j = 0; j < vocab; ++j) sum += row[j];
     const auto inv = static_cast<float>(1.0 / sum);
     for (std::int64_t j = 0; j < vocab; ++j) row[j] *= inv;
     loss += std::log(sum) + mx - target_logit;
