@@ -87,8 +87,9 @@ TEST_CASE("cpu/gpt: Llama-style GPT (SwiGLU, RMS norm, no bias, untied logits): 
 TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at fp32") {
   // Parameter count = cost::expand(...).params(); bytes saved per block,
   // embedding and head = the op chain's saved_bytes with fp32 activations and
-  // standard attention (sbh(68 + 4as/h) per block without dropout... i.e. 2×
-  // Korthikanti's 16-bit sbh(34 + 5as/h) less the dropout terms).
+  // standard attention: per block 4·sb(8h + up + f) + 4·as²b (up = f for
+  // GeLU, 2f for SwiGLU); with GeLU and f = 4h that is
+  // twice Korthikanti's 16-bit sbh(34 + 5as/h) less its dropout terms.
   for (const auto& spec : {tiny(), tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false)}) {
     TrackingAllocator alloc;
     GptModel model(spec, alloc, 1);
@@ -110,6 +111,9 @@ TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at
     CHECK(s.embedding == chain.embedding.saved_bytes());
     CHECK(s.block == chain.block.saved_bytes());
     CHECK(s.head == chain.head.saved_bytes());
+    const std::int64_t sb = spec.seq_len * batch, h = spec.hidden, f = spec.ffn_hidden;
+    const std::int64_t up = spec.mlp == cost::MlpKind::Swiglu ? 2 * f : f;
+    CHECK(s.block == 4 * sb * (8 * h + up + f) + 4 * spec.heads * spec.seq_len * sb);
     // Everything a step holds is gone after it; its peak holds at least
     // every layer's saved tensors at once.
     const auto st = alloc.stats();

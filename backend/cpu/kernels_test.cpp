@@ -88,7 +88,7 @@ TEST_CASE("cpu/kernels: layer norm and RMS norm: backward matches finite differe
   }
 }
 
-TEST_CASE("cpu/kernels: causal attention: rows of P sum to 1 over past keys; backward matches finite differences") {
+TEST_CASE("cpu/kernels: causal attention: rows of P sum to 1 over past keys, backward matches finite differences") {
   // P is lower triangular with rows summing to 1; changing a later token's
   // Q, K or V leaves earlier outputs unchanged; dQKV by central differences.
   Rng rng(3);
@@ -178,7 +178,7 @@ TEST_CASE("cpu/kernels: embedding with positions: lookup, scatter-add backward, 
   CHECK_THROWS_AS(embedding_forward(bad, E.data(), nullptr, y.data(), 1, 1, h, V), Error);
 }
 
-TEST_CASE("cpu/kernels: cross-entropy: uniform logits cost log V; gradient is softmax minus one-hot") {
+TEST_CASE("cpu/kernels: cross-entropy: uniform logits cost log V, the gradient is softmax minus one-hot") {
   // Equal logits give loss log V per row; backward matches central differences.
   const std::int64_t n = 2, V = 5;
   std::vector<float> z(n * V, 0.3f);
