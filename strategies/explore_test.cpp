@@ -142,6 +142,25 @@ TEST_CASE("explore: finished plans are not scored again; shards partition the sp
   CHECK(top_by_throughput(both, 10) == full.top);
 }
 
+TEST_CASE("explore: the goal sweep's rejections (docs/explore.md)") {
+  // GPT-3 175B on 1024 A100s, "space": "auto": 241,920 plans. tp 3 and 6
+  // (2 of 6 tp values) never divide 1024 GPUs: 80,640 gpu-count; tp 1 with
+  // sequence parallelism (1/6 · 1/2): 20,160 sp-needs-tp.
+  const auto sc = load_scenario(STRATA_SOURCE_DIR "/configs/scenarios/gpt3-175b-explore.json");
+  ExploreOptions o;
+  o.scorer = fake_score;
+  const auto r = explore(sc, o);
+  CHECK(r.enumerated == 241'920);
+  CHECK(r.invalid == 169'920);
+  CHECK(r.rejected.at("gpu-count").count == 80'640);
+  CHECK(r.rejected.at("sp-needs-tp").count == 20'160);
+  CHECK(r.rejected.at("interleaved-microbatches").count == 26'208);
+  CHECK(r.rejected.at("chunks-exceed-layers").count == 16'128);
+  CHECK(r.rejected.at("batch-divisible").count == 14'688);
+  CHECK(r.rejected.at("interleaved-needs-pp").count == 12'096);
+  CHECK(r.pruned + r.not_modelled + r.scored == 241'920 - 169'920);
+}
+
 TEST_CASE("explore: scorer errors are counted, not fatal") {
   const auto sc = gpt2(R"({"tp": [1, 2, 4]})");
   ExploreOptions o;
