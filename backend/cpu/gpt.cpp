@@ -1,5 +1,6 @@
 #include "backend/cpu/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -32,34 +33,10 @@ cost::ModelSpec checked_spec(cost::ModelSpec m) {
 }
 }  // namespace
 
-// What one block keeps for backward, named by the op that saves it.
-struct GptModel::BlockSaved {
-  Tensor x;      // attn_norm: its input (the block's input)
-  Tensor ln1;    // qkv: its input
-  Tensor qkv;    // attn_scores: Q, K; attn_values: V
-  Tensor probs;  // softmax: its output
-  Tensor attn;   // attn_proj: its input
-  Tensor x1;     // mlp_norm: its input
-  Tensor ln2;    // mlp_up: its input
-  Tensor up;     // gelu / swiglu: its input
-  Tensor act;    // mlp_down: its input
-
-  Bytes bytes() const {
-    return x.bytes() + ln1.bytes() + qkv.bytes() + probs.bytes() + attn.bytes() + x1.bytes() +
-           ln2.bytes() + up.bytes() + act.bytes();
-  }
-};
-
-// Gradients and scratch alive during backward.
-struct GptModel::StepState {
-  Tensor dres;     // gradient of the residual stream, updated in place
-  Tensor d_norm;   // gradient of a norm's output
-  Tensor d_attn;   // gradient of the attention output
-  Tensor d_qkv;    // gradient of the qkv output
-  Tensor d_act;    // gradient of the activation output (GeLU: also its input)
-  Tensor d_up;     // gradient of the SwiGLU input (gate | up)
-  Tensor scratch;  // attention backward: seq × seq
-};
+Bytes BlockSaved::bytes() const {
+  return x.bytes() + ln1.bytes() + qkv.bytes() + probs.bytes() + attn.bytes() + x1.bytes() +
+         ln2.bytes() + up.bytes() + act.bytes();
+}
 
 GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed)
     : spec_(checked_spec(spec)), alloc_(&alloc) {
@@ -150,44 +127,180 @@ void GptModel::norm_backward(int gi, int bi, const float* x, const float* dy, fl
     rmsnorm_backward(x, p(gi), dy, dx, g(gi), rows, spec_.hidden, kNormEps);
 }
 
-void GptModel::block_forward(int layer, BlockSaved& s, Tensor& out, std::int64_t batch) {
+void GptModel::check_ids(std::span<const std::int32_t> ids, std::int64_t batch,
+                         const char* what) const {
+  if (batch < 1) throw Error("GptModel: batch must be >= 1");
+  const std::int64_t n = batch * spec_.seq_len;
+  if (static_cast<std::int64_t>(ids.size()) != n)
+    throw Error(std::string("GptModel: ") + what + " must hold batch·seq_len = " +
+                std::to_string(n) + " ids (got " + std::to_string(ids.size()) + ")");
+}
+
+Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::int64_t batch,
+                                   EmbeddingSaved& saved) {
+  check_ids(tokens, batch, "tokens");
+  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
+  saved.tokens = IndexTensor(*alloc_, {N}, MemTag::Activations);
+  std::memcpy(saved.tokens.data(), tokens.data(), static_cast<std::size_t>(N) * sizeof(std::int32_t));
+  Tensor out(*alloc_, {N, h}, MemTag::Activations);
+  cpu::embedding_forward(saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h,
+                         spec_.vocab);
+  return out;
+}
+
+void GptModel::attention_core(const BlockSaved& s, float* probs, float* out) const {
+  const AttentionDims dims{batch_of(s.x), spec_.seq_len, spec_.heads, spec_.head_dim()};
+  attention_forward(s.qkv.data(), probs, out, dims);
+}
+
+// Runs the block from s.x, filling every saved tensor that is empty (all of
+// them after a plain forward; the dropped ones when recomputing). `out`:
+// where the block's output goes (null when recomputing).
+void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
+  if (layer < 0 || layer >= spec_.layers)
+    throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
-  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden, f = spec_.ffn_hidden;
+  const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
 
-  s.ln1 = Tensor(a, {N, h}, act);
-  norm_forward(b.norm1_g, b.norm1_b, s.x.data(), s.ln1.data(), N);
-  s.qkv = Tensor(a, {N, 3 * h}, act);
-  linear_forward(s.ln1.data(), p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * h,
-                 WeightLayout::InOut, false);
-  const AttentionDims dims{batch, S, spec_.heads, spec_.head_dim()};
-  s.probs = Tensor(a, {batch, spec_.heads, S, S}, act);
-  s.attn = Tensor(a, {N, h}, act);
-  attention_forward(s.qkv.data(), s.probs.data(), s.attn.data(), dims);
-  // x1 = x + attn·W + b: the residual add folded into the product.
-  s.x1 = s.x.clone(a, act);
-  linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
-                 WeightLayout::InOut, true);
-  s.ln2 = Tensor(a, {N, h}, act);
-  norm_forward(b.norm2_g, b.norm2_b, s.x1.data(), s.ln2.data(), N);
-  s.up = Tensor(a, {N, up_width_}, act);
-  linear_forward(s.ln2.data(), p(b.w_up), p(b.b_up), s.up.data(), N, h, up_width_,
-                 WeightLayout::InOut, false);
-  s.act = Tensor(a, {N, f}, act);
-  if (spec_.mlp == cost::MlpKind::Gelu)
-    gelu_forward(s.up.data(), s.act.data(), N * f);
-  else
-    swiglu_forward(s.up.data(), s.act.data(), N, f);
-  out = s.x1.clone(a, act);
-  linear_forward(s.act.data(), p(b.w_down), p(b.b_down), out.data(), N, f, h,
-                 WeightLayout::InOut, true);
+  if (s.ln1.empty()) {
+    s.ln1 = Tensor(a, {N, h}, act);
+    norm_forward(b.norm1_g, b.norm1_b, s.x.data(), s.ln1.data(), N);
+  }
+  if (s.qkv.empty()) {
+    s.qkv = Tensor(a, {N, 3 * h}, act);
+    linear_forward(s.ln1.data(), p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * h,
+                   WeightLayout::InOut, false);
+  }
+  if (s.probs.empty()) {
+    // Selective recompute refills only the probabilities (attn was kept).
+    const bool need_attn = s.attn.empty();
+    s.probs = Tensor(a, {batch, spec_.heads, S, S}, act);
+    if (need_attn) s.attn = Tensor(a, {N, h}, act);
+    attention_core(s, s.probs.data(), need_attn ? s.attn.data() : nullptr);
+  }
+  if (s.x1.empty()) {
+    // x1 = x + attn·W + b: the residual add folded into the product.
+    s.x1 = s.x.clone(a, act);
+    linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
+                   WeightLayout::InOut, true);
+  }
+  if (s.ln2.empty()) {
+    s.ln2 = Tensor(a, {N, h}, act);
+    norm_forward(b.norm2_g, b.norm2_b, s.x1.data(), s.ln2.data(), N);
+  }
+  if (s.up.empty()) {
+    s.up = Tensor(a, {N, up_width_}, act);
+    linear_forward(s.ln2.data(), p(b.w_up), p(b.b_up), s.up.data(), N, h, up_width_,
+                   WeightLayout::InOut, false);
+  }
+  if (s.act.empty()) {
+    s.act = Tensor(a, {N, f}, act);
+    if (spec_.mlp == cost::MlpKind::Gelu)
+      gelu_forward(s.up.data(), s.act.data(), N * f);
+    else
+      swiglu_forward(s.up.data(), s.act.data(), N, f);
+  }
+  if (out != nullptr) {
+    *out = s.x1.clone(a, act);
+    linear_forward(s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h,
+                   WeightLayout::InOut, true);
+  }
 }
 
-void GptModel::block_backward(int layer, const BlockSaved& s, StepState& st,
-                              std::int64_t batch) {
+Tensor GptModel::block_forward(int layer, Tensor input, BlockSaved& saved) {
+  if (input.empty() || input.shape().rank() != 2 || input.dim(1) != spec_.hidden ||
+      input.dim(0) % spec_.seq_len != 0)
+    throw Error("GptModel::block_forward: input must be [batch·seq_len × hidden]");
+  saved = BlockSaved{};
+  saved.x = std::move(input);
+  Tensor out;
+  block_forward_into(layer, saved, &out);
+  return out;
+}
+
+void GptModel::drop_for_recompute(BlockSaved& s, cost::Recompute policy) {
+  switch (policy) {
+    case cost::Recompute::None:
+      return;
+    case cost::Recompute::Selective:
+      s.probs.release();
+      return;
+    case cost::Recompute::Full: {
+      Tensor x = std::move(s.x);
+      s = BlockSaved{};
+      s.x = std::move(x);
+      return;
+    }
+    default:
+      throw Error("recompute policy '" + std::string(enum_name(policy)) +
+                  "' is a schedule over layers: give each layer None, Selective or Full");
+  }
+}
+
+void GptModel::recompute(int layer, BlockSaved& saved) {
+  if (saved.x.empty()) throw Error("GptModel::recompute: the block's input was not kept");
+  block_forward_into(layer, saved, nullptr);
+}
+
+double GptModel::head_forward(Tensor input, std::span<const std::int32_t> targets,
+                              float loss_scale, HeadSaved& s) {
+  const std::int64_t N = input.dim(0), batch = batch_of(input), h = spec_.hidden,
+                     V = spec_.vocab;
+  check_ids(targets, batch, "targets");
+  Allocator& a = *alloc_;
+  const auto act = MemTag::Activations;
+  s = HeadSaved{};
+  s.x = std::move(input);
+  s.ln = Tensor(a, {N, h}, act);
+  norm_forward(normf_g_, normf_b_, s.x.data(), s.ln.data(), N);
+  s.logits = Tensor(a, {N, V}, act);
+  const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
+  linear_forward(s.ln.data(), p(w_out), nullptr, s.logits.data(), N, h, V, WeightLayout::OutIn,
+                 false);
+  const double mean =
+      cross_entropy_forward(s.logits.data(), targets.data(), N, V) / static_cast<double>(N);
+  cross_entropy_backward(s.logits.data(), targets.data(), N, V,
+                         loss_scale / static_cast<float>(N));
+  return mean;
+}
+
+BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
+  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
+  Allocator& a = *alloc_;
+  const auto act = MemTag::Activations;
+  BackwardBuffers b;
+  b.dres = Tensor(a, {N, h}, act);
+  b.d_norm = Tensor(a, {N, h}, act);
+  b.d_attn = Tensor(a, {N, h}, act);
+  b.d_qkv = Tensor(a, {N, 3 * h}, act);
+  b.d_act = Tensor(a, {N, spec_.ffn_hidden}, act);
+  if (spec_.mlp == cost::MlpKind::Swiglu) b.d_up = Tensor(a, {N, up_width_}, act);
+  b.scratch = Tensor(a, {S, S}, MemTag::Workspace);
+  return b;
+}
+
+void GptModel::head_backward(const HeadSaved& s, BackwardBuffers& st) {
+  const std::int64_t N = s.x.dim(0), h = spec_.hidden, V = spec_.vocab;
+  const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
+  linear_backward(s.ln.data(), p(w_out), s.logits.data(), st.d_norm.data(), g(w_out), nullptr, N,
+                  h, V, WeightLayout::OutIn, false);
+  st.dres.zero();
+  norm_backward(normf_g_, normf_b_, s.x.data(), st.d_norm.data(), st.dres.data(), N);
+}
+
+void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& st) {
+  if (layer < 0 || layer >= spec_.layers)
+    throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
+  if (s.x.empty() || s.ln1.empty() || s.qkv.empty() || s.probs.empty() || s.attn.empty() ||
+      s.x1.empty() || s.ln2.empty() || s.up.empty() || s.act.empty())
+    throw Error("GptModel::block_backward: layer " + std::to_string(layer) +
+                " lacks saved tensors (recompute them first)");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
-  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden, f = spec_.ffn_hidden;
+  const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
   // MLP branch: st.dres holds the gradient of the block's output.
   linear_backward(s.act.data(), p(b.w_down), st.dres.data(), st.d_act.data(), g(b.w_down),
                   g(b.b_down), N, f, h, WeightLayout::InOut, false);
@@ -212,79 +325,59 @@ void GptModel::block_backward(int layer, const BlockSaved& s, StepState& st,
   norm_backward(b.norm1_g, b.norm1_b, s.x.data(), st.d_norm.data(), st.dres.data(), N);
 }
 
+void GptModel::embedding_backward(const EmbeddingSaved& s, const BackwardBuffers& st) {
+  const std::int64_t batch = s.tokens.numel() / spec_.seq_len;
+  cpu::embedding_backward(s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
+                          spec_.seq_len, spec_.hidden);
+}
+
 double GptModel::run(std::span<const std::int32_t> tokens,
                      std::span<const std::int32_t> targets, std::int64_t batch, bool backward,
-                     float loss_scale) {
-  const auto& m = spec_;
-  const std::int64_t S = m.seq_len, N = batch * S, h = m.hidden, V = m.vocab;
-  if (batch < 1) throw Error("GptModel: batch must be >= 1");
-  if (static_cast<std::int64_t>(tokens.size()) != N ||
-      static_cast<std::int64_t>(targets.size()) != N)
-    throw Error("GptModel: tokens and targets must hold batch·seq_len = " + std::to_string(N) +
-                " ids (got " + std::to_string(tokens.size()) + " and " +
-                std::to_string(targets.size()) + ")");
-  Allocator& a = *alloc_;
-  const auto act = MemTag::Activations;
+                     const StepOptions& opts) {
+  const auto L = static_cast<std::size_t>(spec_.layers);
+  if (!opts.layer_recompute.empty() && opts.layer_recompute.size() != L)
+    throw Error("StepOptions: layer_recompute needs one entry per block (" + std::to_string(L) +
+                ")");
+  auto policy = [&](std::size_t l) {
+    return opts.layer_recompute.empty() ? opts.recompute : opts.layer_recompute[l];
+  };
+  check_ids(targets, batch, "targets");
 
-  // Embedding: keeps the token ids.
-  IndexTensor ids(a, {N}, act);
-  std::memcpy(ids.data(), tokens.data(), static_cast<std::size_t>(N) * sizeof(std::int32_t));
-  std::vector<BlockSaved> saved(static_cast<std::size_t>(m.layers));
-  saved[0].x = Tensor(a, {N, h}, act);
-  embedding_forward(ids.data(), p(tok_emb_), p(pos_emb_), saved[0].x.data(), batch, S, h, V);
-
-  Tensor xf;  // the last block's output: final_norm's input
-  for (int l = 0; l < m.layers; ++l) {
-    auto& next = (l + 1 < m.layers) ? saved[static_cast<std::size_t>(l) + 1].x : xf;
-    block_forward(l, saved[static_cast<std::size_t>(l)], next, batch);
+  EmbeddingSaved emb;
+  Tensor x = embedding_forward(tokens, batch, emb);
+  std::vector<BlockSaved> saved(L);
+  Bytes block_bytes = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    x = block_forward(static_cast<int>(l), std::move(x), saved[l]);
+    if (backward) drop_for_recompute(saved[l], policy(l));
+    block_bytes = std::max(block_bytes, saved[l].bytes());
   }
+  HeadSaved head;
+  const double mean = head_forward(std::move(x), targets, opts.loss_scale, head);
+  saved_ = {emb.bytes(), block_bytes, head.bytes()};
+  if (!backward) return mean;
 
-  // Head: final norm, logits, loss (the fp32 logits become its gradient).
-  Tensor lnf(a, {N, h}, act);
-  norm_forward(normf_g_, normf_b_, xf.data(), lnf.data(), N);
-  Tensor logits(a, {N, V}, act);
-  const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
-  linear_forward(lnf.data(), p(w_out), nullptr, logits.data(), N, h, V, WeightLayout::OutIn,
-                 false);
-  const double mean_loss =
-      cross_entropy_forward(logits.data(), targets.data(), N, V) / static_cast<double>(N);
-  saved_ = {ids.bytes(), saved[0].bytes(), xf.bytes() + lnf.bytes() + logits.bytes()};
-  if (!backward) return mean_loss;
-  cross_entropy_backward(logits.data(), targets.data(), N, V,
-                         loss_scale / static_cast<float>(N));
-
-  StepState st;
-  st.dres = Tensor(a, {N, h}, act);
-  st.d_norm = Tensor(a, {N, h}, act);
-  linear_backward(lnf.data(), p(w_out), logits.data(), st.d_norm.data(), g(w_out), nullptr, N,
-                  h, V, WeightLayout::OutIn, false);
-  logits.release();
-  lnf.release();
-  norm_backward(normf_g_, normf_b_, xf.data(), st.d_norm.data(), st.dres.data(), N);
-  xf.release();
-
-  st.d_attn = Tensor(a, {N, h}, act);
-  st.d_qkv = Tensor(a, {N, 3 * h}, act);
-  st.d_act = Tensor(a, {N, m.ffn_hidden}, act);
-  if (m.mlp == cost::MlpKind::Swiglu) st.d_up = Tensor(a, {N, up_width_}, act);
-  st.scratch = Tensor(a, {S, S}, MemTag::Workspace);
-  for (int l = static_cast<int>(m.layers) - 1; l >= 0; --l) {
-    block_backward(l, saved[static_cast<std::size_t>(l)], st, batch);
-    saved[static_cast<std::size_t>(l)] = BlockSaved{};  // its saved tensors die here
+  BackwardBuffers st = backward_buffers(batch);
+  head_backward(head, st);
+  head = HeadSaved{};
+  for (std::size_t l = L; l-- > 0;) {
+    recompute(static_cast<int>(l), saved[l]);
+    block_backward(static_cast<int>(l), saved[l], st);
+    saved[l] = BlockSaved{};  // its saved tensors die here
   }
-  embedding_backward(ids.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch, S, h);
-  return mean_loss;
+  embedding_backward(emb, st);
+  return mean;
 }
 
 double GptModel::forward_backward(std::span<const std::int32_t> tokens,
                                   std::span<const std::int32_t> targets, std::int64_t batch,
-                                  float loss_scale) {
-  return run(tokens, targets, batch, true, loss_scale);
+                                  const StepOptions& opts) {
+  return run(tokens, targets, batch, true, opts);
 }
 
 double GptModel::loss(std::span<const std::int32_t> tokens,
                       std::span<const std::int32_t> targets, std::int64_t batch) {
-  return run(tokens, targets, batch, false, 1.0f);
+  return run(tokens, targets, batch, false, {});
 }
 
 }  // namespace strata::backend::cpu

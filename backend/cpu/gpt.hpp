@@ -17,6 +17,7 @@
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/model.hpp"
+#include "costmodel/techniques.hpp"
 
 namespace strata::backend::cpu {
 
@@ -26,6 +27,56 @@ struct SavedBytes {
   Bytes embedding = 0;  // token ids
   Bytes block = 0;      // one transformer block (all alike)
   Bytes head = 0;       // final norm input, logits input, fp32 logits
+};
+
+// What one microbatch keeps between its forward and backward, per layer of
+// the op chain, each tensor named by the op that saves it. The executor will
+// hold one set per (layer, microbatch) in flight.
+struct EmbeddingSaved {
+  IndexTensor tokens;  // embedding: the token ids
+  Bytes bytes() const { return tokens.bytes(); }
+};
+struct BlockSaved {
+  Tensor x;      // attn_norm: its input (the block's input)
+  Tensor ln1;    // qkv: its input
+  Tensor qkv;    // attn_scores: Q, K; attn_values: V
+  Tensor probs;  // softmax: its output (the attention core)
+  Tensor attn;   // attn_proj: its input
+  Tensor x1;     // mlp_norm: its input
+  Tensor ln2;    // mlp_up: its input
+  Tensor up;     // gelu / swiglu: its input
+  Tensor act;    // mlp_down: its input
+  Bytes bytes() const;
+};
+struct HeadSaved {
+  Tensor x;       // final_norm: its input
+  Tensor ln;      // logits: its input
+  Tensor logits;  // loss: fp32 logits, turned into their gradient by head_forward
+  Bytes bytes() const { return x.bytes() + ln.bytes() + logits.bytes(); }
+};
+// Activation gradients and scratch alive while a microbatch runs backward.
+struct BackwardBuffers {
+  Tensor dres;     // gradient of the residual stream, updated layer by layer
+  Tensor d_norm;   // gradient of a norm's output
+  Tensor d_attn;   // gradient of the attention output
+  Tensor d_qkv;    // gradient of the qkv output
+  Tensor d_act;    // gradient of the activation's output (GeLU: also its input)
+  Tensor d_up;     // gradient of the SwiGLU input (gate | up); empty with GeLU
+  Tensor scratch;  // attention backward: seq × seq (Workspace)
+};
+
+// Options of one forward_backward.
+struct StepOptions {
+  // The step adds the gradient of loss_scale × the mean loss (1/k over k
+  // microbatches gives the mean over all of them).
+  float loss_scale = 1.0f;
+  // Per-block recompute: None keeps everything; Selective drops the
+  // attention core (softmax output) and recomputes it from Q, K, V in
+  // backward; Full keeps only the block's input and reruns its forward.
+  // Schedules over layers (EveryK, Sqrt, Optimal) are given per layer in
+  // `layer_recompute` instead (one entry per block; overrides `recompute`).
+  cost::Recompute recompute = cost::Recompute::None;
+  std::vector<cost::Recompute> layer_recompute;
 };
 
 class GptModel {
@@ -54,37 +105,68 @@ class GptModel {
 
   // One forward and backward over `batch` sequences of seq_len tokens
   // (tokens and targets hold batch·seq_len ids, sequence after sequence).
-  // Returns the mean cross-entropy over the tokens, and ADDS the gradient of
-  // loss_scale × that mean to grads() (loss_scale = 1/k over k
-  // microbatches gives the mean over all of them).
+  // Returns the mean cross-entropy over the tokens and ADDS its gradient,
+  // times opts.loss_scale, to grads().
   double forward_backward(std::span<const std::int32_t> tokens,
                           std::span<const std::int32_t> targets, std::int64_t batch,
-                          float loss_scale = 1.0f);
+                          const StepOptions& opts = {});
+  double forward_backward(std::span<const std::int32_t> tokens,
+                          std::span<const std::int32_t> targets, std::int64_t batch,
+                          float loss_scale) {
+    return forward_backward(tokens, targets, batch, StepOptions{.loss_scale = loss_scale});
+  }
   // Mean cross-entropy only; gradients untouched.
   double loss(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
               std::int64_t batch);
 
-  // What the last forward kept for backward.
+  // What the last forward_backward kept for backward (per block: the
+  // largest block under its recompute policy).
   const SavedBytes& last_saved_bytes() const { return saved_; }
+
+  // --- per-layer steps, the pieces forward_backward is made of -------------
+  // For executors that schedule layers and microbatches themselves. Every
+  // tensor comes from allocator(); `batch` is the microbatch's sequences.
+  //
+  // Embedding: returns the first block's input.
+  Tensor embedding_forward(std::span<const std::int32_t> tokens, std::int64_t batch,
+                           EmbeddingSaved& saved);
+  // Block `layer`: `input` moves into saved.x; returns the block's output.
+  Tensor block_forward(int layer, Tensor input, BlockSaved& saved);
+  // Frees what `policy` does not keep (Selective: probs; Full: all but x).
+  static void drop_for_recompute(BlockSaved& saved, cost::Recompute policy);
+  // Refills what drop_for_recompute freed, from what it kept.
+  void recompute(int layer, BlockSaved& saved);
+  // Head: final norm, logits, loss. `input` moves into saved.x. Returns the
+  // mean loss; saved.logits becomes the gradient of loss_scale × that mean.
+  double head_forward(Tensor input, std::span<const std::int32_t> targets,
+                      float loss_scale, HeadSaved& saved);
+  // Backward buffers for a microbatch of `batch` sequences.
+  BackwardBuffers backward_buffers(std::int64_t batch);
+  // Head backward: buffers.dres becomes the gradient of the head's input.
+  void head_backward(const HeadSaved& saved, BackwardBuffers& buffers);
+  // Block backward: buffers.dres goes from the gradient of the block's
+  // output to that of its input. Needs the full saved set (recompute first).
+  void block_backward(int layer, const BlockSaved& saved, BackwardBuffers& buffers);
+  void embedding_backward(const EmbeddingSaved& saved, const BackwardBuffers& buffers);
 
  private:
   struct BlockIndex {  // positions in params_; -1 when absent (no bias, RMS norm)
     int norm1_g = -1, norm1_b = -1, w_qkv = -1, b_qkv = -1, w_proj = -1, b_proj = -1;
     int norm2_g = -1, norm2_b = -1, w_up = -1, b_up = -1, w_down = -1, b_down = -1;
   };
-  struct BlockSaved;
-  struct StepState;
 
   int add_param(const std::string& name, Shape shape);
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
+  void check_ids(std::span<const std::int32_t> ids, std::int64_t batch, const char* what) const;
+  std::int64_t batch_of(const Tensor& t) const { return t.dim(0) / spec_.seq_len; }
   void norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows);
   void norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,
                      std::int64_t rows);
+  void attention_core(const BlockSaved& s, float* probs, float* out) const;
+  void block_forward_into(int layer, BlockSaved& s, Tensor* out);
   double run(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
-             std::int64_t batch, bool backward, float loss_scale);
-  void block_forward(int layer, BlockSaved& s, Tensor& out, std::int64_t batch);
-  void block_backward(int layer, const BlockSaved& s, StepState& st, std::int64_t batch);
+             std::int64_t batch, bool backward, const StepOptions& opts);
 
   cost::ModelSpec spec_;
   Allocator* alloc_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/blas.hpp"
 #include "backend/cpu/rng.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "costmodel/ops.hpp"
@@ -149,6 +150,102 @@ TEST_CASE("cpu/gpt: GPT step: deterministic, starts at log V, microbatches add u
     }
     CHECK_MESSAGE(worst <= 1e-4f * largest, a.names()[i]);
   }
+}
+
+// Largest |a − b| over every gradient entry, relative to the largest |a|
+// of the same tensor; 0 when bit-identical.
+double grad_mismatch(const GptModel& a, const GptModel& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.grads().size(); ++i) {
+    float largest = 0.0f, diff = 0.0f;
+    for (std::int64_t j = 0; j < a.grads()[i].numel(); ++j) {
+      largest = std::max(largest, std::abs(a.grads()[i][j]));
+      diff = std::max(diff, std::abs(a.grads()[i][j] - b.grads()[i][j]));
+    }
+    if (diff > 0.0f) worst = std::max(worst, static_cast<double>(diff / largest));
+  }
+  return worst;
+}
+
+TEST_CASE("cpu/gpt: recompute (selective, full, per layer) gives bit-identical gradients and the op chain's saved bytes") {
+  // Recomputing reruns the same kernels on the same inputs, so loss and
+  // gradients equal the plain step's exactly; the bytes kept per block are
+  // cost::expand's saved_bytes(policy): Selective drops the softmax output,
+  // Full keeps only the block's input. The peak falls accordingly.
+  set_blas_threads(1);
+  const auto spec = tiny();
+  const std::int64_t batch = 2;
+  cost::ExpandOptions o;
+  o.micro_batch = batch;
+  o.precision = cost::Precision::FP32;
+  o.attention = cost::AttentionKernel::Standard;
+  const auto chain = cost::expand(spec, o);
+  Rng rng(4);
+  const auto n = static_cast<std::size_t>(batch * spec.seq_len);
+  const auto tokens = ids(n, spec.vocab, rng), targets = ids(n, spec.vocab, rng);
+
+  TrackingAllocator base_alloc;
+  GptModel base(spec, base_alloc, 3);
+  const double base_loss = base.forward_backward(tokens, targets, batch);
+  const Bytes base_peak = base_alloc.stats().peak[tag(MemTag::Activations)];
+  using R = cost::Recompute;
+  for (const auto& opts : {StepOptions{.recompute = R::Selective}, StepOptions{.recompute = R::Full},
+                           StepOptions{.layer_recompute = {R::Full, R::None}}}) {
+    TrackingAllocator alloc;
+    GptModel model(spec, alloc, 3);
+    CHECK(model.forward_backward(tokens, targets, batch, opts) == base_loss);
+    CHECK(grad_mismatch(base, model) == 0.0);
+    const R policy = opts.layer_recompute.empty() ? opts.recompute : R::None;  // the largest block
+    CHECK(model.last_saved_bytes().block == chain.block.saved_bytes(policy));
+    if (opts.recompute == R::Full)
+      CHECK(alloc.stats().peak[tag(MemTag::Activations)] < base_peak);
+  }
+  GptModel model(spec, base_alloc, 3);
+  CHECK_THROWS_AS(model.forward_backward(tokens, targets, batch, StepOptions{.recompute = R::EveryK}),
+                  Error);
+}
+
+TEST_CASE("cpu/gpt: per-layer steps, two microbatches interleaved, equal one batch") {
+  // Forward of microbatch 0 and 1, then their backwards (a pipeline-like
+  // order through the public per-layer entry points), each with loss scale
+  // ½, gives the gradients of forward_backward on both sequences at once
+  // (up to fp32 summation order: 1e-4 of each tensor's largest entry).
+  set_blas_threads(1);
+  const auto spec = tiny();
+  Rng rng(6);
+  const auto S = static_cast<std::size_t>(spec.seq_len);
+  const auto tokens = ids(2 * S, spec.vocab, rng), targets = ids(2 * S, spec.vocab, rng);
+  TrackingAllocator alloc;
+  GptModel whole(spec, alloc, 8), parts(spec, alloc, 8);
+  const double loss = whole.forward_backward(tokens, targets, 2);
+
+  const std::span<const std::int32_t> t(tokens), y(targets);
+  EmbeddingSaved emb[2];
+  std::vector<BlockSaved> blocks[2];
+  HeadSaved head[2];
+  double sum = 0.0;
+  for (int mb = 0; mb < 2; ++mb) {
+    Tensor x = parts.embedding_forward(t.subspan(mb * S, S), 1, emb[mb]);
+    blocks[mb].resize(static_cast<std::size_t>(spec.layers));
+    for (int l = 0; l < spec.layers; ++l) {
+      x = parts.block_forward(l, std::move(x), blocks[mb][static_cast<std::size_t>(l)]);
+      GptModel::drop_for_recompute(blocks[mb][static_cast<std::size_t>(l)], cost::Recompute::Full);
+    }
+    sum += parts.head_forward(std::move(x), y.subspan(mb * S, S), 0.5f, head[mb]);
+  }
+  CHECK(sum / 2 == doctest::Approx(loss).epsilon(1e-6));
+  for (int mb = 0; mb < 2; ++mb) {
+    BackwardBuffers buf = parts.backward_buffers(1);
+    parts.head_backward(head[mb], buf);
+    for (int l = spec.layers - 1; l >= 0; --l) {
+      auto& s = blocks[mb][static_cast<std::size_t>(l)];
+      CHECK_THROWS_AS(parts.block_backward(l, s, buf), Error);  // dropped: recompute first
+      parts.recompute(l, s);
+      parts.block_backward(l, s, buf);
+    }
+    parts.embedding_backward(emb[mb], buf);
+  }
+  CHECK(grad_mismatch(whole, parts) < 1e-4);
 }
 
 TEST_CASE("cpu/gpt: GPT rejects what it does not implement and malformed batches") {

@@ -245,7 +245,8 @@ void attention_forward(const float* qkv, float* probs, float* out, const Attenti
         for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
         for (std::int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
       }
-      gemm(false, false, S, hd, S, 1.0f, p, S, v, ld, 0.0f, out + b * S * H + h * hd, H);
+      if (out != nullptr)
+        gemm(false, false, S, hd, S, 1.0f, p, S, v, ld, 0.0f, out + b * S * H + h * hd, H);
     }
   }
 }

@@ -67,6 +67,7 @@ struct AttentionDims {
   std::int64_t batch = 1, seq = 1, heads = 1, head_dim = 1;
   std::int64_t hidden() const { return heads * head_dim; }
 };
+// out may be null: only P (selective recompute refills the softmax output).
 void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d);
 // dqkv (same layout as qkv) is written. scratch: seq·seq floats.
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,

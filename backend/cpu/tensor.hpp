@@ -58,8 +58,9 @@ class BasicTensor {
   // Zero-filled storage for `shape` from `alloc`, counted under `tag`.
   BasicTensor(Allocator& alloc, Shape shape, MemTag tag)
       : alloc_(&alloc), shape_(shape), tag_(tag) {
-    data_ = static_cast<T*>(alloc.allocate(bytes(), tag));
-    std::memset(data_, 0, static_cast<std::size_t>(bytes()));
+    const Bytes n = shape.numel() * static_cast<Bytes>(sizeof(T));
+    data_ = static_cast<T*>(alloc.allocate(n, tag));
+    std::memset(data_, 0, static_cast<std::size_t>(n));
   }
   ~BasicTensor() { release(); }
   BasicTensor(const BasicTensor&) = delete;
@@ -85,7 +86,8 @@ class BasicTensor {
   const Shape& shape() const { return shape_; }
   std::int64_t dim(int i) const { return shape_[i]; }
   std::int64_t numel() const { return data_ ? shape_.numel() : 0; }
-  Bytes bytes() const { return shape_.numel() * static_cast<Bytes>(sizeof(T)); }
+  // Bytes held: 0 for an empty (default, moved-from or released) tensor.
+  Bytes bytes() const { return data_ ? shape_.numel() * static_cast<Bytes>(sizeof(T)) : 0; }
   MemTag tag() const { return tag_; }
   T* data() { return data_; }
   const T* data() const { return data_; }

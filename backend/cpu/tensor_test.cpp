@@ -26,6 +26,7 @@ TEST_CASE("cpu/tensor: tracking allocator: live and peak bytes by tag follow ten
     CHECK(alloc.stats().current_total == 40);
     Tensor moved = std::move(a);  // ownership moves, bytes do not double
     CHECK(a.empty());
+    CHECK(a.bytes() == 0);
     CHECK(alloc.stats().current[idx(MemTag::Activations)] == 24);
     moved.release();
     CHECK(alloc.stats().current_total == 16);
