@@ -25,7 +25,6 @@ cost::ModelSpec checked_spec(cost::ModelSpec m) {
   if (m.kv_heads != m.heads)
     throw Error(who + "grouped-query attention (kv_heads != heads) is not implemented");
   if (m.moe) throw Error(who + "mixture of experts is not implemented");
-  if (m.dropout) throw Error(who + "dropout is not implemented (train with p = 0)");
   if (m.position_embedding != cost::PositionEmbedding::Learned &&
       m.position_embedding != cost::PositionEmbedding::None)
     throw Error(who + "only learned positions (or none) are implemented");
@@ -34,8 +33,9 @@ cost::ModelSpec checked_spec(cost::ModelSpec m) {
 }  // namespace
 
 Bytes BlockSaved::bytes() const {
-  return x.bytes() + ln1.bytes() + qkv.bytes() + probs.bytes() + attn.bytes() + x1.bytes() +
-         ln2.bytes() + up.bytes() + act.bytes();
+  return x.bytes() + ln1.bytes() + qkv.bytes() + probs.bytes() + attn_mask.bytes() +
+         dropped.bytes() + attn.bytes() + proj_mask.bytes() + x1.bytes() + ln2.bytes() +
+         up.bytes() + act.bytes() + mlp_mask.bytes();
 }
 
 GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed)
@@ -136,21 +136,57 @@ void GptModel::check_ids(std::span<const std::int32_t> ids, std::int64_t batch,
                 std::to_string(n) + " ids (got " + std::to_string(ids.size()) + ")");
 }
 
+namespace {
+// Where a dropout mask sits, for its seed.
+enum class DropSite : std::uint64_t { Embedding = 1, Attention = 2, Projection = 3, Mlp = 4 };
+
+// The seed of one mask: the step's seed mixed with the layer and the site.
+std::uint64_t mask_seed(std::uint64_t seed, int layer, DropSite site) {
+  std::uint64_t z = seed ^ ((static_cast<std::uint64_t>(layer + 1) << 8) |
+                            static_cast<std::uint64_t>(site));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+MaskTensor make_mask(Allocator& a, Shape shape, const Dropout& d, int layer, DropSite site) {
+  MaskTensor m(a, shape, MemTag::Activations);
+  dropout_mask(m.data(), m.numel(), d.p, mask_seed(d.seed, layer, site));
+  return m;
+}
+}  // namespace
+
+void GptModel::check_dropout(const Dropout& d) const {
+  if (!(d.p >= 0.0f && d.p < 1.0f))
+    throw Error("GptModel: dropout probability " + std::to_string(d.p) + " is outside [0, 1)");
+  if (!spec_.dropout && d.p != 0.0f)
+    throw Error("GptModel '" + spec_.name + "': dropout p > 0 for a model without dropout");
+}
+
 Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::int64_t batch,
-                                   EmbeddingSaved& saved) {
+                                   EmbeddingSaved& saved, Dropout dropout) {
   check_ids(tokens, batch, "tokens");
+  check_dropout(dropout);
   const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
   saved.tokens = IndexTensor(*alloc_, {N}, MemTag::Activations);
   std::memcpy(saved.tokens.data(), tokens.data(), static_cast<std::size_t>(N) * sizeof(std::int32_t));
   Tensor out(*alloc_, {N, h}, MemTag::Activations);
   cpu::embedding_forward(saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h,
                          spec_.vocab);
+  saved.dropout = dropout;
+  if (spec_.dropout) {
+    saved.mask = make_mask(*alloc_, {N, h}, dropout, -1, DropSite::Embedding);
+    dropout_apply(out.data(), saved.mask.data(), out.data(), N * h, dropout.p);
+  }
   return out;
 }
 
 void GptModel::attention_core(const BlockSaved& s, float* probs, float* out) const {
   const AttentionDims dims{batch_of(s.x), spec_.seq_len, spec_.heads, spec_.head_dim()};
-  attention_forward(s.qkv.data(), probs, out, dims);
+  if (!spec_.dropout) return attention_forward(s.qkv.data(), probs, out, dims);
+  const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()),
+                            s.dropout.p};
+  attention_forward(s.qkv.data(), probs, out, dims, &ad);
 }
 
 // Runs the block from s.x, filling every saved tensor that is empty (all of
@@ -174,18 +210,36 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
     linear_forward(s.ln1.data(), p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * h,
                    WeightLayout::InOut, false);
   }
+  const Dropout& dr = s.dropout;
   if (s.probs.empty()) {
-    // Selective recompute refills only the probabilities (attn was kept).
+    // Selective recompute refills only the core (attn was kept).
     const bool need_attn = s.attn.empty();
     s.probs = Tensor(a, {batch, spec_.heads, S, S}, act);
+    if (spec_.dropout) {
+      s.attn_mask = make_mask(a, {batch, spec_.heads, S, S}, dr, layer, DropSite::Attention);
+      s.dropped = Tensor(a, {batch, spec_.heads, S, S}, act);
+    }
     if (need_attn) s.attn = Tensor(a, {N, h}, act);
     attention_core(s, s.probs.data(), need_attn ? s.attn.data() : nullptr);
   }
+  if (spec_.dropout && s.proj_mask.empty())
+    s.proj_mask = make_mask(a, {N, h}, dr, layer, DropSite::Projection);
+  if (spec_.dropout && s.mlp_mask.empty())
+    s.mlp_mask = make_mask(a, {N, h}, dr, layer, DropSite::Mlp);
   if (s.x1.empty()) {
-    // x1 = x + attn·W + b: the residual add folded into the product.
-    s.x1 = s.x.clone(a, act);
-    linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
-                   WeightLayout::InOut, true);
+    if (spec_.dropout) {
+      // x1 = x + dropout(attn·W + b).
+      s.x1 = Tensor(a, {N, h}, act);
+      linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
+                     WeightLayout::InOut, false);
+      dropout_apply(s.x1.data(), s.proj_mask.data(), s.x1.data(), N * h, dr.p);
+      residual_forward(s.x1.data(), s.x.data(), s.x1.data(), N * h);
+    } else {
+      // x1 = x + attn·W + b: the residual add folded into the product.
+      s.x1 = s.x.clone(a, act);
+      linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
+                     WeightLayout::InOut, true);
+    }
   }
   if (s.ln2.empty()) {
     s.ln2 = Tensor(a, {N, h}, act);
@@ -204,18 +258,28 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
       swiglu_forward(s.up.data(), s.act.data(), N, f);
   }
   if (out != nullptr) {
-    *out = s.x1.clone(a, act);
-    linear_forward(s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h,
-                   WeightLayout::InOut, true);
+    if (spec_.dropout) {
+      *out = Tensor(a, {N, h}, act);
+      linear_forward(s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h,
+                     WeightLayout::InOut, false);
+      dropout_apply(out->data(), s.mlp_mask.data(), out->data(), N * h, dr.p);
+      residual_forward(out->data(), s.x1.data(), out->data(), N * h);
+    } else {
+      *out = s.x1.clone(a, act);
+      linear_forward(s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h,
+                     WeightLayout::InOut, true);
+    }
   }
 }
 
-Tensor GptModel::block_forward(int layer, Tensor input, BlockSaved& saved) {
+Tensor GptModel::block_forward(int layer, Tensor input, BlockSaved& saved, Dropout dropout) {
+  check_dropout(dropout);
   if (input.empty() || input.shape().rank() != 2 || input.dim(1) != spec_.hidden ||
       input.dim(0) % spec_.seq_len != 0)
     throw Error("GptModel::block_forward: input must be [batch·seq_len × hidden]");
   saved = BlockSaved{};
   saved.x = std::move(input);
+  saved.dropout = dropout;
   Tensor out;
   block_forward_into(layer, saved, &out);
   return out;
@@ -227,11 +291,15 @@ void GptModel::drop_for_recompute(BlockSaved& s, cost::Recompute policy) {
       return;
     case cost::Recompute::Selective:
       s.probs.release();
+      s.attn_mask.release();
+      s.dropped.release();
       return;
     case cost::Recompute::Full: {
       Tensor x = std::move(s.x);
+      const Dropout d = s.dropout;
       s = BlockSaved{};
       s.x = std::move(x);
+      s.dropout = d;
       return;
     }
     default:
@@ -295,14 +363,22 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
   if (layer < 0 || layer >= spec_.layers)
     throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
   if (s.x.empty() || s.ln1.empty() || s.qkv.empty() || s.probs.empty() || s.attn.empty() ||
-      s.x1.empty() || s.ln2.empty() || s.up.empty() || s.act.empty())
+      s.x1.empty() || s.ln2.empty() || s.up.empty() || s.act.empty() ||
+      (spec_.dropout && (s.attn_mask.empty() || s.dropped.empty() || s.proj_mask.empty() ||
+                         s.mlp_mask.empty())))
     throw Error("GptModel::block_backward: layer " + std::to_string(layer) +
                 " lacks saved tensors (recompute them first)");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
   const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
   const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
+  const float drop_p = s.dropout.p;
   // MLP branch: st.dres holds the gradient of the block's output.
-  linear_backward(s.act.data(), p(b.w_down), st.dres.data(), st.d_act.data(), g(b.w_down),
+  const float* dy_down = st.dres.data();
+  if (spec_.dropout) {
+    dropout_apply(st.dres.data(), s.mlp_mask.data(), st.d_norm.data(), N * h, drop_p);
+    dy_down = st.d_norm.data();
+  }
+  linear_backward(s.act.data(), p(b.w_down), dy_down, st.d_act.data(), g(b.w_down),
                   g(b.b_down), N, f, h, WeightLayout::InOut, false);
   float* d_up = st.d_act.data();
   if (spec_.mlp == cost::MlpKind::Gelu) {
@@ -315,18 +391,26 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
                   up_width_, WeightLayout::InOut, false);
   norm_backward(b.norm2_g, b.norm2_b, s.x1.data(), st.d_norm.data(), st.dres.data(), N);
   // Attention branch: st.dres now holds the gradient of x1.
-  linear_backward(s.attn.data(), p(b.w_proj), st.dres.data(), st.d_attn.data(), g(b.w_proj),
+  const float* dy_proj = st.dres.data();
+  if (spec_.dropout) {
+    dropout_apply(st.dres.data(), s.proj_mask.data(), st.d_norm.data(), N * h, drop_p);
+    dy_proj = st.d_norm.data();
+  }
+  linear_backward(s.attn.data(), p(b.w_proj), dy_proj, st.d_attn.data(), g(b.w_proj),
                   g(b.b_proj), N, h, h, WeightLayout::InOut, false);
   const AttentionDims dims{batch, S, spec_.heads, spec_.head_dim()};
+  const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()), drop_p};
   attention_backward(s.qkv.data(), s.probs.data(), st.d_attn.data(), st.d_qkv.data(),
-                     st.scratch.data(), dims);
+                     st.scratch.data(), dims, spec_.dropout ? &ad : nullptr);
   linear_backward(s.ln1.data(), p(b.w_qkv), st.d_qkv.data(), st.d_norm.data(), g(b.w_qkv),
                   g(b.b_qkv), N, h, 3 * h, WeightLayout::InOut, false);
   norm_backward(b.norm1_g, b.norm1_b, s.x.data(), st.d_norm.data(), st.dres.data(), N);
 }
 
-void GptModel::embedding_backward(const EmbeddingSaved& s, const BackwardBuffers& st) {
+void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) {
   const std::int64_t batch = s.tokens.numel() / spec_.seq_len;
+  if (spec_.dropout)
+    dropout_apply(st.dres.data(), s.mask.data(), st.dres.data(), st.dres.numel(), s.dropout.p);
   cpu::embedding_backward(s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
                           spec_.seq_len, spec_.hidden);
 }
@@ -344,11 +428,11 @@ double GptModel::run(std::span<const std::int32_t> tokens,
   check_ids(targets, batch, "targets");
 
   EmbeddingSaved emb;
-  Tensor x = embedding_forward(tokens, batch, emb);
+  Tensor x = embedding_forward(tokens, batch, emb, opts.dropout);
   std::vector<BlockSaved> saved(L);
   Bytes block_bytes = 0;
   for (std::size_t l = 0; l < L; ++l) {
-    x = block_forward(static_cast<int>(l), std::move(x), saved[l]);
+    x = block_forward(static_cast<int>(l), std::move(x), saved[l], opts.dropout);
     if (backward) drop_for_recompute(saved[l], policy(l));
     block_bytes = std::max(block_bytes, saved[l].bytes());
   }
@@ -376,8 +460,9 @@ double GptModel::forward_backward(std::span<const std::int32_t> tokens,
 }
 
 double GptModel::loss(std::span<const std::int32_t> tokens,
-                      std::span<const std::int32_t> targets, std::int64_t batch) {
-  return run(tokens, targets, batch, false, {});
+                      std::span<const std::int32_t> targets, std::int64_t batch,
+                      Dropout dropout) {
+  return run(tokens, targets, batch, false, StepOptions{.dropout = dropout});
 }
 
 }  // namespace strata::backend::cpu

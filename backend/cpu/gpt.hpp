@@ -32,20 +32,34 @@ struct SavedBytes {
 // What one microbatch keeps between its forward and backward, per layer of
 // the op chain, each tensor named by the op that saves it. The executor will
 // hold one set per (layer, microbatch) in flight.
+// Dropout of one microbatch's forward: probability and the seed its masks
+// derive from (with the layer and the site), so a recompute regenerates them.
+struct Dropout {
+  float p = 0.0f;
+  std::uint64_t seed = 0;
+};
+
 struct EmbeddingSaved {
   IndexTensor tokens;  // embedding: the token ids
-  Bytes bytes() const { return tokens.bytes(); }
+  MaskTensor mask;     // embedding_dropout (models with dropout)
+  Dropout dropout;     // what the forward used
+  Bytes bytes() const { return tokens.bytes() + mask.bytes(); }
 };
 struct BlockSaved {
   Tensor x;      // attn_norm: its input (the block's input)
   Tensor ln1;    // qkv: its input
   Tensor qkv;    // attn_scores: Q, K; attn_values: V
   Tensor probs;  // softmax: its output (the attention core)
+  MaskTensor attn_mask;  // attn_dropout: its mask (attention core)
+  Tensor dropped;        // attn_values: the dropout output it multiplied (attention core)
   Tensor attn;   // attn_proj: its input
+  MaskTensor proj_mask;  // attn_out_dropout: its mask
   Tensor x1;     // mlp_norm: its input
   Tensor ln2;    // mlp_up: its input
   Tensor up;     // gelu / swiglu: its input
   Tensor act;    // mlp_down: its input
+  MaskTensor mlp_mask;   // mlp_dropout: its mask
+  Dropout dropout;       // what the forward used (recompute uses it again)
   Bytes bytes() const;
 };
 struct HeadSaved {
@@ -77,6 +91,10 @@ struct StepOptions {
   // `layer_recompute` instead (one entry per block; overrides `recompute`).
   cost::Recompute recompute = cost::Recompute::None;
   std::vector<cost::Recompute> layer_recompute;
+  // Dropout for models with spec.dropout (Megatron-LM trains GPT with 0.1);
+  // vary the seed between steps and microbatches. A model without dropout
+  // refuses p > 0.
+  Dropout dropout;
 };
 
 class GptModel {
@@ -115,9 +133,10 @@ class GptModel {
                           float loss_scale) {
     return forward_backward(tokens, targets, batch, StepOptions{.loss_scale = loss_scale});
   }
-  // Mean cross-entropy only; gradients untouched.
+  // Mean cross-entropy only; gradients untouched. Without dropout unless
+  // `dropout` says otherwise (evaluation).
   double loss(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
-              std::int64_t batch);
+              std::int64_t batch, Dropout dropout = {});
 
   // What the last forward_backward kept for backward (per block: the
   // largest block under its recompute policy).
@@ -129,10 +148,11 @@ class GptModel {
   //
   // Embedding: returns the first block's input.
   Tensor embedding_forward(std::span<const std::int32_t> tokens, std::int64_t batch,
-                           EmbeddingSaved& saved);
+                           EmbeddingSaved& saved, Dropout dropout = {});
   // Block `layer`: `input` moves into saved.x; returns the block's output.
-  Tensor block_forward(int layer, Tensor input, BlockSaved& saved);
-  // Frees what `policy` does not keep (Selective: probs; Full: all but x).
+  Tensor block_forward(int layer, Tensor input, BlockSaved& saved, Dropout dropout = {});
+  // Frees what `policy` does not keep (Selective: the attention core;
+  // Full: all but x and the dropout settings).
   static void drop_for_recompute(BlockSaved& saved, cost::Recompute policy);
   // Refills what drop_for_recompute freed, from what it kept.
   void recompute(int layer, BlockSaved& saved);
@@ -147,7 +167,8 @@ class GptModel {
   // Block backward: buffers.dres goes from the gradient of the block's
   // output to that of its input. Needs the full saved set (recompute first).
   void block_backward(int layer, const BlockSaved& saved, BackwardBuffers& buffers);
-  void embedding_backward(const EmbeddingSaved& saved, const BackwardBuffers& buffers);
+  // Adds the embedding's gradients; consumes buffers.dres.
+  void embedding_backward(const EmbeddingSaved& saved, BackwardBuffers& buffers);
 
  private:
   struct BlockIndex {  // positions in params_; -1 when absent (no bias, RMS norm)
@@ -159,6 +180,7 @@ class GptModel {
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
   void check_ids(std::span<const std::int32_t> ids, std::int64_t batch, const char* what) const;
+  void check_dropout(const Dropout& d) const;
   std::int64_t batch_of(const Tensor& t) const { return t.dim(0) / spec_.seq_len; }
   void norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows);
   void norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,

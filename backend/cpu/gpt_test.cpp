@@ -45,7 +45,7 @@ std::size_t tag(MemTag t) { return static_cast<std::size_t>(t); }
 // Central differences of the mean loss against the analytical gradient, for
 // six entries of every parameter tensor. Parameters are redrawn larger than
 // GPT-2's init (sd 0.3) so gradients stand well above fp32 round-off.
-void check_model_gradients(const cost::ModelSpec& spec) {
+void check_model_gradients(const cost::ModelSpec& spec, Dropout dropout = {}) {
   TrackingAllocator alloc;
   GptModel model(spec, alloc, 7);
   Rng rng(11);
@@ -58,7 +58,7 @@ void check_model_gradients(const cost::ModelSpec& spec) {
   const auto n = static_cast<std::size_t>(batch * spec.seq_len);
   const auto tokens = ids(n, spec.vocab, rng), targets = ids(n, spec.vocab, rng);
   model.zero_grads();
-  model.forward_backward(tokens, targets, batch);
+  model.forward_backward(tokens, targets, batch, StepOptions{.dropout = dropout});
   for (std::size_t i = 0; i < model.params().size(); ++i) {
     Tensor& p = model.params()[i];
     std::vector<float> x(p.span().begin(), p.span().end());
@@ -68,7 +68,7 @@ void check_model_gradients(const cost::ModelSpec& spec) {
     for (int k = 0; k < 6; ++k) idx.push_back(static_cast<std::size_t>(rng.below(p.numel())));
     auto f = [&] {
       std::copy(x.begin(), x.end(), p.data());
-      return model.loss(tokens, targets, batch);
+      return model.loss(tokens, targets, batch, dropout);
     };
     test::check_grad(model.names()[i], x, analytic, f, 1e-2f, 1e-3, 2e-2, idx);
     std::copy(x.begin(), x.end(), p.data());
@@ -85,13 +85,46 @@ TEST_CASE("cpu/gpt: Llama-style GPT (SwiGLU, RMS norm, no bias, untied logits): 
   check_model_gradients(tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false));
 }
 
+cost::ModelSpec with_dropout(cost::ModelSpec m) {
+  m.dropout = true;
+  return m;
+}
+
+TEST_CASE("cpu/gpt: GPT with dropout (p 0.2, fixed seed): gradients match finite differences") {
+  // Masks depend on the seed only, so the loss is a smooth function of the
+  // parameters and the backward through all four dropout sites is checkable.
+  check_model_gradients(with_dropout(tiny()), Dropout{.p = 0.2f, .seed = 99});
+}
+
+TEST_CASE("cpu/gpt: dropout with p 0 is the model without dropout; p > 0 changes the loss") {
+  // All-ones masks scale by 1: loss and gradients equal the dropout-free
+  // model's (same seed, same parameters); p = 0.3 gives another loss.
+  TrackingAllocator alloc;
+  GptModel plain(tiny(), alloc, 4), drop(with_dropout(tiny()), alloc, 4);
+  Rng rng(8);
+  const auto n = static_cast<std::size_t>(2 * tiny().seq_len);
+  const auto tokens = ids(n, 11, rng), targets = ids(n, 11, rng);
+  const double l = plain.forward_backward(tokens, targets, 2);
+  CHECK(drop.forward_backward(tokens, targets, 2) == l);
+  for (std::size_t i = 0; i < plain.grads().size(); ++i)
+    for (std::int64_t j = 0; j < plain.grads()[i].numel(); ++j)
+      REQUIRE(drop.grads()[i][j] == plain.grads()[i][j]);
+  CHECK(drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}) != l);
+  CHECK(drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}) ==
+        drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}));
+}
+
 TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at fp32") {
   // Parameter count = cost::expand(...).params(); bytes saved per block,
   // embedding and head = the op chain's saved_bytes with fp32 activations and
   // standard attention: per block 4·sb(8h + up + f) + 4·as²b (up = f for
   // GeLU, 2f for SwiGLU); with GeLU and f = 4h that is
   // twice Korthikanti's 16-bit sbh(34 + 5as/h) less its dropout terms.
-  for (const auto& spec : {tiny(), tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false)}) {
+  // With dropout add the op chain's masks (1 byte each: sbh after the
+  // embedding, the projection and the MLP, as²b on the scores) and the
+  // dropout output attn_values multiplies (4·as²b).
+  for (const auto& spec : {tiny(), tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false),
+                           with_dropout(tiny())}) {
     TrackingAllocator alloc;
     GptModel model(spec, alloc, 1);
     const std::int64_t batch = 3;
@@ -114,7 +147,9 @@ TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at
     CHECK(s.head == chain.head.saved_bytes());
     const std::int64_t sb = spec.seq_len * batch, h = spec.hidden, f = spec.ffn_hidden;
     const std::int64_t up = spec.mlp == cost::MlpKind::Swiglu ? 2 * f : f;
-    CHECK(s.block == 4 * sb * (8 * h + up + f) + 4 * spec.heads * spec.seq_len * sb);
+    const std::int64_t as2b = spec.heads * spec.seq_len * sb;
+    CHECK(s.block == 4 * sb * (8 * h + up + f) + 4 * as2b +
+                         (spec.dropout ? 2 * sb * h + 5 * as2b : 0));
     // Everything a step holds is gone after it; its peak holds at least
     // every layer's saved tensors at once.
     const auto st = alloc.stats();
@@ -168,12 +203,14 @@ double grad_mismatch(const GptModel& a, const GptModel& b) {
 }
 
 TEST_CASE("cpu/gpt: recompute (selective, full, per layer) gives bit-identical gradients and the op chain's saved bytes") {
-  // Recomputing reruns the same kernels on the same inputs, so loss and
-  // gradients equal the plain step's exactly; the bytes kept per block are
+  // Recomputing reruns the same kernels on the same inputs (dropout masks
+  // regenerate from their seed), so loss and gradients equal the plain
+  // step's exactly, with and without dropout; the bytes kept per block are
   // cost::expand's saved_bytes(policy): Selective drops the softmax output,
   // Full keeps only the block's input. The peak falls accordingly.
   set_blas_threads(1);
-  const auto spec = tiny();
+  for (const auto& spec : {tiny(), with_dropout(tiny())}) {
+  const Dropout drop{.p = spec.dropout ? 0.1f : 0.0f, .seed = 5};
   const std::int64_t batch = 2;
   cost::ExpandOptions o;
   o.micro_batch = batch;
@@ -186,11 +223,13 @@ TEST_CASE("cpu/gpt: recompute (selective, full, per layer) gives bit-identical g
 
   TrackingAllocator base_alloc;
   GptModel base(spec, base_alloc, 3);
-  const double base_loss = base.forward_backward(tokens, targets, batch);
+  const double base_loss = base.forward_backward(tokens, targets, batch, StepOptions{.dropout = drop});
   const Bytes base_peak = base_alloc.stats().peak[tag(MemTag::Activations)];
   using R = cost::Recompute;
-  for (const auto& opts : {StepOptions{.recompute = R::Selective}, StepOptions{.recompute = R::Full},
-                           StepOptions{.layer_recompute = {R::Full, R::None}}}) {
+  for (const auto& opts :
+       {StepOptions{.recompute = R::Selective, .dropout = drop},
+        StepOptions{.recompute = R::Full, .dropout = drop},
+        StepOptions{.layer_recompute = {R::Full, R::None}, .dropout = drop}}) {
     TrackingAllocator alloc;
     GptModel model(spec, alloc, 3);
     CHECK(model.forward_backward(tokens, targets, batch, opts) == base_loss);
@@ -203,6 +242,7 @@ TEST_CASE("cpu/gpt: recompute (selective, full, per layer) gives bit-identical g
   GptModel model(spec, base_alloc, 3);
   CHECK_THROWS_AS(model.forward_backward(tokens, targets, batch, StepOptions{.recompute = R::EveryK}),
                   Error);
+  }
 }
 
 TEST_CASE("cpu/gpt: per-layer steps, two microbatches interleaved, equal one batch") {
@@ -249,12 +289,10 @@ TEST_CASE("cpu/gpt: per-layer steps, two microbatches interleaved, equal one bat
 }
 
 TEST_CASE("cpu/gpt: GPT rejects what it does not implement and malformed batches") {
-  // Dropout, MoE, GQA and rotary positions throw; so do wrong id counts.
+  // GQA and rotary positions throw; so do wrong id counts, dropout on a
+  // model without it, and p outside [0, 1).
   TrackingAllocator alloc;
   auto m = tiny();
-  m.dropout = true;
-  CHECK_THROWS_AS(GptModel(m, alloc, 1), Error);
-  m = tiny();
   m.kv_heads = 1;
   CHECK_THROWS_AS(GptModel(m, alloc, 1), Error);
   m = tiny();
@@ -263,6 +301,10 @@ TEST_CASE("cpu/gpt: GPT rejects what it does not implement and malformed batches
   GptModel model(tiny(), alloc, 1);
   std::vector<std::int32_t> few(5, 0);
   CHECK_THROWS_AS(model.forward_backward(few, few, 1), Error);
+  std::vector<std::int32_t> ok(8, 0);
+  CHECK_THROWS_AS(model.loss(ok, ok, 1, {.p = 0.1f}), Error);
+  GptModel dropping(with_dropout(tiny()), alloc, 1);
+  CHECK_THROWS_AS(dropping.loss(ok, ok, 1, {.p = 1.0f}), Error);
 }
 
 }  // namespace

@@ -223,7 +223,8 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
 
 // --- attention -------------------------------------------------------------------
 
-void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d) {
+void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d,
+                       const AttentionDropout* dropout) {
   const std::int64_t S = d.seq, H = d.hidden(), hd = d.head_dim, ld = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::int64_t b = 0; b < d.batch; ++b) {
@@ -232,7 +233,8 @@ void attention_forward(const float* qkv, float* probs, float* out, const Attenti
       const float* q = base + h * hd;
       const float* k = base + H + h * hd;
       const float* v = base + 2 * H + h * hd;
-      float* p = probs + (b * d.heads + h) * S * S;
+      const std::int64_t off = (b * d.heads + h) * S * S;
+      float* p = probs + off;
       gemm(false, true, S, S, hd, scale, q, ld, k, ld, 0.0f, p, S);
       for (std::int64_t i = 0; i < S; ++i) {
         float* row = p + i * S;
@@ -245,14 +247,20 @@ void attention_forward(const float* qkv, float* probs, float* out, const Attenti
         for (std::int64_t j = 0; j <= i; ++j) row[j] *= inv;
         for (std::int64_t j = i + 1; j < S; ++j) row[j] = 0.0f;
       }
+      const float* pv = p;
+      if (dropout != nullptr) {
+        dropout_apply(p, dropout->mask + off, dropout->dropped + off, S * S, dropout->p);
+        pv = dropout->dropped + off;
+      }
       if (out != nullptr)
-        gemm(false, false, S, hd, S, 1.0f, p, S, v, ld, 0.0f, out + b * S * H + h * hd, H);
+        gemm(false, false, S, hd, S, 1.0f, pv, S, v, ld, 0.0f, out + b * S * H + h * hd, H);
     }
   }
 }
 
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
-                        float* scratch, const AttentionDims& d) {
+                        float* scratch, const AttentionDims& d,
+                        const AttentionDropout* dropout) {
   const std::int64_t S = d.seq, H = d.hidden(), hd = d.head_dim, ld = 3 * H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::int64_t b = 0; b < d.batch; ++b) {
@@ -262,11 +270,14 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
       const float* q = base + h * hd;
       const float* k = base + H + h * hd;
       const float* v = base + 2 * H + h * hd;
-      const float* p = probs + (b * d.heads + h) * S * S;
+      const std::int64_t off = (b * d.heads + h) * S * S;
+      const float* p = probs + off;
+      const float* pv = dropout != nullptr ? dropout->dropped + off : p;  // what met V
       const float* go = dout + b * S * H + h * hd;
-      // dP = dO·Vᵀ, dV = Pᵀ·dO.
+      // dP = dO·Vᵀ, dV = Pᵀ·dO (P after dropout), then back through the dropout.
       gemm(false, true, S, S, hd, 1.0f, go, H, v, ld, 0.0f, scratch, S);
-      gemm(true, false, S, hd, S, 1.0f, p, S, go, H, 0.0f, dbase + 2 * H + h * hd, ld);
+      gemm(true, false, S, hd, S, 1.0f, pv, S, go, H, 0.0f, dbase + 2 * H + h * hd, ld);
+      if (dropout != nullptr) dropout_apply(scratch, dropout->mask + off, scratch, S * S, dropout->p);
       // Softmax backward: dS = P ⊙ (dP − rowsum(P ⊙ dP)); masked P are zero.
       for (std::int64_t i = 0; i < S; ++i) {
         const float* pr = p + i * S;
@@ -281,6 +292,28 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
       gemm(true, false, S, hd, S, scale, scratch, S, q, ld, 0.0f, dbase + H + h * hd, ld);
     }
   }
+}
+
+// --- dropout -----------------------------------------------------------------------
+
+void dropout_mask(std::uint8_t* mask, std::int64_t n, float p, std::uint64_t seed) {
+  if (!(p >= 0.0f && p < 1.0f))
+    throw Error("dropout: probability " + std::to_string(p) + " is outside [0, 1)");
+  // Keep when the top 32 bits of splitmix64(seed ⊕ i) reach p·2³².
+  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 4294967296.0);
+  const std::uint64_t key = seed * 0x9e3779b97f4a7c15ULL;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint64_t z = key + static_cast<std::uint64_t>(i) * 0xd1b54a32d192ed03ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    mask[i] = (z >> 32) >= threshold ? 1 : 0;
+  }
+}
+
+void dropout_apply(const float* x, const std::uint8_t* mask, float* y, std::int64_t n, float p) {
+  const float keep_scale = 1.0f / (1.0f - p);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = mask[i] != 0 ? x[i] * keep_scale : 0.0f;
 }
 
 // --- activations -------------------------------------------------------------------

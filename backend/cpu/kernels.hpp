@@ -67,11 +67,32 @@ struct AttentionDims {
   std::int64_t batch = 1, seq = 1, heads = 1, head_dim = 1;
   std::int64_t hidden() const { return heads * head_dim; }
 };
-// out may be null: only P (selective recompute refills the softmax output).
-void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d);
+// Dropout on the probabilities (op `attn_dropout`): `mask` (from
+// dropout_mask, one byte per element of probs) is the caller's; `dropped`
+// [like probs] receives P⊙mask/(1−p), which attn_values multiplies with V
+// and saves. Backward reads both.
+struct AttentionDropout {
+  const std::uint8_t* mask = nullptr;
+  float* dropped = nullptr;
+  float p = 0.0f;
+};
+// out may be null: only P (and the dropout output), as selective recompute
+// refills the attention core. dropout may be null: none.
+void attention_forward(const float* qkv, float* probs, float* out, const AttentionDims& d,
+                       const AttentionDropout* dropout = nullptr);
 // dqkv (same layout as qkv) is written. scratch: seq·seq floats.
 void attention_backward(const float* qkv, const float* probs, const float* dout, float* dqkv,
-                        float* scratch, const AttentionDims& d);
+                        float* scratch, const AttentionDims& d,
+                        const AttentionDropout* dropout = nullptr);
+
+// --- dropout (ops `embedding_dropout`, `attn_dropout`, `attn_out_dropout`, `mlp_dropout`)
+// mask[i] = 1 (keep) or 0, from a counter-based hash of (seed, i): element i
+// is dropped with probability p, the same on every thread and every rerun,
+// so recomputation regenerates the same mask. Throws Error unless 0 <= p < 1.
+// Saves: the mask, one byte per element.
+void dropout_mask(std::uint8_t* mask, std::int64_t n, float p, std::uint64_t seed);
+// y = x·mask/(1 − p) (forward, and backward on the gradient); y may alias x.
+void dropout_apply(const float* x, const std::uint8_t* mask, float* y, std::int64_t n, float p);
 
 // --- activations (ops `gelu`, `swiglu`) ----------------------------------------
 // GeLU, tanh approximation (GPT-2, Megatron-LM):

@@ -119,5 +119,6 @@ class BasicTensor {
 
 using Tensor = BasicTensor<float>;          // fp32 storage
 using IndexTensor = BasicTensor<std::int32_t>;  // token ids
+using MaskTensor = BasicTensor<std::uint8_t>;   // dropout masks
 
 }  // namespace strata::backend::cpu
