@@ -1,5 +1,6 @@
 #include "backend/cpu/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -83,6 +84,172 @@ void Adam::step(std::span<Tensor> params, std::span<const Tensor> grads) {
       p[j] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + o_.eps);
     }
   }
+}
+
+namespace {
+double norm2(const float* x, std::int64_t n) {
+  double s = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s);
+}
+
+// Factored state: a rank-2 parameter gets [rows] and [cols] tensors, any
+// other a full tensor in `row` and nothing in `col`.
+void ensure_factored(std::vector<Tensor>& row, std::vector<Tensor>& col,
+                     std::span<Tensor> params, Allocator& alloc) {
+  if (!row.empty()) {
+    if (row.size() != params.size())
+      throw Error("optimizer: stepped with " + std::to_string(params.size()) +
+                  " parameters after " + std::to_string(row.size()));
+    return;
+  }
+  for (const auto& p : params) {
+    if (p.shape().rank() == 2) {
+      row.emplace_back(alloc, Shape{p.dim(0)}, MemTag::OptimizerStates);
+      col.emplace_back(alloc, Shape{p.dim(1)}, MemTag::OptimizerStates);
+    } else {
+      row.emplace_back(alloc, p.shape(), MemTag::OptimizerStates);
+      col.emplace_back();
+    }
+  }
+}
+}  // namespace
+
+void Lars::step(std::span<Tensor> params, std::span<const Tensor> grads) {
+  check(params, grads);
+  ensure_state(velocity_, params, *alloc_);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    float* p = params[i].data();
+    const float* g = grads[i].data();
+    float* v = velocity_[i].data();
+    const std::int64_t n = params[i].numel();
+    const double wn = norm2(p, n), gn = norm2(g, n);
+    const double trust = wn > 0.0 && gn > 0.0
+                             ? o_.trust_coefficient * wn / (gn + o_.weight_decay * wn)
+                             : 1.0;
+    const auto local_lr = static_cast<float>(o_.lr * trust);
+    for (std::int64_t j = 0; j < n; ++j) {
+      v[j] = o_.momentum * v[j] + local_lr * (g[j] + o_.weight_decay * p[j]);
+      p[j] -= v[j];
+    }
+  }
+  ++t_;
+}
+
+void Lamb::step(std::span<Tensor> params, std::span<const Tensor> grads) {
+  check(params, grads);
+  ensure_state(m_, params, *alloc_);
+  ensure_state(v_, params, *alloc_);
+  ++t_;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o_.beta1), static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o_.beta2), static_cast<double>(t_));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    float* p = params[i].data();
+    const float* g = grads[i].data();
+    float* m = m_[i].data();
+    float* v = v_[i].data();
+    const std::int64_t n = params[i].numel();
+    const double wn = norm2(p, n);
+    // First pass: moments and ‖u‖; the update is recomputed in the second.
+    double un2 = 0.0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      m[j] = o_.beta1 * m[j] + (1.0f - o_.beta1) * g[j];
+      v[j] = o_.beta2 * v[j] + (1.0f - o_.beta2) * g[j] * g[j];
+      const double u = (m[j] / bc1) / (std::sqrt(v[j] / bc2) + o_.eps) + o_.weight_decay * p[j];
+      un2 += u * u;
+    }
+    const double un = std::sqrt(un2);
+    const double ratio = wn > 0.0 && un > 0.0 ? wn / un : 1.0;
+    const double step = o_.lr * ratio;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double u = (m[j] / bc1) / (std::sqrt(v[j] / bc2) + o_.eps) + o_.weight_decay * p[j];
+      p[j] = static_cast<float>(p[j] - step * u);
+    }
+  }
+}
+
+void Adafactor::step(std::span<Tensor> params, std::span<const Tensor> grads) {
+  check(params, grads);
+  ensure_factored(row_, col_, params, *alloc_);
+  ++t_;
+  const auto b2 = static_cast<float>(1.0 - std::pow(static_cast<double>(t_), o_.decay_rate));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    float* p = params[i].data();
+    const float* g = grads[i].data();
+    const std::int64_t n = params[i].numel();
+    float* r = row_[i].data();
+    // The update before clipping: scratch from the allocator, like every byte.
+    Tensor ut(*alloc_, params[i].shape(), MemTag::Workspace);
+    std::span<float> u = ut.span();
+    if (col_[i].empty()) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        r[j] = b2 * r[j] + (1.0f - b2) * (g[j] * g[j] + o_.eps1);
+        u[static_cast<std::size_t>(j)] = g[j] / std::sqrt(r[j]);
+      }
+    } else {
+      const std::int64_t rows = params[i].dim(0), cols = params[i].dim(1);
+      float* c = col_[i].data();
+      BasicTensor<double> rst(*alloc_, {rows}, MemTag::Workspace), cst(*alloc_, {cols}, MemTag::Workspace);
+      std::span<double> rs = rst.span(), cs = cst.span();
+      for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b) {
+          const double q = static_cast<double>(g[a * cols + b]) * g[a * cols + b] + o_.eps1;
+          rs[static_cast<std::size_t>(a)] += q;
+          cs[static_cast<std::size_t>(b)] += q;
+        }
+      double total = 0.0;
+      for (std::int64_t a = 0; a < rows; ++a) {
+        r[a] = b2 * r[a] + (1.0f - b2) * static_cast<float>(rs[static_cast<std::size_t>(a)]);
+        total += r[a];
+      }
+      for (std::int64_t b = 0; b < cols; ++b)
+        c[b] = b2 * c[b] + (1.0f - b2) * static_cast<float>(cs[static_cast<std::size_t>(b)]);
+      for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b)
+          u[static_cast<std::size_t>(a * cols + b)] = static_cast<float>(
+              g[a * cols + b] / std::sqrt(static_cast<double>(r[a]) * c[b] / total));
+    }
+    const double rms = norm2(u.data(), n) / std::sqrt(static_cast<double>(n));
+    const double scale = o_.lr / std::max(1.0, rms / o_.clip_threshold);
+    for (std::int64_t j = 0; j < n; ++j)
+      p[j] = static_cast<float>(p[j] - scale * u[static_cast<std::size_t>(j)]);
+  }
+}
+
+void Sm3::step(std::span<Tensor> params, std::span<const Tensor> grads) {
+  check(params, grads);
+  ensure_factored(row_, col_, params, *alloc_);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    float* p = params[i].data();
+    const float* g = grads[i].data();
+    const std::int64_t n = params[i].numel();
+    float* r = row_[i].data();
+    auto apply = [&](std::int64_t j, float nu) {
+      if (nu > 0.0f) p[j] -= o_.lr * g[j] / std::sqrt(nu);
+    };
+    if (col_[i].empty()) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        r[j] += g[j] * g[j];
+        apply(j, r[j]);
+      }
+      continue;
+    }
+    const std::int64_t rows = params[i].dim(0), cols = params[i].dim(1);
+    float* c = col_[i].data();
+    Tensor rt(*alloc_, {rows}, MemTag::Workspace), ct(*alloc_, {cols}, MemTag::Workspace);
+    std::span<float> new_r = rt.span(), new_c = ct.span();
+    for (std::int64_t a = 0; a < rows; ++a)
+      for (std::int64_t b = 0; b < cols; ++b) {
+        const std::int64_t j = a * cols + b;
+        const float nu = std::min(r[a], c[b]) + g[j] * g[j];
+        new_r[static_cast<std::size_t>(a)] = std::max(new_r[static_cast<std::size_t>(a)], nu);
+        new_c[static_cast<std::size_t>(b)] = std::max(new_c[static_cast<std::size_t>(b)], nu);
+        apply(j, nu);
+      }
+    std::copy(new_r.begin(), new_r.end(), r);
+    std::copy(new_c.begin(), new_c.end(), c);
+  }
+  ++t_;
 }
 
 }  // namespace strata::backend::cpu

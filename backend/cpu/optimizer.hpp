@@ -3,7 +3,11 @@
 // its state (momentum, Adam moments) in tensors from an Allocator under
 // MemTag::OptimizerStates, created on the first step, one per parameter.
 // Update rules follow PyTorch's torch.optim (SGD, SGD with momentum
-// and dampening 0, Adam with L2 weight decay, AdamW with decoupled decay).
+// and dampening 0, Adam with L2 weight decay, AdamW with decoupled decay)
+// and the papers for LARS, LAMB, Adafactor and SM3. State bytes per
+// parameter are strategies::bytes_per_param's (fp32 training), and for the
+// factored ones strategies::factored_state_bytes's: 4·(m + n) per m × n
+// matrix, 4 per vector entry.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -65,6 +69,89 @@ class Adam final : public Optimizer {
   Allocator* alloc_;
   AdamOptions o_;
   std::vector<Tensor> m_, v_;
+};
+
+struct LarsOptions {
+  float lr = 1e-1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  float trust_coefficient = 1e-3f;  // η
+};
+
+// LARS (You et al. 2017, Algorithm 1), per parameter tensor:
+// trust = η·‖w‖/(‖g‖ + wd·‖w‖) (1 when either norm is 0);
+// v = μ·v + lr·trust·(g + wd·w); w −= v.
+class Lars final : public Optimizer {
+ public:
+  Lars(Allocator& alloc, LarsOptions o) : alloc_(&alloc), o_(o) {}
+  void step(std::span<Tensor> params, std::span<const Tensor> grads) override;
+
+ private:
+  Allocator* alloc_;
+  LarsOptions o_;
+  std::vector<Tensor> velocity_;
+};
+
+struct LambOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-6f;
+  float weight_decay = 0.0f;
+};
+
+// LAMB (You et al. 2019, Algorithm 2 with bias correction), per tensor:
+// Adam's m, v, m̂, v̂; u = m̂/(sqrt(v̂) + eps) + wd·w;
+// w −= lr·(‖w‖/‖u‖)·u (ratio 1 when either norm is 0).
+class Lamb final : public Optimizer {
+ public:
+  Lamb(Allocator& alloc, LambOptions o) : alloc_(&alloc), o_(o) {}
+  void step(std::span<Tensor> params, std::span<const Tensor> grads) override;
+
+ private:
+  Allocator* alloc_;
+  LambOptions o_;
+  std::vector<Tensor> m_, v_;
+};
+
+struct AdafactorOptions {
+  float lr = 1e-2f;              // a fixed step (no relative step size)
+  float decay_rate = -0.8f;      // β̂₂ₜ = 1 − t^decay_rate
+  float eps1 = 1e-30f;           // added to g²
+  float clip_threshold = 1.0f;   // d: updates scaled down to RMS <= d
+};
+
+// Adafactor (Shazeer & Stern 2018, Algorithm 4 with β₁ = 0 and a fixed
+// step size): for an m × n matrix, row sums R and column sums C of
+// g² + ε₁ decay at β̂₂ₜ and V̂ = R·Cᵀ/ΣR; other tensors keep a full V.
+// U = g/sqrt(V̂); w −= lr·U/max(1, RMS(U)/d).
+class Adafactor final : public Optimizer {
+ public:
+  Adafactor(Allocator& alloc, AdafactorOptions o) : alloc_(&alloc), o_(o) {}
+  void step(std::span<Tensor> params, std::span<const Tensor> grads) override;
+
+ private:
+  Allocator* alloc_;
+  AdafactorOptions o_;
+  std::vector<Tensor> row_, col_;  // matrices: R and C; others: V in row_, col_ empty
+};
+
+struct Sm3Options {
+  float lr = 1e-1f;
+};
+
+// SM3-II (Anil et al. 2019) with row and column covers for an m × n matrix:
+// ν_ij = min(r_i, c_j) + g_ij²; r_i = max_j ν_ij; c_j = max_i ν_ij;
+// w −= lr·g/sqrt(ν) (0 where ν = 0). Other tensors: Adagrad, ν += g².
+class Sm3 final : public Optimizer {
+ public:
+  Sm3(Allocator& alloc, Sm3Options o) : alloc_(&alloc), o_(o) {}
+  void step(std::span<Tensor> params, std::span<const Tensor> grads) override;
+
+ private:
+  Allocator* alloc_;
+  Sm3Options o_;
+  std::vector<Tensor> row_, col_;
 };
 
 }  // namespace strata::backend::cpu

@@ -2,9 +2,14 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "backend/cpu/gpt.hpp"
+#include "costmodel/ops.hpp"
 #include "sim/error.hpp"
+#include "strategies/memory.hpp"
 
 namespace strata::backend::cpu {
 namespace {
@@ -78,6 +83,137 @@ TEST_CASE("cpu/optimizer: Adam and AdamW: two steps by hand") {
     Adam adam_l2(t.alloc, {.lr = 0.1f, .weight_decay = 0.1f});
     t.run(adam_l2, 0.9f, -1.9f, 0.813648345f, -1.833616908f);
   }
+}
+
+// One optimizer over tensors of given shapes and values, two steps with
+// given gradients, compared with hand-derived values.
+struct Golden {
+  TrackingAllocator alloc;
+  std::vector<Tensor> p, g;
+  void add(Shape shape, std::vector<float> values) {
+    p.emplace_back(alloc, shape, MemTag::Params);
+    g.emplace_back(alloc, shape, MemTag::Grads);
+    std::copy(values.begin(), values.end(), p.back().data());
+  }
+  void step(Optimizer& opt, const std::vector<std::vector<float>>& grads) {
+    for (std::size_t i = 0; i < g.size(); ++i) std::copy(grads[i].begin(), grads[i].end(), g[i].data());
+    opt.step(p, g);
+  }
+  void expect(std::size_t i, const std::vector<float>& want) {
+    for (std::size_t j = 0; j < want.size(); ++j)
+      CHECK(p[i][static_cast<std::int64_t>(j)] == doctest::Approx(want[j]).epsilon(1e-6));
+  }
+};
+
+TEST_CASE("cpu/optimizer: LARS and LAMB: two steps by hand") {
+  // LARS, lr 0.1, μ 0.9, wd 0.01, η 0.5 on p = [1, −2], g₁ = [0.5, −1]:
+  // ‖g‖ = ‖w‖/2, so trust = 0.5/(0.5 + 0.01), v₁ = 0.1·trust·(g + 0.01·p) =
+  // [0.05, −0.1], p₁ = [0.95, −1.9]; with g₂ = [0.1, 0.2], p₂ = [0.8575,
+  // −1.888515982] (v₂ = 0.9·v₁ + lr·trust₂·(g₂ + 0.01·p₁)).
+  {
+    Golden t;
+    t.add(Shape{2}, {1.0f, -2.0f});
+    Lars lars(t.alloc, {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .trust_coefficient = 0.5f});
+    t.step(lars, {{0.5f, -1.0f}});
+    t.expect(0, {0.95f, -1.9f});
+    t.step(lars, {{0.1f, 0.2f}});
+    t.expect(0, {0.8575f, -1.888515982f});
+  }
+  // LAMB, lr 0.1, wd 0.01, eps 1e-6: step 1 has m̂/sqrt(v̂) = sign(g), so
+  // u = [1.01, −1.02], ratio ‖w‖/‖u‖ = sqrt(5)/1.435453, p₁ = p − 0.1·ratio·u
+  // = [0.842666991, −1.841109080]; step 2 gives [0.673089551, −1.730469147].
+  {
+    Golden t;
+    t.add(Shape{2}, {1.0f, -2.0f});
+    Lamb lamb(t.alloc, {.lr = 0.1f, .eps = 1e-6f, .weight_decay = 0.01f});
+    t.step(lamb, {{0.5f, -1.0f}});
+    t.expect(0, {0.842666991f, -1.841109080f});
+    t.step(lamb, {{0.1f, 0.2f}});
+    t.expect(0, {0.673089551f, -1.730469147f});
+  }
+}
+
+TEST_CASE("cpu/optimizer: Adafactor and SM3: two steps by hand, factored for a matrix") {
+  // W = [[1, −2], [0.5, 3]], G₁ = [[0.5, −1], [0.2, 0.1]], G₂ = [[0.1, 0.2],
+  // [−0.3, 0.4]], lr 0.1; a vector p = [1, −2] with g₁ = [0.5, −1], g₂ = [0.1, 0.2].
+  // Adafactor step 1 (β̂₂ = 0): R = row sums of G² = [1.25, 0.05], C = [0.29,
+  // 1.01], V̂ = R·Cᵀ/1.3, U = G/sqrt(V̂) clipped to RMS 1; the vector's
+  // U = sign(g), so p₁ = [0.9, −1.9]. Values after each step from the same
+  // rules (β̂₂ = 1 − 2^−0.8 at step 2).
+  {
+    Golden t;
+    t.add(Shape{2, 2}, {1.0f, -2.0f, 0.5f, 3.0f});
+    t.add(Shape{2}, {1.0f, -2.0f});
+    Adafactor ada(t.alloc, {.lr = 0.1f});
+    t.step(ada, {{0.5f, -1.0f, 0.2f, 0.1f}, {0.5f, -1.0f}});
+    t.expect(0, {0.921162289f, -1.915510583f, 0.342324579f, 2.957755292f});
+    t.expect(1, {0.9f, -1.9f});
+    t.step(ada, {{0.1f, 0.2f, -0.3f, 0.4f}, {0.1f, 0.2f}});
+    t.expect(0, {0.894415014f, -1.946334495f, 0.490312694f, 2.844059658f});
+    t.expect(1, {0.870140099f, -1.929859901f});
+    // Factored: 2 + 2 floats for the matrix, 2 for the vector.
+    CHECK(t.alloc.stats().current[static_cast<int>(MemTag::OptimizerStates)] == 24);
+  }
+  // SM3 step 1: covers start at 0, so ν = g² and the step is lr·sign(g):
+  // W₁ = [[0.9, −1.9], [0.4, 2.9]]; step 2 takes ν = min(r_i, c_j) + g²,
+  // W₂ = [[0.880388386, −1.919611614], [0.483205029, 2.810557281]]. The
+  // vector is Adagrad: p₂ = p₁ − 0.1·g₂/sqrt(g₁² + g₂²).
+  {
+    Golden t;
+    t.add(Shape{2, 2}, {1.0f, -2.0f, 0.5f, 3.0f});
+    t.add(Shape{2}, {1.0f, -2.0f});
+    Sm3 sm3(t.alloc, {.lr = 0.1f});
+    t.step(sm3, {{0.5f, -1.0f, 0.2f, 0.1f}, {0.5f, -1.0f}});
+    t.expect(0, {0.9f, -1.9f, 0.4f, 2.9f});
+    t.expect(1, {0.9f, -1.9f});
+    t.step(sm3, {{0.1f, 0.2f, -0.3f, 0.4f}, {0.1f, 0.2f}});
+    t.expect(0, {0.880388386f, -1.919611614f, 0.483205029f, 2.810557281f});
+    t.expect(1, {0.9f - 0.1f * 0.1f / std::sqrt(0.26f), -1.9f - 0.1f * 0.2f / std::sqrt(1.04f)});
+  }
+}
+
+TEST_CASE("cpu/optimizer: optimizer state bytes equal the memory model's for a GPT") {
+  // fp32 training: element-wise optimizers keep bytes_per_param(opt).optimizer
+  // per parameter (SGD 0, momentum and LARS 4, Adam, AdamW and LAMB 8);
+  // Adafactor and SM3 keep factored_state_bytes summed over the op chain.
+  // Their scratch is gone after the step.
+  cost::ModelSpec m;
+  m.name = "tiny";
+  m.layers = 2;
+  m.hidden = 16;
+  m.heads = 2;
+  m.kv_heads = 2;
+  m.ffn_hidden = 64;
+  m.vocab = 11;
+  m.seq_len = 8;
+  const auto chain = cost::expand(m, {.precision = cost::Precision::FP32});
+  double factored = 0.0;
+  for (const auto* layer : {&chain.embedding, &chain.block, &chain.head})
+    for (const auto& op : layer->ops)
+      factored += strategies::factored_state_bytes(op) * (layer == &chain.block ? m.layers : 1);
+  using O = strategies::Optimizer;
+  auto run = [&](O kind, auto make) {
+    TrackingAllocator alloc;
+    GptModel model(m, alloc, 1);
+    auto opt = make(alloc);
+    opt.step(model.params(), model.grads());
+    const auto st = alloc.stats();
+    const double want = strategies::is_factored(kind)
+                            ? factored
+                            : strategies::bytes_per_param(kind, cost::Precision::FP32).optimizer *
+                                  static_cast<double>(chain.params());
+    CHECK_MESSAGE(static_cast<double>(st.current[static_cast<int>(MemTag::OptimizerStates)]) == want,
+                  enum_name(kind));
+    CHECK(st.current[static_cast<int>(MemTag::Workspace)] == 0);
+  };
+  run(O::Sgd, [](Allocator& a) { return Sgd(a, {}); });
+  run(O::Momentum, [](Allocator& a) { return Sgd(a, {.momentum = 0.9f}); });
+  run(O::Adam, [](Allocator& a) { return Adam(a, {}); });
+  run(O::AdamW, [](Allocator& a) { return Adam(a, {.weight_decay = 0.1f, .decoupled = true}); });
+  run(O::Lars, [](Allocator& a) { return Lars(a, {}); });
+  run(O::Lamb, [](Allocator& a) { return Lamb(a, {}); });
+  run(O::Adafactor, [](Allocator& a) { return Adafactor(a, {}); });
+  run(O::Sm3, [](Allocator& a) { return Sm3(a, {}); });
 }
 
 TEST_CASE("cpu/optimizer: optimizers reject gradients that do not match the parameters") {
