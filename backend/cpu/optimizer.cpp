@@ -115,6 +115,98 @@ void ensure_factored(std::vector<Tensor>& row, std::vector<Tensor>& col,
 }
 }  // namespace
 
+namespace {
+// bitsandbytes' dynamic map with 7 exponent bits over 8: for i = 0…6,
+// 2^i (signed) or 2^(i+1) (unsigned) midpoints of linspace(0.1, 1) scaled by
+// 10^(i−6), mirrored for the signed map, plus 0 and 1; sorted.
+std::array<float, 256> dynamic_map(bool is_signed) {
+  std::vector<double> d;
+  for (int i = 0; i < 7; ++i) {
+    const int items = is_signed ? (1 << i) : (1 << (i + 1));
+    const double scale = std::pow(10.0, i - 6);
+    for (int k = 0; k < items; ++k) {
+      const double mean = 0.1 + 0.9 * (k + 0.5) / items;
+      d.push_back(scale * mean);
+      if (is_signed) d.push_back(-scale * mean);
+    }
+  }
+  d.push_back(0.0);
+  d.push_back(1.0);
+  std::sort(d.begin(), d.end());
+  std::array<float, 256> out{};
+  for (std::size_t i = 0; i < 256; ++i) out[i] = static_cast<float>(d[i]);
+  return out;
+}
+
+// Index of the map value nearest to x (the lower one on a tie).
+std::uint8_t nearest(const std::array<float, 256>& map, float x) {
+  const auto it = std::lower_bound(map.begin(), map.end(), x);
+  if (it == map.begin()) return 0;
+  if (it == map.end()) return 255;
+  const auto hi = static_cast<std::size_t>(it - map.begin());
+  return static_cast<std::uint8_t>(x - map[hi - 1] <= map[hi] - x ? hi - 1 : hi);
+}
+}  // namespace
+
+Adam8bit::Adam8bit(Allocator& alloc, Adam8bitOptions o)
+    : alloc_(&alloc), o_(o), signed_(dynamic_map(true)), unsigned_(dynamic_map(false)) {
+  if (o.block < 1) throw Error("Adam8bit: block must be >= 1");
+}
+
+void Adam8bit::step(std::span<Tensor> params, std::span<const Tensor> grads) {
+  check(params, grads);
+  if (m_.empty()) {
+    for (const auto& p : params) {
+      const std::int64_t blocks = (p.numel() + o_.block - 1) / o_.block;
+      // Code 0 of neither map is 0: start every code at the map's zero.
+      m_.emplace_back(*alloc_, Shape{p.numel()}, MemTag::OptimizerStates);
+      v_.emplace_back(*alloc_, Shape{p.numel()}, MemTag::OptimizerStates);
+      for (auto& c : m_.back().span()) c = nearest(signed_, 0.0f);
+      for (auto& c : v_.back().span()) c = nearest(unsigned_, 0.0f);
+      m_max_.emplace_back(*alloc_, Shape{blocks}, MemTag::OptimizerStates);
+      v_max_.emplace_back(*alloc_, Shape{blocks}, MemTag::OptimizerStates);
+    }
+  } else if (m_.size() != params.size()) {
+    throw Error("optimizer: stepped with " + std::to_string(params.size()) +
+                " parameters after " + std::to_string(m_.size()));
+  }
+  ++t_;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o_.beta1), static_cast<double>(t_));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o_.beta2), static_cast<double>(t_));
+  const auto step_size = static_cast<float>(o_.lr / bc1);
+  const auto inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  Tensor mt(*alloc_, {o_.block}, MemTag::Workspace), vt(*alloc_, {o_.block}, MemTag::Workspace);
+  float* m = mt.data();
+  float* v = vt.data();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    float* p = params[i].data();
+    const float* g = grads[i].data();
+    std::uint8_t* mc = m_[i].data();
+    std::uint8_t* vc = v_[i].data();
+    const std::int64_t n = params[i].numel();
+    for (std::int64_t b0 = 0, blk = 0; b0 < n; b0 += o_.block, ++blk) {
+      const std::int64_t len = std::min(o_.block, n - b0);
+      float m_abs = 0.0f, v_abs = 0.0f;
+      for (std::int64_t j = 0; j < len; ++j) {
+        const std::int64_t k = b0 + j;
+        const float d = g[k];
+        p[k] -= o_.lr * o_.weight_decay * p[k];
+        m[j] = o_.beta1 * (signed_[mc[k]] * m_max_[i][blk]) + (1.0f - o_.beta1) * d;
+        v[j] = o_.beta2 * (unsigned_[vc[k]] * v_max_[i][blk]) + (1.0f - o_.beta2) * d * d;
+        p[k] -= step_size * m[j] / (std::sqrt(v[j]) * inv_sqrt_bc2 + o_.eps);
+        m_abs = std::max(m_abs, std::abs(m[j]));
+        v_abs = std::max(v_abs, v[j]);
+      }
+      m_max_[i][blk] = m_abs;
+      v_max_[i][blk] = v_abs;
+      for (std::int64_t j = 0; j < len; ++j) {
+        mc[b0 + j] = nearest(signed_, m_abs > 0.0f ? m[j] / m_abs : 0.0f);
+        vc[b0 + j] = nearest(unsigned_, v_abs > 0.0f ? v[j] / v_abs : 0.0f);
+      }
+    }
+  }
+}
+
 void Lars::step(std::span<Tensor> params, std::span<const Tensor> grads) {
   check(params, grads);
   ensure_state(velocity_, params, *alloc_);

@@ -8,6 +8,7 @@
 // parameter are strategies::bytes_per_param's (fp32 training), and for the
 // factored ones strategies::factored_state_bytes's: 4·(m + n) per m × n
 // matrix, 4 per vector entry.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -69,6 +70,39 @@ class Adam final : public Optimizer {
   Allocator* alloc_;
   AdamOptions o_;
   std::vector<Tensor> m_, v_;
+};
+
+struct Adam8bitOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled (AdamW)
+  std::int64_t block = 2048;  // elements per quantization block
+};
+
+// 8-bit Adam (Dettmers et al. 2022, block-wise): m and v are stored as one
+// byte each, indices into the dynamic-tree quantization map (signed for m,
+// unsigned for v; 256 values each, as bitsandbytes' create_dynamic_map),
+// scaled by one fp32 absmax per block of `block` elements and moment. A step
+// dequantizes a block, runs AdamW in fp32 on it, and requantizes each moment
+// to the nearest map value after dividing by the block's new absmax. Every
+// tensor is quantized, whatever its size. State bytes: 2 + 8/block per
+// parameter (the last block of a tensor may be short).
+class Adam8bit final : public Optimizer {
+ public:
+  Adam8bit(Allocator& alloc, Adam8bitOptions o);
+  void step(std::span<Tensor> params, std::span<const Tensor> grads) override;
+  // The quantization maps, ascending, from −1 (signed) or 0 to 1.
+  const std::array<float, 256>& signed_map() const { return signed_; }
+  const std::array<float, 256>& unsigned_map() const { return unsigned_; }
+
+ private:
+  Allocator* alloc_;
+  Adam8bitOptions o_;
+  std::array<float, 256> signed_{}, unsigned_{};
+  std::vector<MaskTensor> m_, v_;   // codes
+  std::vector<Tensor> m_max_, v_max_;  // absmax per block
 };
 
 struct LarsOptions {

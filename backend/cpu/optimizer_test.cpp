@@ -172,6 +172,42 @@ TEST_CASE("cpu/optimizer: Adafactor and SM3: two steps by hand, factored for a m
   }
 }
 
+TEST_CASE("cpu/optimizer: 8-bit Adam: dynamic maps, two steps by hand, state bytes") {
+  // Step 1 runs Adam in fp32 from zero moments: p₁ = [0.9, −1.9]. Then m =
+  // [0.05, −0.1] is stored as m/0.1 → the nearest signed map values
+  // [0.50078125, −0.99296875], v = [0.00025, 0.001] as v/0.001 → unsigned
+  // [0.251171875, 1]. Step 2 (g = [0.1, 0.2]) dequantizes and runs Adam:
+  // p₂ = [0.819773833, −1.849359371] (fp32 Adam gives [0.819695906,
+  // −1.848897394]).
+  Golden t;
+  t.add(Shape{2}, {1.0f, -2.0f});
+  Adam8bit adam(t.alloc, {.lr = 0.1f});
+  const auto& sm = adam.signed_map();
+  const auto& um = adam.unsigned_map();
+  CHECK(std::is_sorted(sm.begin(), sm.end()));
+  CHECK(sm.front() == -0.99296875f);
+  CHECK(sm.back() == 1.0f);
+  CHECK(std::count(sm.begin(), sm.end(), 0.0f) == 1);
+  CHECK(um.front() == 0.0f);
+  CHECK(um[1] == doctest::Approx(1e-6 * (0.1 + 0.9 * 0.25)));  // smallest non-zero: 10⁻⁶·0.325
+  t.step(adam, {{0.5f, -1.0f}});
+  t.expect(0, {0.9f, -1.9f});
+  t.step(adam, {{0.1f, 0.2f}});
+  t.expect(0, {0.819773833f, -1.849359371f});
+  // 2 codes per element, 2 absmax per block: a 4096-element tensor in blocks
+  // of 2048 holds (2 + 8/2048)·4096 bytes, bytes_per_param's figure.
+  TrackingAllocator alloc;
+  std::vector<Tensor> p, g;
+  p.emplace_back(alloc, Shape{64, 64}, MemTag::Params);
+  g.emplace_back(alloc, Shape{64, 64}, MemTag::Grads);
+  Adam8bit big(alloc, {});
+  big.step(p, g);
+  CHECK(static_cast<double>(alloc.stats().current[static_cast<int>(MemTag::OptimizerStates)]) ==
+        strategies::bytes_per_param(strategies::Optimizer::Adam8bit, cost::Precision::FP32).optimizer *
+            4096);
+  CHECK(alloc.stats().current[static_cast<int>(MemTag::Workspace)] == 0);
+}
+
 TEST_CASE("cpu/optimizer: optimizer state bytes equal the memory model's for a GPT") {
   // fp32 training: element-wise optimizers keep bytes_per_param(opt).optimizer
   // per parameter (SGD 0, momentum and LARS 4, Adam, AdamW and LAMB 8);
