@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "sim/error.hpp"
@@ -67,6 +69,39 @@ void MarkovCorpus::sample(std::span<std::int32_t> tokens, std::span<std::int32_t
       tokens[static_cast<std::size_t>(b * seq + s)] = static_cast<std::int32_t>(x);
       targets[static_cast<std::size_t>(b * seq + s)] = static_cast<std::int32_t>(y);
       x = y;
+    }
+  }
+}
+
+ByteCorpus ByteCorpus::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "", "cannot open the training data file");
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(path, "", "cannot read the training data file");
+  if (bytes.size() < 2) throw InputError(path, "", "training data needs at least 2 bytes");
+  return ByteCorpus(std::move(bytes));
+}
+
+ByteCorpus::ByteCorpus(std::vector<std::uint8_t> bytes) : bytes_(std::move(bytes)) {
+  if (bytes_.size() < 2) throw Error("ByteCorpus: needs at least 2 bytes");
+}
+
+void ByteCorpus::sample(std::span<std::int32_t> tokens, std::span<std::int32_t> targets,
+                        std::int64_t batch, std::int64_t seq, Rng& rng) const {
+  const auto n = static_cast<std::size_t>(batch * seq);
+  if (batch < 1 || seq < 1 || tokens.size() != n || targets.size() != n)
+    throw Error("ByteCorpus::sample: tokens and targets must hold batch·seq = " +
+                std::to_string(batch * seq) + " ids");
+  if (seq + 1 > size())
+    throw Error("ByteCorpus::sample: windows of " + std::to_string(seq + 1) +
+                " bytes do not fit a corpus of " + std::to_string(size()));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto start = static_cast<std::size_t>(rng.below(size() - seq));
+    for (std::int64_t s = 0; s < seq; ++s) {
+      const auto k = static_cast<std::size_t>(b * seq + s);
+      tokens[k] = bytes_[start + static_cast<std::size_t>(s)];
+      targets[k] = bytes_[start + static_cast<std::size_t>(s) + 1];
     }
   }
 }

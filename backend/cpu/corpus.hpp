@@ -10,6 +10,7 @@
 // start from π, so every position of every sequence has expected best loss H.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/rng.hpp"
@@ -42,6 +43,26 @@ class MarkovCorpus {
   std::vector<double> p_;
   std::vector<double> pi_;
   double entropy_ = 0.0;
+};
+
+// Any file as byte-level tokens (vocabulary 256): training windows are
+// seq+1 consecutive bytes at uniformly drawn offsets.
+class ByteCorpus {
+ public:
+  static constexpr std::int64_t kVocab = 256;
+  // Reads the whole file; throws InputError (with the path) when it cannot
+  // be read or holds fewer than 2 bytes.
+  static ByteCorpus from_file(const std::string& path);
+  // Throws Error with fewer than 2 bytes.
+  explicit ByteCorpus(std::vector<std::uint8_t> bytes);
+
+  std::int64_t size() const { return static_cast<std::int64_t>(bytes_.size()); }
+  // As MarkovCorpus::sample; throws Error when seq + 1 exceeds the corpus.
+  void sample(std::span<std::int32_t> tokens, std::span<std::int32_t> targets,
+              std::int64_t batch, std::int64_t seq, Rng& rng) const;
+
+ private:
+  std::vector<std::uint8_t> bytes_;
 };
 
 }  // namespace strata::backend::cpu

@@ -2,7 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,6 +53,33 @@ TEST_CASE("cpu/corpus: Markov corpus: the true model's mean loss on samples is t
   // Targets are the tokens shifted by one within each sequence.
   CHECK(x[1] == y[0]);
   CHECK(x[seq + 5] == y[seq + 4]);
+}
+
+TEST_CASE("cpu/corpus: byte corpus: windows of consecutive bytes; unreadable or short files are input errors") {
+  // "abcdefgh": every window of 4 tokens is 4 consecutive letters and its
+  // targets are the next 4; a window longer than the file throws.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("strata_byte_corpus_" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "abcdefgh";
+  }
+  const auto c = ByteCorpus::from_file(path.string());
+  std::filesystem::remove(path);
+  CHECK(c.size() == 8);
+  Rng rng(1);
+  std::vector<std::int32_t> x(3 * 4), y(x.size());
+  c.sample(x, y, 3, 4, rng);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    CHECK(y[i] == x[i] + 1);
+    if (i % 4 != 0) CHECK(x[i] == x[i - 1] + 1);
+    CHECK(x[i] >= 'a');
+    CHECK(y[i] <= 'h');
+  }
+  std::vector<std::int32_t> x8(8), y8(8);
+  CHECK_THROWS_AS(c.sample(x8, y8, 1, 8, rng), Error);
+  CHECK_THROWS_AS(ByteCorpus::from_file(path.string()), InputError);
+  CHECK_THROWS_AS(ByteCorpus({std::uint8_t{1}}), Error);
 }
 
 // Held-out loss of the tiny GPT (2 layers, hidden 16, vocab 11) after 200
