@@ -45,10 +45,13 @@ void run_step(benchmark::State& state, strata::cost::MlpKind mlp, bool adam_step
     benchmark::DoNotOptimize(model.forward_backward(x, y, batch));
     if (adam_step) adam.step(model.params(), model.grads());
   }
-  // Model FLOPs: 6·tokens·(12·L·h² + V·h) plus attention 12·L·b·s²·h.
+  // Model FLOPs: 6·tokens·(L·(4h² + h·up + f·h) + V·h) plus attention
+  // 12·L·b·s²·h (up = f for GeLU, 2f for SwiGLU; 12·L·h² for GeLU, f = 4h).
   const double tokens = static_cast<double>(batch * spec.seq_len);
-  const double h = 256, L = 4, s = 128, V = 1024;
-  const double flops = 6 * tokens * (12 * L * h * h + V * h) + 12 * L * batch * s * s * h;
+  const double h = 256, L = 4, s = 128, V = 1024, f = 1024;
+  const double up = mlp == strata::cost::MlpKind::Swiglu ? 2 * f : f;
+  const double flops =
+      6 * tokens * (L * (4 * h * h + h * up + f * h) + V * h) + 12 * L * batch * s * s * h;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_MiB"] = static_cast<double>(alloc.stats().peak_total) / (1 << 20);

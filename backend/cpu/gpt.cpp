@@ -272,11 +272,16 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
   }
 }
 
+void GptModel::check_activation(const Tensor& t, const char* who) const {
+  if (t.empty() || t.shape().rank() != 2 || t.dim(1) != spec_.hidden ||
+      t.dim(0) % spec_.seq_len != 0)
+    throw Error(std::string("GptModel::") + who + ": input must be [batch·seq_len × hidden], got " +
+                t.shape().str());
+}
+
 Tensor GptModel::block_forward(int layer, Tensor input, BlockSaved& saved, Dropout dropout) {
   check_dropout(dropout);
-  if (input.empty() || input.shape().rank() != 2 || input.dim(1) != spec_.hidden ||
-      input.dim(0) % spec_.seq_len != 0)
-    throw Error("GptModel::block_forward: input must be [batch·seq_len × hidden]");
+  check_activation(input, "block_forward");
   saved = BlockSaved{};
   saved.x = std::move(input);
   saved.dropout = dropout;
@@ -315,6 +320,7 @@ void GptModel::recompute(int layer, BlockSaved& saved) {
 
 double GptModel::head_forward(Tensor input, std::span<const std::int32_t> targets,
                               float loss_scale, HeadSaved& s) {
+  check_activation(input, "head_forward");
   const std::int64_t N = input.dim(0), batch = batch_of(input), h = spec_.hidden,
                      V = spec_.vocab;
   check_ids(targets, batch, "targets");

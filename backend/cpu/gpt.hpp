@@ -97,6 +97,8 @@ struct StepOptions {
   Dropout dropout;
 };
 
+// Not thread-safe: one thread at a time per model (steps add into the same
+// gradients). Separate models on separate threads share nothing.
 class GptModel {
  public:
   // Parameters from `spec`, initialised from `seed` (GPT-2: weights
@@ -181,6 +183,7 @@ class GptModel {
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
   void check_ids(std::span<const std::int32_t> ids, std::int64_t batch, const char* what) const;
   void check_dropout(const Dropout& d) const;
+  void check_activation(const Tensor& t, const char* who) const;
   std::int64_t batch_of(const Tensor& t) const { return t.dim(0) / spec_.seq_len; }
   void norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows);
   void norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,
