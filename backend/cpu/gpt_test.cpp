@@ -86,6 +86,21 @@ TEST_CASE("cpu/gpt: Llama-style GPT (SwiGLU, RMS norm, no bias, untied logits): 
   check_model_gradients(tiny(cost::MlpKind::Swiglu, cost::NormKind::RmsNorm, false, false));
 }
 
+// Largest |a − b| over every gradient entry, relative to the largest |a|
+// of the same tensor; 0 when bit-identical.
+double grad_mismatch(const GptModel& a, const GptModel& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.grads().size(); ++i) {
+    float largest = 0.0f, diff = 0.0f;
+    for (std::int64_t j = 0; j < a.grads()[i].numel(); ++j) {
+      largest = std::max(largest, std::abs(a.grads()[i][j]));
+      diff = std::max(diff, std::abs(a.grads()[i][j] - b.grads()[i][j]));
+    }
+    if (diff > 0.0f) worst = std::max(worst, static_cast<double>(diff / largest));
+  }
+  return worst;
+}
+
 cost::ModelSpec with_dropout(cost::ModelSpec m) {
   m.dropout = true;
   return m;
@@ -99,20 +114,19 @@ TEST_CASE("cpu/gpt: GPT with dropout (p 0.2, fixed seed): gradients match finite
 
 TEST_CASE("cpu/gpt: dropout with p 0 is the model without dropout; p > 0 changes the loss") {
   // All-ones masks scale by 1: loss and gradients equal the dropout-free
-  // model's (same seed, same parameters); p = 0.3 gives another loss.
+  // model's (same seed, same parameters) up to the order of the residual
+  // add; p = 0.3 gives another loss, the same for the same seed.
   TrackingAllocator alloc;
   GptModel plain(tiny(), alloc, 4), drop(with_dropout(tiny()), alloc, 4);
   Rng rng(8);
   const auto n = static_cast<std::size_t>(2 * tiny().seq_len);
   const auto tokens = ids(n, 11, rng), targets = ids(n, 11, rng);
   const double l = plain.forward_backward(tokens, targets, 2);
-  CHECK(drop.forward_backward(tokens, targets, 2) == l);
-  for (std::size_t i = 0; i < plain.grads().size(); ++i)
-    for (std::int64_t j = 0; j < plain.grads()[i].numel(); ++j)
-      REQUIRE(drop.grads()[i][j] == plain.grads()[i][j]);
-  CHECK(drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}) != l);
-  CHECK(drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}) ==
-        drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}));
+  CHECK(drop.forward_backward(tokens, targets, 2) == doctest::Approx(l).epsilon(1e-6));
+  CHECK(grad_mismatch(plain, drop) < 1e-5);
+  const double l3 = drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1});
+  CHECK(std::abs(l3 - l) > 1e-3);
+  CHECK(drop.loss(tokens, targets, 2, {.p = 0.3f, .seed = 1}) == l3);
 }
 
 TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at fp32") {
@@ -186,21 +200,6 @@ TEST_CASE("cpu/gpt: GPT step: deterministic, starts at log V, microbatches add u
     }
     CHECK_MESSAGE(worst <= 1e-4f * largest, a.names()[i]);
   }
-}
-
-// Largest |a − b| over every gradient entry, relative to the largest |a|
-// of the same tensor; 0 when bit-identical.
-double grad_mismatch(const GptModel& a, const GptModel& b) {
-  double worst = 0.0;
-  for (std::size_t i = 0; i < a.grads().size(); ++i) {
-    float largest = 0.0f, diff = 0.0f;
-    for (std::int64_t j = 0; j < a.grads()[i].numel(); ++j) {
-      largest = std::max(largest, std::abs(a.grads()[i][j]));
-      diff = std::max(diff, std::abs(a.grads()[i][j] - b.grads()[i][j]));
-    }
-    if (diff > 0.0f) worst = std::max(worst, static_cast<double>(diff / largest));
-  }
-  return worst;
 }
 
 TEST_CASE("cpu/gpt: recompute (selective, full, per layer) gives bit-identical gradients and the op chain's saved bytes") {
