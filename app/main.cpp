@@ -110,17 +110,26 @@ struct ProgressLine {
   bool drawn = false;
 
   void operator()(const strategies::Progress& p) {
-    const double rate = p.elapsed_s > 0 ? static_cast<double>(p.done) / p.elapsed_s : 0;
-    const double scored_rate = p.elapsed_s > 0 ? static_cast<double>(p.scored) / p.elapsed_s : 0;
-    const double pct = p.total > 0 ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 100;
-    const double eta = rate > 0 ? static_cast<double>(p.total - p.done) / rate : -1;
     char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "explore: %llu/%llu plans (%.1f %%), %.0f configs/s, %llu scored (%.1f/s), "
-                  "elapsed %s, ETA %s",
-                  static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total),
-                  pct, rate, static_cast<unsigned long long>(p.scored), scored_rate,
-                  duration(p.elapsed_s).c_str(), p.done == p.total ? "0s" : duration(eta).c_str());
+    auto n = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+    if (p.checked < p.total) {
+      const double rate = p.elapsed_s > 0 ? static_cast<double>(p.checked) / p.elapsed_s : 0;
+      std::snprintf(buf, sizeof buf, "explore: checking %llu/%llu plans (%.1f %%), %.0f configs/s",
+                    n(p.checked), n(p.total),
+                    100.0 * static_cast<double>(p.checked) / static_cast<double>(p.total), rate);
+    } else {
+      // Costliest plans are scored first: the ETA weighs what is left by its cost estimate.
+      const double rate = p.scoring_s > 0 ? static_cast<double>(p.scored) / p.scoring_s : 0;
+      const double eta = p.scored >= p.to_score ? 0
+                         : p.cost_done > 0  ? p.scoring_s * (p.cost_total - p.cost_done) / p.cost_done
+                                            : -1;
+      std::snprintf(buf, sizeof buf,
+                    "explore: %llu plans checked, %llu/%llu scored (%.1f %%), %.1f configs/s, "
+                    "elapsed %s, ETA %s",
+                    n(p.total), n(p.scored), n(p.to_score),
+                    p.to_score > 0 ? 100.0 * static_cast<double>(p.scored) / static_cast<double>(p.to_score) : 100.0,
+                    rate, duration(p.elapsed_s).c_str(), duration(eta).c_str());
+    }
     if (tty) {
       std::fprintf(stderr, "\r%-110s", buf);
       drawn = true;

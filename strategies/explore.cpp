@@ -132,22 +132,42 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   if (static_cast<std::uint64_t>(jobs) > total) jobs = static_cast<int>(std::max<std::uint64_t>(1, total));
 
   res.jobs = jobs;
-  std::atomic<std::uint64_t> next{0}, done{0}, scored_now{0};
-  std::atomic<bool> stop{false};
-  std::mutex err_mu;
+  // Phase 1: check every plan; phase 2: score the survivors, costliest first.
+  struct Candidate {
+    std::uint64_t index;
+    double cost;
+  };
+  std::atomic<std::uint64_t> next{0}, checked{0}, scored_now{0};
+  std::atomic<std::uint64_t> to_score{0};
+  std::atomic<bool> stop{false}, scoring{false};
+  std::atomic<Clock::rep> scoring_start{0};
+  std::mutex err_mu, cost_mu;
+  double cost_done = 0, cost_total = 0;
   std::exception_ptr error;
   std::vector<Tally> tallies(static_cast<std::size_t>(jobs));
-  constexpr std::uint64_t kChunk = 16;
+  std::vector<std::vector<Candidate>> found(static_cast<std::size_t>(jobs));
+  std::vector<Candidate> candidates;
 
-  auto work = [&](Tally& t) {
+  auto fail = [&] {
+    std::lock_guard lock(err_mu);
+    if (!error) error = std::current_exception();
+    stop = true;
+  };
+  auto not_modelled = [](Tally& t, std::uint64_t index, const InputError& e) {
+    ++t.not_modelled;
+    count_rule(t.rejected, "not-modelled", index, e.path() + ": " + e.rule());
+  };
+
+  auto check = [&](Tally& t, std::vector<Candidate>& out) {
     Scenario pt = sc;
     pt.space.reset();
+    constexpr std::uint64_t kChunk = 64;
     try {
       while (!stop.load(std::memory_order_relaxed)) {
         const std::uint64_t begin = next.fetch_add(kChunk);
         if (begin >= total) break;
         const std::uint64_t end = std::min(total, begin + kChunk);
-        for (std::uint64_t j = begin; j < end; ++j, done.fetch_add(1, std::memory_order_relaxed)) {
+        for (std::uint64_t j = begin; j < end; ++j, checked.fetch_add(1, std::memory_order_relaxed)) {
           const std::uint64_t index = opt.shard_index + j * opt.shard_count;
           pt.plan = sc.plan;
           pt.batch = sc.batch;
@@ -161,8 +181,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           try {
             mem = estimate_memory(pt);
           } catch (const InputError& e) {
-            ++t.not_modelled;
-            count_rule(t.rejected, "not-modelled", index, e.path() + ": " + e.rule());
+            not_modelled(t, index, e);
             continue;
           }
           if (!mem.feasible()) {
@@ -173,66 +192,120 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
                            gib(why.has) + " GiB");
             continue;
           }
-          const std::uint64_t id = plan_id(pt.plan, pt.batch);
           if (opt.finished) {
-            if (auto it = opt.finished->find(id); it != opt.finished->end()) {
+            const auto it = opt.finished->find(plan_id(pt.plan, pt.batch));
+            if (it != opt.finished->end()) {
               t.plans.push_back(it->second);
               ++t.scored;
               ++t.resumed;
               continue;
             }
           }
-          Score score;
-          try {
-            score = scorer(pt);
-          } catch (const InputError& e) {
-            ++t.not_modelled;
-            count_rule(t.rejected, "not-modelled", index, e.path() + ": " + e.rule());
-            continue;
-          } catch (const std::exception& e) {
-            ++t.failed;
-            count_rule(t.rejected, "internal-error", index, e.what());
-            continue;
-          }
-          const double step_s = to_seconds(score.step.step_time);
-          const ScoredPlan ranked{id, step_s, mem.peak_bytes, tokens_per_s_per_gpu(pt, step_s)};
-          if (opt.on_scored) opt.on_scored(ScoredOutcome{index, pt, mem, score, ranked});
-          t.plans.push_back(ranked);
-          ++t.scored;
-          scored_now.fetch_add(1, std::memory_order_relaxed);
+          // The step's task graph grows with microbatches × layers.
+          const double cost = static_cast<double>(microbatches(pt.plan, pt.batch) + 1) *
+                              static_cast<double>(sc.model.layers);
+          out.push_back({index, cost});
         }
       }
     } catch (...) {
-      std::lock_guard lock(err_mu);
-      if (!error) error = std::current_exception();
-      stop = true;
+      fail();
+    }
+  };
+
+  auto score = [&](Tally& t) {
+    Scenario pt = sc;
+    pt.space.reset();
+    try {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const std::uint64_t k = next.fetch_add(1);
+        if (k >= candidates.size()) break;
+        const Candidate& c = candidates[static_cast<std::size_t>(k)];
+        pt.plan = sc.plan;
+        pt.batch = sc.batch;
+        space.apply(c.index, pt.plan, pt.batch);
+        const MemoryEstimate mem = estimate_memory(pt);
+        Score sc_;
+        bool ok = false;
+        try {
+          sc_ = scorer(pt);
+          ok = true;
+        } catch (const InputError& e) {
+          not_modelled(t, c.index, e);
+        } catch (const std::exception& e) {
+          ++t.failed;
+          count_rule(t.rejected, "internal-error", c.index, e.what());
+        }
+        if (ok) {
+          const double step_s = to_seconds(sc_.step.step_time);
+          const ScoredPlan ranked{plan_id(pt.plan, pt.batch), step_s, mem.peak_bytes,
+                                  tokens_per_s_per_gpu(pt, step_s)};
+          if (opt.on_scored) opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked});
+          t.plans.push_back(ranked);
+          ++t.scored;
+        }
+        scored_now.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard lock(cost_mu);
+        cost_done += c.cost;
+      }
+    } catch (...) {
+      fail();
     }
   };
 
   auto progress = [&] {
-    if (opt.on_progress)
-      opt.on_progress(Progress{done.load(), total, scored_now.load(),
-                               std::chrono::duration<double>(Clock::now() - t0).count()});
+    if (!opt.on_progress) return;
+    Progress p;
+    p.checked = checked.load();
+    p.total = total;
+    p.scored = scored_now.load();
+    p.to_score = to_score.load();
+    {
+      std::lock_guard lock(cost_mu);
+      p.cost_done = cost_done;
+      p.cost_total = cost_total;
+    }
+    const auto now = Clock::now();
+    p.elapsed_s = std::chrono::duration<double>(now - t0).count();
+    if (scoring.load())
+      p.scoring_s = std::chrono::duration<double>(
+                        now - Clock::time_point(Clock::duration(scoring_start.load())))
+                        .count();
+    opt.on_progress(p);
   };
 
-  std::vector<std::thread> threads;
-  for (int i = 0; i < jobs; ++i) threads.emplace_back(work, std::ref(tallies[static_cast<std::size_t>(i)]));
-  auto last = Clock::now();
-  while (done.load() < total && !stop.load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (std::chrono::duration<double>(Clock::now() - last).count() >= opt.progress_interval_s) {
-      last = Clock::now();
-      try {
-        progress();
-      } catch (...) {
-        std::lock_guard lock(err_mu);
-        if (!error) error = std::current_exception();
-        stop = true;
+  // Runs `body` on `jobs` threads, reporting progress from this one until `finished`.
+  auto run_phase = [&](auto body, auto finished) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < jobs; ++i) threads.emplace_back([&, i] { body(static_cast<std::size_t>(i)); });
+    auto last = Clock::now();
+    while (!finished() && !stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (std::chrono::duration<double>(Clock::now() - last).count() >= opt.progress_interval_s) {
+        last = Clock::now();
+        try {
+          progress();
+        } catch (...) {
+          fail();
+        }
       }
     }
-  }
-  for (auto& th : threads) th.join();
-  if (error) std::rethrow_exception(error);
+    for (auto& th : threads) th.join();
+    if (error) std::rethrow_exception(error);
+  };
+
+  run_phase([&](std::size_t i) { check(tallies[i], found[i]); },
+            [&] { return checked.load() >= total; });
+  for (auto& f : found) candidates.insert(candidates.end(), f.begin(), f.end());
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.cost != b.cost ? a.cost > b.cost : a.index < b.index;
+  });
+  for (const auto& c : candidates) cost_total += c.cost;
+  to_score = candidates.size();
+  next = 0;
+  scoring_start = Clock::now().time_since_epoch().count();
+  scoring = true;
+  run_phase([&](std::size_t i) { score(tallies[i]); },
+            [&] { return scored_now.load() >= candidates.size(); });
   progress();
 
   for (auto& t : tallies) {

@@ -59,11 +59,18 @@ struct RuleCount {
   std::string example;  // "plan.tp: 3 does not divide heads=32"
 };
 
+// Exploring runs in two phases: every plan of the shard is checked
+// (validity, memory bound, already scored), then the plans left are scored,
+// the costliest first (microbatches × layers: the size of the step's task
+// graph), so no slow plan is left alone at the end.
 struct Progress {
-  std::uint64_t done = 0;   // plans of this shard looked at
-  std::uint64_t total = 0;  // plans of this shard
-  std::uint64_t scored = 0;  // of `done`: scored now (not resumed)
+  std::uint64_t checked = 0;  // plans of this shard checked
+  std::uint64_t total = 0;    // plans of this shard
+  std::uint64_t scored = 0;   // of to_score: done (scored, or refused by the scorer)
+  std::uint64_t to_score = 0;  // plans to score now, not resumed (known once every plan is checked)
+  double cost_done = 0, cost_total = 0;  // of the plans to score, by their cost estimate
   double elapsed_s = 0;
+  double scoring_s = 0;  // of elapsed_s: since scoring started
 };
 
 struct ExploreOptions {

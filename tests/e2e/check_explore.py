@@ -54,7 +54,8 @@ def main():
         del out["run"]
         check(summary(a) == out, "summary.json equals the printed summary")
         # Plain progress lines on stderr when it is not a terminal.
-        check("explore: 192/192 plans (100.0 %)" in p.stderr, f"progress line: {p.stderr!r}")
+        check("explore: 192 plans checked, 144/144 scored (100.0 %)" in p.stderr,
+              f"progress line: {p.stderr!r}")
         res = [json.loads(l) for l in lines(os.path.join(a, "results.jsonl"))]
         check(len(res) == 144 and len({r["plan_id"] for r in res}) == 144, "one line per scored plan")
 
