@@ -160,6 +160,30 @@ TEST_CASE("space: \"system\": \"auto\" opens the system axes beside listed ones"
   CHECK(s.space->find(Axis::Zero)->values.size() == 4);
 }
 
+TEST_CASE("space: the composite offload axis sets all three offload keys") {
+  const auto s = gpt2(R"({"offload": ["none", "activations", "weights", "optimizer"]})",
+                      R"({"offload": {"activations": true, "optimizer": "nvme"}})");
+  auto at = [&](std::uint64_t i) {
+    Plan p = s.plan;
+    Batch b = s.batch;
+    s.space->apply(i, p, b);
+    return p.offload;
+  };
+  CHECK((!at(0).activations && !at(0).weights && at(0).optimizer == OffloadTarget::None));
+  CHECK((at(1).activations && !at(1).weights && at(1).optimizer == OffloadTarget::None));
+  CHECK((!at(2).activations && at(2).weights && at(2).optimizer == OffloadTarget::None));
+  CHECK((!at(3).activations && !at(3).weights && at(3).optimizer == OffloadTarget::Cpu));
+  CHECK_FALSE(s.space->derive_dp);  // no degree is searched: dp stays the plan's
+}
+
+TEST_CASE("space: \"auto\" expert parallelism for a MoE model") {
+  // Mixtral 8x7B: 8 experts, so ep ∈ {1, 2, 4, 8}; 8 kv heads, 32 heads.
+  const auto s = parse_scenario(R"({"model": "mixtral-8x7b", "cluster": {"preset": "dgx-h100", "nodes": 2},
+      "batch": {"global": 256}, "plan": {"tp": 8}, "space": {"ep": "auto", "tp": "auto"}})", "m.json");
+  CHECK(names(*s.space, Axis::EP) == std::vector<std::string>{"1", "2", "4", "8"});
+  CHECK(names(*s.space, Axis::TP) == std::vector<std::string>{"1", "2", "4", "8"});
+}
+
 TEST_CASE("canonical JSON: sorted keys, read back as the same plan") {
   const auto s = gpt2(R"({"tp": [2]})",
                       R"({"tp": 2, "recompute": "every_k", "recompute_k": 3,
