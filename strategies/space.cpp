@@ -77,7 +77,7 @@ bool is_system_axis(Axis a) {
   switch (a) {
     case Axis::TP: case Axis::PP: case Axis::CP: case Axis::EP: case Axis::Zero:
     case Axis::Schedule: case Axis::Micro: case Axis::SequenceParallel: case Axis::Recompute:
-    case Axis::Offload: case Axis::OverlapGradReduce: case Axis::OverlapParamGather:
+    case Axis::Offload: case Axis::OverlapGradReduce: case Axis::OverlapP2p:
       return true;
     default:
       return false;
