@@ -384,8 +384,15 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
       h.shard_count = count;
       h.top_k = k;
     } else {
-      if (json::parse(meta.dump()) != json::parse(h.meta.dump()))
-        throw InputError(sp, "", "explores another scenario or space than " + summary_path(dirs[0]));
+      // The scenario's path may differ between machines; what it explores may not.
+      auto what = [](const ordered_json& m) {
+        json j = json::parse(m.dump());
+        j.erase("scenario");
+        return j;
+      };
+      if (what(meta) != what(h.meta))
+        throw InputError(sp, "", "explores another model, cluster or space than " +
+                                     summary_path(dirs[0]));
       if (count != h.shard_count)
         shards.fail_at("count", "is " + std::to_string(count) + "; " + summary_path(dirs[0]) +
                                     " has " + std::to_string(h.shard_count));

@@ -168,6 +168,18 @@ TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
   std::ofstream(t / "x/results.jsonl", std::ios::binary) << s1;
   const std::string err = testing::input_error_of([&] { merge_explore({t / "s1", t / "x"}, t / "bad"); });
   CHECK(err.find("has other results than in") != std::string::npos);
+
+  // Another space (or model, or cluster) is not merged; another path to the
+  // same scenario is.
+  xs["space"]["size"] = 7;
+  std::ofstream(t / "x/summary.json") << xs.dump();
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s1", t / "x"}, t / "bad"); }) ==
+        t / "x/summary.json" + ": explores another model, cluster or space than " + t / "s1/summary.json");
+  auto moved = nlohmann::json::parse(read(t / "s0/summary.json"));
+  moved["scenario"] = "elsewhere/small.json";
+  std::ofstream(t / "s0/summary.json") << moved.dump();
+  CHECK(nlohmann::json::parse(merge_explore({t / "s1", t / "s0"}, t / "ok2"))["counts"] ==
+        a["counts"]);
 }
 
 TEST_CASE("results.jsonl: a malformed line that is not the last is an error") {
