@@ -159,45 +159,59 @@ std::string fmt_count(std::uint64_t n) {
   return s;
 }
 
-// The plan columns of a record.
-std::vector<std::string> plan_cells(const ordered_json& r, bool csv) {
+// The value of a searched axis in a record ("interleaved:3" for a schedule
+// with virtual stages; the composite offload from its three keys).
+std::string axis_cell(const ordered_json& r, const std::string& axis) {
   const auto& p = r.at("plan");
-  const auto& b = r.at("batch");
-  std::string sched = p.at("schedule").get<std::string>();
-  if (p.at("virtual_stages").get<std::int64_t>() > 1)
-    sched += ":" + std::to_string(p.at("virtual_stages").get<std::int64_t>());
-  const auto& o = p.at("offload");
-  std::string offload;
-  auto add = [&](const std::string& s) { offload += (offload.empty() ? "" : "+") + s; };
-  if (o.at("activations").get<bool>()) add("activations");
-  if (o.at("weights").get<bool>()) add("weights");
-  if (o.at("optimizer").get<std::string>() != "none") add("optimizer:" + o.at("optimizer").get<std::string>());
-  if (offload.empty()) offload = "none";
-  const double peak = static_cast<double>(r.at("peak_memory_bytes").get<Bytes>());
-  return {r.at("plan_id").get<std::string>(),
-          std::to_string(p.at("dp").get<std::int64_t>()),
-          std::to_string(p.at("tp").get<std::int64_t>()),
-          std::to_string(p.at("pp").get<std::int64_t>()),
-          sched,
-          std::to_string(b.at("micro").get<std::int64_t>()),
-          std::to_string(p.at("zero").get<std::int64_t>()),
-          p.at("sequence_parallel").get<bool>() ? "yes" : "no",
-          p.at("recompute").get<std::string>(),
-          offload,
-          csv ? std::to_string(r.at("step_time_s").get<double>()) : fixed(r.at("step_time_s").get<double>(), 3),
-          fixed(r.at("tokens_per_s_per_gpu").get<double>(), csv ? 3 : 0),
-          fixed(100 * r.at("mfu").get<double>(), 1),
-          csv ? std::to_string(r.at("peak_memory_bytes").get<Bytes>()) : fixed(peak / static_cast<double>(kGiB), 1)};
+  auto text = [](const ordered_json& v) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_boolean()) return std::string(v.get<bool>() ? "yes" : "no");
+    return v.dump();
+  };
+  if (axis == "schedule") {
+    std::string sched = p.at("schedule").get<std::string>();
+    if (p.at("virtual_stages").get<std::int64_t>() > 1)
+      sched += ":" + std::to_string(p.at("virtual_stages").get<std::int64_t>());
+    return sched;
+  }
+  if (axis == "offload") {
+    const auto& o = p.at("offload");
+    std::string out;
+    auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
+    if (o.at("activations").get<bool>()) add("activations");
+    if (o.at("weights").get<bool>()) add("weights");
+    if (o.at("optimizer").get<std::string>() != "none")
+      add("optimizer:" + o.at("optimizer").get<std::string>());
+    return out.empty() ? "none" : out;
+  }
+  if (axis.rfind("batch.", 0) == 0) return text(r.at("batch").at(axis.substr(6)));
+  const ordered_json* v = &p;
+  std::size_t from = 0;
+  for (std::size_t dot; (dot = axis.find('.', from)) != std::string::npos; from = dot + 1)
+    v = &v->at(axis.substr(from, dot - from));
+  return text(v->at(axis.substr(from)));
 }
 
-Table plans_table(const ordered_json& records, bool csv, const std::string& set) {
+// Column heading of an axis: without its `implementation.` or `batch.` prefix.
+std::string axis_heading(const std::string& axis) {
+  if (axis == "sequence_parallel") return "sp";
+  for (const char* prefix : {"implementation.", "batch."})
+    if (axis.rfind(prefix, 0) == 0) return axis.substr(std::string(prefix).size());
+  return axis;
+}
+
+// Rows of records: plan id, dp, tp, pp, every other axis the space searches
+// with more than one value, then the figures.
+Table plans_table(const ordered_json& records, const ordered_json& axes, bool csv,
+                  const std::string& set) {
+  std::vector<std::string> shown;
+  for (const auto& [axis, values] : axes.items())
+    if (axis != "dp" && axis != "tp" && axis != "pp" && values.size() > 1) shown.push_back(axis);
   Table t;
   if (!set.empty()) t.columns.push_back("set");
-  t.columns.push_back("rank");
-  for (const char* c : {"plan_id", "dp", "tp", "pp", "schedule", "micro", "zero", "sp", "recompute",
-                        "offload"})
-    t.columns.emplace_back(c);
-  static constexpr const char* kCsv[] = {"step_time_s", "tokens_per_s_per_gpu", "mfu_percent",
+  for (const char* c : {"rank", "plan_id", "dp", "tp", "pp"}) t.columns.emplace_back(c);
+  for (const auto& a : shown) t.columns.push_back(csv ? a : axis_heading(a));
+  static constexpr const char* kCsv[] = {"step_time_s", "tokens_per_s_per_gpu", "mfu",
                                          "peak_memory_bytes"};
   static constexpr const char* kText[] = {"step s", "tokens/s/GPU", "MFU %", "peak GiB"};
   for (const char* c : csv ? kCsv : kText) t.columns.emplace_back(c);
@@ -206,8 +220,24 @@ Table plans_table(const ordered_json& records, bool csv, const std::string& set)
   for (const auto& r : records) {
     std::vector<std::string> row;
     if (!set.empty()) row.push_back(set);
+    const auto& p = r.at("plan");
     row.push_back(std::to_string(rank++));
-    for (auto& c : plan_cells(r, csv)) row.push_back(std::move(c));
+    row.push_back(r.at("plan_id").get<std::string>());
+    for (const char* k : {"dp", "tp", "pp"}) row.push_back(std::to_string(p.at(k).get<std::int64_t>()));
+    for (const auto& a : shown) row.push_back(axis_cell(r, a));
+    const double step = r.at("step_time_s").get<double>();
+    const double tokens = r.at("tokens_per_s_per_gpu").get<double>();
+    const double mfu = r.at("mfu").get<double>();
+    const Bytes peak = r.at("peak_memory_bytes").get<Bytes>();
+    if (csv) {
+      for (double v : {step, tokens, mfu}) row.push_back(ordered_json(v).dump());
+      row.push_back(std::to_string(peak));
+    } else {
+      row.push_back(fixed(step, 3));
+      row.push_back(fixed(tokens, 0));
+      row.push_back(fixed(100 * mfu, 1));
+      row.push_back(fixed(static_cast<double>(peak) / static_cast<double>(kGiB), 1));
+    }
     t.add_row(std::move(row));
   }
   return t;
@@ -373,9 +403,17 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     const json s = load_json_file(sp);
     const JsonReader r(s, sp);
     r.allow({"scenario", "model", "gpus", "gpu", "space", "pareto", "top"});
+    // Read again keeping the key order, so the merged summary lists the axes
+    // as the shards do.
+    std::ifstream sf(sp, std::ios::binary);
+    std::stringstream sst;
+    sst << sf.rdbuf();
+    const ordered_json ordered = ordered_json::parse(sst.str(), nullptr, true, true);
     ordered_json meta;
-    for (const char* k : {"scenario", "model", "gpus", "gpu", "space"})
-      meta[k] = ordered_json::parse(r.at(k).json().dump());
+    for (const char* k : {"scenario", "model", "gpus", "gpu", "space"}) {
+      r.at(k);
+      meta[k] = ordered.at(k);
+    }
     const auto shards = r.at("shards");
     const auto count = static_cast<std::uint64_t>(shards.at("count").as_int(1, INT64_MAX));
     const auto k = static_cast<std::size_t>(r.at("top_k").as_int(0, 1'000'000));
@@ -470,8 +508,9 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
     return s.dump(2) + "\n";
   }
   if (f == Format::Csv) {
-    Table t = plans_table(s.at("top"), true, "top");
-    const Table p = plans_table(s.at("pareto"), true, "pareto");
+    const auto& axes = s.at("space").at("axes");
+    Table t = plans_table(s.at("top"), axes, true, "top");
+    const Table p = plans_table(s.at("pareto"), axes, true, "pareto");
     t.rows.insert(t.rows.end(), p.rows.begin(), p.rows.end());
     return to_csv(t);
   }
@@ -525,10 +564,10 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
     out += "\n";
   }
   out += "\ntop " + std::to_string(s.at("top").size()) + " plans by throughput\n";
-  out += to_text(plans_table(s.at("top"), false, ""));
+  out += to_text(plans_table(s.at("top"), s.at("space").at("axes"), false, ""));
   out += "\nPareto front of step time and peak memory (" + std::to_string(s.at("pareto").size()) +
          " plans)\n";
-  out += to_text(plans_table(s.at("pareto"), false, ""));
+  out += to_text(plans_table(s.at("pareto"), s.at("space").at("axes"), false, ""));
   return out;
 }
 
