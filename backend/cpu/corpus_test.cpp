@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/testing.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -86,15 +88,7 @@ TEST_CASE("cpu/corpus: byte corpus: windows of consecutive bytes; unreadable or 
 // steps of `opt` on 32 sequences of 8 tokens from the corpus, and before.
 template <class MakeOpt>
 std::pair<double, double> train_tiny(const MarkovCorpus& corpus, MakeOpt make_opt) {
-  cost::ModelSpec m;
-  m.name = "tiny";
-  m.layers = 2;
-  m.hidden = 16;
-  m.heads = 2;
-  m.kv_heads = 2;
-  m.ffn_hidden = 64;
-  m.vocab = 11;
-  m.seq_len = 8;
+  cost::ModelSpec m = testing::tiny_gpt();
   TrackingAllocator alloc;
   GptModel model(m, alloc, 1);
   auto opt = make_opt(alloc);

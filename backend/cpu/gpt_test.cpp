@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/testing.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -19,15 +21,7 @@ namespace {
 cost::ModelSpec tiny(cost::MlpKind mlp = cost::MlpKind::Gelu,
                      cost::NormKind norm = cost::NormKind::LayerNorm, bool bias = true,
                      bool tied = true) {
-  cost::ModelSpec m;
-  m.name = "tiny";
-  m.layers = 2;
-  m.hidden = 16;
-  m.heads = 2;
-  m.kv_heads = 2;
-  m.ffn_hidden = 64;
-  m.vocab = 11;
-  m.seq_len = 8;
+  cost::ModelSpec m = testing::tiny_gpt();
   m.mlp = mlp;
   m.norm = norm;
   m.bias = bias;

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/testing.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -215,15 +217,7 @@ TEST_CASE("cpu/optimizer: optimizer state bytes equal the memory model's for a G
   // per parameter (SGD 0, momentum and LARS 4, Adam, AdamW and LAMB 8);
   // Adafactor and SM3 keep factored_state_bytes summed over the op chain.
   // Their scratch is gone after the step.
-  cost::ModelSpec m;
-  m.name = "tiny";
-  m.layers = 2;
-  m.hidden = 16;
-  m.heads = 2;
-  m.kv_heads = 2;
-  m.ffn_hidden = 64;
-  m.vocab = 11;
-  m.seq_len = 8;
+  cost::ModelSpec m = testing::tiny_gpt();
   const auto chain = cost::expand(m, {.precision = cost::Precision::FP32});
   double factored = 0.0;
   for (const auto* layer : {&chain.embedding, &chain.block, &chain.head})
