@@ -7,12 +7,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
+#include "report/files.hpp"
 #include "report/explore.hpp"
 #include "report/published.hpp"
 #include "report/simulate.hpp"
@@ -56,19 +56,6 @@ std::string describe_target(const std::string& target, report::Format format) {
     return report::describe(cost::load_model_file(target), options, nullptr, format);
   }
   return report::describe(cost::model_preset(target), options, nullptr, format);
-}
-
-// Writes next to the destination and renames, so the file appears whole or
-// not at all.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw InputError(path, "", "cannot write file");
-    f << text;
-    if (!f.flush()) throw InputError(path, "", "cannot write file");
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 // "i/n" with 0 <= i < n.
@@ -233,7 +220,7 @@ int main(int argc, char** argv) {
       const auto mem = analytical ? strategies::estimate_memory(sc)
                                   : strategies::memory_from_run(sc, lowered, run);
       out = report::render_simulation(sc, mem, &step, format);
-      if (!trace_path.empty()) write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
+      if (!trace_path.empty()) report::write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
     }
     if (*published) {
       const auto r = report::validate_published(cases_path);

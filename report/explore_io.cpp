@@ -12,6 +12,8 @@
 
 #include "report/explore.hpp"
 #include "report/table.hpp"
+#include "report/fields_io.hpp"
+#include "report/files.hpp"
 #include "sim/json_reader.hpp"
 
 namespace strata::report {
@@ -24,49 +26,8 @@ using nlohmann::ordered_json;
 using sim::MemTag;
 using strategies::ScoredPlan;
 
-// The tags `strata simulate` prints (report/simulate_io.cpp), in its order.
-constexpr MemTag kTags[] = {MemTag::Params,     MemTag::Grads,           MemTag::OptimizerStates,
-                            MemTag::Activations, MemTag::CommBuffers,    MemTag::Workspace,
-                            MemTag::AllocatorReserve, MemTag::Runtime,   MemTag::Other};
-
-ordered_json tags_json(const sim::TagBytes& bytes) {
-  ordered_json j = ordered_json::object();
-  for (MemTag t : kTags) {
-    const Bytes b = bytes[static_cast<std::size_t>(t)];
-    if (t == MemTag::Other && b == 0) continue;
-    j[std::string(enum_name(t))] = b;
-  }
-  return j;
-}
-
-ordered_json breakdown_json(const strategies::TimeBreakdown& b) {
-  ordered_json comm = ordered_json::object();
-  for (std::size_t k = 1; k < strategies::kCommKinds; ++k)
-    comm[std::string(enum_name(static_cast<strategies::CommKind>(k)))] =
-        to_seconds(b.exposed_comm[k]);
-  return ordered_json{{"compute", to_seconds(b.compute)},
-                      {"recompute", to_seconds(b.recompute)},
-                      {"exposed_comm", comm},
-                      {"bubble", to_seconds(b.bubble)},
-                      {"offload_stall", to_seconds(b.offload_stall)},
-                      {"optimizer", to_seconds(b.optimizer)}};
-}
-
 std::string results_path(const std::string& dir) { return (fs::path(dir) / "results.jsonl").string(); }
 std::string summary_path(const std::string& dir) { return (fs::path(dir) / "summary.json").string(); }
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError(path, "", "cannot write file");
-    f << text;
-    if (!f.flush()) throw InputError(path, "", "cannot write file");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw InputError(path, "", "cannot write file: " + ec.message());
-}
 
 void make_dir(const std::string& dir) {
   std::error_code ec;
@@ -386,7 +347,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   h.rejected = r.rejected;
   h.pruned_by_pool = r.pruned_by_pool;
   rep.summary_json = summary_text(h, r.pareto, r.top, now.lines);
-  write_atomically(summary_path(o.out_dir), rep.summary_json);
+  write_file_atomically(summary_path(o.out_dir), rep.summary_json);
   return rep;
 }
 
@@ -488,8 +449,8 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     all += line;
     all += '\n';
   }
-  write_atomically(results_path(out_dir), all);
-  write_atomically(summary_path(out_dir), summary);
+  write_file_atomically(results_path(out_dir), all);
+  write_file_atomically(summary_path(out_dir), summary);
   return summary;
 }
 

@@ -1,6 +1,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/simulate.hpp"
+#include "report/fields_io.hpp"
 #include "report/table.hpp"
 
 namespace strata::report {
@@ -9,21 +10,6 @@ namespace {
 
 using nlohmann::ordered_json;
 using sim::MemTag;
-
-// Tags printed, in order: every tag a GPU's bytes can carry.
-constexpr MemTag kTags[] = {MemTag::Params,     MemTag::Grads,           MemTag::OptimizerStates,
-                            MemTag::Activations, MemTag::CommBuffers,    MemTag::Workspace,
-                            MemTag::AllocatorReserve, MemTag::Runtime,   MemTag::Other};
-
-ordered_json tags_json(const sim::TagBytes& bytes) {
-  ordered_json j = ordered_json::object();
-  for (MemTag t : kTags) {
-    const Bytes b = bytes[static_cast<std::size_t>(t)];
-    if (t == MemTag::Other && b == 0) continue;
-    j[std::string(enum_name(t))] = b;
-  }
-  return j;
-}
 
 std::string plan_summary(const strategies::Scenario& sc) {
   const auto& p = sc.plan;
@@ -64,18 +50,6 @@ Rates rates(const strategies::Scenario& sc, const strategies::StepPrediction& p)
   const double peak = sc.cluster.gpu.peak_tflops(sc.plan.precision);
   r.mfu = peak > 0 ? r.model_tflops / peak : 0;
   return r;
-}
-
-ordered_json breakdown_json(const strategies::TimeBreakdown& b) {
-  ordered_json comm = ordered_json::object();
-  for (std::size_t k = 1; k < strategies::kCommKinds; ++k)
-    comm[std::string(enum_name(static_cast<strategies::CommKind>(k)))] = to_seconds(b.exposed_comm[k]);
-  return ordered_json{{"compute", to_seconds(b.compute)},
-                      {"recompute", to_seconds(b.recompute)},
-                      {"exposed_comm", comm},
-                      {"bubble", to_seconds(b.bubble)},
-                      {"offload_stall", to_seconds(b.offload_stall)},
-                      {"optimizer", to_seconds(b.optimizer)}};
 }
 
 }  // namespace
@@ -129,14 +103,14 @@ std::string render_simulation(const strategies::Scenario& sc,
 
   Table per_stage;
   per_stage.columns = {"stage", "parameters", "in_flight", "peak"};
-  for (MemTag t : kTags)
+  for (MemTag t : kPrintedTags)
     if (t != MemTag::Other) per_stage.columns.emplace_back(enum_name(t));
   per_stage.align.assign(per_stage.columns.size(), Align::Right);
   for (const auto& st : mem.stages) {
     std::vector<std::string> row = {std::to_string(st.stage), count(static_cast<double>(st.params)),
                                     std::to_string(st.in_flight),
                                     f == Format::Csv ? std::to_string(st.total) : gib(st.total)};
-    for (MemTag t : kTags) {
+    for (MemTag t : kPrintedTags) {
       if (t == MemTag::Other) continue;
       const Bytes b = st.bytes[static_cast<std::size_t>(t)];
       row.push_back(f == Format::Csv ? std::to_string(b) : gib(b));
@@ -193,7 +167,7 @@ std::string render_simulation(const strategies::Scenario& sc,
   Table b;
   b.columns = {"tag", "bytes", "share"};
   b.align = {Align::Left, Align::Right, Align::Right};
-  for (MemTag t : kTags) {
+  for (MemTag t : kPrintedTags) {
     const Bytes v = mem.breakdown[static_cast<std::size_t>(t)];
     if (t == MemTag::Other && v == 0) continue;
     b.add_row({std::string(enum_name(t)), gib(v),

@@ -196,7 +196,7 @@ class StepLowering {
                               {{buffer(Buf::ActHost, layer, mb, stored, true)},
                                {existing(Buf::Act, layer, mb)}});
         dep(last_compute_, c.index);
-        offloaded_[key("", layer, mb)] = c.index;
+        offloaded_[code(Buf::ActHost, layer, mb)] = c.index;
       }
     }
     if (k + 1 == static_cast<int>(chunks_.size()))
@@ -328,7 +328,7 @@ class StepLowering {
                           layer, mb,
                           {{buffer(Buf::ActBack, layer, mb, stored)},
                            {existing(Buf::ActHost, layer, mb)}});
-    dep(offloaded_.at(key("", layer, mb)), c.index);
+    dep(offloaded_.at(code(Buf::ActHost, layer, mb)), c.index);
     const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
     if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c.index);
     return c.index;
@@ -640,7 +640,7 @@ class StepLowering {
   std::vector<std::int32_t> last_bwd_of_layer_;
   std::int32_t embedding_bwd_ = kNone, head_bwd_ = kNone;
   std::vector<std::int32_t> recent_, recent_fetch_, zero3_reduced_;
-  std::unordered_map<std::string, std::int32_t> offloaded_;
+  std::unordered_map<std::uint64_t, std::int32_t> offloaded_;  // offload copy by buffer code
   std::unordered_map<std::uint64_t, sim::BufferId> buffers_;
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;

@@ -1,0 +1,24 @@
+#pragma once
+// JSON renderings of fields `simulate` and `explore` share (report/*_io.cpp
+// only: it needs nlohmann's full header).
+#include <nlohmann/json.hpp>
+
+#include "sim/task_graph.hpp"
+#include "strategies/lower.hpp"
+
+namespace strata::report {
+
+// Tags printed, in order: every tag a GPU's bytes can carry (`other` only when
+// non-zero).
+inline constexpr sim::MemTag kPrintedTags[] = {
+    sim::MemTag::Params,      sim::MemTag::Grads,       sim::MemTag::OptimizerStates,
+    sim::MemTag::Activations, sim::MemTag::CommBuffers, sim::MemTag::Workspace,
+    sim::MemTag::AllocatorReserve, sim::MemTag::Runtime, sim::MemTag::Other};
+
+// {"params": bytes, …} in kPrintedTags order.
+nlohmann::ordered_json tags_json(const sim::TagBytes& bytes);
+// time_breakdown_s: compute, recompute, exposed_comm {dp, tp, pp, cp, ep,
+// offload}, bubble, offload_stall, optimizer, in seconds.
+nlohmann::ordered_json breakdown_json(const strategies::TimeBreakdown& b);
+
+}  // namespace strata::report
