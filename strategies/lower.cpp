@@ -17,6 +17,53 @@ Time TimeBreakdown::total() const {
   return t;
 }
 
+GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain, double params,
+                                     const StepCosts& costs) {
+  const auto& c = plan.compression;
+  const double grad_bytes = std::min(bytes_per_param(plan.optimizer, plan.precision,
+                                                     plan.implementation.fp32_grad_accumulation)
+                                         .grads,
+                                     4.0);
+  const double dp = static_cast<double>(plan.dp);
+  GradientExchange ex;
+  ex.encode = ex.decode = costs.elementwise(static_cast<Bytes>(params * (grad_bytes + 4)));
+  auto& rounds = ex.rounds;
+  switch (c.method) {
+    case CompressionMethod::TopK:
+    case CompressionMethod::RandomK:
+      // (int32 index, fp16 value) pairs; sparse vectors cannot be summed in
+      // a ring, so every rank gathers every other's.
+      rounds.push_back({Collective::AllGather, 6 * c.ratio * params * dp});
+      ex.decode = costs.elementwise(static_cast<Bytes>(6 * c.ratio * params * dp + params * grad_bytes));
+      break;
+    case CompressionMethod::Qsgd:
+      rounds.push_back({Collective::AllGather, params * static_cast<double>(c.bits) / 8 * dp});
+      break;
+    case CompressionMethod::OneBit:
+      // 1-bit compressed all-reduce: a compressed reduce-scatter, then all-gather.
+      rounds.push_back({Collective::ReduceScatter, params / 8});
+      rounds.push_back({Collective::AllGather, params / 8});
+      break;
+    case CompressionMethod::PowerSgd: {
+      // P = M·Q and Q = Mᵀ·P per matrix, each all-reduced in fp32.
+      double rows = 0, cols = 0;
+      for (const auto& op : chain.block.ops) {
+        rows += static_cast<double>(op.matrices * op.rows);
+        cols += static_cast<double>(op.matrices * op.cols);
+      }
+      const double scale = params / std::max(1.0, static_cast<double>(chain.block.params()));
+      const double r = static_cast<double>(c.rank);
+      rounds.push_back({Collective::AllReduce, 4 * rows * r * scale});
+      rounds.push_back({Collective::AllReduce, 4 * cols * r * scale});
+      ex.encode = costs.gemm(4 * params * r);
+      ex.decode = costs.gemm(2 * params * r);
+      break;
+    }
+    case CompressionMethod::None: break;
+  }
+  return ex;
+}
+
 namespace {
 
 using sim::TaskId;
@@ -561,45 +608,9 @@ class StepLowering {
   // Compressed gradient exchange: encode on the compute stream, the
   // collective the method needs, decode.
   void compress_and_reduce(double params, std::int32_t after, std::vector<std::int32_t>& reduced) {
-    const auto& c = plan_.compression;
-    const double grad_bytes = per_.grads > 4 ? 4 : per_.grads;
-    const double dp = static_cast<double>(plan_.dp);
-    Time encode = costs_.elementwise(static_cast<Bytes>(params * (grad_bytes + 4)));
-    Time decode = encode;
-    std::vector<std::pair<Collective, double>> rounds;
-    switch (c.method) {
-      case CompressionMethod::TopK:
-      case CompressionMethod::RandomK:
-        // (int32 index, fp16 value) pairs; sparse vectors cannot be summed in
-        // a ring, so every rank gathers every other's.
-        rounds.push_back({Collective::AllGather, 6 * c.ratio * params * dp});
-        decode = costs_.elementwise(static_cast<Bytes>(6 * c.ratio * params * dp + params * grad_bytes));
-        break;
-      case CompressionMethod::Qsgd:
-        rounds.push_back({Collective::AllGather, params * static_cast<double>(c.bits) / 8 * dp});
-        break;
-      case CompressionMethod::OneBit:
-        // 1-bit compressed all-reduce: a compressed reduce-scatter, then all-gather.
-        rounds.push_back({Collective::ReduceScatter, params / 8});
-        rounds.push_back({Collective::AllGather, params / 8});
-        break;
-      case CompressionMethod::PowerSgd: {
-        // P = M·Q and Q = Mᵀ·P per matrix, each all-reduced in fp32.
-        double rows = 0, cols = 0;
-        for (const auto& op : chain_.block.ops) {
-          rows += static_cast<double>(op.matrices * op.rows);
-          cols += static_cast<double>(op.matrices * op.cols);
-        }
-        const double scale = params / std::max(1.0, static_cast<double>(chain_.block.params()));
-        const double r = static_cast<double>(c.rank);
-        rounds.push_back({Collective::AllReduce, 4 * rows * r * scale});
-        rounds.push_back({Collective::AllReduce, 4 * cols * r * scale});
-        encode = costs_.gemm(4 * params * r);
-        decode = costs_.gemm(2 * params * r);
-        break;
-      }
-      case CompressionMethod::None: break;
-    }
+    const GradientExchange ex = compressed_exchange(plan_, chain_, params, costs_);
+    const Time encode = ex.encode, decode = ex.decode;
+    const auto& rounds = ex.rounds;
     const TaskId enc = task("compress-encode", TaskKind::Compute, r_.compute, encode,
                             sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt);
     dep(after, enc.index);
@@ -738,6 +749,31 @@ TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int s
 
 }  // namespace
 
+void add_step_flops(const Scenario& sc, StepPrediction& pr) {
+  // FLOPs of the whole model for the global batch: model FLOPs count each
+  // matrix product once (Korthikanti Eq. 7); hardware FLOPs add recompute.
+  cost::ExpandOptions one;
+  one.attention = sc.plan.implementation.attention;
+  const cost::OpChain whole = cost::expand(sc.model, one);
+  const double seqs = static_cast<double>(sc.batch.global);
+  pr.model_flops_per_step = whole.model_flops() * seqs;
+  double recompute = 0;
+  switch (sc.plan.recompute) {
+    case Recompute::None: break;
+    case Recompute::Selective:
+      // The attention core's matrix products, when the kernel saved it (flash
+      // attention saves no scores: nothing to recompute).
+      if (whole.block.saved_bytes(Recompute::None) != whole.block.saved_bytes(Recompute::Selective))
+        for (const auto& op : whole.block.ops)
+          if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::AttnValues)
+            recompute += op.fwd_flops;
+      break;
+    default: recompute = whole.block.fwd_flops(); break;
+  }
+  pr.hardware_flops_per_step =
+      pr.model_flops_per_step + recompute * static_cast<double>(whole.blocks) * seqs;
+}
+
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::RunResult* run_out,
                             LoweredStep* lowered_out) {
   LoweredStep low = lower_step(sc, costs);
@@ -762,28 +798,7 @@ StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::Run
   pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
   pr.bubble_fraction =
       pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
-  // FLOPs of the whole model for the global batch: model FLOPs count each
-  // matrix product once (Korthikanti Eq. 7); hardware FLOPs add recompute.
-  cost::ExpandOptions one;
-  one.attention = sc.plan.implementation.attention;
-  const cost::OpChain whole = cost::expand(sc.model, one);
-  const double seqs = static_cast<double>(sc.batch.global);
-  pr.model_flops_per_step = whole.model_flops() * seqs;
-  double recompute = 0;
-  switch (sc.plan.recompute) {
-    case Recompute::None: break;
-    case Recompute::Selective:
-      // The attention core's matrix products, when the kernel saved it (flash
-      // attention saves no scores: nothing to recompute).
-      if (whole.block.saved_bytes(Recompute::None) != whole.block.saved_bytes(Recompute::Selective))
-        for (const auto& op : whole.block.ops)
-          if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::AttnValues)
-            recompute += op.fwd_flops;
-      break;
-    default: recompute = whole.block.fwd_flops(); break;
-  }
-  pr.hardware_flops_per_step =
-      pr.model_flops_per_step + recompute * static_cast<double>(whole.blocks) * seqs;
+  add_step_flops(sc, pr);
   if (run_out) *run_out = run;
   if (lowered_out) *lowered_out = std::move(low);
   return pr;

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/ops.hpp"
@@ -61,6 +62,16 @@ class StepCosts {
   virtual Time overhead_per_step() const { return 0; }
 };
 
+// A compressed data-parallel gradient exchange of `params` gradients: the
+// encode and decode kernels on the compute stream and the collective rounds
+// (operation, bytes per rank) between them.
+struct GradientExchange {
+  Time encode = 0, decode = 0;
+  std::vector<std::pair<Collective, double>> rounds;
+};
+GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain, double params,
+                                     const StepCosts& costs);
+
 struct LoweredStep {
   sim::TaskGraph graph;
   std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
@@ -90,6 +101,11 @@ struct StepPrediction {
   Flops hardware_flops_per_step = 0;  // plus recompute
   std::uint64_t tasks = 0;
 };
+
+// Fills model_flops_per_step and hardware_flops_per_step: the whole model
+// for the global batch, each matrix product once (Korthikanti Eq. 7), and
+// that plus what the recompute policy redoes.
+void add_step_flops(const Scenario& sc, StepPrediction& pr);
 
 // Lowers, replays and attributes the step; `run` receives the replay (for
 // traces) when given.
