@@ -13,6 +13,7 @@
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
 #include "report/files.hpp"
+#include "report/html_report.hpp"
 #include "report/explore.hpp"
 #include "report/published.hpp"
 #include "report/simulate.hpp"
@@ -189,6 +190,13 @@ int main(int argc, char** argv) {
       "merge", "Combine the output directories of explore shards into one");
   merge->add_option("DIR", merge_dirs, "Explore output directories (--shard i/n)")->required();
   merge->add_option("--out", out_dir, "Output directory")->required()->type_name("DIR");
+  std::string report_dir, report_out;
+  auto* reporter = app.add_subcommand(
+      "report", "Compare the plans of an explore output directory: report.html (charts), "
+                "report.md and results.csv");
+  reporter->add_option("DIR", report_dir, "An explore output directory")->required();
+  reporter->add_option("--out", report_out, "Write the files there instead of DIR")
+      ->type_name("DIR2");
   for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge})
     add_format_option(cmd, format);
 
@@ -244,12 +252,17 @@ int main(int argc, char** argv) {
         const auto rep = report::run_explore(sc, o);
         line.finish();
         out = report::render_explore(rep.summary_json, &rep, format);
+        // The comparison report beside the results (docs/report.md).
+        report::write_report(out_dir, out_dir);
+        std::cerr << "explore: report in "
+                  << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
       } catch (...) {
         line.finish();
         throw;
       }
     }
     if (*merge) out = report::render_explore(report::merge_explore(merge_dirs, out_dir), nullptr, format);
+    if (*reporter) out = report::write_report(report_dir, report_out.empty() ? report_dir : report_out);
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;

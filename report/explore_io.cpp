@@ -279,6 +279,15 @@ ResultsFile read_results(const std::string& path,
 
 ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOptions& o) {
   make_dir(o.out_dir);
+  // The scenario beside its results, so `strata report` can re-simulate a
+  // plan from the directory alone (docs/report.md).
+  if (!sc.file.empty() && fs::is_regular_file(sc.file)) {
+    std::ifstream in(sc.file, std::ios::binary);
+    std::stringstream text;
+    if (!in || !(text << in.rdbuf())) throw InputError(sc.file, "", "cannot read file");
+    const std::string copy = (fs::path(o.out_dir) / "scenario.json").string();
+    if (!fs::exists(copy) || !fs::equivalent(copy, sc.file)) write_file_atomically(copy, text.str());
+  }
   const std::string results = results_path(o.out_dir);
   ExploreReport rep;
   ResultsFile prev;

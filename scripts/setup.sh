@@ -8,6 +8,7 @@ packages=(
   cmake g++ ninja-build ccache pkg-config
   libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev
   libbenchmark-dev libopenblas-dev python3
+  chromium  # headless browser for the report test (tests/e2e/check_report.py)
 )
 
 missing=()

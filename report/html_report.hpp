@@ -1,0 +1,163 @@
+#pragma once
+// `strata report DIR` (docs/report.md): comparison reports of an explore
+// output directory.
+//   report.html  one self-contained file (inline CSS, inline SVG charts, a
+//                small inline script that sorts tables; nothing fetched);
+//   report.md    the same content as Markdown tables and sentences;
+//   results.csv  one row per scored plan, flat columns.
+// Rendering is a pure function of ReportData, so the same directory gives
+// the same bytes; every string taken from input is escaped for its format.
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/engine.hpp"
+#include "sim/task_graph.hpp"
+#include "sim/units.hpp"
+
+namespace strata::report {
+
+// The parts of time_breakdown_s, in order: `key` names the CSV column
+// (`time_<key>_s`), `label` the chart legend.
+struct TimePart {
+  const char* key;
+  const char* label;
+};
+inline constexpr TimePart kTimeParts[] = {
+    {"compute", "compute"},           {"recompute", "recompute"},
+    {"exposed_comm_dp", "exposed dp comm"}, {"exposed_comm_tp", "exposed tp comm"},
+    {"exposed_comm_pp", "exposed pp comm"}, {"exposed_comm_cp", "exposed cp comm"},
+    {"exposed_comm_ep", "exposed ep comm"}, {"exposed_comm_offload", "exposed offload copies"},
+    {"bubble", "pipeline bubble"},    {"offload_stall", "offload stall"},
+    {"optimizer", "optimizer"}};
+inline constexpr std::size_t kTimePartCount = std::size(kTimeParts);
+
+// One scored plan of results.jsonl, flattened.
+struct PlanRecord {
+  std::string plan_id;  // 16 hex digits
+  std::int64_t batch_global = 0, batch_micro = 0;
+  std::int64_t dp = 1, tp = 1, pp = 1;
+  std::vector<std::string> axes;  // the value of each ReportData::axes entry ("1f1b", "yes", "4")
+  double step_time_s = 0, tokens_per_s_per_gpu = 0, mfu = 0;
+  Bytes peak_memory_bytes = 0, gpu_memory_bytes = 0;
+  std::vector<Bytes> memory;   // per ReportData::memory_tags
+  std::vector<double> time_s;  // per kTimeParts
+  double bubble_fraction = 0;
+  bool fits() const { return gpu_memory_bytes <= 0 || peak_memory_bytes <= gpu_memory_bytes; }
+};
+
+// An axis of the space, with the values it lists (as the summary writes them).
+struct SpaceAxis {
+  std::string name;
+  std::vector<std::string> values;
+};
+
+// A line of the explorer's counts ("rejected (invalid)", a rule, …).
+struct CountRow {
+  std::string name;
+  std::uint64_t count = 0;
+  std::string example;
+  bool sub = false;  // a rule or pool under the line above
+};
+
+// The best plan's step, replayed, as lanes of busy spans per pipeline stage.
+enum class SpanKind : int { Forward, Backward, Recompute, Comm, Copy, Optimizer, Other };
+inline constexpr const char* kSpanKindNames[] = {"forward", "backward", "recompute", "communication",
+                                                 "offload copy", "optimizer", "other"};
+inline constexpr std::size_t kSpanKinds = std::size(kSpanKindNames);
+
+struct TimelineSpan {
+  std::int64_t start_ns = 0, end_ns = 0;
+  SpanKind kind = SpanKind::Other;
+  std::uint32_t tasks = 0;
+};
+struct TimelineLane {
+  int stage = 0;
+  std::string name;  // compute, comm, p2p, copies, cpu
+  std::vector<TimelineSpan> spans;
+  std::int64_t busy_ns = 0;  // union of its tasks' intervals
+  std::uint64_t tasks = 0;
+};
+struct Timeline {
+  std::string plan_id;
+  std::int64_t step_ns = 0;
+  int stages = 0;                  // pipeline stages of the plan
+  std::vector<TimelineLane> lanes;  // the stages shown (at most 16), lane by lane
+  std::uint64_t tasks = 0;
+  bool aggregated = false;  // spans merged over time columns (very many tasks)
+};
+
+// Lanes of the replay of a lowered step (resources named "s<stage>.<lane>",
+// strategies/lower.cpp). Same-kind tasks that touch merge into one span;
+// when a lane would still hold more than `columns` / 2 spans, its time is cut
+// into `columns` columns and each busy column takes the kind that fills most
+// of it (runs of one kind merge). At most `max_stages` stages are kept,
+// evenly spaced, first and last included.
+Timeline make_timeline(const sim::TaskGraph& graph, const sim::RunResult& run,
+                       const std::string& plan_id, std::size_t columns = 1200,
+                       int max_stages = 16);
+
+struct ReportData {
+  std::string dir;  // the explore directory (shown, escaped)
+  std::string scenario, model, gpu;
+  std::int64_t gpus = 0;
+  std::uint64_t space_size = 0;
+  std::vector<SpaceAxis> axes;  // every axis the summary lists, in its order
+  std::vector<std::string> memory_tags;
+  std::vector<CountRow> counts;
+  std::vector<PlanRecord> plans;  // any order; renderers rank them
+  std::optional<Timeline> timeline;
+  std::string timeline_note;  // why there is no timeline, when there is none
+};
+
+// What the report concludes; shared by the HTML and Markdown renderings.
+struct AxisValueStats {
+  std::string value;
+  std::size_t plans = 0;
+  std::optional<std::size_t> best;  // index into plans: highest throughput
+  double median_step_s = 0;
+  double median_peak_bytes = 0;
+};
+struct AxisComparison {
+  std::string axis;
+  std::vector<AxisValueStats> values;
+  // Pairs of plans that differ in this axis only, against the axis's first
+  // value: per other value, the pairs and the median ratios (other / first).
+  struct Paired {
+    std::string value;
+    std::size_t pairs = 0;
+    double step_ratio = 1, peak_ratio = 1;
+  };
+  std::vector<Paired> paired;
+  std::string sentence;
+};
+struct ReportAnalysis {
+  std::vector<std::size_t> ranked;  // plans by throughput (then step time, plan id)
+  std::vector<std::size_t> fitting;  // ranked, only those that fit
+  std::vector<std::size_t> front;    // Pareto front of (step time, peak memory), by step time
+  std::optional<std::size_t> winner, runner_up, lowest_memory;
+  std::vector<std::string> why;  // sentences: the winner and what the others trade
+  std::vector<AxisComparison> axes;  // axes with more than one value
+  std::vector<std::size_t> shown;    // plans in the breakdown charts
+  std::optional<std::size_t> colour_axis;  // axis colouring the scatter
+};
+ReportAnalysis analyse(const ReportData& d);
+
+std::string report_html(const ReportData& d);
+std::string report_markdown(const ReportData& d);
+std::string results_csv(const ReportData& d);
+
+// Reads DIR/summary.json and DIR/results.jsonl (report/explore.hpp) and
+// re-simulates the best plan from DIR/scenario.json (or, failing that, the
+// scenario path the summary names) for its timeline. Throws InputError
+// naming the file for a directory that is not an explore output.
+ReportData load_report_data(const std::string& dir);
+
+// load_report_data, then report.html, report.md and results.csv written
+// atomically into `out_dir` (made when missing). Nothing is written when
+// reading fails. Returns the lines `strata report` prints.
+std::string write_report(const std::string& dir, const std::string& out_dir);
+
+}  // namespace strata::report

@@ -1,0 +1,217 @@
+#include "report/html_report.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "sim/engine.hpp"
+#include "tests/testing.hpp"
+
+namespace strata::report {
+namespace {
+
+std::size_t occurrences(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + what.size())) ++n;
+  return n;
+}
+
+const std::string kHostile = "<script>alert(\"x\")</script> & 'q'\x07";
+
+PlanRecord plan(const std::string& id, const std::string& recompute, const std::string& zero,
+                double step_s, double peak_gib) {
+  PlanRecord p;
+  p.plan_id = id;
+  p.batch_global = 8;
+  p.batch_micro = 1;
+  p.axes = {recompute, zero};
+  p.step_time_s = step_s;
+  p.tokens_per_s_per_gpu = 1000 / step_s;  // fixed batch: throughput is 1 / step time
+  p.mfu = 0.4 / step_s;
+  p.peak_memory_bytes = static_cast<Bytes>(peak_gib * static_cast<double>(kGiB));
+  p.gpu_memory_bytes = 80 * kGiB;
+  p.memory = {p.peak_memory_bytes / 4, p.peak_memory_bytes - p.peak_memory_bytes / 4};
+  p.time_s.assign(kTimePartCount, 0);
+  p.time_s[0] = step_s * 0.8;  // compute
+  p.time_s[1] = step_s * 0.2;  // recompute
+  return p;
+}
+
+// Six plans over recompute {none, full} x zero {0, 1, 2}; one more that is
+// the fastest but does not fit. Every "full" plan is 1.25x (zero 0, 1) or
+// 1.5x (zero 2) slower than its "none" twin and needs half its memory.
+ReportData sample() {
+  ReportData d;
+  d.dir = "out/" + kHostile;
+  d.scenario = "scenario " + kHostile;
+  d.model = "model " + kHostile;
+  d.gpu = "gpu,\"name\"";
+  d.gpus = 8;
+  d.space_size = 6;
+  d.axes = {{"recompute", {"none", "full"}}, {"zero", {"0", "1", "2"}}};
+  d.memory_tags = {"params", "activations"};
+  d.counts = {{"enumerated", 6, "", false}, {"rejected (invalid)", 0, "", false},
+              {"rule " + kHostile, 0, "example " + kHostile, true}};
+  d.plans = {plan("00000000000000a0", "none", "0", 1.0, 60),
+             plan("00000000000000a1", "none", "1", 1.1, 50),
+             plan("00000000000000a2", "none", "2", 1.2, 40),
+             plan("00000000000000b0", "full", "0", 1.25, 30),
+             plan("00000000000000b1", "full", "1", 1.375, 25),
+             plan("00000000000000b2", "full", "2", 1.8, 20),
+             plan("00000000000000c0", "none", "0", 0.5, 90)};
+  d.plans.back().batch_micro = 2;  // not the twin of a0: they differ in a non-axis key
+  d.plans.back().axes = {"none", "0"};
+  return d;
+}
+
+// A two-stage step: stage 0 runs fwd, fwd (touching: one span), bwd on its
+// compute stream and an all-reduce on its comm stream; stage 1 one fwd.
+Timeline sample_timeline() {
+  sim::TaskGraph g;
+  auto c0 = g.add_stream("s0.compute");
+  auto m0 = g.add_stream("s0.comm");
+  auto c1 = g.add_stream("s1.compute");
+  auto f0 = g.add_task({.id = "f0", .resources = {c0}, .duration = 100, .label = {.phase = sim::Phase::Fwd}});
+  auto f1 = g.add_task({.id = "f1", .resources = {c0}, .duration = 100, .label = {.phase = sim::Phase::Fwd}});
+  auto b0 = g.add_task({.id = "b0", .resources = {c0}, .duration = 200, .label = {.phase = sim::Phase::Bwd}});
+  auto ar = g.add_task({.id = "ar", .kind = sim::TaskKind::Collective, .resources = {m0}, .duration = 50,
+                        .label = {.phase = sim::Phase::Comm}});
+  auto g1 = g.add_task({.id = "g1", .resources = {c1}, .duration = 100, .label = {.phase = sim::Phase::Fwd}});
+  g.add_dep(f0, f1);
+  g.add_dep(f1, b0);
+  g.add_dep(b0, ar);
+  g.add_dep(f0, g1);
+  sim::Engine e(g);
+  const sim::RunResult r = e.run();
+  return make_timeline(g, r, "00000000000000a0");
+}
+
+TEST_CASE("make_timeline: lanes per stage and stream, touching same-phase tasks merged") {
+  // Stage 0 compute: fwd [0, 200) (two tasks), bwd [200, 400); comm: [400, 450);
+  // stage 1 compute: fwd [100, 200). Step 450 ns.
+  const Timeline t = sample_timeline();
+  CHECK(t.step_ns == 450);
+  CHECK(t.stages == 2);
+  CHECK(t.tasks == 5);
+  REQUIRE(t.lanes.size() == 3);
+  CHECK(t.lanes[0].name == "compute");
+  REQUIRE(t.lanes[0].spans.size() == 2);
+  CHECK(t.lanes[0].spans[0].start_ns == 0);
+  CHECK(t.lanes[0].spans[0].end_ns == 200);
+  CHECK(t.lanes[0].spans[0].tasks == 2);
+  CHECK(t.lanes[0].spans[1].kind == SpanKind::Backward);
+  CHECK(t.lanes[0].busy_ns == 400);
+  CHECK(t.lanes[1].name == "comm");
+  CHECK(t.lanes[1].spans[0].kind == SpanKind::Comm);
+  CHECK(t.lanes[2].stage == 1);
+  CHECK(t.lanes[2].spans[0].start_ns == 100);
+}
+
+TEST_CASE("make_timeline aggregates a lane of very many tasks into time columns") {
+  // 1000 alternating fwd/bwd tasks of 10 ns: 1000 spans exceed columns/2 = 50,
+  // so the lane is cut into 100 columns of 100 ns, each half fwd, half bwd;
+  // the tie goes to the first kind (fwd), so every column is fwd: one span.
+  sim::TaskGraph g;
+  auto c0 = g.add_stream("s0.compute");
+  for (int i = 0; i < 1000; ++i) {
+    sim::Task task{.id = "t" + std::to_string(i), .resources = {c0}, .duration = 10};
+    task.label.phase = i % 2 ? sim::Phase::Bwd : sim::Phase::Fwd;
+    g.add_task(std::move(task));
+  }
+  sim::Engine e(g);
+  const Timeline t = make_timeline(g, e.run(), "x", 100);
+  CHECK(t.aggregated);
+  REQUIRE(t.lanes.size() == 1);
+  REQUIRE(t.lanes[0].spans.size() == 1);
+  CHECK(t.lanes[0].spans[0].end_ns == 10000);
+  CHECK(t.lanes[0].spans[0].tasks == 1000);
+}
+
+TEST_CASE("analyse: the winner is the fastest plan that fits; Pareto front; paired comparisons") {
+  const ReportData d = sample();
+  const ReportAnalysis an = analyse(d);
+  // c0 is fastest but needs 90 GiB of 80: a0 wins, a1 is the runner-up,
+  // b2 (20 GiB) has the lowest memory.
+  REQUIRE(an.winner);
+  CHECK(d.plans[*an.winner].plan_id == "00000000000000a0");
+  CHECK(d.plans[*an.runner_up].plan_id == "00000000000000a1");
+  CHECK(d.plans[*an.lowest_memory].plan_id == "00000000000000b2");
+  CHECK(an.fitting.size() == 6);
+  // Front by step time: c0 (0.5 s, 90), a0 (1.0, 60), a1, a2, b0 (1.25, 30),
+  // b1 (1.375, 25), b2 (1.8, 20): every plan is on it.
+  CHECK(an.front.size() == 7);
+  // recompute full against none: pairs over zero 0, 1, 2 (c0 also has
+  // recompute none, zero 0: its key is the same, the lower plan id a0 is
+  // kept): step ratios 1.25, 1.25, 1.5 -> median 1.25; memory 0.5 each.
+  REQUIRE(an.axes.size() == 2);
+  REQUIRE(an.axes[0].paired.size() == 1);
+  CHECK(an.axes[0].paired[0].pairs == 3);
+  CHECK(an.axes[0].paired[0].step_ratio == doctest::Approx(1.25));
+  CHECK(an.axes[0].paired[0].peak_ratio == doctest::Approx(0.5));
+  CHECK(an.axes[0].sentence.find("full step time +25.0 %, peak memory \u221250.0 % (3 pairs)") !=
+        std::string::npos);
+  // zero 1 against 0: (1.1/1.0, 1.375/1.25) -> median of 1.1, 1.1 = 1.1.
+  CHECK(an.axes[1].paired[0].step_ratio == doctest::Approx(1.1));
+  CHECK(an.axes[1].values[0].plans == 3);  // a0, b0, c0
+}
+
+TEST_CASE("HTML: input strings are escaped; charts, legend, sorting script and markers are present") {
+  ReportData d = sample();
+  d.timeline = sample_timeline();
+  const std::string html = report_html(d);
+  // No input string reaches the page as markup: exactly the two scripts the
+  // report carries (the error marker and the sorting script).
+  CHECK(html.find("<script>alert") == std::string::npos);
+  CHECK(occurrences(html, "<script>") == 2);
+  CHECK(html.find("model &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;q&#39;\\x07") !=
+        std::string::npos);
+  CHECK(html.find('\x07') == std::string::npos);
+  // Four charts (scatter, memory, time, timeline), each with a title and a description.
+  CHECK(occurrences(html, "<svg") == 4);
+  CHECK(occurrences(html, "<desc") == 4);
+  CHECK(html.find("class=\"sortable\"") != std::string::npos);
+  CHECK(html.find("data-report-ready") != std::string::npos);
+  CHECK(html.find("window.onerror") != std::string::npos);
+  CHECK(html.find("class=\"legend\"") != std::string::npos);
+  // Self-contained: nothing fetched.
+  CHECK(html.find("src=") == std::string::npos);
+  CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));
+  CHECK(html.find("https://") == std::string::npos);
+}
+
+TEST_CASE("Markdown and CSV escape input strings") {
+  const ReportData d = sample();
+  const std::string markdown = report_markdown(d);
+  CHECK(markdown.find("<script>") == std::string::npos);
+  CHECK(markdown.find("model &lt;script&gt;alert(\"x\")&lt;/script&gt; &amp; 'q'\\\\x07") != std::string::npos);
+  CHECK(markdown.find('\x07') == std::string::npos);
+
+  ReportData c = sample();
+  c.axes[1].name = "=cmd,\"x\"";  // a hostile axis name becomes a CSV heading
+  const std::string csv = results_csv(c);
+  CHECK(csv.find(",\"'=cmd,\"\"x\"\"\",") != std::string::npos);
+  // A header and one line per plan, the best (c0, fastest) first.
+  CHECK(occurrences(csv, "\r\n") == 1 + 7);
+  CHECK(csv.find("\r\n00000000000000c0,8,2,") != std::string::npos);
+}
+
+TEST_CASE("rendering does not depend on the order plans are read in") {
+  ReportData a = sample();
+  a.timeline = sample_timeline();
+  ReportData b = a;
+  std::reverse(b.plans.begin(), b.plans.end());
+  CHECK(report_html(a) == report_html(b));
+  CHECK(report_markdown(a) == report_markdown(b));
+  CHECK(results_csv(a) == results_csv(b));
+}
+
+TEST_CASE("a directory that is not an explore output is an InputError") {
+  CHECK(testing::input_error_of([] { load_report_data("/nonexistent/strata-report"); }) ==
+        "/nonexistent/strata-report: not a directory (strata report reads the --out directory of "
+        "strata explore)");
+  CHECK(testing::input_error_of([] { load_report_data(STRATA_SOURCE_DIR "/report"); }) ==
+        STRATA_SOURCE_DIR "/report/summary.json: file not found (not an explore output directory?)");
+}
+
+}  // namespace
+}  // namespace strata::report

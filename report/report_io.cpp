@@ -1,0 +1,282 @@
+// Reading an explore directory into ReportData, re-simulating its best plan,
+// and writing the report files.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "report/explore.hpp"
+#include "report/files.hpp"
+#include "report/html_report.hpp"
+#include "report/table.hpp"
+#include "sim/json_reader.hpp"
+#include "strategies/step_costs.hpp"
+
+namespace strata::report {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(path, "", "cannot read file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A space value as `strata explore` prints it: booleans as yes/no.
+std::string value_text(const ordered_json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "no";
+  return v.dump();
+}
+
+// The value of a searched axis in a record: "interleaved:3" for a schedule
+// with virtual stages, the composite offload from its keys (as the explore
+// tables print them), "-" for a key the plan does not have.
+std::string axis_cell(const json& rec, const std::string& axis) {
+  const json& p = rec.at("plan");
+  if (axis == "schedule") {
+    std::string s = p.at("schedule").get<std::string>();
+    if (p.contains("virtual_stages") && p.at("virtual_stages").get<std::int64_t>() > 1)
+      s += ":" + std::to_string(p.at("virtual_stages").get<std::int64_t>());
+    return s;
+  }
+  if (axis == "offload" && p.contains("offload") && p.at("offload").is_object()) {
+    // The composite axis's values (none, activations, weights, optimizer:
+    // state and step on the CPU); a plan combining them shows each.
+    const json& o = p.at("offload");
+    const bool act = o.value("activations", false), weights = o.value("weights", false);
+    const std::string opt = o.value("optimizer", std::string("none"));
+    const int on = int{act} + int{weights} + int{opt != "none"};
+    if (on == 0) return "none";
+    if (on == 1 && opt == "cpu") return "optimizer";
+    std::string out;
+    auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
+    if (act) add("activations");
+    if (weights) add("weights");
+    if (opt != "none") add("optimizer:" + opt);
+    return out;
+  }
+  const json* v = &p;
+  std::string rest = axis;
+  if (axis.rfind("batch.", 0) == 0) {
+    v = &rec.at("batch");
+    rest = axis.substr(6);
+  }
+  std::size_t from = 0;
+  for (std::size_t dot; (dot = rest.find('.', from)) != std::string::npos; from = dot + 1) {
+    const std::string k = rest.substr(from, dot - from);
+    if (!v->is_object() || !v->contains(k)) return "-";
+    v = &v->at(k);
+  }
+  const std::string k = rest.substr(from);
+  if (!v->is_object() || !v->contains(k)) return "-";
+  const json& x = v->at(k);
+  if (x.is_string()) return x.get<std::string>();
+  if (x.is_boolean()) return x.get<bool>() ? "yes" : "no";
+  return x.dump();
+}
+
+PlanRecord plan_record(const json& j, const std::string& where, const std::vector<SpaceAxis>& axes,
+                       std::vector<std::string>& tags) {
+  const JsonReader r(j, where);
+  PlanRecord p;
+  p.plan_id = r.at("plan_id").as_string();
+  const auto b = r.at("batch");
+  p.batch_global = b.at("global").as_int(0, INT64_MAX);
+  p.batch_micro = b.at("micro").as_int(0, INT64_MAX);
+  const auto plan = r.at("plan");
+  p.dp = plan.at("dp").as_int(1, INT64_MAX);
+  p.tp = plan.at("tp").as_int(1, INT64_MAX);
+  p.pp = plan.at("pp").as_int(1, INT64_MAX);
+  for (const auto& a : axes) {
+    try {
+      p.axes.push_back(axis_cell(j, a.name));
+    } catch (const json::exception&) {
+      r.fail_at("plan", "has no readable value for the searched axis " + a.name);
+    }
+  }
+  p.step_time_s = r.at("step_time_s").as_number(0, 1e30);
+  p.tokens_per_s_per_gpu = r.at("tokens_per_s_per_gpu").as_number(0, 1e30);
+  p.mfu = r.at("mfu").as_number(0, 1e30);
+  p.peak_memory_bytes = r.at("peak_memory_bytes").as_int(0, INT64_MAX);
+  p.gpu_memory_bytes = r.at("gpu_memory_bytes").as_int(0, INT64_MAX);
+  if (auto bf = r.get("bubble_fraction")) p.bubble_fraction = bf->as_number(0, 1e30);
+  const auto mem = r.at("memory_breakdown_bytes");
+  if (!mem.is_object()) mem.fail("must be an object of bytes by tag");
+  for (const auto& [tag, v] : mem.json().items())
+    if (std::find(tags.begin(), tags.end(), tag) == tags.end()) tags.push_back(tag);
+  p.memory.assign(tags.size(), 0);
+  for (std::size_t t = 0; t < tags.size(); ++t)
+    if (auto v = mem.get(tags[t])) p.memory[t] = v->as_int(0, INT64_MAX);
+  const auto tb = r.at("time_breakdown_s");
+  const auto comm = tb.at("exposed_comm");
+  p.time_s.assign(kTimePartCount, 0);
+  for (std::size_t k = 0; k < kTimePartCount; ++k) {
+    const std::string key = kTimeParts[k].key;
+    const std::string prefix = "exposed_comm_";
+    if (key.rfind(prefix, 0) == 0) {
+      if (auto v = comm.get(key.substr(prefix.size()))) p.time_s[k] = v->as_number(0, 1e30);
+    } else if (auto v = tb.get(key)) {
+      p.time_s[k] = v->as_number(0, 1e30);
+    }
+  }
+  return p;
+}
+
+void add_rules(std::vector<CountRow>& rows, const ordered_json& rules) {
+  if (!rules.is_object()) return;
+  for (const auto& [rule, rc] : rules.items())
+    rows.push_back({rule, rc.value("count", std::uint64_t{0}), rc.value("example", std::string()), true});
+}
+
+// The best plan replayed at layer granularity from the directory's scenario.
+Timeline replay(const std::string& dir, const std::string& summary_scenario, const std::string& line,
+                const std::string& plan_id) {
+  std::string source = (fs::path(dir) / "scenario.json").string();
+  // Relative paths inside the scenario resolve against the original
+  // scenario's directory when it is still there, else the explore directory.
+  std::string base = fs::path(summary_scenario).parent_path().string();
+  if (!fs::exists(source)) {
+    if (summary_scenario.empty() || !fs::exists(summary_scenario))
+      throw InputError(source, "", "not found, nor the scenario the summary names (\"" + summary_scenario +
+                                       "\"): cannot re-simulate the best plan");
+    source = summary_scenario;
+  }
+  if (base.empty() || !fs::is_directory(base)) base = fs::path(source).parent_path().string();
+  json sc = load_json_file(source);
+  if (!sc.is_object()) throw InputError(source, "", "a scenario must be a JSON object");
+  const json rec = json::parse(line);
+  sc["batch"] = rec.at("batch");
+  sc["plan"] = rec.at("plan");
+  sc.erase("space");
+  const auto scenario = strategies::parse_scenario(sc.dump(), source + " (plan " + plan_id + ")", base);
+  sim::RunResult run;
+  strategies::LoweredStep lowered;
+  strategies::predict_step(scenario, &run, &lowered);
+  return make_timeline(lowered.graph, run, plan_id);
+}
+
+}  // namespace
+
+ReportData load_report_data(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw InputError(dir, "", "not a directory (strata report reads the --out directory of strata explore)");
+  const std::string sp = (fs::path(dir) / "summary.json").string();
+  const std::string rp = (fs::path(dir) / "results.jsonl").string();
+  for (const auto& p : {sp, rp})
+    if (!fs::exists(p)) throw InputError(p, "", "file not found (not an explore output directory?)");
+
+  ReportData d;
+  d.dir = dir;
+  const json s = load_json_file(sp);
+  const ordered_json so = ordered_json::parse(read_text(sp), nullptr, false, true);
+  const JsonReader r(s, sp);
+  if (!r.is_object() || so.is_discarded()) r.fail("must be a JSON object (explore's summary)");
+  d.scenario = r.at("scenario").as_string();
+  d.model = r.at("model").as_string();
+  d.gpus = r.at("gpus").as_int(0, INT64_MAX);
+  d.gpu = r.at("gpu").as_string();
+  const auto space = r.at("space");
+  d.space_size = static_cast<std::uint64_t>(space.at("size").as_int(0, INT64_MAX));
+  const auto axes = space.at("axes");
+  if (!axes.is_object()) axes.fail("must be an object of axis values");
+  for (const auto& [name, values] : so.at("space").at("axes").items()) {
+    SpaceAxis a{name, {}};
+    if (!values.is_array()) axes.fail_at(name, "must be an array of values");
+    for (const auto& v : values) a.values.push_back(value_text(v));
+    d.axes.push_back(std::move(a));
+  }
+  const auto c = r.at("counts");
+  auto count = [&](const char* k) { return static_cast<std::uint64_t>(c.at(k).as_int(0, INT64_MAX)); };
+  d.counts.push_back({"enumerated", count("enumerated"), "", false});
+  d.counts.push_back({"rejected (invalid)", count("invalid"), "", false});
+  if (so.contains("rejected_by_rule")) add_rules(d.counts, so.at("rejected_by_rule"));
+  d.counts.push_back({"pruned by memory", count("pruned_by_memory"), "", false});
+  if (so.contains("pruned_by_pool")) add_rules(d.counts, so.at("pruned_by_pool"));
+  d.counts.push_back({"not modelled", count("not_modelled"), "", false});
+  d.counts.push_back({"failed", count("failed"), "", false});
+  d.counts.push_back({"scored", count("scored"), "", false});
+
+  ResultsFile rf = read_results(rp, [](std::uint64_t) { return true; });
+  // Plans the explorer re-simulated at layer granularity (DIR/refined.jsonl,
+  // when it has one) count with those figures, as in its summary.
+  const std::string fp = (fs::path(dir) / "refined.jsonl").string();
+  if (fs::exists(fp))
+    for (auto& [id, line] : read_results(fp, [](std::uint64_t) { return true; }).lines)
+      rf.lines[id] = std::move(line);
+  std::vector<std::uint64_t> ids;
+  for (const auto& [id, line] : rf.lines) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  d.plans.reserve(ids.size());
+  for (std::uint64_t id : ids) {
+    const std::string& line = rf.lines.at(id);
+    const json j = json::parse(line);
+    d.plans.push_back(plan_record(j, rp + ": plan " + strategies::plan_id_hex(id), d.axes, d.memory_tags));
+  }
+  // Tags in the order `simulate` prints them; any other after them, by name.
+  static const std::vector<std::string> kOrder = {"params", "grads", "optimizer_states", "activations",
+                                                  "comm_buffers", "workspace", "allocator_reserve",
+                                                  "runtime", "other"};
+  auto rank = [](const std::string& t) {
+    return static_cast<std::size_t>(std::find(kOrder.begin(), kOrder.end(), t) - kOrder.begin());
+  };
+  std::vector<std::size_t> order(d.memory_tags.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const auto ra = rank(d.memory_tags[a]), rb = rank(d.memory_tags[b]);
+    return ra != rb ? ra < rb : d.memory_tags[a] < d.memory_tags[b];
+  });
+  std::vector<std::string> tags;
+  for (std::size_t i : order) tags.push_back(d.memory_tags[i]);
+  for (auto& p : d.plans) {
+    p.memory.resize(d.memory_tags.size(), 0);
+    std::vector<Bytes> m;
+    for (std::size_t i : order) m.push_back(p.memory[i]);
+    p.memory = std::move(m);
+  }
+  d.memory_tags = std::move(tags);
+
+  const ReportAnalysis an = analyse(d);
+  if (an.winner) {
+    const auto& best = d.plans[*an.winner];
+    const auto id = strategies::parse_plan_id(best.plan_id);
+    try {
+      d.timeline = replay(dir, d.scenario, rf.lines.at(*id), best.plan_id);
+    } catch (const std::exception& e) {
+      d.timeline_note = std::string("re-simulating plan ") + best.plan_id + " failed: " + e.what();
+    }
+  } else {
+    d.timeline_note = "no plan fits";
+  }
+  return d;
+}
+
+std::string write_report(const std::string& dir, const std::string& out_dir) {
+  const ReportData d = load_report_data(dir);
+  const std::string html = report_html(d);
+  const std::string markdown = report_markdown(d);
+  const std::string csv = results_csv(d);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec || !fs::is_directory(out_dir))
+    throw InputError(out_dir, "", "cannot create the output directory" + (ec ? ": " + ec.message() : std::string()));
+  const auto path = [&](const char* name) { return (fs::path(out_dir) / name).string(); };
+  write_file_atomically(path("report.html"), html);
+  write_file_atomically(path("report.md"), markdown);
+  write_file_atomically(path("results.csv"), csv);
+  std::string out = "report     " + path("report.html") + " (" + bytes_iec(static_cast<double>(html.size())) + ")\n";
+  out += "           " + path("report.md") + " (" + bytes_iec(static_cast<double>(markdown.size())) + ")\n";
+  out += "           " + path("results.csv") + " (" + bytes_iec(static_cast<double>(csv.size())) + ", " +
+         std::to_string(d.plans.size()) + " plans)\n";
+  if (!d.timeline) out += "timeline   none: " + d.timeline_note + "\n";
+  return out;
+}
+
+}  // namespace strata::report
