@@ -15,6 +15,7 @@
 #include "report/files.hpp"
 #include "report/html_report.hpp"
 #include "report/explore.hpp"
+#include "report/export.hpp"
 #include "report/published.hpp"
 #include "report/simulate.hpp"
 #include "sim/error.hpp"
@@ -199,6 +200,38 @@ int main(int argc, char** argv) {
       ->type_name("DIR2");
   for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge})
     add_format_option(cmd, format);
+  std::string export_input, export_scenario, export_out;
+  std::size_t export_rank = 1;
+  report::ExportTarget export_target = report::ExportTarget::Megatron;
+  auto* exporter = app.add_subcommand(
+      "export", "Write a plan as Megatron-LM flags, a DeepSpeed ds_config.json or a torchtitan "
+                "TOML fragment; choices the engine cannot express are listed, not dropped");
+  exporter->add_option("PLAN_OR_DIR", export_input,
+                       "A scenario JSON, or an explore output directory (its best plan)")
+      ->required();
+  exporter
+      ->add_option_function<std::string>(
+          "--to",
+          [&export_target](const std::string& s) {
+            auto t = enum_from_name<report::ExportTarget>(s);
+            if (!t)
+              throw CLI::ValidationError("--to", "must be one of " +
+                                                     enum_choices<report::ExportTarget>());
+            export_target = *t;
+          },
+          "Engine: " + enum_choices<report::ExportTarget>())
+      ->required()
+      ->type_name("ENGINE");
+  exporter->add_option("--rank", export_rank,
+                       "With a DIR: the N-th of its top plans by throughput (default 1)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}));
+  exporter->add_option("--scenario", export_scenario,
+                       "With a DIR: the explored scenario (model and cluster), when the path "
+                       "DIR/summary.json records is not found from here")
+      ->type_name("FILE");
+  exporter->add_option("--out", export_out, "Write to FILE (whole or not at all) instead of stdout")
+      ->type_name("FILE");
+
 
   std::pair<std::uint64_t, std::uint64_t> shard{0, 1};
   try {
@@ -263,6 +296,22 @@ int main(int argc, char** argv) {
     }
     if (*merge) out = report::render_explore(report::merge_explore(merge_dirs, out_dir), nullptr, format);
     if (*reporter) out = report::write_report(report_dir, report_out.empty() ? report_dir : report_out);
+    if (*exporter) {
+      const auto sc = report::load_export_scenario(export_input, export_rank, export_scenario);
+      const auto ex = report::export_plan(sc, export_target);
+      // DeepSpeed's JSON has no comments: its notes go to stderr; every
+      // engine's unsupported choices too, so they are seen with --out.
+      const std::string engine(report::engine_name(export_target));
+      if (export_target == report::ExportTarget::DeepSpeed)
+        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << n << "\n";
+      for (const auto& u : ex.unsupported)
+        std::cerr << "strata: export: not expressible in " << engine << ": " << u << "\n";
+      if (export_out.empty()) {
+        out = ex.text;
+      } else {
+        report::write_file_atomically(export_out, ex.text);
+      }
+    }
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;

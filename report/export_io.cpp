@@ -1,0 +1,811 @@
+// `strata export`: the renderers for Megatron-LM, DeepSpeed and torchtitan,
+// and the reading of a scenario or an explore directory. Every name written
+// here is checked against the engine's own source or docs; docs/export.md
+// lists them with their sources, and export_io_test.cpp asserts them.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "report/export.hpp"
+#include "sim/json_reader.hpp"
+#include "sim/units.hpp"
+#include "strategies/memory.hpp"
+
+namespace strata::report {
+
+namespace {
+
+using strategies::CompressionMethod;
+using strategies::DpTopology;
+using strategies::OffloadPlanner;
+using strategies::OffloadTarget;
+using strategies::Optimizer;
+using strategies::ParallelDim;
+using strategies::Plan;
+using strategies::Scenario;
+using strategies::Schedule;
+using strategies::TpCommOverlap;
+using cost::AttentionKernel;
+using cost::Precision;
+using cost::Recompute;
+
+// Text from input (model and cluster names) in a comment line: no control
+// characters, so it cannot end the comment and start a command.
+std::string comment_safe(std::string_view s) {
+  std::string out(s);
+  for (auto& ch : out)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+  return out;
+}
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+std::string join(const std::vector<std::int64_t>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
+  return s;
+}
+
+// What every export says about the plan in its header.
+std::string plan_summary(const Scenario& sc) {
+  const auto& p = sc.plan;
+  std::string s = comment_safe(sc.model.name) + " on " + str(sc.cluster.gpus()) + " x " +
+                  comment_safe(sc.cluster.gpu.name) + ": dp " + str(p.dp) + ", tp " + str(p.tp) +
+                  ", pp " + str(p.pp) + ", cp " + str(p.cp);
+  if (p.ep > 1) s += ", ep " + str(p.ep);
+  s += ", zero " + str(p.zero) + ", global batch " + str(sc.batch.global) + ", micro " +
+       str(sc.batch.micro);
+  return s;
+}
+
+std::vector<std::int64_t> chunks(const Scenario& sc) {
+  return strategies::chunk_layers(sc.plan, sc.model.layers);
+}
+
+bool all_equal(const std::vector<std::int64_t>& v, std::size_t from, std::size_t to) {
+  for (std::size_t i = from; i < to; ++i)
+    if (v[i] != v[from]) return false;
+  return true;
+}
+
+// Layers per recompute segment of every_k and sqrt (ActivationRule::segment
+// over the largest chunk), the unit Megatron-LM's `uniform` method checkpoints.
+std::int64_t recompute_segment(const Scenario& sc) {
+  const auto c = chunks(sc);
+  const std::int64_t n = *std::max_element(c.begin(), c.end());
+  strategies::ActivationRule rule;
+  rule.policy = sc.plan.recompute;
+  rule.k = sc.plan.recompute_k;
+  return rule.segment(n);
+}
+
+bool is_mixed(const Plan& p) { return p.precision != Precision::FP32; }
+
+// Bytes of one element of the gradient bucket being reduced (as
+// strategies/memory.cpp counts gradient bytes): fp32 without mixed precision
+// or with an fp32 accumulation buffer, else 16 bits.
+Bytes reduced_grad_bytes(const Plan& p) {
+  if (!is_mixed(p) || p.implementation.fp32_grad_accumulation) return 4;
+  return 2;
+}
+
+std::string rank_order_text(const Plan& p) {
+  std::string s;
+  for (std::size_t i = 0; i < p.implementation.rank_order.size(); ++i)
+    s += (i ? "-" : "") + std::string(enum_name(p.implementation.rank_order[i]));
+  return s;
+}
+
+// The unsupported items every engine shares: plan axes none of the three
+// engines has.
+void common_unsupported(const Plan& p, std::string_view engine, std::vector<std::string>& out) {
+  const std::string e(engine);
+  if (p.dp_topology == DpTopology::ParameterServer)
+    out.push_back("dp_topology=parameter_server (" + e +
+                  " reduces gradients with collectives only)");
+  if (p.compression.method != CompressionMethod::None)
+    out.push_back("compression=" + std::string(enum_name(p.compression.method)) + " (" + e +
+                  " sends uncompressed gradients)");
+  if (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW)
+    out.push_back("schedule=" + std::string(enum_name(p.schedule)) + " (" + e +
+                  " has no asynchronous pipeline with weight stashing; flush-based 1F1B comes "
+                  "nearest)");
+}
+
+// ---------------------------------------------------------------- Megatron-LM
+
+struct Flags {
+  std::vector<std::string> items;  // "--flag" or "--flag value"
+  void add(std::string flag) { items.push_back(std::move(flag)); }
+  void add(const std::string& flag, std::int64_t v) { items.push_back(flag + " " + str(v)); }
+  void add(const std::string& flag, const std::string& v) { items.push_back(flag + " " + v); }
+};
+
+}  // namespace
+
+Exported export_megatron(const Scenario& sc) {
+  const Plan& p = sc.plan;
+  const auto& m = sc.model;
+  const auto& im = p.implementation;
+  Exported ex;
+  auto& un = ex.unsupported;
+  auto& notes = ex.notes;
+  Flags f;
+  const std::string E = "Megatron-LM";
+
+  // --- parallelism ---
+  f.add("--tensor-model-parallel-size", p.tp);
+  f.add("--pipeline-model-parallel-size", p.pp);
+  f.add("--context-parallel-size", p.cp);
+  if (m.moe || p.ep > 1) f.add("--expert-model-parallel-size", p.ep);
+  const auto c = chunks(sc);
+  if (p.schedule == Schedule::GPipe && p.pp > 1)
+    un.push_back("schedule=gpipe (Megatron-LM runs 1F1B: all forwards then all backwards is "
+                 "not a schedule it offers; the flags below give 1F1B)");
+  if (p.schedule == Schedule::Interleaved) {
+    if (all_equal(c, 0, c.size())) {
+      f.add("--num-layers-per-virtual-pipeline-stage", c[0]);
+    } else {
+      un.push_back("layers per chunk [" + join(c) +
+                   "] (Megatron-LM's interleaved schedule splits the layers evenly: "
+                   "--num-layers-per-virtual-pipeline-stage; an uneven split needs a "
+                   "hand-written --pipeline-model-parallel-layout)");
+      f.add("--num-virtual-stages-per-pipeline-rank", p.virtual_stages);
+    }
+    if (!im.overlap_p2p) {
+      // Megatron-LM overlaps pipeline sends by default in the interleaved
+      // schedule and needs pp > 2 without it.
+      if (p.pp > 2)
+        f.add("--no-overlap-p2p-communication");
+      else
+        un.push_back("implementation.overlap_p2p=false with pp=" + str(p.pp) +
+                     " (Megatron-LM's interleaved schedule needs pp > 2 without p2p overlap; "
+                     "emitted with its default overlap)");
+    }
+  } else if (p.pp > 1) {
+    if (!all_equal(c, 0, c.size())) {
+      if (c.size() == 2 || all_equal(c, 1, c.size() - 1)) {
+        f.add("--decoder-first-pipeline-num-layers", c.front());
+        f.add("--decoder-last-pipeline-num-layers", c.back());
+      } else {
+        un.push_back("layers per stage [" + join(c) +
+                     "] (Megatron-LM sets only the first and last stage apart from an even "
+                     "split; write --pipeline-model-parallel-layout by hand)");
+      }
+    }
+    if (im.overlap_p2p)
+      un.push_back("implementation.overlap_p2p=true (Megatron-LM overlaps pipeline sends only "
+                   "in the interleaved schedule)");
+  }
+  if (p.sequence_parallel) f.add("--sequence-parallel");
+  if (im.rank_order == std::array{ParallelDim::TP, ParallelDim::CP, ParallelDim::PP,
+                                  ParallelDim::DP})
+    f.add("--use-tp-pp-dp-mapping");
+  else if (im.rank_order != std::array{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
+                                       ParallelDim::PP})
+    un.push_back("implementation.rank_order=" + rank_order_text(p) +
+                 " (Megatron-LM lays ranks out tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with "
+                 "--use-tp-pp-dp-mapping)");
+  if (p.pp > 1 && p.tp > 1 && !im.pp_scatter_gather)
+    f.add("--no-scatter-gather-tensors-in-pipeline");
+
+  // --- ZeRO: the distributed optimizer, or Megatron-FSDP ---
+  bool sharded_optimizer = false;
+  if (p.zero == 1) {
+    f.add("--use-distributed-optimizer");
+    sharded_optimizer = true;
+  } else if (p.zero >= 2 && p.pp == 1) {
+    f.add("--use-megatron-fsdp");
+    f.add("--data-parallel-sharding-strategy",
+          std::string(p.zero == 2 ? "optim_grads" : "optim_grads_params"));
+    f.add("--use-distributed-optimizer");
+    f.add("--no-gradient-accumulation-fusion");
+    f.add("--ckpt-format", std::string("fsdp_dtensor"));
+    notes.push_back("zero=" + str(p.zero) + ": Megatron-FSDP (--use-megatron-fsdp), which "
+                    "needs CUDA_DEVICE_MAX_CONNECTIONS unset or > 1");
+    sharded_optimizer = true;
+  } else if (p.zero == 2) {
+    f.add("--use-distributed-optimizer");
+    notes.push_back("zero=2 with pp=" + str(p.pp) +
+                    ": the distributed optimizer reduce-scatters gradients but keeps the whole "
+                    "gradient buffer on every rank (ZeRO-1 memory); Megatron-FSDP, which "
+                    "shards it, is documented with tp, cp and ep, not pipeline parallelism");
+    sharded_optimizer = true;
+  } else if (p.zero == 3) {
+    un.push_back("zero=3 with pp=" + str(p.pp) +
+                 " (Megatron-LM shards parameters only in Megatron-FSDP, "
+                 "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params, "
+                 "documented with tp, cp and ep, not pipeline parallelism; nearest: "
+                 "--use-distributed-optimizer, ZeRO-1)");
+  }
+  if (im.overlap_grad_reduce) f.add("--overlap-grad-reduce");
+  if (im.overlap_param_gather && sharded_optimizer) {
+    if (im.overlap_grad_reduce)
+      f.add("--overlap-param-gather");
+    else
+      un.push_back("implementation.overlap_param_gather=true without overlap_grad_reduce "
+                   "(Megatron-LM needs --overlap-grad-reduce for --overlap-param-gather)");
+  }
+  if (im.tp_comm_overlap != TpCommOverlap::None) {
+    if (!p.sequence_parallel) {
+      un.push_back("implementation.tp_comm_overlap=" +
+                   std::string(enum_name(im.tp_comm_overlap)) +
+                   " without sequence parallelism (Megatron-LM's --tp-comm-overlap needs "
+                   "--sequence-parallel)");
+    } else {
+      f.add("--tp-comm-overlap");
+      if (im.tp_comm_overlap == TpCommOverlap::Bulk) {
+        // Keep the bulk overlaps of the backward GEMMs only.
+        f.add("--disable-tp-comm-overlap-ag");
+        f.add("--disable-tp-comm-overlap-rs");
+        f.add("--disable-tp-comm-split-ag");
+        f.add("--disable-tp-comm-split-rs");
+      }
+    }
+  }
+
+  // --- recompute ---
+  switch (p.recompute) {
+    case Recompute::None: break;
+    case Recompute::Selective: f.add("--recompute-granularity", std::string("selective")); break;
+    case Recompute::Full:
+    case Recompute::EveryK:
+    case Recompute::Sqrt: {
+      const std::int64_t k = p.recompute == Recompute::Full ? 1 : recompute_segment(sc);
+      f.add("--recompute-granularity", std::string("full"));
+      f.add("--recompute-method", std::string("uniform"));
+      f.add("--recompute-num-layers", k);
+      if (p.recompute == Recompute::Sqrt)
+        notes.push_back("recompute=sqrt: checkpoints every " + str(k) +
+                        " layers (ceil(sqrt(layers per chunk)))");
+      break;
+    }
+    case Recompute::Optimal:
+      un.push_back("recompute=optimal (Megatron-LM has no memory-budget solver; "
+                   "--recompute-method block --recompute-num-layers N recomputes the first N "
+                   "layers of each stage)");
+      break;
+  }
+
+  // --- offload ---
+  if (p.offload.activations) {
+    if (p.pp > 1 || p.recompute != Recompute::None) {
+      un.push_back("offload.activations=true with " +
+                   std::string(p.pp > 1 ? "pp > 1" : "recompute") +
+                   " (Megatron-LM's --cpu-offloading-num-layers takes neither pipeline "
+                   "parallelism nor recompute)");
+    } else if (p.offload.planner != OffloadPlanner::All) {
+      un.push_back("offload.planner=" + std::string(enum_name(p.offload.planner)) +
+                   " (Megatron-LM offloads the activations of the first N layers, "
+                   "--cpu-offloading-num-layers N)");
+    } else if (m.layers < 2) {
+      un.push_back("offload.activations=true with 1 layer (Megatron-LM offloads fewer layers "
+                   "than the model has)");
+    } else {
+      f.add("--cpu-offloading-num-layers", m.layers - 1);
+      notes.push_back("offload.activations: Megatron-LM offloads at most num_layers - 1 = " +
+                      str(m.layers - 1) + " layers; the last layer's activations stay on the GPU");
+    }
+  }
+  if (p.offload.weights)
+    un.push_back("offload.weights=true (Megatron-LM keeps parameters on the GPU)");
+  if (p.offload.optimizer == OffloadTarget::Nvme)
+    un.push_back("offload.optimizer=nvme (Megatron-LM offloads optimizer state to CPU memory "
+                 "only, --optimizer-cpu-offload)");
+  if (p.offload.optimizer == OffloadTarget::Cpu) {
+    if (p.zero == 0 || (p.zero == 3 && p.pp > 1)) {
+      un.push_back("offload.optimizer=cpu without the distributed optimizer (Megatron-LM's "
+                   "--optimizer-cpu-offload needs --use-distributed-optimizer)");
+    } else {
+      f.add("--optimizer-cpu-offload");
+      f.add("--use-precision-aware-optimizer");
+    }
+  }
+
+  // --- optimizer and precision ---
+  switch (p.optimizer) {
+    case Optimizer::Adam:
+    case Optimizer::AdamW:
+      f.add("--optimizer", std::string("adam"));
+      if (p.optimizer == Optimizer::Adam)
+        notes.push_back("optimizer=adam: Megatron-LM's adam decouples weight decay (AdamW); "
+                        "--weight-decay 0 makes it plain Adam");
+      break;
+    case Optimizer::Sgd:
+      f.add("--optimizer", std::string("sgd"));
+      f.add("--sgd-momentum", std::string("0"));
+      break;
+    case Optimizer::Momentum:
+      f.add("--optimizer", std::string("sgd"));
+      f.add("--sgd-momentum", std::string("0.9"));
+      break;
+    default:
+      un.push_back("optimizer=" + std::string(enum_name(p.optimizer)) +
+                   " (Megatron-LM's --optimizer is adam, sgd or muon)");
+  }
+  switch (p.precision) {
+    case Precision::BF16: f.add("--bf16"); break;
+    case Precision::FP16: f.add("--fp16"); break;
+    case Precision::FP8:
+      f.add("--bf16");
+      f.add("--fp8-format", std::string("hybrid"));
+      break;
+    case Precision::FP32: break;
+  }
+  // Megatron-LM accumulates bf16 gradients in fp32 unless told otherwise,
+  // and fp16 gradients in fp16 unless told otherwise.
+  if (p.precision == Precision::FP16 && im.fp32_grad_accumulation)
+    f.add("--accumulate-allreduce-grads-in-fp32");
+  if ((p.precision == Precision::BF16 || p.precision == Precision::FP8) &&
+      !im.fp32_grad_accumulation)
+    f.add("--grad-reduce-in-bf16");
+
+  // --- batch ---
+  f.add("--micro-batch-size", sc.batch.micro);
+  f.add("--global-batch-size", sc.batch.global);
+
+  // --- model ---
+  f.add("--num-layers", m.layers);
+  f.add("--hidden-size", m.hidden);
+  f.add("--ffn-hidden-size", m.ffn_hidden);
+  f.add("--num-attention-heads", m.heads);
+  if (m.kv_heads != m.heads) {
+    f.add("--group-query-attention");
+    f.add("--num-query-groups", m.kv_heads);
+  }
+  f.add("--seq-length", m.seq_len);
+  f.add("--max-position-embeddings", m.seq_len);
+  if (m.mlp == cost::MlpKind::Swiglu) f.add("--swiglu");
+  f.add("--normalization",
+        std::string(m.norm == cost::NormKind::RmsNorm ? "RMSNorm" : "LayerNorm"));
+  switch (m.position_embedding) {
+    case cost::PositionEmbedding::Learned:
+      f.add("--position-embedding-type", std::string("learned_absolute"));
+      break;
+    case cost::PositionEmbedding::Rope:
+      f.add("--position-embedding-type", std::string("rope"));
+      break;
+    case cost::PositionEmbedding::None:
+      f.add("--position-embedding-type", std::string("none"));
+      break;
+    case cost::PositionEmbedding::Alibi:
+      un.push_back("position_embedding=alibi (Megatron-LM's --position-embedding-type is "
+                   "learned_absolute, rope, mrope, relative or none)");
+      break;
+  }
+  if (!m.tied_embeddings) f.add("--untie-embeddings-and-output-weights");
+  if (!m.bias) f.add("--disable-bias-linear");
+  if (!m.dropout) {
+    f.add("--attention-dropout", std::string("0"));
+    f.add("--hidden-dropout", std::string("0"));
+  }
+  if (m.moe) {
+    f.add("--num-experts", m.moe->experts);
+    f.add("--moe-router-topk", m.moe->top_k);
+  }
+  f.add("--attention-backend",
+        std::string(im.attention == AttentionKernel::Flash ? "flash" : "unfused"));
+  if (!im.fused_elementwise) {
+    f.add(m.mlp == cost::MlpKind::Swiglu ? "--no-bias-swiglu-fusion" : "--no-bias-gelu-fusion");
+    f.add("--no-bias-dropout-fusion");
+    f.add("--no-masked-softmax-fusion");
+    if (m.position_embedding == cost::PositionEmbedding::Rope) f.add("--no-rope-fusion");
+  }
+  notes.push_back("vocabulary " + str(m.vocab) +
+                  ": comes from the tokenizer (--tokenizer-type, --vocab-size with "
+                  "NullTokenizer; padded to --make-vocab-size-divisible-by)");
+  common_unsupported(p, E, un);
+
+  std::string out = "# Megatron-LM pretrain_gpt.py flags: " + plan_summary(sc) + "\n";
+  out += "# world size " + str(p.gpus()) + " = dp " + str(p.dp) + " x tp " + str(p.tp) + " x pp " +
+         str(p.pp) + " x cp " + str(p.cp) +
+         "; add data, tokenizer, learning-rate and checkpoint flags (not part of a plan)\n";
+  for (const auto& n : notes) out += "# note: " + comment_safe(n) + "\n";
+  for (const auto& u : un) out += "# not expressible in Megatron-LM: " + comment_safe(u) + "\n";
+  for (std::size_t i = 0; i < f.items.size(); ++i)
+    out += f.items[i] + (i + 1 < f.items.size() ? " \\\n" : "\n");
+  ex.text = std::move(out);
+  return ex;
+}
+
+// ------------------------------------------------------------------ DeepSpeed
+
+Exported export_deepspeed(const Scenario& sc) {
+  const Plan& p = sc.plan;
+  const auto& im = p.implementation;
+  Exported ex;
+  auto& un = ex.unsupported;
+  auto& notes = ex.notes;
+  const std::string E = "DeepSpeed";
+  nlohmann::ordered_json j;
+
+  j["train_batch_size"] = sc.batch.global;
+  j["train_micro_batch_size_per_gpu"] = sc.batch.micro;
+  j["gradient_accumulation_steps"] = strategies::microbatches(p, sc.batch);
+
+  switch (p.precision) {
+    case Precision::BF16: j["bf16"] = {{"enabled", true}}; break;
+    case Precision::FP16: j["fp16"] = {{"enabled", true}}; break;
+    case Precision::FP8:
+      j["bf16"] = {{"enabled", true}};
+      un.push_back("precision=fp8 (DeepSpeed's config has no FP8 training mode; FP8 GEMMs come "
+                   "from Transformer Engine layers in the model code; bf16 emitted)");
+      break;
+    case Precision::FP32: break;
+  }
+  if (is_mixed(p)) {
+    const char* dtype = im.fp32_grad_accumulation ? "fp32"
+                        : p.precision == Precision::FP16 ? "fp16"
+                                                         : "bf16";
+    j["data_types"] = {{"grad_accum_dtype", dtype}};
+  }
+
+  // Buckets are counted in elements: Strata's 25 MiB gradient bucket over
+  // the bytes of one reduced gradient (and, for the parameter all-gather,
+  // one 16- or 32-bit parameter).
+  const Bytes bucket = strategies::MemoryRules{}.grad_bucket_bytes;
+  const Bytes param_bytes = is_mixed(p) ? 2 : 4;
+  nlohmann::ordered_json z;
+  z["stage"] = p.zero;
+  z["overlap_comm"] = im.overlap_grad_reduce;
+  z["contiguous_gradients"] = true;
+  z["reduce_scatter"] = true;
+  z["reduce_bucket_size"] = bucket / reduced_grad_bytes(p);
+  z["allgather_partitions"] = true;
+  z["allgather_bucket_size"] = bucket / param_bytes;
+  if (p.offload.optimizer != OffloadTarget::None) {
+    if (p.zero == 0) {
+      un.push_back("offload.optimizer=" + std::string(enum_name(p.offload.optimizer)) +
+                   " with zero=0 (DeepSpeed offloads the optimizer with ZeRO stage 1, 2 or 3)");
+    } else {
+      nlohmann::ordered_json o;
+      o["device"] = p.offload.optimizer == OffloadTarget::Nvme ? "nvme" : "cpu";
+      if (p.offload.optimizer == OffloadTarget::Nvme) o["nvme_path"] = "/local_nvme";
+      o["pin_memory"] = true;
+      z["offload_optimizer"] = o;
+      if (p.offload.optimizer == OffloadTarget::Nvme)
+        notes.push_back("offload_optimizer.nvme_path is DeepSpeed's default /local_nvme: set "
+                        "it to the NVMe mount");
+    }
+  }
+  if (p.offload.weights) {
+    if (p.zero != 3) {
+      un.push_back("offload.weights=true with zero=" + str(p.zero) +
+                   " (DeepSpeed offloads parameters with ZeRO stage 3 only, offload_param)");
+    } else {
+      nlohmann::ordered_json o;
+      const bool nvme = p.offload.optimizer == OffloadTarget::Nvme;
+      o["device"] = nvme ? "nvme" : "cpu";
+      if (nvme) o["nvme_path"] = "/local_nvme";
+      o["pin_memory"] = true;
+      z["offload_param"] = o;
+    }
+  }
+  j["zero_optimization"] = z;
+
+  if (p.recompute != Recompute::None) {
+    if (p.recompute == Recompute::Optimal) {
+      un.push_back("recompute=optimal (DeepSpeed checkpoints what the model code wraps in "
+                   "deepspeed.checkpointing.checkpoint; it has no memory-budget solver)");
+    } else {
+      j["activation_checkpointing"] = {
+          {"partition_activations", false},
+          {"cpu_checkpointing", p.offload.activations},
+          {"contiguous_memory_optimization", false}};
+      std::string what = p.recompute == Recompute::Selective ? "the attention core of each layer"
+                         : p.recompute == Recompute::Full     ? "each transformer layer"
+                                                              : "segments of " +
+                                                                    str(recompute_segment(sc)) +
+                                                                    " layers";
+      notes.push_back("recompute=" + std::string(enum_name(p.recompute)) +
+                      ": the model code wraps " + what +
+                      " in deepspeed.checkpointing.checkpoint; activation_checkpointing only "
+                      "tunes it");
+    }
+  }
+  if (p.offload.activations && (p.recompute == Recompute::None || p.recompute == Recompute::Optimal))
+    un.push_back("offload.activations=true without recompute (DeepSpeed moves activation "
+                 "checkpoints to the CPU, cpu_checkpointing, not every saved activation)");
+  if (p.offload.activations && p.offload.planner != OffloadPlanner::All)
+    un.push_back("offload.planner=" + std::string(enum_name(p.offload.planner)) +
+                 " (DeepSpeed moves every checkpoint or none)");
+
+  nlohmann::ordered_json opt;
+  switch (p.optimizer) {
+    case Optimizer::Adam:
+      // DeepSpeed's Adam decouples weight decay unless adam_w_mode is false.
+      opt = {{"type", "Adam"}, {"params", {{"adam_w_mode", false}}}};
+      break;
+    case Optimizer::AdamW: opt = {{"type", "AdamW"}, {"params", nlohmann::ordered_json::object()}}; break;
+    case Optimizer::Lamb: opt = {{"type", "Lamb"}, {"params", nlohmann::ordered_json::object()}}; break;
+    case Optimizer::Sgd: opt = {{"type", "SGD"}, {"params", {{"momentum", 0.0}}}}; break;
+    case Optimizer::Momentum: opt = {{"type", "SGD"}, {"params", {{"momentum", 0.9}}}}; break;
+    default:
+      un.push_back("optimizer=" + std::string(enum_name(p.optimizer)) +
+                   " (DeepSpeed's optimizer types are Adam, AdamW, Lamb, Muon and torch.optim's; "
+                   "pass a client optimizer to deepspeed.initialize instead)");
+  }
+  if (!opt.is_null()) j["optimizer"] = opt;
+  if (!opt.is_null())
+    notes.push_back("optimizer.params holds what the plan fixes; add the learning rate, betas "
+                    "and weight decay");
+
+  // Model parallelism lives in the model code, not in ds_config.json.
+  if (p.tp > 1)
+    notes.push_back("tp=" + str(p.tp) + (p.sequence_parallel ? " with sequence parallelism" : "") +
+                    ": tensor parallelism comes from the model code (a Megatron-style model "
+                    "passed as mpu to deepspeed.initialize)");
+  if (p.pp > 1) {
+    notes.push_back("pp=" + str(p.pp) +
+                    ": pipeline parallelism comes from deepspeed.pipe.PipelineModule(layers, "
+                    "num_stages=" + str(p.pp) + "), not from ds_config.json");
+    if (p.schedule == Schedule::GPipe || p.schedule == Schedule::Interleaved)
+      un.push_back("schedule=" + std::string(enum_name(p.schedule)) +
+                   " (DeepSpeed's pipeline engine runs its own 1F1B TrainSchedule)");
+    if (!p.stage_layers.empty())
+      notes.push_back("stage_layers [" + join(p.stage_layers) +
+                      "]: give PipelineModule partition_method=\"type:...\" or split by hand");
+  }
+  if (p.cp > 1)
+    un.push_back("cp=" + str(p.cp) + " (DeepSpeed's sequence parallelism is Ulysses all-to-all, "
+                 "not ring attention)");
+  if (p.ep > 1)
+    notes.push_back("ep=" + str(p.ep) + ": expert parallelism comes from deepspeed.moe.layer.MoE("
+                    "ep_size=" + str(p.ep) + ") in the model code");
+  if (im.rank_order != std::array{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
+                                  ParallelDim::PP})
+    notes.push_back("implementation.rank_order=" + rank_order_text(p) +
+                    ": the rank layout is the model code's process-group setup");
+  common_unsupported(p, E, un);
+  ex.text = j.dump(2) + "\n";
+  return ex;
+}
+
+// ----------------------------------------------------------------- torchtitan
+
+Exported export_torchtitan(const Scenario& sc) {
+  const Plan& p = sc.plan;
+  const auto& im = p.implementation;
+  Exported ex;
+  auto& un = ex.unsupported;
+  auto& notes = ex.notes;
+  const std::string E = "torchtitan";
+  std::ostringstream par, train, ac, model, opt;
+  auto q = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
+
+  // --- [parallelism] ---
+  std::int64_t replicate = 1, shard = 1;
+  switch (p.zero) {
+    case 0: replicate = p.dp; break;
+    case 1:
+      shard = p.dp;
+      un.push_back("zero=1 (torchtitan's FSDP shards parameters and gradients too; "
+                   "data_parallel_shard_degree with fsdp_reshard_after_forward = \"never\", "
+                   "ZeRO-2, comes nearest and is emitted)");
+      break;
+    default: shard = p.dp;
+  }
+  par << "data_parallel_replicate_degree = " << replicate << "\n";
+  par << "data_parallel_shard_degree = " << shard << "\n";
+  if (shard > 1) par << "fsdp_reshard_after_forward = " << q(p.zero == 3 ? "always" : "never") << "\n";
+  par << "tensor_parallel_degree = " << p.tp << "\n";
+  if (p.tp > 1 && !p.sequence_parallel)
+    un.push_back("sequence_parallel=false with tp=" + str(p.tp) +
+                 " (torchtitan's tensor-parallel plan always shards the sequence between "
+                 "blocks)");
+  if (im.tp_comm_overlap != TpCommOverlap::None) {
+    par << "enable_async_tensor_parallel = true\n";
+    notes.push_back("implementation.tp_comm_overlap: async tensor parallel works with "
+                    "[training] compile = true only");
+  }
+  par << "pipeline_parallel_degree = " << p.pp << "\n";
+  if (p.pp > 1) {
+    const char* schedule = p.schedule == Schedule::GPipe         ? "GPipe"
+                           : p.schedule == Schedule::Interleaved ? "Interleaved1F1B"
+                                                                 : "1F1B";
+    par << "pipeline_parallel_schedule = " << q(schedule) << "\n";
+    // Split points: the first layer of every chunk but the first.
+    const auto c = chunks(sc);
+    par << "pipeline_parallel_split_points = [";
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i + 1 < c.size(); ++i) {
+      at += c[i];
+      par << (i ? ", " : "") << q("layers." + str(at));
+    }
+    par << "]\n";
+    par << "pipeline_parallel_microbatch_size = " << sc.batch.micro << "\n";
+  }
+  par << "context_parallel_degree = " << p.cp << "\n";
+  if (sc.model.moe || p.ep > 1) par << "expert_parallel_degree = " << p.ep << "\n";
+  if (im.rank_order != std::array{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
+                                  ParallelDim::PP})
+    un.push_back("implementation.rank_order=" + rank_order_text(p) +
+                 " (torchtitan's device mesh is pp, dp_replicate, dp_shard, cp, tp from "
+                 "outermost to innermost)");
+  if (!im.overlap_grad_reduce)
+    un.push_back("implementation.overlap_grad_reduce=false (torchtitan's FSDP and DDP always "
+                 "overlap gradient reduction with backward)");
+  if (p.zero >= 1 && !im.overlap_param_gather)
+    un.push_back("implementation.overlap_param_gather=false (torchtitan's FSDP always "
+                 "prefetches parameters)");
+  if (p.pp > 1 && im.overlap_p2p)
+    notes.push_back("implementation.overlap_p2p: torch.distributed.pipelining overlaps its "
+                    "sends by itself; there is no key for it");
+
+  // --- [training] ---
+  // Without pipelining, local_batch_size is one microbatch per data-parallel
+  // rank and the rest of the global batch is gradient accumulation; with
+  // pipelining it is the rank's whole share, cut into microbatches.
+  const std::int64_t local = p.pp > 1 ? sc.batch.global / p.dp : sc.batch.micro;
+  train << "local_batch_size = " << local << "\n";
+  train << "global_batch_size = " << sc.batch.global << "\n";
+  train << "seq_len = " << sc.model.seq_len << "\n";
+  switch (p.precision) {
+    case Precision::BF16:
+    case Precision::FP8: train << "mixed_precision_param = " << q("bfloat16") << "\n"; break;
+    case Precision::FP32: train << "mixed_precision_param = " << q("float32") << "\n"; break;
+    case Precision::FP16:
+      train << "mixed_precision_param = " << q("bfloat16") << "\n";
+      un.push_back("precision=fp16 (torchtitan's mixed_precision_param is bfloat16 or float32; "
+                   "bfloat16 emitted)");
+      break;
+  }
+  if (is_mixed(p)) train << "mixed_precision_reduce = " << q("float32") << "\n";
+  if (is_mixed(p) && !im.fp32_grad_accumulation)
+    notes.push_back("implementation.fp32_grad_accumulation=false: torchtitan reduces gradients "
+                    "in float32 (mixed_precision_reduce)");
+  if (p.offload.weights && p.offload.optimizer == OffloadTarget::Cpu && p.zero >= 1) {
+    train << "enable_cpu_offload = true\n";
+  } else if (p.offload.weights || p.offload.optimizer != OffloadTarget::None) {
+    un.push_back("offload.weights=" + std::string(p.offload.weights ? "true" : "false") +
+                 " with offload.optimizer=" + std::string(enum_name(p.offload.optimizer)) +
+                 " and zero=" + str(p.zero) +
+                 " (torchtitan's enable_cpu_offload moves parameters, gradients and optimizer "
+                 "state to CPU memory together, with FSDP)");
+  }
+  if (im.tp_comm_overlap != TpCommOverlap::None) train << "compile = true\n";
+
+  // --- [activation_checkpoint] ---
+  switch (p.recompute) {
+    case Recompute::None: ac << "mode = " << q("none") << "\n"; break;
+    case Recompute::Full: ac << "mode = " << q("full") << "\n"; break;
+    case Recompute::Selective:
+      ac << "mode = " << q("selective") << "\n";
+      ac << "selective_ac_option = " << q("op") << "\n";
+      notes.push_back("recompute=selective: torchtitan's op-level selective checkpointing "
+                      "chooses the ops to save by its own policy, not the attention core alone");
+      break;
+    default:
+      ac << "mode = " << q("none") << "\n";
+      un.push_back("recompute=" + std::string(enum_name(p.recompute)) +
+                   " (torchtitan checkpoints every layer, every n-th layer or chosen ops, not "
+                   "segments of several layers; mode = \"full\" comes nearest; \"none\" emitted)");
+  }
+  if (p.offload.activations)
+    un.push_back("offload.activations=true (torchtitan's config has no activation offload)");
+
+  // --- [model], [optimizer] ---
+  if (p.precision == Precision::FP8) model << "converters = [" << q("float8") << "]\n";
+  switch (p.optimizer) {
+    case Optimizer::Adam: opt << "name = " << q("Adam") << "\n"; break;
+    case Optimizer::AdamW: opt << "name = " << q("AdamW") << "\n"; break;
+    default:
+      un.push_back("optimizer=" + std::string(enum_name(p.optimizer)) +
+                   " (torchtitan builds Adam or AdamW)");
+  }
+  if (im.attention != AttentionKernel::Flash)
+    un.push_back("implementation.attention=standard (torchtitan's models use fused scaled "
+                 "dot-product attention)");
+  if (p.zero == 0 && (p.tp > 1 || p.pp > 1 || p.cp > 1) && p.dp > 1)
+    notes.push_back("zero=0 with tp, pp or cp: torchtitan's DDP is one-dimensional; with other "
+                    "parallelisms use zero 2 or 3 (FSDP)");
+  common_unsupported(p, E, un);
+
+  std::string out = "# torchtitan JobConfig (torchtitan/config/job_config.py): " +
+                    plan_summary(sc) + "\n";
+  out += "# [model] name and flavor: the torchtitan flavor with " + str(sc.model.layers) +
+         " layers, hidden " + str(sc.model.hidden) + ", " + str(sc.model.heads) + " heads (" +
+         str(sc.model.kv_heads) + " kv heads), ffn " + str(sc.model.ffn_hidden) + ", vocabulary " +
+         str(sc.model.vocab) + "\n";
+  for (const auto& n : notes) out += "# note: " + comment_safe(n) + "\n";
+  for (const auto& u : un) out += "# not expressible in torchtitan: " + comment_safe(u) + "\n";
+  out += "\n[parallelism]\n" + par.str();
+  out += "\n[training]\n" + train.str();
+  out += "\n[activation_checkpoint]\n" + ac.str();
+  if (!model.str().empty()) out += "\n[model]\n" + model.str();
+  if (!opt.str().empty()) out += "\n[optimizer]\n" + opt.str();
+  ex.text = std::move(out);
+  return ex;
+}
+
+Exported export_plan(const Scenario& sc, ExportTarget target) {
+  switch (target) {
+    case ExportTarget::Megatron: return export_megatron(sc);
+    case ExportTarget::DeepSpeed: return export_deepspeed(sc);
+    case ExportTarget::TorchTitan: return export_torchtitan(sc);
+  }
+  return {};
+}
+
+std::string_view engine_name(ExportTarget target) {
+  switch (target) {
+    case ExportTarget::Megatron: return "Megatron-LM";
+    case ExportTarget::DeepSpeed: return "DeepSpeed";
+    case ExportTarget::TorchTitan: return "torchtitan";
+  }
+  return "";
+}
+
+// ------------------------------------------------------------------ reading
+
+strategies::Scenario load_export_scenario(const std::string& path, std::size_t rank,
+                                          const std::string& scenario_override) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(path)) throw InputError(path, "", "file not found");
+  if (!fs::is_directory(path)) {
+    if (!scenario_override.empty())
+      throw InputError(path, "", "--scenario applies to an explore directory, not a scenario file");
+    if (rank != 1)
+      throw InputError(path, "", "--rank applies to an explore directory, not a scenario file");
+    auto sc = strategies::load_scenario(path);
+    if (sc.space) strategies::require_valid_plan(sc);
+    return sc;
+  }
+
+  const std::string summary_path = (fs::path(path) / "summary.json").string();
+  if (!fs::exists(summary_path))
+    throw InputError(summary_path, "",
+                     "file not found: " + path + " is neither a scenario file nor an explore "
+                     "output directory");
+  const auto summary = load_json_file(summary_path);
+  const JsonReader s(summary, summary_path);
+  if (!s.is_object()) s.fail("an explore summary must be a JSON object");
+  const JsonReader top = s.at("top");
+  const auto records = top.elements();
+  if (rank < 1) top.fail("--rank counts from 1 (the best plan by throughput)");
+  if (records.empty()) top.fail("no plan was scored: there is nothing to export");
+  if (rank > records.size())
+    top.fail("holds " + std::to_string(records.size()) + " plans; --rank " +
+             std::to_string(rank) + " asks for plan " + std::to_string(rank) +
+             " (explore --top K keeps more)");
+  const JsonReader record = records[rank - 1];
+  const JsonReader plan = record.at("plan");
+  const JsonReader batch = record.at("batch");
+  if (!plan.is_object()) plan.fail("must be a JSON object");
+  if (!batch.is_object()) batch.fail("must be a JSON object");
+
+  std::string scenario_path = scenario_override;
+  if (scenario_path.empty()) {
+    const JsonReader recorded = s.at("scenario");
+    scenario_path = recorded.as_string();
+    if (scenario_path.empty() || !fs::exists(scenario_path))
+      recorded.fail("the explored scenario \"" + scenario_path +
+                    "\" is not found from here, and " + path +
+                    " holds no model or cluster: pass --scenario FILE (the explored scenario)");
+  } else if (!fs::exists(scenario_path)) {
+    throw InputError(scenario_path, "", "file not found (--scenario)");
+  }
+
+  // The explored scenario with the record's plan and batch in place of its
+  // own and of its space: read and validated as any scenario.
+  auto j = load_json_file(scenario_path);
+  if (!j.is_object()) throw InputError(scenario_path, "", "a scenario must be a JSON object");
+  j.erase("space");
+  j["plan"] = plan.json();
+  j["batch"] = batch.json();
+  const std::string source = summary_path + " top[" + std::to_string(rank - 1) + "] on " +
+                             scenario_path;
+  auto sc = strategies::parse_scenario(j.dump(), source,
+                                       fs::path(scenario_path).parent_path().string());
+  if (auto m = s.get("model"); m && m->as_string() != sc.model.name)
+    m->fail("the directory explored model \"" + m->as_string() + "\", but " + scenario_path +
+            " has \"" + sc.model.name + "\"");
+  if (auto g = s.get("gpus"); g && g->as_int(0, std::int64_t{1} << 40) != sc.cluster.gpus())
+    g->fail("the directory explored " + std::to_string(g->as_int(0, std::int64_t{1} << 40)) +
+            " GPUs, but " + scenario_path + " has " + std::to_string(sc.cluster.gpus()));
+  return sc;
+}
+
+}  // namespace strata::report

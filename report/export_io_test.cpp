@@ -1,0 +1,427 @@
+// Plan export: every flag, key and value is asserted by its exact name, the
+// name the engine documents. The names were checked against:
+// - Megatron-LM megatron/training/arguments.py (NVIDIA/Megatron-LM, commit
+//   000c4ac24f61): --tensor-model-parallel-size, --pipeline-model-parallel-size,
+//   --context-parallel-size, --expert-model-parallel-size,
+//   --num-layers-per-virtual-pipeline-stage, --no-overlap-p2p-communication,
+//   --sequence-parallel, --use-distributed-optimizer, --use-megatron-fsdp,
+//   --data-parallel-sharding-strategy {optim_grads, optim_grads_params},
+//   --overlap-grad-reduce, --overlap-param-gather, --recompute-granularity
+//   {full, selective}, --recompute-method {uniform, block}, --recompute-num-layers,
+//   --cpu-offloading-num-layers, --optimizer-cpu-offload,
+//   --use-precision-aware-optimizer, --optimizer {adam, sgd}, --sgd-momentum,
+//   --bf16, --fp16, --grad-reduce-in-bf16, --micro-batch-size,
+//   --global-batch-size, --num-layers, --hidden-size, --ffn-hidden-size,
+//   --num-attention-heads, --group-query-attention, --num-query-groups,
+//   --seq-length, --max-position-embeddings, --swiglu, --normalization
+//   {LayerNorm, RMSNorm}, --position-embedding-type {learned_absolute, rope},
+//   --untie-embeddings-and-output-weights, --disable-bias-linear,
+//   --attention-backend flash, --num-experts, --moe-router-topk.
+// - DeepSpeed docs/_pages/config-json.md: train_batch_size,
+//   train_micro_batch_size_per_gpu, gradient_accumulation_steps, bf16.enabled,
+//   zero_optimization.{stage, overlap_comm, contiguous_gradients,
+//   reduce_scatter, reduce_bucket_size (elements), allgather_partitions,
+//   allgather_bucket_size, offload_optimizer.{device, pin_memory},
+//   offload_param.{device, pin_memory}}, activation_checkpointing.{partition_activations,
+//   cpu_checkpointing, contiguous_memory_optimization}, optimizer.{type, params}
+//   (Adam with adam_w_mode, AdamW); deepspeed/runtime/constants.py:
+//   data_types.grad_accum_dtype.
+// - torchtitan torchtitan/config/job_config.py (pytorch/torchtitan, commit
+//   000204a4a8bf): [parallelism] data_parallel_replicate_degree,
+//   data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree,
+//   pipeline_parallel_degree, pipeline_parallel_schedule, pipeline_parallel_split_points,
+//   pipeline_parallel_microbatch_size, context_parallel_degree; [training]
+//   local_batch_size, global_batch_size, seq_len, mixed_precision_param,
+//   enable_cpu_offload; [activation_checkpoint] mode; [optimizer] name.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "report/export.hpp"
+#include "sim/error.hpp"
+#include "strategies/scenario.hpp"
+#include "tests/testing.hpp"
+
+namespace strata::report {
+namespace {
+
+namespace fs = std::filesystem;
+using cost::Recompute;
+
+strategies::Scenario scenario(const std::string& text) {
+  return strategies::parse_scenario(text, "test.json");
+}
+
+// GPT-3 175B on 1024 A100s as Megatron-LM trains it (Narayanan et al. 2021,
+// Korthikanti et al. 2022): tp 8, pp 8 interleaved with 4 chunks per stage,
+// sequence parallel, selective recompute, distributed optimizer; dp = 1024 /
+// 64 = 16.
+strategies::Scenario gpt3() {
+  return scenario(R"({"model": "gpt3-175b", "cluster": {"preset": "dgx-a100-80g", "nodes": 128},
+      "batch": {"global": 1536, "micro": 1},
+      "plan": {"tp": 8, "pp": 8, "zero": 1, "schedule": "interleaved", "virtual_stages": 4,
+               "sequence_parallel": true, "recompute": "selective", "optimizer": "adam",
+               "precision": "bf16"}})");
+}
+
+// Llama-3-70B on 64 H100s with ZeRO-3, its optimizer state and step and its
+// weights offloaded to the CPU (ZeRO-Offload / ZeRO-Infinity), tp 8, full
+// recompute; dp = 64 / 8 = 8. `pp` is spliced in.
+strategies::Scenario llama_zero3(int pp) {
+  return scenario(R"({"model": "llama3-70b", "cluster": {"preset": "dgx-h100", "nodes": 8},
+      "batch": {"global": 256, "micro": 1},
+      "plan": {"tp": 8, "pp": )" + std::to_string(pp) + R"(, "zero": 3, "sequence_parallel": true,
+               "recompute": "full", "optimizer": "adamw", "precision": "bf16",
+               "offload": {"optimizer": "cpu", "weights": true}}})");
+}
+
+// The flags of a Megatron-LM export: comment lines dropped, one flag (with
+// its value) per entry.
+std::vector<std::string> flags(const Exported& e) {
+  std::vector<std::string> out;
+  std::istringstream in(e.text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.size() >= 2 && line.compare(line.size() - 2, 2, " \\") == 0) line.resize(line.size() - 2);
+    out.push_back(line);
+  }
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+bool has_prefix(const std::vector<std::string>& v, const std::string& prefix) {
+  for (const auto& s : v)
+    if (s.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The first unsupported item that starts with `prefix`, or "".
+std::string unsupported(const Exported& e, const std::string& prefix) {
+  for (const auto& u : e.unsupported)
+    if (u.compare(0, prefix.size(), prefix) == 0) return u;
+  return "";
+}
+
+TEST_CASE("megatron: GPT-3 175B, tp 8 pp 8 interleaved v 4, sequence parallel, selective") {
+  const auto e = export_megatron(gpt3());
+  const auto f = flags(e);
+  // Parallel degrees as given; 96 layers / (8 stages · 4 chunks) = 3 layers per chunk.
+  CHECK(has(f, "--tensor-model-parallel-size 8"));
+  CHECK(has(f, "--pipeline-model-parallel-size 8"));
+  CHECK(has(f, "--context-parallel-size 1"));
+  CHECK(has(f, "--num-layers-per-virtual-pipeline-stage 3"));
+  // The plan does not overlap pipeline sends (implementation.overlap_p2p
+  // false), which the interleaved schedule does by default with pp > 2.
+  CHECK(has(f, "--no-overlap-p2p-communication"));
+  CHECK(has(f, "--sequence-parallel"));
+  // ZeRO-1 is Megatron-LM's distributed optimizer; the overlaps are the plan's defaults (on).
+  CHECK(has(f, "--use-distributed-optimizer"));
+  CHECK_FALSE(has(f, "--use-megatron-fsdp"));
+  CHECK(has(f, "--overlap-grad-reduce"));
+  CHECK(has(f, "--overlap-param-gather"));
+  // Selective recompute is the attention core, Megatron-LM's default
+  // --recompute-modules; a method is rejected with selective granularity.
+  CHECK(has(f, "--recompute-granularity selective"));
+  CHECK_FALSE(has_prefix(f, "--recompute-method"));
+  CHECK(has(f, "--micro-batch-size 1"));
+  CHECK(has(f, "--global-batch-size 1536"));
+  CHECK(has(f, "--bf16"));
+  // 16-bit gradients (fp32_grad_accumulation false): not Megatron-LM's fp32 default.
+  CHECK(has(f, "--grad-reduce-in-bf16"));
+  CHECK(has(f, "--optimizer adam"));
+  // GPT-3 175B: 96 layers, hidden 12288, 96 heads, ffn 4h, sequence 2048,
+  // GeLU, layer norm, learned positions, tied embeddings, biases.
+  CHECK(has(f, "--num-layers 96"));
+  CHECK(has(f, "--hidden-size 12288"));
+  CHECK(has(f, "--ffn-hidden-size 49152"));
+  CHECK(has(f, "--num-attention-heads 96"));
+  CHECK_FALSE(has(f, "--group-query-attention"));
+  CHECK(has(f, "--seq-length 2048"));
+  CHECK(has(f, "--max-position-embeddings 2048"));
+  CHECK(has(f, "--normalization LayerNorm"));
+  CHECK(has(f, "--position-embedding-type learned_absolute"));
+  CHECK_FALSE(has(f, "--swiglu"));
+  CHECK_FALSE(has(f, "--untie-embeddings-and-output-weights"));
+  CHECK(has(f, "--attention-backend flash"));
+  // Every choice of this plan is expressible.
+  CHECK(e.unsupported.empty());
+  // One shell line: every flag line but the last ends with " \".
+  CHECK(contains(e.text, "--tensor-model-parallel-size 8 \\\n"));
+  CHECK(e.text.back() == '\n');
+  CHECK(e.text[e.text.size() - 2] != '\\');
+}
+
+TEST_CASE("megatron: ZeRO-3 with offload on one pipeline stage is Megatron-FSDP") {
+  const auto e = export_megatron(llama_zero3(1));
+  const auto f = flags(e);
+  // ZeRO-3 = sharding strategy optim_grads_params of Megatron-FSDP, which
+  // needs the fsdp_dtensor checkpoint format and no gradient-accumulation fusion.
+  CHECK(has(f, "--use-megatron-fsdp"));
+  CHECK(has(f, "--data-parallel-sharding-strategy optim_grads_params"));
+  CHECK(has(f, "--use-distributed-optimizer"));
+  CHECK(has(f, "--no-gradient-accumulation-fusion"));
+  CHECK(has(f, "--ckpt-format fsdp_dtensor"));
+  // Optimizer state and step on the CPU: the hybrid device optimizer.
+  CHECK(has(f, "--optimizer-cpu-offload"));
+  CHECK(has(f, "--use-precision-aware-optimizer"));
+  // Full recompute: every layer's input kept, one layer recomputed at a time.
+  CHECK(has(f, "--recompute-granularity full"));
+  CHECK(has(f, "--recompute-method uniform"));
+  CHECK(has(f, "--recompute-num-layers 1"));
+  // Llama 3: SwiGLU, RMSNorm, RoPE, GQA with 8 kv heads, untied, no biases.
+  CHECK(has(f, "--swiglu"));
+  CHECK(has(f, "--normalization RMSNorm"));
+  CHECK(has(f, "--position-embedding-type rope"));
+  CHECK(has(f, "--group-query-attention"));
+  CHECK(has(f, "--num-query-groups 8"));
+  CHECK(has(f, "--untie-embeddings-and-output-weights"));
+  CHECK(has(f, "--disable-bias-linear"));
+  // Megatron-LM keeps parameters on the GPU: listed, printed as a comment.
+  CHECK(unsupported(e, "offload.weights=true") != "");
+  CHECK(contains(e.text, "# not expressible in Megatron-LM: offload.weights=true"));
+  CHECK(e.unsupported.size() == 1);
+}
+
+TEST_CASE("megatron: ZeRO-3 with pipeline parallelism is not expressible") {
+  const auto e = export_megatron(llama_zero3(2));
+  const auto f = flags(e);
+  // Megatron-FSDP does not take pp > 1 and the distributed optimizer is
+  // ZeRO-1: zero=3 is listed, and neither is emitted in its place.
+  CHECK(unsupported(e, "zero=3") != "");
+  CHECK(contains(e.text, "# not expressible in Megatron-LM: zero=3 with pp=2"));
+  CHECK_FALSE(has(f, "--use-megatron-fsdp"));
+  CHECK_FALSE(has(f, "--use-distributed-optimizer"));
+  // …and so is the CPU optimizer, which needs the distributed optimizer.
+  CHECK(unsupported(e, "offload.optimizer=cpu") != "");
+  CHECK_FALSE(has(f, "--optimizer-cpu-offload"));
+}
+
+TEST_CASE("megatron: every_k and sqrt recompute are uniform segments") {
+  // 12 layers on one stage: every_k 4 checkpoints every 4th layer input;
+  // sqrt keeps ceil(sqrt(12)) = 4 as well.
+  for (const char* rc : {R"("every_k", "recompute_k": 4)", R"("sqrt")"}) {
+    const auto e = export_megatron(scenario(
+        std::string(R"({"model": "gpt2-124m", "cluster": "1xa100-80g", "batch": {"global": 8},
+            "plan": {"recompute": )") + rc + "}}"));
+    const auto f = flags(e);
+    CHECK(has(f, "--recompute-granularity full"));
+    CHECK(has(f, "--recompute-method uniform"));
+    CHECK(has(f, "--recompute-num-layers 4"));
+  }
+}
+
+TEST_CASE("megatron, deepspeed, torchtitan: choices none of them has are listed") {
+  // Top-k compression, PipeDream and Adafactor exist in no engine's
+  // configuration: each export lists all three.
+  const auto sc = scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"pp": 2, "schedule": "pipedream", "optimizer": "adafactor",
+               "compression": {"method": "topk", "ratio": 0.01}}})");
+  for (auto target : {ExportTarget::Megatron, ExportTarget::DeepSpeed, ExportTarget::TorchTitan}) {
+    CAPTURE(engine_name(target));
+    const auto e = export_plan(sc, target);
+    CHECK(unsupported(e, "compression=topk") != "");
+    CHECK(unsupported(e, "schedule=pipedream") != "");
+    CHECK(unsupported(e, "optimizer=adafactor") != "");
+    if (target != ExportTarget::DeepSpeed)
+      CHECK(contains(e.text, std::string("# not expressible in ") +
+                                 std::string(engine_name(target)) + ": compression=topk"));
+  }
+}
+
+TEST_CASE("deepspeed: GPT-3 175B batch, ZeRO-1 buckets, bf16") {
+  const auto e = export_deepspeed(gpt3());
+  const auto j = nlohmann::json::parse(e.text);  // plain JSON, no comments
+  // train_batch_size = micro · accumulation · dp: 1536 = 1 · 96 · 16.
+  CHECK(j.at("train_batch_size") == 1536);
+  CHECK(j.at("train_micro_batch_size_per_gpu") == 1);
+  CHECK(j.at("gradient_accumulation_steps") == 96);
+  CHECK(j.at("bf16").at("enabled") == true);
+  CHECK_FALSE(j.contains("fp16"));
+  CHECK(j.at("data_types").at("grad_accum_dtype") == "bf16");
+  const auto& z = j.at("zero_optimization");
+  CHECK(z.at("stage") == 1);
+  CHECK(z.at("overlap_comm") == true);
+  CHECK(z.at("contiguous_gradients") == true);
+  // Strata's 25 MiB gradient bucket in elements of 2 bytes: 13,107,200.
+  CHECK(z.at("reduce_bucket_size") == 25 * 1024 * 1024 / 2);
+  CHECK(z.at("allgather_bucket_size") == 25 * 1024 * 1024 / 2);
+  CHECK_FALSE(z.contains("offload_optimizer"));
+  // DeepSpeed's Adam is AdamW unless adam_w_mode is false.
+  CHECK(j.at("optimizer").at("type") == "Adam");
+  CHECK(j.at("optimizer").at("params").at("adam_w_mode") == false);
+  // Selective recompute: the model code checkpoints; the section tunes it.
+  CHECK(j.at("activation_checkpointing").at("cpu_checkpointing") == false);
+  CHECK(j.at("activation_checkpointing").at("partition_activations") == false);
+  CHECK(j.at("activation_checkpointing").at("contiguous_memory_optimization") == false);
+  // DeepSpeed's pipeline engine has its own 1F1B: interleaving is listed;
+  // tp and pp come from the model code (notes).
+  CHECK(unsupported(e, "schedule=interleaved") != "");
+  CHECK(e.unsupported.size() == 1);
+  CHECK(std::any_of(e.notes.begin(), e.notes.end(), [](const std::string& n) {
+    return contains(n, "deepspeed.pipe.PipelineModule") && contains(n, "num_stages=8");
+  }));
+}
+
+TEST_CASE("deepspeed: ZeRO-3 with optimizer and parameter offload") {
+  const auto e = export_deepspeed(llama_zero3(1));
+  const auto j = nlohmann::json::parse(e.text);
+  const auto& z = j.at("zero_optimization");
+  CHECK(z.at("stage") == 3);
+  CHECK(z.at("offload_optimizer").at("device") == "cpu");
+  CHECK(z.at("offload_optimizer").at("pin_memory") == true);
+  CHECK(z.at("offload_param").at("device") == "cpu");
+  CHECK(z.at("offload_param").at("pin_memory") == true);
+  CHECK(j.at("optimizer").at("type") == "AdamW");
+  // 256 = 1 · accumulation · dp 8 → 32 microbatches per step.
+  CHECK(j.at("gradient_accumulation_steps") == 32);
+  CHECK(e.unsupported.empty());
+}
+
+TEST_CASE("deepspeed: fp16 with an fp32 accumulation buffer reduces 4-byte gradients") {
+  // The bucket is 25 MiB of fp32 gradients: 6,553,600 elements; parameters
+  // are still gathered in 16 bits (13,107,200 per bucket).
+  const auto e = export_deepspeed(scenario(R"({"model": "gpt2-124m", "cluster": "1xa100-80g",
+      "batch": {"global": 8}, "plan": {"precision": "fp16", "optimizer": "sgd",
+      "implementation": {"fp32_grad_accumulation": true}}})"));
+  const auto j = nlohmann::json::parse(e.text);
+  CHECK(j.at("fp16").at("enabled") == true);
+  CHECK(j.at("data_types").at("grad_accum_dtype") == "fp32");
+  CHECK(j.at("zero_optimization").at("reduce_bucket_size") == 25 * 1024 * 1024 / 4);
+  CHECK(j.at("zero_optimization").at("allgather_bucket_size") == 25 * 1024 * 1024 / 2);
+  CHECK(j.at("optimizer").at("type") == "SGD");
+  CHECK(j.at("optimizer").at("params").at("momentum") == 0.0);
+}
+
+TEST_CASE("torchtitan: GPT-3 175B, interleaved 1F1B with split points") {
+  const auto e = export_torchtitan(gpt3());
+  const auto& t = e.text;
+  // ZeRO-1 has no torchtitan equivalent (FSDP shards gradients and
+  // parameters): the nearest, never resharding (ZeRO-2), is emitted and listed.
+  CHECK(contains(t, "\n[parallelism]\n"));
+  CHECK(contains(t, "data_parallel_replicate_degree = 1\n"));
+  CHECK(contains(t, "data_parallel_shard_degree = 16\n"));
+  CHECK(contains(t, "fsdp_reshard_after_forward = \"never\"\n"));
+  CHECK(unsupported(e, "zero=1") != "");
+  CHECK(contains(t, "tensor_parallel_degree = 8\n"));
+  CHECK(contains(t, "pipeline_parallel_degree = 8\n"));
+  CHECK(contains(t, "pipeline_parallel_schedule = \"Interleaved1F1B\"\n"));
+  // 32 chunks of 3 layers: 31 split points, layers.3 … layers.93.
+  CHECK(contains(t, "pipeline_parallel_split_points = [\"layers.3\", \"layers.6\", "));
+  CHECK(contains(t, "\"layers.90\", \"layers.93\"]\n"));
+  CHECK(contains(t, "pipeline_parallel_microbatch_size = 1\n"));
+  CHECK(contains(t, "context_parallel_degree = 1\n"));
+  // With pipelining the local batch is the replica's share: 1536 / 16 = 96.
+  CHECK(contains(t, "\n[training]\nlocal_batch_size = 96\nglobal_batch_size = 1536\nseq_len = 2048\n"));
+  CHECK(contains(t, "mixed_precision_param = \"bfloat16\"\n"));
+  CHECK(contains(t, "\n[activation_checkpoint]\nmode = \"selective\"\n"));
+  CHECK(contains(t, "\n[optimizer]\nname = \"Adam\"\n"));
+}
+
+TEST_CASE("torchtitan: ZeRO-3 with full offload is FSDP resharding after forward") {
+  const auto e = export_torchtitan(llama_zero3(1));
+  const auto& t = e.text;
+  CHECK(contains(t, "data_parallel_shard_degree = 8\n"));
+  CHECK(contains(t, "fsdp_reshard_after_forward = \"always\"\n"));
+  CHECK(contains(t, "enable_cpu_offload = true\n"));
+  CHECK(contains(t, "mode = \"full\"\n"));
+  CHECK(contains(t, "name = \"AdamW\"\n"));
+  // Without pipelining the local batch is one microbatch: 1.
+  CHECK(contains(t, "local_batch_size = 1\n"));
+  CHECK(e.unsupported.empty());
+}
+
+// A fresh directory per test case (test cases may run in parallel processes).
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name) {
+    path = fs::temp_directory_path() / ("strata-export-" + name + "-" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& sub) const { return (path / sub).string(); }
+};
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+const std::string kGpt2 = std::string(STRATA_SOURCE_DIR) + "/configs/scenarios/gpt2-124m-1gpu.json";
+
+// An explore summary with two top plans on the bundled GPT-2 scenario.
+std::string summary(const std::string& scenario_path, const std::string& model = "gpt2-124m") {
+  return R"({"scenario": ")" + scenario_path + R"(", "model": ")" + model + R"(", "gpus": 1,
+      "top": [{"plan_id": "1", "batch": {"global": 32, "micro": 8},
+               "plan": {"recompute": "full", "optimizer": "adamw", "precision": "bf16"}},
+              {"plan_id": "2", "batch": {"global": 32, "micro": 4},
+               "plan": {"recompute": "selective", "optimizer": "adamw", "precision": "bf16"}}]})";
+}
+
+TEST_CASE("load_export_scenario: a scenario file, and a directory's top plans by rank") {
+  // A scenario file is read as `strata simulate` reads it.
+  const auto sc = load_export_scenario(kGpt2);
+  CHECK(sc.model.name == "gpt2-124m");
+  CHECK(sc.batch.micro == 8);
+
+  TempDir d("rank");
+  write(d / "summary.json", summary(kGpt2));
+  // Rank 1 is the first of `top` (the best by throughput), rank 2 the next.
+  const auto best = load_export_scenario(d.path.string());
+  CHECK(best.plan.recompute == Recompute::Full);
+  CHECK(best.batch.micro == 8);
+  const auto second = load_export_scenario(d.path.string(), 2);
+  CHECK(second.plan.recompute == Recompute::Selective);
+  CHECK(second.batch.micro == 4);
+  CHECK(testing::input_error_of([&] { load_export_scenario(d.path.string(), 3); }) ==
+        d / "summary.json" + ": top: holds 2 plans; --rank 3 asks for plan 3 (explore --top K "
+                             "keeps more)");
+}
+
+TEST_CASE("load_export_scenario: a directory whose scenario is elsewhere needs --scenario") {
+  TempDir d("moved");
+  write(d / "summary.json", summary("/nonexistent/sweep.json"));
+  // The directory holds no model or cluster: the error says which flag gives them.
+  const auto err = testing::input_error_of([&] { load_export_scenario(d.path.string()); });
+  CHECK(contains(err, d / "summary.json" + ": scenario: the explored scenario "
+                                           "\"/nonexistent/sweep.json\" is not found"));
+  CHECK(contains(err, "pass --scenario FILE"));
+  // With --scenario it is read from there…
+  CHECK(load_export_scenario(d.path.string(), 1, kGpt2).plan.recompute == Recompute::Full);
+  // …and must be the explored model.
+  TempDir other("other-model");
+  write(other / "summary.json", summary(kGpt2, "llama3-8b"));
+  CHECK(contains(testing::input_error_of([&] { load_export_scenario(other.path.string()); }),
+                 ": model: the directory explored model \"llama3-8b\""));
+}
+
+TEST_CASE("load_export_scenario: bad input names the file, the path and the rule") {
+  CHECK(testing::input_error_of([] { load_export_scenario("/nonexistent/plan.json"); }) ==
+        "/nonexistent/plan.json: file not found");
+  TempDir d("empty");
+  CHECK(contains(testing::input_error_of([&] { load_export_scenario(d.path.string()); }),
+                 "summary.json: file not found"));
+  // A plan in the record that breaks a rule is named with the record.
+  write(d / "summary.json", R"({"scenario": ")" + kGpt2 + R"(", "model": "gpt2-124m", "gpus": 1,
+      "top": [{"batch": {"global": 32}, "plan": {"tp": 5}}]})");
+  CHECK(contains(testing::input_error_of([&] { load_export_scenario(d.path.string()); }),
+                 "top[0] on " + kGpt2));
+}
+
+}  // namespace
+}  // namespace strata::report
