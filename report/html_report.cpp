@@ -3,6 +3,7 @@
 #include "report/html_report.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +28,17 @@ std::string shortest(double v) {
   char buf[64];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
+}
+
+// 38,916.
+std::string fmt_count(std::uint64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
+  return s;
 }
 
 double gib(Bytes b) { return to_GiB(b); }
@@ -279,12 +291,12 @@ ReportAnalysis analyse(const ReportData& d) {
   if (!an.winner) {
     an.why.push_back(P.empty() ? "No plan was scored: the explorer rejected or pruned every plan "
                                  "(see the counts below)."
-                               : "None of the " + std::to_string(P.size()) +
+                               : "None of the " + fmt_count(P.size()) +
                                      " scored plans fits in GPU memory.");
   } else {
     const auto& w = P[*an.winner];
     an.why.push_back("Plan " + w.plan_id + " (" + plan_text(d, w) + ") has the highest throughput of the " +
-                     std::to_string(an.fitting.size()) + " plans that fit: " +
+                     fmt_count(an.fitting.size()) + " plans that fit: " +
                      seconds_text(w.step_time_s) + " per step, " + fixed(w.tokens_per_s_per_gpu, 0) +
                      " tokens/s per GPU, MFU " + fixed(100 * w.mfu, 1) + " %, peak memory " +
                      gib_text(w.peak_memory_bytes) + " of " + gib_text(w.gpu_memory_bytes) + ".");
@@ -315,7 +327,7 @@ ReportAnalysis analyse(const ReportData& d) {
     }
     const std::size_t not_fit = P.size() - an.fitting.size();
     if (not_fit > 0)
-      an.why.push_back(std::to_string(not_fit) + " scored plans exceed the GPU's memory.");
+      an.why.push_back(fmt_count(not_fit) + " scored plans exceed the GPU's memory.");
   }
 
   for (std::size_t a = 0; a < d.axes.size(); ++a)
@@ -660,9 +672,6 @@ std::string scatter_chart(const ReportData& d, const ReportAnalysis& an) {
     for (std::size_t r : an.ranked)
       s.series[0].points.emplace_back(d.plans[r].step_time_s, gib(d.plans[r].peak_memory_bytes));
   }
-  // Series drawn in reverse order of size so small groups stay visible.
-  std::stable_sort(s.series.begin(), s.series.end(),
-                   [](const auto& a, const auto& b) { return a.points.size() > b.points.size(); });
   Bytes cap = 0;
   for (std::size_t i : an.front) {
     const auto& p = d.plans[i];
@@ -699,16 +708,6 @@ svg::TimelineChart timeline_chart(const Timeline& t) {
   }
   c.span_titles = spans <= 4000;
   return c;
-}
-
-std::string fmt_count(std::uint64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string s;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
-    s += digits[i];
-  }
-  return s;
 }
 
 // The technique table of one axis: a row per value.

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "sim/engine.hpp"
 #include "tests/testing.hpp"
@@ -203,6 +205,61 @@ TEST_CASE("rendering does not depend on the order plans are read in") {
   CHECK(report_html(a) == report_html(b));
   CHECK(report_markdown(a) == report_markdown(b));
   CHECK(results_csv(a) == results_csv(b));
+}
+
+// A results.jsonl record with the fields the report reads.
+std::string record(const std::string& id, const std::string& offload, double step_s) {
+  const std::string act = offload == "activations" ? "true" : "false";
+  const std::string opt = offload == "optimizer" ? "cpu" : "none";
+  return "{\"plan_id\":\"" + id + "\",\"batch\":{\"global\":8,\"micro\":1},\"plan\":{\"dp\":8,\"tp\":1,"
+         "\"pp\":1,\"recompute\":\"none\",\"schedule\":\"1f1b\",\"virtual_stages\":1,\"offload\":{"
+         "\"activations\":" + act + ",\"weights\":false,\"optimizer\":\"" + opt + "\"}},"
+         "\"feasible\":true,\"step_time_s\":" + std::to_string(step_s) +
+         ",\"tokens_per_s_per_gpu\":" + std::to_string(1000 / step_s) +
+         ",\"mfu\":0.3,\"time_breakdown_s\":{\"compute\":" + std::to_string(step_s) +
+         ",\"recompute\":0,\"exposed_comm\":{\"dp\":0,\"tp\":0,\"pp\":0,\"cp\":0,\"ep\":0,\"offload\":0},"
+         "\"bubble\":0,\"offload_stall\":0,\"optimizer\":0},\"bubble_fraction\":0,"
+         "\"peak_memory_bytes\":3000,\"gpu_memory_bytes\":80000,"
+         "\"memory_breakdown_bytes\":{\"activations\":2000,\"params\":1000}}\n";
+}
+
+TEST_CASE("load_report_data reads summary, results and refined records") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "strata-report-load-test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](const char* name, const std::string& text) { std::ofstream(dir / name) << text; };
+  write("summary.json",
+        R"({"scenario": "nowhere/scenario.json", "model": "m", "gpus": 8, "gpu": "g",
+            "space": {"size": 3, "axes": {"recompute": ["none"], "offload": ["none", "activations", "optimizer"]}},
+            "counts": {"enumerated": 3, "invalid": 1, "pruned_by_memory": 0, "not_modelled": 0,
+                       "failed": 0, "scored": 2, "pareto": 1, "dominated": 1},
+            "rejected_by_rule": {"some-rule": {"count": 1, "first_index": 2, "example": "e"}},
+            "pruned_by_pool": {}})");
+  write("results.jsonl", record("0000000000000001", "optimizer", 1.0) +
+                             record("0000000000000002", "activations", 2.0));
+  // The layer-granularity figures of plan 2 replace its record.
+  write("refined.jsonl", record("0000000000000002", "activations", 0.5));
+  const ReportData d = load_report_data(dir.string());
+  REQUIRE(d.plans.size() == 2);
+  CHECK(d.axes[1].name == "offload");
+  CHECK(d.plans[0].axes[1] == "optimizer");  // the composite axis's own value
+  CHECK(d.plans[1].axes[1] == "activations");
+  CHECK(d.plans[1].step_time_s == 0.5);
+  // Tags in simulate's order, whatever the record's key order.
+  CHECK(d.memory_tags == std::vector<std::string>{"params", "activations"});
+  CHECK(d.plans[0].memory == std::vector<Bytes>{1000, 2000});
+  // Counts with the rule under "rejected".
+  CHECK(d.counts[2].name == "some-rule");
+  CHECK(d.counts[2].sub);
+  // Neither DIR/scenario.json nor the summary's scenario exists: no timeline, and why.
+  CHECK(!d.timeline);
+  CHECK(d.timeline_note.find("cannot re-simulate the best plan") != std::string::npos);
+  // The files, written into another directory.
+  const std::string printed = write_report(dir.string(), (dir / "out").string());
+  CHECK(printed.find("2 plans") != std::string::npos);
+  for (const char* f : {"report.html", "report.md", "results.csv"}) CHECK(fs::file_size(dir / "out" / f) > 0);
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a directory that is not an explore output is an InputError") {

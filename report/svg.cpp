@@ -220,8 +220,18 @@ std::string scatter(const Scatter& s) {
                 " font-size=\"12\" fill=\"#c00\"");
   }
   // Points: one path per series of zero-length segments with round caps (a
-  // dot each); points falling on the same half pixel are drawn once.
-  for (const auto& ser : s.series) {
+  // dot each); points falling on the same half pixel are drawn once. Each
+  // series is drawn with smaller dots than the one before, so plans of two
+  // series at the same spot show as a dot in a ring.
+  // Larger series first, so small ones stay visible on top.
+  std::vector<std::size_t> draw(s.series.size());
+  for (std::size_t i = 0; i < draw.size(); ++i) draw[i] = i;
+  std::stable_sort(draw.begin(), draw.end(), [&](std::size_t a, std::size_t b) {
+    return s.series[a].points.size() > s.series[b].points.size();
+  });
+  for (std::size_t si = 0; si < draw.size(); ++si) {
+    const auto& ser = s.series[draw[si]];
+    const double dot = std::max(2.5, 6.0 - 1.3 * static_cast<double>(si));
     std::unordered_set<std::int64_t> seen;
     std::string d;
     for (const auto& [x, y] : ser.points) {
@@ -234,7 +244,7 @@ std::string scatter(const Scatter& s) {
     }
     if (d.empty()) continue;
     out += "<path class=\"dots\" d=\"" + d + "\" stroke=\"" + escape_xml(ser.colour) +
-           "\" stroke-width=\"4\" stroke-linecap=\"round\" stroke-opacity=\"0.6\" fill=\"none\"><title>" +
+           "\" stroke-width=\"" + num(dot) + "\" stroke-linecap=\"round\" stroke-opacity=\"0.75\" fill=\"none\"><title>" +
            escape_xml(ser.label) + " (" + std::to_string(ser.points.size()) + " plans)</title></path>";
   }
   if (!s.front.empty()) {

@@ -40,7 +40,9 @@ struct Scatter {
   std::string title, desc;
   std::string x_label, y_label;
   bool log_x = false;
-  std::vector<ScatterSeries> series;  // small dots; points on one pixel are drawn once
+  // Small dots; points on one half pixel are drawn once. The legend keeps
+  // this order; the largest series is drawn first with the largest dots.
+  std::vector<ScatterSeries> series;
   // Highlighted points (the Pareto front): larger, outlined, joined by a line.
   std::vector<std::pair<double, double>> front;
   std::vector<std::string> front_titles;  // tooltip per front point
