@@ -284,22 +284,16 @@ int main(int argc, char** argv) {
         const auto rep = report::run_explore(sc, o);
         line.finish();
         out = report::render_explore(rep.summary_json, &rep, format);
-        // The comparison report beside the results (docs/report.md); the
-        // results stand without it, so a failure here is only a warning.
-        try {
-          report::write_report(out_dir, out_dir);
-          std::cerr << "explore: report in "
-                    << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
-        } catch (const std::exception& e) {
-          std::cerr << "strata: warning: explore: no report: " << e.what() << "\n";
-        }
+        // The comparison report beside the results (docs/report.md).
+        report::write_report(out_dir, out_dir);
+        std::cerr << "explore: report in "
+                  << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
       } catch (...) {
         line.finish();
         throw;
       }
     }
     if (*merge) out = report::render_explore(report::merge_explore(merge_dirs, out_dir), nullptr, format);
-    if (*reporter) out = report::write_report(report_dir, report_out.empty() ? report_dir : report_out);
     if (*exporter) {
       const auto sc = report::load_export_scenario(export_input, export_rank, export_scenario);
       const auto ex = report::export_plan(sc, export_target);
@@ -316,6 +310,7 @@ int main(int argc, char** argv) {
         report::write_file_atomically(export_out, ex.text);
       }
     }
+    if (*reporter) out = report::write_report(report_dir, report_out.empty() ? report_dir : report_out);
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
