@@ -581,9 +581,10 @@ Exported export_torchtitan(const Scenario& sc) {
     case 0: replicate = p.dp; break;
     case 1:
       shard = p.dp;
-      un.push_back("zero=1 (torchtitan's FSDP shards parameters and gradients too; "
-                   "data_parallel_shard_degree with fsdp_reshard_after_forward = \"never\", "
-                   "ZeRO-2, comes nearest and is emitted)");
+      if (p.dp > 1)
+        un.push_back("zero=1 (torchtitan's FSDP shards parameters and gradients too; "
+                     "data_parallel_shard_degree with fsdp_reshard_after_forward = \"never\", "
+                     "ZeRO-2, comes nearest and is emitted)");
       break;
     default: shard = p.dp;
   }

@@ -225,6 +225,29 @@ TEST_CASE("megatron: every_k and sqrt recompute are uniform segments") {
   }
 }
 
+TEST_CASE("megatron, torchtitan: uneven pipeline stages") {
+  // 12 layers as 2, 4, 4, 2: only the first and last stage differ, which
+  // Megatron-LM sets apart from an even split; torchtitan takes split points
+  // at the first layer of stages 2, 3 and 4 (layers 2, 6 and 10).
+  const auto sc = scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"pp": 4, "stage_layers": [2, 4, 4, 2]}})");
+  const auto m = export_megatron(sc);
+  const auto f = flags(m);
+  CHECK(has(f, "--decoder-first-pipeline-num-layers 2"));
+  CHECK(has(f, "--decoder-last-pipeline-num-layers 2"));
+  CHECK(m.unsupported.empty());
+  const auto t = export_torchtitan(sc).text;
+  CHECK(contains(t, "pipeline_parallel_split_points = [\"layers.2\", \"layers.6\", \"layers.10\"]\n"));
+  CHECK(contains(t, "pipeline_parallel_schedule = \"1F1B\"\n"));
+  // 1, 4, 5, 2: the middle stages differ from each other → listed.
+  const auto odd = export_megatron(scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"pp": 4, "stage_layers": [1, 4, 5, 2]}})"));
+  CHECK(unsupported(odd, "layers per stage [1, 4, 5, 2]") != "");
+  CHECK_FALSE(has_prefix(flags(odd), "--decoder-first-pipeline-num-layers"));
+}
+
 TEST_CASE("megatron, deepspeed, torchtitan: choices none of them has are listed") {
   // Top-k compression, PipeDream and Adafactor exist in no engine's
   // configuration: each export lists all three.
