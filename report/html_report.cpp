@@ -231,7 +231,7 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
     c.sentence = "Turning on " + axis.name + ": ";
     if (pr.pairs > 0)
       c.sentence += "step time " + change(pr.step_ratio) + ", peak memory " + change(pr.peak_ratio) +
-                    " (median over " + std::to_string(pr.pairs) +
+                    " (median over " + fmt_count(pr.pairs) +
                     " pairs of plans that differ only in it); ";
     c.sentence += best_clause(1) + ".";
   } else {
@@ -242,7 +242,7 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
       c.sentence += values[v] + " ";
       if (pr.pairs > 0)
         c.sentence += "step time " + change(pr.step_ratio) + ", peak memory " + change(pr.peak_ratio) +
-                      " (" + std::to_string(pr.pairs) + (pr.pairs == 1 ? " pair" : " pairs") + ")";
+                      " (" + fmt_count(pr.pairs) + (pr.pairs == 1 ? " pair" : " pairs") + ")";
       else if (c.values[v].plans == 0)
         c.sentence += "no plan scored";
       else
