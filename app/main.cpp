@@ -284,10 +284,15 @@ int main(int argc, char** argv) {
         const auto rep = report::run_explore(sc, o);
         line.finish();
         out = report::render_explore(rep.summary_json, &rep, format);
-        // The comparison report beside the results (docs/report.md).
-        report::write_report(out_dir, out_dir);
-        std::cerr << "explore: report in "
-                  << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
+        // The comparison report beside the results (docs/report.md); the
+        // results stand without it, so a failure here is only a warning.
+        try {
+          report::write_report(out_dir, out_dir);
+          std::cerr << "explore: report in "
+                    << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
+        } catch (const std::exception& e) {
+          std::cerr << "strata: warning: explore: no report: " << e.what() << "\n";
+        }
       } catch (...) {
         line.finish();
         throw;
