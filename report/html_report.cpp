@@ -575,11 +575,11 @@ std::vector<std::size_t> first_n(const std::vector<std::size_t>& v, std::size_t 
 constexpr std::size_t kTopRows = 25;
 constexpr std::size_t kFrontRows = 50;
 
+// "#3 06d2e3b0": the plan's rank by throughput and the start of its id.
 std::string bar_label(const ReportData& d, const ReportAnalysis& an, std::size_t i) {
   std::size_t rank = 0;
   for (std::size_t k = 0; k < an.ranked.size(); ++k)
     if (an.ranked[k] == i) rank = k + 1;
-  (void)d;
   return "#" + std::to_string(rank) + " " + d.plans[i].plan_id.substr(0, 8);
 }
 
@@ -997,7 +997,7 @@ std::string report_markdown(const ReportData& d) {
   const ReportAnalysis an = analyse(d);
   std::string o;
   o += "# Strata report: " + md(d.model) + " on " + std::to_string(d.gpus) + " \u00d7 " + md(d.gpu) + "\n\n";
-  o += "Explore directory `" + md(d.dir) + "`, scenario `" + md(d.scenario) + "`: " + fmt_count(d.plans.size()) +
+  o += "Explore directory " + md(d.dir) + ", scenario " + md(d.scenario) + ": " + fmt_count(d.plans.size()) +
        " plans scored of " + fmt_count(d.space_size) + " in the space.\n\n";
   o += "## Scenario\n\n";
   Table sc;
