@@ -49,10 +49,10 @@ std::string_view engine_name(ExportTarget target);
 //   a `space` exports its plan, which must then be valid on its own);
 // - an explore output directory: the plan and batch of DIR/summary.json's
 //   `top` list, entry `rank` (1-based; 1 = the best by throughput), on the
-//   model and cluster of the explored scenario. The directory records only
-//   that scenario's path (`summary.scenario`); `scenario_override` replaces
-//   it (a directory moved to another machine), and its model and GPU count
-//   must be the explored ones.
+//   model and cluster of the explored scenario: `scenario_override` if
+//   given, else DIR/scenario.json (explore's copy), else the path the
+//   summary records (`summary.scenario`). Its model and GPU count must be
+//   the explored ones.
 // Throws InputError naming the file, the JSON path and the rule.
 strategies::Scenario load_export_scenario(const std::string& path, std::size_t rank = 1,
                                           const std::string& scenario_override = "");

@@ -777,17 +777,32 @@ strategies::Scenario load_export_scenario(const std::string& path, std::size_t r
   if (!plan.is_object()) plan.fail("must be a JSON object");
   if (!batch.is_object()) batch.fail("must be a JSON object");
 
+  // The explored scenario: --scenario, else the copy explore keeps in DIR,
+  // else the path the summary records. Relative paths inside it resolve
+  // against the original scenario's directory when that is still there (as
+  // `strata report` does), else against the file read.
   std::string scenario_path = scenario_override;
-  if (scenario_path.empty()) {
-    const JsonReader recorded = s.at("scenario");
-    scenario_path = recorded.as_string();
-    if (scenario_path.empty() || !fs::exists(scenario_path))
-      recorded.fail("the explored scenario \"" + scenario_path +
-                    "\" is not found from here, and " + path +
-                    " holds no model or cluster: pass --scenario FILE (the explored scenario)");
-  } else if (!fs::exists(scenario_path)) {
-    throw InputError(scenario_path, "", "file not found (--scenario)");
+  std::string base_dir;
+  if (!scenario_path.empty()) {
+    if (!fs::exists(scenario_path))
+      throw InputError(scenario_path, "", "file not found (--scenario)");
+  } else {
+    const JsonReader recorded_at = s.at("scenario");
+    const std::string recorded = recorded_at.as_string();
+    const std::string copy = (fs::path(path) / "scenario.json").string();
+    if (fs::exists(copy)) {
+      scenario_path = copy;
+      const auto original_dir = fs::path(recorded).parent_path();
+      if (!recorded.empty() && fs::is_directory(original_dir)) base_dir = original_dir.string();
+    } else if (!recorded.empty() && fs::exists(recorded)) {
+      scenario_path = recorded;
+    } else {
+      recorded_at.fail("neither " + copy + " nor the explored scenario \"" + recorded +
+                       "\" is found from here, and the summary holds no model or cluster: "
+                       "pass --scenario FILE (the explored scenario)");
+    }
   }
+  if (base_dir.empty()) base_dir = fs::path(scenario_path).parent_path().string();
 
   // The explored scenario with the record's plan and batch in place of its
   // own and of its space: read and validated as any scenario.
@@ -798,8 +813,7 @@ strategies::Scenario load_export_scenario(const std::string& path, std::size_t r
   j["batch"] = batch.json();
   const std::string source = summary_path + " top[" + std::to_string(rank - 1) + "] on " +
                              scenario_path;
-  auto sc = strategies::parse_scenario(j.dump(), source,
-                                       fs::path(scenario_path).parent_path().string());
+  auto sc = strategies::parse_scenario(j.dump(), source, base_dir);
   if (auto m = s.get("model"); m && m->as_string() != sc.model.name)
     m->fail("the directory explored model \"" + m->as_string() + "\", but " + scenario_path +
             " has \"" + sc.model.name + "\"");

@@ -416,17 +416,21 @@ TEST_CASE("load_export_scenario: a scenario file, and a directory's top plans by
                              "keeps more)");
 }
 
-TEST_CASE("load_export_scenario: a directory whose scenario is elsewhere needs --scenario") {
+TEST_CASE("load_export_scenario: the scenario of a directory: --scenario, DIR/scenario.json, the path") {
   TempDir d("moved");
   write(d / "summary.json", summary("/nonexistent/sweep.json"));
   // The directory holds no model or cluster: the error says which flag gives them.
   const auto err = testing::input_error_of([&] { load_export_scenario(d.path.string()); });
-  CHECK(contains(err, d / "summary.json" + ": scenario: the explored scenario "
-                                           "\"/nonexistent/sweep.json\" is not found"));
-  CHECK(contains(err, "pass --scenario FILE"));
+  CHECK(err == d / "summary.json" + ": scenario: neither " + d / "scenario.json" +
+                   " nor the explored scenario \"/nonexistent/sweep.json\" is found from here, "
+                   "and the summary holds no model or cluster: pass --scenario FILE (the "
+                   "explored scenario)");
   // With --scenario it is read from there…
   CHECK(load_export_scenario(d.path.string(), 1, kGpt2).plan.recompute == Recompute::Full);
-  // …and must be the explored model.
+  // …or from the copy explore keeps beside its results (DIR/scenario.json).
+  fs::copy_file(kGpt2, d / "scenario.json");
+  CHECK(load_export_scenario(d.path.string()).plan.recompute == Recompute::Full);
+  // It must be the explored model.
   TempDir other("other-model");
   write(other / "summary.json", summary(kGpt2, "llama3-8b"));
   CHECK(contains(testing::input_error_of([&] { load_export_scenario(other.path.string()); }),

@@ -118,8 +118,8 @@ def explore_dir(tmp):
           run("export", d, "--to", "megatron", "--rank", "1").stdout, "default rank 1")
     run("export", d, "--to", "megatron", "--rank", "4", rc=2)
 
-    # A directory moved where its scenario path does not resolve: the error
-    # names --scenario, and --scenario resolves it.
+    # A directory without its scenario copy, whose recorded scenario path
+    # does not resolve: the error names --scenario, and --scenario resolves it.
     moved = os.path.join(tmp, "moved")
     os.makedirs(moved)
     with open(os.path.join(d, "summary.json")) as fh:
@@ -129,7 +129,11 @@ def explore_dir(tmp):
         json.dump(s, fh)
     p = run("export", moved, "--to", "torchtitan", rc=2)
     check(p.stdout == "" and "pass --scenario FILE" in p.stderr, f"stderr: {p.stderr!r}")
-    run("export", moved, "--to", "torchtitan", "--scenario", sc)
+    titan = run("export", moved, "--to", "torchtitan", "--scenario", sc).stdout
+    # Explore keeps a copy of its scenario in DIR: with it, no --scenario.
+    check(os.path.exists(os.path.join(d, "scenario.json")), "explore wrote DIR/scenario.json")
+    shutil.copy(os.path.join(d, "scenario.json"), os.path.join(moved, "scenario.json"))
+    check(run("export", moved, "--to", "torchtitan").stdout == titan, "DIR/scenario.json")
 
 
 def bad_input(tmp):
