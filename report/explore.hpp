@@ -4,6 +4,10 @@
 //                      finishes: plan_id (16 hex digits, FNV-1a 64 of the
 //                      canonical {batch, plan}), batch, plan and the fields
 //                      of `strata simulate --format json`;
+//   DIR/refined.jsonl  the plans summary.json keeps (Pareto front, top plans),
+//                      re-simulated at layer granularity (results.jsonl
+//                      holds every plan at the coarse level the explorer
+//                      scores with), written whole at the end;
 //   DIR/summary.json   counts, rejections per rule, pruning per memory pool,
 //                      the Pareto front and the top plans (whole records),
 //                      written whole (temporary file and rename). It is a
@@ -26,7 +30,8 @@ struct ExploreRunOptions {
   int jobs = 0;         // 0: hardware threads
   std::uint64_t shard_index = 0, shard_count = 1;
   std::size_t top_k = 10;
-  strategies::Scorer scorer;  // empty: the simulator
+  strategies::Scorer scorer;  // empty: the coarse level (strategies::coarse_scorer)
+  strategies::Scorer refine;  // re-scores the kept plans (strategies::ExploreOptions::refine)
   std::function<void(const strategies::Progress&)> on_progress;
   double progress_interval_s = 1.0;
 };

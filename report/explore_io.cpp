@@ -28,6 +28,17 @@ using strategies::ScoredPlan;
 
 std::string results_path(const std::string& dir) { return (fs::path(dir) / "results.jsonl").string(); }
 std::string summary_path(const std::string& dir) { return (fs::path(dir) / "summary.json").string(); }
+std::string refined_path(const std::string& dir) { return (fs::path(dir) / "refined.jsonl").string(); }
+
+// Lines sorted by plan id, each with its newline.
+std::string jsonl(const std::map<std::uint64_t, std::string>& lines) {
+  std::string all;
+  for (const auto& [id, line] : lines) {
+    all += line;
+    all += '\n';
+  }
+  return all;
+}
 
 void make_dir(const std::string& dir) {
   std::error_code ec;
@@ -222,6 +233,7 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   j["model_tflops_per_gpu"] = model_tflops;
   j["hardware_tflops_per_gpu"] = hw_tflops;
   j["mfu"] = peak > 0 ? model_tflops / peak : 0;
+  j["granularity"] = o.score.granularity == strategies::Granularity::Layer ? "layer" : "chunk";
   j["time_breakdown_s"] = breakdown_json(step.breakdown);
   j["bubble_fraction"] = step.bubble_fraction;
   j["peak_memory_bytes"] = mem.peak_bytes;
@@ -308,9 +320,17 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   eo.shard_count = o.shard_count;
   eo.top_k = o.top_k;
   eo.scorer = o.scorer;
+  eo.refine = o.refine;
   eo.finished = &prev.plans;
   eo.on_progress = o.on_progress;
   eo.progress_interval_s = o.progress_interval_s;
+  // The kept plans re-simulated at layer granularity: DIR/refined.jsonl.
+  std::map<std::uint64_t, std::string> refined;
+  eo.on_refined = [&](const strategies::ScoredOutcome& so) {
+    std::string line = result_line(so);
+    std::lock_guard lock(mu);
+    refined[so.ranked.plan_id] = std::move(line);
+  };
   eo.on_scored = [&](const strategies::ScoredOutcome& so) {
     std::string line = result_line(so);
     line += '\n';
@@ -331,7 +351,9 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   std::unordered_set<std::uint64_t> wanted;
   for (const auto& p : rep.result.pareto) wanted.insert(p.plan_id);
   for (const auto& p : rep.result.top) wanted.insert(p.plan_id);
-  const ResultsFile now = read_results(results, [&](std::uint64_t id) { return wanted.count(id) > 0; });
+  ResultsFile now = read_results(results, [&](std::uint64_t id) { return wanted.count(id) > 0; });
+  for (const auto& [id, line] : refined) now.lines[id] = line;
+  write_file_atomically(refined_path(o.out_dir), jsonl(refined));
 
   SummaryHead h;
   h.meta["scenario"] = sc.file;
@@ -367,6 +389,9 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   std::map<std::uint64_t, std::string> lines;  // by plan id: sorted output
   std::map<std::uint64_t, std::string> line_dir;
   std::vector<ScoredPlan> plans;
+  // Plans the shards re-simulated at layer granularity: their records and figures.
+  std::map<std::uint64_t, std::string> refined;
+  std::unordered_map<std::uint64_t, ScoredPlan> refined_figures;
   for (std::size_t d = 0; d < dirs.size(); ++d) {
     const std::string sp = summary_path(dirs[d]);
     if (!fs::exists(sp)) throw InputError(sp, "", "file not found (not an explore output directory?)");
@@ -441,7 +466,17 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
                          "has other results than in " + line_dir[id]);
       }
     }
+    const std::string fp = refined_path(dirs[d]);
+    const ResultsFile rr = read_results(fp, [](std::uint64_t) { return true; });
+    for (const auto& [id, line] : rr.lines) {
+      auto [it, fresh] = refined.try_emplace(id, line);
+      if (!fresh && it->second != line)
+        throw InputError(fp, "plan " + strategies::plan_id_hex(id), "has other results than in another shard");
+      refined_figures[id] = rr.plans.at(id);
+    }
   }
+  for (auto& p : plans)
+    if (const auto it = refined_figures.find(p.plan_id); it != refined_figures.end()) p = it->second;
   std::sort(h.shard_indices.begin(), h.shard_indices.end());
   std::sort(plans.begin(), plans.end(),
             [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
@@ -449,16 +484,15 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   const auto top = strategies::top_by_throughput(plans, h.top_k);
   std::unordered_map<std::uint64_t, std::string> wanted;
   for (const auto* set : {&pareto, &top})
-    for (const auto& p : *set) wanted[p.plan_id] = lines.at(p.plan_id);
+    for (const auto& p : *set) {
+      const auto it = refined.find(p.plan_id);
+      wanted[p.plan_id] = it != refined.end() ? it->second : lines.at(p.plan_id);
+    }
   const std::string summary = summary_text(h, pareto, top, wanted);
 
   make_dir(out_dir);
-  std::string all;
-  for (const auto& [id, line] : lines) {
-    all += line;
-    all += '\n';
-  }
-  write_file_atomically(results_path(out_dir), all);
+  write_file_atomically(results_path(out_dir), jsonl(lines));
+  write_file_atomically(refined_path(out_dir), jsonl(refined));
   write_file_atomically(summary_path(out_dir), summary);
   return summary;
 }
@@ -473,7 +507,11 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
                   {"resumed", r.resumed},
                   {"scored_now", r.scored - r.resumed},
                   {"plans_per_s", r.wall_s > 0 ? static_cast<double>(r.enumerated) / r.wall_s : 0},
-                  {"scored_per_s", r.wall_s > 0 ? static_cast<double>(r.scored - r.resumed) / r.wall_s : 0}};
+                  {"scoring_s", r.scoring_s},
+                  {"scored_per_s", r.scoring_s > 0 ? static_cast<double>(r.scored - r.resumed) / r.scoring_s : 0},
+                  {"refined", r.refined.size()},
+                  {"refine_rounds", r.refine_rounds},
+                  {"refine_s", r.refine_s}};
     }
     return s.dump(2) + "\n";
   }
@@ -528,8 +566,11 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
     const double now = static_cast<double>(r.scored - r.resumed);
     out += "\nrun        " + fixed(r.wall_s, 2) + " s with " + std::to_string(report->jobs) +
            " jobs: " + fixed(r.wall_s > 0 ? static_cast<double>(r.enumerated) / r.wall_s : 0, 0) +
-           " plans/s enumerated, " + fixed(r.wall_s > 0 ? now / r.wall_s : 0, 1) +
-           " plans/s scored";
+           " plans/s enumerated, " + fixed(r.scoring_s > 0 ? now / r.scoring_s : 0, 1) +
+           " plans/s scored (coarse level)";
+    if (!r.refined.empty())
+      out += "; the " + fmt_count(r.refined.size()) + " plans kept re-simulated per layer in " +
+             fixed(r.refine_s, 2) + " s";
     if (r.resumed > 0) out += "; " + fmt_count(r.resumed) + " scored plans resumed from results.jsonl";
     out += "\n";
   }

@@ -122,11 +122,12 @@ TEST_CASE("explore output: resume after a kill mid-line loses and duplicates not
   std::atomic<std::uint64_t> scored{0};
   auto o = options(t / "cut", 2);
   o.resume = true;
-  const auto sim = strategies::simulator_scorer(scenario());
+  const auto coarse = strategies::coarse_scorer(scenario());
   o.scorer = [&](const strategies::Scenario& sc) {
     ++scored;
-    return sim(sc);
+    return coarse(sc);
   };
+  o.refine = strategies::simulator_scorer(scenario());
   const auto rep = run_explore(scenario(), o);
   CHECK(rep.torn_bytes > 0);
   CHECK(rep.result.resumed == kept);

@@ -79,19 +79,26 @@ class CoarseStep {
       st.last_bwd_start.assign(chunks_.size(), 0);
     }
     std::uint64_t tasks = 0;
+    // Model chunk of each (stage, virtual chunk).
+    std::vector<int> chunk_of(static_cast<std::size_t>(p_ * v_));
+    for (int s = 0; s < p_; ++s)
+      for (int c = 0; c < v_; ++c) chunk_of[static_cast<std::size_t>(s * v_ + c)] = model_chunk(sched, s, c);
     // Each stage runs its steps in order; a step whose neighbour's send is
     // not timed yet waits for the next round. Schedules are deadlock-free,
-    // so every round times at least one step.
+    // so every round times at least one step. Rounds alternate direction so
+    // that activations (downstream) and gradients (upstream) both travel
+    // the whole pipeline in one round.
     std::size_t left = 0;
     for (const auto& steps : sched.stages) left += steps.size();
-    while (left > 0) {
+    for (bool down = true; left > 0; down = !down) {
       std::size_t timed = 0;
-      for (int s = 0; s < p_; ++s) {
+      for (int i = 0; i < p_; ++i) {
+        const int s = down ? i : p_ - 1 - i;
         Stage& st = stages_[static_cast<std::size_t>(s)];
         const auto& steps = sched.stages[static_cast<std::size_t>(s)];
         while (st.next < steps.size()) {
           const Step& step = steps[st.next];
-          const int k = model_chunk(sched, s, step.chunk);
+          const int k = chunk_of[static_cast<std::size_t>(s * v_ + step.chunk)];
           const bool fwd = step.phase == Phase::Forward;
           Time ready = st.compute_free;
           if (fwd ? k > 0 : k + 1 < chunks) {
@@ -107,7 +114,6 @@ class CoarseStep {
           st.acc.comm[static_cast<std::size_t>(CommKind::PP)] +=
               std::max<Time>(0, std::min(ready, st.send_end) - std::max(st.compute_free, st.send_start));
           const ChunkPass& pass = (fwd ? fwd_ : bwd_)[static_cast<std::size_t>(k)];
-          add(st.acc, pass);
           if (!fwd) st.last_bwd_start[static_cast<std::size_t>(k)] = ready;
           st.compute_free = ready + pass.duration;
           ++tasks;
@@ -125,6 +131,12 @@ class CoarseStep {
       }
       if (timed == 0) throw Error("coarse step: the pipeline schedule does not progress");
       left -= timed;
+    }
+    // Every stage runs each of its chunks' passes once per microbatch.
+    for (int k = 0; k < chunks; ++k) {
+      Acc& a = stages_[static_cast<std::size_t>(k % p_)].acc;
+      add(a, fwd_[static_cast<std::size_t>(k)], m_);
+      add(a, bwd_[static_cast<std::size_t>(k)], m_);
     }
     Time step_time = 0;
     for (int s = 0; s < p_; ++s) {
@@ -175,11 +187,11 @@ class CoarseStep {
   std::size_t slot(int k, int mb) const {
     return static_cast<std::size_t>(k) * static_cast<std::size_t>(m_) + static_cast<std::size_t>(mb);
   }
-  static void add(Acc& a, const ChunkPass& p) {
-    a.compute += p.compute;
-    a.recompute += p.recompute;
-    a.stall += p.stall;
-    for (std::size_t i = 0; i < kCommKinds; ++i) a.comm[i] += p.comm[i];
+  static void add(Acc& a, const ChunkPass& p, Time times) {
+    a.compute += times * p.compute;
+    a.recompute += times * p.recompute;
+    a.stall += times * p.stall;
+    for (std::size_t i = 0; i < kCommKinds; ++i) a.comm[i] += times * p.comm[i];
   }
   bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
 

@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
+#include "strategies/coarse.hpp"
 #include "strategies/step_costs.hpp"
 #include "strategies/validate.hpp"
 
@@ -32,6 +34,7 @@ struct Tally {
   std::uint64_t invalid = 0, pruned = 0, not_modelled = 0, failed = 0, scored = 0, resumed = 0;
   std::map<std::string, RuleCount> rejected, pruned_by_pool;
   std::vector<ScoredPlan> plans;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> feasible;  // (plan id, index in the space)
 };
 
 std::string gib(Bytes b) {
@@ -43,13 +46,25 @@ std::string gib(Bytes b) {
 
 }  // namespace
 
-Scorer simulator_scorer(const Scenario& base) {
+namespace {
+std::shared_ptr<const cost::Calibration> calibration_once(const Scenario& base) {
   const cost::Calibration dflt = cost::default_calibration(base.cluster.gpu);
-  auto cal = std::make_shared<const cost::Calibration>(
+  return std::make_shared<const cost::Calibration>(
       base.calibration ? cost::load_calibration_file(*base.calibration, dflt) : dflt);
-  return [cal](const Scenario& sc) {
+}
+}  // namespace
+
+Scorer simulator_scorer(const Scenario& base) {
+  return [cal = calibration_once(base)](const Scenario& sc) {
     const ModelStepCosts costs(sc, *cal);
-    return Score{predict_step(sc, costs)};
+    return Score{predict_step(sc, costs), Granularity::Layer};
+  };
+}
+
+Scorer coarse_scorer(const Scenario& base) {
+  return [cal = calibration_once(base)](const Scenario& sc) {
+    const ModelStepCosts costs(sc, *cal);
+    return Score{predict_step_coarse(sc, costs), Granularity::Chunk};
   };
 }
 
@@ -126,7 +141,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           ? (res.space_size - opt.shard_index + opt.shard_count - 1) / opt.shard_count
           : 0;
   res.enumerated = total;
-  const Scorer scorer = opt.scorer ? opt.scorer : simulator_scorer(sc);
+  const Scorer scorer = opt.scorer ? opt.scorer : coarse_scorer(sc);
   int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::thread::hardware_concurrency());
   jobs = std::max(1, jobs);
   if (static_cast<std::uint64_t>(jobs) > total) jobs = static_cast<int>(std::max<std::uint64_t>(1, total));
@@ -192,8 +207,10 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
                            gib(why.has) + " GiB");
             continue;
           }
+          const std::uint64_t id = plan_id(pt.plan, pt.batch);
+          t.feasible.push_back({id, index});
           if (opt.finished) {
-            const auto it = opt.finished->find(plan_id(pt.plan, pt.batch));
+            const auto it = opt.finished->find(id);
             if (it != opt.finished->end()) {
               t.plans.push_back(it->second);
               ++t.scored;
@@ -304,8 +321,10 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   next = 0;
   scoring_start = Clock::now().time_since_epoch().count();
   scoring = true;
+  const auto scoring_t0 = Clock::now();
   run_phase([&](std::size_t i) { score(tallies[i]); },
             [&] { return scored_now.load() >= candidates.size(); });
+  res.scoring_s = std::chrono::duration<double>(Clock::now() - scoring_t0).count();
   progress();
 
   for (auto& t : tallies) {
@@ -323,6 +342,70 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   res.pareto = pareto_front(res.plans);
   res.top = top_by_throughput(res.plans, opt.top_k);
+
+  // Phase 3: the plans kept (Pareto front and top) re-scored by `refine`
+  // until every kept plan carries its figures; a refined plan that falls
+  // out lets another in, which is refined in the next round.
+  const auto refine_t0 = Clock::now();
+  if (opt.refine_kept && (opt.refine || !opt.scorer) && !res.plans.empty()) {
+    const Scorer refine = opt.refine ? opt.refine : simulator_scorer(sc);
+    std::unordered_map<std::uint64_t, std::uint64_t> index_of;
+    for (const auto& t : tallies)
+      for (const auto& [id, index] : t.feasible) index_of.emplace(id, index);
+    std::unordered_map<std::uint64_t, std::size_t> at;  // position in res.plans
+    for (std::size_t i = 0; i < res.plans.size(); ++i) at.emplace(res.plans[i].plan_id, i);
+    std::unordered_set<std::uint64_t> refined;
+    for (;;) {
+      std::vector<std::uint64_t> todo;
+      for (const auto* list : {&res.pareto, &res.top})
+        for (const auto& p : *list)
+          if (!refined.count(p.plan_id)) todo.push_back(p.plan_id);
+      std::sort(todo.begin(), todo.end());
+      todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+      if (todo.empty()) break;
+      ++res.refine_rounds;
+      std::vector<ScoredPlan> figures(todo.size());
+      next = 0;
+      auto work = [&](std::size_t) {
+        Scenario pt = sc;
+        pt.space.reset();
+        try {
+          while (!stop.load(std::memory_order_relaxed)) {
+            const std::uint64_t k = next.fetch_add(1);
+            if (k >= todo.size()) break;
+            const std::uint64_t index = index_of.at(todo[k]);
+            pt.plan = sc.plan;
+            pt.batch = sc.batch;
+            space.apply(index, pt.plan, pt.batch);
+            const MemoryEstimate mem = estimate_memory(pt);
+            const Score score = refine(pt);
+            const double step_s = to_seconds(score.step.step_time);
+            figures[k] = {todo[k], step_s, mem.peak_bytes, tokens_per_s_per_gpu(pt, step_s)};
+            if (opt.on_refined) opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k]});
+          }
+        } catch (...) {
+          fail();
+        }
+      };
+      std::atomic<std::uint64_t> finished_workers{0};
+      run_phase(
+          [&](std::size_t i) {
+            work(i);
+            finished_workers.fetch_add(1);
+          },
+          [&] { return finished_workers.load() >= static_cast<std::uint64_t>(jobs); });
+      for (const auto& f : figures) {
+        res.plans[at.at(f.plan_id)] = f;
+        res.refined.push_back(f);
+        refined.insert(f.plan_id);
+      }
+      res.pareto = pareto_front(res.plans);
+      res.top = top_by_throughput(res.plans, opt.top_k);
+    }
+    std::sort(res.refined.begin(), res.refined.end(),
+              [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
+  }
+  res.refine_s = std::chrono::duration<double>(Clock::now() - refine_t0).count();
   res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return res;
 }

@@ -21,14 +21,19 @@
 namespace strata::strategies {
 
 // What a scorer says about one plan that fits in memory.
+enum class Granularity : std::uint8_t { Layer, Chunk };
 struct Score {
   StepPrediction step;
+  Granularity granularity = Granularity::Layer;
 };
 using Scorer = std::function<Score(const Scenario&)>;
 
 // The simulator at layer granularity (predict_step over ModelStepCosts), with
 // the scenario's calibration read once.
 Scorer simulator_scorer(const Scenario& base);
+// The coarse level (coarse.hpp: one task per chunk pass), the explorer's
+// default: exact where nothing inside a microbatch needs its own events.
+Scorer coarse_scorer(const Scenario& base);
 
 // The figures a scored plan is ranked by.
 struct ScoredPlan {
@@ -78,11 +83,19 @@ struct ExploreOptions {
   std::uint64_t shard_index = 0;  // plans with index % shard_count == shard_index
   std::uint64_t shard_count = 1;
   std::size_t top_k = 10;
-  Scorer scorer;  // empty: simulator_scorer(scenario)
+  Scorer scorer;  // empty: coarse_scorer(scenario)
+  // Re-scores the plans kept (the Pareto front and the top plans) until
+  // every one of them has this scorer's figures. Empty: with the default
+  // `scorer`, simulator_scorer(scenario) (the layer level); with a given
+  // `scorer`, no refinement.
+  Scorer refine;
+  bool refine_kept = true;
   // Plans already scored (resume): not scored again, ranked with these figures.
   const std::unordered_map<std::uint64_t, ScoredPlan>* finished = nullptr;
   // Called from worker threads, concurrently, for every plan scored now.
   std::function<void(const ScoredOutcome&)> on_scored;
+  // Called from worker threads, concurrently, for every plan re-scored by `refine`.
+  std::function<void(const ScoredOutcome&)> on_refined;
   // Called from the calling thread about every `progress_interval_s`, and once at the end.
   std::function<void(const Progress&)> on_progress;
   double progress_interval_s = 1.0;
@@ -99,10 +112,14 @@ struct ExploreResult {
   std::uint64_t resumed = 0;     // of scored: read from an earlier run
   std::map<std::string, RuleCount> rejected;  // by rule (not-modelled and internal-error too)
   std::map<std::string, RuleCount> pruned_by_pool;  // "gpu", "host", "nvme"
-  std::vector<ScoredPlan> plans;   // every scored plan, by plan id
+  std::vector<ScoredPlan> plans;   // every scored plan, by plan id (refined figures where refined)
   std::vector<ScoredPlan> pareto;  // by step time, then memory, then id
   std::vector<ScoredPlan> top;     // by throughput (descending), then id
+  std::vector<ScoredPlan> refined;  // plans re-scored by `refine`, by plan id
+  std::uint64_t refine_rounds = 0;
   double wall_s = 0;
+  double scoring_s = 0;  // of wall_s: scoring the plans left after the checks
+  double refine_s = 0;   // of wall_s: re-scoring the kept plans
   int jobs = 0;  // worker threads used
 };
 

@@ -1,0 +1,121 @@
+// The explorer's scoring rate on its goal sweep (docs/explore.md): GPT-3
+// 175B on 1024 A100-80GB, global batch 1536, "space": "auto". Every plan
+// that passes the validity rules and the memory bound is collected once;
+// the benchmarks score them in space order, cycling, one plan per item:
+//   BM_ScoreCoarse   the explorer's scorer (coarse level, one core)
+//   BM_ScoreLayer    the layer level, on every 97th plan (it is ~10⁴ times slower)
+// items_per_second is plans per second per core.
+//
+// With --agreement (before the benchmark flags) it instead re-scores every
+// `stride`-th feasible plan at both levels and prints the relative step-time
+// error of the coarse level, for the exact class (coarse_is_exact) and the
+// rest, as docs/performance.md reports it:
+//   bench_explore --agreement [stride]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "strategies/coarse.hpp"
+#include "strategies/explore.hpp"
+#include "strategies/memory.hpp"
+#include "strategies/space.hpp"
+#include "strategies/step_costs.hpp"
+#include "strategies/validate.hpp"
+
+namespace {
+
+using namespace strata::strategies;
+
+struct Sweep {
+  Scenario base;
+  std::vector<Scenario> feasible;
+};
+
+const Sweep& sweep() {
+  static const Sweep s = [] {
+    Sweep w;
+    w.base = load_scenario(std::string(STRATA_SOURCE_DIR) + "/configs/scenarios/gpt3-175b-explore.json");
+    Space space = *w.base.space;
+    space.gpus = w.base.cluster.gpus();
+    Scenario pt = w.base;
+    pt.space.reset();
+    for (std::uint64_t i = 0; i < space.size(); ++i) {
+      pt.plan = w.base.plan;
+      pt.batch = w.base.batch;
+      space.apply(i, pt.plan, pt.batch);
+      if (first_violation(pt)) continue;
+      try {
+        if (!estimate_memory(pt).feasible()) continue;
+      } catch (const strata::InputError&) {
+        continue;
+      }
+      w.feasible.push_back(pt);
+    }
+    return w;
+  }();
+  return s;
+}
+
+void score_loop(benchmark::State& state, const Scorer& scorer, std::size_t stride) {
+  const auto& plans = sweep().feasible;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const Score s = scorer(plans[i]);
+    benchmark::DoNotOptimize(s.step.step_time);
+    i = (i + stride) % plans.size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.counters["feasible_plans"] = static_cast<double>(plans.size());
+}
+
+void BM_ScoreCoarse(benchmark::State& state) {
+  score_loop(state, coarse_scorer(sweep().base), 1);
+}
+BENCHMARK(BM_ScoreCoarse)->Unit(benchmark::kMicrosecond)->Iterations(38916);
+
+void BM_ScoreLayer(benchmark::State& state) {
+  score_loop(state, simulator_scorer(sweep().base), 97);
+}
+BENCHMARK(BM_ScoreLayer)->Unit(benchmark::kMillisecond)->Iterations(40);
+
+int agreement(std::size_t stride) {
+  const auto& w = sweep();
+  const Scorer coarse = coarse_scorer(w.base), layer = simulator_scorer(w.base);
+  std::vector<double> exact, approx;
+  for (std::size_t i = 0; i < w.feasible.size(); i += stride) {
+    const Scenario& sc = w.feasible[i];
+    const double c = static_cast<double>(coarse(sc).step.step_time);
+    const double l = static_cast<double>(layer(sc).step.step_time);
+    (coarse_is_exact(sc.plan) ? exact : approx).push_back((c - l) / l);
+  }
+  auto report = [](const char* what, std::vector<double> e) {
+    if (e.empty()) return;
+    std::vector<double> a(e.size());
+    std::transform(e.begin(), e.end(), a.begin(), [](double x) { return std::abs(x); });
+    std::sort(a.begin(), a.end());
+    std::sort(e.begin(), e.end());
+    std::printf("%-28s plans %5zu  |err| median %6.2f %%  p90 %6.2f %%  max %6.2f %%  signed min %+6.2f %% max %+6.2f %%\n",
+                what, e.size(), 100 * a[a.size() / 2], 100 * a[a.size() * 9 / 10], 100 * a.back(),
+                100 * e.front(), 100 * e.back());
+  };
+  std::printf("feasible plans %zu, every %zu-th compared\n", w.feasible.size(), stride);
+  report("exact class", exact);
+  report("zero-3 / offload (folded)", approx);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--agreement") == 0)
+    return agreement(argc >= 3 ? static_cast<std::size_t>(std::stoul(argv[2])) : 50);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
