@@ -129,6 +129,12 @@ def mode_cli(tmp):
     check(md.count("\u0007") == 0, "no control character in the Markdown")
     check("## Technique by technique" in md and "### recompute" in md, "technique comparison")
     check("Timeline of the best plan" in md and "No timeline" not in md, "timeline replayed")
+    # The report's Pareto front and winner are the explorer's.
+    with open(os.path.join(d, "summary.json")) as f:
+        summary = json.load(f)
+    check(f"\n{summary['counts']['pareto']} plans, by step time" in md,
+          f"Pareto front of {summary['counts']['pareto']} plans")
+    check(f"Plan {summary['top'][0]['plan_id']} (" in md, "the winner is the explorer's top plan")
     # A directory that is not an explore output: exit 2, nothing written.
     bad = os.path.join(tmp, "bad")
     os.mkdir(bad)
