@@ -19,6 +19,7 @@
 #include "report/published.hpp"
 #include "report/simulate.hpp"
 #include "sim/error.hpp"
+#include "strategies/coarse.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/step_costs.hpp"
@@ -162,6 +163,12 @@ int main(int argc, char** argv) {
   std::string trace_path;
   simulate->add_option("--trace", trace_path, "Write the step's Chrome/Perfetto trace to FILE")
       ->type_name("FILE");
+  std::string granularity = "layer";
+  simulate
+      ->add_option("--granularity", granularity,
+                   "layer: the step's task graph, per layer (default); chunk: the explorer's "
+                   "coarse level, one task per chunk pass (memory from the closed-form model)")
+      ->check(CLI::IsMember({"layer", "chunk"}));
   std::string cases_path;
   bool markdown = false;
   auto* published = app.add_subcommand(
@@ -254,13 +261,22 @@ int main(int argc, char** argv) {
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
       if (sc.space) strategies::require_valid_plan(sc);
-      sim::RunResult run;
-      strategies::LoweredStep lowered;
-      const auto step = strategies::predict_step(sc, &run, &lowered);
-      const auto mem = analytical ? strategies::estimate_memory(sc)
-                                  : strategies::memory_from_run(sc, lowered, run);
-      out = report::render_simulation(sc, mem, &step, format);
-      if (!trace_path.empty()) report::write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
+      if (granularity == "chunk") {
+        if (!trace_path.empty())
+          throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
+        const strategies::ModelStepCosts costs(sc);
+        const auto step = strategies::predict_step_coarse(sc, costs);
+        out = report::render_simulation(sc, strategies::estimate_memory(sc), &step, format);
+      } else {
+        sim::RunResult run;
+        strategies::LoweredStep lowered;
+        const auto step = strategies::predict_step(sc, &run, &lowered);
+        const auto mem = analytical ? strategies::estimate_memory(sc)
+                                    : strategies::memory_from_run(sc, lowered, run);
+        out = report::render_simulation(sc, mem, &step, format);
+        if (!trace_path.empty())
+          report::write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
+      }
     }
     if (*published) {
       const auto r = report::validate_published(cases_path);

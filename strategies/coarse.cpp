@@ -32,6 +32,12 @@ struct ChunkPass {
   // head's and the whole chunk's.
   std::vector<Time> layer_end;
   Time head_end = 0;
+  // Activation offload. Forward: when its first and last layers end, from
+  // the task's start, and the device-to-host copies of what they keep (all,
+  // and the last layer's). Backward: the prefetch of the first layer it
+  // runs (the chunk's last), which waits for that layer's copy to the host.
+  Time first_layer_end = 0, last_layer_end = 0, copies_out = 0, last_copy_out = 0;
+  Time first_prefetch = 0;
 };
 
 class CoarseStep {
@@ -67,6 +73,9 @@ class CoarseStep {
     // End of the send of each (model chunk, microbatch)'s activations
     // (forward) and gradients (backward).
     std::vector<Time> fwd_sent(slots, kPending), bwd_sent(slots, kPending);
+    // When the device-to-host engine has copied out what each (model
+    // chunk, microbatch)'s forward keeps (activation offload).
+    std::vector<Time> offloaded(plan_.offload.activations ? slots : 0, 0);
     for (int mb = 0; mb < m_; ++mb) {
       fwd_sent[slot(chunks - 1, mb)] = kNoSend;
       bwd_sent[slot(0, mb)] = kNoSend;
@@ -109,11 +118,25 @@ class CoarseStep {
           }
           if (!plan_.implementation.overlap_p2p && st.pending_send != kNoSend)
             ready = std::max(ready, st.pending_send);
+          const ChunkPass& pass = (fwd ? fwd_ : bwd_)[static_cast<std::size_t>(k)];
+          if (!offloaded.empty() && !fwd && pass.first_prefetch > 0) {
+            // The backward's first layer waits for its activations to have
+            // gone out (behind the copies queued before them) and come back.
+            const Time back = offloaded[slot(k, step.microbatch)] + pass.first_prefetch - pass.head_end;
+            if (back > ready) {
+              st.acc.stall += back - ready;
+              ready = back;
+            }
+          }
           // Idle on the compute stream while this stage's own send is in
           // flight is exposed pipeline communication; the rest is bubble.
           st.acc.comm[static_cast<std::size_t>(CommKind::PP)] +=
               std::max<Time>(0, std::min(ready, st.send_end) - std::max(st.compute_free, st.send_start));
-          const ChunkPass& pass = (fwd ? fwd_ : bwd_)[static_cast<std::size_t>(k)];
+          if (fwd && pass.copies_out > 0) {
+            st.d2h_free = std::max(std::max(st.d2h_free, ready + pass.first_layer_end) + pass.copies_out,
+                                   ready + pass.last_layer_end + pass.last_copy_out);
+            offloaded[slot(k, step.microbatch)] = st.d2h_free;
+          }
           if (!fwd) st.last_bwd_start[static_cast<std::size_t>(k)] = ready;
           st.compute_free = ready + pass.duration;
           ++tasks;
@@ -176,7 +199,7 @@ class CoarseStep {
   };
   struct Stage {
     std::size_t next = 0;  // next step of the schedule
-    Time compute_free = 0, p2p_free = 0;
+    Time compute_free = 0, p2p_free = 0, d2h_free = 0;
     Time pending_send = kNoSend;  // end of the last step's send
     Time send_start = 0, send_end = 0;
     std::vector<Time> last_bwd_start;  // by model chunk
@@ -271,6 +294,12 @@ class CoarseStep {
       overlapped(c, f_ + comm_f_sum_, gather_, fetch_);
       c.compute += f_;
       blocking_comm(c, comm_f_);
+      if (i == 0) c.first_layer_end = c.duration;
+      c.last_layer_end = c.duration;
+      if (const Bytes stored = plan_.offload.activations ? layer_stored(i, n) : 0; stored > 0) {
+        c.last_copy_out = costs_.copy(stored, CopyDir::ToHost);
+        c.copies_out += c.last_copy_out;
+      }
     }
     if (k + 1 == static_cast<int>(chunks_.size())) plain(costs_.layer(chain_.head, Pass::Forward));
     return c;
@@ -301,11 +330,18 @@ class CoarseStep {
         recompute = core_;
       recompute += static_cast<Time>(redone) * r_;
       const Time comm = static_cast<Time>(redone) * comm_f_sum_ + comm_b_sum_;
-      const Time prefetch =
-          plan_.offload.activations && layer_stored(i, n) > 0
-              ? costs_.copy(layer_stored(i, n), CopyDir::ToDevice)
-              : 0;
-      overlapped(c, recompute + b_ + comm, gather_ + reduce_, fetch_ + prefetch);
+      // Offloaded activations come back on the host-to-device engine, one
+      // layer ahead.
+      const Bytes stored = plan_.offload.activations ? layer_stored(i, n) : 0;
+      const Time prefetch = stored > 0 ? costs_.copy(stored, CopyDir::ToDevice) : 0;
+      if (i == n - 1) c.first_prefetch = prefetch;
+      // ZeRO-3: the layer's gather queues on the communication stream
+      // behind the previous layer's reduce-scatter, which waits for that
+      // layer's backward (the layer level's order, FSDP's BACKWARD_POST
+      // prefetch): both are exposed.
+      const Time zero3 = gather_ + reduce_;
+      c.comm[static_cast<std::size_t>(CommKind::DP)] += zero3;
+      overlapped(c, recompute + b_ + comm + zero3, 0, fetch_ + prefetch);
       c.compute += b_;
       c.recompute += recompute;
       for (std::size_t q = 0; q < kCommKinds; ++q)
