@@ -50,7 +50,7 @@ TEST_CASE("every bundled preset loads and names itself") {
     CHECK(g.peak_tflops(Precision::FP16) > 0);
     CHECK(g.server.gpus_per_node >= 8);
   }
-  CHECK(cluster_presets().size() == 3 + 7);
+  CHECK(cluster_presets().size() == 4 + 7);
   CHECK(model_preset("gpt3-175b").vocab == 51200);
 }
 

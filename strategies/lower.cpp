@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
@@ -102,6 +103,7 @@ class StepLowering {
     const auto layer_steps = static_cast<std::size_t>(sc_.model.layers) * static_cast<std::size_t>(m_);
     g_.reserve(6 * layer_steps + 64 * static_cast<std::size_t>(p_), 4 * layer_steps);
     out_.comm_kind.reserve(6 * layer_steps);
+    out_.info.reserve(6 * layer_steps);
     for (int s = 0; s < p_; ++s) lower_stage(sched, s);
     // Pipeline dependencies: a chunk's forward waits for the previous
     // chunk's activations, its backward for the next chunk's gradients.
@@ -135,7 +137,7 @@ class StepLowering {
 
   TaskId task(std::string id, TaskKind kind, sim::ResourceId on, Time duration, sim::Phase phase,
               CommKind comm, std::optional<std::int64_t> layer, std::optional<int> mb,
-              Mem mem = {}) {
+              Mem mem = {}, TaskInfo info = {}) {
     sim::Task t;
     t.allocs = std::move(mem.allocs);
     t.frees = std::move(mem.frees);
@@ -149,16 +151,27 @@ class StepLowering {
     if (mb) t.label.microbatch = *mb;
     const TaskId id_ = g_.add_task(std::move(t));
     out_.comm_kind.push_back(comm);
+    if (info.chunk < 0) info.chunk = chunk_;
+    out_.info.push_back(std::move(info));
     return id_;
   }
   // A task on the compute stream; remembers the first of the current step.
   TaskId compute(std::string id, Time d, sim::Phase phase, std::optional<std::int64_t> layer,
-                 int mb, CommKind comm = CommKind::None, Mem mem = {}) {
+                 int mb, CommKind comm = CommKind::None, Mem mem = {}, TaskInfo info = {}) {
     const TaskId t = task(std::move(id), comm == CommKind::None ? TaskKind::Compute : TaskKind::Collective,
-                          r_.compute, d, phase, comm, layer, mb, std::move(mem));
+                          r_.compute, d, phase, comm, layer, mb, std::move(mem), std::move(info));
     if (step_first_ == kNone) step_first_ = t.index;
     last_compute_ = t.index;
     return t;
+  }
+
+  static TaskInfo info(TaskOp op, Part part, std::int64_t layer = -1, int mb = -1) {
+    TaskInfo i;
+    i.op = op;
+    i.part = part;
+    i.layer = static_cast<std::int32_t>(layer);
+    i.microbatch = mb;
+    return i;
   }
 
   static std::string key(const char* what, std::int64_t layer, int mb) {
@@ -198,7 +211,11 @@ class StepLowering {
     auto one = [&](CommKind kind, bool on, const char* name) {
       if (!on) return;
       const Time d = costs_.layer_comm(kind, pass == Pass::Recompute ? Pass::Forward : pass);
-      if (d > 0) compute(std::string(name) + "-" + tag + key("", layer, mb), d, ph, layer, mb, kind);
+      if (d <= 0) return;
+      TaskInfo i = info(TaskOp::LayerComm, Part::Layer, layer, mb);
+      i.pass = pass;
+      compute(std::string(name) + "-" + tag + key("", layer, mb), d, ph, layer, mb, kind, {},
+              std::move(i));
     };
     one(CommKind::TP, plan_.tp > 1, "tp");
     one(CommKind::CP, plan_.cp > 1, "cp");
@@ -221,7 +238,8 @@ class StepLowering {
     if (k == 0)
       compute("fwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Forward),
               sim::Phase::Fwd, std::nullopt, mb, CommKind::None,
-              {{buffer(Buf::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}});
+              {{buffer(Buf::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}},
+              info(TaskOp::Forward, Part::Embedding, -1, mb));
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
@@ -231,7 +249,8 @@ class StepLowering {
       Mem mem;
       if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, stored));
       const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
-                               sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem));
+                               sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem),
+                               info(TaskOp::Forward, Part::Layer, layer, mb));
       dep(gather, f.index);
       dep(fetch, f.index);
       layer_comm(layer, mb, Pass::Forward);
@@ -241,7 +260,8 @@ class StepLowering {
                               costs_.copy(stored, CopyDir::ToHost), sim::Phase::None, CommKind::None,
                               layer, mb,
                               {{buffer(Buf::ActHost, layer, mb, stored, true)},
-                               {existing(Buf::Act, layer, mb)}});
+                               {existing(Buf::Act, layer, mb)}},
+                              info(TaskOp::Offload, Part::Layer, layer, mb));
         dep(last_compute_, c.index);
         offloaded_[code(Buf::ActHost, layer, mb)] = c.index;
       }
@@ -249,7 +269,8 @@ class StepLowering {
     if (k + 1 == static_cast<int>(chunks_.size()))
       compute("fwd/head/mb" + m, costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
               std::nullopt, mb, CommKind::None,
-              {{buffer(Buf::Head, -1, mb, chain_.head.saved_bytes())}, {}});
+              {{buffer(Buf::Head, -1, mb, chain_.head.saved_bytes())}, {}},
+              info(TaskOp::Forward, Part::Head, -1, mb));
   }
 
   void backward(int k, int mb) {
@@ -261,7 +282,8 @@ class StepLowering {
       // saved bytes.
       const auto grad = buffer(Buf::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
       compute("bwd/head/mb" + m, costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd,
-              std::nullopt, mb, CommKind::None, {{grad}, {grad, existing(Buf::Head, -1, mb)}});
+              std::nullopt, mb, CommKind::None, {{grad}, {grad, existing(Buf::Head, -1, mb)}},
+              info(TaskOp::Backward, Part::Head, -1, mb));
       head_bwd_ = last_compute_;
     }
     const Recompute policy = rule_.policy;
@@ -292,14 +314,18 @@ class StepLowering {
           const TaskId r = compute(key("recompute", first + j, mb),
                                    costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
                                    first + j, mb, CommKind::None,
-                                   {{buffer(Buf::Recomputed, first + j, mb, rule_.full)}, {}});
+                                   {{buffer(Buf::Recomputed, first + j, mb, rule_.full)}, {}},
+                                   info(TaskOp::Recompute, Part::Layer, first + j, mb));
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
       } else if (policy == Recompute::Selective && rule_.full != rule_.selective) {
+        TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb);
+        core.core_only = true;
         const TaskId r = compute(key("recompute", layer, mb),
                                  costs_.layer(chain_.block, Pass::Recompute, true),
-                                 sim::Phase::Recompute, layer, mb);
+                                 sim::Phase::Recompute, layer, mb, CommKind::None, {},
+                                 std::move(core));
         wait(r);
       }
       Mem mem;
@@ -312,7 +338,8 @@ class StepLowering {
       if (recomputes) mem.frees.push_back(existing(Buf::Recomputed, layer, mb));
       if (stored > 0) mem.frees.push_back(existing(saved, layer, mb));
       const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
-                               sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem));
+                               sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem),
+                               info(TaskOp::Backward, Part::Layer, layer, mb));
       wait(b);
       bwd_of[static_cast<std::size_t>(i)] = b.index;
       layer_comm(layer, mb, Pass::Backward);
@@ -323,9 +350,11 @@ class StepLowering {
         // next layer's backward.
         const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) *
                                                std::min(per_.grads, 4.0));
+        TaskInfo ri = info(TaskOp::Zero3Reduce, Part::Layer, layer, mb);
+        ri.layers = {static_cast<std::int32_t>(layer)};
         const TaskId rs = task(key("zero3-reduce", layer, mb), TaskKind::Collective, r_.comm,
                                costs_.collective(Collective::ReduceScatter, Group::DP, bytes),
-                               sim::Phase::Comm, CommKind::DP, layer, mb);
+                               sim::Phase::Comm, CommKind::DP, layer, mb, {}, std::move(ri));
         dep(last_compute_, rs.index);
         zero3_reduced_.push_back(rs.index);
       }
@@ -333,7 +362,8 @@ class StepLowering {
     if (k == 0) {
       compute("bwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Backward),
               sim::Phase::Bwd, std::nullopt, mb, CommKind::None,
-              {{}, {existing(Buf::Embedding, -1, mb)}});
+              {{}, {existing(Buf::Embedding, -1, mb)}},
+              info(TaskOp::Backward, Part::Embedding, -1, mb));
       embedding_bwd_ = last_compute_;
     }
   }
@@ -344,10 +374,12 @@ class StepLowering {
   // one layer ahead of its use (prefetch depth 1).
   std::int32_t param_gather(std::int64_t layer, int mb, const char* pass) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
+    TaskInfo gi = info(TaskOp::Zero3Gather, Part::Layer, layer, mb);
+    gi.pass = pass[0] == 'f' ? Pass::Forward : Pass::Backward;
     const TaskId g = task(key((std::string("zero3-gather-") + pass).c_str(), layer, mb),
                           TaskKind::Collective, r_.comm,
                           costs_.collective(Collective::AllGather, Group::DP, bytes), sim::Phase::Comm,
-                          CommKind::DP, layer, mb);
+                          CommKind::DP, layer, mb, {}, std::move(gi));
     // It may start once the compute stream reached the layer before the previous one.
     if (recent_.size() >= 2) dep(recent_[recent_.size() - 2], g.index);
     recent_.push_back(last_compute_);
@@ -357,9 +389,11 @@ class StepLowering {
   // Weight offload: bring a layer's weights to the device ahead of use.
   std::int32_t weight_fetch(std::int64_t layer, int mb, const char* pass) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
+    TaskInfo fi = info(TaskOp::WeightFetch, Part::Layer, layer, mb);
+    fi.pass = pass[0] == 'f' ? Pass::Forward : Pass::Backward;
     const TaskId c = task(key((std::string("fetch-weights-") + pass).c_str(), layer, mb),
                           TaskKind::Copy, r_.h2d, costs_.copy(bytes, CopyDir::ToDevice),
-                          sim::Phase::None, CommKind::None, layer, mb);
+                          sim::Phase::None, CommKind::None, layer, mb, {}, std::move(fi));
     const std::size_t depth = static_cast<std::size_t>(plan_.offload.prefetch_depth);
     if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], c.index);
     recent_fetch_.push_back(last_compute_);
@@ -374,7 +408,8 @@ class StepLowering {
                           costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None, CommKind::None,
                           layer, mb,
                           {{buffer(Buf::ActBack, layer, mb, stored)},
-                           {existing(Buf::ActHost, layer, mb)}});
+                           {existing(Buf::ActHost, layer, mb)}},
+                          info(TaskOp::Prefetch, Part::Layer, layer, mb));
     dep(offloaded_.at(code(Buf::ActHost, layer, mb)), c.index);
     const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
     if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c.index);
@@ -423,10 +458,12 @@ class StepLowering {
     const Bytes p2p_bytes = static_cast<Bytes>(static_cast<double>(sc_.batch.micro) *
                                                static_cast<double>(sc_.model.seq_len / plan_.cp) *
                                                static_cast<double>(sc_.model.hidden) * e / split);
+    chunk_ = -1;
     if (const Time t = costs_.overhead_per_step(); t > 0)
       compute("framework/step", t, sim::Phase::None, std::nullopt, 0);
     for (const Step& st : sched.stages[static_cast<std::size_t>(s)]) {
       const int k = model_chunk(sched, s, st.chunk);
+      chunk_ = k;
       step_first_ = kNone;
       // Without p2p overlap (Megatron-LM's default) a stage waits for its
       // last send before its next step.
@@ -449,12 +486,15 @@ class StepLowering {
         const TaskId t = task(std::string(fwd ? "send-act" : "send-grad") + "/c" + std::to_string(k) +
                                   "/mb" + std::to_string(st.microbatch),
                               TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
-                              CommKind::PP, std::nullopt, st.microbatch);
+                              CommKind::PP, std::nullopt, st.microbatch, {},
+                              info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None,
+                                   -1, st.microbatch));
         dep(last_compute_, t.index);
         (fwd ? fwd_send_ : bwd_send_)[at] = t.index;
         pending_send_ = t.index;
       }
     }
+    chunk_ = -1;
     reduce_and_step();
   }
 
@@ -487,10 +527,14 @@ class StepLowering {
       const double other = (s == 0 ? static_cast<double>(chain_.embedding.params()) : 0.0) +
                            (s == p_ - 1 ? static_cast<double>(chain_.head.params()) : 0.0);
       if (other > 0) {
+        TaskInfo i = info(TaskOp::Zero3Reduce, Part::None);
+        i.embedding = s == 0;
+        i.head = s == p_ - 1;
         const TaskId t = task("zero3-reduce/embedding-head", TaskKind::Collective, r_.comm,
                               costs_.collective(Collective::ReduceScatter, Group::DP,
                                                 static_cast<Bytes>(other * std::min(per_.grads, 4.0))),
-                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
+                              std::move(i));
         dep(end_of_backward, t.index);
         reduced.push_back(t.index);
       }
@@ -508,19 +552,23 @@ class StepLowering {
       double fill = 0;
       std::int32_t last_dep = kNone;
       int bucket_index = 0;
+      TaskInfo contents = info(ps ? TaskOp::PsPush : TaskOp::DpReduce, Part::None);
       auto flush = [&](double bytes, std::int32_t after) {
         const TaskId t = task(std::string(ps ? "ps-push" : "dp-reduce") + "/bucket" + std::to_string(bucket_index++),
                               TaskKind::Collective, r_.comm,
                               costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
-                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
+                              std::exchange(contents, info(contents.op, Part::None)));
         dep(plan_.implementation.overlap_grad_reduce ? after : end_of_backward, t.index);
         reduced.push_back(t.index);
       };
       if (s == p_ - 1 && chain_.head.params() > 0) {
+        contents.head = true;
         flush(static_cast<double>(chain_.head.params()) * grad_bytes, head_bwd_);
       }
       for (std::int64_t l : mine) {
         fill += layer_bytes;
+        contents.layers.push_back(static_cast<std::int32_t>(l));
         last_dep = last_bwd_of_layer_[static_cast<std::size_t>(l)];
         if (fill >= bucket) {
           flush(fill, last_dep);
@@ -528,6 +576,7 @@ class StepLowering {
         }
       }
       if (s == 0) {
+        contents.embedding = true;
         fill += static_cast<double>(chain_.embedding.params()) * grad_bytes;
         last_dep = embedding_bwd_;
       }
@@ -540,7 +589,12 @@ class StepLowering {
       const TaskId t = task("embedding-tie", TaskKind::Collective, r_.comm,
                             costs_.collective(Collective::AllReduce, Group::EmbeddingTie,
                                               static_cast<Bytes>(bytes)),
-                            sim::Phase::Comm, CommKind::PP, std::nullopt, std::nullopt);
+                            sim::Phase::Comm, CommKind::PP, std::nullopt, std::nullopt, {},
+                            [] {
+                              TaskInfo i = info(TaskOp::EmbeddingTie, Part::Embedding);
+                              i.embedding = true;
+                              return i;
+                            }());
       dep(end_of_backward, t.index);
       reduced.push_back(t.index);
     }
@@ -553,7 +607,8 @@ class StepLowering {
       // 16-bit weights back.
       const TaskId down = task("grads-to-host", TaskKind::Copy, r_.d2h,
                                costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost),
-                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt);
+                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt, {},
+                               info(TaskOp::GradsToHost, Part::None));
       dep(end_of_backward, down.index);
       for (auto r : reduced) dep(r, down.index);
       std::int32_t before_step = down.index;
@@ -561,30 +616,33 @@ class StepLowering {
         const Bytes states = static_cast<Bytes>(local * per_.optimizer);
         const TaskId rd = task("states-from-nvme", TaskKind::Host, r_.cpu,
                                costs_.copy(states, CopyDir::NvmeRead), sim::Phase::Comm,
-                               CommKind::Offload, std::nullopt, std::nullopt);
+                               CommKind::Offload, std::nullopt, std::nullopt, {},
+                               info(TaskOp::StatesFromNvme, Part::None));
         dep(down.index, rd.index);
         before_step = rd.index;
       }
       const TaskId step = task("optimizer-step", TaskKind::Host, r_.cpu,
                                costs_.optimizer_step(local, true), sim::Phase::Optim, CommKind::None,
-                               std::nullopt, std::nullopt);
+                               std::nullopt, std::nullopt, {}, info(TaskOp::OptimizerStep, Part::None));
       dep(before_step, step.index);
       std::int32_t after_step = step.index;
       if (plan_.offload.optimizer == OffloadTarget::Nvme) {
         const TaskId wr = task("states-to-nvme", TaskKind::Host, r_.cpu,
                                costs_.copy(static_cast<Bytes>(local * per_.optimizer), CopyDir::NvmeWrite),
-                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt);
+                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt, {},
+                               info(TaskOp::StatesToNvme, Part::None));
         dep(step.index, wr.index);
       }
       const TaskId up = task("weights-to-device", TaskKind::Copy, r_.h2d,
                              costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
-                             sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt);
+                             sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt, {},
+                             info(TaskOp::WeightsToDevice, Part::None));
       dep(after_step, up.index);
       stepped = up.index;
     } else {
       const TaskId step = task("optimizer-step", TaskKind::Compute, r_.compute,
                                costs_.optimizer_step(local, false), sim::Phase::Optim, CommKind::None,
-                               std::nullopt, std::nullopt);
+                               std::nullopt, std::nullopt, {}, info(TaskOp::OptimizerStep, Part::None));
       for (auto r : reduced) dep(r, step.index);
       stepped = step.index;
     }
@@ -592,7 +650,8 @@ class StepLowering {
       const TaskId pull = task("ps-pull-weights", TaskKind::Collective, r_.comm,
                                costs_.collective(Collective::SendRecv, Group::DP,
                                                  static_cast<Bytes>(params * per_.weights)),
-                               sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+                               sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
+                               info(TaskOp::PsPull, Part::None));
       dep(stepped, pull.index);
     }
     if (dp && plan_.zero >= 1 && plan_.zero <= 2) {
@@ -600,7 +659,8 @@ class StepLowering {
       const TaskId ag = task("dp-gather-weights", TaskKind::Collective, r_.comm,
                              costs_.collective(Collective::AllGather, Group::DP,
                                                static_cast<Bytes>(params * per_.weights)),
-                             sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+                             sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
+                             info(TaskOp::GatherWeights, Part::None));
       dep(stepped, ag.index);
     }
   }
@@ -612,19 +672,24 @@ class StepLowering {
     const Time encode = ex.encode, decode = ex.decode;
     const auto& rounds = ex.rounds;
     const TaskId enc = task("compress-encode", TaskKind::Compute, r_.compute, encode,
-                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt);
+                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt, {},
+                            info(TaskOp::CompressEncode, Part::None));
     dep(after, enc.index);
     std::int32_t prev = enc.index;
     int i = 0;
     for (const auto& [op, bytes] : rounds) {
+      TaskInfo ri = info(TaskOp::CompressRound, Part::None);
+      ri.round = i;
       const TaskId t = task("dp-compressed/round" + std::to_string(i++), TaskKind::Collective,
                             r_.comm, costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
-                            sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt);
+                            sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
+                            std::move(ri));
       dep(prev, t.index);
       prev = t.index;
     }
     const TaskId dec = task("compress-decode", TaskKind::Compute, r_.compute, decode,
-                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt);
+                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt, {},
+                            info(TaskOp::CompressDecode, Part::None));
     dep(prev, dec.index);
     reduced.push_back(dec.index);
   }
@@ -643,6 +708,7 @@ class StepLowering {
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   // Per stage state.
   int stage_ = 0;
+  int chunk_ = -1;  // model chunk of the schedule step being lowered, −1 outside one
   sim::PoolId gpu_pool_, host_pool_;
   StageRes r_{};
   std::int32_t step_first_ = kNone;

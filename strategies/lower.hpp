@@ -72,9 +72,55 @@ struct GradientExchange {
 GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain, double params,
                                      const StepCosts& costs);
 
+// What a task does, for executors that run the graph for real (the
+// simulator needs only durations). Task ids say the same for people.
+enum class TaskOp : std::uint8_t {
+  Framework,       // framework overhead (nothing to run)
+  Forward,         // forward of `part` (layer `layer`) for `microbatch`
+  Backward,        // backward of `part`
+  Recompute,       // recompute of layer `layer` (attention core only when `core_only`)
+  LayerComm,       // blocking tensor/context/expert-parallel communication of a layer (`pass`)
+  SendActivation,  // pipeline send of model chunk `chunk`'s output
+  SendGradient,    // pipeline send of the gradient of model chunk `chunk`'s input
+  DpReduce,        // bucketed gradient reduction over dp: `layers`, plus `head`/`embedding`
+  PsPush,          // parameter server: push of a bucket (as DpReduce)
+  PsPull,          // parameter server: pull of the updated weights
+  EmbeddingTie,    // all-reduce of the tied word embedding's gradient, first and last stage
+  Zero3Gather,     // ZeRO-3 all-gather of layer `layer`'s parameters before its `pass`
+  Zero3Reduce,     // ZeRO-3 reduce-scatter of layer `layer`'s gradients (or `head`/`embedding`)
+  WeightFetch,     // weight offload: layer `layer`'s weights to the device before its `pass`
+  Offload,         // layer `layer`'s saved activations to the host pool
+  Prefetch,        // ... and back before its backward
+  GradsToHost,     // ZeRO-Offload: gradients to the host
+  StatesFromNvme,  // ZeRO-Infinity: optimizer states from NVMe
+  OptimizerStep,   // the optimizer step (on the host with ZeRO-Offload)
+  StatesToNvme,
+  WeightsToDevice,  // ZeRO-Offload: updated weights back to the device
+  GatherWeights,    // ZeRO-1/2: all-gather of the updated weights
+  CompressEncode,
+  CompressRound,    // one collective round of compressed gradient exchange (`round`)
+  CompressDecode,
+};
+enum class Part : std::uint8_t { None, Embedding, Layer, Head };
+
+struct TaskInfo {
+  TaskOp op = TaskOp::Framework;
+  Part part = Part::None;
+  std::int32_t layer = -1;       // global layer index, −1 when none
+  std::int32_t microbatch = -1;  // −1 when none
+  std::int32_t chunk = -1;       // model chunk (pipeline order), −1 when none
+  Pass pass = Pass::Forward;     // LayerComm, Zero3Gather, WeightFetch
+  bool core_only = false;        // Recompute: the attention core only (selective)
+  // DpReduce, PsPush, Zero3Reduce: the gradients reduced.
+  std::vector<std::int32_t> layers;
+  bool head = false, embedding = false;
+  std::int32_t round = -1;  // CompressRound
+};
+
 struct LoweredStep {
   sim::TaskGraph graph;
   std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
+  std::vector<TaskInfo> info;       // by task index: what the task does
   int stages = 0;
 };
 

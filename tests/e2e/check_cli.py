@@ -49,7 +49,7 @@ def describe_scenario(strata):
 
 def lists(strata):
     # 14 model, 7 GPU and 3 + 7 cluster presets, in every format.
-    for cmd, n in (("models", 14), ("gpus", 7), ("clusters", 10)):
+    for cmd, n in (("models", 14), ("gpus", 7), ("clusters", 11)):
         j = json.loads(run(strata, cmd, "--format", "json"))
         check(len(j) == n, f"{cmd}: {len(j)} presets, expected {n}")
         rows = list(csv.reader(io.StringIO(run(strata, cmd, "--format", "csv"))))

@@ -1,0 +1,842 @@
+#include "backend/cpu/executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <thread>
+#include <utility>
+
+#include "backend/cpu/comm.hpp"
+#include "backend/cpu/gpt.hpp"
+#include "backend/cpu/optimizer.hpp"
+#include "backend/cpu/tensor.hpp"
+#include "costmodel/ops.hpp"
+#include "sim/error.hpp"
+#include "strategies/memory.hpp"
+#include "strategies/rank_mesh.hpp"
+#include "strategies/step_costs.hpp"
+
+namespace strata::backend::cpu {
+
+namespace {
+
+using strategies::Part;
+using strategies::TaskInfo;
+using strategies::TaskOp;
+using Clock = std::chrono::steady_clock;
+
+// (layer or chunk, microbatch)
+using Key = std::pair<int, int>;
+
+// Tag of a pipeline message: activation or gradient, the sending model
+// chunk, the microbatch.
+std::int64_t p2p_tag(bool gradient, int chunk, int mb) {
+  return (static_cast<std::int64_t>(gradient) << 48) | (static_cast<std::int64_t>(chunk) << 24) |
+         static_cast<std::int64_t>(mb);
+}
+
+// A flat run of parameters reduced (and, with ZeRO, sharded) together.
+struct Bucket {
+  std::vector<int> params;  // indices into GptModel::params(), in flat order
+  std::int64_t numel = 0;
+  ChunkRange mine;          // this rank's chunk of the flat bucket
+  Tensor shard_param;       // ZeRO-3 layers: the persistent shard; else the chunk being stepped
+  Tensor shard_grad;        // the reduced chunk (ZeRO >= 1)
+};
+
+struct Rank {
+  // Allocators first: everything below returns its bytes to them.
+  TrackingAllocator device;
+  TrackingAllocator host;
+  int rank = 0, stage = 0, dp_index = 0;
+  std::unique_ptr<GptModel> model;
+  std::unique_ptr<Optimizer> opt;
+  std::unique_ptr<Comm> dp, pp, tie;
+  std::vector<int> pp_members;  // global rank of each pipeline stage
+  std::vector<bool> owned;      // by parameter: on this rank's stage
+  std::vector<Bucket> buckets;
+  std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
+  std::vector<int> layer_bucket;               // ZeRO-3: by layer, −1 off this stage
+  // One step's state.
+  std::map<int, EmbeddingSaved> emb;
+  std::map<Key, BlockSaved> saved;       // (layer, mb)
+  std::map<int, HeadSaved> head;         // mb
+  std::map<Key, Tensor> act;             // (chunk, mb): activation flowing forward
+  std::map<Key, BackwardBuffers> grad;   // (chunk, mb): gradient flowing backward
+  std::map<int, Tensor> recompute_carry; // mb: a segment's output being recomputed
+  double loss_sum = 0;
+  bool tie_done = false;
+  std::vector<TaskTime> times;
+  std::exception_ptr error;
+
+  Rank() = default;
+};
+
+template <class T>
+void move_to(BasicTensor<T>& t, Allocator& to) {
+  if (!t.empty()) t = t.clone(to, t.tag());
+}
+
+void move_saved(BlockSaved& s, Allocator& to) {
+  move_to(s.x, to);
+  move_to(s.ln1, to);
+  move_to(s.qkv, to);
+  move_to(s.probs, to);
+  move_to(s.attn_mask, to);
+  move_to(s.dropped, to);
+  move_to(s.attn, to);
+  move_to(s.proj_mask, to);
+  move_to(s.x1, to);
+  move_to(s.ln2, to);
+  move_to(s.up, to);
+  move_to(s.act, to);
+  move_to(s.mlp_mask, to);
+}
+
+}  // namespace
+
+struct Executor::Impl {
+  strategies::Scenario sc;
+  ExecutorOptions opt;
+  strategies::LoweredStep low;
+  int dp = 1, pp = 1, m = 1, chunks = 1, zero = 0;
+  std::int64_t micro = 1, seq = 1, hidden = 1;
+  std::vector<std::int64_t> chunk_size, first_layer;
+  std::vector<int> chunk_of_layer;
+  strategies::ActivationRule rule;
+  bool core_recompute = false;  // the graph recomputes the attention core (selective)
+  std::vector<std::vector<std::int32_t>> stage_tasks;
+  // Parameters, by GptModel index.
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+  std::vector<std::vector<int>> layer_params;
+  std::vector<int> embedding_params, head_params;
+  int tok = -1;  // the word embedding
+  bool tie = false;  // tied word embedding on two stages
+  std::unique_ptr<CommWorld> world;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  std::map<std::string, std::vector<float>> captured;
+  bool broken = false;
+
+  Impl(const strategies::Scenario& s, ExecutorOptions o);
+  void build_rank(Rank& R, const strategies::RankMesh& mesh, int r);
+  std::vector<int> params_of(const TaskInfo& t, int stage) const;
+  void run_rank(Rank& R, std::span<const std::int32_t> tokens,
+                std::span<const std::int32_t> targets, Clock::time_point t0);
+  void run_task(Rank& R, std::int32_t index, std::span<const std::int32_t> tokens,
+                std::span<const std::int32_t> targets);
+  void forward(Rank& R, const TaskInfo& t, std::span<const std::int32_t> tokens,
+               std::span<const std::int32_t> targets);
+  void backward(Rank& R, const TaskInfo& t);
+  void recompute(Rank& R, const TaskInfo& t);
+  void keep_for_backward(int layer, BlockSaved& s) const;
+  Tensor take_activation(Rank& R, int chunk, int mb);
+  BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
+  void tie_embedding(Rank& R);
+  void dp_reduce(Rank& R, int bucket);
+  void zero3_reduce(Rank& R, int bucket, bool layer);
+  void ensure_layer_params(Rank& R, int layer);
+  void release_layer_params(Rank& R, int layer);
+  void ensure_layer_grads(Rank& R, int layer);
+  void optimizer_step(Rank& R);
+  void gather_weights(Rank& R);
+  void capture(Rank& R);
+  // Calls fn(param, offset in param, offset in range, count) for the pieces
+  // of the bucket's flat elements [r.begin, r.end).
+  template <class Fn>
+  void for_each_piece(const Bucket& b, ChunkRange r, Fn&& fn) const;
+  Tensor pack(Rank& R, const Bucket& b, bool grads, MemTag tag) const;
+  void unpack(Rank& R, const Bucket& b, const float* flat, bool grads) const;
+  std::unique_ptr<Optimizer> make_optimizer(Allocator& a) const;
+};
+
+std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc) {
+  const auto& p = sc.plan;
+  const auto& md = sc.model;
+  using strategies::Optimizer;
+  using strategies::Schedule;
+  if (md.moe) return "mixture-of-experts models are not implemented by the CPU backend";
+  if (md.kv_heads != 0 && md.kv_heads != md.heads)
+    return "grouped-query attention (kv_heads != heads) is not implemented by the CPU backend";
+  if (md.position_embedding != cost::PositionEmbedding::Learned &&
+      md.position_embedding != cost::PositionEmbedding::None)
+    return "only learned positions (or none) are implemented by the CPU backend";
+  if (p.tp > 1) return "tensor parallelism (tp > 1) is not executed by the CPU backend yet";
+  if (p.cp > 1) return "context parallelism (cp > 1) is not executed by the CPU backend yet";
+  if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
+  if (p.pp > 1 && (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW))
+    return "asynchronous pipeline schedules (pipedream, pipedream-2bw) are not executed by the CPU backend";
+  if (p.compression.method != strategies::CompressionMethod::None)
+    return "gradient compression is not executed by the CPU backend yet";
+  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
+    return "parameter-server data parallelism is not executed by the CPU backend yet";
+  if (p.offload.weights) return "weight offload is not executed by the CPU backend yet";
+  if (p.offload.optimizer != strategies::OffloadTarget::None)
+    return "optimizer offload (ZeRO-Offload) is not executed by the CPU backend yet";
+  if (p.recompute == cost::Recompute::Optimal)
+    return "the optimal recompute planner is not executed by the CPU backend";
+  if (p.optimizer == Optimizer::Adam4bit) return "4-bit Adam is not implemented by the CPU backend";
+  if (p.dp > 1 && p.zero >= 1 &&
+      (p.optimizer == Optimizer::Lars || p.optimizer == Optimizer::Lamb ||
+       p.optimizer == Optimizer::Adafactor || p.optimizer == Optimizer::Sm3))
+    return "ZeRO shards the optimizer step, which needs an elementwise optimizer (sgd, momentum, "
+           "adam, adamw, adam8bit); " +
+           std::string(enum_name(p.optimizer)) + " uses whole-tensor norms or factors";
+  return std::nullopt;
+}
+
+Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), opt(o) {
+  if (auto why = Executor::unsupported(sc)) throw Error("executor: " + *why);
+  strategies::require_valid_plan(sc);
+  const auto& plan = sc.plan;
+  low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
+  if (low.info.size() != low.graph.num_tasks())
+    throw Error("executor: the lowering gave no TaskInfo for some tasks");
+  dp = static_cast<int>(plan.dp);
+  pp = static_cast<int>(plan.pp);
+  m = static_cast<int>(strategies::microbatches(plan, sc.batch));
+  zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  micro = sc.batch.micro;
+  seq = sc.model.seq_len;
+  hidden = sc.model.hidden;
+  chunk_size = strategies::chunk_layers(plan, sc.model.layers);
+  chunks = static_cast<int>(chunk_size.size());
+  first_layer.assign(chunk_size.size() + 1, 0);
+  for (std::size_t k = 0; k < chunk_size.size(); ++k) first_layer[k + 1] = first_layer[k] + chunk_size[k];
+  chunk_of_layer.assign(static_cast<std::size_t>(sc.model.layers), 0);
+  for (int k = 0; k < chunks; ++k)
+    for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
+      chunk_of_layer[static_cast<std::size_t>(l)] = k;
+  rule = strategies::ActivationRule::of(plan, cost::expand(sc.model, strategies::expand_options(sc)));
+
+  // Each stage's tasks in graph order; every dependency inside a stage must
+  // point forward in that order (cross-stage ones are pipeline messages).
+  const auto& tasks = low.graph.tasks();
+  stage_tasks.assign(static_cast<std::size_t>(pp), {});
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (!tasks[i].label.stage) throw Error("executor: task " + tasks[i].id + " has no stage");
+    stage_tasks[static_cast<std::size_t>(*tasks[i].label.stage)].push_back(static_cast<std::int32_t>(i));
+    if (low.info[i].op == TaskOp::Recompute && low.info[i].core_only) core_recompute = true;
+  }
+  low.graph.for_each_edge([&](sim::TaskId a, sim::TaskId b, sim::EdgeKind) {
+    const auto& ta = tasks[static_cast<std::size_t>(a.index)];
+    const auto& tb = tasks[static_cast<std::size_t>(b.index)];
+    if (ta.label.stage == tb.label.stage && a.index > b.index)
+      throw Error("executor: " + tb.id + " depends on the later task " + ta.id);
+  });
+
+  const int world_size = dp * pp;
+  world = std::make_unique<CommWorld>(world_size);
+  const strategies::RankMesh mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
+  for (int r = 0; r < world_size; ++r) {
+    ranks.push_back(std::make_unique<Rank>());
+    build_rank(*ranks.back(), mesh, r);
+  }
+  if (opt.capture_gradients)
+    for (std::size_t i = 0; i < names.size(); ++i)
+      captured[names[i]].assign(static_cast<std::size_t>(shapes[i].numel()), 0.0f);
+}
+
+std::vector<int> Executor::Impl::params_of(const TaskInfo& t, int stage) const {
+  std::vector<int> v;
+  for (auto l : t.layers) {
+    const auto& lp = layer_params[static_cast<std::size_t>(l)];
+    v.insert(v.end(), lp.begin(), lp.end());
+  }
+  if (t.head) {
+    v.insert(v.end(), head_params.begin(), head_params.end());
+    // The last stage's copy of a tied word embedding is reduced with the head.
+    if (tie && stage == pp - 1) v.push_back(tok);
+  }
+  if (t.embedding) v.insert(v.end(), embedding_params.begin(), embedding_params.end());
+  return v;
+}
+
+void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r) {
+  const auto c = mesh.coords(r);
+  R.rank = r;
+  R.stage = static_cast<int>(c.pp);
+  R.dp_index = static_cast<int>(c.dp);
+  R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed);
+  GptModel& model = *R.model;
+  if (names.empty()) {
+    names = model.names();
+    layer_params.assign(static_cast<std::size_t>(sc.model.layers), {});
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const std::string& n = names[i];
+      shapes.push_back(model.params()[i].shape());
+      const int idx = static_cast<int>(i);
+      if (n.rfind("block", 0) == 0) {
+        const int l = std::stoi(n.substr(5, n.find('.') - 5));
+        layer_params[static_cast<std::size_t>(l)].push_back(idx);
+      } else if (n == "embedding" || n == "position_embedding") {
+        embedding_params.push_back(idx);
+        if (n == "embedding") tok = idx;
+      } else {
+        head_params.push_back(idx);  // final_norm.*, logits.weight
+      }
+    }
+    tie = sc.model.tied_embeddings && pp > 1;
+  }
+  // What this stage holds: its chunks' layers, the embedding on the first,
+  // the head (and a tied word embedding) on the last.
+  R.owned.assign(names.size(), false);
+  for (int k = R.stage; k < chunks; k += pp)
+    for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
+      for (int i : layer_params[static_cast<std::size_t>(l)]) R.owned[static_cast<std::size_t>(i)] = true;
+  if (R.stage == 0)
+    for (int i : embedding_params) R.owned[static_cast<std::size_t>(i)] = true;
+  if (R.stage == pp - 1) {
+    for (int i : head_params) R.owned[static_cast<std::size_t>(i)] = true;
+    if (sc.model.tied_embeddings) R.owned[static_cast<std::size_t>(tok)] = true;
+  }
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (!R.owned[i]) {
+      model.params()[i].release();
+      model.grads()[i].release();
+    }
+
+  // Communicators.
+  auto members = [&](strategies::MeshDim dim) {
+    std::vector<int> v;
+    for (auto x : mesh.group_of(r, dim)) v.push_back(static_cast<int>(x));
+    return v;
+  };
+  R.dp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::DP)), r, R.device);
+  R.pp_members = members(strategies::MeshDim::PP);
+  R.pp = std::make_unique<Comm>(world->group(R.pp_members), r, R.device);
+  if (tie && (R.stage == 0 || R.stage == pp - 1))
+    R.tie = std::make_unique<Comm>(
+        world->group({R.pp_members.front(), R.pp_members.back()}), r, R.device);
+
+  // Buckets: the lowering's, by task.
+  R.layer_bucket.assign(static_cast<std::size_t>(sc.model.layers), -1);
+  auto add_bucket = [&](std::vector<int> params) {
+    Bucket b;
+    b.params = std::move(params);
+    for (int i : b.params) b.numel += shapes[static_cast<std::size_t>(i)].numel();
+    b.mine = chunk_range(b.numel, dp, R.dp_index);
+    R.buckets.push_back(std::move(b));
+    return static_cast<int>(R.buckets.size()) - 1;
+  };
+  if (dp > 1) {
+    for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
+      const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
+      if (t.op == TaskOp::DpReduce) {
+        R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
+      } else if (t.op == TaskOp::Zero3Reduce) {
+        if (t.part == Part::Layer) {
+          auto& lb = R.layer_bucket[static_cast<std::size_t>(t.layer)];
+          if (lb < 0) lb = add_bucket(layer_params[static_cast<std::size_t>(t.layer)]);
+        } else {
+          R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
+        }
+      }
+    }
+    // Every parameter of the stage is reduced exactly once.
+    std::vector<int> seen(names.size(), 0);
+    for (const auto& b : R.buckets)
+      for (int i : b.params) ++seen[static_cast<std::size_t>(i)];
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (seen[i] != (R.owned[i] ? 1 : 0))
+        throw Error("executor: stage " + std::to_string(R.stage) + " reduces parameter '" + names[i] +
+                    "' " + std::to_string(seen[i]) + " times");
+  }
+  if (zero >= 3) {
+    // ZeRO-3: each layer's parameters live as this rank's shard only.
+    for (std::size_t l = 0; l < R.layer_bucket.size(); ++l) {
+      const int bi = R.layer_bucket[l];
+      if (bi < 0) continue;
+      Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+      Tensor flat = pack(R, b, false, MemTag::CommBuffers);
+      b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
+      std::memcpy(b.shard_param.data(), flat.data() + b.mine.begin,
+                  static_cast<std::size_t>(b.mine.size()) * sizeof(float));
+      for (int i : b.params) {
+        model.params()[static_cast<std::size_t>(i)].release();
+        model.grads()[static_cast<std::size_t>(i)].release();
+      }
+    }
+  }
+  R.opt = make_optimizer(R.device);
+}
+
+std::unique_ptr<Optimizer> Executor::Impl::make_optimizer(Allocator& a) const {
+  using strategies::Optimizer;
+  const float lr = opt.lr, wd = opt.weight_decay;
+  switch (sc.plan.optimizer) {
+    case Optimizer::Sgd: return std::make_unique<Sgd>(a, SgdOptions{.lr = lr, .weight_decay = wd});
+    case Optimizer::Momentum:
+      return std::make_unique<Sgd>(a, SgdOptions{.lr = lr, .momentum = 0.9f, .weight_decay = wd});
+    case Optimizer::Adam: return std::make_unique<Adam>(a, AdamOptions{.lr = lr, .weight_decay = wd});
+    case Optimizer::AdamW:
+      return std::make_unique<Adam>(a, AdamOptions{.lr = lr, .weight_decay = wd, .decoupled = true});
+    case Optimizer::Adam8bit:
+      return std::make_unique<Adam8bit>(a, Adam8bitOptions{.lr = lr, .weight_decay = wd});
+    case Optimizer::Lars: return std::make_unique<Lars>(a, LarsOptions{.lr = lr, .weight_decay = wd});
+    case Optimizer::Lamb: return std::make_unique<Lamb>(a, LambOptions{.lr = lr, .weight_decay = wd});
+    case Optimizer::Adafactor: return std::make_unique<Adafactor>(a, AdafactorOptions{.lr = lr});
+    case Optimizer::Sm3: return std::make_unique<Sm3>(a, Sm3Options{.lr = lr});
+    case Optimizer::Adam4bit: break;
+  }
+  throw Error("executor: optimizer '" + std::string(enum_name(sc.plan.optimizer)) + "' is not implemented");
+}
+
+template <class Fn>
+void Executor::Impl::for_each_piece(const Bucket& b, ChunkRange r, Fn&& fn) const {
+  std::int64_t at = 0;
+  for (int i : b.params) {
+    const std::int64_t n = shapes[static_cast<std::size_t>(i)].numel();
+    const std::int64_t lo = std::max(at, r.begin), hi = std::min(at + n, r.end);
+    if (lo < hi) fn(i, lo - at, lo - r.begin, hi - lo);
+    at += n;
+  }
+}
+
+Tensor Executor::Impl::pack(Rank& R, const Bucket& b, bool grads, MemTag tag) const {
+  Tensor flat(R.device, {b.numel}, tag);
+  auto src = grads ? R.model->grads() : R.model->params();
+  for_each_piece(b, {0, b.numel}, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+    std::memcpy(flat.data() + at, src[static_cast<std::size_t>(i)].data() + off,
+                static_cast<std::size_t>(n) * sizeof(float));
+  });
+  return flat;
+}
+
+void Executor::Impl::unpack(Rank& R, const Bucket& b, const float* flat, bool grads) const {
+  auto dst = grads ? R.model->grads() : R.model->params();
+  for_each_piece(b, {0, b.numel}, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+    std::memcpy(dst[static_cast<std::size_t>(i)].data() + off, flat + at,
+                static_cast<std::size_t>(n) * sizeof(float));
+  });
+}
+
+void Executor::Impl::run_rank(Rank& R, std::span<const std::int32_t> tokens,
+                              std::span<const std::int32_t> targets, Clock::time_point t0) {
+  R.loss_sum = 0;
+  R.tie_done = false;
+  R.times.clear();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    auto& g = R.model->grads()[i];
+    if (!g.empty()) g.zero();
+  }
+  auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
+  for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
+    const auto a = Clock::now();
+    run_task(R, i, tokens, targets);
+    R.times.push_back({i, R.rank, seconds(a), seconds(Clock::now())});
+  }
+  if (!R.saved.empty() || !R.act.empty() || !R.grad.empty() || !R.emb.empty() || !R.head.empty())
+    throw Error("executor: rank " + std::to_string(R.rank) + " ended the step holding activations");
+}
+
+void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::int32_t> tokens,
+                              std::span<const std::int32_t> targets) {
+  const TaskInfo& t = low.info[static_cast<std::size_t>(index)];
+  switch (t.op) {
+    case TaskOp::Framework: return;
+    case TaskOp::Forward: return forward(R, t, tokens, targets);
+    case TaskOp::Backward: return backward(R, t);
+    case TaskOp::Recompute: return recompute(R, t);
+    case TaskOp::SendActivation: {
+      const auto it = R.act.find({t.chunk, t.microbatch});
+      if (it == R.act.end()) throw Error("executor: nothing to send for " + low.graph.tasks()[static_cast<std::size_t>(index)].id);
+      R.pp->send(R.pp_members[static_cast<std::size_t>((t.chunk + 1) % pp)], p2p_tag(false, t.chunk, t.microbatch),
+                 it->second.span());
+      R.act.erase(it);
+      return;
+    }
+    case TaskOp::SendGradient: {
+      const auto it = R.grad.find({t.chunk, t.microbatch});
+      if (it == R.grad.end()) throw Error("executor: nothing to send for " + low.graph.tasks()[static_cast<std::size_t>(index)].id);
+      R.pp->send(R.pp_members[static_cast<std::size_t>((t.chunk - 1 + pp) % pp)],
+                 p2p_tag(true, t.chunk, t.microbatch), it->second.dres.span());
+      R.grad.erase(it);
+      return;
+    }
+    case TaskOp::EmbeddingTie: return tie_embedding(R);
+    case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
+    case TaskOp::Zero3Gather: return ensure_layer_params(R, t.layer);
+    case TaskOp::Zero3Reduce:
+      if (t.part == Part::Layer)
+        return zero3_reduce(R, R.layer_bucket[static_cast<std::size_t>(t.layer)], true);
+      return zero3_reduce(R, R.bucket_of_task.at(index), false);
+    case TaskOp::Offload: return move_saved(R.saved.at({t.layer, t.microbatch}), R.host);
+    case TaskOp::Prefetch: return move_saved(R.saved.at({t.layer, t.microbatch}), R.device);
+    case TaskOp::OptimizerStep: return optimizer_step(R);
+    case TaskOp::GatherWeights: return gather_weights(R);
+    default: break;
+  }
+  throw Error("executor: task " + low.graph.tasks()[static_cast<std::size_t>(index)].id +
+              " is not executed by the CPU backend");
+}
+
+Tensor Executor::Impl::take_activation(Rank& R, int chunk, int mb) {
+  const auto it = R.act.find({chunk, mb});
+  if (it != R.act.end()) {
+    Tensor x = std::move(it->second);
+    R.act.erase(it);
+    return x;
+  }
+  if (chunk == 0) throw Error("executor: no input for model chunk 0");
+  Tensor x(R.device, {micro * seq, hidden}, MemTag::Activations);
+  R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk - 1) % pp)], p2p_tag(false, chunk - 1, mb), x.span());
+  return x;
+}
+
+BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
+  const auto it = R.grad.find({chunk, mb});
+  if (it != R.grad.end()) return it->second;
+  if (chunk + 1 >= chunks) throw Error("executor: no gradient for the last model chunk");
+  BackwardBuffers b = R.model->backward_buffers(micro);
+  R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk + 1) % pp)], p2p_tag(true, chunk + 1, mb),
+             b.dres.span());
+  return R.grad.emplace(Key{chunk, mb}, std::move(b)).first->second;
+}
+
+void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
+  using cost::Recompute;
+  switch (rule.policy) {
+    case Recompute::None: return;
+    case Recompute::Selective:
+      if (core_recompute) GptModel::drop_for_recompute(s, Recompute::Selective);
+      return;
+    case Recompute::Full: GptModel::drop_for_recompute(s, Recompute::Full); return;
+    default: {
+      // every_k, sqrt: a segment's first layer keeps its input, the others nothing.
+      const int k = chunk_of_layer[static_cast<std::size_t>(layer)];
+      const std::int64_t i = layer - first_layer[static_cast<std::size_t>(k)];
+      if (i % rule.segment(chunk_size[static_cast<std::size_t>(k)]) == 0)
+        GptModel::drop_for_recompute(s, Recompute::Full);
+      else
+        s = BlockSaved{};
+    }
+  }
+}
+
+void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::int32_t> tokens,
+                             std::span<const std::int32_t> targets) {
+  const int mb = t.microbatch, k = t.chunk;
+  const auto at = static_cast<std::size_t>((static_cast<std::int64_t>(R.dp_index) * m + mb) * micro * seq);
+  const auto n = static_cast<std::size_t>(micro * seq);
+  GptModel& model = *R.model;
+  switch (t.part) {
+    case Part::Embedding:
+      R.act[{k, mb}] = model.embedding_forward(tokens.subspan(at, n), micro, R.emb[mb]);
+      return;
+    case Part::Layer: {
+      Tensor x = take_activation(R, k, mb);
+      if (zero >= 3) ensure_layer_params(R, t.layer);
+      BlockSaved& s = R.saved[{t.layer, mb}];
+      Tensor y = model.block_forward(t.layer, std::move(x), s);
+      keep_for_backward(t.layer, s);
+      R.act[{k, mb}] = std::move(y);
+      if (zero >= 3) release_layer_params(R, t.layer);
+      return;
+    }
+    case Part::Head: {
+      Tensor x = take_activation(R, k, mb);
+      R.loss_sum += model.head_forward(std::move(x), targets.subspan(at, n),
+                                       1.0f / static_cast<float>(m * dp), R.head[mb]);
+      return;
+    }
+    case Part::None: break;
+  }
+  throw Error("executor: a forward task names no part");
+}
+
+void Executor::Impl::backward(Rank& R, const TaskInfo& t) {
+  const int mb = t.microbatch, k = t.chunk;
+  GptModel& model = *R.model;
+  switch (t.part) {
+    case Part::Head: {
+      BackwardBuffers b = model.backward_buffers(micro);
+      model.head_backward(R.head.at(mb), b);
+      R.head.erase(mb);
+      R.grad[{k, mb}] = std::move(b);
+      return;
+    }
+    case Part::Layer: {
+      BackwardBuffers& b = gradient_buffers(R, k, mb);
+      if (zero >= 3) {
+        ensure_layer_params(R, t.layer);
+        ensure_layer_grads(R, t.layer);
+      }
+      const auto it = R.saved.find({t.layer, mb});
+      if (it == R.saved.end()) throw Error("executor: layer " + std::to_string(t.layer) + " kept nothing");
+      model.block_backward(t.layer, it->second, b);
+      R.saved.erase(it);
+      if (zero >= 3) release_layer_params(R, t.layer);
+      return;
+    }
+    case Part::Embedding: {
+      BackwardBuffers& b = gradient_buffers(R, k, mb);
+      model.embedding_backward(R.emb.at(mb), b);
+      R.emb.erase(mb);
+      R.grad.erase({k, mb});
+      return;
+    }
+    case Part::None: break;
+  }
+  throw Error("executor: a backward task names no part");
+}
+
+void Executor::Impl::recompute(Rank& R, const TaskInfo& t) {
+  const int L = t.layer, mb = t.microbatch;
+  BlockSaved& s = R.saved.at({L, mb});
+  if (zero >= 3) ensure_layer_params(R, L);
+  if (t.core_only || rule.policy == cost::Recompute::Full) {
+    R.model->recompute(L, s);
+    return;
+  }
+  // every_k / sqrt: rerun the segment from its first layer's kept input,
+  // layer by layer, each recompute task one layer.
+  const int k = chunk_of_layer[static_cast<std::size_t>(L)];
+  const std::int64_t n = chunk_size[static_cast<std::size_t>(k)];
+  const std::int64_t i = L - first_layer[static_cast<std::size_t>(k)];
+  const std::int64_t seg = rule.segment(n);
+  Tensor in;
+  if (i % seg == 0) {
+    in = s.x.clone(R.device, MemTag::Activations);
+  } else {
+    in = std::move(R.recompute_carry.at(mb));
+    R.recompute_carry.erase(mb);
+  }
+  Tensor out = R.model->block_forward(L, std::move(in), s);
+  if (!(i == n - 1 || (i + 1) % seg == 0)) R.recompute_carry[mb] = std::move(out);
+}
+
+void Executor::Impl::tie_embedding(Rank& R) {
+  if (!R.tie || R.tie_done) return;
+  R.tie_done = true;
+  R.tie->all_reduce(R.model->grads()[static_cast<std::size_t>(tok)].span());
+}
+
+void Executor::Impl::dp_reduce(Rank& R, int bi) {
+  Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
+  Tensor flat = pack(R, b, true, MemTag::CommBuffers);
+  if (zero == 0) {
+    R.dp->all_reduce(flat.span());
+    unpack(R, b, flat.data(), true);
+    return;
+  }
+  b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+  R.dp->reduce_scatter(flat.span(), b.shard_grad.span());
+}
+
+void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
+  Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
+  Tensor flat = pack(R, b, true, MemTag::CommBuffers);
+  Tensor part(R.device, {b.mine.size()}, MemTag::CommBuffers);
+  R.dp->reduce_scatter(flat.span(), part.span());
+  if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+  for (std::int64_t i = 0; i < part.numel(); ++i) b.shard_grad[i] += part[i];
+  // A layer's full gradients live from its backward to this reduce-scatter.
+  if (layer)
+    for (int i : b.params) R.model->grads()[static_cast<std::size_t>(i)].release();
+}
+
+void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
+  if (zero < 3) return;
+  const auto& lp = layer_params[static_cast<std::size_t>(layer)];
+  auto params = R.model->params();
+  if (!params[static_cast<std::size_t>(lp.front())].empty()) return;
+  Bucket& b = R.buckets[static_cast<std::size_t>(R.layer_bucket[static_cast<std::size_t>(layer)])];
+  for (int i : lp) params[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Params);
+  Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+  R.dp->all_gather(b.shard_param.span(), flat.span());
+  unpack(R, b, flat.data(), false);
+}
+
+void Executor::Impl::release_layer_params(Rank& R, int layer) {
+  if (zero < 3) return;
+  for (int i : layer_params[static_cast<std::size_t>(layer)]) R.model->params()[static_cast<std::size_t>(i)].release();
+}
+
+void Executor::Impl::ensure_layer_grads(Rank& R, int layer) {
+  auto grads = R.model->grads();
+  for (int i : layer_params[static_cast<std::size_t>(layer)])
+    if (grads[static_cast<std::size_t>(i)].empty())
+      grads[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Grads);
+}
+
+void Executor::Impl::capture(Rank& R) {
+  // One copy of each gradient: dp rank 0's (or every rank's shard), the
+  // word embedding from the first stage.
+  auto skip = [&](int i) { return tie && i == tok && R.stage != 0; };
+  if (zero == 0) {
+    if (R.dp_index != 0) return;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (!R.owned[i] || skip(static_cast<int>(i))) continue;
+      const auto& g = R.model->grads()[i];
+      std::memcpy(captured.at(names[i]).data(), g.data(), static_cast<std::size_t>(g.bytes()));
+    }
+    return;
+  }
+  for (const auto& b : R.buckets)
+    for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      if (skip(i)) return;
+      std::memcpy(captured.at(names[static_cast<std::size_t>(i)]).data() + off, b.shard_grad.data() + at,
+                  static_cast<std::size_t>(n) * sizeof(float));
+    });
+}
+
+void Executor::Impl::optimizer_step(Rank& R) {
+  if (opt.capture_gradients) capture(R);
+  GptModel& model = *R.model;
+  std::vector<Tensor> P, G;
+  if (zero == 0) {
+    // The stage's parameters, moved out of the model for the step and back.
+    std::vector<std::size_t> idx;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (R.owned[i]) {
+        idx.push_back(i);
+        P.push_back(std::move(model.params()[i]));
+        G.push_back(std::move(model.grads()[i]));
+      }
+    R.opt->step(P, G);
+    for (std::size_t j = 0; j < idx.size(); ++j) {
+      model.params()[idx[j]] = std::move(P[j]);
+      model.grads()[idx[j]] = std::move(G[j]);
+    }
+    return;
+  }
+  // ZeRO: the step updates this rank's chunk of every bucket.
+  for (auto& b : R.buckets) {
+    if (b.shard_param.empty()) {
+      b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
+      for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+        std::memcpy(b.shard_param.data() + at, model.params()[static_cast<std::size_t>(i)].data() + off,
+                    static_cast<std::size_t>(n) * sizeof(float));
+      });
+    }
+    if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    P.push_back(std::move(b.shard_param));
+    G.push_back(std::move(b.shard_grad));
+  }
+  R.opt->step(P, G);
+  for (std::size_t j = 0; j < R.buckets.size(); ++j) {
+    R.buckets[j].shard_param = std::move(P[j]);  // gradients die here
+  }
+  if (zero >= 3) {
+    // The embedding and head stay whole on every rank under ZeRO-3: their
+    // updated chunks are all-gathered here (the lowering has no task for it).
+    for (auto& [task, bi] : R.bucket_of_task) {
+      Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+      R.dp->all_gather(b.shard_param.span(), flat.span());
+      unpack(R, b, flat.data(), false);
+      b.shard_param.release();
+    }
+  }
+}
+
+void Executor::Impl::gather_weights(Rank& R) {
+  for (auto& b : R.buckets) {
+    Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+    R.dp->all_gather(b.shard_param.span(), flat.span());
+    unpack(R, b, flat.data(), false);
+    b.shard_param.release();
+  }
+}
+
+// ---- Executor ---------------------------------------------------------------
+
+Executor::Executor(const strategies::Scenario& sc, ExecutorOptions opts)
+    : impl_(std::make_unique<Impl>(sc, opts)) {}
+Executor::~Executor() = default;
+
+int Executor::ranks() const { return static_cast<int>(impl_->ranks.size()); }
+std::int64_t Executor::global_batch() const { return impl_->sc.batch.global; }
+std::int64_t Executor::seq_len() const { return impl_->seq; }
+const strategies::LoweredStep& Executor::lowered() const { return impl_->low; }
+const std::map<std::string, std::vector<float>>& Executor::gradients() const { return impl_->captured; }
+
+StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+  Impl& I = *impl_;
+  if (I.broken) throw Error("executor: an earlier step failed; make a new executor");
+  const auto n = static_cast<std::size_t>(I.sc.batch.global * I.seq);
+  if (tokens.size() != n || targets.size() != n)
+    throw Error("executor: a step needs global batch × seq_len = " + std::to_string(n) +
+                " tokens and targets (got " + std::to_string(tokens.size()) + " and " +
+                std::to_string(targets.size()) + ")");
+  for (auto& R : I.ranks) {
+    R->device.reset_peaks();
+    R->host.reset_peaks();
+    R->error = nullptr;
+  }
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  threads.reserve(I.ranks.size());
+  for (auto& R : I.ranks)
+    threads.emplace_back([&I, &R, tokens, targets, t0] {
+      try {
+        I.run_rank(*R, tokens, targets, t0);
+      } catch (...) {
+        R->error = std::current_exception();
+        I.world->abort();
+      }
+    });
+  for (auto& t : threads) t.join();
+  StepResult out;
+  out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // The first failure, preferring one that is not another rank's abort.
+  std::exception_ptr first;
+  for (auto& R : I.ranks)
+    if (R->error) {
+      try {
+        std::rethrow_exception(R->error);
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("aborted") == std::string::npos) {
+          first = R->error;
+          break;
+        }
+        if (!first) first = R->error;
+      } catch (...) {
+        first = R->error;
+        break;
+      }
+    }
+  if (first) {
+    I.broken = true;
+    std::rethrow_exception(first);
+  }
+  double loss = 0;
+  for (auto& R : I.ranks) {
+    loss += R->loss_sum;
+    out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats()});
+    out.tasks.insert(out.tasks.end(), R->times.begin(), R->times.end());
+  }
+  out.loss = loss / static_cast<double>(I.m * I.dp);
+  return out;
+}
+
+std::map<std::string, std::vector<float>> Executor::parameters() const {
+  const Impl& I = *impl_;
+  std::map<std::string, std::vector<float>> out;
+  for (std::size_t i = 0; i < I.names.size(); ++i) {
+    auto& v = out[I.names[i]];
+    v.assign(static_cast<std::size_t>(I.shapes[i].numel()), 0.0f);
+    for (const auto& R : I.ranks) {
+      if (!R->owned[i]) continue;
+      const auto& p = R->model->params()[i];
+      if (!p.empty()) {
+        std::memcpy(v.data(), p.data(), static_cast<std::size_t>(p.bytes()));
+        break;
+      }
+      // ZeRO-3 layer: every dp rank of the stage holds a chunk.
+      for (const auto& b : R->buckets)
+        if (std::find(b.params.begin(), b.params.end(), static_cast<int>(i)) != b.params.end())
+          I.for_each_piece(b, b.mine, [&](int j, std::int64_t off, std::int64_t at, std::int64_t n) {
+            if (j == static_cast<int>(i))
+              std::memcpy(v.data() + off, b.shard_param.data() + at, static_cast<std::size_t>(n) * sizeof(float));
+          });
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::backend::cpu

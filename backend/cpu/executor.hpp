@@ -1,0 +1,112 @@
+#pragma once
+// The CPU executor: runs the task graph the simulator replays, for real.
+//
+// A scenario is lowered with strategies::lower_step (the cost model's
+// durations, which the executor ignores); each rank of the dp·pp mesh is a
+// thread that walks its pipeline stage's tasks in graph order and does what
+// each task's TaskInfo says: the forward, backward or recompute of a layer
+// for a microbatch over GptModel's per-layer steps, a pipeline send (the
+// receiver takes the message when its next task needs it), a bucket's
+// all-reduce or reduce-scatter over the dp group, a ZeRO-3 gather or
+// reduce-scatter of one layer, an activation copy to the host pool and back,
+// the optimizer step, the all-gather of updated weights. Collectives are
+// the ring algorithms of comm.hpp over shared memory.
+//
+// Every tensor a rank holds comes from that rank's TrackingAllocator (its
+// device pool) or its host allocator (offloaded activations), so the peaks
+// by tag are the bytes the step really held. Each task's wall start and end
+// are recorded under its task index (the graph's ids name them).
+//
+// Executed: data parallelism (bucketed all-reduce), ZeRO 1/2 (reduce-scatter,
+// sharded optimizer step, all-gather of weights) and 3 (per-layer gathers
+// and reduce-scatters), pipeline parallelism with GPipe, 1F1B and
+// interleaved schedules, recompute none / selective / full / every_k / sqrt,
+// activation offload. Refused with strata::Error (Executor::unsupported says
+// why): tensor, context and expert parallelism, PipeDream schedules,
+// gradient compression, parameter servers, weight and optimizer offload,
+// the `optimal` recompute planner, 4-bit Adam, and ZeRO with an optimizer
+// whose update is not elementwise (LARS, LAMB, Adafactor, SM3).
+//
+// Numerics: fp32 throughout whatever the plan's precision; standard
+// attention whatever the plan's kernel; dropout off (p = 0). Microbatch mb
+// of dp rank d holds the global batch's sequences from (d·m + mb)·micro, and
+// each adds the gradient of loss / (m·dp), so the reduced gradient is the
+// global batch's mean, as one rank stepping the whole batch computes it.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/allocator.hpp"
+#include "strategies/lower.hpp"
+#include "strategies/scenario.hpp"
+
+namespace strata::backend::cpu {
+
+struct ExecutorOptions {
+  std::uint64_t seed = 1;      // weights (GptModel's initialisation)
+  float lr = 1e-3f;            // the optimizer's learning rate
+  float weight_decay = 0.0f;   // L2 (Adam, SGD) or decoupled (AdamW, 8-bit Adam)
+  // Keep the reduced gradient of every parameter of the last step, as the
+  // optimizer saw it (tests compare it with one rank's).
+  bool capture_gradients = false;
+};
+
+// One task run by one rank: seconds since the step began.
+struct TaskTime {
+  std::int32_t task = 0;  // index into lowered().graph.tasks()
+  int rank = 0;
+  double start = 0, end = 0;
+};
+
+struct RankMemory {
+  int rank = 0;
+  int stage = 0;
+  MemoryStats device;  // peaks over the step (live bytes at its start included)
+  MemoryStats host;
+};
+
+struct StepResult {
+  double loss = 0;     // mean cross-entropy over the global batch
+  double seconds = 0;  // wall time of the step
+  std::vector<RankMemory> memory;  // by global rank
+  std::vector<TaskTime> tasks;     // every rank's, rank by rank in execution order
+};
+
+class Executor {
+ public:
+  // Lowers the scenario and builds every rank's model (same seed, so all
+  // replicas start equal), optimizer and communicators. Throws Error for
+  // what it does not execute.
+  Executor(const strategies::Scenario& sc, ExecutorOptions opts = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Why the executor cannot run this scenario, or nothing.
+  static std::optional<std::string> unsupported(const strategies::Scenario& sc);
+
+  int ranks() const;
+  std::int64_t global_batch() const;  // sequences per step
+  std::int64_t seq_len() const;
+  const strategies::LoweredStep& lowered() const;
+
+  // One training step. tokens and targets hold global_batch()·seq_len() ids,
+  // sequence after sequence.
+  StepResult step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+
+  // The parameters now, by GptModel name, assembled from the ranks that own
+  // them (shards included).
+  std::map<std::string, std::vector<float>> parameters() const;
+  // With capture_gradients: the last step's reduced gradients, by name.
+  const std::map<std::string, std::vector<float>>& gradients() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::backend::cpu
