@@ -193,6 +193,12 @@ int main(int argc, char** argv) {
       ->type_name("i/n");
   explore->add_option("--top", top_k, "Keep the K best plans by throughput (default 10)")
       ->check(CLI::Range(0, 1000000));
+  std::uint64_t max_plans = strategies::kDefaultMaxPlans;
+  explore
+      ->add_option("--max-plans", max_plans,
+                   "Refuse, before any work, a space (or shard) of more plans than N (default " +
+                       std::to_string(strategies::kDefaultMaxPlans) + ")")
+      ->type_name("N");
   std::vector<std::string> merge_dirs;
   auto* merge = app.add_subcommand(
       "merge", "Combine the output directories of explore shards into one");
@@ -294,6 +300,7 @@ int main(int argc, char** argv) {
       o.shard_index = shard.first;
       o.shard_count = shard.second;
       o.top_k = top_k;
+      o.max_plans = max_plans;
       o.progress_interval_s = line.tty ? 0.25 : 10.0;
       o.on_progress = [&line](const strategies::Progress& p) { line(p); };
       try {

@@ -30,6 +30,7 @@ struct ExploreRunOptions {
   int jobs = 0;         // 0: hardware threads
   std::uint64_t shard_index = 0, shard_count = 1;
   std::size_t top_k = 10;
+  std::uint64_t max_plans = strategies::kDefaultMaxPlans;
   strategies::Scorer scorer;  // empty: the coarse level (strategies::coarse_scorer)
   strategies::Scorer refine;  // re-scores the kept plans (strategies::ExploreOptions::refine)
   std::function<void(const strategies::Progress&)> on_progress;

@@ -290,6 +290,13 @@ ResultsFile read_results(const std::string& path,
 }
 
 ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOptions& o) {
+  strategies::ExploreOptions eo;
+  eo.jobs = o.jobs;
+  eo.shard_index = o.shard_index;
+  eo.shard_count = o.shard_count;
+  eo.top_k = o.top_k;
+  eo.max_plans = o.max_plans;
+  strategies::check_plan_limit(sc, eo);  // before anything is written
   make_dir(o.out_dir);
   // The scenario beside its results, so `strata report` can re-simulate a
   // plan from the directory alone (docs/report.md).
@@ -314,11 +321,6 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   std::FILE* out = std::fopen(results.c_str(), "ab");
   if (!out) throw InputError(results, "", "cannot write file");
   std::mutex mu;
-  strategies::ExploreOptions eo;
-  eo.jobs = o.jobs;
-  eo.shard_index = o.shard_index;
-  eo.shard_count = o.shard_count;
-  eo.top_k = o.top_k;
   eo.scorer = o.scorer;
   eo.refine = o.refine;
   eo.finished = &prev.plans;

@@ -183,6 +183,21 @@ TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
         a["counts"]);
 }
 
+TEST_CASE("explore output: a space over --max-plans is refused before anything is written") {
+  // The space holds 4 tp · 4 zero · 3 recompute · 4 micro = 192 plans.
+  TempDir t("limit");
+  auto o = options(t / "out", 1);
+  o.max_plans = 191;
+  CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }) ==
+        "small.json: space: enumerates 192 plans, more than --max-plans 191; list fewer values "
+        "for some axes, split the sweep with --shard i/n, or raise --max-plans");
+  CHECK(!fs::exists(t / "out"));
+  // Half of it per shard fits.
+  o.max_plans = 96;
+  o.shard_count = 2;
+  CHECK(run_explore(scenario(), o).result.enumerated == 96);
+}
+
 TEST_CASE("results.jsonl: a malformed line that is not the last is an error") {
   TempDir t("malformed");
   std::ofstream(t / "results.jsonl") << "{\"plan_id\": \"00000000000000ab\"}\nnot json\n";

@@ -125,21 +125,39 @@ void merge_rule_counts(std::map<std::string, RuleCount>& a,
   }
 }
 
+namespace {
+std::uint64_t shard_size(std::uint64_t space_size, const ExploreOptions& opt) {
+  return space_size > opt.shard_index
+             ? (space_size - opt.shard_index + opt.shard_count - 1) / opt.shard_count
+             : 0;
+}
+}  // namespace
+
+void check_plan_limit(const Scenario& sc, const ExploreOptions& opt) {
+  if (opt.shard_count < 1 || opt.shard_index >= opt.shard_count)
+    throw Error("explore: shard index must be below the shard count");
+  const std::uint64_t size = sc.space ? sc.space->size() : 1;
+  const std::uint64_t n = shard_size(size, opt);
+  if (n > opt.max_plans)
+    throw InputError(sc.file, "space",
+                     "enumerates " + std::to_string(n) + " plans" +
+                         (opt.shard_count > 1 ? " in this shard" : "") + ", more than --max-plans " +
+                         std::to_string(opt.max_plans) +
+                         "; list fewer values for some axes, split the sweep with --shard i/n, "
+                         "or raise --max-plans");
+}
+
 ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  if (opt.shard_count < 1 || opt.shard_index >= opt.shard_count)
-    throw Error("explore: shard index must be below the shard count");
+  check_plan_limit(sc, opt);
   Space space;
   if (sc.space) space = *sc.space;
   space.gpus = sc.cluster.gpus();
 
   ExploreResult res;
   res.space_size = space.size();
-  const std::uint64_t total =
-      res.space_size > opt.shard_index
-          ? (res.space_size - opt.shard_index + opt.shard_count - 1) / opt.shard_count
-          : 0;
+  const std::uint64_t total = shard_size(res.space_size, opt);
   res.enumerated = total;
   const Scorer scorer = opt.scorer ? opt.scorer : coarse_scorer(sc);
   int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::thread::hardware_concurrency());

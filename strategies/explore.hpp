@@ -78,8 +78,15 @@ struct Progress {
   double scoring_s = 0;  // of elapsed_s: since scoring started
 };
 
+// Plans one explore may enumerate unless told otherwise (`--max-plans`):
+// checking runs at ~600,000 plans/s on two cores, so this is about a
+// minute of checking before any scoring.
+inline constexpr std::uint64_t kDefaultMaxPlans = 20'000'000;
+
 struct ExploreOptions {
   int jobs = 0;  // worker threads; 0: the hardware's
+  // A shard of more plans than this is refused before any work (InputError).
+  std::uint64_t max_plans = kDefaultMaxPlans;
   std::uint64_t shard_index = 0;  // plans with index % shard_count == shard_index
   std::uint64_t shard_count = 1;
   std::size_t top_k = 10;
@@ -124,6 +131,11 @@ struct ExploreResult {
 };
 
 ExploreResult explore(const Scenario& sc, const ExploreOptions& options);
+
+// Throws InputError (the scenario's file, path "space") when the shard of
+// the space `options` asks for holds more than options.max_plans plans,
+// saying how many and how to narrow it. explore() calls it first.
+void check_plan_limit(const Scenario& sc, const ExploreOptions& options);
 
 // Plans no other plan beats in both step time and peak memory (ties in both
 // are all kept), by step time, then memory, then id.

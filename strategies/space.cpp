@@ -1,5 +1,7 @@
 #include "strategies/space.hpp"
 
+#include <limits>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -158,8 +160,14 @@ std::string value_name(Axis a, const AxisValue& v) {
 }
 
 std::uint64_t Space::size() const {
+  // Saturates: a space too large to count is larger than any limit.
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t n = 1;
-  for (const auto& ax : axes) n *= ax.values.size();
+  for (const auto& ax : axes) {
+    const std::uint64_t k = ax.values.size();
+    if (k == 0) return 0;
+    n = n > kMax / k ? kMax : n * k;
+  }
   return n;
 }
 

@@ -100,7 +100,7 @@ class Space {
   std::int64_t gpus = 1;  // the cluster's GPUs
 
   // Number of plans: the product of the axes' sizes (1 with no axes).
-  std::uint64_t size() const;
+  std::uint64_t size() const;  // saturates at the largest std::uint64_t
   const SpaceAxis* find(Axis a) const;
   // Plan number `index` < size(): the base plan and batch with this point's
   // values applied.
