@@ -10,6 +10,9 @@
 #include <iostream>
 #include <string>
 
+#include "backend/cpu/blas.hpp"
+#include "backend/cpu/executor.hpp"
+#include "backend/cpu/train.hpp"
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
 #include "report/files.hpp"
@@ -211,7 +214,24 @@ int main(int argc, char** argv) {
   reporter->add_option("DIR", report_dir, "An explore output directory")->required();
   reporter->add_option("--out", report_out, "Write the files there instead of DIR")
       ->type_name("DIR2");
-  for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge})
+  std::string run_backend;
+  backend::cpu::TrainOptions run_options;
+  auto* run = app.add_subcommand(
+      "run", "Train the scenario's plan for real on the CPU executor (ranks as threads): loss "
+             "and time per step, peak memory per rank");
+  run->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
+  run->add_option("--backend", run_backend, "Executor: cpu")
+      ->required()
+      ->check(CLI::IsMember({"cpu"}));
+  run->add_option("--steps", run_options.steps, "Training steps (default 50)")
+      ->check(CLI::Range(1, 100000000));
+  run->add_option("--data", run_options.data,
+                  "A file read as byte-level tokens (the model's vocab must be 256); default: a "
+                  "synthetic Markov corpus whose best loss is known")
+      ->type_name("FILE");
+  run->add_option("--lr", run_options.lr, "Learning rate (default 0.003)")
+      ->check(CLI::Range(0.0, 10.0));
+  for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge, run})
     add_format_option(cmd, format);
   std::string export_input, export_scenario, export_out;
   std::size_t export_rank = 1;
@@ -339,6 +359,23 @@ int main(int argc, char** argv) {
       }
     }
     if (*reporter) out = report::write_report(report_dir, report_out.empty() ? report_dir : report_out);
+    if (*run) {
+      if (!std::filesystem::exists(scenario_path))
+        throw InputError(scenario_path, "", "file not found");
+      if (format == report::Format::Csv) throw InputError("--format", "", "run prints table or json");
+      const auto sc = strategies::load_scenario(scenario_path);
+      if (sc.space) strategies::require_valid_plan(sc);
+      if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+      backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+      const bool tty = ::isatty(STDERR_FILENO) != 0;
+      const auto rep = backend::cpu::train(sc, run_options, [&](const backend::cpu::TrainStep& s) {
+        if (!tty) return;
+        std::fprintf(stderr, "\rrun: step %d/%d, loss %.4f", s.step, run_options.steps, s.loss);
+        if (s.step == run_options.steps) std::fputc('\n', stderr);
+      });
+      out = format == report::Format::Json ? backend::cpu::render_train_json(rep)
+                                           : backend::cpu::render_train_table(rep);
+    }
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
