@@ -1,6 +1,7 @@
 #include "strategies/step_costs.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "costmodel/time_model.hpp"
 #include "strategies/memory.hpp"
@@ -75,29 +76,44 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // Megatron: two all-reduces forward and two backward; with sequence
     // parallelism two all-gathers and two reduce-scatters each way (the same
     // volume; Korthikanti et al. Sec. 4.2.2).
-    const Time one = p.sequence_parallel
-                         ? 2 * (ring(cost::CollectiveOp::AllGather, act, tp_g_) +
-                                ring(cost::CollectiveOp::ReduceScatter, act, tp_g_))
-                         : 2 * ring(cost::CollectiveOp::AllReduce, act, tp_g_);
-    // Backward: Megatron overlaps the input-gradient all-reduce (or
-    // reduce-scatter) of each column-parallel linear with that linear's
-    // weight-gradient GEMM (Korthikanti et al. Table 4's note), half of its
-    // backward. Transformer Engine's overlap (tp_comm_overlap) also hides
-    // forward communication behind the layer's GEMMs: bulk behind half of
-    // them, ring behind all.
-    Time gemm = 0, wgrad = 0;
+    const Time ag = ring(cost::CollectiveOp::AllGather, act, tp_g_);
+    const Time rs = ring(cost::CollectiveOp::ReduceScatter, act, tp_g_);
+    const Time ar = ring(cost::CollectiveOp::AllReduce, act, tp_g_);
+    const Time one = p.sequence_parallel ? 2 * (ag + rs) : 2 * ar;
+    // Transformer Engine's overlap (tp_comm_overlap) also hides forward
+    // communication behind the layer's GEMMs: bulk behind half of them, ring
+    // behind all.
+    Time gemm = 0;
+    std::vector<Time> col_half;  // column-parallel linears' backward GEMM (dgrad = wgrad)
     for (const auto& op : chain_.block.ops) {
       if (op.kind != cost::OpKind::Linear) continue;
       gemm += cost::op_time(gpu, cal_, precision, op, false);
       if (op.name == "qkv" || op.name == "mlp_up" || op.name == "mlp_up_gate")
-        wgrad += cost::op_time(gpu, cal_, precision, op, true) / 2;
+        col_half.push_back(cost::op_time(gpu, cal_, precision, op, true) / 2);
     }
     const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
                       : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
                                                                                 : 0;
     tp_[0] = std::max<Time>(0, one - hide);
-    // Half of the backward volume is the column-parallel input gradients.
-    tp_[1] = one / 2 + std::max<Time>(0, one / 2 - wgrad - hide);
+    // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
+    // Communication). Without sequence parallelism both backward all-reduces
+    // are the column-parallel linears' (QKV, MLP up) input gradients, each
+    // launched beside that linear's weight-gradient GEMM (Korthikanti et al.
+    // 2022, Table 4's note); the row-parallel linears have none. With sequence
+    // parallelism the row-parallel linears' output gradients are all-gathered
+    // before their GEMMs (exposed), and each column-parallel linear gathers
+    // its input again for its weight gradient ("an extra all-gather in the
+    // back-propagation", Sec. 4.2.2) beside its input-gradient GEMM, then
+    // reduce-scatters the input gradient beside its weight-gradient GEMM.
+    Time bwd = p.sequence_parallel ? 2 * ag : 0;
+    for (const Time half : col_half)
+      bwd += p.sequence_parallel
+                 ? std::max<Time>(0, ag - half) + std::max<Time>(0, rs - half)
+                 : std::max<Time>(0, ar - half);
+    // A chain without recognised column-parallel linears keeps its backward
+    // communication exposed.
+    if (col_half.empty()) bwd = one;
+    tp_[1] = std::max<Time>(0, bwd - hide);
   }
   if (p.cp > 1) {
     // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
@@ -166,8 +182,16 @@ Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
 
 Time ModelStepCosts::p2p(Bytes bytes) const {
   // Neighbouring stages share a node when the pipeline group does.
-  return cost::collective_time(cost::CollectiveOp::SendRecv, bytes, 2,
-                               pp_g_.ranks_per_node >= 2 ? 2 : 1, sc_.cluster.node, cal_);
+  const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, bytes, 2,
+                                          pp_g_.ranks_per_node >= 2 ? 2 : 1, sc_.cluster.node, cal_);
+  // Scatter/gather (Narayanan et al. 2021, Sec. 4.1): each tensor-parallel
+  // rank sends 1/t of the activation and the receivers all-gather it over
+  // NVLink before use. With sequence parallelism the tensor is already
+  // split by sequence and stays so.
+  const auto& p = sc_.plan;
+  if (p.implementation.pp_scatter_gather && !p.sequence_parallel && p.tp > 1)
+    return send + ring(cost::CollectiveOp::AllGather, bytes * p.tp, tp_g_);
+  return send;
 }
 
 Time ModelStepCosts::copy(Bytes bytes, CopyDir dir) const {
@@ -187,22 +211,41 @@ Time ModelStepCosts::gemm(Flops flops) const {
 }
 
 Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
-  // Memory-bound: read gradients, weights and state, write weights and state.
   const PerParam per = bytes_per_param(sc_.plan.optimizer, sc_.plan.precision,
                                        sc_.plan.implementation.fp32_grad_accumulation);
-  const double bytes = params * (per.grads + 2 * (per.weights + per.optimizer));
   const Time launch = cost::seconds_to_time(cal_.overheads.optimizer_step_us * 1e-6);
   if (on_host) {
-    // The host's memory bandwidth shared by the node's GPUs' optimizer steps.
+    // Memory-bound: read gradients, weights and state, write weights and
+    // state; the host's memory bandwidth shared by the node's GPUs' steps.
+    const double bytes = params * (per.grads + 2 * (per.weights + per.optimizer));
     const double per_gpu = kHostOptimizerGBps * kGB /
                            static_cast<double>(sc_.cluster.node.gpus_per_node);
     return launch + cost::seconds_to_time(bytes / per_gpu);
   }
-  // One fused multi-tensor kernel per group of tensors when fused.
+  // On the GPU, the passes over the parameters a mixed-precision step makes
+  // (Micikevicius et al. 2018; Megatron-LM's Float16OptimizerWithFloat16Params
+  // .step and zero_grad), each memory-bound, in bytes per parameter:
+  const Precision prec = sc_.plan.precision;
+  const bool mixed = prec != Precision::FP32;
+  const bool grads16 = mixed && !sc_.plan.implementation.fp32_grad_accumulation;
+  double per_param = 0;
+  int passes = 0;
+  auto pass = [&](double b) { per_param += b, ++passes; };
+  pass(per.grads);  // zero the gradient buffer(s) for the next step
+  if (grads16) pass(2 + 4);  // 16-bit gradients into the fp32 main gradients
+  if (prec == Precision::FP16 || prec == Precision::FP8)
+    pass(4 + 4);  // loss scaling: unscale the main gradients, check for inf/NaN
+  pass(mixed ? 4 : per.grads);  // gradient norm (clipping)
+  // The update: read the gradient, read and write weights (master) and state.
+  pass((mixed ? 4 : per.grads) + 2 * (per.optimizer + (mixed ? 0 : per.weights)));
+  if (mixed) pass(4 + per.weights);  // fp32 master weights to the model's copy
+  // One fused multi-tensor kernel per pass when fused, else one per layer.
   cost::KernelShape shape;
-  shape.kernels = sc_.plan.implementation.fused_elementwise ? 4 : 4 * std::max<std::int64_t>(1, sc_.model.layers);
-  return launch + cost::compute_time(sc_.cluster.gpu, cal_, sc_.plan.precision, 0,
-                                     static_cast<Bytes>(bytes), shape);
+  shape.kernels = passes * (sc_.plan.implementation.fused_elementwise
+                                ? 1
+                                : std::max<std::int64_t>(1, sc_.model.layers));
+  return launch + cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
+                                     static_cast<Bytes>(params * per_param), shape);
 }
 
 Time ModelStepCosts::overhead_per_microbatch() const {
