@@ -7,6 +7,7 @@
 #include "sim/error.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/step_layout.hpp"
 
 namespace strata::strategies {
 
@@ -40,22 +41,10 @@ struct ChunkPass {
   Time first_prefetch = 0;
 };
 
-class CoarseStep {
+class CoarseStep : StepLayout {
  public:
   CoarseStep(const Scenario& sc, const StepCosts& costs)
-      : sc_(sc),
-        plan_(sc.plan),
-        costs_(costs),
-        chain_(cost::expand(sc.model, expand_options(sc))),
-        rule_(ActivationRule::of(sc.plan, chain_)),
-        chunks_(chunk_layers(sc.plan, sc.model.layers)),
-        p_(static_cast<int>(sc.plan.pp)),
-        v_(static_cast<int>(sc.plan.virtual_stages)),
-        m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
-        per_(bytes_per_param(sc.plan.optimizer, sc.plan.precision,
-                             sc.plan.implementation.fp32_grad_accumulation)) {
-    first_layer_.assign(chunks_.size() + 1, 0);
-    for (std::size_t k = 0; k < chunks_.size(); ++k) first_layer_[k + 1] = first_layer_[k] + chunks_[k];
+      : StepLayout(sc), sc_(sc), plan_(sc.plan), costs_(costs) {
     price_layers();
     const int chunks = static_cast<int>(chunks_.size());
     fwd_.resize(chunks_.size());
@@ -81,7 +70,7 @@ class CoarseStep {
       bwd_sent[slot(0, mb)] = kNoSend;
     }
     stages_.assign(static_cast<std::size_t>(p_), Stage{});
-    const Time p2p = costs_.p2p(p2p_bytes());
+    const Time p2p = costs_.p2p(p2p_bytes(sc_));
     for (auto& st : stages_) {
       st.compute_free = costs_.overhead_per_step();
       st.acc.compute += st.compute_free;
@@ -218,16 +207,6 @@ class CoarseStep {
   }
   bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
 
-  Bytes p2p_bytes() const {
-    const double e = static_cast<double>(cost::activation_bytes(plan_.precision));
-    const double split = (plan_.sequence_parallel || plan_.implementation.pp_scatter_gather)
-                             ? static_cast<double>(plan_.tp)
-                             : 1.0;
-    return static_cast<Bytes>(static_cast<double>(sc_.batch.micro) *
-                              static_cast<double>(sc_.model.seq_len / plan_.cp) *
-                              static_cast<double>(sc_.model.hidden) * e / split);
-  }
-
   // The per-layer prices every chunk shares (all blocks are alike).
   void price_layers() {
     f_ = costs_.layer(chain_.block, Pass::Forward);
@@ -254,15 +233,6 @@ class CoarseStep {
     if (plan_.offload.weights)
       fetch_ = costs_.copy(static_cast<Bytes>(params * per_.weights), CopyDir::ToDevice);
     overhead_mb_ = costs_.overhead_per_microbatch();
-  }
-
-  Bytes layer_stored(std::int64_t i, std::int64_t n) const {
-    switch (rule_.policy) {
-      case Recompute::None: return rule_.full;
-      case Recompute::Selective: return rule_.selective;
-      case Recompute::Full: return rule_.input;
-      default: return i % rule_.segment(n) == 0 ? rule_.input : 0;
-    }
   }
 
   // A layer pass of `busy` on the compute stream that also waits for
@@ -502,11 +472,6 @@ class CoarseStep {
   const Scenario& sc_;
   const Plan& plan_;
   const StepCosts& costs_;
-  cost::OpChain chain_;
-  ActivationRule rule_;
-  std::vector<std::int64_t> chunks_, first_layer_;
-  int p_, v_, m_;
-  PerParam per_;
   Time f_ = 0, b_ = 0, r_ = 0, core_ = 0, overhead_mb_ = 0;
   std::array<Time, kCommKinds> comm_f_{}, comm_b_{};
   Time comm_f_sum_ = 0, comm_b_sum_ = 0;

@@ -9,6 +9,7 @@
 
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/step_layout.hpp"
 
 namespace strata::strategies {
 
@@ -72,24 +73,10 @@ using sim::TaskKind;
 
 constexpr std::int32_t kNone = -1;
 
-class StepLowering {
+class StepLowering : StepLayout {
  public:
   StepLowering(const Scenario& sc, const StepCosts& costs)
-      : sc_(sc),
-        plan_(sc.plan),
-        costs_(costs),
-        chain_(cost::expand(sc.model, expand_options(sc))),
-        rule_(ActivationRule::of(sc.plan, chain_)),
-        chunks_(chunk_layers(sc.plan, sc.model.layers)),
-        p_(static_cast<int>(sc.plan.pp)),
-        v_(static_cast<int>(sc.plan.virtual_stages)),
-        m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
-        per_(bytes_per_param(sc.plan.optimizer, sc.plan.precision,
-                             sc.plan.implementation.fp32_grad_accumulation)),
-        statics_(estimate_memory(sc)) {
-    first_layer_.assign(chunks_.size() + 1, 0);
-    for (std::size_t k = 0; k < chunks_.size(); ++k)
-      first_layer_[k + 1] = first_layer_[k] + chunks_[k];
+      : StepLayout(sc), sc_(sc), plan_(sc.plan), costs_(costs), statics_(estimate_memory(sc)) {
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     fwd_first_.assign(slots, kNone);
     bwd_first_.assign(slots, kNone);
@@ -220,15 +207,6 @@ class StepLowering {
     one(CommKind::TP, plan_.tp > 1, "tp");
     one(CommKind::CP, plan_.cp > 1, "cp");
     one(CommKind::EP, plan_.ep > 1, "ep");
-  }
-
-  Bytes layer_stored(std::int64_t i, std::int64_t n) const {
-    switch (rule_.policy) {
-      case Recompute::None: return rule_.full;
-      case Recompute::Selective: return rule_.selective;
-      case Recompute::Full: return rule_.input;
-      default: return i % rule_.segment(n) == 0 ? rule_.input : 0;
-    }
   }
 
   void forward(int k, int mb) {
@@ -451,13 +429,7 @@ class StepLowering {
     offloaded_.clear();
     buffers_.clear();
     const int chunks = static_cast<int>(chunks_.size());
-    const double e = static_cast<double>(cost::activation_bytes(plan_.precision));
-    const double split = (plan_.sequence_parallel || plan_.implementation.pp_scatter_gather)
-                             ? static_cast<double>(plan_.tp)
-                             : 1.0;
-    const Bytes p2p_bytes = static_cast<Bytes>(static_cast<double>(sc_.batch.micro) *
-                                               static_cast<double>(sc_.model.seq_len / plan_.cp) *
-                                               static_cast<double>(sc_.model.hidden) * e / split);
+    const Bytes p2p_bytes = StepLayout::p2p_bytes(sc_);
     chunk_ = -1;
     if (const Time t = costs_.overhead_per_step(); t > 0)
       compute("framework/step", t, sim::Phase::None, std::nullopt, 0);
@@ -697,12 +669,6 @@ class StepLowering {
   const Scenario& sc_;
   const Plan& plan_;
   const StepCosts& costs_;
-  cost::OpChain chain_;
-  ActivationRule rule_;
-  std::vector<std::int64_t> chunks_;
-  std::vector<std::int64_t> first_layer_;
-  int p_, v_, m_;
-  PerParam per_;
   sim::TaskGraph g_;
   LoweredStep out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
