@@ -114,6 +114,19 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // communication exposed.
     if (col_half.empty()) bwd = one;
     tp_[1] = std::max<Time>(0, bwd - hide);
+    // Vocabulary-parallel embedding and logits (Megatron-LM): forward, the
+    // embedding's partial lookups are summed over the group (reduce-scattered
+    // with sequence parallelism) and, with sequence parallelism, the logits'
+    // input is all-gathered; backward, the logits' input gradient is
+    // all-reduced (reduce-scattered). Blocking, before and after the head's
+    // and embedding's own kernels.
+    auto& emb = pass_[0];
+    auto& head = pass_[2];
+    emb[0] += p.sequence_parallel ? rs : ar;
+    emb[2] = emb[0];
+    head[0] += p.sequence_parallel ? ag : 0;
+    head[2] = head[0];
+    head[1] += p.sequence_parallel ? rs : ar;
   }
   if (p.cp > 1) {
     // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
