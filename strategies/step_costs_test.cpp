@@ -1,0 +1,111 @@
+// ModelStepCosts against closed forms: with the ideal calibration (every
+// efficiency 1, no latency or overhead) each price is bytes or FLOPs over a
+// datasheet peak, so the tests can spell out what is charged.
+#include "strategies/step_costs.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "costmodel/time_model.hpp"
+#include "strategies/memory.hpp"
+
+namespace strata::strategies {
+namespace {
+
+// A 22B-like layer (Korthikanti et al. Table 3) on one DGX A100: tp 8, b 4.
+Scenario gpt(const std::string& plan, int pp = 1) {
+  return parse_scenario(
+      "{\"model\": {\"layers\": 48, \"hidden\": 6144, \"heads\": 64, \"seq_len\": 2048, "
+      "\"vocab\": 51200},"
+      " \"cluster\": {\"preset\": \"dgx-a100-80g\", \"nodes\": " +
+          std::to_string(pp) + "}, \"batch\": {\"global\": 4, \"micro\": 4}, \"plan\": " + plan + "}",
+      "t.json");
+}
+
+constexpr Bytes kAct = 4LL * 2048 * 6144 * 2;  // b·s·h, fp16
+
+Time coll(const Scenario& sc, const cost::Calibration& cal, cost::CollectiveOp op, Bytes bytes) {
+  return cost::collective_time(op, bytes, 8, 8, sc.cluster.node, cal);
+}
+
+TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps it") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  SUBCASE("without sequence parallelism") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");
+    const ModelStepCosts c(sc, cal);
+    const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * ar);
+    // Both backward all-reduces run beside the QKV and MLP-up weight-gradient
+    // GEMMs, each longer than an all-reduce of b·s·h here: nothing exposed.
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 0);
+  }
+  SUBCASE("with sequence parallelism") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true})");
+    const ModelStepCosts c(sc, cal);
+    const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, kAct);
+    const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * (ag + rs));
+    // The row-parallel linears' output-gradient all-gathers stay exposed; the
+    // extra input all-gathers and the reduce-scatters hide behind GEMMs.
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ag);
+  }
+}
+
+TEST_CASE("vocabulary-parallel embedding and logits communicate over the group") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");
+  const ModelStepCosts c(sc, cal);
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  auto ops = [&](const cost::Layer& l, bool bwd) {
+    Time t = 0;
+    for (const auto& op : l.ops) t += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, bwd);
+    return t;
+  };
+  const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
+  CHECK(c.layer(chain.embedding, Pass::Forward, false) == ops(chain.embedding, false) + ar);
+  CHECK(c.layer(chain.embedding, Pass::Backward, false) == ops(chain.embedding, true));
+  CHECK(c.layer(chain.head, Pass::Forward, false) == ops(chain.head, false));
+  CHECK(c.layer(chain.head, Pass::Backward, false) == ops(chain.head, true) + ar);
+}
+
+TEST_CASE("scatter/gather: a pipeline send is 1/t of the tensor plus the receivers' all-gather") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  const auto sc = gpt(R"({"tp": 8, "pp": 2, "precision": "fp16",
+                          "implementation": {"pp_scatter_gather": true}})",
+                      2);
+  const ModelStepCosts c(sc, cal);
+  const Bytes part = kAct / 8;
+  const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, part, 2, 1, sc.cluster.node, cal);
+  CHECK(c.p2p(part) == send + coll(sc, cal, cost::CollectiveOp::AllGather, kAct));
+  // With sequence parallelism the tensor stays split: the send alone.
+  const auto sp = gpt(R"({"tp": 8, "pp": 2, "precision": "fp16", "sequence_parallel": true,
+                          "implementation": {"pp_scatter_gather": true}})",
+                      2);
+  CHECK(ModelStepCosts(sp, cal).p2p(part) == send);
+}
+
+TEST_CASE("optimizer step: the passes of a mixed-precision Adam step over HBM") {
+  // Bytes per parameter: zero the gradients (their bytes), 16-bit gradients
+  // into fp32 (6), fp16's unscale and inf check (8), the norm (4), the update
+  // (4 + 2·12) and the master weights back (4 + 2): fp16 54, bf16 46; fp32
+  // training: zero 4, norm 4, update 4 + 2·(4 + 8) = 36.
+  const cost::Calibration cal = cost::ideal_calibration();
+  const double params = 1e9;
+  auto expect = [&](const Scenario& sc, double per) {
+    return cost::seconds_to_time(params * per / (sc.cluster.gpu.hbm_GBps * kGB));
+  };
+  const auto fp16 = gpt(R"({"tp": 8, "precision": "fp16"})");
+  CHECK(ModelStepCosts(fp16, cal).optimizer_step(params, false) == expect(fp16, 54));
+  const auto bf16 = gpt(R"({"tp": 8, "precision": "bf16"})");
+  CHECK(ModelStepCosts(bf16, cal).optimizer_step(params, false) == expect(bf16, 46));
+  const auto fp32 = gpt(R"({"tp": 8, "precision": "fp32"})");
+  CHECK(ModelStepCosts(fp32, cal).optimizer_step(params, false) == expect(fp32, 36));
+  // fp32 gradient accumulation (fp16): 6 bytes of gradients to zero, no copy.
+  const auto acc = gpt(R"({"tp": 8, "precision": "fp16",
+                           "implementation": {"fp32_grad_accumulation": true}})");
+  CHECK(ModelStepCosts(acc, cal).optimizer_step(params, false) == expect(acc, 6 + 8 + 4 + 28 + 6));
+}
+
+}  // namespace
+}  // namespace strata::strategies
