@@ -6,13 +6,16 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <string>
 
 #include "backend/cpu/blas.hpp"
+#include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/train.hpp"
+#include "backend/cpu/validate.hpp"
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
 #include "report/files.hpp"
@@ -137,6 +140,41 @@ struct ProgressLine {
   }
 };
 
+// Today's date, ISO 8601 (UTC), for calibration files.
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+// The CPU calibration a prediction uses: --calibration FILE, else the
+// scenario's "calibration", else the cached one, measured (quickly, with
+// the scenario's rank count) and written on first use.
+std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc) {
+  if (!given.empty()) {
+    if (!std::filesystem::exists(given)) throw InputError(given, "", "file not found");
+    return given;
+  }
+  if (sc.calibration) return *sc.calibration;
+  const std::string path = backend::cpu::default_calibration_cache_path();
+  if (std::filesystem::exists(path)) return path;
+  if (!backend::cpu::calibrate_available())
+    throw InputError("--calibration", "",
+                     "no calibration file given and none cached at " + path +
+                         "; this build cannot measure one (configure with -DSTRATA_BUILD_BENCH=ON)");
+  const int ranks = static_cast<int>(std::max<std::int64_t>(1, sc.plan.gpus()));
+  std::cerr << "strata: no CPU calibration yet: measuring this machine (quick, " << ranks
+            << " rank threads) into " << path << "\n";
+  const auto m = backend::cpu::measure_cpu({.quick = true, .ranks = ranks});
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  report::write_file_atomically(
+      path, backend::cpu::calibration_json(m, cost::cluster_preset("cpu-local"), today()));
+  return path;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,6 +271,41 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 10.0));
   for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge, run})
     add_format_option(cmd, format);
+  std::string calibrate_backend, calibrate_out, calibrate_cluster = "cpu-local";
+  backend::cpu::CalibrateOptions calibrate_options;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "Measure this machine for the cost model (GEMM, memory, copies, collectives "
+                   "between rank threads) and write a calibration JSON");
+  calibrate->add_option("--backend", calibrate_backend, "Backend to measure: cpu")
+      ->required()
+      ->check(CLI::IsMember({"cpu"}));
+  calibrate->add_flag("--quick", calibrate_options.quick, "Fewer sizes, shorter runs (under 10 s)");
+  calibrate->add_option("--ranks", calibrate_options.ranks,
+                        "Rank threads running at once while measuring (default 4)")
+      ->check(CLI::Range(1, 256));
+  calibrate->add_option("--cluster", calibrate_cluster,
+                        "Cluster preset whose peaks the file is written against (default cpu-local)");
+  calibrate->add_option("--out", calibrate_out,
+                        "Write the calibration to FILE (default: the cache that validate reads, "
+                        "${XDG_CACHE_HOME:-$HOME/.cache}/strata/cpu-calibration.json)")
+      ->type_name("FILE");
+  add_format_option(calibrate, format);
+  std::string validate_backend, validate_calibration;
+  backend::cpu::ValidateOptions validate_options;
+  auto* validate = app.add_subcommand(
+      "validate", "Run the scenario's plan on the CPU executor and compare with the prediction: "
+                  "step time, peak memory per rank and tag, time per task kind");
+  validate->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
+  validate->add_option("--backend", validate_backend, "Executor: cpu")
+      ->required()
+      ->check(CLI::IsMember({"cpu"}));
+  validate->add_option("--calibration", validate_calibration,
+                       "Calibration JSON (default: the scenario's, else the cached CPU calibration, "
+                       "measured on first use)")
+      ->type_name("FILE");
+  validate->add_option("--steps", validate_options.steps, "Measured steps (default 5, after 1 warm-up)")
+      ->check(CLI::Range(1, 1000000));
+  add_format_option(validate, format);
   std::string export_input, export_scenario, export_out;
   std::size_t export_rank = 1;
   report::ExportTarget export_target = report::ExportTarget::Megatron;
@@ -375,6 +448,37 @@ int main(int argc, char** argv) {
       });
       out = format == report::Format::Json ? backend::cpu::render_train_json(rep)
                                            : backend::cpu::render_train_table(rep);
+    }
+    if (*calibrate) {
+      if (format == report::Format::Csv) throw InputError("--format", "", "calibrate prints table or json");
+      const auto cluster = cost::cluster_preset(calibrate_cluster);
+      const auto m = backend::cpu::measure_cpu(calibrate_options);
+      const std::string json = backend::cpu::calibration_json(m, cluster, today());
+      const std::string path =
+          calibrate_out.empty() ? backend::cpu::default_calibration_cache_path() : calibrate_out;
+      const auto parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent);
+      report::write_file_atomically(path, json);
+      std::cerr << "calibrate: wrote " << path << "\n";
+      out = format == report::Format::Json ? json : backend::cpu::render_measurements(m);
+    }
+    if (*validate) {
+      if (!std::filesystem::exists(scenario_path))
+        throw InputError(scenario_path, "", "file not found");
+      if (format == report::Format::Csv) throw InputError("--format", "", "validate prints table or json");
+      auto sc = strategies::load_scenario(scenario_path);
+      if (sc.space) strategies::require_valid_plan(sc);
+      if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+      // The prediction and the executor's lowering both read sc.calibration.
+      sc.calibration = cpu_calibration_path(validate_calibration, sc);
+      const auto cal = cost::load_calibration_file(*sc.calibration, cost::default_calibration(sc.cluster.gpu));
+      if (cal.backend != "cpu")
+        std::cerr << "strata: warning: validate: " << *sc.calibration << " is a \"" << cal.backend
+                  << "\" calibration, not one measured by the CPU backend\n";
+      backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+      const auto rep = backend::cpu::validate(sc, validate_options);
+      out = format == report::Format::Json ? backend::cpu::render_validate_json(rep)
+                                           : backend::cpu::render_validate_table(rep);
     }
     // Printed only once complete: an error leaves stdout empty.
     std::fwrite(out.data(), 1, out.size(), stdout);

@@ -1,0 +1,131 @@
+#include "backend/cpu/validate.hpp"
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/blas.hpp"
+#include "costmodel/model_io.hpp"
+#include "sim/error.hpp"
+
+namespace strata::backend::cpu {
+namespace {
+
+using strategies::Plan;
+using strategies::Scenario;
+
+TEST_CASE("cpu/validate: Kendall's tau on known rankings") {
+  // Same order: every pair concordant. Reversed: every pair discordant. One
+  // adjacent swap among four: 5 concordant, 1 discordant of 6 pairs.
+  const std::vector<double> a{1, 2, 3, 4};
+  CHECK(kendall_tau(a, std::vector<double>{10, 20, 30, 40}) == doctest::Approx(1.0));
+  CHECK(kendall_tau(a, std::vector<double>{4, 3, 2, 1}) == doctest::Approx(-1.0));
+  CHECK(kendall_tau(a, std::vector<double>{1, 3, 2, 4}) == doctest::Approx(4.0 / 6.0));
+  // tau-b with a tie in the first series: 5 concordant of 6 pairs, one tied
+  // in a: 5 / sqrt(5 · 6).
+  CHECK(kendall_tau(std::vector<double>{1, 2, 2, 3}, a) == doctest::Approx(5.0 / std::sqrt(30.0)));
+  CHECK_THROWS_AS(kendall_tau(std::vector<double>{1}, std::vector<double>{1}), Error);
+  CHECK_THROWS_AS(kendall_tau(a, std::vector<double>{1, 2}), Error);
+  CHECK_THROWS_AS(kendall_tau(a, std::vector<double>{5, 5, 5, 5}), Error);
+}
+
+TEST_CASE("cpu/validate: task operations fall into the kinds the comparison sums") {
+  using strategies::TaskOp;
+  CHECK(work_kind(TaskOp::Forward) == WorkKind::Forward);
+  CHECK(work_kind(TaskOp::Backward) == WorkKind::Backward);
+  CHECK(work_kind(TaskOp::Recompute) == WorkKind::Recompute);
+  CHECK(work_kind(TaskOp::DpReduce) == WorkKind::Collective);
+  CHECK(work_kind(TaskOp::Zero3Gather) == WorkKind::Collective);
+  CHECK(work_kind(TaskOp::GatherWeights) == WorkKind::Collective);
+  CHECK(work_kind(TaskOp::SendActivation) == WorkKind::P2p);
+  CHECK(work_kind(TaskOp::SendGradient) == WorkKind::P2p);
+  CHECK(work_kind(TaskOp::Offload) == WorkKind::Copy);
+  CHECK(work_kind(TaskOp::Prefetch) == WorkKind::Copy);
+  CHECK(work_kind(TaskOp::OptimizerStep) == WorkKind::Optimizer);
+  CHECK(work_kind_name(WorkKind::P2p) == "p2p");
+}
+
+// A small GPT on cpu-local with dp 2 x pp 2, ZeRO-1, 1F1B, offload: every
+// part of the report is exercised.
+Scenario tiny_plan() {
+  Scenario sc;
+  sc.model.name = "tiny-validate";
+  sc.model.layers = 4;
+  sc.model.hidden = 32;
+  sc.model.heads = 2;
+  sc.model.kv_heads = 2;
+  sc.model.ffn_hidden = 128;
+  sc.model.vocab = 16;
+  sc.model.seq_len = 8;
+  sc.model.dropout = false;
+  sc.cluster = cost::cluster_preset("cpu-local");
+  sc.batch = {8, 2};
+  Plan p;
+  p.dp = 2;
+  p.pp = 2;
+  p.zero = 1;
+  p.schedule = strategies::Schedule::OneFOneB;
+  p.precision = cost::Precision::FP32;
+  p.implementation.attention = cost::AttentionKernel::Standard;
+  sc.plan = p;
+  sc.cluster.node.gpus_per_node = 4;
+  return sc;
+}
+
+TEST_CASE("cpu/validate: the JSON holds predicted and measured with the contract's fields") {
+  // The shape `strata validate --format json` promises (docs/validate.md):
+  // both sides with step_time_s, peak_memory_bytes (the highest rank's),
+  // bytes by tag and seconds by task kind; one task row per lowered task.
+  // Timings are whatever this machine gives; only their presence and
+  // consistency are checked.
+  set_blas_threads(1);
+  const Scenario sc = tiny_plan();
+  const ValidateReport r = validate(sc, {.steps = 2, .warmup = 1});
+  CHECK(r.ranks == 4);
+  CHECK(r.step_times_s.size() == 2);
+  const auto j = nlohmann::json::parse(render_validate_json(r));
+  for (const char* side : {"predicted", "measured"}) {
+    CAPTURE(side);
+    const auto& s = j.at(side);
+    CHECK(s.at("step_time_s").get<double>() > 0);
+    CHECK(s.at("peak_memory_bytes").get<std::int64_t>() > 0);
+    CHECK(s.at("memory_breakdown_bytes").at("params").get<std::int64_t>() > 0);
+    CHECK(s.at("memory_breakdown_bytes").at("activations").get<std::int64_t>() > 0);
+    CHECK(s.at("time_by_kind_s").at("forward").get<double>() > 0);
+    CHECK(s.at("time_by_kind_s").at("backward").get<double>() > 0);
+    CHECK(s.at("time_by_kind_s").at("p2p").get<double>() > 0);
+    CHECK(s.at("time_by_kind_s").at("collective").get<double>() > 0);
+    REQUIRE(s.at("memory_per_rank").size() == 4);
+    // The peak is the highest rank's.
+    std::int64_t most = 0;
+    for (const auto& rk : s.at("memory_per_rank")) most = std::max(most, rk.at("peak_bytes").get<std::int64_t>());
+    CHECK(s.at("peak_memory_bytes").get<std::int64_t>() == most);
+  }
+  CHECK(j.at("tasks").size() == r.tasks.size());
+  CHECK(!r.tasks.empty());
+  // Each rank's measured tasks were all run: every row has a measured time.
+  for (const auto& t : r.tasks) CHECK(t.measured_s >= 0);
+  // The GPU model's runtime is left out of the CPU prediction and said so.
+  CHECK(j.at("excluded_bytes").at("runtime").get<std::int64_t>() > 0);
+  // Each rank is predicted as its stage's representative: same stage as
+  // measured, and ranks of one stage get the same figures.
+  REQUIRE(r.predicted.ranks.size() == r.measured.ranks.size());
+  for (std::size_t i = 0; i < r.measured.ranks.size(); ++i) {
+    CHECK(r.predicted.ranks[i].stage == r.measured.ranks[i].stage);
+    for (std::size_t k = 0; k < i; ++k)
+      if (r.predicted.ranks[k].stage == r.predicted.ranks[i].stage)
+        CHECK(r.predicted.ranks[k].peak == r.predicted.ranks[i].peak);
+  }
+}
+
+TEST_CASE("cpu/validate: a plan the executor refuses is an error, not a report") {
+  Scenario sc = tiny_plan();
+  sc.plan.tp = 2;
+  sc.plan.dp = 1;
+  CHECK_THROWS_AS(validate(sc, {.steps = 1}), Error);
+}
+
+}  // namespace
+}  // namespace strata::backend::cpu

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Predicted against measured step time on the CPU backend, over a fixed
+matrix of plans on 4 rank threads (docs/accuracy.md, "CPU backend").
+
+    bench/validate_matrix.py STRATA [--calibration FILE] [--steps N] [--markdown]
+
+Runs `strata validate PLAN --backend cpu --format json` for every plan of
+MATRIX (one small GPT, every plan on 4 ranks: data parallelism with ZeRO 0-3,
+pipelines with GPipe, 1F1B and interleaved schedules, mixes of both,
+recompute policies, activation offload), then prints each plan's predicted
+and measured step time and peak memory, the median |error| of the step time
+and Kendall's tau-b between the predicted and the measured ranking. A
+benchmark, not a test: the figures depend on the machine and its load.
+Tensor parallelism is not in the matrix: the CPU executor refuses tp > 1.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+MODEL = {
+    "name": "cpu-matrix",
+    "layers": 8, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 256, "seq_len": 64,
+    "mlp": "gelu", "norm": "layernorm", "bias": True, "position_embedding": "learned",
+    "tied_embeddings": True, "dropout": False,
+    "source": "made up for the CPU backend's accuracy matrix",
+}
+BATCH = {"global": 16, "micro": 2}
+BASE = {"precision": "fp32", "optimizer": "adam", "implementation": {"attention": "standard"}}
+
+# name -> plan keys (on top of BASE); every plan has dp * pp = 4.
+MATRIX = [
+    ("dp4", {"dp": 4}),
+    ("dp4-zero1", {"dp": 4, "zero": 1}),
+    ("dp4-zero2", {"dp": 4, "zero": 2}),
+    ("dp4-zero3", {"dp": 4, "zero": 3}),
+    ("dp4-selective", {"dp": 4, "recompute": "selective"}),
+    ("dp4-full", {"dp": 4, "recompute": "full"}),
+    ("dp4-offload", {"dp": 4, "offload": {"activations": True}}),
+    ("pp4-gpipe", {"pp": 4, "schedule": "gpipe"}),
+    ("pp4-1f1b", {"pp": 4, "schedule": "1f1b"}),
+    ("pp4-interleaved2", {"pp": 4, "schedule": "interleaved", "virtual_stages": 2}),
+    ("pp4-1f1b-full", {"pp": 4, "schedule": "1f1b", "recompute": "full"}),
+    ("dp2-pp2-1f1b", {"dp": 2, "pp": 2, "schedule": "1f1b"}),
+    ("dp2-pp2-1f1b-zero1-selective", {"dp": 2, "pp": 2, "schedule": "1f1b", "zero": 1, "recompute": "selective"}),
+    ("dp2-pp2-gpipe-zero3", {"dp": 2, "pp": 2, "schedule": "gpipe", "zero": 3}),
+    ("dp2-pp2-1f1b-offload", {"dp": 2, "pp": 2, "schedule": "1f1b", "offload": {"activations": True}}),
+    ("dp2-pp2-every2", {"dp": 2, "pp": 2, "schedule": "1f1b", "recompute": "every_k", "recompute_k": 2}),
+]
+
+
+def scenario(plan):
+    return {"model": MODEL, "cluster": {"preset": "cpu-local", "gpus_per_node": 4},
+            "batch": BATCH, "plan": {**BASE, **plan}}
+
+
+def write_scenarios(directory):
+    paths = []
+    for name, plan in MATRIX:
+        path = os.path.join(directory, name + ".json")
+        with open(path, "w") as f:
+            json.dump(scenario(plan), f, indent=1)
+        paths.append((name, path))
+    return paths
+
+
+def kendall_tau_b(a, b):
+    c = d = ta = tb = n = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            n += 1
+            da, db = a[i] - a[j], b[i] - b[j]
+            ta += da == 0
+            tb += db == 0
+            if da == 0 or db == 0:
+                continue
+            if (da > 0) == (db > 0):
+                c += 1
+            else:
+                d += 1
+    return (c - d) / math.sqrt((n - ta) * (n - tb))
+
+
+def run(strata, path, calibration, steps):
+    cmd = [strata, "validate", path, "--backend", "cpu", "--format", "json", "--steps", str(steps)]
+    if calibration:
+        cmd += ["--calibration", calibration]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("strata")
+    ap.add_argument("--calibration")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--keep", help="write the scenarios and outputs to this directory")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        where = args.keep or tmp
+        os.makedirs(where, exist_ok=True)
+        rows = []
+        for name, path in write_scenarios(where):
+            r = run(args.strata, path, args.calibration, args.steps)
+            if args.keep:
+                with open(os.path.join(where, name + ".out.json"), "w") as f:
+                    json.dump(r, f, indent=1)
+            rows.append((name, r))
+            print(f"{name}: predicted {r['predicted']['step_time_s']*1e3:.1f} ms, "
+                  f"measured {r['measured']['step_time_s']*1e3:.1f} ms", file=sys.stderr)
+    pred = [r["predicted"]["step_time_s"] for _, r in rows]
+    meas = [r["measured"]["step_time_s"] for _, r in rows]
+    errs = [abs(p - m) / m for p, m in zip(pred, meas)]
+    tau = kendall_tau_b(pred, meas)
+    sep = " | " if args.markdown else "  "
+    head = ["plan", "predicted ms", "measured ms", "error", "pred peak B", "meas peak B", "peak gap B"]
+    if args.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|---|" + "---:|" * (len(head) - 1))
+    else:
+        print(sep.join(head))
+    for (name, r), p, m in zip(rows, pred, meas):
+        pp, mp = r["predicted"]["peak_memory_bytes"], r["measured"]["peak_memory_bytes"]
+        cells = [name, f"{p*1e3:.1f}", f"{m*1e3:.1f}", f"{100*(p-m)/m:+.1f} %", str(pp), str(mp), str(pp - mp)]
+        print(("| " + " | ".join(cells) + " |") if args.markdown else sep.join(cells))
+    print()
+    print(f"plans: {len(rows)}; median |step time error|: {100*statistics.median(errs):.1f} %; "
+          f"Kendall tau-b (predicted vs measured ranking): {tau:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `strata calibrate --backend cpu` and `strata validate
+SCENARIO --backend cpu`: the calibration file reads back and is what
+validate uses, validate's JSON has the contract's fields, the cache is
+made on first use and reused, bad input exits 2 with nothing on stdout.
+Plumbing only: no timing is checked (the machines are noisy).
+
+    check_validate.py STRATA SOURCE_DIR
+
+Exits 77 (skipped) when the build has no Google Benchmark to calibrate with.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+strata, root = sys.argv[1], sys.argv[2]
+tiny = os.path.join(root, "configs", "scenarios", "tiny-cpu.json")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def run(*args, env=None):
+    return subprocess.run([strata, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    cal = os.path.join(tmp, "cal.json")
+    p = run("calibrate", "--backend", "cpu", "--quick", "--ranks", "2", "--out", cal, "--format", "json")
+    if p.returncode != 0 and "Google Benchmark" in p.stderr:
+        print("skipped: this build cannot calibrate (no Google Benchmark)")
+        sys.exit(77)
+    check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr})")
+    written = json.load(open(cal))
+    check(json.loads(p.stdout) == written, "calibrate --format json prints the file it wrote")
+    check(written["backend"] == "cpu", "the calibration says backend cpu")
+    for key in ("gemm", "memory", "copies", "collectives", "overheads_us"):
+        check(key in written, f"the calibration has {key}")
+    check(written["gemm"]["fp32"]["peak_tflops"] == 0.085,
+          "GEMM points are written against cpu-local's fp32 peak")
+    check(written["memory"]["peak_GBps"] == 10, "memory points are written against cpu-local's 10 GB/s")
+    check(written["collectives"]["intra_node"]["group"] == 2, "collectives measured over --ranks threads")
+
+    p = run("validate", tiny, "--backend", "cpu", "--calibration", cal, "--steps", "2", "--format", "json")
+    check(p.returncode == 0, f"validate exits 0 (got {p.returncode}: {p.stderr})")
+    r = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(r.get("ranks") == 4 and r.get("dp") == 2 and r.get("pp") == 2, "tiny-cpu runs on 4 ranks, dp 2 x pp 2")
+    check(len(r.get("step_times_s", [])) == 2, "two measured steps")
+    for side in ("predicted", "measured"):
+        s = r.get(side, {})
+        check(s.get("step_time_s", 0) > 0, f"{side}.step_time_s > 0")
+        peaks = [x["peak_bytes"] for x in s.get("memory_per_rank", [])]
+        check(len(peaks) == 4, f"{side}: memory per rank for 4 ranks")
+        check(s.get("peak_memory_bytes") == max(peaks or [0]), f"{side}.peak_memory_bytes is the highest rank's")
+        for tag in ("params", "grads", "optimizer_states", "activations", "comm_buffers"):
+            check(tag in s.get("memory_breakdown_bytes", {}), f"{side}.memory_breakdown_bytes.{tag}")
+        for kind in ("forward", "backward", "recompute", "collective", "p2p", "copy", "optimizer"):
+            check(kind in s.get("time_by_kind_s", {}), f"{side}.time_by_kind_s.{kind}")
+        check(s.get("time_by_kind_s", {}).get("recompute", 0) > 0, f"{side}: tiny-cpu recomputes (selective)")
+    check(r.get("calibration", "").startswith(written["machine"]), "validate names the calibration it used")
+    check(len(r.get("tasks", [])) > 0 and all({"id", "kind", "predicted_s", "measured_s"} <= set(t) for t in r["tasks"]),
+          "one row per task with predicted_s and measured_s")
+
+    p = run("validate", tiny, "--backend", "cpu", "--calibration", cal, "--steps", "1")
+    check(p.returncode == 0 and "step time (ms)" in p.stdout and "peak memory" in p.stdout,
+          "the table shows step time and peak memory")
+
+    # First use without a calibration file: measured quickly into the cache, then reused.
+    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "cache"))
+    cached = os.path.join(tmp, "cache", "strata", "cpu-calibration.json")
+    p = run("validate", tiny, "--backend", "cpu", "--steps", "1", "--format", "json", env=env)
+    check(p.returncode == 0, f"validate without a calibration exits 0 ({p.stderr})")
+    check(os.path.exists(cached), "the first use writes the cached calibration")
+    check("measuring" in p.stderr, "the first use says it measures")
+    p = run("validate", tiny, "--backend", "cpu", "--steps", "1", "--format", "json", env=env)
+    check(p.returncode == 0 and "measuring" not in p.stderr, "the second use reads the cache")
+
+    # Bad input: exit 2, message on stderr, nothing on stdout.
+    p = run("validate", tiny, "--backend", "cpu", "--calibration", os.path.join(tmp, "missing.json"))
+    check(p.returncode == 2 and p.stdout == "" and "file not found" in p.stderr, "a missing calibration file exits 2")
+    tp = json.load(open(tiny))
+    tp["plan"] = {**tp["plan"], "tp": 2, "dp": 1, "zero": 0}
+    tp_path = os.path.join(tmp, "tp.json")
+    json.dump(tp, open(tp_path, "w"))
+    p = run("validate", tp_path, "--backend", "cpu", "--calibration", cal)
+    check(p.returncode == 2 and p.stdout == "" and "tensor parallelism" in p.stderr,
+          f"a plan the executor refuses exits 2 naming why ({p.returncode}: {p.stderr.strip()})")
+    bad = os.path.join(tmp, "bad-cal.json")
+    json.dump({**written, "memory": {"peak_GBps": 10, "points": [{"bytes": 1024, "GBps": 50}]}}, open(bad, "w"))
+    p = run("validate", tiny, "--backend", "cpu", "--calibration", bad)
+    check(p.returncode == 2 and p.stdout == "" and "memory.points" in p.stderr,
+          f"a calibration above its peak exits 2 naming the JSON path ({p.stderr.strip()})")
+
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("ok")
