@@ -269,6 +269,10 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   run->add_option("--lr", run_options.lr, "Learning rate (default 0.003)")
       ->check(CLI::Range(0.0, 10.0));
+  run->add_option("--trace", trace_path,
+                  "Write the last step's measured task times (each stage's first rank) as a "
+                  "Chrome/Perfetto trace to FILE, the format of simulate --trace")
+      ->type_name("FILE");
   for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge, run})
     add_format_option(cmd, format);
   std::string calibrate_backend, calibrate_out, calibrate_cluster = "cpu-local";
@@ -440,6 +444,7 @@ int main(int argc, char** argv) {
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
       backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+      run_options.trace = !trace_path.empty();
       const bool tty = ::isatty(STDERR_FILENO) != 0;
       const auto rep = backend::cpu::train(sc, run_options, [&](const backend::cpu::TrainStep& s) {
         if (!tty) return;
@@ -448,6 +453,7 @@ int main(int argc, char** argv) {
       });
       out = format == report::Format::Json ? backend::cpu::render_train_json(rep)
                                            : backend::cpu::render_train_table(rep);
+      if (!trace_path.empty()) report::write_file_atomically(trace_path, rep.trace);
     }
     if (*calibrate) {
       if (format == report::Format::Csv) throw InputError("--format", "", "calibrate prints table or json");

@@ -814,6 +814,22 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
   return out;
 }
 
+sim::RunResult Executor::measured(const StepResult& r) const {
+  const Impl& I = *impl_;
+  sim::RunResult run;
+  run.tasks.assign(I.low.graph.num_tasks(), {});
+  std::vector<bool> representative(I.ranks.size(), false);
+  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0;
+  for (const TaskTime& t : r.tasks) {
+    if (!representative[static_cast<std::size_t>(t.rank)]) continue;
+    auto& tm = run.tasks[static_cast<std::size_t>(t.task)];
+    tm.start = static_cast<Time>(t.start * 1e9);
+    tm.end = std::max(tm.start, static_cast<Time>(t.end * 1e9));
+    run.makespan = std::max(run.makespan, tm.end);
+  }
+  return run;
+}
+
 std::map<std::string, std::vector<float>> Executor::parameters() const {
   const Impl& I = *impl_;
   std::map<std::string, std::vector<float>> out;

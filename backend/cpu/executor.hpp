@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "backend/cpu/allocator.hpp"
+#include "sim/engine.hpp"
 #include "strategies/lower.hpp"
 #include "strategies/scenario.hpp"
 
@@ -103,6 +104,12 @@ class Executor {
   std::map<std::string, std::vector<float>> parameters() const;
   // With capture_gradients: the last step's reduced gradients, by name.
   const std::map<std::string, std::vector<float>>& gradients() const;
+
+  // A step's measured task times as a replay result of lowered().graph, for
+  // sim::chrome_trace: each stage's tasks as its dp-rank-0 rank (the
+  // lowering's representative) ran them, in ns since the step began; no
+  // resource or pool usage.
+  sim::RunResult measured(const StepResult& r) const;
 
  private:
   struct Impl;

@@ -325,6 +325,14 @@ TEST_CASE("cpu/executor: task times: every task of a rank's stage, in graph orde
     }
   }
   CHECK(r.seconds > 0);
+  // As a replay result: every task of the graph has its rank's times.
+  const sim::RunResult run = ex.measured(r);
+  REQUIRE(run.tasks.size() == ex.lowered().graph.num_tasks());
+  for (const auto& t : r.tasks) {
+    CHECK(run.tasks[static_cast<std::size_t>(t.task)].end >= run.tasks[static_cast<std::size_t>(t.task)].start);
+    CHECK(run.tasks[static_cast<std::size_t>(t.task)].end <= run.makespan);
+  }
+  CHECK(run.makespan <= static_cast<Time>(r.seconds * 1e9) + 1);
 }
 
 TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {

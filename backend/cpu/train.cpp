@@ -8,6 +8,7 @@
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/rng.hpp"
 #include "sim/error.hpp"
+#include "sim/trace.hpp"
 #include "strategies/step_costs.hpp"
 
 namespace strata::backend::cpu {
@@ -96,6 +97,7 @@ TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
       take_peaks(into.host, m.host);
     }
     if (on_step) on_step(r.steps.back());
+    if (opts.trace && s == opts.steps) r.trace = sim::chrome_trace(ex.lowered().graph, ex.measured(res));
   }
   return r;
 }

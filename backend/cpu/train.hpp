@@ -21,6 +21,7 @@ struct TrainOptions {
   float lr = 3e-3f;            // Adam's; see ExecutorOptions
   float weight_decay = 0.0f;
   double markov_sharpness = 2.0;
+  bool trace = false;          // keep the last step's measured Chrome trace
 };
 
 struct TrainStep {
@@ -47,6 +48,7 @@ struct TrainReport {
   std::vector<TrainRankMemory> memory;  // by rank
   double predicted_step_s = 0;  // the simulator's replay of the same task graph
   std::int64_t tasks_per_step = 0;
+  std::string trace;  // with TrainOptions::trace: the last step, sim::chrome_trace's format
 };
 
 // Runs the steps; `on_step` (optional) sees each one as it finishes. Throws

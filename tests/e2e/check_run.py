@@ -54,6 +54,17 @@ def main(strata, scenario):
     # The table names the data and the best loss.
     table = run(strata, "run", scenario, "--backend", "cpu", "--steps", "2").stdout
     check("entropy rate" in table and "peak memory per rank" in table, table)
+    # --trace: the last step's measured task times under the graph's task ids,
+    # in simulate --trace's format (Chrome trace events).
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "run.json")
+        run(strata, "run", scenario, "--backend", "cpu", "--steps", "2", "--trace", path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    names = {e["name"] for e in events if e.get("ph") == "X"}
+    for task in ("s0:fwd/embedding/mb0", "s0:fwd/L0/mb0", "s1:fwd/head/mb3", "s1:bwd/L3/mb0",
+                 "s0:send-act/c0/mb0", "s0:dp-reduce/bucket0", "s1:optimizer-step"):
+        check(task in names, f"{task} not in the measured trace")
     # --data needs a byte-level model (vocab 256): bad input, exit 2, naming the rule.
     bad = run(strata, "run", scenario, "--backend", "cpu", "--data", __file__, expect=2)
     check("model.vocab" in bad.stderr and bad.stdout == "", bad.stderr)
