@@ -62,18 +62,29 @@ std::vector<Case> cases_of(const json& file) {
       // Megatron-LM 2021 Table 1: fp16, full recompute, interleaved
       // schedule with scatter/gather; microbatch and virtual stages not
       // stated: microbatch 1, 2 virtual stages. Megatron-LM of 2021 reduced
-      // gradients after the backward pass, not overlapped with it.
+      // gradients after the backward pass, not overlapped with it; it had
+      // neither the asynchronous tensor-parallel all-reduce of the input
+      // gradient beside the weight-gradient GEMM (--async-tensor-model-
+      // parallel-allreduce) nor gradient-accumulation fusion
+      // (--gradient-accumulation-fusion): both came later in 2021/2022, and
+      // its local DDP added each gradient into the (fp16, its default for
+      // fp16 training) main_grad buffer with a separate kernel per backward.
+      // A setting of the code the family ran, the same for every row.
       const int pp = st.at("pp").get<int>();
       json plan = {{"tp", st.at("tp")}, {"pp", pp}, {"dp", st.at("dp")}, {"recompute", "full"},
                    {"precision", "fp16"},
                    {"implementation", {{"attention", "standard"}, {"pp_scatter_gather", pp > 1},
-                                       {"overlap_grad_reduce", false}}}};
+                                       {"overlap_grad_reduce", false},
+                                       {"tp_grad_overlap", false},
+                                       {"grad_accumulation_fusion", false}}}};
       if (pp > 1) {
         plan["schedule"] = "interleaved";
         plan["virtual_stages"] = 2;
       }
       Case k{id, fam, "tflops_per_gpu",
-             "fp16, full recompute, gradient reduction not overlapped; microbatch 1, v = 2 (not stated)",
+             "fp16, full recompute, gradient reduction not overlapped; 2021 Megatron-LM: TP gradient "
+             "all-reduce not overlapped, separate gradient-accumulation kernel; microbatch 1, v = 2 "
+             "(not stated)",
              num(meas, "tflops_per_gpu"), json::object()};
       k.scenario = {{"model", gpt_model(m, true)},
                     {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", hw.at("count").get<int>() / 8}}},

@@ -60,6 +60,16 @@ struct Implementation {
   // per parameter with fp16 (which also keeps 16-bit gradients), 4 instead of
   // 2 with bf16/fp8. Off: ZeRO's accounting, 2 bytes (16 per parameter with Adam).
   bool fp32_grad_accumulation = false;
+  // Backward tensor-parallel communication of the input gradient launched
+  // beside the weight-gradient GEMM (Megatron-LM's asynchronous
+  // tensor-model-parallel all-reduce, later always on): only what exceeds the
+  // GEMM is exposed. Off (Megatron-LM of 2021): all of it is exposed.
+  bool tp_grad_overlap = true;
+  // Weight gradients accumulated into the gradient buffer by the
+  // weight-gradient GEMM itself (Megatron-LM's --gradient-accumulation-fusion).
+  // Off: a separate memory-bound kernel per layer and microbatch adds each
+  // new gradient into the buffer (step_costs.cpp).
+  bool grad_accumulation_fusion = true;
   // Order in which ranks are laid out, innermost (fastest varying) first.
   std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                         ParallelDim::PP};

@@ -48,6 +48,9 @@ Implementation read_implementation(const JsonReader& r) {
   im.pp_scatter_gather = r.bool_or("pp_scatter_gather", im.pp_scatter_gather);
   im.overlap_p2p = r.bool_or("overlap_p2p", im.overlap_p2p);
   im.fp32_grad_accumulation = r.bool_or("fp32_grad_accumulation", im.fp32_grad_accumulation);
+  im.tp_grad_overlap = r.bool_or("tp_grad_overlap", im.tp_grad_overlap);
+  im.grad_accumulation_fusion =
+      r.bool_or("grad_accumulation_fusion", im.grad_accumulation_fusion);
   if (auto ro = r.get("rank_order")) im.rank_order = read_rank_order(*ro);
   r.reject_unknown_keys();
   return im;

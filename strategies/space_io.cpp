@@ -210,6 +210,9 @@ std::string canonical_json(const Plan& p, const Batch& b) {
                          {"overlap_p2p", im.overlap_p2p},
                          {"fp32_grad_accumulation", im.fp32_grad_accumulation},
                          {"rank_order", order}};
+  // Added later: written only when off, so the ids of existing plans stay.
+  if (!im.tp_grad_overlap) implementation["tp_grad_overlap"] = false;
+  if (!im.grad_accumulation_fusion) implementation["grad_accumulation_fusion"] = false;
   json plan = {{"dp", p.dp},
                {"tp", p.tp},
                {"pp", p.pp},

@@ -57,6 +57,40 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
         (op.kind == cost::OpKind::Dropout && op.core_saved_bytes > 0))
       core_ += cost::op_time(gpu, cal_, precision, op, false);
 
+  // Gradient accumulation without fusion (implementation.grad_accumulation_
+  // fusion false): after each layer's backward of a microbatch, a separate
+  // memory-bound kernel per weight matrix adds the new gradient into the
+  // gradient buffer (Megatron-LM's DDP hook, main_grad.add_(grad); PyTorch's
+  // AccumulateGrad without one). Bytes per parameter: read the new gradient
+  // (16-bit with mixed precision, else 4), read and write the buffer — fp32
+  // when gradients accumulate in fp32 (fp32_grad_accumulation, or fp32
+  // training), else 16-bit as the gradient: 2 + 4 + 4 = 10 or 2 + 2 + 2 = 6.
+  // The pass is charged whatever the buffer's precision because the kernel
+  // runs whatever it is; fused, the weight-gradient GEMM accumulates in its
+  // epilogue and the pass is free (Megatron-LM fuses only into an fp32
+  // buffer: a plan that accumulates in 16 bits on Megatron-LM says false).
+  // Only the linear layers' weight matrices: that is what the GEMM fusion
+  // covers; biases, norms and the embedding lookup's gradient are accumulated
+  // by small separate kernels either way (not charged).
+  if (!sc.plan.implementation.grad_accumulation_fusion) {
+    const bool mixed = precision != Precision::FP32;
+    const bool fp32_buffer = !mixed || sc.plan.implementation.fp32_grad_accumulation;
+    const double per_param = (mixed ? 2.0 : 4.0) + 2.0 * (fp32_buffer ? 4.0 : 2.0);
+    for (int i = 0; i < 3; ++i) {
+      double params = 0;
+      cost::KernelShape shape;
+      shape.kernels = 0;
+      for (const auto& op : layers[i]->ops)
+        if (op.kind == cost::OpKind::Linear && op.matrices > 0) {
+          params += static_cast<double>(op.matrix_params());
+          shape.kernels += op.matrices;
+        }
+      if (shape.kernels == 0) continue;
+      pass_[static_cast<std::size_t>(i)][1] += cost::compute_time(
+          gpu, cal_, precision, 0, static_cast<Bytes>(params * per_param), shape);
+    }
+  }
+
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
   tp_g_ = mesh_.placement(rep, MeshDim::TP);
   cp_g_ = mesh_.placement(rep, MeshDim::CP);
@@ -105,11 +139,17 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // its input again for its weight gradient ("an extra all-gather in the
     // back-propagation", Sec. 4.2.2) beside its input-gradient GEMM, then
     // reduce-scatters the input gradient beside its weight-gradient GEMM.
+    // Without that overlap (implementation.tp_grad_overlap false: Megatron-LM
+    // of 2021, before --async-tensor-model-parallel-allreduce) each
+    // communication waits for the GEMM before it: all of it is exposed.
+    const bool overlap = p.implementation.tp_grad_overlap;
     Time bwd = p.sequence_parallel ? 2 * ag : 0;
-    for (const Time half : col_half)
+    for (const Time col : col_half) {
+      const Time half = overlap ? col : 0;
       bwd += p.sequence_parallel
                  ? std::max<Time>(0, ag - half) + std::max<Time>(0, rs - half)
                  : std::max<Time>(0, ar - half);
+    }
     // A chain without recognised column-parallel linears keeps its backward
     // communication exposed.
     if (col_half.empty()) bwd = one;

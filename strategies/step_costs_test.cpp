@@ -52,6 +52,66 @@ TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps
   }
 }
 
+TEST_CASE("tensor parallelism without the backward overlap (tp_grad_overlap false)") {
+  // Megatron-LM of 2021 waited for each input-gradient all-reduce before the
+  // weight-gradient GEMM: all of the backward communication is exposed.
+  const cost::Calibration cal = cost::ideal_calibration();
+  SUBCASE("without sequence parallelism: both all-reduces") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16",
+                            "implementation": {"tp_grad_overlap": false}})");
+    const ModelStepCosts c(sc, cal);
+    const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ar);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * ar);  // forward unchanged
+  }
+  SUBCASE("with sequence parallelism: the output-gradient all-gathers, and per "
+          "column-parallel linear the input all-gather and the reduce-scatter") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true,
+                            "implementation": {"tp_grad_overlap": false}})");
+    const ModelStepCosts c(sc, cal);
+    const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, kAct);
+    const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ag + 2 * (ag + rs));
+  }
+}
+
+TEST_CASE("gradient accumulation without fusion: a pass over the weight gradients per microbatch") {
+  // 12·h²/t weight-matrix parameters per block on each rank (QKV 3h², output
+  // h², MLP 8h²). Without fusion each layer's backward adds a memory-bound
+  // pass: read the 16-bit gradient, read and write the buffer — 2 + 2 + 2
+  // bytes per parameter into a 16-bit buffer, 2 + 4 + 4 into an fp32 one.
+  const cost::Calibration cal = cost::ideal_calibration();
+  const double params = 12.0 * 6144 * 6144 / 8;
+  auto pass = [&](const Scenario& sc, double per) {
+    return cost::seconds_to_time(static_cast<double>(static_cast<Bytes>(params * per)) /
+                                 (sc.cluster.gpu.hbm_GBps * kGB));
+  };
+  const auto fused = gpt(R"({"tp": 8, "precision": "fp16"})");
+  const cost::OpChain chain = cost::expand(fused.model, expand_options(fused));
+  const ModelStepCosts base(fused, cal);
+  auto added = [&](const Scenario& sc, Pass p) {
+    return ModelStepCosts(sc, cal).layer(chain.block, p, false) - base.layer(chain.block, p, false);
+  };
+  const auto fp16 = gpt(R"({"tp": 8, "precision": "fp16",
+                            "implementation": {"grad_accumulation_fusion": false}})");
+  CHECK(added(fp16, Pass::Backward) == pass(fp16, 6));
+  CHECK(added(fp16, Pass::Forward) == 0);
+  CHECK(added(fp16, Pass::Recompute) == 0);
+  // Strict like every implementation key: a boolean or an error.
+  CHECK_THROWS_AS(gpt(R"({"implementation": {"grad_accumulation_fusion": 0}})"), InputError);
+  CHECK_THROWS_AS(gpt(R"({"implementation": {"tp_grad_overlap": "no"}})"), InputError);
+  const auto fp32_acc = gpt(R"({"tp": 8, "precision": "fp16",
+                                "implementation": {"grad_accumulation_fusion": false,
+                                                   "fp32_grad_accumulation": true}})");
+  const cost::OpChain acc_chain = cost::expand(fp32_acc.model, expand_options(fp32_acc));
+  CHECK(ModelStepCosts(fp32_acc, cal).layer(acc_chain.block, Pass::Backward, false) -
+            ModelStepCosts(gpt(R"({"tp": 8, "precision": "fp16",
+                                   "implementation": {"fp32_grad_accumulation": true}})"),
+                           cal)
+                .layer(acc_chain.block, Pass::Backward, false) ==
+        pass(fp32_acc, 10));
+}
+
 TEST_CASE("vocabulary-parallel embedding and logits communicate over the group") {
   const cost::Calibration cal = cost::ideal_calibration();
   const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");
