@@ -220,6 +220,14 @@ Exported export_megatron(const Scenario& sc) {
                  "documented with tp, cp and ep, not pipeline parallelism; nearest: "
                  "--use-distributed-optimizer, ZeRO-1)");
   }
+  // Fused gradient accumulation is Megatron-LM's default (Megatron-FSDP,
+  // above, already turns it off).
+  if (!im.grad_accumulation_fusion && !(p.zero >= 2 && p.pp == 1))
+    f.add("--no-gradient-accumulation-fusion");
+  if (!im.tp_grad_overlap && p.tp > 1)
+    un.push_back("implementation.tp_grad_overlap=false (Megatron-LM always launches the "
+                 "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
+                 "--no-async-tensor-model-parallel-allreduce is deprecated and ignored)");
   if (im.overlap_grad_reduce) f.add("--overlap-grad-reduce");
   if (im.overlap_param_gather && sharded_optimizer) {
     if (im.overlap_grad_reduce)

@@ -166,6 +166,24 @@ TEST_CASE("megatron: GPT-3 175B, tp 8 pp 8 interleaved v 4, sequence parallel, s
   CHECK(e.text[e.text.size() - 2] != '\\');
 }
 
+TEST_CASE("megatron: 2021 Megatron-LM's unfused gradient accumulation and blocking TP all-reduce") {
+  const auto sc = scenario(R"({"model": "gpt3-175b", "cluster": {"preset": "dgx-a100-80g", "nodes": 8},
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"tp": 8, "pp": 8, "precision": "fp16",
+               "implementation": {"grad_accumulation_fusion": false, "tp_grad_overlap": false}}})");
+  const auto e = export_megatron(sc);
+  // Gradient-accumulation fusion has a flag to turn it off.
+  CHECK(has(flags(e), "--no-gradient-accumulation-fusion"));
+  // The asynchronous input-gradient all-reduce no longer can be turned off:
+  // its flag is deprecated and ignored, so the plan's choice is reported.
+  CHECK_FALSE(has(flags(e), "--no-async-tensor-model-parallel-allreduce"));
+  CHECK(contains(unsupported(e, "implementation.tp_grad_overlap"), "deprecated and ignored"));
+  // The defaults emit neither.
+  const auto d = export_megatron(gpt3());
+  CHECK_FALSE(has(flags(d), "--no-gradient-accumulation-fusion"));
+  CHECK(unsupported(d, "implementation.tp_grad_overlap").empty());
+}
+
 TEST_CASE("megatron: ZeRO-3 with offload on one pipeline stage is Megatron-FSDP") {
   const auto e = export_megatron(llama_zero3(1));
   const auto f = flags(e);
