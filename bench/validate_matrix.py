@@ -2,15 +2,20 @@
 """Predicted against measured step time on the CPU backend, over a fixed
 matrix of plans on 4 rank threads (docs/accuracy.md, "CPU backend").
 
-    bench/validate_matrix.py STRATA [--calibration FILE] [--steps N] [--markdown]
+    bench/validate_matrix.py STRATA [--calibration FILE] [--steps N] [--rounds R] [--markdown]
 
 Runs `strata validate PLAN --backend cpu --format json` for every plan of
 MATRIX (one small GPT, every plan on 4 ranks: data parallelism with ZeRO 0-3,
 pipelines with GPipe, 1F1B and interleaved schedules, mixes of both,
 recompute policies, activation offload), then prints each plan's predicted
 and measured step time and peak memory, the median |error| of the step time
-and Kendall's tau-b between the predicted and the measured ranking. A
-benchmark, not a test: the figures depend on the machine and its load.
+and Kendall's tau-b between the predicted and the measured ranking. With
+--rounds R > 1 the matrix runs R times, plan after plan each round (so a
+change of the machine's load touches every plan alike); a plan's measured
+step time is the median of its rounds' medians, and tau-b between rounds
+(measured against measured) shows how much of the ranking the noise
+alone decides. A benchmark, not a test: the figures depend on the machine
+and its load.
 Tensor parallelism is not in the matrix: the CPU executor refuses tp > 1.
 """
 import argparse
@@ -100,21 +105,32 @@ def main():
     ap.add_argument("strata")
     ap.add_argument("--calibration")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--keep", help="write the scenarios and outputs to this directory")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         where = args.keep or tmp
         os.makedirs(where, exist_ok=True)
-        rows = []
-        for name, path in write_scenarios(where):
-            r = run(args.strata, path, args.calibration, args.steps)
-            if args.keep:
-                with open(os.path.join(where, name + ".out.json"), "w") as f:
-                    json.dump(r, f, indent=1)
-            rows.append((name, r))
-            print(f"{name}: predicted {r['predicted']['step_time_s']*1e3:.1f} ms, "
-                  f"measured {r['measured']['step_time_s']*1e3:.1f} ms", file=sys.stderr)
+        scenarios = write_scenarios(where)
+        rounds = []  # per round: name -> output
+        for k in range(args.rounds):
+            out = {}
+            for name, path in scenarios:
+                r = run(args.strata, path, args.calibration, args.steps)
+                if args.keep:
+                    with open(os.path.join(where, f"{name}.{k}.out.json"), "w") as f:
+                        json.dump(r, f, indent=1)
+                out[name] = r
+                print(f"round {k}: {name}: predicted {r['predicted']['step_time_s']*1e3:.1f} ms, "
+                      f"measured {r['measured']['step_time_s']*1e3:.1f} ms", file=sys.stderr)
+            rounds.append(out)
+    rows = []
+    for name, _ in scenarios:
+        r = dict(rounds[0][name])
+        r["measured"] = dict(r["measured"])
+        r["measured"]["step_time_s"] = statistics.median(x[name]["measured"]["step_time_s"] for x in rounds)
+        rows.append((name, r))
     pred = [r["predicted"]["step_time_s"] for _, r in rows]
     meas = [r["measured"]["step_time_s"] for _, r in rows]
     errs = [abs(p - m) / m for p, m in zip(pred, meas)]
@@ -131,8 +147,16 @@ def main():
         cells = [name, f"{p*1e3:.1f}", f"{m*1e3:.1f}", f"{100*(p-m)/m:+.1f} %", str(pp), str(mp), str(pp - mp)]
         print(("| " + " | ".join(cells) + " |") if args.markdown else sep.join(cells))
     print()
-    print(f"plans: {len(rows)}; median |step time error|: {100*statistics.median(errs):.1f} %; "
+    print(f"plans: {len(rows)}; rounds: {args.rounds}; steps per plan and round: {args.steps}; "
+          f"median |step time error|: {100*statistics.median(errs):.1f} %; "
           f"Kendall tau-b (predicted vs measured ranking): {tau:.3f}")
+    if args.rounds > 1:
+        names = [n for n, _ in scenarios]
+        taus = [kendall_tau_b([rounds[i][n]["measured"]["step_time_s"] for n in names],
+                              [rounds[j][n]["measured"]["step_time_s"] for n in names])
+                for i in range(args.rounds) for j in range(i + 1, args.rounds)]
+        print("Kendall tau-b between rounds (measured vs measured): " +
+              ", ".join(f"{t:.3f}" for t in taus))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/host_info.hpp"
+#include "backend/cpu/kernels.hpp"
+#include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/calibration.hpp"
 #include "sim/error.hpp"
@@ -60,7 +62,8 @@ void legalise(std::vector<Point>& pts, double cap, const std::string& what,
     p.eff = std::max(p.eff, kMinEff);
   }
   for (std::size_t i = pts.size(); i-- > 1;) {
-    const double least = pts[i].eff / (1.0 + std::log(pts[i].size / pts[i - 1].size)) * (1 + 1e-6);
+    // 1e-4 above the bound: the file's 6 significant digits stay inside it.
+    const double least = pts[i].eff / (1.0 + std::log(pts[i].size / pts[i - 1].size)) * (1 + 1e-4);
     if (pts[i - 1].eff < least) {
       pts[i - 1].eff = std::min(cap, least);
       ++raised;
@@ -142,10 +145,20 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
     }
   }
 
-  // Memory-bound kernels: a memcpy of S bytes moves 2S (read and write).
+  // Memory-bound kernels, sized as the op chain sizes them: the bytes one
+  // kernel reads and writes. With the backend's kernels measured: GeLU and
+  // layer norm over S input bytes move 2S each, Adam's update of S/4
+  // parameters 7S (gradient, and weight and two moments read and written,
+  // strategies::bytes_per_param); the rate is their 11S over their time,
+  // read at 2S (a layer kernel's size). Else memcpy (S bytes copied move 2S).
   std::vector<Point> mem;
-  for (const auto& p : m.memory)
-    mem.push_back({2.0 * p.size, 2.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
+  if (!m.elementwise.empty()) {
+    for (const auto& p : m.elementwise)
+      mem.push_back({2.0 * p.size, 11.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
+  } else {
+    for (const auto& p : m.memory)
+      mem.push_back({2.0 * p.size, 2.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
+  }
   mem = increasing(mem);
   legalise(mem, kMaxEff, "memory", notes);
   if (!mem.empty())
@@ -223,9 +236,14 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
       std::to_string(m.ranks) +
       " rank threads run the same benchmark at once. GEMM: OpenBLAS sgemm (one thread per call), m = n "
       "= k, against the cluster's fp32 peak " + num(gpu.tflops.fp32) +
-      " TFLOPS (the same curve for every dtype: the backend computes in fp32). Memory: memcpy, 2 "
-      "bytes moved per byte copied, against hbm_GBps " + num(gpu.hbm_GBps) +
-      " (cache-resident sizes run faster than that DRAM figure and are clamped). Copies (offload to "
+      " TFLOPS (the same curve for every dtype: the backend computes in fp32). Memory: " +
+      std::string(m.elementwise.empty() ? "memcpy, 2 bytes moved per byte copied"
+                                        : "the byte-weighted rate of the backend's GeLU and layer norm "
+                                          "forward kernels (each moving twice its input bytes, the op "
+                                          "chain's count) and Adam's update (28 bytes per parameter), which "
+                                          "run 10-40x slower than memcpy") +
+      ", against hbm_GBps " + num(gpu.hbm_GBps) +
+      " (cache-resident sizes may run faster than that DRAM figure and are then clamped). Copies (offload to "
       "the host pool): allocate, copy, free, against pcie_GBps " + num(node.pcie_GBps) +
       ", pinned and pageable alike. Collectives: the executor's shared-memory rings (backend/cpu/"
       "comm.hpp) over " + std::to_string(n) + " threads; latency_us and step_latency_us fitted from "
@@ -238,8 +256,12 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
   j["source"] = src;
 
   std::string text = j.dump(2) + "\n";
-  // What we write must read back.
-  cost::parse_calibration_text(text, "calibrate output", cost::ideal_calibration());
+  // What we write must read back; if not, it is a bug here, not bad input.
+  try {
+    cost::parse_calibration_text(text, "calibrate output", cost::ideal_calibration());
+  } catch (const InputError& e) {
+    throw Error(std::string("calibrate: the calibration written does not read back: ") + e.what());
+  }
   return text;
 }
 
@@ -257,6 +279,8 @@ std::string render_measurements(const CpuMeasurements& m) {
   };
   rows("gemm n (m=n=k)", m.gemm, "GFLOP/s", [](const SizeTime& p) { return 2 * p.size * p.size * p.size / p.seconds / 1e9; });
   rows("memcpy bytes", m.memory, "GB/s (2 bytes moved per byte)", [](const SizeTime& p) { return 2 * p.size / p.seconds / 1e9; });
+  rows("elementwise bytes", m.elementwise, "GB/s (GeLU + layer norm forward + Adam: 11 bytes per input byte)",
+       [](const SizeTime& p) { return 11 * p.size / p.seconds / 1e9; });
   rows("copy bytes", m.copy, "GB/s", [](const SizeTime& p) { return p.size / p.seconds / 1e9; });
   const double n = std::max(2, m.ranks);
   rows("all_reduce bytes", m.all_reduce, "algbw GB/s", [](const SizeTime& p) { return p.size / p.seconds / 1e9; });
@@ -413,6 +437,29 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                         }
                                       }),
          n);
+    // What the cost model prices by bytes: the element-wise kernels of a
+    // layer (GeLU, layer norm) and the optimizer's update (Adam).
+    tune(benchmark::RegisterBenchmark(("elementwise/" + std::to_string(s)).c_str(),
+                                      [s](benchmark::State& st) {
+                                        const std::int64_t n = std::max<std::int64_t>(128, s / 4);
+                                        TrackingAllocator a;
+                                        Tensor x(a, {n}, MemTag::Other), y(a, {n}, MemTag::Other),
+                                            g(a, {128}, MemTag::Other), b(a, {128}, MemTag::Other);
+                                        for (std::int64_t i = 0; i < n; ++i) x[i] = 0.01f * static_cast<float>(i % 101) - 0.5f;
+                                        for (std::int64_t i = 0; i < 128; ++i) g[i] = 1.0f;
+                                        std::vector<Tensor> P, G;
+                                        P.emplace_back(a, Shape{n}, MemTag::Params);
+                                        G.emplace_back(a, Shape{n}, MemTag::Grads);
+                                        for (std::int64_t i = 0; i < n; ++i) G[0][i] = 1e-3f * static_cast<float>(i % 7);
+                                        Adam adam(a, {.lr = 1e-6f});
+                                        for (auto _ : st) {
+                                          gelu_forward(x.data(), y.data(), n);
+                                          layernorm_forward(x.data(), g.data(), b.data(), y.data(), n / 128, 128, 1e-5f);
+                                          adam.step(P, G);
+                                          benchmark::DoNotOptimize(y.data());
+                                        }
+                                      }),
+         n);
     // Offload: a clone into another pool (allocate, copy) and its free.
     tune(benchmark::RegisterBenchmark(("copy/" + std::to_string(s)).c_str(),
                                       [s](benchmark::State& st) {
@@ -503,6 +550,8 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
   for (const auto s : byte_sizes) {
     m.memory.push_back({static_cast<double>(s), get("memory/" + std::to_string(s))});
     m.copy.push_back({static_cast<double>(s), get("copy/" + std::to_string(s))});
+    m.elementwise.push_back({static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4),
+                             get("elementwise/" + std::to_string(s))});
   }
   m.kernel_us = get("kernel") * 1e6;
   m.step_us = get("step") * 1e6;

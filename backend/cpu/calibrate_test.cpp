@@ -98,6 +98,20 @@ TEST_CASE("cpu/calibrate: a smaller size slower than the reader's rule allows is
   CHECK(g.at(s0) * (1 + std::log(s1 / s0)) >= g.at(s1) * (1 - 1e-6));
 }
 
+TEST_CASE("cpu/calibrate: with the backend's element-wise kernels measured, they set the memory curve") {
+  // GeLU + layer norm over S input bytes (2S each) and Adam over S/4
+  // parameters (7S) move 11S; at 11S / t = 2 GB/s the curve reads 0.2 of
+  // cpu-local's 10 GB/s at 2S, and memcpy (which would say 0.5) is not used.
+  auto m = synthetic();
+  const double S = 1 << 20;
+  m.elementwise = {{S, 11 * S / 2e9}};
+  const auto cluster = cost::cluster_preset("cpu-local");
+  const auto cal = cost::parse_calibration_text(calibration_json(m, cluster, "2026-11-30"), "test",
+                                                cost::ideal_calibration());
+  REQUIRE(cal.memory.size() == 1);
+  CHECK(cal.memory.at(2 * S) == doctest::Approx(0.2).epsilon(1e-4));
+}
+
 TEST_CASE("cpu/calibrate: a cluster without the peaks the file is written against is refused") {
   auto cluster = cost::cluster_preset("cpu-local");
   cluster.node.intra_node_GBps = 0;
