@@ -66,7 +66,7 @@ std::vector<Case> cases_of(const json& file) {
       // neither the asynchronous tensor-parallel all-reduce of the input
       // gradient beside the weight-gradient GEMM (--async-tensor-model-
       // parallel-allreduce) nor gradient-accumulation fusion
-      // (--gradient-accumulation-fusion): both came later in 2021/2022, and
+      // (--gradient-accumulation-fusion): both appear later (by 2022), and
       // its local DDP added each gradient into the (fp16, its default for
       // fp16 training) main_grad buffer with a separate kernel per backward.
       // A setting of the code the family ran, the same for every row.
