@@ -58,6 +58,9 @@ struct Rank {
   std::vector<Bucket> buckets;
   std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
   std::vector<int> layer_bucket;               // ZeRO-3: by layer, −1 off this stage
+  // Optimizer offload: fp32 master parameters and the step's gradients in
+  // the host pool, in the optimizer's list order.
+  std::vector<Tensor> host_params, host_grads;
   // One step's state.
   std::map<int, EmbeddingSaved> emb;
   std::map<Key, BlockSaved> saved;       // (layer, mb)
@@ -140,6 +143,9 @@ struct Executor::Impl {
   void release_layer_params(Rank& R, int layer);
   void ensure_layer_grads(Rank& R, int layer);
   void optimizer_step(Rank& R);
+  bool offload_optimizer() const { return sc.plan.offload.optimizer != strategies::OffloadTarget::None; }
+  void grads_to_host(Rank& R);
+  void weights_to_device(Rank& R);
   void gather_weights(Rank& R);
   void capture(Rank& R);
   // Calls fn(param, offset in param, offset in range, count) for the pieces
@@ -172,8 +178,8 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
   if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
     return "parameter-server data parallelism is not executed by the CPU backend yet";
   if (p.offload.weights) return "weight offload is not executed by the CPU backend yet";
-  if (p.offload.optimizer != strategies::OffloadTarget::None)
-    return "optimizer offload (ZeRO-Offload) is not executed by the CPU backend yet";
+  if (p.offload.optimizer == strategies::OffloadTarget::Nvme)
+    return "optimizer offload to NVMe (ZeRO-Infinity) is not executed by the CPU backend yet";
   if (p.recompute == cost::Recompute::Optimal)
     return "the optimal recompute planner is not executed by the CPU backend";
   if (p.optimizer == Optimizer::Adam4bit) return "4-bit Adam is not implemented by the CPU backend";
@@ -359,7 +365,8 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
       }
     }
   }
-  R.opt = make_optimizer(R.device);
+  // ZeRO-Offload keeps the optimizer's states in the host pool.
+  R.opt = make_optimizer(offload_optimizer() ? R.host : R.device);
 }
 
 std::unique_ptr<Optimizer> Executor::Impl::make_optimizer(Allocator& a) const {
@@ -466,6 +473,8 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::Prefetch: return move_saved(R.saved.at({t.layer, t.microbatch}), R.device);
     case TaskOp::OptimizerStep: return optimizer_step(R);
     case TaskOp::GatherWeights: return gather_weights(R);
+    case TaskOp::GradsToHost: return grads_to_host(R);
+    case TaskOp::WeightsToDevice: return weights_to_device(R);
     default: break;
   }
   throw Error("executor: task " + low.graph.tasks()[static_cast<std::size_t>(index)].id +
@@ -684,7 +693,75 @@ void Executor::Impl::capture(Rank& R) {
     });
 }
 
+void Executor::Impl::grads_to_host(Rank& R) {
+  // ZeRO-Offload: the gradients this rank steps (its stage's, or its chunks
+  // with ZeRO) go to the host pool; the fp32 master parameters live there
+  // from the first step on.
+  if (opt.capture_gradients) capture(R);
+  GptModel& model = *R.model;
+  const bool first = R.host_params.empty();
+  R.host_grads.clear();
+  if (zero == 0) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (!R.owned[i]) continue;
+      R.host_grads.push_back(model.grads()[i].clone(R.host, MemTag::Grads));
+      if (first) R.host_params.push_back(model.params()[i].clone(R.host, MemTag::Params));
+    }
+    return;
+  }
+  for (auto& b : R.buckets) {
+    if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    R.host_grads.push_back(b.shard_grad.clone(R.host, MemTag::Grads));
+    b.shard_grad.release();
+    if (!first) continue;
+    Tensor master(R.host, {b.mine.size()}, MemTag::Params);
+    if (!b.shard_param.empty()) {
+      std::memcpy(master.data(), b.shard_param.data(), static_cast<std::size_t>(b.shard_param.bytes()));
+    } else {
+      for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+        std::memcpy(master.data() + at, model.params()[static_cast<std::size_t>(i)].data() + off,
+                    static_cast<std::size_t>(n) * sizeof(float));
+      });
+    }
+    R.host_params.push_back(std::move(master));
+  }
+}
+
+void Executor::Impl::weights_to_device(Rank& R) {
+  GptModel& model = *R.model;
+  if (zero == 0) {
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (R.owned[i]) {
+        const Tensor& h = R.host_params[j++];
+        std::memcpy(model.params()[i].data(), h.data(), static_cast<std::size_t>(h.bytes()));
+      }
+    return;
+  }
+  for (std::size_t j = 0; j < R.buckets.size(); ++j) {
+    Bucket& b = R.buckets[j];
+    if (b.shard_param.empty()) b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
+    std::memcpy(b.shard_param.data(), R.host_params[j].data(), static_cast<std::size_t>(R.host_params[j].bytes()));
+  }
+  if (zero >= 3) {
+    // As optimizer_step does on the device: the embedding and head's chunks
+    // are gathered whole again.
+    for (auto& [task, bi] : R.bucket_of_task) {
+      Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+      R.dp->all_gather(b.shard_param.span(), flat.span());
+      unpack(R, b, flat.data(), false);
+      b.shard_param.release();
+    }
+  }
+}
+
 void Executor::Impl::optimizer_step(Rank& R) {
+  if (offload_optimizer()) {
+    R.opt->step(R.host_params, R.host_grads);
+    R.host_grads.clear();
+    return;
+  }
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   std::vector<Tensor> P, G;

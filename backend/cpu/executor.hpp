@@ -21,9 +21,10 @@
 // sharded optimizer step, all-gather of weights) and 3 (per-layer gathers
 // and reduce-scatters), pipeline parallelism with GPipe, 1F1B and
 // interleaved schedules, recompute none / selective / full / every_k / sqrt,
-// activation offload. Refused with strata::Error (Executor::unsupported says
-// why): tensor, context and expert parallelism, PipeDream schedules,
-// gradient compression, parameter servers, weight and optimizer offload,
+// activation offload, optimizer offload to the host (ZeRO-Offload). Refused
+// with strata::Error (Executor::unsupported says why): tensor, context and
+// expert parallelism, PipeDream schedules, gradient compression, parameter
+// servers, weight offload, optimizer offload to NVMe,
 // the `optimal` recompute planner, 4-bit Adam, and ZeRO with an optimizer
 // whose update is not elementwise (LARS, LAMB, Adafactor, SM3).
 //

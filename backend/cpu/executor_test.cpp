@@ -251,6 +251,31 @@ TEST_CASE("cpu/executor: ZeRO 1, 2 and 3 equal plain data parallelism and one ra
   check_equivalent(tiny(3, plan_with(4, 1, 3), 8, 1));
 }
 
+TEST_CASE("cpu/executor: optimizer offload (ZeRO-Offload) steps on the host pool and equals the plain step") {
+  // Gradients (or their ZeRO chunks) go to the host, the optimizer steps
+  // fp32 master parameters there, the updated weights come back: the same
+  // arithmetic, so the same numbers; the optimizer states live on the host.
+  for (int zero : {0, 2, 3}) {
+    CAPTURE(zero);
+    Plan p = plan_with(zero == 0 ? 1 : 2, 1, zero);
+    p.offload.optimizer = strategies::OffloadTarget::Cpu;
+    check_equivalent(tiny(2, p, 8, 2));
+  }
+  Plan p = plan_with(2, 1, 2);
+  p.offload.optimizer = strategies::OffloadTarget::Cpu;
+  const Scenario sc = tiny(2, p, 8, 2);
+  set_blas_threads(1);
+  Executor ex(sc);
+  const Batch in = batch_of(sc, 4);
+  const auto r = ex.step(in.tokens, in.targets);
+  const auto states = static_cast<std::size_t>(MemTag::OptimizerStates);
+  for (const auto& m : r.memory) {
+    CHECK(m.device.peak[states] == 0);
+    CHECK(m.host.current[states] > 0);  // momentum, kept between steps
+    CHECK(m.host.current[static_cast<std::size_t>(MemTag::Params)] > 0);  // the master chunk
+  }
+}
+
 TEST_CASE("cpu/executor: pipeline schedules (GPipe, 1F1B, interleaved) equal no pipeline") {
   // Two stages exchange activations and gradients by send/recv; the tied
   // word embedding's gradient is all-reduced between the first and last stage.
