@@ -457,6 +457,11 @@ int main(int argc, char** argv) {
     }
     if (*calibrate) {
       if (format == report::Format::Csv) throw InputError("--format", "", "calibrate prints table or json");
+      if (!backend::cpu::calibrate_available()) {
+        std::cerr << "strata: error: calibrate: this build has no Google Benchmark (configure with "
+                     "-DSTRATA_BUILD_BENCH=ON)\n";
+        return 1;
+      }
       const auto cluster = cost::cluster_preset(calibrate_cluster);
       const auto m = backend::cpu::measure_cpu(calibrate_options);
       const std::string json = backend::cpu::calibration_json(m, cluster, today());

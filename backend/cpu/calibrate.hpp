@@ -68,7 +68,8 @@ struct CpuMeasurements {
 // False when this build has no Google Benchmark (STRATA_BUILD_BENCH=OFF).
 bool calibrate_available();
 
-// Runs the microbenchmarks (quick: about 5 s; full: about a minute).
+// Runs the microbenchmarks (quick: 2-3 s, full: about 100 s on the 2-core
+// development machine).
 // Sets OpenBLAS to one thread per call (as `strata run` does). Throws
 // Error when calibrate_available() is false.
 CpuMeasurements measure_cpu(const CalibrateOptions& opts);
