@@ -2,8 +2,9 @@
 """End-to-end checks of `strata calibrate --backend cpu` and `strata validate
 SCENARIO --backend cpu`: the calibration file reads back and is what
 validate uses, validate's JSON has the contract's fields, the cache is
-made on first use and reused, bad input exits 2 with nothing on stdout.
-Plumbing only: no timing is checked (the machines are noisy).
+made on first use and reused, every plan of the accuracy matrix
+(bench/validate_matrix.py: 16 plans on 4 ranks) validates, bad input exits
+2 with nothing on stdout. Plumbing only: no timing is checked (the machines are noisy).
 
     check_validate.py STRATA SOURCE_DIR
 
@@ -70,6 +71,16 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run("validate", tiny, "--backend", "cpu", "--calibration", cal, "--steps", "1")
     check(p.returncode == 0 and "step time (ms)" in p.stdout and "peak memory" in p.stdout,
           "the table shows step time and peak memory")
+
+    # Every plan of the accuracy matrix (bench/validate_matrix.py) runs on 4
+    # ranks and validates (plumbing: one measured step, no timing checked).
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import validate_matrix
+    check(len(validate_matrix.MATRIX) >= 12, "the accuracy matrix has at least 12 plans")
+    for name, path in validate_matrix.write_scenarios(tmp):
+        p = run("validate", path, "--backend", "cpu", "--calibration", cal, "--steps", "1", "--format", "json")
+        ok = p.returncode == 0 and json.loads(p.stdout)["ranks"] == 4
+        check(ok, f"matrix plan {name} validates on 4 ranks ({p.returncode}: {p.stderr.strip()})")
 
     # First use without a calibration file: measured quickly into the cache, then reused.
     env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "cache"))
