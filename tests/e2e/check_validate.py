@@ -74,6 +74,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Every plan of the accuracy matrix (bench/validate_matrix.py) runs on 4
     # ranks and validates (plumbing: one measured step, no timing checked).
+    sys.dont_write_bytecode = True  # no __pycache__ in the source tree
     sys.path.insert(0, os.path.join(root, "bench"))
     import validate_matrix
     check(len(validate_matrix.MATRIX) >= 12, "the accuracy matrix has at least 12 plans")
