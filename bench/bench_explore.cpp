@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "report/explore.hpp"
 #include "strategies/coarse.hpp"
 #include "strategies/explore.hpp"
 #include "strategies/memory.hpp"
@@ -82,6 +83,29 @@ void BM_ScoreLayer(benchmark::State& state) {
   score_loop(state, simulator_scorer(sweep().base), 97);
 }
 BENCHMARK(BM_ScoreLayer)->Unit(benchmark::kMillisecond)->Iterations(40);
+
+// What the explorer does per plan beside scoring: the memory bound again
+// and the results.jsonl line (report::result_line).
+void BM_ResultLine(benchmark::State& state) {
+  const auto& plans = sweep().feasible;
+  const Scorer scorer = coarse_scorer(sweep().base);
+  std::vector<Score> scores;
+  for (std::size_t i = 0; i < 64; ++i) scores.push_back(scorer(plans[i * 97]));
+  std::size_t i = 0, bytes = 0;
+  for (auto _ : state) {
+    const Scenario& sc = plans[i * 97];
+    const MemoryEstimate mem = estimate_memory(sc);
+    const double step_s = strata::to_seconds(scores[i].step.step_time);
+    const ScoredPlan ranked{plan_id(sc.plan, sc.batch), step_s, mem.peak_bytes,
+                            tokens_per_s_per_gpu(sc, step_s)};
+    const std::string line = strata::report::result_line(ScoredOutcome{0, sc, mem, scores[i], ranked});
+    bytes += line.size();
+    i = (i + 1) % scores.size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+}
+BENCHMARK(BM_ResultLine)->Unit(benchmark::kMicrosecond);
 
 int agreement(std::size_t stride) {
   const auto& w = sweep();

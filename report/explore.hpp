@@ -1,7 +1,7 @@
 #pragma once
 // `strata explore` and `strata merge` on disk (docs/explore.md):
-//   DIR/results.jsonl  one line per scored plan, appended and flushed as each
-//                      finishes: plan_id (16 hex digits, FNV-1a 64 of the
+//   DIR/results.jsonl  one line per scored plan, appended as each finishes
+//                      (whole lines, flushed at least every 50 ms): plan_id (16 hex digits, FNV-1a 64 of the
 //                      canonical {batch, plan}), batch, plan and the fields
 //                      of `strata simulate --format json`;
 //   DIR/refined.jsonl  the plans summary.json keeps (Pareto front, top plans),

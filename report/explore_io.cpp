@@ -1,5 +1,6 @@
 // results.jsonl, summary.json and the rendering of `strata explore` / `strata merge`.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -241,7 +242,8 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
   j["host_memory_bytes"] = mem.host_bytes_per_node;
   j["memory_source"] = mem.source;
-  const std::string canon = strategies::canonical_json(sc.plan, sc.batch);
+  const std::string canon =
+      o.canonical.empty() ? strategies::canonical_json(sc.plan, sc.batch) : std::string(o.canonical);
   return "{\"plan_id\":\"" + strategies::plan_id_hex(o.ranked.plan_id) + "\"," +
          canon.substr(1, canon.size() - 2) + "," + j.dump().substr(1);
 }
@@ -333,17 +335,35 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
     std::lock_guard lock(mu);
     refined[so.ranked.plan_id] = std::move(line);
   };
+  // Whole lines go to the file in batches, at least every 50 ms: a killed
+  // run loses at most the plans of the last 50 ms (scored again on resume)
+  // and a torn last line, which --resume cuts.
+  using Clock = std::chrono::steady_clock;
+  std::string pending;
+  auto last_write = Clock::now();
+  auto write_pending = [&] {
+    if (!pending.empty() &&
+        (std::fwrite(pending.data(), 1, pending.size(), out) != pending.size() || std::fflush(out) != 0))
+      throw InputError(results, "", "cannot write file");
+    pending.clear();
+    last_write = Clock::now();
+  };
   eo.on_scored = [&](const strategies::ScoredOutcome& so) {
     std::string line = result_line(so);
     line += '\n';
     std::lock_guard lock(mu);
-    // One line per plan, flushed: a killed run loses at most the line being written.
-    if (std::fwrite(line.data(), 1, line.size(), out) != line.size() || std::fflush(out) != 0)
-      throw InputError(results, "", "cannot write file");
+    pending += line;
+    if (pending.size() >= (1 << 16) || Clock::now() - last_write >= std::chrono::milliseconds(50))
+      write_pending();
   };
   try {
     rep.result = strategies::explore(sc, eo);
+    write_pending();
   } catch (...) {
+    try {
+      write_pending();  // what was scored before the failure stays
+    } catch (...) {
+    }
     std::fclose(out);
     throw;
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "sim/error.hpp"
@@ -55,8 +56,10 @@ class CoarseStep : StepLayout {
     }
   }
 
-  StepPrediction run() {
-    const PipelineSchedule sched = make_schedule(plan_.schedule, p_, v_, m_);
+  StepPrediction run(const PipelineSchedule* given) {
+    std::optional<PipelineSchedule> own;
+    if (!given) own = make_schedule(plan_.schedule, p_, v_, m_);
+    const PipelineSchedule& sched = given ? *given : *own;
     const int chunks = static_cast<int>(chunks_.size());
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     // End of the send of each (model chunk, microbatch)'s activations
@@ -482,8 +485,9 @@ class CoarseStep : StepLayout {
 
 }  // namespace
 
-StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs) {
-  return CoarseStep(sc, costs).run();
+StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs,
+                                   const PipelineSchedule* schedule) {
+  return CoarseStep(sc, costs).run(schedule);
 }
 
 }  // namespace strata::strategies

@@ -20,6 +20,7 @@
 // approximation whose agreement with the layer level docs/performance.md
 // reports.
 #include "strategies/lower.hpp"
+#include "strategies/schedule.hpp"
 
 namespace strata::strategies {
 
@@ -28,6 +29,9 @@ bool coarse_is_exact(const Plan& plan);
 
 // Step time and its per-stage breakdown at chunk granularity. `tasks` counts
 // the coarse tasks timed.
-StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs);
+// `schedule`, when given, is make_schedule's for the plan (the explorer
+// reuses one across the plans that share it).
+StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs,
+                                   const PipelineSchedule* schedule = nullptr);
 
 }  // namespace strata::strategies

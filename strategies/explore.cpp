@@ -1,9 +1,11 @@
 #include "strategies/explore.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include <unordered_set>
 
 #include "strategies/coarse.hpp"
+#include "strategies/schedule.hpp"
 #include "strategies/step_costs.hpp"
 #include "strategies/validate.hpp"
 
@@ -61,10 +64,39 @@ Scorer simulator_scorer(const Scenario& base) {
   };
 }
 
+namespace {
+// Pipeline schedules by (kind, stages, virtual stages, microbatches), shared
+// by the plans of a sweep that run the same one; emptied when it holds many.
+class ScheduleCache {
+ public:
+  std::shared_ptr<const PipelineSchedule> get(const Plan& p, int m) {
+    const std::array<std::int64_t, 4> key{static_cast<std::int64_t>(p.schedule), p.pp,
+                                          p.virtual_stages, m};
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = cache_.find(key); it != cache_.end()) return it->second;
+    }
+    auto s = std::make_shared<const PipelineSchedule>(make_schedule(
+        p.schedule, static_cast<int>(p.pp), static_cast<int>(p.virtual_stages), m));
+    std::lock_guard lock(mu_);
+    if (cache_.size() >= 256) cache_.clear();
+    cache_.emplace(key, s);
+    return s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::array<std::int64_t, 4>, std::shared_ptr<const PipelineSchedule>> cache_;
+};
+}  // namespace
+
 Scorer coarse_scorer(const Scenario& base) {
-  return [cal = calibration_once(base)](const Scenario& sc) {
+  return [cal = calibration_once(base), schedules = std::make_shared<ScheduleCache>()](
+             const Scenario& sc) {
     const ModelStepCosts costs(sc, *cal);
-    return Score{predict_step_coarse(sc, costs), Granularity::Chunk};
+    const auto sched =
+        schedules->get(sc.plan, static_cast<int>(microbatches(sc.plan, sc.batch)));
+    return Score{predict_step_coarse(sc, costs, sched.get()), Granularity::Chunk};
   };
 }
 
@@ -168,14 +200,18 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   // Phase 1: check every plan; phase 2: score the survivors, costliest first.
   struct Candidate {
     std::uint64_t index;
+    std::uint64_t id;       // plan id: the hash of
+    std::string canonical;  // canonical_json(plan, batch), kept for its record
     double cost;
   };
   std::atomic<std::uint64_t> next{0}, checked{0}, scored_now{0};
   std::atomic<std::uint64_t> to_score{0};
   std::atomic<bool> stop{false}, scoring{false};
   std::atomic<Clock::rep> scoring_start{0};
-  std::mutex err_mu, cost_mu;
-  double cost_done = 0, cost_total = 0;
+  std::mutex err_mu;
+  // Costs are whole numbers (microbatches × layers): summed exactly.
+  std::atomic<std::uint64_t> cost_done{0};
+  double cost_total = 0;
   std::exception_ptr error;
   std::vector<Tally> tallies(static_cast<std::size_t>(jobs));
   std::vector<std::vector<Candidate>> found(static_cast<std::size_t>(jobs));
@@ -225,7 +261,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
                            gib(why.has) + " GiB");
             continue;
           }
-          const std::uint64_t id = plan_id(pt.plan, pt.batch);
+          std::string canonical = canonical_json(pt.plan, pt.batch);
+          const std::uint64_t id = fnv1a64(canonical);
           t.feasible.push_back({id, index});
           if (opt.finished) {
             const auto it = opt.finished->find(id);
@@ -239,7 +276,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           // The step's task graph grows with microbatches × layers.
           const double cost = static_cast<double>(microbatches(pt.plan, pt.batch) + 1) *
                               static_cast<double>(sc.model.layers);
-          out.push_back({index, cost});
+          out.push_back({index, id, std::move(canonical), cost});
         }
       }
     } catch (...) {
@@ -272,15 +309,14 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         }
         if (ok) {
           const double step_s = to_seconds(sc_.step.step_time);
-          const ScoredPlan ranked{plan_id(pt.plan, pt.batch), step_s, mem.peak_bytes,
+          const ScoredPlan ranked{c.id, step_s, mem.peak_bytes,
                                   tokens_per_s_per_gpu(pt, step_s)};
-          if (opt.on_scored) opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked});
+          if (opt.on_scored) opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked, c.canonical});
           t.plans.push_back(ranked);
           ++t.scored;
         }
         scored_now.fetch_add(1, std::memory_order_relaxed);
-        std::lock_guard lock(cost_mu);
-        cost_done += c.cost;
+        cost_done.fetch_add(static_cast<std::uint64_t>(c.cost), std::memory_order_relaxed);
       }
     } catch (...) {
       fail();
@@ -294,11 +330,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
     p.total = total;
     p.scored = scored_now.load();
     p.to_score = to_score.load();
-    {
-      std::lock_guard lock(cost_mu);
-      p.cost_done = cost_done;
-      p.cost_total = cost_total;
-    }
+    p.cost_done = static_cast<double>(cost_done.load());
+    p.cost_total = cost_total;
     const auto now = Clock::now();
     p.elapsed_s = std::chrono::duration<double>(now - t0).count();
     if (scoring.load())
@@ -330,7 +363,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
 
   run_phase([&](std::size_t i) { check(tallies[i], found[i]); },
             [&] { return checked.load() >= total; });
-  for (auto& f : found) candidates.insert(candidates.end(), f.begin(), f.end());
+  for (auto& f : found)
+    candidates.insert(candidates.end(), std::make_move_iterator(f.begin()), std::make_move_iterator(f.end()));
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.cost != b.cost ? a.cost > b.cost : a.index < b.index;
   });

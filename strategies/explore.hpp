@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct ScoredOutcome {
   const MemoryEstimate& memory;
   const Score& score;
   ScoredPlan ranked;
+  std::string_view canonical = {};  // canonical_json of the plan, when known
 };
 
 // Plans rejected by one rule: the count and the message of the first (lowest
