@@ -273,6 +273,11 @@ int main(int argc, char** argv) {
                   "Write the last step's measured task times (each stage's first rank) as a "
                   "Chrome/Perfetto trace to FILE, the format of simulate --trace")
       ->type_name("FILE");
+  std::string run_calibration;
+  run->add_option("--calibration", run_calibration,
+                  "CPU calibration for the prediction beside the measurement (default: the "
+                  "scenario's, else the cached one, measured on first use)")
+      ->type_name("FILE");
   for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge, run})
     add_format_option(cmd, format);
   std::string calibrate_backend, calibrate_out, calibrate_cluster = "cpu-local";
@@ -440,9 +445,19 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       if (format == report::Format::Csv) throw InputError("--format", "", "run prints table or json");
-      const auto sc = strategies::load_scenario(scenario_path);
+      auto sc = strategies::load_scenario(scenario_path);
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+      // The prediction printed beside the measurement uses this machine's
+      // calibration, as validate does; a build that cannot measure one
+      // (no Google Benchmark) predicts with the bundled estimates instead.
+      try {
+        sc.calibration = cpu_calibration_path(run_calibration, sc);
+      } catch (const InputError& e) {
+        if (!run_calibration.empty() || sc.calibration) throw;
+        std::cerr << "strata: warning: run: " << e.what()
+                  << "; the predicted step time uses the bundled estimates\n";
+      }
       backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
       run_options.trace = !trace_path.empty();
       const bool tty = ::isatty(STDERR_FILENO) != 0;
