@@ -28,7 +28,7 @@ GroupState::GroupState(CommWorld& world, std::vector<int> members)
 
 void GroupState::barrier() {
   std::unique_lock lock(mu_);
-  if (world_->aborted()) throw Error("collective aborted: another rank failed");
+  if (world_->cancelled()) throw Cancelled("collective cancelled: another rank failed");
   const std::uint64_t gen = generation_;
   if (++arrived_ == size()) {
     arrived_ = 0;
@@ -36,8 +36,8 @@ void GroupState::barrier() {
     cv_.notify_all();
     return;
   }
-  cv_.wait(lock, [&] { return generation_ != gen || world_->aborted(); });
-  if (generation_ == gen) throw Error("collective aborted: another rank failed");
+  cv_.wait(lock, [&] { return generation_ != gen || world_->cancelled(); });
+  if (generation_ == gen) throw Cancelled("collective cancelled: another rank failed");
 }
 
 void GroupState::wake_all() {
@@ -68,18 +68,18 @@ GroupState& CommWorld::group(const std::vector<int>& members) {
   return *g;
 }
 
-void CommWorld::abort() {
+void CommWorld::cancel() {
   std::vector<GroupState*> groups;
   {
     std::lock_guard lock(mu_);
-    aborted_ = true;
+    cancelled_ = true;
     for (auto& [_, g] : groups_) groups.push_back(g.get());
     mail_cv_.notify_all();
   }
   for (auto* g : groups) g->wake_all();
 }
 
-bool CommWorld::aborted() const { return aborted_.load(); }
+bool CommWorld::cancelled() const { return cancelled_.load(); }
 
 // ---- Comm -------------------------------------------------------------------
 
@@ -261,9 +261,9 @@ void Comm::recv(int peer, std::int64_t tag, std::span<float> data) {
     auto find = [&] {
       return std::find_if(box.begin(), box.end(), [&](const auto& x) { return x.tag == tag; });
     };
-    world_->mail_cv_.wait(lock, [&] { return world_->aborted() || find() != box.end(); });
+    world_->mail_cv_.wait(lock, [&] { return world_->cancelled() || find() != box.end(); });
     const auto it = find();
-    if (it == box.end()) throw Error("recv: aborted: another rank failed");
+    if (it == box.end()) throw Cancelled("recv: cancelled: another rank failed");
     m = std::move(*it);
     box.erase(it);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Collectives between rank threads over shared memory: the CPU executor's
 // NCCL. A CommWorld holds the state every rank of one run shares (groups,
-// point-to-point mailboxes, an abort flag); each rank talks to a group
+// point-to-point mailboxes, a cancel flag); each rank talks to a group
 // through a Comm handle that owns its staging buffers, allocated from that
 // rank's Allocator under MemTag::CommBuffers.
 //
@@ -25,9 +25,9 @@
 // (((x[c+1] + x[c+2]) + ...) + x[c]), the same every run whatever the
 // thread timing; an all-reduce hands every member the same bits.
 //
-// Failure: a rank that throws calls CommWorld::abort(); every rank blocked
+// Failure: a rank that throws calls CommWorld::cancel(); every rank blocked
 // in (or later entering) a collective or a receive of that world then
-// throws strata::Error instead of waiting for ever.
+// throws Cancelled (a strata::Error) instead of waiting for ever.
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -44,6 +44,13 @@
 #include "backend/cpu/tensor.hpp"
 
 namespace strata::backend::cpu {
+
+// What a rank blocked in a cancelled world throws: another rank's failure,
+// not its own.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
 
 // Element range [begin, end) of chunk i when `count` elements are split
 // into n chunks.
@@ -73,7 +80,7 @@ class GroupState {
  private:
   friend class Comm;
   friend class CommWorld;
-  // Waits until every member arrived; throws Error when the world aborted.
+  // Waits until every member arrived; throws Cancelled when the world was cancelled.
   void barrier();
   void wake_all();
 
@@ -102,9 +109,9 @@ class CommWorld {
   // same object for the same list, whichever rank asks first.
   GroupState& group(const std::vector<int>& members);
 
-  // Makes every waiting and future collective or receive throw.
-  void abort();
-  bool aborted() const;
+  // Makes every waiting and future collective or receive throw Cancelled.
+  void cancel();
+  bool cancelled() const;
 
  private:
   friend class Comm;
@@ -116,7 +123,7 @@ class CommWorld {
   int ranks_;
   mutable std::mutex mu_;
   std::condition_variable mail_cv_;
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> cancelled_{false};
   std::map<std::vector<int>, std::unique_ptr<GroupState>> groups_;
   // (sender, receiver) -> messages in the order sent.
   std::map<std::pair<int, int>, std::vector<Message>> mail_;
@@ -152,7 +159,7 @@ class Comm {
   // Point to point within the world (peers are global ranks). A send copies
   // `data` into a staging tensor of this rank's allocator and returns; the
   // matching receive (same peer pair and tag, in send order) copies it out
-  // and frees it. Receive waits; throws Error when the world aborts or the
+  // and frees it. Receive waits; throws Cancelled when the world is cancelled or the
   // size differs.
   void send(int peer, std::int64_t tag, std::span<const float> data);
   void recv(int peer, std::int64_t tag, std::span<float> data);

@@ -16,7 +16,7 @@ using namespace strata::backend::cpu;
 
 namespace {
 
-// Runs fn(rank) on `n` threads of one world; a rank that throws aborts the
+// Runs fn(rank) on `n` threads of one world; a rank that throws cancels the
 // world, and the first exception is rethrown here.
 void run_ranks(CommWorld& world, const std::function<void(int)>& fn) {
   const int n = world.size();
@@ -28,7 +28,7 @@ void run_ranks(CommWorld& world, const std::function<void(int)>& fn) {
         fn(r);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
-        world.abort();
+        world.cancel();
       }
     });
   for (auto& t : threads) t.join();
@@ -264,7 +264,7 @@ TEST_CASE("cpu/comm: send and receive match by peer and tag, in send order, with
   CHECK(allocs[0].stats().peak[static_cast<std::size_t>(MemTag::CommBuffers)] == 3 * 2 * 4);
 }
 
-TEST_CASE("cpu/comm: a failing rank aborts the world instead of leaving the others waiting") {
+TEST_CASE("cpu/comm: a failing rank cancels the world instead of leaving the others waiting") {
   // Rank 2 throws before its all-reduce; ranks 0 and 1 are released with an
   // Error, and the first error (rank 0's or 2's) comes back.
   CommWorld world(3);
@@ -285,7 +285,7 @@ TEST_CASE("cpu/comm: a failing rank aborts the world instead of leaving the othe
                   Error);
   CHECK(released[0] == 1);
   CHECK(released[1] == 1);
-  CHECK(world.aborted());
+  CHECK(world.cancelled());
 }
 
 TEST_CASE("cpu/comm: groups and handles refuse malformed members") {

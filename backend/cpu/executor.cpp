@@ -143,6 +143,7 @@ struct Executor::Impl {
   void release_layer_params(Rank& R, int layer);
   void ensure_layer_grads(Rank& R, int layer);
   void optimizer_step(Rank& R);
+  void gather_whole_buckets(Rank& R);
   bool offload_optimizer() const { return sc.plan.offload.optimizer != strategies::OffloadTarget::None; }
   void grads_to_host(Rank& R);
   void weights_to_device(Rank& R);
@@ -743,17 +744,7 @@ void Executor::Impl::weights_to_device(Rank& R) {
     if (b.shard_param.empty()) b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
     std::memcpy(b.shard_param.data(), R.host_params[j].data(), static_cast<std::size_t>(R.host_params[j].bytes()));
   }
-  if (zero >= 3) {
-    // As optimizer_step does on the device: the embedding and head's chunks
-    // are gathered whole again.
-    for (auto& [task, bi] : R.bucket_of_task) {
-      Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
-      R.dp->all_gather(b.shard_param.span(), flat.span());
-      unpack(R, b, flat.data(), false);
-      b.shard_param.release();
-    }
-  }
+  if (zero >= 3) gather_whole_buckets(R);  // as optimizer_step does on the device
 }
 
 void Executor::Impl::optimizer_step(Rank& R) {
@@ -798,16 +789,19 @@ void Executor::Impl::optimizer_step(Rank& R) {
   for (std::size_t j = 0; j < R.buckets.size(); ++j) {
     R.buckets[j].shard_param = std::move(P[j]);  // gradients die here
   }
-  if (zero >= 3) {
-    // The embedding and head stay whole on every rank under ZeRO-3: their
-    // updated chunks are all-gathered here (the lowering has no task for it).
-    for (auto& [task, bi] : R.bucket_of_task) {
-      Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
-      R.dp->all_gather(b.shard_param.span(), flat.span());
-      unpack(R, b, flat.data(), false);
-      b.shard_param.release();
-    }
+  if (zero >= 3) gather_whole_buckets(R);
+}
+
+// The embedding and head stay whole on every rank under ZeRO-3: their
+// updated chunks are all-gathered after the step (the lowering has no task
+// for it).
+void Executor::Impl::gather_whole_buckets(Rank& R) {
+  for (auto& [task, bi] : R.bucket_of_task) {
+    Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+    Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+    R.dp->all_gather(b.shard_param.span(), flat.span());
+    unpack(R, b, flat.data(), false);
+    b.shard_param.release();
   }
 }
 
@@ -854,23 +848,19 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
         I.run_rank(*R, tokens, targets, t0);
       } catch (...) {
         R->error = std::current_exception();
-        I.world->abort();
+        I.world->cancel();
       }
     });
   for (auto& t : threads) t.join();
   StepResult out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  // The first failure, preferring one that is not another rank's abort.
+  // The first failure, preferring a rank's own to another's cancellation.
   std::exception_ptr first;
   for (auto& R : I.ranks)
     if (R->error) {
       try {
         std::rethrow_exception(R->error);
-      } catch (const Error& e) {
-        if (std::string(e.what()).find("aborted") == std::string::npos) {
-          first = R->error;
-          break;
-        }
+      } catch (const Cancelled&) {
         if (!first) first = R->error;
       } catch (...) {
         first = R->error;
