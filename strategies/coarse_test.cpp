@@ -7,36 +7,13 @@
 #include <string>
 
 #include "strategies/step_costs.hpp"
+#include "strategies/unit_costs_testing.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
 namespace {
 
-// Per layer and microbatch: forward tf, backward tb; the rest free unless set.
-struct UnitCosts : StepCosts {
-  Time tf = 1000, tb = 2000, tc = 100, p2p_t = 0, collective_t = 0;
-  Time layer(const cost::Layer& l, Pass pass, bool core) const override {
-    if (l.kind != cost::LayerKind::Block) return 0;
-    if (pass == Pass::Backward) return tb;
-    if (pass == Pass::Recompute && core) return tc;
-    return tf;
-  }
-  Time layer_comm(CommKind, Pass) const override { return 0; }
-  Time collective(Collective, Group, Bytes) const override { return collective_t; }
-  Time p2p(Bytes) const override { return p2p_t; }
-  Time copy(Bytes, CopyDir) const override { return 0; }
-  Time elementwise(Bytes) const override { return 0; }
-  Time gemm(Flops) const override { return 0; }
-  Time optimizer_step(double, bool) const override { return 0; }
-};
-
-Scenario small(const std::string& plan, int global = 16) {
-  return parse_scenario(
-      "{\"model\": {\"layers\": 16, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000},"
-      " \"cluster\": {\"preset\": \"dgx-h100\", \"nodes\": 1}, \"batch\": {\"global\": " +
-          std::to_string(global) + "}, \"plan\": " + plan + "}",
-      "t.json");
-}
+Scenario small(const std::string& plan, int global = 16) { return unit_scenario(plan, global); }
 
 TEST_CASE("coarse: 1F1B and GPipe take (m + p − 1)·(tf + tb) per stage, bubble (p − 1)/(m + p − 1)") {
   // 16 layers over p = 4 stages, m = 8 microbatches (dp 2): Narayanan et al. 2021 Sec. 2.2.
