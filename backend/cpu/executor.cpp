@@ -49,10 +49,11 @@ struct Rank {
   // Allocators first: everything below returns its bytes to them.
   TrackingAllocator device;
   TrackingAllocator host;
-  int rank = 0, stage = 0, dp_index = 0;
+  int rank = 0, stage = 0, dp_index = 0, tp_index = 0;
+  // Communicators first: the model keeps a pointer to `tp`.
+  std::unique_ptr<Comm> dp, pp, tie, tp;
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Optimizer> opt;
-  std::unique_ptr<Comm> dp, pp, tie;
   std::vector<int> pp_members;  // global rank of each pipeline stage
   std::vector<bool> owned;      // by parameter: on this rank's stage
   std::vector<Bucket> buckets;
@@ -103,16 +104,18 @@ struct Executor::Impl {
   strategies::Scenario sc;
   ExecutorOptions opt;
   strategies::LoweredStep low;
-  int dp = 1, pp = 1, m = 1, chunks = 1, zero = 0;
+  int dp = 1, pp = 1, tp = 1, m = 1, chunks = 1, zero = 0;
   std::int64_t micro = 1, seq = 1, hidden = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
   strategies::ActivationRule rule;
   bool core_recompute = false;  // the graph recomputes the attention core (selective)
   std::vector<std::vector<std::int32_t>> stage_tasks;
-  // Parameters, by GptModel index.
+  // Parameters, by GptModel index: names, this rank's shapes (alike on
+  // every rank of a tensor-parallel group) and the whole parameters' sizes.
   std::vector<std::string> names;
   std::vector<Shape> shapes;
+  std::vector<std::int64_t> whole_numel;
   std::vector<std::vector<int>> layer_params;
   std::vector<int> embedding_params, head_params;
   int tok = -1;  // the word embedding
@@ -148,6 +151,16 @@ struct Executor::Impl {
   void grads_to_host(Rank& R);
   void weights_to_device(Rank& R);
   void gather_weights(Rank& R);
+  void reduce_row_split_grads(Rank& R);
+  // Copies `n` elements of parameter i's local tensor, from local element
+  // `off`, into the whole tensor `whole` (whole and split parameters alike).
+  void to_whole(const Rank& R, int i, std::int64_t off, const float* src, std::int64_t n,
+                float* whole) const;
+  // Whether this rank writes parameter i into a whole copy: its own slice of
+  // a split one; a whole one from tensor-parallel rank 0 only.
+  bool writes_whole(const Rank& R, int i) const {
+    return R.tp_index == 0 || !R.model->slice(i).is_whole();
+  }
   void capture(Rank& R);
   // Calls fn(param, offset in param, offset in range, count) for the pieces
   // of the bucket's flat elements [r.begin, r.end).
@@ -169,7 +182,8 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
   if (md.position_embedding != cost::PositionEmbedding::Learned &&
       md.position_embedding != cost::PositionEmbedding::None)
     return "only learned positions (or none) are implemented by the CPU backend";
-  if (p.tp > 1) return "tensor parallelism (tp > 1) is not executed by the CPU backend yet";
+  if (p.tp > 1 && md.dropout)
+    return "tensor parallelism (tp > 1) with dropout is not executed by the CPU backend";
   if (p.cp > 1) return "context parallelism (cp > 1) is not executed by the CPU backend yet";
   if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
   if (p.pp > 1 && (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW))
@@ -202,6 +216,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
     throw Error("executor: the lowering gave no TaskInfo for some tasks");
   dp = static_cast<int>(plan.dp);
   pp = static_cast<int>(plan.pp);
+  tp = static_cast<int>(plan.tp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
   micro = sc.batch.micro;
@@ -233,7 +248,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
       throw Error("executor: " + tb.id + " depends on the later task " + ta.id);
   });
 
-  const int world_size = dp * pp;
+  const int world_size = dp * pp * tp;
   world = std::make_unique<CommWorld>(world_size);
   const strategies::RankMesh mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
   for (int r = 0; r < world_size; ++r) {
@@ -242,7 +257,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   }
   if (opt.capture_gradients)
     for (std::size_t i = 0; i < names.size(); ++i)
-      captured[names[i]].assign(static_cast<std::size_t>(shapes[i].numel()), 0.0f);
+      captured[names[i]].assign(static_cast<std::size_t>(whole_numel[i]), 0.0f);
 }
 
 std::vector<int> Executor::Impl::params_of(const TaskInfo& t, int stage) const {
@@ -265,7 +280,15 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   R.rank = r;
   R.stage = static_cast<int>(c.pp);
   R.dp_index = static_cast<int>(c.dp);
-  R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed);
+  R.tp_index = static_cast<int>(c.tp);
+  auto members = [&](strategies::MeshDim dim) {
+    std::vector<int> v;
+    for (auto x : mesh.group_of(r, dim)) v.push_back(static_cast<int>(x));
+    return v;
+  };
+  if (tp > 1) R.tp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::TP)), r, R.device);
+  R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed,
+                                       TensorParallel{R.tp.get(), sc.plan.sequence_parallel});
   GptModel& model = *R.model;
   if (names.empty()) {
     names = model.names();
@@ -273,6 +296,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     for (std::size_t i = 0; i < names.size(); ++i) {
       const std::string& n = names[i];
       shapes.push_back(model.params()[i].shape());
+      whole_numel.push_back(model.slice(static_cast<int>(i)).whole.numel());
       const int idx = static_cast<int>(i);
       if (n.rfind("block", 0) == 0) {
         const int l = std::stoi(n.substr(5, n.find('.') - 5));
@@ -305,11 +329,6 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     }
 
   // Communicators.
-  auto members = [&](strategies::MeshDim dim) {
-    std::vector<int> v;
-    for (auto x : mesh.group_of(r, dim)) v.push_back(static_cast<int>(x));
-    return v;
-  };
   R.dp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::DP)), r, R.device);
   R.pp_members = members(strategies::MeshDim::PP);
   R.pp = std::make_unique<Comm>(world->group(R.pp_members), r, R.device);
@@ -463,6 +482,10 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
       R.grad.erase(it);
       return;
     }
+    // Tensor-parallel communication sits between a layer's ops: the forward,
+    // backward and recompute tasks run it (GptModel), so their measured
+    // times include it and this task's is nothing.
+    case TaskOp::LayerComm: return;
     case TaskOp::EmbeddingTie: return tie_embedding(R);
     case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
     case TaskOp::Zero3Gather: return ensure_layer_params(R, t.layer);
@@ -490,7 +513,7 @@ Tensor Executor::Impl::take_activation(Rank& R, int chunk, int mb) {
     return x;
   }
   if (chunk == 0) throw Error("executor: no input for model chunk 0");
-  Tensor x(R.device, {micro * seq, hidden}, MemTag::Activations);
+  Tensor x(R.device, {R.model->rows(micro), hidden}, MemTag::Activations);
   R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk - 1) % pp)], p2p_tag(false, chunk - 1, mb), x.span());
   return x;
 }
@@ -676,28 +699,61 @@ void Executor::Impl::ensure_layer_grads(Rank& R, int layer) {
 void Executor::Impl::capture(Rank& R) {
   // One copy of each gradient: dp rank 0's (or every rank's shard), the
   // word embedding from the first stage.
-  auto skip = [&](int i) { return tie && i == tok && R.stage != 0; };
+  auto skip = [&](int i) { return (tie && i == tok && R.stage != 0) || !writes_whole(R, i); };
   if (zero == 0) {
     if (R.dp_index != 0) return;
     for (std::size_t i = 0; i < names.size(); ++i) {
-      if (!R.owned[i] || skip(static_cast<int>(i))) continue;
+      const int ii = static_cast<int>(i);
+      if (!R.owned[i] || skip(ii)) continue;
       const auto& g = R.model->grads()[i];
-      std::memcpy(captured.at(names[i]).data(), g.data(), static_cast<std::size_t>(g.bytes()));
+      to_whole(R, ii, 0, g.data(), g.numel(), captured.at(names[i]).data());
     }
     return;
   }
   for (const auto& b : R.buckets)
     for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
       if (skip(i)) return;
-      std::memcpy(captured.at(names[static_cast<std::size_t>(i)]).data() + off, b.shard_grad.data() + at,
-                  static_cast<std::size_t>(n) * sizeof(float));
+      to_whole(R, i, off, b.shard_grad.data() + at, n, captured.at(names[static_cast<std::size_t>(i)]).data());
     });
+}
+
+void Executor::Impl::to_whole(const Rank& R, int i, std::int64_t off, const float* src,
+                              std::int64_t n, float* whole) const {
+  const ParamSlice& sl = R.model->slice(i);
+  if (sl.is_whole()) {
+    std::memcpy(whole + off, src, static_cast<std::size_t>(n) * sizeof(float));
+    return;
+  }
+  for (std::int64_t k = 0; k < n; ++k) whole[sl.whole_index(off + k)] = src[k];
+}
+
+// Sequence parallelism: a norm's gradient holds only this rank's rows; the
+// tensor-parallel group sums it before the step (Megatron-LM does the same
+// before its optimizer). Every rank of the group holds the same buckets, so
+// the pieces line up.
+void Executor::Impl::reduce_row_split_grads(Rank& R) {
+  if (!R.tp) return;
+  GptModel& model = *R.model;
+  if (zero == 0) {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (R.owned[i] && model.grad_split_by_rows(static_cast<int>(i)))
+        R.tp->all_reduce(model.grads()[i].span());
+    return;
+  }
+  for (auto& b : R.buckets) {
+    if (b.shard_grad.empty()) continue;
+    for_each_piece(b, b.mine, [&](int i, std::int64_t, std::int64_t at, std::int64_t n) {
+      if (model.grad_split_by_rows(i))
+        R.tp->all_reduce({b.shard_grad.data() + at, static_cast<std::size_t>(n)});
+    });
+  }
 }
 
 void Executor::Impl::grads_to_host(Rank& R) {
   // ZeRO-Offload: the gradients this rank steps (its stage's, or its chunks
   // with ZeRO) go to the host pool; the fp32 master parameters live there
   // from the first step on.
+  reduce_row_split_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   const bool first = R.host_params.empty();
@@ -753,6 +809,7 @@ void Executor::Impl::optimizer_step(Rank& R) {
     R.host_grads.clear();
     return;
   }
+  reduce_row_split_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   std::vector<Tensor> P, G;
@@ -873,7 +930,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
   }
   double loss = 0;
   for (auto& R : I.ranks) {
-    loss += R->loss_sum;
+    if (R->tp_index == 0) loss += R->loss_sum;  // every tensor-parallel rank has the loss
     out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats()});
     out.tasks.insert(out.tasks.end(), R->times.begin(), R->times.end());
   }
@@ -886,7 +943,7 @@ sim::RunResult Executor::measured(const StepResult& r) const {
   sim::RunResult run;
   run.tasks.assign(I.low.graph.num_tasks(), {});
   std::vector<bool> representative(I.ranks.size(), false);
-  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0;
+  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0 && R->tp_index == 0;
   for (const TaskTime& t : r.tasks) {
     if (!representative[static_cast<std::size_t>(t.rank)]) continue;
     auto& tm = run.tasks[static_cast<std::size_t>(t.task)];
@@ -901,21 +958,21 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
   const Impl& I = *impl_;
   std::map<std::string, std::vector<float>> out;
   for (std::size_t i = 0; i < I.names.size(); ++i) {
+    const int ii = static_cast<int>(i);
     auto& v = out[I.names[i]];
-    v.assign(static_cast<std::size_t>(I.shapes[i].numel()), 0.0f);
+    v.assign(static_cast<std::size_t>(I.whole_numel[i]), 0.0f);
     for (const auto& R : I.ranks) {
-      if (!R->owned[i]) continue;
+      if (!R->owned[i] || !I.writes_whole(*R, ii)) continue;
       const auto& p = R->model->params()[i];
       if (!p.empty()) {
-        std::memcpy(v.data(), p.data(), static_cast<std::size_t>(p.bytes()));
-        break;
+        if (R->dp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
+        continue;
       }
       // ZeRO-3 layer: every dp rank of the stage holds a chunk.
       for (const auto& b : R->buckets)
-        if (std::find(b.params.begin(), b.params.end(), static_cast<int>(i)) != b.params.end())
+        if (std::find(b.params.begin(), b.params.end(), ii) != b.params.end())
           I.for_each_piece(b, b.mine, [&](int j, std::int64_t off, std::int64_t at, std::int64_t n) {
-            if (j == static_cast<int>(i))
-              std::memcpy(v.data() + off, b.shard_param.data() + at, static_cast<std::size_t>(n) * sizeof(float));
+            if (j == ii) I.to_whole(*R, ii, off, b.shard_param.data() + at, n, v.data());
           });
     }
   }

@@ -124,7 +124,7 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
   for (int s = 0; s < steps; ++s) batches.push_back(batch_of(sc, 100 + static_cast<std::uint64_t>(s)));
   const Reference ref = reference(sc, batches, lr);
   Executor ex(sc, {.seed = 1, .lr = lr, .capture_gradients = true});
-  CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp);
+  CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp * sc.plan.tp);
   for (int s = 0; s < steps; ++s) {
     const StepResult r = ex.step(batches[static_cast<std::size_t>(s)].tokens,
                                  batches[static_cast<std::size_t>(s)].targets);
@@ -136,8 +136,9 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
       CAPTURE(where);
       CHECK(g < 1e-4);
     }
-    // Every rank ran every task of its stage once: dp ranks per stage.
-    CHECK(r.tasks.size() == ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp));
+    // Every rank ran every task of its stage once: dp·tp ranks per stage.
+    CHECK(r.tasks.size() ==
+          ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp * sc.plan.tp));
   }
   std::string where;
   const double p = worst_relative(ex.parameters(), ref.params, &where);
@@ -145,10 +146,13 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
   CHECK(p < 1e-4);
 }
 
-Plan plan_with(std::int64_t dp, std::int64_t pp, std::int64_t zero = 0) {
+Plan plan_with(std::int64_t dp, std::int64_t pp, std::int64_t zero = 0, std::int64_t tp = 1,
+               bool sp = false) {
   Plan p;
   p.dp = dp;
   p.pp = pp;
+  p.tp = tp;
+  p.sequence_parallel = sp;
   p.zero = zero;
   p.optimizer = strategies::Optimizer::Momentum;  // as the reference
   return p;
@@ -307,6 +311,54 @@ TEST_CASE("cpu/executor: pipeline with data parallelism, ZeRO and recompute toge
   check_equivalent(untied);
 }
 
+TEST_CASE("cpu/executor: tensor parallelism (tp 2 and 4, with and without sequence parallelism) equals one rank") {
+  // Megatron-LM's split: column-parallel qkv and MLP-up, row-parallel
+  // projections all-reduced (reduce-scattered with SP), vocabulary-parallel
+  // embedding and cross-entropy. Each rank starts from its slice of the
+  // single-rank model; the gradients gathered from the slices must be the
+  // single-rank gradients (fp32: the sums' order differs).
+  for (std::int64_t tp : {2, 4})
+    for (bool sp : {false, true}) {
+      CAPTURE(tp);
+      CAPTURE(sp);
+      check_equivalent(tiny(2, plan_with(1, 1, 0, tp, sp), 4, 2));
+    }
+  // Untied logits: a vocabulary-split matrix of its own.
+  Scenario untied = tiny(2, plan_with(1, 1, 0, 2, true), 4, 2);
+  untied.model.tied_embeddings = false;
+  check_equivalent(untied);
+}
+
+TEST_CASE("cpu/executor: tensor parallelism with recompute and offload equals one rank") {
+  // Recompute reruns the tp communication of the forward; offload moves the
+  // local saved shards.
+  for (auto policy : {cost::Recompute::Selective, cost::Recompute::Full, cost::Recompute::EveryK}) {
+    CAPTURE(enum_name(policy));
+    Plan p = plan_with(1, 1, 0, 2, true);
+    p.recompute = policy;
+    p.recompute_k = 2;
+    check_equivalent(tiny(4, p, 4, 2));
+  }
+  Plan p = plan_with(1, 1, 0, 2, false);
+  p.offload.activations = true;
+  check_equivalent(tiny(2, p, 4, 2));
+}
+
+TEST_CASE("cpu/executor: tensor parallelism with data parallelism, ZeRO and pipelines equals one rank") {
+  // tp 2 × dp 2 (ZeRO 0, 1, 3): each tp rank's buckets hold its slices; with
+  // SP the norms' gradients are summed over tp before the step.
+  for (int zero : {0, 1, 3}) {
+    CAPTURE(zero);
+    check_equivalent(tiny(2, plan_with(2, 1, zero, 2, true), 8, 2));
+  }
+  // tp 2 × pp 2 with 1F1B: the stages exchange row shards under SP.
+  Plan p = plan_with(1, 2, 0, 2, true);
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 4, 1));
+  p.sequence_parallel = false;
+  check_equivalent(tiny(2, p, 4, 1));
+}
+
 TEST_CASE("cpu/executor: memory per rank: ZeRO-3 and pipeline stages hold fewer parameter bytes") {
   // Params bytes at the peak: dp holds the whole model per rank; ZeRO-3 a
   // shard plus the layers gathered at once; each pipeline stage its layers.
@@ -369,15 +421,21 @@ TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
     }
     return std::string("no error");
   };
-  Plan p = plan_with(1, 1);
-  p.tp = 2;
-  CHECK(why(p).find("tensor parallelism") != std::string::npos);
-  p = plan_with(2, 1);
+  Plan p = plan_with(2, 1);
   p.compression.method = strategies::CompressionMethod::TopK;
   CHECK(why(p).find("compression") != std::string::npos);
   p = plan_with(2, 1, 2);
   p.optimizer = strategies::Optimizer::Lamb;
   CHECK(why(p).find("elementwise") != std::string::npos);
+  // Dropout with tensor parallelism.
+  Scenario dropout = tiny(2, plan_with(1, 1, 0, 2), 8, 2);
+  dropout.model.dropout = true;
+  try {
+    Executor ex(dropout);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("dropout") != std::string::npos);
+  }
   // A step with the wrong number of tokens.
   Executor ex(tiny(2, plan_with(1, 1), 4, 2));
   std::vector<std::int32_t> few(3, 0);

@@ -32,49 +32,145 @@ cost::ModelSpec checked_spec(cost::ModelSpec m) {
 }
 }  // namespace
 
+bool ParamSlice::is_whole() const {
+  const std::int64_t rows = whole.rank() == 2 ? whole[0] : 1;
+  const std::int64_t cols = whole.rank() == 2 ? whole[1] : whole[0];
+  return row_begin == 0 && row_end == rows && cols_size() == cols;
+}
+
+std::int64_t ParamSlice::cols_size() const {
+  std::int64_t n = 0;
+  for (const auto& [b, e] : cols) n += e - b;
+  return n;
+}
+
+Shape ParamSlice::local_shape() const {
+  if (whole.rank() == 1) return {cols_size()};
+  return {row_end - row_begin, cols_size()};
+}
+
+std::int64_t ParamSlice::whole_index(std::int64_t i) const {
+  const std::int64_t local_cols = cols_size();
+  const std::int64_t whole_cols = whole.rank() == 2 ? whole[1] : whole[0];
+  const std::int64_t row = row_begin + i / local_cols;
+  std::int64_t c = i % local_cols;
+  for (const auto& [b, e] : cols) {
+    if (c < e - b) return row * whole_cols + b + c;
+    c -= e - b;
+  }
+  throw Error("ParamSlice: local element " + std::to_string(i) + " out of range");
+}
+
 Bytes BlockSaved::bytes() const {
   return x.bytes() + ln1.bytes() + qkv.bytes() + probs.bytes() + attn_mask.bytes() +
          dropped.bytes() + attn.bytes() + proj_mask.bytes() + x1.bytes() + ln2.bytes() +
          up.bytes() + act.bytes() + mlp_mask.bytes();
 }
 
-GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed)
-    : spec_(checked_spec(spec)), alloc_(&alloc) {
+GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
+                   TensorParallel tp)
+    : spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp) {
   const auto& m = spec_;
   const std::int64_t h = m.hidden, f = m.ffn_hidden;
   const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
   const bool ln = m.norm == cost::NormKind::LayerNorm;
-  up_width_ = swiglu ? 2 * f : f;
+  const std::int64_t t = tp_.size(), r = tp_.rank();
+  if (t > 1) {
+    const std::string who = "GptModel '" + m.name + "' with tp " + std::to_string(t) + ": ";
+    if (m.dropout) throw Error(who + "dropout is not implemented with tensor parallelism");
+    if (m.heads % t != 0 || f % t != 0 || m.vocab % t != 0)
+      throw Error(who + "heads, ffn_hidden and vocab must divide by tp");
+    if (tp_.sequence_parallel && m.seq_len % t != 0)
+      throw Error(who + "sequence parallelism needs seq_len divisible by tp");
+  }
+  heads_ = m.heads / t;
+  attn_width_ = heads_ * m.head_dim();
+  ffn_ = f / t;
+  vocab_ = m.vocab / t;
+  vocab_begin_ = r * vocab_;
+  up_width_ = swiglu ? 2 * ffn_ : ffn_;
+
+  // Slices of the whole parameters (Megatron-LM's split): rows of a
+  // row-parallel weight or of a vocabulary-split table, column runs of a
+  // column-parallel one (Q | K | V, gate | up: the local part of each).
+  auto whole = [](Shape sh) {
+    ParamSlice p;
+    p.whole = sh;
+    p.row_end = sh.rank() == 2 ? sh[0] : 1;
+    p.cols = {{0, sh.rank() == 2 ? sh[1] : sh[0]}};
+    return p;
+  };
+  auto by_rows = [&](Shape sh) {
+    ParamSlice p = whole(sh);
+    const std::int64_t n = sh[0] / t;
+    p.row_begin = r * n;
+    p.row_end = (r + 1) * n;
+    return p;
+  };
+  auto by_cols = [&](Shape sh, std::int64_t parts) {
+    ParamSlice p = whole(sh);
+    const std::int64_t part = (sh.rank() == 2 ? sh[1] : sh[0]) / parts, n = part / t;
+    p.cols.clear();
+    for (std::int64_t j = 0; j < parts; ++j) p.cols.emplace_back(j * part + r * n, j * part + (r + 1) * n);
+    return p;
+  };
 
   // Shapes first (so params_ never reallocates under a pointer), then values.
-  tok_emb_ = add_param("embedding", {m.vocab, h});
+  tok_emb_ = add_param("embedding", by_rows({m.vocab, h}));
   if (m.position_embedding == cost::PositionEmbedding::Learned)
-    pos_emb_ = add_param("position_embedding", {m.seq_len, h});
+    pos_emb_ = add_param("position_embedding", Shape{m.seq_len, h});
   blocks_.resize(static_cast<std::size_t>(m.layers));
+  const std::int64_t up_parts = swiglu ? 2 : 1;
   for (std::int64_t l = 0; l < m.layers; ++l) {
     auto& b = blocks_[static_cast<std::size_t>(l)];
     const std::string pre = "block" + std::to_string(l) + ".";
-    b.norm1_g = add_param(pre + "attn_norm.gain", {h});
-    if (ln) b.norm1_b = add_param(pre + "attn_norm.bias", {h});
-    b.w_qkv = add_param(pre + "qkv.weight", {h, 3 * h});
-    if (m.bias) b.b_qkv = add_param(pre + "qkv.bias", {3 * h});
-    b.w_proj = add_param(pre + "attn_proj.weight", {h, h});
-    if (m.bias) b.b_proj = add_param(pre + "attn_proj.bias", {h});
-    b.norm2_g = add_param(pre + "mlp_norm.gain", {h});
-    if (ln) b.norm2_b = add_param(pre + "mlp_norm.bias", {h});
-    b.w_up = add_param(pre + (swiglu ? "mlp_up_gate.weight" : "mlp_up.weight"), {h, up_width_});
-    if (m.bias) b.b_up = add_param(pre + (swiglu ? "mlp_up_gate.bias" : "mlp_up.bias"), {up_width_});
-    b.w_down = add_param(pre + "mlp_down.weight", {f, h});
-    if (m.bias) b.b_down = add_param(pre + "mlp_down.bias", {h});
+    b.norm1_g = add_param(pre + "attn_norm.gain", Shape{h});
+    if (ln) b.norm1_b = add_param(pre + "attn_norm.bias", Shape{h});
+    b.w_qkv = add_param(pre + "qkv.weight", by_cols({h, 3 * h}, 3));
+    if (m.bias) b.b_qkv = add_param(pre + "qkv.bias", by_cols({3 * h}, 3));
+    b.w_proj = add_param(pre + "attn_proj.weight", by_rows({h, h}));
+    if (m.bias) b.b_proj = add_param(pre + "attn_proj.bias", Shape{h});
+    b.norm2_g = add_param(pre + "mlp_norm.gain", Shape{h});
+    if (ln) b.norm2_b = add_param(pre + "mlp_norm.bias", Shape{h});
+    const std::string up = swiglu ? "mlp_up_gate" : "mlp_up";
+    b.w_up = add_param(pre + up + ".weight", by_cols({h, up_parts * f}, up_parts));
+    if (m.bias) b.b_up = add_param(pre + up + ".bias", by_cols({up_parts * f}, up_parts));
+    b.w_down = add_param(pre + "mlp_down.weight", by_rows({f, h}));
+    if (m.bias) b.b_down = add_param(pre + "mlp_down.bias", Shape{h});
   }
-  normf_g_ = add_param("final_norm.gain", {h});
-  if (ln) normf_b_ = add_param("final_norm.bias", {h});
-  if (!m.tied_embeddings) w_logits_ = add_param("logits.weight", {m.vocab, h});
+  normf_g_ = add_param("final_norm.gain", Shape{h});
+  if (ln) normf_b_ = add_param("final_norm.bias", Shape{h});
+  if (!m.tied_embeddings) w_logits_ = add_param("logits.weight", by_rows({m.vocab, h}));
 
+  // Norms see only this rank's rows under sequence parallelism.
+  grad_split_by_rows_.assign(params_.size(), false);
+  if (tp_.split_rows())
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      grad_split_by_rows_[i] = names_[i].find("norm.") != std::string::npos;
+
+  // The whole model's values in the single-rank order; this rank keeps its
+  // slice of each.
   Rng rng(seed);
   auto normal = [&](int i, double sd) {
-    for (float& v : params_[static_cast<std::size_t>(i)].span())
-      v = static_cast<float>(sd * rng.normal());
+    const ParamSlice& sl = slices_[static_cast<std::size_t>(i)];
+    float* dst = params_[static_cast<std::size_t>(i)].data();
+    const std::int64_t rows = sl.whole.rank() == 2 ? sl.whole[0] : 1;
+    const std::int64_t cols = sl.whole.rank() == 2 ? sl.whole[1] : sl.whole[0];
+    const std::int64_t local_cols = sl.cols_size();
+    for (std::int64_t row = 0; row < rows; ++row) {
+      std::size_t run = 0;
+      std::int64_t before = 0;  // local columns in earlier runs
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const auto v = static_cast<float>(sd * rng.normal());
+        if (row < sl.row_begin || row >= sl.row_end) continue;
+        while (run < sl.cols.size() && c >= sl.cols[run].second) {
+          before += sl.cols[run].second - sl.cols[run].first;
+          ++run;
+        }
+        if (run < sl.cols.size() && c >= sl.cols[run].first)
+          dst[(row - sl.row_begin) * local_cols + before + (c - sl.cols[run].first)] = v;
+      }
+    }
   };
   auto ones = [&](int i) {
     if (i >= 0)
@@ -95,11 +191,86 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   if (w_logits_ >= 0) normal(w_logits_, sd);
 }
 
-int GptModel::add_param(const std::string& name, Shape shape) {
+int GptModel::add_param(const std::string& name, ParamSlice slice) {
+  const Shape shape = slice.local_shape();
   params_.emplace_back(*alloc_, shape, MemTag::Params);
   grads_.emplace_back(*alloc_, shape, MemTag::Grads);
   names_.push_back(name);
+  slices_.push_back(std::move(slice));
   return static_cast<int>(params_.size()) - 1;
+}
+
+int GptModel::add_param(const std::string& name, Shape whole) {
+  ParamSlice p;
+  p.whole = whole;
+  p.row_end = whole.rank() == 2 ? whole[0] : 1;
+  p.cols = {{0, whole.rank() == 2 ? whole[1] : whole[0]}};
+  return add_param(name, std::move(p));
+}
+
+bool GptModel::grad_split_by_rows(int i) const {
+  return grad_split_by_rows_[static_cast<std::size_t>(i)];
+}
+
+std::int64_t GptModel::rows(std::int64_t batch) const {
+  return batch * spec_.seq_len / (tp_.split_rows() ? tp_.size() : 1);
+}
+
+void GptModel::gather_rows(const float* mine, float* whole, std::int64_t N) {
+  const std::int64_t h = spec_.hidden;
+  tp_.comm->all_gather({mine, static_cast<std::size_t>(N / tp_.size() * h)},
+                       {whole, static_cast<std::size_t>(N * h)});
+}
+
+void GptModel::reduce_rows(float* whole, float* mine, std::int64_t N) {
+  const std::int64_t h = spec_.hidden;
+  const std::span<float> w{whole, static_cast<std::size_t>(N * h)};
+  if (tp_.split_rows()) {
+    tp_.comm->reduce_scatter(w, {mine, static_cast<std::size_t>(N / tp_.size() * h)});
+    return;
+  }
+  tp_.comm->all_reduce(w);
+  if (mine != whole) std::memcpy(mine, whole, w.size_bytes());
+}
+
+const float* GptModel::whole_rows(const Tensor& mine, BackwardBuffers& st) {
+  if (!tp_.split_rows()) return mine.data();
+  gather_rows(mine.data(), st.gathered.data(), st.gathered.dim(0));
+  return st.gathered.data();
+}
+
+const float* GptModel::reduced_rows(BackwardBuffers& st, std::int64_t N) {
+  if (tp_.size() == 1) return st.d_norm.data();
+  float* mine = tp_.split_rows() ? st.shard.data() : st.d_norm.data();
+  reduce_rows(st.d_norm.data(), mine, N);
+  return mine;
+}
+
+void GptModel::row_parallel_out(const float* in, int w, int bias, const float* x, Tensor& y,
+                                std::int64_t N, std::int64_t in_features) {
+  Allocator& a = *alloc_;
+  const std::int64_t h = spec_.hidden, rows = N / (tp_.split_rows() ? tp_.size() : 1);
+  if (tp_.size() == 1) {
+    // y = x + in·W + b: the residual add folded into the product.
+    y = Tensor(a, {N, h}, MemTag::Activations);
+    std::memcpy(y.data(), x, static_cast<std::size_t>(N * h) * sizeof(float));
+    linear_forward(in, p(w), p(bias), y.data(), N, in_features, h, WeightLayout::InOut, true);
+    return;
+  }
+  Tensor partial(a, {N, h}, MemTag::Activations);
+  linear_forward(in, p(w), nullptr, partial.data(), N, in_features, h, WeightLayout::InOut, false);
+  if (tp_.split_rows()) {
+    y = Tensor(a, {rows, h}, MemTag::Activations);
+    reduce_rows(partial.data(), y.data(), N);
+  } else {
+    reduce_rows(partial.data(), partial.data(), N);
+    y = std::move(partial);
+  }
+  const float* bv = p(bias);
+  float* yv = y.data();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < h; ++i)
+      yv[r * h + i] += x[r * h + i] + (bv != nullptr ? bv[i] : 0.0f);
 }
 
 std::int64_t GptModel::parameter_count() const {
@@ -170,9 +341,28 @@ Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::in
   const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
   saved.tokens = IndexTensor(*alloc_, {N}, MemTag::Activations);
   std::memcpy(saved.tokens.data(), tokens.data(), static_cast<std::size_t>(N) * sizeof(std::int32_t));
-  Tensor out(*alloc_, {N, h}, MemTag::Activations);
-  cpu::embedding_forward(saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h,
-                         spec_.vocab);
+  Tensor out;
+  if (tp_.size() == 1) {
+    out = Tensor(*alloc_, {N, h}, MemTag::Activations);
+    cpu::embedding_forward(saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h,
+                           spec_.vocab);
+  } else {
+    // Each rank looks up its vocabulary rows; the group sums the parts
+    // (reduce-scatters them by rows with sequence parallelism).
+    Tensor whole(*alloc_, {N, h}, MemTag::Activations);
+    embedding_forward_part(saved.tokens.data(), p(tok_emb_), whole.data(), N, h, spec_.vocab,
+                           vocab_begin_, vocab_);
+    const std::int64_t rows = this->rows(batch);
+    if (tp_.split_rows()) {
+      out = Tensor(*alloc_, {rows, h}, MemTag::Activations);
+      reduce_rows(whole.data(), out.data(), N);
+    } else {
+      reduce_rows(whole.data(), whole.data(), N);
+      out = std::move(whole);
+    }
+    if (pos_emb_ >= 0)
+      add_positions(out.data(), p(pos_emb_), rows, tp_.split_rows() ? tp_.rank() * rows : 0, S, h);
+  }
   saved.dropout = dropout;
   if (spec_.dropout) {
     saved.mask = make_mask(*alloc_, {N, h}, dropout, -1, DropSite::Embedding);
@@ -182,7 +372,7 @@ Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::in
 }
 
 void GptModel::attention_core(const BlockSaved& s, float* probs, float* out) const {
-  const AttentionDims dims{batch_of(s.x), spec_.seq_len, spec_.heads, spec_.head_dim()};
+  const AttentionDims dims{batch_of(s.x), spec_.seq_len, heads_, spec_.head_dim()};
   if (!spec_.dropout) return attention_forward(s.qkv.data(), probs, out, dims);
   const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()),
                             s.dropout.p};
@@ -196,30 +386,43 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
   if (layer < 0 || layer >= spec_.layers)
     throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
-  const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
-  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
+  // Rows here (the residual stream's, split by tp under sequence
+  // parallelism) and tokens of the microbatch.
+  const std::int64_t rows = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len, N = batch * S;
+  const std::int64_t h = spec_.hidden, f = ffn_, aw = attn_width_;
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
+  // A column-parallel linear's input: the whole rows, gathered under
+  // sequence parallelism (and not kept).
+  Tensor gathered;
+  auto whole_rows = [&](const Tensor& mine) -> const float* {
+    if (!tp_.split_rows()) return mine.data();
+    gathered = Tensor(a, {N, h}, act);
+    gather_rows(mine.data(), gathered.data(), N);
+    return gathered.data();
+  };
 
   if (s.ln1.empty()) {
-    s.ln1 = Tensor(a, {N, h}, act);
-    norm_forward(b.norm1_g, b.norm1_b, s.x.data(), s.ln1.data(), N);
+    s.ln1 = Tensor(a, {rows, h}, act);
+    norm_forward(b.norm1_g, b.norm1_b, s.x.data(), s.ln1.data(), rows);
   }
   if (s.qkv.empty()) {
-    s.qkv = Tensor(a, {N, 3 * h}, act);
-    linear_forward(s.ln1.data(), p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * h,
-                   WeightLayout::InOut, false);
+    const float* in = whole_rows(s.ln1);
+    s.qkv = Tensor(a, {N, 3 * aw}, act);
+    linear_forward(in, p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * aw, WeightLayout::InOut,
+                   false);
+    gathered.release();
   }
   const Dropout& dr = s.dropout;
   if (s.probs.empty()) {
     // Selective recompute refills only the core (attn was kept).
     const bool need_attn = s.attn.empty();
-    s.probs = Tensor(a, {batch, spec_.heads, S, S}, act);
+    s.probs = Tensor(a, {batch, heads_, S, S}, act);
     if (spec_.dropout) {
-      s.attn_mask = make_mask(a, {batch, spec_.heads, S, S}, dr, layer, DropSite::Attention);
-      s.dropped = Tensor(a, {batch, spec_.heads, S, S}, act);
+      s.attn_mask = make_mask(a, {batch, heads_, S, S}, dr, layer, DropSite::Attention);
+      s.dropped = Tensor(a, {batch, heads_, S, S}, act);
     }
-    if (need_attn) s.attn = Tensor(a, {N, h}, act);
+    if (need_attn) s.attn = Tensor(a, {N, aw}, act);
     attention_core(s, s.probs.data(), need_attn ? s.attn.data() : nullptr);
   }
   if (spec_.dropout && s.proj_mask.empty())
@@ -227,7 +430,7 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
   if (spec_.dropout && s.mlp_mask.empty())
     s.mlp_mask = make_mask(a, {N, h}, dr, layer, DropSite::Mlp);
   if (s.x1.empty()) {
-    if (spec_.dropout) {
+    if (spec_.dropout) {  // tp 1 only
       // x1 = x + dropout(attn·W + b).
       s.x1 = Tensor(a, {N, h}, act);
       linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
@@ -235,20 +438,19 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
       dropout_apply(s.x1.data(), s.proj_mask.data(), s.x1.data(), N * h, dr.p);
       residual_forward(s.x1.data(), s.x.data(), s.x1.data(), N * h);
     } else {
-      // x1 = x + attn·W + b: the residual add folded into the product.
-      s.x1 = s.x.clone(a, act);
-      linear_forward(s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h,
-                     WeightLayout::InOut, true);
+      row_parallel_out(s.attn.data(), b.w_proj, b.b_proj, s.x.data(), s.x1, N, aw);
     }
   }
   if (s.ln2.empty()) {
-    s.ln2 = Tensor(a, {N, h}, act);
-    norm_forward(b.norm2_g, b.norm2_b, s.x1.data(), s.ln2.data(), N);
+    s.ln2 = Tensor(a, {rows, h}, act);
+    norm_forward(b.norm2_g, b.norm2_b, s.x1.data(), s.ln2.data(), rows);
   }
   if (s.up.empty()) {
+    const float* in = whole_rows(s.ln2);
     s.up = Tensor(a, {N, up_width_}, act);
-    linear_forward(s.ln2.data(), p(b.w_up), p(b.b_up), s.up.data(), N, h, up_width_,
-                   WeightLayout::InOut, false);
+    linear_forward(in, p(b.w_up), p(b.b_up), s.up.data(), N, h, up_width_, WeightLayout::InOut,
+                   false);
+    gathered.release();
   }
   if (s.act.empty()) {
     s.act = Tensor(a, {N, f}, act);
@@ -265,18 +467,17 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
       dropout_apply(out->data(), s.mlp_mask.data(), out->data(), N * h, dr.p);
       residual_forward(out->data(), s.x1.data(), out->data(), N * h);
     } else {
-      *out = s.x1.clone(a, act);
-      linear_forward(s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h,
-                     WeightLayout::InOut, true);
+      row_parallel_out(s.act.data(), b.w_down, b.b_down, s.x1.data(), *out, N, f);
     }
   }
 }
 
 void GptModel::check_activation(const Tensor& t, const char* who) const {
+  const std::int64_t split = tp_.split_rows() ? tp_.size() : 1;
   if (t.empty() || t.shape().rank() != 2 || t.dim(1) != spec_.hidden ||
-      t.dim(0) % spec_.seq_len != 0)
-    throw Error(std::string("GptModel::") + who + ": input must be [batch·seq_len × hidden], got " +
-                t.shape().str());
+      t.dim(0) * split % spec_.seq_len != 0)
+    throw Error(std::string("GptModel::") + who + ": input must be [batch·seq_len" +
+                (split > 1 ? "/tp" : "") + " × hidden], got " + t.shape().str());
 }
 
 Tensor GptModel::block_forward(int layer, Tensor input, BlockSaved& saved, Dropout dropout) {
@@ -321,24 +522,48 @@ void GptModel::recompute(int layer, BlockSaved& saved) {
 double GptModel::head_forward(Tensor input, std::span<const std::int32_t> targets,
                               float loss_scale, HeadSaved& s) {
   check_activation(input, "head_forward");
-  const std::int64_t N = input.dim(0), batch = batch_of(input), h = spec_.hidden,
-                     V = spec_.vocab;
+  const std::int64_t rows = input.dim(0), batch = batch_of(input), h = spec_.hidden,
+                     N = batch * spec_.seq_len, V = vocab_;
   check_ids(targets, batch, "targets");
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
   s = HeadSaved{};
   s.x = std::move(input);
-  s.ln = Tensor(a, {N, h}, act);
-  norm_forward(normf_g_, normf_b_, s.x.data(), s.ln.data(), N);
+  s.ln = Tensor(a, {rows, h}, act);
+  norm_forward(normf_g_, normf_b_, s.x.data(), s.ln.data(), rows);
+  Tensor gathered;
+  const float* in = s.ln.data();
+  if (tp_.split_rows()) {
+    gathered = Tensor(a, {N, h}, act);
+    gather_rows(s.ln.data(), gathered.data(), N);
+    in = gathered.data();
+  }
   s.logits = Tensor(a, {N, V}, act);
   const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
-  linear_forward(s.ln.data(), p(w_out), nullptr, s.logits.data(), N, h, V, WeightLayout::OutIn,
-                 false);
-  const double mean =
-      cross_entropy_forward(s.logits.data(), targets.data(), N, V) / static_cast<double>(N);
-  cross_entropy_backward(s.logits.data(), targets.data(), N, V,
-                         loss_scale / static_cast<float>(N));
-  return mean;
+  linear_forward(in, p(w_out), nullptr, s.logits.data(), N, h, V, WeightLayout::OutIn, false);
+  gathered.release();
+  double sum = 0;
+  if (tp_.size() == 1) {
+    sum = cross_entropy_forward(s.logits.data(), targets.data(), N, V);
+  } else {
+    // Vocabulary-parallel cross-entropy: the row maxima and the two sums
+    // over the group, so every rank gets the whole softmax's denominators.
+    const int t = tp_.size();
+    Tensor mx(a, {N}, MemTag::Workspace), all(a, {t * N}, MemTag::Workspace);
+    row_max(s.logits.data(), N, V, mx.data());
+    tp_.comm->all_gather(mx.span(), all.span());
+    for (std::int64_t r = 0; r < N; ++r)
+      for (int j = 0; j < t; ++j) mx[r] = std::max(mx[r], all[j * N + r]);
+    all.release();
+    Tensor sums(a, {2 * N}, MemTag::Workspace);
+    exp_shifted_sums(s.logits.data(), targets.data(), N, V, vocab_begin_, spec_.vocab, mx.data(),
+                     sums.data());
+    tp_.comm->all_reduce(sums.span());
+    sum = normalize_rows(s.logits.data(), N, V, sums.data());
+  }
+  cross_entropy_backward(s.logits.data(), targets.data(), N, V, loss_scale / static_cast<float>(N),
+                         vocab_begin_);
+  return sum / static_cast<double>(N);
 }
 
 BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
@@ -346,23 +571,28 @@ BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
   BackwardBuffers b;
-  b.dres = Tensor(a, {N, h}, act);
+  b.dres = Tensor(a, {rows(batch), h}, act);
   b.d_norm = Tensor(a, {N, h}, act);
-  b.d_attn = Tensor(a, {N, h}, act);
-  b.d_qkv = Tensor(a, {N, 3 * h}, act);
-  b.d_act = Tensor(a, {N, spec_.ffn_hidden}, act);
+  b.d_attn = Tensor(a, {N, attn_width_}, act);
+  b.d_qkv = Tensor(a, {N, 3 * attn_width_}, act);
+  b.d_act = Tensor(a, {N, ffn_}, act);
   if (spec_.mlp == cost::MlpKind::Swiglu) b.d_up = Tensor(a, {N, up_width_}, act);
   b.scratch = Tensor(a, {S, S}, MemTag::Workspace);
+  if (tp_.split_rows()) {
+    b.gathered = Tensor(a, {N, h}, act);
+    b.shard = Tensor(a, {rows(batch), h}, act);
+  }
   return b;
 }
 
 void GptModel::head_backward(const HeadSaved& s, BackwardBuffers& st) {
-  const std::int64_t N = s.x.dim(0), h = spec_.hidden, V = spec_.vocab;
+  const std::int64_t rows = s.x.dim(0), N = batch_of(s.x) * spec_.seq_len, h = spec_.hidden,
+                     V = vocab_;
   const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
-  linear_backward(s.ln.data(), p(w_out), s.logits.data(), st.d_norm.data(), g(w_out), nullptr, N,
-                  h, V, WeightLayout::OutIn, false);
+  linear_backward(whole_rows(s.ln, st), p(w_out), s.logits.data(), st.d_norm.data(), g(w_out),
+                  nullptr, N, h, V, WeightLayout::OutIn, false);
   st.dres.zero();
-  norm_backward(normf_g_, normf_b_, s.x.data(), st.d_norm.data(), st.dres.data(), N);
+  norm_backward(normf_g_, normf_b_, s.x.data(), reduced_rows(st, N), st.dres.data(), rows);
 }
 
 void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& st) {
@@ -375,12 +605,13 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
     throw Error("GptModel::block_backward: layer " + std::to_string(layer) +
                 " lacks saved tensors (recompute them first)");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
-  const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
-  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
+  const std::int64_t rows = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len, N = batch * S;
+  const std::int64_t h = spec_.hidden, f = ffn_, aw = attn_width_;
   const float drop_p = s.dropout.p;
-  // MLP branch: st.dres holds the gradient of the block's output.
-  const float* dy_down = st.dres.data();
-  if (spec_.dropout) {
+  // MLP branch: st.dres holds the gradient of the block's output (its rows
+  // here; the whole rows gathered under sequence parallelism).
+  const float* dy_down = whole_rows(st.dres, st);
+  if (spec_.dropout) {  // tp 1 only
     dropout_apply(st.dres.data(), s.mlp_mask.data(), st.d_norm.data(), N * h, drop_p);
     dy_down = st.d_norm.data();
   }
@@ -393,32 +624,41 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
     swiglu_backward(s.up.data(), st.d_act.data(), st.d_up.data(), N, f);
     d_up = st.d_up.data();
   }
-  linear_backward(s.ln2.data(), p(b.w_up), d_up, st.d_norm.data(), g(b.w_up), g(b.b_up), N, h,
-                  up_width_, WeightLayout::InOut, false);
-  norm_backward(b.norm2_g, b.norm2_b, s.x1.data(), st.d_norm.data(), st.dres.data(), N);
+  linear_backward(whole_rows(s.ln2, st), p(b.w_up), d_up, st.d_norm.data(), g(b.w_up), g(b.b_up),
+                  N, h, up_width_, WeightLayout::InOut, false);
+  norm_backward(b.norm2_g, b.norm2_b, s.x1.data(), reduced_rows(st, N), st.dres.data(), rows);
   // Attention branch: st.dres now holds the gradient of x1.
-  const float* dy_proj = st.dres.data();
+  const float* dy_proj = whole_rows(st.dres, st);
   if (spec_.dropout) {
     dropout_apply(st.dres.data(), s.proj_mask.data(), st.d_norm.data(), N * h, drop_p);
     dy_proj = st.d_norm.data();
   }
   linear_backward(s.attn.data(), p(b.w_proj), dy_proj, st.d_attn.data(), g(b.w_proj),
-                  g(b.b_proj), N, h, h, WeightLayout::InOut, false);
-  const AttentionDims dims{batch, S, spec_.heads, spec_.head_dim()};
+                  g(b.b_proj), N, aw, h, WeightLayout::InOut, false);
+  const AttentionDims dims{batch, S, heads_, spec_.head_dim()};
   const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()), drop_p};
   attention_backward(s.qkv.data(), s.probs.data(), st.d_attn.data(), st.d_qkv.data(),
                      st.scratch.data(), dims, spec_.dropout ? &ad : nullptr);
-  linear_backward(s.ln1.data(), p(b.w_qkv), st.d_qkv.data(), st.d_norm.data(), g(b.w_qkv),
-                  g(b.b_qkv), N, h, 3 * h, WeightLayout::InOut, false);
-  norm_backward(b.norm1_g, b.norm1_b, s.x.data(), st.d_norm.data(), st.dres.data(), N);
+  linear_backward(whole_rows(s.ln1, st), p(b.w_qkv), st.d_qkv.data(), st.d_norm.data(),
+                  g(b.w_qkv), g(b.b_qkv), N, h, 3 * aw, WeightLayout::InOut, false);
+  norm_backward(b.norm1_g, b.norm1_b, s.x.data(), reduced_rows(st, N), st.dres.data(), rows);
 }
 
 void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) {
   const std::int64_t batch = s.tokens.numel() / spec_.seq_len;
   if (spec_.dropout)
     dropout_apply(st.dres.data(), s.mask.data(), st.dres.data(), st.dres.numel(), s.dropout.p);
-  cpu::embedding_backward(s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
-                          spec_.seq_len, spec_.hidden);
+  if (tp_.size() == 1) {
+    cpu::embedding_backward(s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
+                            spec_.seq_len, spec_.hidden);
+    return;
+  }
+  const float* dy = whole_rows(st.dres, st);
+  embedding_backward_part(s.tokens.data(), dy, g(tok_emb_), s.tokens.numel(), spec_.hidden,
+                          vocab_begin_, vocab_);
+  if (pos_emb_ >= 0)
+    cpu::embedding_backward(s.tokens.data(), dy, nullptr, g(pos_emb_), batch, spec_.seq_len,
+                            spec_.hidden);
 }
 
 double GptModel::run(std::span<const std::int32_t> tokens,

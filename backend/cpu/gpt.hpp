@@ -15,11 +15,45 @@
 #include <vector>
 
 #include "backend/cpu/allocator.hpp"
+#include "backend/cpu/comm.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/model.hpp"
 #include "costmodel/techniques.hpp"
 
 namespace strata::backend::cpu {
+
+// Tensor parallelism of one model replica, as Megatron-LM splits a GPT
+// (Shoeybi et al. 2019; Korthikanti et al. 2022 for sequence parallelism):
+// qkv and the MLP's first linear column-parallel (heads and ffn split), the
+// attention projection and the MLP's second linear row-parallel, the word
+// embedding and the logits split by vocabulary, cross-entropy computed over
+// the split vocabulary. Without sequence parallelism the residual stream is
+// whole on every rank and the row-parallel outputs and column-parallel input
+// gradients are all-reduced; with it the residual stream is split by rows
+// (tokens) and those become reduce-scatters, with all-gathers before the
+// column-parallel linears (again in backward: the gathered inputs are not
+// kept). `comm` is the tensor-parallel group; null means tp = 1.
+struct TensorParallel {
+  Comm* comm = nullptr;
+  bool sequence_parallel = false;
+  int size() const { return comm != nullptr ? comm->size() : 1; }
+  int rank() const { return comm != nullptr ? comm->rank() : 0; }
+  bool split_rows() const { return sequence_parallel && size() > 1; }
+};
+
+// Where a parameter's local elements sit in the whole tensor: rows
+// [row_begin, row_end) of it (a vector is one row) and, within each row, the
+// column runs `cols` side by side.
+struct ParamSlice {
+  Shape whole;
+  std::int64_t row_begin = 0, row_end = 1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> cols;
+  bool is_whole() const;
+  std::int64_t cols_size() const;  // local columns per row
+  Shape local_shape() const;
+  // The position in the whole tensor of local element `i`.
+  std::int64_t whole_index(std::int64_t i) const;
+};
 
 // Activation bytes one microbatch keeps from forward to backward, per layer
 // of the op chain (measured from the tensors the step really holds).
@@ -77,6 +111,11 @@ struct BackwardBuffers {
   Tensor d_act;    // gradient of the activation's output (GeLU: also its input)
   Tensor d_up;     // gradient of the SwiGLU input (gate | up); empty with GeLU
   Tensor scratch;  // attention backward: seq × seq (Workspace)
+  // Sequence parallelism: a whole [tokens × hidden] tensor gathered from the
+  // row shards (the output gradient, then a norm's output) and the row shard
+  // a reduce-scatter returns.
+  Tensor gathered;
+  Tensor shard;
 };
 
 // Options of one forward_backward.
@@ -109,7 +148,14 @@ class GptModel {
   // Workspace for kernel scratch). kv_heads 0 means heads; ffn_hidden 0
   // means 4·hidden. Throws Error for what it does not implement: dropout,
   // MoE, grouped-query attention, rotary or ALiBi positions.
-  GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed);
+  // With tensor parallelism (tp.size() > 1) every rank of the group builds
+  // its part of the same model: the whole model's initial values, drawn in
+  // the same order, of which it keeps its slice (so a tp run starts from the
+  // single-rank model's parameters). Dropout is refused with tp > 1; heads,
+  // ffn_hidden and vocab must divide by tp, and with sequence parallelism
+  // seq_len too. Every rank of the group must call the same steps together.
+  GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
+           TensorParallel tp = {});
 
   const cost::ModelSpec& spec() const { return spec_; }
   Allocator& allocator() const { return *alloc_; }
@@ -120,6 +166,16 @@ class GptModel {
   std::span<Tensor> grads() { return grads_; }
   std::span<const Tensor> grads() const { return grads_; }
   const std::vector<std::string>& names() const { return names_; }
+  // Which part of the whole parameter `i` this rank holds.
+  const ParamSlice& slice(int i) const { return slices_[static_cast<std::size_t>(i)]; }
+  // Whether parameter `i` is whole on every tensor-parallel rank but its
+  // gradient is only this rank's rows' part (norms and row-parallel biases
+  // under sequence parallelism): sum it over the group before the step.
+  bool grad_split_by_rows(int i) const;
+  const TensorParallel& tensor_parallel() const { return tp_; }
+  // Rows of the residual stream a microbatch of `batch` sequences has here
+  // (batch·seq_len, divided by tp with sequence parallelism).
+  std::int64_t rows(std::int64_t batch) const;
   std::int64_t parameter_count() const;
   void zero_grads();
 
@@ -178,13 +234,32 @@ class GptModel {
     int norm2_g = -1, norm2_b = -1, w_up = -1, b_up = -1, w_down = -1, b_down = -1;
   };
 
-  int add_param(const std::string& name, Shape shape);
+  int add_param(const std::string& name, ParamSlice slice);
+  int add_param(const std::string& name, Shape whole);  // not split
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
   void check_ids(std::span<const std::int32_t> ids, std::int64_t batch, const char* what) const;
   void check_dropout(const Dropout& d) const;
   void check_activation(const Tensor& t, const char* who) const;
-  std::int64_t batch_of(const Tensor& t) const { return t.dim(0) / spec_.seq_len; }
+  std::int64_t batch_of(const Tensor& t) const {
+    return t.dim(0) * (tp_.split_rows() ? tp_.size() : 1) / spec_.seq_len;
+  }
+  // Sequence parallelism: the whole [N × hidden] tensor from this rank's rows.
+  void gather_rows(const float* mine, float* whole, std::int64_t N);
+  // Row-parallel output: all-reduced in place (whole rows), or reduced and
+  // scattered into `mine` (sequence parallelism).
+  void reduce_rows(float* whole, float* mine, std::int64_t N);
+  // Row-parallel linear: y = x + (in·W summed over the group) + b, into
+  // `y` (this rank's rows).
+  // Backward: a column-parallel linear's input (or the output gradient) as
+  // whole rows: `mine` itself, or gathered into st.gathered.
+  const float* whole_rows(const Tensor& mine, BackwardBuffers& st);
+  // The column-parallel input gradient in st.d_norm, summed over the group:
+  // in place, or reduce-scattered into st.shard (sequence parallelism).
+  const float* reduced_rows(BackwardBuffers& st, std::int64_t N);
+  void row_parallel_out(const float* in, int w, int bias, const float* x, Tensor& y,
+                        std::int64_t N, std::int64_t in_features);
+
   void norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows);
   void norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,
                      std::int64_t rows);
@@ -195,9 +270,16 @@ class GptModel {
 
   cost::ModelSpec spec_;
   Allocator* alloc_;
-  std::int64_t up_width_ = 0;  // ffn (GeLU) or 2·ffn (SwiGLU gate | up)
+  TensorParallel tp_;
+  // Local widths: heads, hidden of the attention (heads·head_dim), ffn,
+  // vocabulary rows, and the first MLP linear's output (ffn for GeLU, 2·ffn
+  // for SwiGLU's gate | up).
+  std::int64_t heads_ = 0, attn_width_ = 0, ffn_ = 0, vocab_ = 0, vocab_begin_ = 0;
+  std::int64_t up_width_ = 0;
   std::vector<Tensor> params_, grads_;
   std::vector<std::string> names_;
+  std::vector<ParamSlice> slices_;
+  std::vector<bool> grad_split_by_rows_;
   int tok_emb_ = -1, pos_emb_ = -1, normf_g_ = -1, normf_b_ = -1, w_logits_ = -1;
   std::vector<BlockIndex> blocks_;
   SavedBytes saved_;

@@ -78,13 +78,50 @@ void embedding_backward(const std::int32_t* tokens, const float* dy, float* dtab
     for (std::int64_t s = 0; s < seq; ++s) {
       const std::int64_t t = b * seq + s;
       const float* g = dy + t * hidden;
-      float* de = dtable + static_cast<std::int64_t>(tokens[t]) * hidden;
-      for (std::int64_t i = 0; i < hidden; ++i) de[i] += g[i];
+      if (dtable != nullptr) {
+        float* de = dtable + static_cast<std::int64_t>(tokens[t]) * hidden;
+        for (std::int64_t i = 0; i < hidden; ++i) de[i] += g[i];
+      }
       if (dpos != nullptr) {
         float* dp = dpos + s * hidden;
         for (std::int64_t i = 0; i < hidden; ++i) dp[i] += g[i];
       }
     }
+  }
+}
+
+void embedding_forward_part(const std::int32_t* tokens, const float* table, float* y,
+                            std::int64_t n, std::int64_t hidden, std::int64_t vocab,
+                            std::int64_t begin, std::int64_t rows) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    check_index(tokens[t], vocab, "embedding: token");
+    const std::int64_t local = tokens[t] - begin;
+    float* out = y + t * hidden;
+    if (local >= 0 && local < rows)
+      std::memcpy(out, table + local * hidden, static_cast<std::size_t>(hidden) * sizeof(float));
+    else
+      std::memset(out, 0, static_cast<std::size_t>(hidden) * sizeof(float));
+  }
+}
+
+void embedding_backward_part(const std::int32_t* tokens, const float* dy, float* dtable,
+                             std::int64_t n, std::int64_t hidden, std::int64_t begin,
+                             std::int64_t rows) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t local = tokens[t] - begin;
+    if (local < 0 || local >= rows) continue;
+    const float* g = dy + t * hidden;
+    float* de = dtable + local * hidden;
+    for (std::int64_t i = 0; i < hidden; ++i) de[i] += g[i];
+  }
+}
+
+void add_positions(float* y, const float* pos, std::int64_t n, std::int64_t first_row,
+                   std::int64_t seq, std::int64_t hidden) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* p = pos + ((first_row + r) % seq) * hidden;
+    float* out = y + r * hidden;
+    for (std::int64_t i = 0; i < hidden; ++i) out[i] += p[i];
   }
 }
 
@@ -395,12 +432,50 @@ double cross_entropy_forward(float* logits, const std::int32_t* targets, std::in
 }
 
 void cross_entropy_backward(float* probs, const std::int32_t* targets, std::int64_t n,
-                            std::int64_t vocab, float scale) {
+                            std::int64_t vocab, float scale, std::int64_t vocab_begin) {
   for (std::int64_t r = 0; r < n; ++r) {
     float* row = probs + r * vocab;
-    row[targets[r]] -= 1.0f;
+    const std::int64_t t = targets[r] - vocab_begin;
+    if (t >= 0 && t < vocab) row[t] -= 1.0f;
     for (std::int64_t j = 0; j < vocab; ++j) row[j] *= scale;
   }
+}
+
+void row_max(const float* logits, std::int64_t n, std::int64_t vocab, float* mx) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const float* row = logits + r * vocab;
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::int64_t j = 0; j < vocab; ++j) m = std::max(m, row[j]);
+    mx[r] = m;
+  }
+}
+
+void exp_shifted_sums(float* logits, const std::int32_t* targets, std::int64_t n,
+                      std::int64_t vocab, std::int64_t vocab_begin, std::int64_t whole_vocab,
+                      const float* mx, float* sums) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    check_index(targets[r], whole_vocab, "cross_entropy: target");
+    float* row = logits + r * vocab;
+    const std::int64_t t = targets[r] - vocab_begin;
+    sums[n + r] = t >= 0 && t < vocab ? row[t] - mx[r] : 0.0f;
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < vocab; ++j) {
+      row[j] = exp_approx(row[j] - mx[r]);
+      sum += row[j];
+    }
+    sums[r] = static_cast<float>(sum);
+  }
+}
+
+double normalize_rows(float* logits, std::int64_t n, std::int64_t vocab, const float* sums) {
+  double loss = 0.0;
+  for (std::int64_t r = 0; r < n; ++r) {
+    float* row = logits + r * vocab;
+    const float inv = 1.0f / sums[r];
+    for (std::int64_t j = 0; j < vocab; ++j) row[j] *= inv;
+    loss += std::log(static_cast<double>(sums[r])) - static_cast<double>(sums[n + r]);
+  }
+  return loss;
 }
 
 }  // namespace strata::backend::cpu

@@ -20,9 +20,23 @@ namespace strata::backend::cpu {
 void embedding_forward(const std::int32_t* tokens, const float* table, const float* pos,
                        float* y, std::int64_t batch, std::int64_t seq, std::int64_t hidden,
                        std::int64_t vocab);
-// dtable[tokens[t]] += dy[t]; dpos[t mod seq] += dy[t] (dpos may be null).
+// dtable[tokens[t]] += dy[t]; dpos[t mod seq] += dy[t] (either may be null).
 void embedding_backward(const std::int32_t* tokens, const float* dy, float* dtable,
                         float* dpos, std::int64_t batch, std::int64_t seq, std::int64_t hidden);
+// Vocabulary-parallel table (Megatron-LM): `table` holds rows
+// [begin, begin + rows) of the whole [vocab × hidden] table. Forward writes
+// y[t] = the token's row when it is one of them, else zeros (the group sums
+// the parts; positions are added after the sum). Backward adds dy[t] to the
+// token's row when it is one of them. Tokens are checked against `vocab`.
+void embedding_forward_part(const std::int32_t* tokens, const float* table, float* y,
+                            std::int64_t n, std::int64_t hidden, std::int64_t vocab,
+                            std::int64_t begin, std::int64_t rows);
+void embedding_backward_part(const std::int32_t* tokens, const float* dy, float* dtable,
+                             std::int64_t n, std::int64_t hidden, std::int64_t begin,
+                             std::int64_t rows);
+// y[r] += pos[(first_row + r) mod seq] for r in [0, n).
+void add_positions(float* y, const float* pos, std::int64_t n, std::int64_t first_row,
+                   std::int64_t seq, std::int64_t hidden);
 
 // --- norms (ops `attn_norm`, `mlp_norm`, `final_norm`) ------------------------
 // Layer norm over the last dimension: y = (x − mean)/sqrt(var + eps)·gamma + beta.
@@ -120,8 +134,24 @@ void residual_forward(const float* a, const float* b, float* y, std::int64_t n);
 double cross_entropy_forward(float* logits, const std::int32_t* targets, std::int64_t n,
                              std::int64_t vocab);
 // Turns the probabilities into the gradient of scale·(summed loss) in place:
-// (p − onehot(target))·scale. For a mean over N tokens, scale = 1/N.
+// (p − onehot(target))·scale. For a mean over N tokens, scale = 1/N. With a
+// split vocabulary the rows hold columns [vocab_begin, vocab_begin + vocab)
+// and a target outside them has no one-hot entry here.
 void cross_entropy_backward(float* probs, const std::int32_t* targets, std::int64_t n,
-                            std::int64_t vocab, float scale);
+                            std::int64_t vocab, float scale, std::int64_t vocab_begin = 0);
+// Cross-entropy over a vocabulary split by columns (Megatron-LM's
+// vocab-parallel cross-entropy), in steps between the group's reductions.
+// Rows hold columns [vocab_begin, vocab_begin + vocab) of `whole_vocab`.
+// 1. mx[r] = the row's maximum (the group then takes the maximum over parts).
+void row_max(const float* logits, std::int64_t n, std::int64_t vocab, float* mx);
+// 2. logits := exp(logits − mx[r]); sums[r] = the row's sum of them;
+//    sums[n + r] = logit[target] − mx[r] when the target is a local column,
+//    else 0 (the group then sums both halves of `sums` over parts).
+void exp_shifted_sums(float* logits, const std::int32_t* targets, std::int64_t n,
+                      std::int64_t vocab, std::int64_t vocab_begin, std::int64_t whole_vocab,
+                      const float* mx, float* sums);
+// 3. logits := logits / sum[r] (probabilities); returns the summed loss
+//    Σ log(sum[r]) − shifted_target[r] in double.
+double normalize_rows(float* logits, std::int64_t n, std::int64_t vocab, const float* sums);
 
 }  // namespace strata::backend::cpu

@@ -50,6 +50,7 @@ TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
   r.scenario = sc.file.empty() ? sc.model.name : sc.file;
   r.cluster = sc.cluster.name;
   r.dp = sc.plan.dp;
+  r.tp = sc.plan.tp;
   r.pp = sc.plan.pp;
   r.global_batch = sc.batch.global;
   r.seq_len = sc.model.seq_len;
@@ -106,9 +107,9 @@ std::string render_train_table(const TrainReport& r) {
   std::string out;
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "run: %s on %s, backend cpu: %d rank threads (dp %lld x pp %lld), global batch %lld "
+                "run: %s on %s, backend cpu: %d rank threads (dp %lld x tp %lld x pp %lld), global batch %lld "
                 "x %lld tokens\n",
-                r.scenario.c_str(), r.cluster.c_str(), r.ranks, static_cast<long long>(r.dp),
+                r.scenario.c_str(), r.cluster.c_str(), r.ranks, static_cast<long long>(r.dp), static_cast<long long>(r.tp),
                 static_cast<long long>(r.pp), static_cast<long long>(r.global_batch),
                 static_cast<long long>(r.seq_len));
   out += buf;
@@ -150,6 +151,7 @@ std::string render_train_json(const TrainReport& r) {
   j["best_loss"] = r.best_loss ? nlohmann::ordered_json(*r.best_loss) : nlohmann::ordered_json(nullptr);
   j["ranks"] = r.ranks;
   j["dp"] = r.dp;
+  j["tp"] = r.tp;
   j["pp"] = r.pp;
   j["global_batch"] = r.global_batch;
   j["seq_len"] = r.seq_len;

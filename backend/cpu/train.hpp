@@ -42,7 +42,7 @@ struct TrainReport {
   std::string data;      // what the tokens were
   std::optional<double> best_loss;  // the Markov corpus's entropy rate
   int ranks = 0;
-  std::int64_t dp = 1, pp = 1;
+  std::int64_t dp = 1, tp = 1, pp = 1;
   std::int64_t global_batch = 0, seq_len = 0;
   std::vector<TrainStep> steps;
   std::vector<TrainRankMemory> memory;  // by rank
@@ -58,7 +58,7 @@ TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
                   const std::function<void(const TrainStep&)>& on_step = {});
 
 std::string render_train_table(const TrainReport& r);
-// One JSON object: scenario, cluster, backend, data, best_loss, ranks, dp, pp,
+// One JSON object: scenario, cluster, backend, data, best_loss, ranks, dp, tp, pp,
 // global_batch, seq_len, tasks_per_step, predicted_step_time_s, steps
 // [{step, loss, step_time_s}], median_step_time_s, peak_memory_bytes (highest
 // rank), memory_per_rank [{rank, stage, peak_bytes, peak_bytes_by_tag,

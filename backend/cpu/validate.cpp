@@ -124,6 +124,7 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
   r.scenario = sc.file.empty() ? sc.model.name : sc.file;
   r.cluster = sc.cluster.name;
   r.dp = sc.plan.dp;
+  r.tp = sc.plan.tp;
   r.pp = sc.plan.pp;
 
   // Predicted, with the calibration the executor's lowering reads too.
@@ -221,9 +222,9 @@ std::string render_validate_table(const ValidateReport& r) {
   std::string out;
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "validate: %s on %s, backend cpu: %d rank threads (dp %lld x pp %lld), %zu measured "
+                "validate: %s on %s, backend cpu: %d rank threads (dp %lld x tp %lld x pp %lld), %zu measured "
                 "steps\ncalibration: %s\n\n",
-                r.scenario.c_str(), r.cluster.c_str(), r.ranks, static_cast<long long>(r.dp),
+                r.scenario.c_str(), r.cluster.c_str(), r.ranks, static_cast<long long>(r.dp), static_cast<long long>(r.tp),
                 static_cast<long long>(r.pp), r.step_times_s.size(), r.calibration.c_str());
   out += buf;
   out += "                     predicted      measured       error\n";
@@ -305,6 +306,7 @@ std::string render_validate_json(const ValidateReport& r) {
   j["calibration"] = r.calibration;
   j["ranks"] = r.ranks;
   j["dp"] = r.dp;
+  j["tp"] = r.tp;
   j["pp"] = r.pp;
   j["steps"] = r.step_times_s.size();
   j["excluded_bytes"] = {{"runtime", r.excluded_runtime_bytes}, {"workspace", r.excluded_workspace_bytes}};

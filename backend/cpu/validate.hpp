@@ -79,7 +79,7 @@ struct ValidateReport {
   std::string cluster;
   std::string calibration;  // the calibration's machine and date
   int ranks = 0;
-  std::int64_t dp = 1, pp = 1;
+  std::int64_t dp = 1, tp = 1, pp = 1;
   ValidateSide predicted, measured;
   std::vector<double> step_times_s;  // every measured step
   std::vector<TaskRow> tasks;
@@ -95,7 +95,7 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
 
 // Predicted vs measured: step time, memory per rank and tag, time per kind.
 std::string render_validate_table(const ValidateReport& r);
-// One object: scenario, cluster, backend, calibration, ranks, dp, pp,
+// One object: scenario, cluster, backend, calibration, ranks, dp, tp, pp,
 // steps, excluded_bytes {runtime, workspace}, `predicted` and `measured`
 // (each: step_time_s, peak_memory_bytes, memory_breakdown_bytes (by tag,
 // the highest rank's peak of each), memory_per_rank [{rank, stage,

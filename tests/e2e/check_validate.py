@@ -98,11 +98,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check(p.returncode == 2 and p.stdout == "" and "file not found" in p.stderr, "a missing calibration file exits 2")
     # The bundled scenario opens with // comments (Strata reads them; json does not).
     tp = json.loads("".join(l for l in open(tiny) if not l.lstrip().startswith("//")))
-    tp["plan"] = {**tp["plan"], "tp": 2, "dp": 1, "zero": 0}
+    tp["plan"] = {**tp["plan"], "cp": 2, "dp": 1, "zero": 0}
     tp_path = os.path.join(tmp, "tp.json")
     json.dump(tp, open(tp_path, "w"))
     p = run("validate", tp_path, "--backend", "cpu", "--calibration", cal)
-    check(p.returncode == 2 and p.stdout == "" and "tensor parallelism" in p.stderr,
+    check(p.returncode == 2 and p.stdout == "" and "context parallelism" in p.stderr,
           f"a plan the executor refuses exits 2 naming why ({p.returncode}: {p.stderr.strip()})")
     bad = os.path.join(tmp, "bad-cal.json")
     json.dump({**written, "memory": {"peak_GBps": 10, "points": [{"bytes": 1024, "GBps": 50}]}}, open(bad, "w"))
