@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -9,6 +10,7 @@
 
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/gpt.hpp"
+#include "backend/cpu/kernels.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/ops.hpp"
@@ -124,6 +126,7 @@ struct Executor::Impl {
   std::vector<std::unique_ptr<Rank>> ranks;
   std::map<std::string, std::vector<float>> captured;
   bool broken = false;
+  std::int64_t steps_done = 0;
 
   Impl(const strategies::Scenario& s, ExecutorOptions o);
   void build_rank(Rank& R, const strategies::RankMesh& mesh, int r);
@@ -152,6 +155,13 @@ struct Executor::Impl {
   void weights_to_device(Rank& R);
   void gather_weights(Rank& R);
   void reduce_row_split_grads(Rank& R);
+  // NaN or Inf in the gradients this rank steps stops the run, naming the
+  // step, the layer and the tensor.
+  void check_finite_grads(const Rank& R) const;
+  std::string where(const Rank& R) const {
+    return "step " + std::to_string(steps_done + 1) + ", rank " + std::to_string(R.rank) +
+           " (stage " + std::to_string(R.stage) + ")";
+  }
   // Copies `n` elements of parameter i's local tensor, from local element
   // `off`, into the whole tensor `whole` (whole and split parameters alike).
   void to_whole(const Rank& R, int i, std::int64_t off, const float* src, std::int64_t n,
@@ -570,8 +580,12 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
     }
     case Part::Head: {
       Tensor x = take_activation(R, k, mb);
-      R.loss_sum += model.head_forward(std::move(x), targets.subspan(at, n),
-                                       1.0f / static_cast<float>(m * dp), R.head[mb]);
+      const double loss = model.head_forward(std::move(x), targets.subspan(at, n),
+                                             1.0f / static_cast<float>(m * dp), R.head[mb]);
+      if (!std::isfinite(loss))
+        throw Error("executor: " + where(R) + ": the loss of microbatch " + std::to_string(mb) +
+                    " is " + std::to_string(loss) + " (the run diverged: lower the learning rate)");
+      R.loss_sum += loss;
       return;
     }
     case Part::None: break;
@@ -749,11 +763,42 @@ void Executor::Impl::reduce_row_split_grads(Rank& R) {
   }
 }
 
+void Executor::Impl::check_finite_grads(const Rank& R) const {
+  auto fail = [&](int i, std::int64_t element, float value) {
+    const std::string& name = names[static_cast<std::size_t>(i)];
+    std::string layer = "the head";
+    if (name.rfind("block", 0) == 0)
+      layer = "layer " + name.substr(5, name.find('.') - 5);
+    else if (std::find(embedding_params.begin(), embedding_params.end(), i) != embedding_params.end())
+      layer = "the embedding";
+    throw Error("executor: " + where(R) + ": the gradient of " + name + " (" + layer + ") holds " +
+                std::to_string(value) + " at element " + std::to_string(element) +
+                " of this rank's part (the run diverged or overflowed)");
+  };
+  if (zero == 0) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (!R.owned[i]) continue;
+      const Tensor& g = R.model->grads()[i];
+      if (const auto k = first_non_finite(g.data(), g.numel()); k >= 0)
+        fail(static_cast<int>(i), k, g.data()[k]);
+    }
+    return;
+  }
+  for (const auto& b : R.buckets) {
+    if (b.shard_grad.empty()) continue;
+    for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      if (const auto k = first_non_finite(b.shard_grad.data() + at, n); k >= 0)
+        fail(i, off + k, b.shard_grad.data()[at + k]);
+    });
+  }
+}
+
 void Executor::Impl::grads_to_host(Rank& R) {
   // ZeRO-Offload: the gradients this rank steps (its stage's, or its chunks
   // with ZeRO) go to the host pool; the fp32 master parameters live there
   // from the first step on.
   reduce_row_split_grads(R);
+  check_finite_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   const bool first = R.host_params.empty();
@@ -810,6 +855,7 @@ void Executor::Impl::optimizer_step(Rank& R) {
     return;
   }
   reduce_row_split_grads(R);
+  check_finite_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   std::vector<Tensor> P, G;
@@ -928,6 +974,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     I.broken = true;
     std::rethrow_exception(first);
   }
+  ++I.steps_done;
   double loss = 0;
   for (auto& R : I.ranks) {
     if (R->tp_index == 0) loss += R->loss_sum;  // every tensor-parallel rank has the loss

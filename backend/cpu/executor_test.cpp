@@ -412,6 +412,28 @@ TEST_CASE("cpu/executor: task times: every task of a rank's stage, in graph orde
   CHECK(run.makespan <= static_cast<Time>(r.seconds * 1e9) + 1);
 }
 
+TEST_CASE("cpu/executor: a diverged run stops with the step and the loss named") {
+  // SGD with momentum at lr 1e30: the first step's update makes the weights
+  // astronomically large, so the second forward's logits overflow and the
+  // loss is not finite. The step throws naming step 2 and the microbatch,
+  // and the executor refuses further steps.
+  set_blas_threads(1);
+  const Scenario sc = tiny(2, plan_with(2, 1), 8, 2);
+  Executor ex(sc, {.seed = 1, .lr = 1e30f});
+  const Batch in = batch_of(sc, 3);
+  CHECK(std::isfinite(ex.step(in.tokens, in.targets).loss));
+  try {
+    ex.step(in.tokens, in.targets);
+    FAIL("the diverged step did not throw");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(what.find("step 2") != std::string::npos);
+    CHECK(what.find("loss of microbatch") != std::string::npos);
+  }
+  CHECK_THROWS_AS(ex.step(in.tokens, in.targets), Error);
+}
+
 TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
   auto why = [](Plan p) {
     try {

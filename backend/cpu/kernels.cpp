@@ -478,4 +478,14 @@ double normalize_rows(float* logits, std::int64_t n, std::int64_t vocab, const f
   return loss;
 }
 
+std::int64_t first_non_finite(const float* x, std::int64_t n) {
+  // One pass that vectorizes: x − x is 0 for finite x and NaN otherwise.
+  float acc = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) acc += x[i] - x[i];
+  if (acc == 0.0f) return -1;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
+
 }  // namespace strata::backend::cpu

@@ -154,4 +154,8 @@ void exp_shifted_sums(float* logits, const std::int32_t* targets, std::int64_t n
 //    Σ log(sum[r]) − shifted_target[r] in double.
 double normalize_rows(float* logits, std::int64_t n, std::int64_t vocab, const float* sums);
 
+// --- checks -------------------------------------------------------------------
+// The index of the first NaN or ±Inf among x[0..n), or −1 when all are finite.
+std::int64_t first_non_finite(const float* x, std::int64_t n);
+
 }  // namespace strata::backend::cpu
