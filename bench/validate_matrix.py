@@ -37,7 +37,7 @@ MODEL = {
 BATCH = {"global": 16, "micro": 2}
 BASE = {"precision": "fp32", "optimizer": "adam", "implementation": {"attention": "standard"}}
 
-# name -> plan keys (on top of BASE); every plan has dp * tp * pp = 4.
+# name -> plan keys (on top of BASE); every plan has dp * tp * cp * pp = 4.
 MATRIX = [
     ("dp4", {"dp": 4}),
     ("dp4-zero1", {"dp": 4, "zero": 1}),
@@ -59,6 +59,8 @@ MATRIX = [
     ("tp2-dp2-sp", {"tp": 2, "dp": 2, "sequence_parallel": True}),
     ("tp2-pp2-sp-1f1b", {"tp": 2, "pp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
     ("tp2-dp2-zero1-full", {"tp": 2, "dp": 2, "zero": 1, "recompute": "full"}),
+    ("cp4", {"cp": 4}),
+    ("cp2-dp2", {"cp": 2, "dp": 2}),
 ]
 
 

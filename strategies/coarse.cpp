@@ -373,7 +373,7 @@ class CoarseStep : StepLayout {
         reduced = on_comm(end_of_backward,
                           costs_.collective(Collective::ReduceScatter, Group::DP,
                                             static_cast<Bytes>(other * std::min(per_.grads, 4.0))));
-    } else if (dp) {
+    } else if (dp || plan_.cp > 1) {
       // Buckets of about 25 MiB in backward order, each ready when its last
       // layer's last backward ends (lower.cpp's reduce_and_step).
       const double grad_bytes = std::min(per_.grads, 4.0);

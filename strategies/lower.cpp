@@ -510,8 +510,9 @@ class StepLowering : StepLayout {
         dep(end_of_backward, t.index);
         reduced.push_back(t.index);
       }
-    } else if (dp) {
-      // Buckets of about 25 MiB of gradients, filled in backward order.
+    } else if (dp || plan_.cp > 1) {
+      // Buckets of about 25 MiB of gradients, filled in backward order
+      // (reduced over dp × cp: each context-parallel rank saw its tokens).
       const double grad_bytes = std::min(per_.grads, 4.0);  // the reduced (fp32 or 16-bit) copy
       const double layer_bytes = static_cast<double>(chain_.block.params()) * grad_bytes;
       const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);

@@ -380,7 +380,7 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
 
     // --- communication buffers ---
     double comm = 0;
-    if (plan.dp > 1) {
+    if (plan.dp * plan.cp > 1) {  // gradients reduced over dp × cp
       const double grad_full = per.grads * ps.params();
       comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
       if (plan.zero >= 3) comm += 2.0 * block.params() * per.weights;  // gathered layer + prefetch

@@ -51,9 +51,12 @@ struct Rank {
   // Allocators first: everything below returns its bytes to them.
   TrackingAllocator device;
   TrackingAllocator host;
-  int rank = 0, stage = 0, dp_index = 0, tp_index = 0;
-  // Communicators first: the model keeps a pointer to `tp`.
-  std::unique_ptr<Comm> dp, pp, tie, tp;
+  int rank = 0, stage = 0, dp_index = 0, tp_index = 0, cp_index = 0;
+  // Communicators first: the model keeps pointers to `tp` and `cp`.
+  std::unique_ptr<Comm> dp, pp, tie, tp, cp;
+  // Context parallelism: the microbatch's tokens and targets at this
+  // rank's positions.
+  std::vector<std::int32_t> cp_tokens, cp_targets;
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Optimizer> opt;
   std::vector<int> pp_members;  // global rank of each pipeline stage
@@ -106,7 +109,7 @@ struct Executor::Impl {
   strategies::Scenario sc;
   ExecutorOptions opt;
   strategies::LoweredStep low;
-  int dp = 1, pp = 1, tp = 1, m = 1, chunks = 1, zero = 0;
+  int dp = 1, pp = 1, tp = 1, cp = 1, m = 1, chunks = 1, zero = 0;
   std::int64_t micro = 1, seq = 1, hidden = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
@@ -194,7 +197,11 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "only learned positions (or none) are implemented by the CPU backend";
   if (p.tp > 1 && md.dropout)
     return "tensor parallelism (tp > 1) with dropout is not executed by the CPU backend";
-  if (p.cp > 1) return "context parallelism (cp > 1) is not executed by the CPU backend yet";
+  if (p.cp > 1 && md.dropout)
+    return "context parallelism (cp > 1) with dropout is not executed by the CPU backend";
+  if (p.cp > 1 && p.dp > 1 && p.zero > 0)
+    return "ZeRO with context parallelism is not executed by the CPU backend (Megatron-LM shards "
+           "over dp x cp, the memory model over dp)";
   if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
   if (p.pp > 1 && (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW))
     return "asynchronous pipeline schedules (pipedream, pipedream-2bw) are not executed by the CPU backend";
@@ -227,6 +234,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   dp = static_cast<int>(plan.dp);
   pp = static_cast<int>(plan.pp);
   tp = static_cast<int>(plan.tp);
+  cp = static_cast<int>(plan.cp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
   micro = sc.batch.micro;
@@ -258,7 +266,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
       throw Error("executor: " + tb.id + " depends on the later task " + ta.id);
   });
 
-  const int world_size = dp * pp * tp;
+  const int world_size = dp * pp * tp * cp;
   world = std::make_unique<CommWorld>(world_size);
   const strategies::RankMesh mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
   for (int r = 0; r < world_size; ++r) {
@@ -291,14 +299,17 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   R.stage = static_cast<int>(c.pp);
   R.dp_index = static_cast<int>(c.dp);
   R.tp_index = static_cast<int>(c.tp);
+  R.cp_index = static_cast<int>(c.cp);
   auto members = [&](strategies::MeshDim dim) {
     std::vector<int> v;
     for (auto x : mesh.group_of(r, dim)) v.push_back(static_cast<int>(x));
     return v;
   };
   if (tp > 1) R.tp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::TP)), r, R.device);
+  if (cp > 1) R.cp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::CP)), r, R.device);
   R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed,
-                                       TensorParallel{R.tp.get(), sc.plan.sequence_parallel});
+                                       TensorParallel{R.tp.get(), sc.plan.sequence_parallel},
+                                       ContextParallel{R.cp.get()});
   GptModel& model = *R.model;
   if (names.empty()) {
     names = model.names();
@@ -339,7 +350,10 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     }
 
   // Communicators.
-  R.dp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::DP)), r, R.device);
+  // Gradients are reduced over dp × cp (each cp rank saw its tokens).
+  R.dp = std::make_unique<Comm>(
+      world->group(members(cp > 1 ? strategies::MeshDim::DataWithContext : strategies::MeshDim::DP)), r,
+      R.device);
   R.pp_members = members(strategies::MeshDim::PP);
   R.pp = std::make_unique<Comm>(world->group(R.pp_members), r, R.device);
   if (tie && (R.stage == 0 || R.stage == pp - 1))
@@ -356,7 +370,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     R.buckets.push_back(std::move(b));
     return static_cast<int>(R.buckets.size()) - 1;
   };
-  if (dp > 1) {
+  if (dp * cp > 1) {
     for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
       const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
       if (t.op == TaskOp::DpReduce) {
@@ -564,9 +578,19 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
   const auto at = static_cast<std::size_t>((static_cast<std::int64_t>(R.dp_index) * m + mb) * micro * seq);
   const auto n = static_cast<std::size_t>(micro * seq);
   GptModel& model = *R.model;
+  // The microbatch's ids at this rank's positions of each sequence (all of
+  // them without context parallelism).
+  auto local = [&](std::span<const std::int32_t> ids, std::vector<std::int32_t>& out) {
+    ids = ids.subspan(at, n);
+    if (cp == 1) return ids;
+    out.clear();
+    for (std::int64_t b = 0; b < micro; ++b)
+      for (const std::int32_t p : model.positions()) out.push_back(ids[static_cast<std::size_t>(b * seq + p)]);
+    return std::span<const std::int32_t>(out);
+  };
   switch (t.part) {
     case Part::Embedding:
-      R.act[{k, mb}] = model.embedding_forward(tokens.subspan(at, n), micro, R.emb[mb]);
+      R.act[{k, mb}] = model.embedding_forward(local(tokens, R.cp_tokens), micro, R.emb[mb]);
       return;
     case Part::Layer: {
       Tensor x = take_activation(R, k, mb);
@@ -580,8 +604,10 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
     }
     case Part::Head: {
       Tensor x = take_activation(R, k, mb);
-      const double loss = model.head_forward(std::move(x), targets.subspan(at, n),
-                                             1.0f / static_cast<float>(m * dp), R.head[mb]);
+      // Each rank's loss is the mean over its tokens: 1/(m·dp·cp) of each
+      // makes the mean over the global batch.
+      const double loss = model.head_forward(std::move(x), local(targets, R.cp_targets),
+                                             1.0f / static_cast<float>(m * dp * cp), R.head[mb]);
       if (!std::isfinite(loss))
         throw Error("executor: " + where(R) + ": the loss of microbatch " + std::to_string(mb) +
                     " is " + std::to_string(loss) + " (the run diverged: lower the learning rate)");
@@ -715,7 +741,7 @@ void Executor::Impl::capture(Rank& R) {
   // word embedding from the first stage.
   auto skip = [&](int i) { return (tie && i == tok && R.stage != 0) || !writes_whole(R, i); };
   if (zero == 0) {
-    if (R.dp_index != 0) return;
+    if (R.dp_index != 0 || R.cp_index != 0) return;
     for (std::size_t i = 0; i < names.size(); ++i) {
       const int ii = static_cast<int>(i);
       if (!R.owned[i] || skip(ii)) continue;
@@ -981,7 +1007,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats()});
     out.tasks.insert(out.tasks.end(), R->times.begin(), R->times.end());
   }
-  out.loss = loss / static_cast<double>(I.m * I.dp);
+  out.loss = loss / static_cast<double>(I.m * I.dp * I.cp);
   return out;
 }
 
@@ -990,7 +1016,7 @@ sim::RunResult Executor::measured(const StepResult& r) const {
   sim::RunResult run;
   run.tasks.assign(I.low.graph.num_tasks(), {});
   std::vector<bool> representative(I.ranks.size(), false);
-  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0 && R->tp_index == 0;
+  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0 && R->tp_index == 0 && R->cp_index == 0;
   for (const TaskTime& t : r.tasks) {
     if (!representative[static_cast<std::size_t>(t.rank)]) continue;
     auto& tm = run.tasks[static_cast<std::size_t>(t.task)];
@@ -1012,7 +1038,7 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
       if (!R->owned[i] || !I.writes_whole(*R, ii)) continue;
       const auto& p = R->model->params()[i];
       if (!p.empty()) {
-        if (R->dp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
+        if (R->dp_index == 0 && R->cp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
         continue;
       }
       // ZeRO-3 layer: every dp rank of the stage holds a chunk.

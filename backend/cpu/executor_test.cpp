@@ -124,7 +124,7 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
   for (int s = 0; s < steps; ++s) batches.push_back(batch_of(sc, 100 + static_cast<std::uint64_t>(s)));
   const Reference ref = reference(sc, batches, lr);
   Executor ex(sc, {.seed = 1, .lr = lr, .capture_gradients = true});
-  CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp * sc.plan.tp);
+  CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp * sc.plan.tp * sc.plan.cp);
   for (int s = 0; s < steps; ++s) {
     const StepResult r = ex.step(batches[static_cast<std::size_t>(s)].tokens,
                                  batches[static_cast<std::size_t>(s)].targets);
@@ -138,7 +138,7 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
     }
     // Every rank ran every task of its stage once: dp·tp ranks per stage.
     CHECK(r.tasks.size() ==
-          ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp * sc.plan.tp));
+          ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp * sc.plan.tp * sc.plan.cp));
   }
   std::string where;
   const double p = worst_relative(ex.parameters(), ref.params, &where);
@@ -357,6 +357,43 @@ TEST_CASE("cpu/executor: tensor parallelism with data parallelism, ZeRO and pipe
   check_equivalent(tiny(2, p, 4, 1));
   p.sequence_parallel = false;
   check_equivalent(tiny(2, p, 4, 1));
+}
+
+TEST_CASE("cpu/executor: context parallelism (cp 2 and 4, load-balanced chunks) equals one rank") {
+  // Each rank runs its 2 of the 2·cp chunks of every sequence; attention
+  // gathers the group's keys and values and returns their gradients; the
+  // gradient reduction over dp × cp sums the parts.
+  for (std::int64_t cp : {2, 4}) {
+    CAPTURE(cp);
+    Plan p = plan_with(1, 1);
+    p.cp = cp;
+    check_equivalent(tiny(2, p, 4, 2));
+  }
+  // With data and tensor (+ sequence) parallelism, a pipeline, recompute.
+  Plan p = plan_with(2, 1);
+  p.cp = 2;
+  check_equivalent(tiny(2, p, 8, 2));
+  p = plan_with(1, 1, 0, 2, true);
+  p.cp = 2;
+  p.recompute = cost::Recompute::Full;
+  check_equivalent(tiny(2, p, 4, 2));
+  p = plan_with(1, 2);
+  p.cp = 2;
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 4, 1));
+}
+
+TEST_CASE("cpu/executor: context-parallel positions: chunks r and 2cp-1-r, all positions once") {
+  // seq 16, cp 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+  CHECK(ContextParallel::positions(16, 2, 0) ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 12, 13, 14, 15});
+  CHECK(ContextParallel::positions(16, 2, 1) ==
+        std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11});
+  CHECK(ContextParallel::positions(5, 1, 0) == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+  std::vector<int> seen(16, 0);
+  for (int r = 0; r < 4; ++r)
+    for (auto q : ContextParallel::positions(16, 4, r)) ++seen[static_cast<std::size_t>(q)];
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
 
 TEST_CASE("cpu/executor: memory per rank: ZeRO-3 and pipeline stages hold fewer parameter bytes") {

@@ -122,8 +122,7 @@ TEST_CASE("cpu/validate: the JSON holds predicted and measured with the contract
 
 TEST_CASE("cpu/validate: a plan the executor refuses is an error, not a report") {
   Scenario sc = tiny_plan();
-  sc.plan.cp = 2;  // context parallelism: not executed
-  sc.plan.dp = 1;
+  sc.plan.schedule = strategies::Schedule::PipeDream;  // asynchronous: not executed
   CHECK_THROWS_AS(validate(sc, {.steps = 1}), Error);
 }
 

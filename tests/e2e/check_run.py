@@ -86,14 +86,13 @@ def main(strata, scenario):
     check(b["best_loss"] is None and abs(b["steps"][0]["loss"] - math.log(256)) < 0.1,
           f"byte-level first loss {b['steps'][0]['loss']}")
     # What the executor does not run is bad input naming the rule.
-    sc["plan"]["cp"] = 2
-    sc["plan"]["dp"] = 1
+    sc["plan"]["schedule"] = "pipedream"
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "tp.json")
         with open(path, "w") as f:
             json.dump(sc, f)
         tp = run(strata, "run", path, "--backend", "cpu", expect=2)
-    check("context parallelism" in tp.stderr, tp.stderr)
+    check("asynchronous pipeline" in tp.stderr, tp.stderr)
 
 
 if __name__ == "__main__":
