@@ -67,6 +67,9 @@ struct Rank {
   // Optimizer offload: fp32 master parameters and the step's gradients in
   // the host pool, in the optimizer's list order.
   std::vector<Tensor> host_params, host_grads;
+  // Weight offload: each layer parameter's home, by parameter index (empty
+  // for the embedding and head, which stay on the device).
+  std::vector<Tensor> host_weights;
   // One step's state.
   std::map<int, EmbeddingSaved> emb;
   std::map<Key, BlockSaved> saved;       // (layer, mb)
@@ -148,6 +151,9 @@ struct Executor::Impl {
   void tie_embedding(Rank& R);
   void dp_reduce(Rank& R, int bucket);
   void zero3_reduce(Rank& R, int bucket, bool layer);
+  // A layer's parameters live off this rank's device between its passes:
+  // as a ZeRO-3 chunk, or in the host pool (weight offload).
+  bool remote_layers() const { return zero >= 3 || sc.plan.offload.weights; }
   void ensure_layer_params(Rank& R, int layer);
   void release_layer_params(Rank& R, int layer);
   void ensure_layer_grads(Rank& R, int layer);
@@ -209,7 +215,10 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "gradient compression is not executed by the CPU backend yet";
   if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
     return "parameter-server data parallelism is not executed by the CPU backend yet";
-  if (p.offload.weights) return "weight offload is not executed by the CPU backend yet";
+  if (p.offload.weights && p.dp > 1 && p.zero > 0)
+    return "weight offload with ZeRO is not executed by the CPU backend";
+  if (p.offload.weights && p.offload.optimizer != strategies::OffloadTarget::None)
+    return "weight offload with optimizer offload is not executed by the CPU backend";
   if (p.offload.optimizer == strategies::OffloadTarget::Nvme)
     return "optimizer offload to NVMe (ZeRO-Infinity) is not executed by the CPU backend yet";
   if (p.recompute == cost::Recompute::Optimal)
@@ -409,6 +418,18 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
       }
     }
   }
+  if (sc.plan.offload.weights) {
+    // Weight offload: every layer's parameters live in the host pool and
+    // come to the device for each pass (`fetch-weights-*`).
+    R.host_weights.resize(names.size());
+    for (const auto& lp : layer_params)
+      for (int i : lp) {
+        const auto ii = static_cast<std::size_t>(i);
+        if (!R.owned[ii]) continue;
+        R.host_weights[ii] = model.params()[ii].clone(R.host, MemTag::Params);
+        model.params()[ii].release();
+      }
+  }
   // ZeRO-Offload keeps the optimizer's states in the host pool.
   R.opt = make_optimizer(offload_optimizer() ? R.host : R.device);
 }
@@ -512,7 +533,8 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::LayerComm: return;
     case TaskOp::EmbeddingTie: return tie_embedding(R);
     case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
-    case TaskOp::Zero3Gather: return ensure_layer_params(R, t.layer);
+    case TaskOp::Zero3Gather:
+    case TaskOp::WeightFetch: return ensure_layer_params(R, t.layer);
     case TaskOp::Zero3Reduce:
       if (t.part == Part::Layer)
         return zero3_reduce(R, R.layer_bucket[static_cast<std::size_t>(t.layer)], true);
@@ -594,12 +616,12 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
       return;
     case Part::Layer: {
       Tensor x = take_activation(R, k, mb);
-      if (zero >= 3) ensure_layer_params(R, t.layer);
+      ensure_layer_params(R, t.layer);
       BlockSaved& s = R.saved[{t.layer, mb}];
       Tensor y = model.block_forward(t.layer, std::move(x), s);
       keep_for_backward(t.layer, s);
       R.act[{k, mb}] = std::move(y);
-      if (zero >= 3) release_layer_params(R, t.layer);
+      release_layer_params(R, t.layer);
       return;
     }
     case Part::Head: {
@@ -632,15 +654,13 @@ void Executor::Impl::backward(Rank& R, const TaskInfo& t) {
     }
     case Part::Layer: {
       BackwardBuffers& b = gradient_buffers(R, k, mb);
-      if (zero >= 3) {
-        ensure_layer_params(R, t.layer);
-        ensure_layer_grads(R, t.layer);
-      }
+      ensure_layer_params(R, t.layer);
+      if (zero >= 3) ensure_layer_grads(R, t.layer);
       const auto it = R.saved.find({t.layer, mb});
       if (it == R.saved.end()) throw Error("executor: layer " + std::to_string(t.layer) + " kept nothing");
       model.block_backward(t.layer, it->second, b);
       R.saved.erase(it);
-      if (zero >= 3) release_layer_params(R, t.layer);
+      release_layer_params(R, t.layer);
       return;
     }
     case Part::Embedding: {
@@ -658,7 +678,7 @@ void Executor::Impl::backward(Rank& R, const TaskInfo& t) {
 void Executor::Impl::recompute(Rank& R, const TaskInfo& t) {
   const int L = t.layer, mb = t.microbatch;
   BlockSaved& s = R.saved.at({L, mb});
-  if (zero >= 3) ensure_layer_params(R, L);
+  ensure_layer_params(R, L);
   if (t.core_only || rule.policy == cost::Recompute::Full) {
     R.model->recompute(L, s);
     return;
@@ -713,10 +733,17 @@ void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
 }
 
 void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
-  if (zero < 3) return;
+  if (!remote_layers()) return;
   const auto& lp = layer_params[static_cast<std::size_t>(layer)];
   auto params = R.model->params();
   if (!params[static_cast<std::size_t>(lp.front())].empty()) return;
+  if (zero < 3) {
+    // Weight offload: the layer's weights come from the host pool.
+    for (int i : lp)
+      params[static_cast<std::size_t>(i)] =
+          R.host_weights[static_cast<std::size_t>(i)].clone(R.device, MemTag::Params);
+    return;
+  }
   Bucket& b = R.buckets[static_cast<std::size_t>(R.layer_bucket[static_cast<std::size_t>(layer)])];
   for (int i : lp) params[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Params);
   Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
@@ -725,7 +752,7 @@ void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
 }
 
 void Executor::Impl::release_layer_params(Rank& R, int layer) {
-  if (zero < 3) return;
+  if (!remote_layers()) return;
   for (int i : layer_params[static_cast<std::size_t>(layer)]) R.model->params()[static_cast<std::size_t>(i)].release();
 }
 
@@ -887,16 +914,21 @@ void Executor::Impl::optimizer_step(Rank& R) {
   std::vector<Tensor> P, G;
   if (zero == 0) {
     // The stage's parameters, moved out of the model for the step and back.
+    // With weight offload the layers' parameters are stepped in the host
+    // pool, where they live.
     std::vector<std::size_t> idx;
+    std::vector<Tensor*> home;
     for (std::size_t i = 0; i < names.size(); ++i)
       if (R.owned[i]) {
+        const bool on_host = !R.host_weights.empty() && !R.host_weights[i].empty();
         idx.push_back(i);
-        P.push_back(std::move(model.params()[i]));
+        home.push_back(on_host ? &R.host_weights[i] : &model.params()[i]);
+        P.push_back(std::move(*home.back()));
         G.push_back(std::move(model.grads()[i]));
       }
     R.opt->step(P, G);
     for (std::size_t j = 0; j < idx.size(); ++j) {
-      model.params()[idx[j]] = std::move(P[j]);
+      *home[j] = std::move(P[j]);
       model.grads()[idx[j]] = std::move(G[j]);
     }
     return;
@@ -1036,7 +1068,8 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
     v.assign(static_cast<std::size_t>(I.whole_numel[i]), 0.0f);
     for (const auto& R : I.ranks) {
       if (!R->owned[i] || !I.writes_whole(*R, ii)) continue;
-      const auto& p = R->model->params()[i];
+      const bool offloaded = !R->host_weights.empty() && !R->host_weights[i].empty();
+      const auto& p = offloaded ? R->host_weights[i] : R->model->params()[i];
       if (!p.empty()) {
         if (R->dp_index == 0 && R->cp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
         continue;

@@ -255,6 +255,38 @@ TEST_CASE("cpu/executor: ZeRO 1, 2 and 3 equal plain data parallelism and one ra
   check_equivalent(tiny(3, plan_with(4, 1, 3), 8, 1));
 }
 
+TEST_CASE("cpu/executor: weight offload fetches each layer's weights for its passes and equals the plain step") {
+  // Layers' parameters live in the host pool; `fetch-weights-*` brings a
+  // layer to the device for its forward and backward (and, on demand, a
+  // segment's recompute), and the optimizer steps them in the host pool.
+  for (auto policy : {cost::Recompute::None, cost::Recompute::Full, cost::Recompute::EveryK}) {
+    CAPTURE(enum_name(policy));
+    Plan p = plan_with(2, 1);
+    p.offload.weights = true;
+    p.recompute = policy;
+    p.recompute_k = 2;
+    check_equivalent(tiny(4, p, 8, 2));
+  }
+  Plan p = plan_with(1, 2);
+  p.offload.weights = true;
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 4, 1));
+  // The device holds at most one layer's weights (here: 4 layers, so well
+  // under the plain step's parameter bytes); the host holds all layers'.
+  set_blas_threads(1);
+  Plan q = plan_with(1, 1);
+  const Scenario plain = tiny(4, q, 4, 2);
+  q.offload.weights = true;
+  const Scenario off = tiny(4, q, 4, 2);
+  Executor a(plain), b(off);
+  const Batch in = batch_of(plain, 5);
+  const auto ra = a.step(in.tokens, in.targets), rb = b.step(in.tokens, in.targets);
+  const auto params = static_cast<std::size_t>(MemTag::Params);
+  CHECK(rb.memory[0].device.peak[params] < ra.memory[0].device.peak[params]);
+  CHECK(rb.memory[0].host.current[params] > 0);
+  CHECK(rb.memory[0].device.current[params] < ra.memory[0].device.current[params]);
+}
+
 TEST_CASE("cpu/executor: optimizer offload (ZeRO-Offload) steps on the host pool and equals the plain step") {
   // Gradients (or their ZeRO chunks) go to the host, the optimizer steps
   // fp32 master parameters there, the updated weights come back: the same
