@@ -37,6 +37,9 @@ std::int64_t p2p_tag(bool gradient, int chunk, int mb) {
   return (static_cast<std::int64_t>(gradient) << 48) | (static_cast<std::int64_t>(chunk) << 24) |
          static_cast<std::int64_t>(mb);
 }
+// Parameter server messages: a bucket's pushed gradients, the pulled weights.
+std::int64_t push_tag(int bucket) { return (std::int64_t{2} << 48) | bucket; }
+constexpr std::int64_t kPullTag = std::int64_t{3} << 48;
 
 // A flat run of parameters reduced (and, with ZeRO, sharded) together.
 struct Bucket {
@@ -150,6 +153,13 @@ struct Executor::Impl {
   BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
   void tie_embedding(Rank& R);
   void dp_reduce(Rank& R, int bucket);
+  // Parameter server (Li et al. 2014), on the first rank of each dp group:
+  // workers push each bucket's gradients to it, it sums them and steps, and
+  // every worker pulls the updated weights.
+  bool ps() const { return dp > 1 && sc.plan.dp_topology == strategies::DpTopology::ParameterServer; }
+  int server(const Rank& R) const { return R.dp->members().front(); }
+  void ps_push(Rank& R, int bucket);
+  void ps_pull(Rank& R);
   void zero3_reduce(Rank& R, int bucket, bool layer);
   // A layer's parameters live off this rank's device between its passes:
   // as a ZeRO-3 chunk, or in the host pool (weight offload).
@@ -213,8 +223,12 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "asynchronous pipeline schedules (pipedream, pipedream-2bw) are not executed by the CPU backend";
   if (p.compression.method != strategies::CompressionMethod::None)
     return "gradient compression is not executed by the CPU backend yet";
-  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
-    return "parameter-server data parallelism is not executed by the CPU backend yet";
+  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer && p.zero > 0)
+    return "a parameter server with ZeRO is not executed by the CPU backend (the server holds "
+           "whole gradients, weights and states)";
+  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer &&
+      p.offload.optimizer != strategies::OffloadTarget::None)
+    return "a parameter server with optimizer offload is not executed by the CPU backend";
   if (p.offload.weights && p.dp > 1 && p.zero > 0)
     return "weight offload with ZeRO is not executed by the CPU backend";
   if (p.offload.weights && p.offload.optimizer != strategies::OffloadTarget::None)
@@ -382,7 +396,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   if (dp * cp > 1) {
     for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
       const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
-      if (t.op == TaskOp::DpReduce) {
+      if (t.op == TaskOp::DpReduce || t.op == TaskOp::PsPush) {
         R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
       } else if (t.op == TaskOp::Zero3Reduce) {
         if (t.part == Part::Layer) {
@@ -533,6 +547,8 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::LayerComm: return;
     case TaskOp::EmbeddingTie: return tie_embedding(R);
     case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
+    case TaskOp::PsPush: return ps_push(R, R.bucket_of_task.at(index));
+    case TaskOp::PsPull: return ps_pull(R);
     case TaskOp::Zero3Gather:
     case TaskOp::WeightFetch: return ensure_layer_params(R, t.layer);
     case TaskOp::Zero3Reduce:
@@ -717,6 +733,37 @@ void Executor::Impl::dp_reduce(Rank& R, int bi) {
   }
   b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
   R.dp->reduce_scatter(flat.span(), b.shard_grad.span());
+}
+
+void Executor::Impl::ps_push(Rank& R, int bi) {
+  Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
+  Tensor flat = pack(R, b, true, MemTag::CommBuffers);
+  if (R.dp_index != 0) {
+    R.dp->send(server(R), push_tag(bi), flat.span());
+    return;
+  }
+  Tensor in(R.device, {b.numel}, MemTag::CommBuffers);
+  for (std::size_t w = 1; w < R.dp->members().size(); ++w) {
+    R.dp->recv(R.dp->members()[w], push_tag(bi), in.span());
+    for (std::int64_t i = 0; i < b.numel; ++i) flat[i] += in[i];
+  }
+  unpack(R, b, flat.data(), true);
+}
+
+void Executor::Impl::ps_pull(Rank& R) {
+  // The stage's parameters, in the buckets' order.
+  for (const auto& b : R.buckets) {
+    if (R.dp_index == 0) {
+      const Tensor flat = pack(R, b, false, MemTag::CommBuffers);
+      for (std::size_t w = 1; w < R.dp->members().size(); ++w)
+        R.dp->send(R.dp->members()[w], kPullTag, flat.span());
+    } else {
+      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+      R.dp->recv(server(R), kPullTag, flat.span());
+      unpack(R, b, flat.data(), false);
+    }
+  }
 }
 
 void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
@@ -908,6 +955,7 @@ void Executor::Impl::optimizer_step(Rank& R) {
     return;
   }
   reduce_row_split_grads(R);
+  if (ps() && R.dp_index != 0) return;  // the server steps; workers pull its weights
   check_finite_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;

@@ -255,6 +255,21 @@ TEST_CASE("cpu/executor: ZeRO 1, 2 and 3 equal plain data parallelism and one ra
   check_equivalent(tiny(3, plan_with(4, 1, 3), 8, 1));
 }
 
+TEST_CASE("cpu/executor: a parameter server (push, server step, pull) equals all-reduce and one rank") {
+  // Workers push each bucket's gradients to the first rank of their dp
+  // group, which sums them, steps, and serves the weights every worker pulls.
+  for (std::int64_t dp : {2, 4}) {
+    CAPTURE(dp);
+    Plan p = plan_with(dp, 1);
+    p.dp_topology = strategies::DpTopology::ParameterServer;
+    check_equivalent(tiny(2, p, 8, 2 * 2 / dp));
+  }
+  Plan p = plan_with(2, 2);
+  p.dp_topology = strategies::DpTopology::ParameterServer;
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 8, 2));
+}
+
 TEST_CASE("cpu/executor: weight offload fetches each layer's weights for its passes and equals the plain step") {
   // Layers' parameters live in the host pool; `fetch-weights-*` brings a
   // layer to the device for its forward and backward (and, on demand, a
