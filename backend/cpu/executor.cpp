@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
 #include "backend/cpu/comm.hpp"
+#include "backend/cpu/file_allocator.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/optimizer.hpp"
@@ -54,6 +56,7 @@ struct Rank {
   // Allocators first: everything below returns its bytes to them.
   TrackingAllocator device;
   TrackingAllocator host;
+  std::unique_ptr<FileAllocator> storage;  // optimizer offload to NVMe
   int rank = 0, stage = 0, dp_index = 0, tp_index = 0, cp_index = 0;
   // Communicators first: the model keeps pointers to `tp` and `cp`.
   std::unique_ptr<Comm> dp, pp, tie, tp, cp;
@@ -233,8 +236,6 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "weight offload with ZeRO is not executed by the CPU backend";
   if (p.offload.weights && p.offload.optimizer != strategies::OffloadTarget::None)
     return "weight offload with optimizer offload is not executed by the CPU backend";
-  if (p.offload.optimizer == strategies::OffloadTarget::Nvme)
-    return "optimizer offload to NVMe (ZeRO-Infinity) is not executed by the CPU backend yet";
   if (p.recompute == cost::Recompute::Optimal)
     return "the optimal recompute planner is not executed by the CPU backend";
   if (p.optimizer == Optimizer::Adam4bit) return "4-bit Adam is not implemented by the CPU backend";
@@ -444,8 +445,15 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
         model.params()[ii].release();
       }
   }
-  // ZeRO-Offload keeps the optimizer's states in the host pool.
-  R.opt = make_optimizer(offload_optimizer() ? R.host : R.device);
+  // ZeRO-Offload keeps the optimizer's states in the host pool; to NVMe,
+  // in files (ZeRO-Infinity).
+  if (sc.plan.offload.optimizer == strategies::OffloadTarget::Nvme) {
+    R.storage = std::make_unique<FileAllocator>(
+        opt.storage_dir.empty() ? std::filesystem::temp_directory_path().string() : opt.storage_dir);
+    R.opt = make_optimizer(*R.storage);
+  } else {
+    R.opt = make_optimizer(offload_optimizer() ? R.host : R.device);
+  }
 }
 
 std::unique_ptr<Optimizer> Executor::Impl::make_optimizer(Allocator& a) const {
@@ -561,6 +569,11 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::GatherWeights: return gather_weights(R);
     case TaskOp::GradsToHost: return grads_to_host(R);
     case TaskOp::WeightsToDevice: return weights_to_device(R);
+    // The states' pages come back from their files before the step and are
+    // written out and dropped from memory after it (nothing to read before
+    // the first step: the optimizer makes its states then).
+    case TaskOp::StatesFromNvme: return R.storage->prefetch();
+    case TaskOp::StatesToNvme: return R.storage->write_back();
     default: break;
   }
   throw Error("executor: task " + low.graph.tasks()[static_cast<std::size_t>(index)].id +
@@ -1046,6 +1059,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
   for (auto& R : I.ranks) {
     R->device.reset_peaks();
     R->host.reset_peaks();
+    if (R->storage) R->storage->reset_peaks();
     R->error = nullptr;
   }
   const auto t0 = Clock::now();
@@ -1084,7 +1098,8 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
   double loss = 0;
   for (auto& R : I.ranks) {
     if (R->tp_index == 0) loss += R->loss_sum;  // every tensor-parallel rank has the loss
-    out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats()});
+    out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats(),
+                          R->storage ? R->storage->stats() : MemoryStats{}});
     out.tasks.insert(out.tasks.end(), R->times.begin(), R->times.end());
   }
   out.loss = loss / static_cast<double>(I.m * I.dp * I.cp);

@@ -55,6 +55,9 @@ struct ExecutorOptions {
   // Keep the reduced gradient of every parameter of the last step, as the
   // optimizer saw it (tests compare it with one rank's).
   bool capture_gradients = false;
+  // Optimizer offload to NVMe (ZeRO-Infinity): the directory its states'
+  // files go to (the drive's mount); empty: the system's temporary directory.
+  std::string storage_dir;
 };
 
 // One task run by one rank: seconds since the step began.
@@ -69,6 +72,7 @@ struct RankMemory {
   int stage = 0;
   MemoryStats device;  // peaks over the step (live bytes at its start included)
   MemoryStats host;
+  MemoryStats storage;  // optimizer offload to NVMe: the states' files
 };
 
 struct StepResult {

@@ -312,6 +312,28 @@ TEST_CASE("cpu/executor: optimizer offload (ZeRO-Offload) steps on the host pool
     p.offload.optimizer = strategies::OffloadTarget::Cpu;
     check_equivalent(tiny(2, p, 8, 2));
   }
+  // To NVMe (ZeRO-Infinity): the states live in files of the storage pool,
+  // written back after each step and read before the next.
+  for (int zero : {0, 2}) {
+    CAPTURE(zero);
+    Plan p = plan_with(zero == 0 ? 1 : 2, 1, zero);
+    p.offload.optimizer = strategies::OffloadTarget::Nvme;
+    check_equivalent(tiny(2, p, 8, 2));
+  }
+  {
+    Plan p = plan_with(1, 1);
+    p.offload.optimizer = strategies::OffloadTarget::Nvme;
+    const Scenario sc = tiny(2, p, 4, 2);
+    set_blas_threads(1);
+    Executor ex(sc);
+    const Batch in = batch_of(sc, 4);
+    ex.step(in.tokens, in.targets);
+    const auto r = ex.step(in.tokens, in.targets);
+    const auto states = static_cast<std::size_t>(MemTag::OptimizerStates);
+    CHECK(r.memory[0].storage.current[states] > 0);  // momentum, in files
+    CHECK(r.memory[0].host.peak[states] == 0);
+    CHECK(r.memory[0].device.peak[states] == 0);
+  }
   Plan p = plan_with(2, 1, 2);
   p.offload.optimizer = strategies::OffloadTarget::Cpu;
   const Scenario sc = tiny(2, p, 8, 2);
