@@ -9,6 +9,16 @@
 
 namespace strata::backend::cpu {
 
+OutOfMemory::OutOfMemory(Bytes requested, Bytes live, Bytes capacity, MemTag tag,
+                         std::string where)
+    : Error((where.empty() ? std::string() : where + ": ") + "out of memory: allocating " +
+            std::to_string(requested) + " bytes (" + std::string(enum_name(tag)) + ") with " +
+            std::to_string(live) + " of " + std::to_string(capacity) + " bytes live"),
+      requested_(requested),
+      live_(live),
+      capacity_(capacity),
+      tag_(tag) {}
+
 ByteCounter::ByteCounter(Bytes capacity) : capacity_(capacity) {
   if (capacity < 0) throw Error("allocator: capacity must be >= 0");
 }
@@ -19,9 +29,7 @@ void ByteCounter::add(Bytes bytes, MemTag tag) {
   if (t >= sim::kMemTagCount) throw Error("allocate: unknown memory tag");
   std::lock_guard lock(mu_);
   if (capacity_ > 0 && s_.current_total + bytes > capacity_)
-    throw Error("allocate: " + std::to_string(bytes) + " bytes (" + std::string(enum_name(tag)) +
-                ") exceed the pool: " + std::to_string(s_.current_total) + " of " +
-                std::to_string(capacity_) + " bytes live");
+    throw OutOfMemory(bytes, s_.current_total, capacity_, tag);
   s_.current[t] += bytes;
   s_.peak[t] = std::max(s_.peak[t], s_.current[t]);
   s_.current_total += bytes;

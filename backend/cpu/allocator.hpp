@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <mutex>
 
+#include "sim/error.hpp"
 #include "sim/task_graph.hpp"
 #include "sim/units.hpp"
 
@@ -33,6 +34,21 @@ struct MemoryStats {
   Bytes current_total = 0;  // live bytes, all tags
   Bytes peak_total = 0;     // the largest live bytes, all tags at once
   std::int64_t allocations = 0;  // allocate calls so far
+};
+
+// An allocation beyond a pool's capacity: the device running out of memory.
+// `where` names the pool (e.g. "rank 3 (stage 1) device"), or is empty.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(Bytes requested, Bytes live, Bytes capacity, MemTag tag, std::string where = "");
+  Bytes requested() const { return requested_; }
+  Bytes live() const { return live_; }
+  Bytes capacity() const { return capacity_; }
+  MemTag tag() const { return tag_; }
+
+ private:
+  Bytes requested_, live_, capacity_;
+  MemTag tag_;
 };
 
 // Live and peak byte counts of one pool, by tag and in total. Thread-safe.

@@ -88,7 +88,7 @@ struct Rank {
   std::vector<TaskTime> times;
   std::exception_ptr error;
 
-  Rank() = default;
+  explicit Rank(Bytes device_capacity) : device(device_capacity) {}
 };
 
 template <class T>
@@ -294,8 +294,15 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   world = std::make_unique<CommWorld>(world_size);
   const strategies::RankMesh mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
   for (int r = 0; r < world_size; ++r) {
-    ranks.push_back(std::make_unique<Rank>());
-    build_rank(*ranks.back(), mesh, r);
+    // The device pool holds what the cluster's GPU holds: beyond it a step
+    // fails with OutOfMemory, as a device would.
+    ranks.push_back(std::make_unique<Rank>(sc.cluster.gpu.memory_bytes()));
+    try {
+      build_rank(*ranks.back(), mesh, r);
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(e.requested(), e.live(), e.capacity(), e.tag(),
+                        "rank " + std::to_string(r) + ", device pool, placing the model");
+    }
   }
   if (opt.capture_gradients)
     for (std::size_t i = 0; i < names.size(); ++i)
@@ -331,16 +338,28 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   };
   if (tp > 1) R.tp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::TP)), r, R.device);
   if (cp > 1) R.cp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::CP)), r, R.device);
+  // Only this stage's parameters get storage: its chunks' layers, the
+  // embedding on the first stage, the head (and a tied word embedding) on
+  // the last.
+  auto on_stage = [&](const std::string& n) {
+    if (n.rfind("block", 0) == 0) {
+      const int l = std::stoi(n.substr(5, n.find('.') - 5));
+      return chunk_of_layer[static_cast<std::size_t>(l)] % pp == R.stage;
+    }
+    if (n == "embedding") return R.stage == 0 || (R.stage == pp - 1 && sc.model.tied_embeddings);
+    if (n == "position_embedding") return R.stage == 0;
+    return R.stage == pp - 1;  // final_norm.*, logits.weight
+  };
   R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed,
                                        TensorParallel{R.tp.get(), sc.plan.sequence_parallel},
-                                       ContextParallel{R.cp.get()});
+                                       ContextParallel{R.cp.get()}, on_stage);
   GptModel& model = *R.model;
   if (names.empty()) {
     names = model.names();
     layer_params.assign(static_cast<std::size_t>(sc.model.layers), {});
     for (std::size_t i = 0; i < names.size(); ++i) {
       const std::string& n = names[i];
-      shapes.push_back(model.params()[i].shape());
+      shapes.push_back(model.slice(static_cast<int>(i)).local_shape());
       whole_numel.push_back(model.slice(static_cast<int>(i)).whole.numel());
       const int idx = static_cast<int>(i);
       if (n.rfind("block", 0) == 0) {
@@ -368,10 +387,9 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     if (sc.model.tied_embeddings) R.owned[static_cast<std::size_t>(tok)] = true;
   }
   for (std::size_t i = 0; i < names.size(); ++i)
-    if (!R.owned[i]) {
-      model.params()[i].release();
-      model.grads()[i].release();
-    }
+    if (R.owned[i] == model.params()[i].empty())
+      throw Error("executor: stage " + std::to_string(R.stage) + " placed parameter '" + names[i] +
+                  "' against its own rule");
 
   // Communicators.
   // Gradients are reduced over dp × cp (each cp rank saw its tokens).
@@ -1069,6 +1087,12 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     threads.emplace_back([&I, &R, tokens, targets, t0] {
       try {
         I.run_rank(*R, tokens, targets, t0);
+      } catch (const OutOfMemory& e) {
+        R->error = std::make_exception_ptr(
+            OutOfMemory(e.requested(), e.live(), e.capacity(), e.tag(),
+                        "rank " + std::to_string(R->rank) + " (stage " + std::to_string(R->stage) +
+                            "), device pool"));
+        I.world->cancel();
       } catch (...) {
         R->error = std::current_exception();
         I.world->cancel();
@@ -1146,6 +1170,14 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
     }
   }
   return out;
+}
+
+std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc) {
+  const auto est = strategies::estimate_memory(sc, {.runtime_bytes = 0, .cublas_workspace_bytes = 0});
+  return std::string(e.what()) + "; the memory model predicts a peak of " +
+         std::to_string(est.peak_bytes) + " bytes per device (stage " + std::to_string(est.peak_stage) +
+         ") against " + std::to_string(sc.cluster.gpu.memory_bytes()) + " bytes of " +
+         sc.cluster.gpu.name + " memory";
 }
 
 }  // namespace strata::backend::cpu

@@ -48,6 +48,8 @@
 
 namespace strata::backend::cpu {
 
+// Each rank's device pool holds the cluster GPU's memory_GiB: a step that
+// needs more throws OutOfMemory (allocator.hpp) naming the rank.
 struct ExecutorOptions {
   std::uint64_t seed = 1;      // weights (GptModel's initialisation)
   float lr = 1e-3f;            // the optimizer's learning rate
@@ -120,5 +122,10 @@ class Executor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The message of a step's OutOfMemory with the memory model's predicted
+// peak for the plan beside it (without the GPU-only runtime and cuBLAS
+// bytes, as `validate` compares), for `run` and `validate` to report.
+std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc);
 
 }  // namespace strata::backend::cpu

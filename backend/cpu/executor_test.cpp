@@ -540,6 +540,38 @@ TEST_CASE("cpu/executor: a diverged run stops with the step and the loss named")
   CHECK_THROWS_AS(ex.step(in.tokens, in.targets), Error);
 }
 
+TEST_CASE("cpu/executor: a device pool smaller than the step needs fails with OutOfMemory, predicted peak beside it") {
+  // cpu-local's device pool is its GPU's memory_GiB; at 32 KiB the 4-rank
+  // plan cannot even place its parameters; at 512 KiB it places them and its
+  // first step runs out. Each error names the rank and the pool, and the
+  // report adds the memory model's predicted peak.
+  set_blas_threads(1);
+  for (const double kib : {32.0, 512.0}) {
+    CAPTURE(kib);
+    Scenario sc = tiny(2, plan_with(2, 2), 8, 2);
+    sc.cluster.gpu.memory_GiB = kib / (1024.0 * 1024.0);
+    bool placed = false;
+    try {
+      Executor ex(sc);
+      placed = true;
+      const Batch in = batch_of(sc, 3);
+      ex.step(in.tokens, in.targets);
+      FAIL("no OutOfMemory");
+    } catch (const OutOfMemory& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(placed == (kib > 32));
+      CHECK(what.find("device pool") != std::string::npos);
+      CHECK(what.find("out of memory") != std::string::npos);
+      CHECK(what.find("rank ") != std::string::npos);
+      CHECK(e.capacity() == static_cast<Bytes>(kib * 1024));
+      CHECK(e.live() + e.requested() > e.capacity());
+      const std::string report = out_of_memory_report(e, sc);
+      CHECK(report.find("predicts a peak of") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
   auto why = [](Plan p) {
     try {

@@ -80,8 +80,9 @@ std::vector<std::int32_t> ContextParallel::positions(std::int64_t seq, int cp, i
 }
 
 GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
-                   TensorParallel tp, ContextParallel cp)
-    : spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp), cp_(cp) {
+                   TensorParallel tp, ContextParallel cp,
+                   const std::function<bool(const std::string&)>& keep)
+    : keep_(keep), spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp), cp_(cp) {
   const auto& m = spec_;
   const std::int64_t h = m.hidden, f = m.ffn_hidden;
   const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
@@ -174,7 +175,7 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   Rng rng(seed);
   auto normal = [&](int i, double sd) {
     const ParamSlice& sl = slices_[static_cast<std::size_t>(i)];
-    float* dst = params_[static_cast<std::size_t>(i)].data();
+    float* dst = params_[static_cast<std::size_t>(i)].data();  // null: not kept, values drawn only
     const std::int64_t rows = sl.whole.rank() == 2 ? sl.whole[0] : 1;
     const std::int64_t cols = sl.whole.rank() == 2 ? sl.whole[1] : sl.whole[0];
     const std::int64_t local_cols = sl.cols_size();
@@ -183,7 +184,7 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
       std::int64_t before = 0;  // local columns in earlier runs
       for (std::int64_t c = 0; c < cols; ++c) {
         const auto v = static_cast<float>(sd * rng.normal());
-        if (row < sl.row_begin || row >= sl.row_end) continue;
+        if (dst == nullptr || row < sl.row_begin || row >= sl.row_end) continue;
         while (run < sl.cols.size() && c >= sl.cols[run].second) {
           before += sl.cols[run].second - sl.cols[run].first;
           ++run;
@@ -210,12 +211,18 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   }
   ones(normf_g_);
   if (w_logits_ >= 0) normal(w_logits_, sd);
+  keep_ = nullptr;
 }
 
 int GptModel::add_param(const std::string& name, ParamSlice slice) {
   const Shape shape = slice.local_shape();
-  params_.emplace_back(*alloc_, shape, MemTag::Params);
-  grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+  if (!keep_ || keep_(name)) {
+    params_.emplace_back(*alloc_, shape, MemTag::Params);
+    grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+  } else {
+    params_.emplace_back();
+    grads_.emplace_back();
+  }
   names_.push_back(name);
   slices_.push_back(std::move(slice));
   return static_cast<int>(params_.size()) - 1;

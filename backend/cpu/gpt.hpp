@@ -10,6 +10,7 @@
 // averaged over tokens. Each op keeps for backward exactly what the op chain
 // says it saves, so the saved bytes equal cost::expand's at fp32.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -176,8 +177,14 @@ class GptModel {
   // positions of each sequence: tokens and targets hold batch·seq_len/cp ids
   // (the positions ContextParallel::positions names, sequence after
   // sequence); seq_len must divide by 2·cp; dropout is refused.
+  //
+  // `keep` (when given) says which parameters, by name, this model holds: the
+  // others get no storage (empty tensors; their initial values are still
+  // drawn, so the kept ones equal the whole model's). A pipeline stage keeps
+  // its own layers.
   GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
-           TensorParallel tp = {}, ContextParallel cp = {});
+           TensorParallel tp = {}, ContextParallel cp = {},
+           const std::function<bool(const std::string&)>& keep = {});
 
   const cost::ModelSpec& spec() const { return spec_; }
   Allocator& allocator() const { return *alloc_; }
@@ -261,6 +268,7 @@ class GptModel {
   };
 
   int add_param(const std::string& name, ParamSlice slice);
+  std::function<bool(const std::string&)> keep_;  // during construction only
   int add_param(const std::string& name, Shape whole);  // not split
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }

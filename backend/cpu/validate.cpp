@@ -161,7 +161,12 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
       tokens[i] = static_cast<std::int32_t>(rng.below(sc.model.vocab));
       targets[i] = static_cast<std::int32_t>(rng.below(sc.model.vocab));
     }
-    const StepResult res = ex.step(tokens, targets);
+    StepResult res;
+    try {
+      res = ex.step(tokens, targets);
+    } catch (const OutOfMemory& e) {
+      throw Error("validate: " + out_of_memory_report(e, sc));
+    }
     if (s < opts.warmup) continue;
     r.step_times_s.push_back(res.seconds);
     for (const auto& m : res.memory) {
