@@ -76,6 +76,9 @@ struct Rank {
   // Weight offload: each layer parameter's home, by parameter index (empty
   // for the embedding and head, which stay on the device).
   std::vector<Tensor> host_weights;
+  // PipeDream-2BW: the newest weights W(t) by parameter index, while the
+  // model computes with W(t − 1).
+  std::vector<Tensor> newest;
   // One step's state.
   std::map<int, EmbeddingSaved> emb;
   std::map<Key, BlockSaved> saved;       // (layer, mb)
@@ -167,6 +170,7 @@ struct Executor::Impl {
   // A layer's parameters live off this rank's device between its passes:
   // as a ZeRO-3 chunk, or in the host pool (weight offload).
   bool remote_layers() const { return zero >= 3 || sc.plan.offload.weights; }
+  bool two_bw() const { return pp > 1 && sc.plan.schedule == strategies::Schedule::PipeDream2BW; }
   void ensure_layer_params(Rank& R, int layer);
   void release_layer_params(Rank& R, int layer);
   void ensure_layer_grads(Rank& R, int layer);
@@ -222,8 +226,14 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "ZeRO with context parallelism is not executed by the CPU backend (Megatron-LM shards "
            "over dp x cp, the memory model over dp)";
   if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
-  if (p.pp > 1 && (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW))
-    return "asynchronous pipeline schedules (pipedream, pipedream-2bw) are not executed by the CPU backend";
+  if (p.pp > 1 && p.schedule == Schedule::PipeDream)
+    return "the asynchronous pipedream schedule (per-stage weight stashing, one update per "
+           "microbatch) is not executed by the CPU backend; pipedream-2bw is";
+  if (p.pp > 1 && p.schedule == Schedule::PipeDream2BW &&
+      ((p.dp > 1 && p.zero > 0) || p.offload.optimizer != strategies::OffloadTarget::None ||
+       p.offload.weights))
+    return "pipedream-2bw with ZeRO, optimizer offload or weight offload is not executed by the "
+           "CPU backend";
   if (p.compression.method != strategies::CompressionMethod::None)
     return "gradient compression is not executed by the CPU backend yet";
   if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer && p.zero > 0)
@@ -997,11 +1007,27 @@ void Executor::Impl::optimizer_step(Rank& R) {
     // pool, where they live.
     std::vector<std::size_t> idx;
     std::vector<Tensor*> home;
+    if (two_bw()) {
+      // PipeDream-2BW (Narayanan et al. 2021): the step's gradients were
+      // computed with W(t − 1); they update W(t), and the next step computes
+      // with W(t): W(t + 1) = W(t) − lr·∇f(W(t − 1)).
+      if (R.newest.empty()) {
+        R.newest.resize(names.size());
+        for (std::size_t i = 0; i < names.size(); ++i)
+          if (R.owned[i]) R.newest[i] = model.params()[i].clone(R.device, MemTag::Params);
+      }
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (R.owned[i])
+          std::memcpy(model.params()[i].data(), R.newest[i].data(),
+                      static_cast<std::size_t>(R.newest[i].bytes()));
+    }
     for (std::size_t i = 0; i < names.size(); ++i)
       if (R.owned[i]) {
         const bool on_host = !R.host_weights.empty() && !R.host_weights[i].empty();
         idx.push_back(i);
-        home.push_back(on_host ? &R.host_weights[i] : &model.params()[i]);
+        home.push_back(two_bw()  ? &R.newest[i]
+                       : on_host ? &R.host_weights[i]
+                                 : &model.params()[i]);
         P.push_back(std::move(*home.back()));
         G.push_back(std::move(model.grads()[i]));
       }
@@ -1156,7 +1182,10 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
     for (const auto& R : I.ranks) {
       if (!R->owned[i] || !I.writes_whole(*R, ii)) continue;
       const bool offloaded = !R->host_weights.empty() && !R->host_weights[i].empty();
-      const auto& p = offloaded ? R->host_weights[i] : R->model->params()[i];
+      const bool two_bw = !R->newest.empty() && !R->newest[i].empty();  // the newest version
+      const auto& p = two_bw      ? R->newest[i]
+                      : offloaded ? R->host_weights[i]
+                                  : R->model->params()[i];
       if (!p.empty()) {
         if (R->dp_index == 0 && R->cp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
         continue;

@@ -71,10 +71,16 @@ struct Reference {
   std::map<std::string, std::vector<float>> params;  // after the last step
 };
 
-Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float lr) {
+// With `one_step_stale` (PipeDream-2BW) the gradient of step t is taken at
+// W(t − 1) and updates W(t): W(t + 1) = W(t) − lr·∇f(W(t − 1)), W(−1) = W(0).
+Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float lr,
+                    bool one_step_stale = false) {
   TrackingAllocator alloc;
   GptModel model(sc.model, alloc, 1);
   Sgd sgd(alloc, {.lr = lr, .momentum = 0.9f});
+  std::vector<Tensor> newest;
+  if (one_step_stale)
+    for (const auto& p : model.params()) newest.push_back(p.clone(alloc, MemTag::Params));
   Reference r;
   for (std::size_t s = 0; s < batches.size(); ++s) {
     model.zero_grads();
@@ -84,10 +90,16 @@ Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float
         const auto g = model.grads()[i].span();
         r.grads[model.names()[i]].assign(g.begin(), g.end());
       }
-    sgd.step(model.params(), model.grads());
+    if (!one_step_stale) {
+      sgd.step(model.params(), model.grads());
+      continue;
+    }
+    for (std::size_t i = 0; i < newest.size(); ++i)
+      std::memcpy(model.params()[i].data(), newest[i].data(), static_cast<std::size_t>(newest[i].bytes()));
+    sgd.step(newest, model.grads());
   }
   for (std::size_t i = 0; i < model.names().size(); ++i) {
-    const auto p = model.params()[i].span();
+    const auto p = (one_step_stale ? newest[i] : model.params()[i]).span();
     r.params[model.names()[i]].assign(p.begin(), p.end());
   }
   return r;
@@ -122,7 +134,8 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
   const float lr = 0.1f;
   std::vector<Batch> batches;
   for (int s = 0; s < steps; ++s) batches.push_back(batch_of(sc, 100 + static_cast<std::uint64_t>(s)));
-  const Reference ref = reference(sc, batches, lr);
+  const bool two_bw = sc.plan.pp > 1 && sc.plan.schedule == strategies::Schedule::PipeDream2BW;
+  const Reference ref = reference(sc, batches, lr, two_bw);
   Executor ex(sc, {.seed = 1, .lr = lr, .capture_gradients = true});
   CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp * sc.plan.tp * sc.plan.cp);
   for (int s = 0; s < steps; ++s) {
@@ -362,6 +375,27 @@ TEST_CASE("cpu/executor: pipeline schedules (GPipe, 1F1B, interleaved) equal no 
   p.schedule = strategies::Schedule::Interleaved;
   p.virtual_stages = 2;
   check_equivalent(tiny(4, p, 4, 1));
+}
+
+TEST_CASE("cpu/executor: PipeDream-2BW equals one rank with one-step-stale gradients") {
+  // 1F1B order with two weight versions: the step computes with W(t − 1)
+  // and updates W(t). Three steps, so the staleness shows in the losses
+  // (the reference, stepping the same rule on one rank, matches them; the
+  // plain rule would not).
+  Plan p = plan_with(1, 2);
+  p.schedule = strategies::Schedule::PipeDream2BW;
+  check_equivalent(tiny(2, p, 4, 1), 3);
+  p = plan_with(2, 2);
+  p.schedule = strategies::Schedule::PipeDream2BW;
+  check_equivalent(tiny(2, p, 8, 2), 3);
+  // The stale rule is not the synchronous one: the second step computes at
+  // W(0) instead of W(1), so its loss differs (the first is the same).
+  const Scenario sc = tiny(2, plan_with(1, 1), 4, 1);
+  std::vector<Batch> batches;
+  for (int s = 0; s < 3; ++s) batches.push_back(batch_of(sc, 100 + static_cast<std::uint64_t>(s)));
+  const Reference sync = reference(sc, batches, 0.1f), stale = reference(sc, batches, 0.1f, true);
+  CHECK(sync.loss[0] == stale.loss[0]);
+  CHECK(std::fabs(sync.loss[1] - stale.loss[1]) > 1e-4);
 }
 
 TEST_CASE("cpu/executor: pipeline with data parallelism, ZeRO and recompute together") {
