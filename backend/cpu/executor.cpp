@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/comm.hpp"
+#include "backend/cpu/compression.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
@@ -55,8 +56,9 @@ struct Rank {
   std::unique_ptr<Comm> dp, pp, tie;
   std::vector<int> pp_members;  // global rank of each pipeline stage
   std::vector<bool> owned;      // by parameter: on this rank's stage
-  std::vector<Bucket> buckets;
+  std::vector<Bucket> buckets;  // with compression: one, the whole stage
   std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
+  std::unique_ptr<Compressor> compressor;      // the stage's compressed dp exchange
   std::vector<int> layer_bucket;               // ZeRO-3: by layer, −1 off this stage
   // Optimizer offload: fp32 master parameters and the step's gradients in
   // the host pool, in the optimizer's list order.
@@ -104,6 +106,7 @@ struct Executor::Impl {
   ExecutorOptions opt;
   strategies::LoweredStep low;
   int dp = 1, pp = 1, m = 1, chunks = 1, zero = 0;
+  bool compressed = false;  // the dp exchange is compressed (CompressEncode, rounds, decode)
   std::int64_t micro = 1, seq = 1, hidden = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
@@ -138,6 +141,9 @@ struct Executor::Impl {
   BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
   void tie_embedding(Rank& R);
   void dp_reduce(Rank& R, int bucket);
+  void compress_encode(Rank& R);
+  void compress_decode(Rank& R);
+  void shards_from_grads(Rank& R);
   void zero3_reduce(Rank& R, int bucket, bool layer);
   void ensure_layer_params(Rank& R, int layer);
   void release_layer_params(Rank& R, int layer);
@@ -174,8 +180,6 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
   if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
   if (p.pp > 1 && (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW))
     return "asynchronous pipeline schedules (pipedream, pipedream-2bw) are not executed by the CPU backend";
-  if (p.compression.method != strategies::CompressionMethod::None)
-    return "gradient compression is not executed by the CPU backend yet";
   if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
     return "parameter-server data parallelism is not executed by the CPU backend yet";
   if (p.offload.weights) return "weight offload is not executed by the CPU backend yet";
@@ -204,6 +208,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   pp = static_cast<int>(plan.pp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  compressed = dp > 1 && plan.compression.method != strategies::CompressionMethod::None;
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
   hidden = sc.model.hidden;
@@ -327,7 +332,29 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     R.buckets.push_back(std::move(b));
     return static_cast<int>(R.buckets.size()) - 1;
   };
-  if (dp > 1) {
+  if (compressed) {
+    // The stage's gradients are compressed as one flat vector, in parameter
+    // order; a ZeRO-1 rank steps its chunk of it.
+    std::vector<int> mine;
+    std::vector<Shape> stage_shapes;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (R.owned[i]) {
+        mine.push_back(static_cast<int>(i));
+        stage_shapes.push_back(shapes[i]);
+      }
+    add_bucket(std::move(mine));
+    R.compressor = make_compressor(
+        {.method = sc.plan.compression, .ranks = dp, .rank = R.dp_index,
+         .seed = opt.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(R.stage)},
+        flat_layout(stage_shapes), R.device);
+    int rounds = 0;
+    for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)])
+      if (low.info[static_cast<std::size_t>(i)].op == TaskOp::CompressRound) ++rounds;
+    if (rounds != R.compressor->rounds())
+      throw Error("executor: the lowering gives " + std::to_string(rounds) + " compressed rounds, " +
+                  std::string(enum_name(sc.plan.compression.method)) + " runs " +
+                  std::to_string(R.compressor->rounds()));
+  } else if (dp > 1) {
     for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
       const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
       if (t.op == TaskOp::DpReduce) {
@@ -465,6 +492,9 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     }
     case TaskOp::EmbeddingTie: return tie_embedding(R);
     case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
+    case TaskOp::CompressEncode: return compress_encode(R);
+    case TaskOp::CompressRound: return R.compressor->round(t.round, *R.dp);
+    case TaskOp::CompressDecode: return compress_decode(R);
     case TaskOp::Zero3Gather: return ensure_layer_params(R, t.layer);
     case TaskOp::Zero3Reduce:
       if (t.part == Part::Layer)
@@ -636,6 +666,36 @@ void Executor::Impl::dp_reduce(Rank& R, int bi) {
   R.dp->reduce_scatter(flat.span(), b.shard_grad.span());
 }
 
+// Compression replaces the buckets' all-reduce: the stage's gradients are
+// encoded, exchanged in the lowering's rounds and decoded into the sum over
+// dp. A tied word embedding is exchanged on the first and the last stage
+// (each its own part of the gradient) and tied after the decode
+// (`embedding-tie` follows it), so both copies get the same sum.
+void Executor::Impl::compress_encode(Rank& R) {
+  Tensor flat = pack(R, R.buckets.front(), true, MemTag::CommBuffers);
+  R.compressor->encode(flat.span());
+}
+
+void Executor::Impl::compress_decode(Rank& R) {
+  const Bucket& b = R.buckets.front();
+  Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+  R.compressor->decode(flat.span());
+  unpack(R, b, flat.data(), true);
+}
+
+// ZeRO-1 with compression: every rank holds the whole decoded gradient; it
+// steps its chunk.
+void Executor::Impl::shards_from_grads(Rank& R) {
+  if (!compressed || zero == 0) return;
+  for (auto& b : R.buckets) {
+    b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      std::memcpy(b.shard_grad.data() + at, R.model->grads()[static_cast<std::size_t>(i)].data() + off,
+                  static_cast<std::size_t>(n) * sizeof(float));
+    });
+  }
+}
+
 void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
   Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
   if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
@@ -698,6 +758,7 @@ void Executor::Impl::grads_to_host(Rank& R) {
   // ZeRO-Offload: the gradients this rank steps (its stage's, or its chunks
   // with ZeRO) go to the host pool; the fp32 master parameters live there
   // from the first step on.
+  shards_from_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   const bool first = R.host_params.empty();
@@ -753,6 +814,7 @@ void Executor::Impl::optimizer_step(Rank& R) {
     R.host_grads.clear();
     return;
   }
+  shards_from_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   std::vector<Tensor> P, G;
