@@ -71,6 +71,11 @@ std::span<float> as_floats(std::uint32_t* w, std::int64_t n) {
 
 std::int64_t words_for_bits(std::int64_t bits) { return (bits + 31) / 32; }
 
+// All-gathers every rank's `words` words in place: rank r's lie at r·words of `buf`.
+void gather_words(Comm& dp, Words& buf, std::int64_t words) {
+  dp.all_gather(as_floats(buf.data() + dp.rank() * words, words), as_floats(buf.data(), buf.numel()));
+}
+
 std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
   return a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e019ULL + (a << 6) + (a >> 2));
 }
@@ -179,7 +184,7 @@ class TopK final : public Compressor {
   }
 
   void do_round(int, Comm& dp) override {
-    dp.all_gather(as_floats(mine(), words_), as_floats(gathered_.data(), gathered_.numel()));
+    gather_words(dp, gathered_, words_);
     log(Collective::AllGather, gathered_.numel());
   }
 
@@ -287,7 +292,7 @@ class Qsgd final : public Compressor {
   }
 
   void do_round(int, Comm& dp) override {
-    dp.all_gather(as_floats(mine(), words_), as_floats(gathered_.data(), gathered_.numel()));
+    gather_words(dp, gathered_, words_);
     log(Collective::AllGather, gathered_.numel());
   }
 
@@ -377,7 +382,7 @@ class OneBit final : public Compressor {
       compress(server_.span(), mine(), server_.data());
       return;
     }
-    dp.all_gather(as_floats(mine(), block_), as_floats(send_.data(), send_.numel()));
+    gather_words(dp, send_, block_);
     log(Collective::AllGather, send_.numel());
   }
 

@@ -110,7 +110,7 @@ class Compressor {
   Tensor residual_;
 
  private:
-  enum class Phase { Idle, Encoded, Decoding };
+  enum class Phase { Idle, Encoded };
   Phase phase_ = Phase::Idle;
   int next_round_ = 0;
   std::vector<ExchangedRound> exchanged_;

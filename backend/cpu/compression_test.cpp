@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <exception>
 #include <functional>
@@ -40,7 +39,7 @@ struct RankCtx {
 // Runs fn(rank) on `n` rank threads, each with a compressor of `method` over
 // `layout`; rethrows the first failure.
 void on_ranks(int n, const Compression& method, const FlatLayout& layout,
-              const std::function<void(RankCtx&)>& fn, std::uint64_t seed = 7) {
+              const std::function<void(RankCtx&)>& fn) {
   CommWorld world(n);
   std::vector<int> members(static_cast<std::size_t>(n));
   std::iota(members.begin(), members.end(), 0);
@@ -49,7 +48,7 @@ void on_ranks(int n, const Compression& method, const FlatLayout& layout,
     auto ctx = std::make_unique<RankCtx>();
     ctx->rank = r;
     ctx->comm = std::make_unique<Comm>(world.group(members), r, ctx->alloc);
-    ctx->c = make_compressor({.method = method, .ranks = n, .rank = r, .seed = seed}, layout, ctx->alloc);
+    ctx->c = make_compressor({.method = method, .ranks = n, .rank = r, .seed = 7}, layout, ctx->alloc);
     ranks.push_back(std::move(ctx));
   }
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
