@@ -96,8 +96,9 @@ def main(strata, scenario):
     check("tensor parallelism" in tp.stderr, tp.stderr)
 
     # Gradient compression on the same plan (dp 2 x pp 2, ZeRO-1, tied
-    # embedding): every method trains, its exchange appears in the trace
-    # under the lowering's task ids; ZeRO-2 with compression is bad input.
+    # embedding): every method trains, reproducibly, its exchange appears in
+    # the trace under the lowering's task ids; ZeRO-2 with compression is
+    # bad input.
     with open(scenario) as f:
         sc = json.loads("\n".join(line for line in f if not line.lstrip().startswith("//")))
     methods = {"topk": {"ratio": 0.03}, "randomk": {"ratio": 0.25}, "qsgd": {"bits": 4},
@@ -114,6 +115,10 @@ def main(strata, scenario):
             losses = [s["loss"] for s in c["steps"]]
             check(abs(losses[0] - math.log(16)) < 0.1 and sum(losses[-5:]) / 5 < losses[0] - 0.4,
                   f"{method}: loss does not fall: {losses}")
+            if method in ("randomk", "qsgd"):  # seeded draws: the same losses again
+                again = json.loads(run(strata, "run", path, "--backend", "cpu", "--steps", "3",
+                                       "--format", "json").stdout)
+                check([s["loss"] for s in again["steps"]] == losses[:3], f"{method}: not reproducible")
             with open(trace) as f:
                 names = {e["name"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X"}
             rounds = 2 if method in ("onebit", "powersgd") else 1
