@@ -8,7 +8,7 @@
 // CompressDecode writes the SUM of every rank's decompressed contribution,
 // the same bits on every rank. (The executor scales each rank's loss by
 // 1/(m·dp), so the sum is the mean gradient; a compressor never divides.)
-// Every round moves exactly the bytes compressed_exchange prices
+// Every round moves the bytes compressed_exchange prices for an fp32 plan
 // (`exchanged()` records them in its convention).
 //
 // Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al.
