@@ -62,21 +62,26 @@ ParamSplit split_of(const cost::Layer& l) {
   return s;
 }
 
-// Bytes of compression state and buffers for `p` gradient parameters.
-double compression_bytes(const Compression& c, double p, double rows_cols, std::int64_t dp) {
+// Bytes of compression state and buffers for `p` gradient parameters of
+// `grad_bytes` each (the wire formats of compressed_exchange, lower.hpp).
+double compression_bytes(const Compression& c, double p, double rows_cols, std::int64_t dp,
+                         double grad_bytes) {
   const double d = static_cast<double>(dp);
   switch (c.method) {
     case CompressionMethod::None: return 0;
     case CompressionMethod::TopK:
-    case CompressionMethod::RandomK:
       // fp32 residual for error feedback; (int32 index, fp16 value) pairs sent
       // and gathered from every rank.
       return (c.error_feedback ? 4 * p : 0) + 6 * c.ratio * p * (1 + d);
+    case CompressionMethod::RandomK:
+      // fp32 residual for error feedback; the k indices and the k values all-reduced.
+      return (c.error_feedback ? 4 * p : 0) + (4 + grad_bytes) * c.ratio * p;
     case CompressionMethod::Qsgd:
-      return 2 * p * static_cast<double>(c.bits) / 8;  // send and receive buffers
+      // norms and (bits + 1)-bit levels sent and gathered from every rank
+      return (1 + d) * p * (static_cast<double>(c.bits + 1) / 8 + 4.0 / static_cast<double>(kQsgdBucket));
     case CompressionMethod::OneBit:
-      // worker and server error feedback, packed sign buffers
-      return 4 * p + 4 * p / d + 2 * p / 8;
+      // worker and server error feedback, two buffers of sign bits and scales
+      return 4 * p + 4 * p / d + 2 * p * (1.0 / 8 + 4.0 / static_cast<double>(kOneBitBucket));
     case CompressionMethod::PowerSgd:
       // error feedback, and P (rows × r) and Q (cols × r) per matrix in fp32
       return 4 * p + 4 * rows_cols * static_cast<double>(c.rank);
@@ -384,7 +389,8 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
       const double grad_full = per.grads * ps.params();
       comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
       if (plan.zero >= 3) comm += 2.0 * block.params() * per.weights;  // gathered layer + prefetch
-      comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp);
+      comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,
+                                std::min(per.grads, 4.0));
     }
     const double seq_split = (plan.sequence_parallel || plan.implementation.pp_scatter_gather) ? t : 1.0;
     if (p > 1) comm += 2.0 * b * s_local * h * e / seq_split;  // p2p send and receive

@@ -15,10 +15,6 @@ Check fail(std::string rule, std::string path, std::string message) {
   return Violation{std::move(rule), std::move(path), std::move(message)};
 }
 
-bool is_sparse(CompressionMethod m) {
-  return m == CompressionMethod::TopK || m == CompressionMethod::RandomK;
-}
-
 }  // namespace
 
 std::optional<Violation> first_violation(const Scenario& s) {
@@ -119,7 +115,7 @@ std::optional<Violation> first_violation(const Scenario& s) {
   if (p.compression.method != CompressionMethod::None && p.zero >= 2)
     return fail("compression-vs-zero", "plan.compression.method",
                 std::string(enum_name(p.compression.method)) +
-                    (is_sparse(p.compression.method)
+                    (p.compression.method == CompressionMethod::TopK
                          ? " sends index/value pairs that need an all-gather"
                          : " compresses a full gradient all-reduce") +
                     "; ZeRO-" + str(p.zero) +

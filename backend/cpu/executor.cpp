@@ -11,6 +11,7 @@
 
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/file_allocator.hpp"
+#include "backend/cpu/compression.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/optimizer.hpp"
@@ -67,8 +68,9 @@ struct Rank {
   std::unique_ptr<Optimizer> opt;
   std::vector<int> pp_members;  // global rank of each pipeline stage
   std::vector<bool> owned;      // by parameter: on this rank's stage
-  std::vector<Bucket> buckets;
+  std::vector<Bucket> buckets;  // with compression: one, the whole stage
   std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
+  std::unique_ptr<Compressor> compressor;      // the stage's compressed dp exchange
   std::vector<int> layer_bucket;               // ZeRO-3: by layer, −1 off this stage
   // Optimizer offload: fp32 master parameters and the step's gradients in
   // the host pool, in the optimizer's list order.
@@ -122,6 +124,7 @@ struct Executor::Impl {
   ExecutorOptions opt;
   strategies::LoweredStep low;
   int dp = 1, pp = 1, tp = 1, cp = 1, m = 1, chunks = 1, zero = 0;
+  bool compressed = false;  // the dp exchange is compressed (CompressEncode, rounds, decode)
   std::int64_t micro = 1, seq = 1, hidden = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
@@ -166,6 +169,9 @@ struct Executor::Impl {
   int server(const Rank& R) const { return R.dp->members().front(); }
   void ps_push(Rank& R, int bucket);
   void ps_pull(Rank& R);
+  void compress_encode(Rank& R);
+  void compress_decode(Rank& R);
+  void shards_from_grads(Rank& R);
   void zero3_reduce(Rank& R, int bucket, bool layer);
   // A layer's parameters live off this rank's device between its passes:
   // as a ZeRO-3 chunk, or in the host pool (weight offload).
@@ -234,8 +240,10 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
        p.offload.weights))
     return "pipedream-2bw with ZeRO, optimizer offload or weight offload is not executed by the "
            "CPU backend";
-  if (p.compression.method != strategies::CompressionMethod::None)
-    return "gradient compression is not executed by the CPU backend yet";
+  if (p.compression.method != strategies::CompressionMethod::None && p.dp > 1 &&
+      (p.cp > 1 || p.dp_topology == strategies::DpTopology::ParameterServer))
+    return "gradient compression with context parallelism or a parameter server is not executed "
+           "by the CPU backend";
   if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer && p.zero > 0)
     return "a parameter server with ZeRO is not executed by the CPU backend (the server holds "
            "whole gradients, weights and states)";
@@ -271,6 +279,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   cp = static_cast<int>(plan.cp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  compressed = dp > 1 && plan.compression.method != strategies::CompressionMethod::None;
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
   hidden = sc.model.hidden;
@@ -422,7 +431,29 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     R.buckets.push_back(std::move(b));
     return static_cast<int>(R.buckets.size()) - 1;
   };
-  if (dp * cp > 1) {
+  if (compressed) {
+    // The stage's gradients are compressed as one flat vector, in parameter
+    // order; a ZeRO-1 rank steps its chunk of it.
+    std::vector<int> mine;
+    std::vector<Shape> stage_shapes;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (R.owned[i]) {
+        mine.push_back(static_cast<int>(i));
+        stage_shapes.push_back(shapes[i]);
+      }
+    add_bucket(std::move(mine));
+    R.compressor = make_compressor(
+        {.method = sc.plan.compression, .ranks = dp, .rank = R.dp_index,
+         .seed = opt.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(R.stage)},
+        flat_layout(stage_shapes), R.device);
+    int rounds = 0;
+    for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)])
+      if (low.info[static_cast<std::size_t>(i)].op == TaskOp::CompressRound) ++rounds;
+    if (rounds != R.compressor->rounds())
+      throw Error("executor: the lowering gives " + std::to_string(rounds) + " compressed rounds, " +
+                  std::string(enum_name(sc.plan.compression.method)) + " runs " +
+                  std::to_string(R.compressor->rounds()));
+  } else if (dp * cp > 1) {
     for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
       const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
       if (t.op == TaskOp::DpReduce || t.op == TaskOp::PsPush) {
@@ -585,6 +616,9 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
     case TaskOp::PsPush: return ps_push(R, R.bucket_of_task.at(index));
     case TaskOp::PsPull: return ps_pull(R);
+    case TaskOp::CompressEncode: return compress_encode(R);
+    case TaskOp::CompressRound: return R.compressor->round(t.round, *R.dp);
+    case TaskOp::CompressDecode: return compress_decode(R);
     case TaskOp::Zero3Gather:
     case TaskOp::WeightFetch: return ensure_layer_params(R, t.layer);
     case TaskOp::Zero3Reduce:
@@ -807,6 +841,36 @@ void Executor::Impl::ps_pull(Rank& R) {
   }
 }
 
+// Compression replaces the buckets' all-reduce: the stage's gradients are
+// encoded, exchanged in the lowering's rounds and decoded into the sum over
+// dp. A tied word embedding is exchanged on the first and the last stage
+// (each its own part of the gradient) and tied after the decode
+// (`embedding-tie` follows it), so both copies get the same sum.
+void Executor::Impl::compress_encode(Rank& R) {
+  Tensor flat = pack(R, R.buckets.front(), true, MemTag::CommBuffers);
+  R.compressor->encode(flat.span());
+}
+
+void Executor::Impl::compress_decode(Rank& R) {
+  const Bucket& b = R.buckets.front();
+  Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+  R.compressor->decode(flat.span());
+  unpack(R, b, flat.data(), true);
+}
+
+// ZeRO-1 with compression: every rank holds the whole decoded gradient; it
+// steps its chunk.
+void Executor::Impl::shards_from_grads(Rank& R) {
+  if (!compressed || zero == 0) return;
+  for (auto& b : R.buckets) {
+    b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      std::memcpy(b.shard_grad.data() + at, R.model->grads()[static_cast<std::size_t>(i)].data() + off,
+                  static_cast<std::size_t>(n) * sizeof(float));
+    });
+  }
+}
+
 void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
   Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
   if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
@@ -938,6 +1002,7 @@ void Executor::Impl::grads_to_host(Rank& R) {
   // ZeRO-Offload: the gradients this rank steps (its stage's, or its chunks
   // with ZeRO) go to the host pool; the fp32 master parameters live there
   // from the first step on.
+  shards_from_grads(R);
   reduce_row_split_grads(R);
   check_finite_grads(R);
   if (opt.capture_gradients) capture(R);
@@ -995,6 +1060,7 @@ void Executor::Impl::optimizer_step(Rank& R) {
     R.host_grads.clear();
     return;
   }
+  shards_from_grads(R);
   reduce_row_split_grads(R);
   if (ps() && R.dp_index != 0) return;  // the server steps; workers pull its weights
   check_finite_grads(R);

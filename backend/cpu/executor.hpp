@@ -19,12 +19,13 @@
 //
 // Executed: data parallelism (bucketed all-reduce), ZeRO 1/2 (reduce-scatter,
 // sharded optimizer step, all-gather of weights) and 3 (per-layer gathers
-// and reduce-scatters), pipeline parallelism with GPipe, 1F1B and
-// interleaved schedules, recompute none / selective / full / every_k / sqrt,
-// activation offload, optimizer offload to the host (ZeRO-Offload). Refused
-// with strata::Error (Executor::unsupported says why): tensor, context and
-// expert parallelism, PipeDream schedules, gradient compression, parameter
-// servers, weight offload, optimizer offload to NVMe,
+// and reduce-scatters), gradient compression (top-k, random-k, QSGD, 1-bit,
+// PowerSGD: compression.hpp; with ZeRO 0 or 1, as the plan rules allow),
+// pipeline parallelism with GPipe, 1F1B and interleaved schedules, recompute
+// none / selective / full / every_k / sqrt, activation offload, optimizer
+// offload to the host (ZeRO-Offload). Refused with strata::Error
+// (Executor::unsupported says why): tensor, context and expert parallelism,
+// PipeDream schedules, parameter servers, weight offload, optimizer offload to NVMe,
 // the `optimal` recompute planner, 4-bit Adam, and ZeRO with an optimizer
 // whose update is not elementwise (LARS, LAMB, Adafactor, SM3).
 //

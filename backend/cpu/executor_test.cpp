@@ -499,6 +499,33 @@ TEST_CASE("cpu/executor: context-parallel positions: chunks r and 2cp-1-r, all p
   CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
 
+TEST_CASE("cpu/executor: a compressed exchange that keeps every entry equals plain data parallelism") {
+  // Random-k with ratio 1 sends every gradient in fp32 at the same indices
+  // on every rank: its encode, all-reduce and decode must give the plain
+  // step's numbers. Covered: dp 2 and 4, ZeRO-1 (the optimizer steps its
+  // chunk of the decoded gradient), dp 2 × pp 2 with a tied embedding (each
+  // stage exchanges its part, then the two are tied), and ZeRO-1 with the
+  // optimizer offloaded to the host.
+  for (bool residual : {true, false}) {
+    CAPTURE(residual);
+    auto with = [&](Plan p) {
+      p.compression.method = strategies::CompressionMethod::RandomK;
+      p.compression.ratio = 1.0;
+      p.compression.error_feedback = residual;
+      return p;
+    };
+    check_equivalent(tiny(2, with(plan_with(2, 1)), 8, 2));
+    check_equivalent(tiny(2, with(plan_with(4, 1)), 8, 1));
+    check_equivalent(tiny(2, with(plan_with(2, 1, 1)), 8, 2));
+    check_equivalent(tiny(2, with(plan_with(2, 2, 1)), 8, 2));
+    Plan offload = with(plan_with(2, 1, 1));
+    offload.offload.optimizer = strategies::OffloadTarget::Cpu;
+    check_equivalent(tiny(2, offload, 8, 2));
+    // With tensor parallelism (+ SP): each tp rank exchanges its slices.
+    check_equivalent(tiny(2, with(plan_with(2, 1, 0, 2, true)), 8, 2));
+  }
+}
+
 TEST_CASE("cpu/executor: memory per rank: ZeRO-3 and pipeline stages hold fewer parameter bytes") {
   // Params bytes at the peak: dp holds the whole model per rank; ZeRO-3 a
   // shard plus the layers gathered at once; each pipeline stage its layers.
@@ -615,7 +642,8 @@ TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
     }
     return std::string("no error");
   };
-  Plan p = plan_with(2, 1);
+  // Compression sends a whole gradient's message; ZeRO-2 reduce-scatters.
+  Plan p = plan_with(2, 1, 2);
   p.compression.method = strategies::CompressionMethod::TopK;
   CHECK(why(p).find("compression") != std::string::npos);
   p = plan_with(2, 1, 2);

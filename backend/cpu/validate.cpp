@@ -19,7 +19,8 @@ using strategies::TaskOp;
 namespace {
 
 constexpr std::array<std::string_view, kWorkKinds> kKindNames{
-    "forward", "backward", "recompute", "collective", "p2p", "copy", "optimizer", "framework"};
+    "forward", "backward", "recompute", "collective", "p2p", "copy", "optimizer", "framework",
+    "compression"};
 
 // The tags a rank thread holds (Runtime and AllocatorReserve are the GPU
 // model's only).
@@ -112,7 +113,7 @@ WorkKind work_kind(TaskOp op) {
     case TaskOp::WeightsToDevice: return WorkKind::Copy;
     case TaskOp::OptimizerStep: return WorkKind::Optimizer;
     case TaskOp::CompressEncode:
-    case TaskOp::CompressDecode: return WorkKind::Forward;
+    case TaskOp::CompressDecode: return WorkKind::Compression;
   }
   return WorkKind::Framework;
 }

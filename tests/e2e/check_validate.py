@@ -102,7 +102,7 @@ with tempfile.TemporaryDirectory() as tmp:
     tp_path = os.path.join(tmp, "tp.json")
     json.dump(tp, open(tp_path, "w"))
     p = run("validate", tp_path, "--backend", "cpu", "--calibration", cal)
-    check(p.returncode == 2 and p.stdout == "" and "asynchronous pipeline" in p.stderr,
+    check(p.returncode == 2 and p.stdout == "" and "asynchronous pipedream" in p.stderr,
           f"a plan the executor refuses exits 2 naming why ({p.returncode}: {p.stderr.strip()})")
     bad = os.path.join(tmp, "bad-cal.json")
     json.dump({**written, "memory": {"peak_GBps": 10, "points": [{"bytes": 1024, "GBps": 50}]}}, open(bad, "w"))
