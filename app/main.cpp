@@ -368,6 +368,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "simulate");
       if (sc.space) strategies::require_valid_plan(sc);
       if (granularity == "chunk") {
         if (!trace_path.empty())
@@ -394,6 +395,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "explore");
       ProgressLine line;
       report::ExploreRunOptions o;
       o.out_dir = out_dir;
@@ -426,6 +428,7 @@ int main(int argc, char** argv) {
     if (*merge) out = report::render_explore(report::merge_explore(merge_dirs, out_dir), nullptr, format);
     if (*exporter) {
       const auto sc = report::load_export_scenario(export_input, export_rank, export_scenario);
+      strategies::require_transformer(sc, "export");
       const auto ex = report::export_plan(sc, export_target);
       // DeepSpeed's JSON has no comments: its notes go to stderr; every
       // engine's unsupported choices too, so they are seen with --out.
@@ -446,6 +449,7 @@ int main(int argc, char** argv) {
         throw InputError(scenario_path, "", "file not found");
       if (format == report::Format::Csv) throw InputError("--format", "", "run prints table or json");
       auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "run");
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
       // The prediction printed beside the measurement uses this machine's
@@ -493,6 +497,7 @@ int main(int argc, char** argv) {
         throw InputError(scenario_path, "", "file not found");
       if (format == report::Format::Csv) throw InputError("--format", "", "validate prints table or json");
       auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "validate");
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
       // The prediction and the executor's lowering both read sc.calibration.
