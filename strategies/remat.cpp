@@ -274,47 +274,82 @@ Decisions revolve(const Chain& c, int snaps) {
 
 namespace {
 
-constexpr Time kInf = std::numeric_limits<Time>::max() / 4;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
-// The table of optimal times Opt(s, t, m) for every sub-chain and every free
-// memory m ∈ [0, M] (in units), and the decision reaching each.
+// Sizes in memory levels of `unit` bytes. Each sequence (outputs a(0..n),
+// saved tensors, working bytes) is rounded by error diffusion — the running
+// sum rounded to the nearest level — so any run of consecutive buffers is off
+// by less than a level, instead of a level per buffer. The programme is
+// exact for these sizes; its schedules are then measured in bytes.
+std::vector<int> diffuse(const std::vector<Bytes>& sizes, Bytes unit) {
+  std::vector<int> out(sizes.size());
+  Bytes sum = 0, rounded = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    sum += sizes[i];
+    const Bytes r = (sum + unit / 2) / unit;
+    out[i] = static_cast<int>(r - rounded);
+    rounded = r;
+  }
+  return out;
+}
+
+// The table of optimal times Opt(s, t, m) for every sub-chain [s, t] and
+// every free memory m ∈ [0, M] levels. Times are whole nanoseconds held in
+// doubles (exact below 2^53 ns, about 104 days): +∞ marks "does not fit" and
+// the inner loops are plain minima the compiler vectorises.
+// How sizes become levels: `Nearest` by error diffusion (close on average,
+// but the programme may favour buffers rounded down, so its schedules are
+// measured before use); `Up` each buffer rounded up (every schedule of the
+// table fits its m, with up to a level lost per buffer).
+enum class Rounding { Nearest, Up };
+
+std::vector<int> levels_of(const std::vector<Bytes>& sizes, Bytes unit, Rounding r) {
+  if (r == Rounding::Nearest) return diffuse(sizes, unit);
+  std::vector<int> out(sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) out[i] = static_cast<int>(ceil_div(sizes[i], unit));
+  return out;
+}
+
 class Programme {
  public:
-  Programme(const Chain& c, Bytes unit, int M) : n_(c.size()), M_(M) {
-    if (n_ > std::numeric_limits<std::int16_t>::max())
-      throw Error("optimal: more than 32767 stages");
+  Programme(const Chain& c, Bytes unit, int M, Rounding rounding) : n_(c.size()), M_(M) {
     const double cells = 0.5 * n_ * (n_ + 1.0) * (M + 1.0);
-    if (cells * (sizeof(Time) + sizeof(std::int16_t)) > 8.0 * static_cast<double>(kGiB))
+    if (cells * sizeof(double) > 8.0 * static_cast<double>(kGiB))
       throw Error("optimal: " + std::to_string(n_) + " stages × " + std::to_string(M + 1) +
                   " memory levels need more than 8 GiB of tables; use fewer levels");
-    auto u = [&](Bytes b) { return static_cast<int>(ceil_div(b, unit)); };
-    // Per-field rounding: the programme is exact for the rounded chain.
-    x_.resize(static_cast<std::size_t>(n_) + 1);
-    full_.resize(x_.size());
-    wf_.resize(x_.size());
-    wb_.resize(x_.size());
-    for (int i = 0; i <= n_; ++i) x_[i] = u(c.act(i));
+    const auto N = static_cast<std::size_t>(n_) + 1;
+    std::vector<Bytes> xs(N), sv(N, 0), wf(N, 0), wb(N, 0);
+    for (int i = 0; i <= n_; ++i) xs[i] = c.act(i);
     for (int i = 1; i <= n_; ++i) {
-      full_[i] = x_[i] + u(c.stage(i).saved);
-      wf_[i] = u(c.stage(i).fwd_work);
-      wb_[i] = u(c.stage(i).bwd_work);
+      sv[i] = c.stage(i).saved;
+      wf[i] = c.stage(i).fwd_work;
+      wb[i] = c.stage(i).bwd_work;
     }
-    fwd_.resize(x_.size());
-    bwd_.resize(x_.size());
+    x_ = levels_of(xs, unit, rounding);
+    const std::vector<int> saved = levels_of(sv, unit, rounding);
+    wf_ = levels_of(wf, unit, rounding);
+    wb_ = levels_of(wb, unit, rounding);
+    full_.resize(N);
+    fwd_.resize(N);
+    bwd_.resize(N);
     for (int i = 1; i <= n_; ++i) {
-      fwd_[i] = c.stage(i).fwd;
-      bwd_[i] = c.stage(i).bwd;
+      full_[i] = x_[i] + saved[i];
+      fwd_[i] = static_cast<double>(c.stage(i).fwd);
+      bwd_[i] = static_cast<double>(c.stage(i).bwd);
     }
     const std::size_t rows = static_cast<std::size_t>(n_) * (n_ + 1) / 2;
     opt_.assign(rows * (M + 1), kInf);
-    what_.assign(rows * (M + 1), -1);
-    fill();
+    need_.assign(rows, 0);
+    for (int len = 1; len <= n_; ++len)
+      for (int s = 1; s + len - 1 <= n_; ++s) fill(s, s + len - 1);
   }
 
-  Time value(int m) const { return opt(1, n_)[m]; }
+  double value(int m) const { return opt(1, n_)[m]; }
 
+  // The decisions reaching Opt(1, n, m) (finite), re-deriving each choice
+  // from the table: the first option whose value is the optimum.
   Decisions decisions(int m) const {
     Decisions d;
     struct Task {
@@ -324,7 +359,7 @@ class Programme {
     while (!todo.empty()) {
       const Task k = todo.back();
       todo.pop_back();
-      const int w = what(k.s, k.t)[k.m];
+      const int w = choice(k.s, k.t, k.m);
       d.push_back(w);
       if (w == 0) {
         if (k.s < k.t) todo.push_back({k.s + 1, k.t, k.m - full_[k.s]});
@@ -338,90 +373,100 @@ class Programme {
 
  private:
   int g(int i) const { return i == 0 || i == n_ ? 0 : x_[i]; }
-  std::size_t row(int s, int t) const {
-    // Rows by (s, t), s ≤ t, s-major: row(s, t) = Σ_{j<s} (n − j + 1) + (t − s).
-    const std::size_t S = static_cast<std::size_t>(s - 1);
-    return (S * (2 * static_cast<std::size_t>(n_) - S + 1) / 2 + static_cast<std::size_t>(t - s)) *
-           static_cast<std::size_t>(M_ + 1);
+  std::size_t index(int s, int t) const {
+    // Rows by (s, t), s ≤ t, s-major: Σ_{j<s} (n − j + 1) + (t − s).
+    const auto S = static_cast<std::size_t>(s - 1);
+    return S * (2 * static_cast<std::size_t>(n_) - S + 1) / 2 + static_cast<std::size_t>(t - s);
   }
-  Time* opt(int s, int t) { return opt_.data() + row(s, t); }
-  const Time* opt(int s, int t) const { return opt_.data() + row(s, t); }
-  std::int16_t* what(int s, int t) { return what_.data() + row(s, t); }
-  const std::int16_t* what(int s, int t) const { return what_.data() + row(s, t); }
-
-  void fill() {
-    for (int len = 1; len <= n_; ++len)
-      for (int s = 1; s + len - 1 <= n_; ++s) fill_row(s, s + len - 1);
+  double* opt(int s, int t) { return opt_.data() + index(s, t) * static_cast<std::size_t>(M_ + 1); }
+  const double* opt(int s, int t) const {
+    return opt_.data() + index(s, t) * static_cast<std::size_t>(M_ + 1);
   }
 
-  void fill_row(int s, int t) {
-    Time* best = opt(s, t);
-    std::int16_t* choice = what(s, t);
-    // Keep all of stage s: forward-all s, then [s+1, t], then backward s.
-    {
-      const int lo = std::max({full_[s] + wf_[s],
-                               full_[s] + g(s) - g(t) + g(s - 1) + wb_[s], full_[s], 0});
-      const Time here = fwd_[s] + bwd_[s];
-      if (s == t) {
-        for (int m = lo; m <= M_; ++m) {
-          best[m] = here;
-          choice[m] = 0;
-        }
-      } else {
-        const Time* child = opt(s + 1, t);
-        for (int m = lo; m <= M_; ++m) {
-          const Time v = here + child[m - full_[s]];
-          if (v < best[m]) {
-            best[m] = v;
-            choice[m] = 0;
-          }
-        }
-      }
-    }
-    // Checkpoint a(s'−1): forward s..s'−1 keeping only a(s'−1), [s', t],
-    // then [s, s'−1] from a(s−1).
-    Time forward = 0;
+  // Keep all of stage s: forward-all s, then [s+1, t], then backward s.
+  int keep_all_floor(int s, int t) const {
+    return std::max({full_[s] + wf_[s], full_[s] + g(s) - g(t) + g(s - 1) + wb_[s], full_[s]});
+  }
+  double keep_all(int s, int t, int m) const {
+    if (m < keep_all_floor(s, t)) return kInf;
+    return fwd_[s] + bwd_[s] + (s == t ? 0.0 : opt(s + 1, t)[m - full_[s]]);
+  }
+
+  int choice(int s, int t, int m) const {
+    const double best = opt(s, t)[m];
+    if (keep_all(s, t, m) == best) return 0;
+    double forward = 0;
     int peak = 0;
     for (int sp = s + 1; sp <= t; ++sp) {
-      const int k = sp - 1;  // the stage run just now
+      const int k = sp - 1;
+      forward += fwd_[k];
+      peak = std::max(peak, (k == s ? x_[k] : x_[k - 1] + x_[k]) + wf_[k]);
+      const int lm = m + g(t) - g(k);
+      if (m < peak || lm < 0) continue;
+      if (forward + opt(sp, t)[m - x_[k]] + opt(s, k)[std::min(M_, lm)] == best) return sp;
+    }
+    throw Error("optimal: no decision reaches the table's value");
+  }
+
+  void fill(int s, int t) {
+    double* best = opt(s, t);
+    // Enough memory to keep every stage of [s, t]: no recompute can beat it.
+    const std::size_t row = index(s, t);
+    const int floor = keep_all_floor(s, t);
+    need_[row] = s == t ? floor : std::max(floor, full_[s] + need_[index(s + 1, t)]);
+    double all = 0;
+    for (int i = s; i <= t; ++i) all += fwd_[i] + bwd_[i];
+    const int top = std::min(M_ + 1, need_[row]);  // below `top`, the programme proper
+    for (int m = std::max(0, need_[row]); m <= M_; ++m) best[m] = all;
+    for (int m = floor; m < top; ++m) best[m] = keep_all(s, t, m);
+    // Checkpoint a(s'−1): forward s..s'−1 keeping only a(s'−1), [s', t], then
+    // [s, s'−1] from a(s−1) with δ(s'−1) for δ(t).
+    double forward = 0;
+    int peak = 0;
+    for (int sp = s + 1; sp <= t; ++sp) {
+      const int k = sp - 1;
       forward += fwd_[k];
       peak = std::max(peak, (k == s ? x_[k] : x_[k - 1] + x_[k]) + wf_[k]);
       const int dx = x_[k];
       const int dg = g(t) - g(k);
-      const Time* right = opt(sp, t);
-      const Time* left = opt(s, k);
-      const auto tag = static_cast<std::int16_t>(sp);
-      const int hi = std::min(M_, M_ - dg);  // keeps m + dg ≤ M
-      for (int m = std::max(peak, -dg); m <= hi; ++m) {
-        const Time v = forward + right[m - dx] + left[m + dg];
-        if (v < best[m]) {
-          best[m] = v;
-          choice[m] = tag;
-        }
-      }
-      // Free memory beyond M after the right part is unreachable; the
-      // top m values read the left part at M.
-      for (int m = std::max({peak, hi + 1, -dg}); m <= M_; ++m) {
-        const Time v = forward + right[m - dx] + left[M_];
-        if (v < best[m]) {
-          best[m] = v;
-          choice[m] = tag;
-        }
-      }
+      const double* right = opt(sp, t);
+      const double* left = opt(s, k);
+      // m + dg ≤ M: free memory beyond M after the right part is unreachable;
+      // the last m values read the left part at M.
+      const int lo = std::max(peak, -dg), mid = std::min(top, M_ - dg + 1);
+      for (int m = lo; m < mid; ++m) best[m] = std::min(best[m], forward + right[m - dx] + left[m + dg]);
+      for (int m = std::max(lo, mid); m < top; ++m)
+        best[m] = std::min(best[m], forward + right[m - dx] + left[M_]);
     }
-    for (int m = 0; m <= M_; ++m)
-      if (best[m] >= kInf) {
-        best[m] = kInf;
-        choice[m] = -1;
-      }
   }
 
   int n_, M_;
   std::vector<int> x_, full_, wf_, wb_;
-  std::vector<Time> fwd_, bwd_;
-  std::vector<Time> opt_;
-  std::vector<std::int16_t> what_;
+  std::vector<double> fwd_, bwd_;
+  std::vector<double> opt_;
+  std::vector<int> need_;  // per row: the least m at which keeping all fits
 };
+
+// Levels of the chain's input, as the programme rounds it.
+int input_levels(const Chain& c, Bytes unit, Rounding r) {
+  return static_cast<int>(r == Rounding::Up ? ceil_div(c.input, unit) : (c.input + unit / 2) / unit);
+}
+
+// The programme's schedules at the corners of its top row, fastest first:
+// for each time the row takes, the least m taking it (the schedule the table
+// deems leanest), measured in bytes by `build`; `visit(decisions, schedule)`
+// returns whether to go on.
+template <class Visit>
+void corners(const Chain& c, const Programme& p, int from, Visit visit) {
+  int lowest = 0;
+  while (lowest <= from && p.value(lowest) == kInf) ++lowest;
+  for (int m = from; m >= lowest; --m) {
+    if (m > lowest && p.value(m - 1) == p.value(m)) continue;
+    Decisions d = p.decisions(m);
+    const Schedule s = build(c, d);
+    if (!visit(std::move(d), s)) break;
+  }
+}
 
 }  // namespace
 
@@ -430,38 +475,70 @@ Optimal optimal(const Chain& c, Bytes budget, int levels) {
   if (levels < 1) throw Error("optimal: needs at least one memory level");
   Optimal out;
   out.unit = std::max<Bytes>(1, ceil_div(std::max<Bytes>(budget, 1), levels));
-  const Bytes M = budget / out.unit - ceil_div(c.input, out.unit);
-  if (M < 0) {
+  if (c.input > budget) {
     out.infeasible = "the chain's input alone exceeds the budget";
     return out;
   }
-  const Programme p(c, out.unit, static_cast<int>(M));
-  const Time v = p.value(static_cast<int>(M));
-  if (v >= kInf) {
-    out.infeasible = "no schedule fits the budget (memory levels of " +
-                     std::to_string(out.unit) + " bytes)";
-    return out;
+  // First sizes rounded to the nearest level: the fastest schedule of the
+  // table whose measured peak fits. When none does (the programme favours
+  // buffers rounded down to nothing), sizes rounded up.
+  for (const Rounding r : {Rounding::Nearest, Rounding::Up}) {
+    // Rounded up, sizes overstate schedules: the table spans twice the
+    // budget, and its schedules are measured too.
+    const Bytes span = r == Rounding::Up ? 2 * budget : budget;
+    const int M = static_cast<int>(span / out.unit) - input_levels(c, out.unit, r);
+    if (M < 0) continue;
+    const Programme p(c, out.unit, M, r);
+    corners(c, p, M, [&](Decisions d, const Schedule& s) {
+      if (s.peak > budget) return true;
+      out.time = s.time;
+      out.decisions = std::move(d);
+      return false;
+    });
+    if (out.feasible() || out.unit == 1) break;
   }
-  out.time = v;
-  out.decisions = p.decisions(static_cast<int>(M));
+  if (!out.feasible())
+    out.infeasible = "no schedule fits the budget (memory levels of " + std::to_string(out.unit) +
+                     " bytes)";
   return out;
 }
 
-Bytes lowest_budget(const Chain& c, int levels) {
-  Bytes best = build(c, store_all(c)).peak;
-  for (int round = 0; round < 3; ++round) {
-    const Bytes unit = std::max<Bytes>(1, ceil_div(best, levels));
-    const Bytes M = best / unit - ceil_div(c.input, unit);
-    if (M < 0) break;
-    const Programme p(c, unit, static_cast<int>(M));
-    int m = 0;
-    while (m <= M && p.value(m) >= kInf) ++m;
-    if (m > M) break;
-    const Bytes peak = build(c, p.decisions(m)).peak;
-    if (peak >= best) break;
-    best = peak;
+std::vector<FrontierPoint> optimal_frontier(const Chain& c, int levels) {
+  if (c.size() < 1) throw Error("remat: the chain has no stages");
+  if (levels < 1) throw Error("optimal: needs at least one memory level");
+  // No schedule peaks below what every backward holds: a(0), a(i−1), ā(i),
+  // δ(i), δ(i−1) and its working bytes.
+  Bytes floor = c.input;
+  for (int i = 1; i <= c.size(); ++i)
+    floor = std::max(floor, (i > 1 ? c.input : 0) + c.act(i - 1) + c.full(i) + c.grad(i) +
+                                c.grad(i - 1) + c.stage(i).bwd_work);
+  const Schedule none = build(c, store_all(c));
+  const Bytes hi = none.peak;
+  // Keeping everything is the fastest schedule; coarse levels may miss it.
+  std::vector<FrontierPoint> all{{none.peak, none.time, store_all(c)}};
+  for (Bytes top = hi;; top /= 2) {
+    const Bytes unit = std::max<Bytes>(1, ceil_div(top, levels));
+    for (const Rounding r : {Rounding::Nearest, Rounding::Up}) {
+      const int M = static_cast<int>(top / unit) - input_levels(c, unit, r);
+      if (M < 0) continue;
+      const Programme p(c, unit, M, r);
+      corners(c, p, M, [&](Decisions d, const Schedule& s) {
+        all.push_back({s.peak, s.time, std::move(d)});
+        return true;
+      });
+    }
+    if (unit == 1 || top / 2 < floor) break;
   }
-  return best;
+  // Pareto: ascending peak, each strictly faster than every smaller one.
+  std::sort(all.begin(), all.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
+    return a.peak != b.peak ? a.peak < b.peak : a.time < b.time;
+  });
+  std::vector<FrontierPoint> front;
+  for (auto& q : all)
+    if (front.empty() || q.time < front.back().time) front.push_back(std::move(q));
+  return front;
 }
+
+Bytes lowest_budget(const Chain& c, int levels) { return optimal_frontier(c, levels).front().peak; }
 
 }  // namespace strata::strategies::remat

@@ -127,22 +127,37 @@ std::int64_t binomial_beta(std::int64_t s, std::int64_t t);
 std::int64_t revolve_forwards(std::int64_t steps, std::int64_t snaps);
 
 // The rotor dynamic programme: the fastest rotor-structured schedule whose
-// peak fits `budget`. Memory is discretised into `levels` units of
-// ⌈budget / levels⌉ bytes, every size rounded up, so the schedule fits the
-// budget; with a unit of 1 byte (levels ≥ budget) it is exact. O(n³·levels)
-// time, O(n²·levels) memory.
+// peak fits `budget`. Memory is discretised into `levels` levels of
+// ⌈budget / levels⌉ bytes. Sizes are first rounded to the nearest level by
+// error diffusion (a run of consecutive buffers is off by less than a
+// level) and the fastest schedule of the table whose measured peak fits is
+// returned; when none fits (the programme favours buffers rounded down to
+// nothing), every size is rounded up, over a table spanning twice the
+// budget, measured the same way. With one-byte levels (levels ≥ budget) it
+// is exact.
+// O(n³·levels) time, O(n²·levels) memory, per table.
 struct Optimal {
   std::optional<Decisions> decisions;  // empty: nothing fits the budget
-  Time time = 0;                       // the programme's value (when feasible)
+  Time time = 0;                       // the schedule's time (when feasible)
   Bytes unit = 1;                      // bytes per memory level
   std::string infeasible;              // why, when empty
   bool feasible() const { return decisions.has_value(); }
 };
 Optimal optimal(const Chain& chain, Bytes budget, int levels);
 
-// The lowest budget at which `optimal` finds a schedule, within one level of
-// `levels` over [lower bound, store_all's peak]; refined twice. The lower
-// bound: every backward holds a(0), a(i−1), ā(i), δ(i) and δ(i−1).
+// The programme's schedules over all budgets: tables at store_all's peak,
+// half of it, a quarter, … down to the least peak any schedule can have
+// (every backward holds a(0), a(i−1), ā(i), δ(i) and δ(i−1)), each with
+// `levels` levels; every corner of each table's top row, measured in bytes,
+// kept when faster than all smaller ones (ascending peak, descending time).
+struct FrontierPoint {
+  Bytes peak = 0;
+  Time time = 0;
+  Decisions decisions;
+};
+std::vector<FrontierPoint> optimal_frontier(const Chain& chain, int levels);
+
+// The least peak on the frontier: the lowest budget the programme reaches.
 Bytes lowest_budget(const Chain& chain, int levels);
 
 }  // namespace strata::strategies::remat

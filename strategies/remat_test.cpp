@@ -317,7 +317,7 @@ TEST_CASE("infeasible budgets are a result, not a crash") {
   // Below the least budget: no schedule; below the input: says so.
   const Chain c = uniform(10, 1, 2, 10, 10);
   const Bytes lo = lowest_budget(c, 1000);
-  const Optimal at = optimal(c, lo, 1000);
+  const Optimal at = optimal(c, lo, static_cast<int>(lo));
   CHECK(at.feasible());
   const Optimal below = optimal(c, lo - 1, static_cast<int>(lo - 1));
   CHECK(!below.feasible());
