@@ -295,10 +295,6 @@ std::vector<int> diffuse(const std::vector<Bytes>& sizes, Bytes unit) {
   return out;
 }
 
-// The table of optimal times Opt(s, t, m) for every sub-chain [s, t] and
-// every free memory m ∈ [0, M] levels. Times are whole nanoseconds held in
-// doubles (exact below 2^53 ns, about 104 days): +∞ marks "does not fit" and
-// the inner loops are plain minima the compiler vectorises.
 // How sizes become levels: `Nearest` by error diffusion (close on average,
 // but the programme may favour buffers rounded down, so its schedules are
 // measured before use); `Up` each buffer rounded up (every schedule of the
@@ -312,6 +308,10 @@ std::vector<int> levels_of(const std::vector<Bytes>& sizes, Bytes unit, Rounding
   return out;
 }
 
+// The table of optimal times Opt(s, t, m) for every sub-chain [s, t] and
+// every free memory m ∈ [0, M] levels. Times are whole nanoseconds held in
+// doubles (exact below 2^53 ns, about 104 days): +∞ marks "does not fit" and
+// the inner loops are plain minima the compiler vectorises.
 class Programme {
  public:
   Programme(const Chain& c, Bytes unit, int M, Rounding rounding) : n_(c.size()), M_(M) {
@@ -489,6 +489,7 @@ Optimal optimal(const Chain& c, Bytes budget, int levels) {
     const int M = static_cast<int>(span / out.unit) - input_levels(c, out.unit, r);
     if (M < 0) continue;
     const Programme p(c, out.unit, M, r);
+    ++out.tables;
     corners(c, p, M, [&](Decisions d, const Schedule& s) {
       if (s.peak > budget) return true;
       out.time = s.time;

@@ -140,6 +140,7 @@ struct Optimal {
   std::optional<Decisions> decisions;  // empty: nothing fits the budget
   Time time = 0;                       // the schedule's time (when feasible)
   Bytes unit = 1;                      // bytes per memory level
+  int tables = 0;                      // tables solved (1, or 2 with the rounded-up one)
   std::string infeasible;              // why, when empty
   bool feasible() const { return decisions.has_value(); }
 };

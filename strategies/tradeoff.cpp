@@ -99,24 +99,26 @@ std::vector<int> snapshot_counts(int n) {
   return out;
 }
 
-}  // namespace
-
-remat::Chain remat_chain(const Scenario& sc) {
-  const ModelStepCosts costs(sc);
+remat::Chain chain_of(const Scenario& sc, const ModelStepCosts& costs) {
   return sc.model.chain ? layer_chain(sc, costs) : transformer_chain(sc, costs);
 }
+
+}  // namespace
+
+remat::Chain remat_chain(const Scenario& sc) { return chain_of(sc, ModelStepCosts(sc)); }
 
 Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   if (o.budgets < 2) throw Error("tradeoff: needs at least two budgets");
   const ModelStepCosts costs(sc);
-  const remat::Chain chain = sc.model.chain ? layer_chain(sc, costs) : transformer_chain(sc, costs);
+  const remat::Chain chain = chain_of(sc, costs);
   Tradeoff t;
   t.model = sc.model.name;
   t.stages = chain.size();
   t.microbatches = microbatches(sc.plan, sc.batch);
   t.fixed_bytes = fixed_bytes(sc);
-  const double params = sc.model.chain ? static_cast<double>(sc.model.chain->params())
-                                       : static_cast<double>(cost::expand(sc.model, expand_options(sc)).params());
+  // Parameters this GPU steps: the whole chain, or the transformer's on one tensor-parallel rank.
+  const double params = static_cast<double>(
+      sc.model.chain ? sc.model.chain->params() : cost::expand(sc.model, expand_options(sc)).params());
   t.optimizer_time = costs.optimizer_step(
       sc.plan.zero >= 1 ? params / static_cast<double>(sc.plan.dp) : params, false);
   t.compute = chain.compute();
