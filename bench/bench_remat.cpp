@@ -21,7 +21,9 @@ using namespace strata::strategies;
 // saved tensors 0–4× the output, working bytes up to half the output.
 remat::Chain random_chain(int n) {
   std::mt19937_64 rng(42);
-  auto u = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto u = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
   remat::Chain c;
   c.input = 8 * kMiB;
   for (int i = 0; i < n; ++i) {

@@ -111,7 +111,8 @@ std::string tradeoff_svg(const strategies::Tradeoff& t) {
     svg::ScatterSeries ser{std::string(enum_name(c.policy)), svg::colour(i), {}, true};
     for (std::size_t b = 0; b < t.budgets.size(); ++b)
       if (c.best[b] && 100 * overhead(t, *c.best[b]) <= kMaxOverhead)
-        ser.points.emplace_back(to_GiB(t.fixed_bytes + t.budgets[b]), 100 * overhead(t, *c.best[b]));
+        ser.points.emplace_back(to_GiB(t.fixed_bytes + t.budgets[b]),
+                                100 * overhead(t, *c.best[b]));
     s.series.push_back(std::move(ser));
   }
   s.x_limit = to_GiB(t.gpu_bytes);

@@ -149,7 +149,8 @@ Replay replay(const Chain& c, const std::vector<Op>& ops) {
       if (i != next_backward)
         return fail("backwards run n, n-1, …, 1; expected " + std::to_string(next_backward));
       if (at(i) != Held::Full) return fail("needs all saved tensors of its stage (a forward-all)");
-      if (at(i - 1) == Held::Absent) return fail("needs its input a(" + std::to_string(i - 1) + ")");
+      if (at(i - 1) == Held::Absent)
+        return fail("needs its input a(" + std::to_string(i - 1) + ")");
       r.peak = std::max(r.peak, live + c.grad(i - 1) + st.bwd_work);
       r.time += st.bwd;
       live += c.grad(i - 1) - c.grad(i) - c.full(i);
@@ -205,10 +206,11 @@ Decisions segments(const Chain& c, int k) {
   return d;
 }
 
-Decisions sqrt_segments(const Chain& c) {
-  const int k = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(c.size()))));
-  return segments(c, std::max(1, k));
+int sqrt_segment(std::int64_t n) {
+  return std::max(1, static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n)))));
 }
+
+Decisions sqrt_segments(const Chain& c) { return segments(c, sqrt_segment(c.size())); }
 
 // --- Revolve -------------------------------------------------------------------
 
@@ -304,7 +306,8 @@ enum class Rounding { Nearest, Up };
 std::vector<int> levels_of(const std::vector<Bytes>& sizes, Bytes unit, Rounding r) {
   if (r == Rounding::Nearest) return diffuse(sizes, unit);
   std::vector<int> out(sizes.size());
-  for (std::size_t i = 0; i < sizes.size(); ++i) out[i] = static_cast<int>(ceil_div(sizes[i], unit));
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    out[i] = static_cast<int>(ceil_div(sizes[i], unit));
   return out;
 }
 
@@ -434,7 +437,8 @@ class Programme {
       // m + dg ≤ M: free memory beyond M after the right part is unreachable;
       // the last m values read the left part at M.
       const int lo = std::max(peak, -dg), mid = std::min(top, M_ - dg + 1);
-      for (int m = lo; m < mid; ++m) best[m] = std::min(best[m], forward + right[m - dx] + left[m + dg]);
+      for (int m = lo; m < mid; ++m)
+        best[m] = std::min(best[m], forward + right[m - dx] + left[m + dg]);
       for (int m = std::max(lo, mid); m < top; ++m)
         best[m] = std::min(best[m], forward + right[m - dx] + left[M_]);
     }
@@ -449,7 +453,8 @@ class Programme {
 
 // Levels of the chain's input, as the programme rounds it.
 int input_levels(const Chain& c, Bytes unit, Rounding r) {
-  return static_cast<int>(r == Rounding::Up ? ceil_div(c.input, unit) : (c.input + unit / 2) / unit);
+  return static_cast<int>(r == Rounding::Up ? ceil_div(c.input, unit)
+                                            : (c.input + unit / 2) / unit);
 }
 
 // The programme's schedules at the corners of its top row, fastest first:

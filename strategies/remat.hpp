@@ -113,6 +113,8 @@ Decisions store_all(const Chain& chain);
 Decisions segments(const Chain& chain, int k);
 // Chen et al.'s √n plan: segments of ⌈√n⌉ stages.
 Decisions sqrt_segments(const Chain& chain);
+// ⌈√n⌉ (at least 1): the √n plan's segment length.
+int sqrt_segment(std::int64_t n);
 
 // Griewank's binomial checkpointing (Revolve; Griewank & Walther 2000,
 // Algorithm 799) with `snaps` ≥ 1 stored activations (a(0) included) beside

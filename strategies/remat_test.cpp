@@ -77,7 +77,9 @@ std::optional<Best> brute_force(const Chain& c, Bytes budget, bool persistent = 
   };
   auto keep = [](Key k, int j) { return k | (Key{4} << (3 * j)); };
   auto next_bwd = [&](Key k) { return static_cast<int>(k >> 48); };
-  auto set_next = [&](Key k, int nb) { return (k & ((Key{1} << 48) - 1)) | (static_cast<Key>(nb) << 48); };
+  auto set_next = [&](Key k, int nb) {
+    return (k & ((Key{1} << 48) - 1)) | (static_cast<Key>(nb) << 48);
+  };
   auto live = [&](Key k) {
     Bytes b = 0;
     for (int j = 0; j <= n; ++j)

@@ -116,9 +116,11 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   t.stages = chain.size();
   t.microbatches = microbatches(sc.plan, sc.batch);
   t.fixed_bytes = fixed_bytes(sc);
-  // Parameters this GPU steps: the whole chain, or the transformer's on one tensor-parallel rank.
+  // Parameters this GPU steps: the chain's, or the transformer's on one
+  // tensor-parallel rank.
   const double params = static_cast<double>(
-      sc.model.chain ? sc.model.chain->params() : cost::expand(sc.model, expand_options(sc)).params());
+      sc.model.chain ? sc.model.chain->params()
+                     : cost::expand(sc.model, expand_options(sc)).params());
   t.optimizer_time = costs.optimizer_step(
       sc.plan.zero >= 1 ? params / static_cast<double>(sc.plan.dp) : params, false);
   t.compute = chain.compute();
@@ -150,14 +152,15 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   const int n = chain.size();
   t.curves.push_back(curve(RematPolicy::None, {point(remat::store_all(chain), "")}));
   std::vector<TradeoffPoint> every;
-  for (int k = 1; k <= n; ++k) every.push_back(point(remat::segments(chain, k), "k=" + std::to_string(k)));
+  for (int k = 1; k <= n; ++k)
+    every.push_back(point(remat::segments(chain, k), "k=" + std::to_string(k)));
   t.curves.push_back(curve(RematPolicy::EveryK, every));
-  t.curves.push_back(curve(
-      RematPolicy::Sqrt,
-      {point(remat::sqrt_segments(chain),
-             "k=" + std::to_string(static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))))))}));
+  t.curves.push_back(
+      curve(RematPolicy::Sqrt, {point(remat::sqrt_segments(chain),
+                                      "k=" + std::to_string(remat::sqrt_segment(n)))}));
   std::vector<TradeoffPoint> rev;
-  for (int s : snapshot_counts(n)) rev.push_back(point(remat::revolve(chain, s), "snaps=" + std::to_string(s)));
+  for (int s : snapshot_counts(n))
+    rev.push_back(point(remat::revolve(chain, s), "snaps=" + std::to_string(s)));
   t.curves.push_back(curve(RematPolicy::Revolve, rev));
   std::vector<TradeoffPoint> opt;
   for (const auto& f : frontier) opt.push_back({f.peak, f.time, ""});
