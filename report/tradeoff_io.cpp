@@ -31,6 +31,7 @@ std::string render_tradeoff(const strategies::Tradeoff& t, Format f) {
     j["fixed_bytes"] = t.fixed_bytes;
     j["gpu_memory_bytes"] = t.gpu_bytes;
     j["optimizer_time_s"] = to_seconds(t.optimizer_time);
+    j["framework_time_s"] = to_seconds(t.framework_time);
     j["no_savings"] = {{"step_time_s", to_seconds(t.step_time(t.compute))},
                        {"activation_bytes", none_peak}};
     ordered_json rows = ordered_json::array();

@@ -95,7 +95,8 @@ Bytes fixed_bytes(const Scenario& sc) {
 // Snapshot counts tried for revolve: every count up to 16, then about 12 % apart.
 std::vector<int> snapshot_counts(int n) {
   std::vector<int> out;
-  for (int s = 1; s < n; s = s < 16 ? s + 1 : s + std::max(1, s / 8)) out.push_back(s);
+  for (int s = 1; s < std::max(n, 2); s = s < 16 ? s + 1 : s + std::max(1, s / 8))
+    out.push_back(s);
   return out;
 }
 
@@ -123,6 +124,8 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
                      : cost::expand(sc.model, expand_options(sc)).params());
   t.optimizer_time = costs.optimizer_step(
       sc.plan.zero >= 1 ? params / static_cast<double>(sc.plan.dp) : params, false);
+  t.framework_time =
+      costs.overhead_per_step() + 2 * t.microbatches * costs.overhead_per_microbatch();
   t.compute = chain.compute();
   t.gpu_bytes = sc.cluster.gpu.memory_bytes();
 

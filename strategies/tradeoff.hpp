@@ -54,12 +54,17 @@ struct Tradeoff {
   // (ZeRO-sharded), the runtime and the GEMM workspace.
   Bytes fixed_bytes = 0;
   Time optimizer_time = 0;  // once per step
+  // The framework's overheads the GPU waits on: once per step and per
+  // forward and backward of each microbatch (as the lowering charges them).
+  Time framework_time = 0;
   Time compute = 0;         // one microbatch without recompute
   Bytes gpu_bytes = 0;      // the GPU's memory
   std::vector<Bytes> budgets;  // activation budgets, from no savings down to the least
   std::vector<TradeoffCurve> curves;
 
-  Time step_time(Time microbatch) const { return microbatches * microbatch + optimizer_time; }
+  Time step_time(Time microbatch) const {
+    return microbatches * microbatch + optimizer_time + framework_time;
+  }
 };
 
 Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
