@@ -10,7 +10,7 @@ namespace strata::report {
 
 // Table: one row per activation budget, one column per policy (step time and
 // overhead over no savings). JSON: {"model", "stages", "microbatches",
-// "fixed_bytes", "gpu_memory_bytes", "optimizer_time_s", "no_savings":
+// "fixed_bytes", "gpu_memory_bytes", "optimizer_time_s", "framework_time_s", "no_savings":
 // {"step_time_s", "activation_bytes"}, "budgets": [{"activation_budget_bytes",
 // "memory_budget_bytes", "policies": {"none": {"step_time_s", "overhead",
 // "activation_peak_bytes", "peak_memory_bytes", "setting"} or null, …}}]}.
