@@ -1,4 +1,5 @@
 #include "strategies/memory.hpp"
+#include "strategies/remat.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -224,9 +225,7 @@ ActivationRule ActivationRule::of(const Plan& plan, const cost::OpChain& chain) 
 }
 
 std::int64_t ActivationRule::segment(std::int64_t n) const {
-  if (policy == Recompute::Sqrt)
-    return std::max<std::int64_t>(
-        1, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  if (policy == Recompute::Sqrt) return remat::sqrt_segment(n);
   return std::min(k, n);
 }
 
@@ -275,8 +274,10 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
   const auto& model = sc.model;
   if (plan.recompute == Recompute::Optimal)
     throw InputError(sc.file, "plan.recompute",
-                     "\"optimal\" needs the rematerialization solver, which the memory model "
-                     "does not have yet (use none, selective, full, every_k or sqrt)");
+                     "\"optimal\" needs the rematerialization solver's schedules in the "
+                     "memory model and the step lowering, which do not take them yet (use none, "
+                     "selective, full, every_k or sqrt; strata tradeoff plans optimal recompute "
+                     "for pp = 1, docs/remat.md)");
   if (plan.offload.planner != OffloadPlanner::All)
     throw InputError(sc.file, "plan.offload.planner",
                      "\"" + std::string(enum_name(plan.offload.planner)) +

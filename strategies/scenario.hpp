@@ -47,4 +47,9 @@ bool is_scenario_file(const std::string& path);
 // scenario's plan breaks (validate.hpp).
 void require_valid_plan(const Scenario& s);
 
+// Throws InputError naming the scenario's model when it is a layer chain:
+// `command` (simulate, explore, run, …) lowers transformers only; chains go
+// to `strata tradeoff` and `strata describe`.
+void require_transformer(const Scenario& s, const std::string& command);
+
 }  // namespace strata::strategies

@@ -31,6 +31,13 @@ std::optional<Violation> first_violation(const Scenario& s) {
                     str(c.gpus()) + " GPUs (" + str(c.nodes) + " nodes × " +
                     str(c.node.gpus_per_node) + ")");
 
+  // --- layer-chain models: data parallelism only ---
+  if (m.chain && (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1 || p.sequence_parallel))
+    return fail("chain-data-parallel-only", "plan",
+                "model \"" + m.name +
+                    "\" is a layer chain: it trains with data parallelism only (tp, pp, cp, ep = 1, "
+                    "no sequence parallelism)");
+
   // --- tensor parallelism against the model ---
   if (m.heads % p.tp != 0)
     return fail("tp-divides-heads", "plan.tp",
