@@ -28,11 +28,7 @@ void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
                   std::string(enum_name(tag)) + ") exceed the pool: " +
                   std::to_string(s_.current_total) + " of " + std::to_string(capacity_) +
                   " bytes live");
-    s_.current[t] += bytes;
-    s_.peak[t] = std::max(s_.peak[t], s_.current[t]);
-    s_.current_total += bytes;
-    s_.peak_total = std::max(s_.peak_total, s_.current_total);
-    ++s_.allocations;
+    s_.add(bytes, tag);
   }
   // aligned_alloc wants a multiple of the alignment, and at least one.
   const auto rounded =
@@ -48,10 +44,8 @@ void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
 
 void TrackingAllocator::deallocate(void* p, Bytes bytes, MemTag tag) noexcept {
   std::free(p);
-  const auto t = static_cast<std::size_t>(tag);
   std::lock_guard lock(mu_);
-  s_.current[t] -= bytes;
-  s_.current_total -= bytes;
+  s_.remove(bytes, tag);
 }
 
 MemoryStats TrackingAllocator::stats() const {
@@ -61,8 +55,7 @@ MemoryStats TrackingAllocator::stats() const {
 
 void TrackingAllocator::reset_peaks() {
   std::lock_guard lock(mu_);
-  s_.peak = s_.current;
-  s_.peak_total = s_.current_total;
+  s_.reset_peaks();
 }
 
 }  // namespace strata::backend::cpu
