@@ -22,10 +22,10 @@ Blas::Blas(DeviceAllocator& alloc, Bytes workspace) : alloc_(&alloc), workspace_
     // Scalars come from the host; plain fp32 products stay fp32 (no TF32).
     STRATA_CUBLAS_CHECK(cublasSetPointerMode(handle_, CUBLAS_POINTER_MODE_HOST));
     STRATA_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
-    if (workspace_bytes_ > 0) {
-      workspace_ = alloc.allocate(workspace_bytes_, MemTag::Workspace);
-      STRATA_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_, static_cast<std::size_t>(workspace_bytes_)));
-    }
+    if (workspace_bytes_ > 0) workspace_ = alloc.allocate(workspace_bytes_, MemTag::Workspace);
+    // Ready before any product on another stream uses it.
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(alloc.stream()));
+    use_stream(alloc.stream());
   } catch (...) {
     if (workspace_ != nullptr) alloc.deallocate(workspace_, workspace_bytes_, MemTag::Workspace);
     cublasDestroy(handle_);
@@ -36,6 +36,15 @@ Blas::Blas(DeviceAllocator& alloc, Bytes workspace) : alloc_(&alloc), workspace_
 Blas::~Blas() {
   cublasDestroy(handle_);
   if (workspace_ != nullptr) alloc_->deallocate(workspace_, workspace_bytes_, MemTag::Workspace);
+}
+
+void Blas::use_stream(cudaStream_t stream) {
+  if (stream_set_ && stream == stream_) return;
+  STRATA_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  if (workspace_ != nullptr)
+    STRATA_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_, static_cast<std::size_t>(workspace_bytes_)));
+  stream_ = stream;
+  stream_set_ = true;
 }
 
 void Blas::gemm(cudaStream_t stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
@@ -66,7 +75,7 @@ void Blas::gemm_typed(cudaStream_t stream, GemmType type, bool trans_a, bool tra
     case GemmType::BF16: data = CUDA_R_16BF; break;
     case GemmType::FP16: data = CUDA_R_16F; break;
   }
-  STRATA_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  use_stream(stream);
   // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B first.
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

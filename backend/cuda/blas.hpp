@@ -48,8 +48,14 @@ class Blas {
                   BatchStrides strides = {});
 
  private:
+  // cublasSetStream resets the handle to cuBLAS's own workspace pool, so
+  // the stream is set (and our workspace again) only when it changes.
+  void use_stream(cudaStream_t stream);
+
   DeviceAllocator* alloc_;
   cublasHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool stream_set_ = false;
   void* workspace_ = nullptr;
   Bytes workspace_bytes_ = 0;
 };

@@ -286,6 +286,9 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
 }
 
 void Executor::Impl::clear_step_state() {
+  // Nothing enqueued may still use what is freed here.
+  for (auto& st : streams)
+    if (cudaStreamSynchronize(st->s) != cudaSuccess) cudaGetLastError();
   emb.clear();
   saved.clear();
   offloaded.clear();
@@ -478,11 +481,7 @@ Executor::Executor(const strategies::Scenario& sc, ExecutorOptions opts) {
 }
 
 Executor::~Executor() {
-  if (impl_) {
-    // Nothing may be in flight when the buffers are freed.
-    for (auto& s : impl_->streams) cudaStreamSynchronize(s->s);
-    impl_->clear_step_state();
-  }
+  if (impl_) impl_->clear_step_state();
 }
 
 const strategies::LoweredStep& Executor::lowered() const { return impl_->low; }

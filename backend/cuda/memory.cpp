@@ -40,6 +40,12 @@ DeviceAllocator::DeviceAllocator(int device, Bytes capacity) : device_(device), 
   // 0 hands it back to the device at every synchronisation).
   unsigned long long keep = ~0ULL;
   STRATA_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
+  // Memory freed on one stream is reused on another only once the free has
+  // completed or an event already orders the two, never by making the
+  // allocating stream wait (which would serialise compute behind an
+  // offload copy); the pool grows instead, as PyTorch's allocator does.
+  int no = 0;
+  STRATA_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseAllowInternalDependencies, &no));
 }
 
 DeviceAllocator::~DeviceAllocator() {

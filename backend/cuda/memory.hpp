@@ -12,7 +12,8 @@
 // - DeviceAllocator: a CUDA memory pool of its own (cudaMallocFromPoolAsync /
 //   cudaFreeAsync; cudaFree would synchronise the whole device at every
 //   release) that keeps what it reserved between steps, as PyTorch's caching
-//   allocator does. The counts are the bytes asked for, at the moment they
+//   allocator does; memory freed on one stream is not handed to another by
+//   making it wait. The counts are the bytes asked for, at the moment they
 //   are asked for and given back (the host enqueues in program order, so
 //   this is the order the compute stream runs them in). Reserved bytes (what
 //   the pool took from the device, rounding and reuse included) are
