@@ -454,6 +454,20 @@ __global__ void sgd_kernel(float* p, const float* g, float* vel, std::int64_t n,
   }
 }
 
+__global__ void empty_kernel() {}
+
+__device__ inline std::int64_t global_timer_ns() {
+  std::int64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void spin_kernel(std::int64_t ns) {
+  const std::int64_t start = global_timer_ns();
+  while (global_timer_ns() - start < ns) {
+  }
+}
+
 __global__ void triad_kernel(float* a, const float* b, const float* c, float scalar, std::int64_t n) {
   for (std::int64_t i = global_index(); i < n; i += grid_stride()) a[i] = b[i] + scalar * c[i];
 }
@@ -596,6 +610,16 @@ void adam_step(cudaStream_t s, float* p, const float* g, float* m, float* v, std
 void sgd_step(cudaStream_t s, float* p, const float* g, float* velocity, std::int64_t n,
               float lr, float momentum, float weight_decay, bool first, const int* skip) {
   STRATA_ELEMENTWISE(n, sgd_kernel, p, g, velocity, n, lr, momentum, weight_decay, first, skip);
+}
+
+void empty(cudaStream_t s) {
+  empty_kernel<<<1, 1, 0, s>>>();
+  STRATA_CUDA_LAUNCHED("empty_kernel");
+}
+
+void spin(cudaStream_t s, std::int64_t ns) {
+  spin_kernel<<<1, 1, 0, s>>>(ns);
+  STRATA_CUDA_LAUNCHED("spin_kernel");
 }
 
 void triad(cudaStream_t s, float* a, const float* b, const float* c, float scalar, std::int64_t n) {

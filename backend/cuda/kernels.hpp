@@ -109,7 +109,11 @@ void adam_step(cudaStream_t s, float* p, const float* g, float* m, float* v, std
 void sgd_step(cudaStream_t s, float* p, const float* g, float* velocity, std::int64_t n,
               float lr, float momentum, float weight_decay, bool first, const int* skip);
 
-// --- memory bandwidth (calibration) -------------------------------------------------
+// --- calibration --------------------------------------------------------------------
+// A kernel that does nothing (launch overhead), and one that keeps the
+// stream busy for `ns` nanoseconds (so the host can queue work behind it).
+void empty(cudaStream_t s);
+void spin(cudaStream_t s, std::int64_t ns);
 // a = b + scalar·c (STREAM triad: 12 bytes moved per element).
 void triad(cudaStream_t s, float* a, const float* b, const float* c, float scalar, std::int64_t n);
 
