@@ -6,9 +6,14 @@
 // figures `strata calibrate --backend cuda` writes. Without a GPU it says so
 // and exits 0.
 //   build/backend/bench_cuda --benchmark_filter=gemm
+//   build/backend/bench_cuda --gemm_shapes=4096:6144:2048,4096:2048:8192
+// The second form measures only fp32 products of the given m:n:k shapes
+// (scripts/gpu-check.sh passes a training step's).
 #include <benchmark/benchmark.h>
 
+#include <array>
 #include <cstdio>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -41,6 +46,28 @@ void add_bytes(const std::string& name, double moved, F f) {
   })->UseManualTime();
 }
 
+// The shapes of --gemm_shapes=m:n:k,... (removed from argv), or none.
+std::vector<std::array<std::int64_t, 3>> take_shapes(int& argc, char** argv) {
+  std::vector<std::array<std::int64_t, 3>> shapes;
+  const std::string flag = "--gemm_shapes=";
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind(flag, 0) != 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    std::string list = a.substr(flag.size()) + ",";
+    for (std::size_t at = 0, comma; (comma = list.find(',', at)) != std::string::npos; at = comma + 1) {
+      long long m = 0, n = 0, k = 0;
+      if (std::sscanf(list.substr(at, comma - at).c_str(), "%lld:%lld:%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0)
+        shapes.push_back({m, n, k});
+    }
+  }
+  argc = kept;
+  return shapes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,9 +75,16 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
   }
+  const auto shapes = take_shapes(argc, argv);
   benchmark::Initialize(&argc, argv);
   Microbench mb(0);
-  std::printf("%s\n", mb.machine().c_str());
+  std::fprintf(stderr, "%s\n", mb.machine().c_str());
+  if (!shapes.empty()) {
+    for (const auto& s : shapes) add_gemm(mb, cost::GemmDtype::FP32, s[0], s[1], s[2]);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  }
   for (const auto d : {cost::GemmDtype::FP32, cost::GemmDtype::TF32, cost::GemmDtype::BF16, cost::GemmDtype::FP16})
     for (const std::int64_t s : {1024, 2048, 4096, 8192}) add_gemm(mb, d, s, s, s);
   for (const Bytes s : {Bytes{1} << 20, Bytes{64} << 20, Bytes{1} << 30}) {
