@@ -5,7 +5,8 @@
 #      sm_90 (Hopper: H100, H200) in ./build-gpu,
 #   2. runs the GPU tests (CTest label gpu),
 #   3. calibrates the GPU (strata calibrate --backend cuda --quick),
-#   4. times the training step's GEMM shapes with cuBLAS (bench_cuda),
+#   4. times every matrix product of a training step where it runs, and
+#      each shape alone (bench_cuda --step_gemms),
 #   5. validates the three bundled single-GPU scenarios (plain, full
 #      recompute, activation offload: configs/scenarios/gpu-1x-*.json)
 #      against that calibration,
@@ -132,23 +133,17 @@ if [ $built = 1 ]; then
   else
     cal=()
   fi
-  # fp32 products of the plain scenario's linear layers, forward and both
-  # backward products (m:n:k, tokens N = micro·seq).
-  shapes=$(python3 - "$root/configs/scenarios/gpu-1x-plain.json" <<'PY'
-import json, sys
-text = "\n".join(l for l in open(sys.argv[1]) if not l.lstrip().startswith("//"))
-sc = json.loads(text)
-m, b = sc["model"], sc["batch"]
-N, h, f, V = b["micro"] * m["seq_len"], m["hidden"], m["ffn_hidden"], m["vocab"]
-shapes = []
-for i, o in [(h, 3 * h), (h, h), (h, f), (f, h), (h, V)]:
-    shapes += [(N, o, i), (N, i, o), (i, o, N)]  # y = x·W, dx = dy·Wᵀ, dW = xᵀ·dy
-print(",".join(f"{a}:{b}:{c}" for a, b, c in dict.fromkeys(shapes)))
-PY
-)
-  run_step step-gemms 120 "$build/backend/bench_cuda" --gemm_shapes="$shapes" \
-    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-    --benchmark_out="$out/step-gemms.json" --benchmark_out_format=json
+  # Every matrix product of the plain scenario's step timed where it runs,
+  # and each shape alone.
+  a=$(date +%s)
+  say "step-gemms"
+  if timeout 150 "$build/backend/bench_cuda" --step_gemms="$root/configs/scenarios/gpu-1x-plain.json" \
+      >"$work/step-gemms.json" 2>>"$log"; then
+    cp "$work/step-gemms.json" "$out/step-gemms.json"
+    phase step-gemms ok $(($(date +%s) - a))
+  else
+    phase step-gemms failed $(($(date +%s) - a))
+  fi
   for s in "${scenarios[@]}"; do
     a=$(date +%s)
     say "validate $s"

@@ -34,6 +34,10 @@ Blas::Blas(DeviceAllocator& alloc, Bytes workspace) : alloc_(&alloc), workspace_
 }
 
 Blas::~Blas() {
+  for (auto& t : timed_) {
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.end);
+  }
   cublasDestroy(handle_);
   if (workspace_ != nullptr) alloc_->deallocate(workspace_, workspace_bytes_, MemTag::Workspace);
 }
@@ -76,6 +80,18 @@ void Blas::gemm_typed(cudaStream_t stream, GemmType type, bool trans_a, bool tra
     case GemmType::FP16: data = CUDA_R_16F; break;
   }
   use_stream(stream);
+  Timed* timed = nullptr;
+  if (profiling_) {
+    if (used_ == timed_.size()) {
+      Timed t;
+      STRATA_CUDA_CHECK(cudaEventCreate(&t.start));
+      STRATA_CUDA_CHECK(cudaEventCreate(&t.end));
+      timed_.push_back(t);
+    }
+    timed = &timed_[used_++];
+    timed->r = {m, n, k, strides.count, 0};
+    STRATA_CUDA_CHECK(cudaEventRecord(timed->start, stream));
+  }
   // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B first.
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -83,12 +99,32 @@ void Blas::gemm_typed(cudaStream_t stream, GemmType type, bool trans_a, bool tra
     STRATA_CUBLAS_CHECK(cublasGemmEx(handle_, op_b, op_a, dim(n, "n"), dim(m, "m"), dim(k, "k"), &alpha,
                                      b, data, dim(ldb, "ldb"), a, data, dim(lda, "lda"), &beta, c,
                                      data, dim(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
-    return;
+  } else {
+    STRATA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle_, op_b, op_a, dim(n, "n"), dim(m, "m"), dim(k, "k"), &alpha, b, data, dim(ldb, "ldb"),
+        strides.b, a, data, dim(lda, "lda"), strides.a, &beta, c, data, dim(ldc, "ldc"), strides.c,
+        dim(strides.count, "batch"), compute, CUBLAS_GEMM_DEFAULT));
   }
-  STRATA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle_, op_b, op_a, dim(n, "n"), dim(m, "m"), dim(k, "k"), &alpha, b, data, dim(ldb, "ldb"),
-      strides.b, a, data, dim(lda, "lda"), strides.a, &beta, c, data, dim(ldc, "ldc"), strides.c,
-      dim(strides.count, "batch"), compute, CUBLAS_GEMM_DEFAULT));
+  if (timed != nullptr) STRATA_CUDA_CHECK(cudaEventRecord(timed->end, stream));
+}
+
+void Blas::profile(bool on) {
+  profiling_ = on;
+  used_ = 0;
+}
+
+std::vector<GemmRecord> Blas::profiled() {
+  std::vector<GemmRecord> out;
+  for (std::size_t i = 0; i < used_; ++i) {
+    Timed& t = timed_[i];
+    STRATA_CUDA_CHECK(cudaEventSynchronize(t.end));
+    float ms = 0;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.end));
+    t.r.seconds = static_cast<double>(ms) * 1e-3;
+    out.push_back(t.r);
+  }
+  used_ = 0;
+  return out;
 }
 
 }  // namespace strata::backend::cuda

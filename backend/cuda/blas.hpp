@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/memory.hpp"
 
@@ -23,12 +24,18 @@ struct BatchStrides {
   std::int64_t count = 1;
 };
 
+// One timed product (Blas::profile): its shape and seconds on the device.
+struct GemmRecord {
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  double seconds = 0;
+};
+
 class Blas {
  public:
   // A handle on the current device with a workspace of `workspace` bytes
   // from `alloc` (MemTag::Workspace: the simulator's cuBLAS workspace).
   explicit Blas(DeviceAllocator& alloc, Bytes workspace = Bytes{32} << 20);
-  ~Blas();
+  ~Blas();  // the workspace goes back to the allocator
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
@@ -47,6 +54,13 @@ class Blas {
                   const void* b, std::int64_t ldb, float beta, void* c, std::int64_t ldc,
                   BatchStrides strides = {});
 
+  // While on, every product is bracketed by a pair of CUDA events (a little
+  // overhead per product), so a training step's GEMMs are timed where they
+  // run. profiled() waits for them and returns the records since the last
+  // call (or since profiling was turned on).
+  void profile(bool on);
+  std::vector<GemmRecord> profiled();
+
  private:
   // cublasSetStream resets the handle to cuBLAS's own workspace pool, so
   // the stream is set (and our workspace again) only when it changes.
@@ -56,6 +70,13 @@ class Blas {
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool stream_set_ = false;
+  struct Timed {
+    GemmRecord r;
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  bool profiling_ = false;
+  std::vector<Timed> timed_;  // events are created once and reused
+  std::size_t used_ = 0;
   void* workspace_ = nullptr;
   Bytes workspace_bytes_ = 0;
 };

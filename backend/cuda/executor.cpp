@@ -147,6 +147,7 @@ struct Executor::Impl {
   std::map<int, DeviceTensor> recompute_carry;
   bool broken = false;
   std::int64_t steps_done = 0;
+  std::vector<StepGemm> gemms;  // the last step's, with profile_gemms
 
   Impl(const strategies::Scenario& s, ExecutorOptions o);
   cudaStream_t stream(int i) const { return streams[static_cast<std::size_t>(i)]->s; }
@@ -271,6 +272,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   host.set_stream(c);
   try {
     blas = std::make_unique<Blas>(dev);
+    blas->profile(opt.profile_gemms);
     model = std::make_unique<GptModel>(sc.model, dev, Ctx{c, blas.get()}, opt.seed);
     optimizer = make_optimizer(plan.optimizer, opt.lr, opt.weight_decay, dev);
     const std::int64_t n = sc.batch.global * seq;
@@ -507,6 +509,7 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
     // end), so the peaks restart from the bytes alive between steps.
     I.dev.reset_peaks();
     I.host.reset_peaks();
+    if (I.opt.profile_gemms) I.blas->profile(true);  // restart the records
     I.tokens.upload(tokens);
     I.targets.upload(targets);
     I.losses.zero();
@@ -533,6 +536,10 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
     for (auto& s : I.streams) STRATA_CUDA_CHECK(cudaStreamSynchronize(s->s));
     loss = I.losses.download();
     flags = I.flags.download();
+    if (I.opt.profile_gemms) {
+      I.gemms.clear();
+      for (const auto& g : I.blas->profiled()) I.gemms.push_back({g.m, g.n, g.k, g.batch, g.seconds});
+    }
   } catch (const OutOfMemory& e) {
     I.broken = true;
     I.clear_step_state();
@@ -588,6 +595,8 @@ sim::RunResult Executor::measured(const cpu::StepResult& r) const {
 }
 
 Bytes Executor::reserved_peak() const { return impl_->dev.reserved_peak(); }
+
+const std::vector<StepGemm>& Executor::gemms() const { return impl_->gemms; }
 
 std::map<std::string, std::vector<float>> Executor::parameters() const {
   std::map<std::string, std::vector<float>> out;

@@ -42,6 +42,15 @@ struct ExecutorOptions {
   float lr = 1e-3f;
   float weight_decay = 0.0f;  // L2 (Adam, SGD) or decoupled (AdamW)
   int device = 0;             // CUDA device index
+  // Time every matrix product of each step with CUDA events (gemms()).
+  bool profile_gemms = false;
+};
+
+// A matrix product of the last step (ExecutorOptions::profile_gemms): its
+// row-major shape, how many matrices it multiplied at once, its time.
+struct StepGemm {
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  double seconds = 0;
 };
 
 class Executor final : public cpu::StepExecutor {
@@ -77,6 +86,8 @@ class Executor final : public cpu::StepExecutor {
   // peak of live bytes: rounding, and memory freed on one stream waiting to
   // be reused on another).
   Bytes reserved_peak() const;
+  // With profile_gemms: every matrix product of the last step, in order.
+  const std::vector<StepGemm>& gemms() const;
 
   // Parameters and (after a step) that step's gradients by GptModel name,
   // copied to the host; set_parameters copies named values in (tests start
