@@ -350,7 +350,7 @@ int main(int argc, char** argv) {
   calibrate->add_option("--ranks", calibrate_options.ranks,
                         "Rank threads running at once while measuring (default 4)")
       ->check(CLI::Range(1, 256));
-  auto* calibrate_cluster_option = calibrate->add_option(
+  [[maybe_unused]] auto* calibrate_cluster_option = calibrate->add_option(
       "--cluster", calibrate_cluster,
       "Cluster preset whose peaks the file is written against (default: cpu-local for cpu; for cuda "
       "the single-GPU preset of the device, e.g. 1xh200)");
