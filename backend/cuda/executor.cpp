@@ -128,7 +128,7 @@ struct Executor::Impl {
   std::vector<std::unique_ptr<Stream>> streams;  // one per queue resource used
   std::vector<int> stream_of;                    // by task index: into streams
   std::vector<std::vector<std::int32_t>> waits;  // by task index: tasks on other streams it waits for
-  int compute = 0;                               // the compute stream's index
+  int compute = -1;                              // the compute stream's index
   std::vector<std::unique_ptr<Event>> start, end;  // by task index
   Event step_start;
   std::unique_ptr<Blas> blas;
@@ -262,6 +262,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     if (stream_of[static_cast<std::size_t>(a.index)] != stream_of[static_cast<std::size_t>(b.index)])
       waits[static_cast<std::size_t>(b.index)].push_back(a.index);
   });
+  if (compute < 0) throw Error("executor: the lowered step has no compute stream");
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     start.push_back(std::make_unique<Event>());
     end.push_back(std::make_unique<Event>());

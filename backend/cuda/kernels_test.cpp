@@ -267,7 +267,6 @@ TEST_CASE_FIXTURE(Fixture, "cuda/blas: bf16, fp16 and tf32 products are close to
   // 16-bit inputs carry 8 (bf16) or 11 (fp16) bits: relative 1e-2 and 2e-3
   // of the scale for k = 256 sums of products of values in [-1, 1); TF32 10 bits.
   const std::int64_t m = 64, n = 48, k = 256;
-  std::vector<std::uint16_t> a16(m * k), b16(k * n);
   for (const bool bf16 : {true, false}) {
     CAPTURE(bf16);
     BasicDeviceTensor<std::uint16_t> A(alloc, {m * k}, MemTag::Other), B(alloc, {k * n}, MemTag::Other),
