@@ -88,12 +88,6 @@ struct Stream {
   Stream& operator=(const Stream&) = delete;
 };
 
-std::string gib(Bytes b) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
-}
-
 // The simulator's peak of stage 0's device pool for the plan (runtime
 // included), to put beside an out-of-memory error.
 std::string predicted_peak(const strategies::Scenario& sc) {
@@ -101,7 +95,7 @@ std::string predicted_peak(const strategies::Scenario& sc) {
     sim::RunResult run;
     strategies::LoweredStep low;
     strategies::predict_step(sc, strategies::ModelStepCosts(sc), &run, &low);
-    return "the simulator predicts a device peak of " + gib(run.at(low.graph.pool("s0.gpu")).peak) +
+    return "the simulator predicts a device peak of " + gib_text(run.at(low.graph.pool("s0.gpu")).peak) +
            " for this plan (CUDA runtime and workspace included)";
   } catch (const std::exception& e) {
     return std::string("no prediction: ") + e.what();

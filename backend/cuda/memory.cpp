@@ -10,13 +10,13 @@
 
 namespace strata::backend::cuda {
 
-namespace {
-
-std::string gib(Bytes b) {
+std::string gib_text(Bytes b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
   return buf;
 }
+
+namespace {
 
 void check_tag(Bytes bytes, MemTag tag, const char* who) {
   if (bytes < 0) throw Error(std::string(who) + ": negative size " + std::to_string(bytes));
@@ -56,17 +56,6 @@ DeviceAllocator::~DeviceAllocator() {
 
 void* DeviceAllocator::allocate(Bytes bytes, MemTag tag) {
   check_tag(bytes, tag, "DeviceAllocator::allocate");
-  auto oom = [&](const std::string& why) {
-    std::size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) != cudaSuccess) cudaGetLastError();
-    const Bytes live = stats().current_total;
-    return OutOfMemory("device " + std::to_string(device_) + " is out of memory: allocating " +
-                           gib(bytes) + " (" + std::string(enum_name(tag)) + ") with " + gib(live) +
-                           " live in the tracking allocator (peak " + gib(stats().peak_total) +
-                           "); the device has " + gib(static_cast<Bytes>(free)) + " free of " +
-                           gib(static_cast<Bytes>(total)) + why,
-                       bytes, live, static_cast<Bytes>(free), static_cast<Bytes>(total));
-  };
   {
     std::lock_guard lock(mu_);
     if (capacity_ > 0 && s_.current_total + bytes > capacity_) {
@@ -83,7 +72,15 @@ void* DeviceAllocator::allocate(Bytes bytes, MemTag tag) {
                                                 pool_, stream_);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    throw oom("");
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) cudaGetLastError();
+    const MemoryStats now = stats();
+    throw OutOfMemory("device " + std::to_string(device_) + " is out of memory: allocating " + gib_text(bytes) +
+                          " (" + std::string(enum_name(tag)) + ") with " + gib_text(now.current_total) +
+                          " live in the tracking allocator (peak " + gib_text(now.peak_total) +
+                          "); the device has " + gib_text(static_cast<Bytes>(free)) + " free of " +
+                          gib_text(static_cast<Bytes>(total)),
+                      bytes, now.current_total, static_cast<Bytes>(free), static_cast<Bytes>(total));
   }
   STRATA_CUDA_CHECK(e);
   std::lock_guard lock(mu_);
@@ -150,9 +147,9 @@ void* PinnedHostPool::allocate(Bytes bytes, MemTag tag) {
     const cudaError_t e = cudaHostAlloc(&p, static_cast<std::size_t>(size), cudaHostAllocDefault);
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      throw OutOfMemory("pinned host memory exhausted: allocating " + gib(bytes) + " (" +
-                            std::string(enum_name(tag)) + ") with " + gib(s_.current_total) +
-                            " live and " + gib(cached_) + " cached in the pool",
+      throw OutOfMemory("pinned host memory exhausted: allocating " + gib_text(bytes) + " (" +
+                            std::string(enum_name(tag)) + ") with " + gib_text(s_.current_total) +
+                            " live and " + gib_text(cached_) + " cached in the pool",
                         bytes, s_.current_total, 0, 0);
     }
     STRATA_CUDA_CHECK(e);

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/allocator.hpp"
@@ -42,6 +43,9 @@ namespace strata::backend::cuda {
 
 using cpu::MemoryStats;
 using sim::MemTag;
+
+// "1.50 GiB": how the backend's messages give sizes.
+std::string gib_text(Bytes b);
 
 class DeviceAllocator {
  public:
