@@ -52,6 +52,12 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
     throw InputError(source, "",
                      "invalid JSON at line " + std::to_string(line) + ", column " +
                          std::to_string(col) + ": " + what);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range (1e400): nlohmann reports it without a
+    // position ("[json.exception.out_of_range.406] number overflow parsing '1e400'").
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw InputError(source, "", "invalid JSON: " + what);
   }
 }
 

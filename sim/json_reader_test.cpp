@@ -31,6 +31,14 @@ TEST_CASE("comments are accepted and syntax errors name line and column") {
   CHECK(msg.find("bad.json: invalid JSON at line 3, column") == 0);
 }
 
+TEST_CASE("a number beyond double's range is a syntax error, not a crash") {
+  // Found by fuzz_calibration: nlohmann throws out_of_range (not parse_error) for 1e3080.
+  CHECK(error_of([] { parse_json_text(R"({"a": 1e3080})", "big.json"); }) ==
+        "big.json: invalid JSON: number overflow parsing '1e3080'");
+  CHECK(error_of([] { parse_json_text("[-1e400]", "big.json"); }) ==
+        "big.json: invalid JSON: number overflow parsing '-1e400'");
+}
+
 TEST_CASE("paths are dotted and indexed") {
   auto j = parse_json_text(R"({"plan": {"stage_layers": [1, 2, -3]}})", "s.json");
   JsonReader r(j, "s.json");
