@@ -73,7 +73,6 @@ class CoarseStep : StepLayout {
       bwd_sent[slot(0, mb)] = kNoSend;
     }
     stages_.assign(static_cast<std::size_t>(p_), Stage{});
-    const Time p2p = costs_.p2p(p2p_bytes(sc_));
     for (auto& st : stages_) {
       st.compute_free = costs_.overhead_per_step();
       st.acc.compute += st.compute_free;
@@ -135,7 +134,7 @@ class CoarseStep : StepLayout {
           st.pending_send = kNoSend;
           if (fwd ? k + 1 < chunks : k > 0) {
             st.send_start = std::max(st.compute_free, st.p2p_free);
-            st.send_end = st.p2p_free = st.send_start + p2p;
+            st.send_end = st.p2p_free = st.send_start + p2p_;
             st.pending_send = st.send_end;
             (fwd ? fwd_sent : bwd_sent)[slot(k, step.microbatch)] = st.send_end;
             ++tasks;
@@ -236,6 +235,9 @@ class CoarseStep : StepLayout {
     if (plan_.offload.weights)
       fetch_ = costs_.copy(static_cast<Bytes>(params * per_.weights), CopyDir::ToDevice);
     overhead_mb_ = costs_.overhead_per_microbatch();
+    // One pipeline send; without a pipeline there is no neighbour (and, on
+    // a cluster without an inter-node link, no link to price one on).
+    p2p_ = p_ > 1 ? costs_.p2p(p2p_bytes(sc_)) : 0;
   }
 
   // A layer pass of `busy` on the compute stream that also waits for
@@ -478,7 +480,7 @@ class CoarseStep : StepLayout {
   Time f_ = 0, b_ = 0, r_ = 0, core_ = 0, overhead_mb_ = 0;
   std::array<Time, kCommKinds> comm_f_{}, comm_b_{};
   Time comm_f_sum_ = 0, comm_b_sum_ = 0;
-  Time gather_ = 0, reduce_ = 0, fetch_ = 0;
+  Time gather_ = 0, reduce_ = 0, fetch_ = 0, p2p_ = 0;
   std::vector<ChunkPass> fwd_, bwd_;
   std::vector<Stage> stages_;
 };
