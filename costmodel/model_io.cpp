@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/ops.hpp"
 #include "costmodel/presets.hpp"
 
 namespace strata::cost {
@@ -43,6 +44,10 @@ void check_model(const ModelSpec& m, const JsonReader& r) {
     throw InputError(r.file(), r.child_path("moe") + ".top_k",
                      std::to_string(m.moe->top_k) + " exceeds experts=" +
                          std::to_string(m.moe->experts));
+  // One sequence of seq_len tokens must be countable (scenarios check their
+  // batch too: strategies/validate.cpp).
+  if (const auto b = size_bound(m, 1, 1, 1, AttentionKernel::Flash); !b.countable())
+    r.fail(b.rule("one sequence"));
 }
 
 ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth) {
@@ -194,14 +199,18 @@ ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
   return m;
 }
 
-ModelSpec load_model_file_at(const std::string& path, int depth) {
-  const auto j = load_json_file(path);
+// A model file's JSON: Strata's format or a Hugging Face config.json.
+ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth) {
   const JsonReader r(j, path);
   if (!j.is_object())
     r.fail("must be a JSON object (a model, a Hugging Face config.json or a scenario)");
   if (is_hf_config(j)) return read_hf_config(r, path);
   const auto dir = std::filesystem::path(path).parent_path().string();
   return read_model_object(r, dir, depth);
+}
+
+ModelSpec load_model_file_at(const std::string& path, int depth) {
+  return model_from_file_json(load_json_file(path), path, depth);
 }
 
 }  // namespace
@@ -237,6 +246,10 @@ ModelSpec read_model(const JsonReader& value, const std::string& base_dir) {
 }
 
 ModelSpec load_model_file(const std::string& path) { return load_model_file_at(path, 0); }
+
+ModelSpec parse_model_file_text(std::string_view text, const std::string& source) {
+  return model_from_file_json(parse_json_text(text, source), source, 0);
+}
 
 ModelSpec model_preset(std::string_view name) {
   const nlohmann::json j = std::string(name);

@@ -32,7 +32,7 @@ std::vector<std::string> names(const Space& sp, Axis a) {
 TEST_CASE("space: strict parsing names the JSON path") {
   CHECK(error_of(R"({"tq": [1, 2]})") == "s.json: space.tq: unknown key (did you mean \"tp\"?)");
   CHECK(error_of(R"({"tp": [1, 2, "4"]})") == "s.json: space.tp[2]: must be an integer, got a string");
-  CHECK(error_of(R"({"tp": [1, 0]})") == "s.json: space.tp[1]: must be in [1, 16777216], got 0");
+  CHECK(error_of(R"({"tp": [1, 0]})") == "s.json: space.tp[1]: must be in [1, 1048576], got 0");
   CHECK(error_of(R"({"zero": [0, 4]})") == "s.json: space.zero[1]: must be in [0, 3], got 4");
   CHECK(error_of(R"({"recompute": ["none", "ful"]})") ==
         "s.json: space.recompute[1]: must be one of none|selective|full|every_k|sqrt|optimal (got \"ful\")");
