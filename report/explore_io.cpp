@@ -250,20 +250,24 @@ std::string result_line(const strategies::ScoredOutcome& o) {
 
 ResultsFile read_results(const std::string& path,
                          const std::function<bool(std::uint64_t)>& keep_line) {
-  ResultsFile out;
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    if (!fs::exists(path)) return out;
+    if (!fs::exists(path)) return {};
     throw InputError(path, "", "cannot read file");
   }
   std::stringstream ss;
   ss << f.rdbuf();
-  const std::string text = ss.str();
+  return parse_results(ss.str(), path, keep_line);
+}
+
+ResultsFile parse_results(std::string_view text, const std::string& path,
+                          const std::function<bool(std::uint64_t)>& keep_line) {
+  ResultsFile out;
   std::size_t pos = 0;
   std::uint64_t line_no = 0;
   while (pos < text.size()) {
     const std::size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) {  // torn: the run stopped mid-line
+    if (nl == std::string_view::npos) {  // torn: the run stopped mid-line
       out.torn_bytes = text.size() - pos;
       break;
     }
