@@ -24,6 +24,7 @@
 #include "report/export.hpp"
 #include "report/published.hpp"
 #include "report/simulate.hpp"
+#include "report/table.hpp"
 #include "sim/error.hpp"
 #include "strategies/coarse.hpp"
 #include "strategies/memory_lowering.hpp"
@@ -416,7 +417,7 @@ int main(int argc, char** argv) {
           std::cerr << "explore: report in "
                     << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
         } catch (const std::exception& e) {
-          std::cerr << "strata: warning: explore: no report: " << e.what() << "\n";
+          std::cerr << "strata: warning: explore: no report: " << report::printable(e.what()) << "\n";
         }
       } catch (...) {
         line.finish();
@@ -431,9 +432,9 @@ int main(int argc, char** argv) {
       // engine's unsupported choices too, so they are seen with --out.
       const std::string engine(report::engine_name(export_target));
       if (export_target == report::ExportTarget::DeepSpeed)
-        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << n << "\n";
+        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << report::printable(n) << "\n";
       for (const auto& u : ex.unsupported)
-        std::cerr << "strata: export: not expressible in " << engine << ": " << u << "\n";
+        std::cerr << "strata: export: not expressible in " << engine << ": " << report::printable(u) << "\n";
       if (export_out.empty()) {
         out = ex.text;
       } else {
@@ -455,7 +456,7 @@ int main(int argc, char** argv) {
         sc.calibration = cpu_calibration_path(run_calibration, sc);
       } catch (const InputError& e) {
         if (!run_calibration.empty() || sc.calibration) throw;
-        std::cerr << "strata: warning: run: " << e.what()
+        std::cerr << "strata: warning: run: " << report::printable(e.what())
                   << "; the predicted step time uses the bundled estimates\n";
       }
       backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
@@ -510,10 +511,11 @@ int main(int argc, char** argv) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const InputError& e) {
-    std::cerr << "strata: error: " << e.what() << "\n";
+    // Messages quote the input (names, paths): no control character reaches the terminal.
+    std::cerr << "strata: error: " << report::printable(e.what()) << "\n";
     return kExitInput;
   } catch (const std::exception& e) {
-    std::cerr << "strata: internal error: " << e.what() << "\n";
+    std::cerr << "strata: internal error: " << report::printable(e.what()) << "\n";
     return 1;
   }
 }

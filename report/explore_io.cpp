@@ -554,9 +554,10 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
   const auto& sh = s.at("shards");
   std::string shards;
   for (const auto& i : sh.at("indices")) shards += (shards.empty() ? "" : ",") + std::to_string(i.get<std::uint64_t>());
-  out += "scenario   " + s.at("scenario").get<std::string>() + "\n";
-  out += "model      " + s.at("model").get<std::string>() + " on " +
-         std::to_string(s.at("gpus").get<std::int64_t>()) + " x " + s.at("gpu").get<std::string>() + "\n";
+  out += "scenario   " + printable(s.at("scenario").get<std::string>()) + "\n";
+  out += "model      " + printable(s.at("model").get<std::string>()) + " on " +
+         std::to_string(s.at("gpus").get<std::int64_t>()) + " x " +
+         printable(s.at("gpu").get<std::string>()) + "\n";
   out += "space      " + fmt_count(s.at("space").at("size").get<std::uint64_t>()) + " plans over " +
          std::to_string(s.at("space").at("axes").size()) + " axes";
   if (sh.at("count").get<std::uint64_t>() > 1)
