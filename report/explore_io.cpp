@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -250,14 +251,10 @@ std::string result_line(const strategies::ScoredOutcome& o) {
 
 ResultsFile read_results(const std::string& path,
                          const std::function<bool(std::uint64_t)>& keep_line) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    if (!fs::exists(path)) return {};
-    throw InputError(path, "", "cannot read file");
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_results(ss.str(), path, keep_line);
+  if (!fs::exists(path)) return {};
+  // As large as the plans written to it (about 1.4 KiB each).
+  return parse_results(read_input_file(path, std::numeric_limits<std::uint64_t>::max()), path,
+                       keep_line);
 }
 
 ResultsFile parse_results(std::string_view text, const std::string& path,
