@@ -31,17 +31,22 @@ ModelSpec preset_at(std::string_view name, const JsonReader& where, int depth) {
   return read_model_object(JsonReader(j, file), "", depth + 1);
 }
 
+// The keys a model's cross-field rules name: Strata's, or those of the
+// Hugging Face config the numbers came from.
+struct ModelKeys {
+  std::string heads = "heads", kv_heads = "kv_heads", top_k = "moe.top_k";
+};
+
 // Validates the cross-field rules of a complete model.
-void check_model(const ModelSpec& m, const JsonReader& r) {
-  auto at = [&](const char* key) { return r.child_path(key); };
+void check_model(const ModelSpec& m, const JsonReader& r, const ModelKeys& keys = {}) {
   if (m.hidden % m.heads != 0)
-    throw InputError(r.file(), at("heads"),
+    throw InputError(r.file(), r.child_path(keys.heads),
                      std::to_string(m.heads) + " does not divide hidden=" + std::to_string(m.hidden));
   if (m.kv_heads < 1 || m.heads % m.kv_heads != 0)
-    throw InputError(r.file(), at("kv_heads"),
+    throw InputError(r.file(), r.child_path(keys.kv_heads),
                      std::to_string(m.kv_heads) + " does not divide heads=" + std::to_string(m.heads));
   if (m.moe && m.moe->top_k > m.moe->experts)
-    throw InputError(r.file(), r.child_path("moe") + ".top_k",
+    throw InputError(r.file(), r.child_path(keys.top_k),
                      std::to_string(m.moe->top_k) + " exceeds experts=" +
                          std::to_string(m.moe->experts));
   // One sequence of seq_len tokens must be countable (scenarios check their
@@ -195,7 +200,11 @@ ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
   m.name = name ? name->as_string() : std::filesystem::path(path).stem().string();
   if (m.name.empty()) m.name = model_type.empty() ? "hf-model" : model_type;
   m.source = "Hugging Face config " + path;
-  check_model(m, r);
+  ModelKeys keys;
+  keys.heads = r.json().contains("num_attention_heads") ? "num_attention_heads" : "n_head";
+  keys.kv_heads = r.json().contains("num_key_value_heads") ? "num_key_value_heads" : keys.heads;
+  keys.top_k = "num_experts_per_tok";
+  check_model(m, r, keys);
   return m;
 }
 
