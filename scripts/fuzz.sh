@@ -62,7 +62,7 @@ for t in "${targets[@]}"; do
     exit 1
   fi
   # libFuzzer's last status line ("#N DONE cov: C ft: F corp: ...").
-  done_line=$(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1 || true)
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 | tr '\t' ' ' || true)
   summary+=("$t: ${done_line:-?}")
 done
 printf 'fuzz: %s\n' "${summary[@]}"
