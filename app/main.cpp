@@ -14,6 +14,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
+#include "backend/cpu/host_info.hpp"
 #include "backend/cpu/train.hpp"
 #include "backend/cpu/validate.hpp"
 #include "costmodel/model_io.hpp"
@@ -449,6 +450,7 @@ int main(int argc, char** argv) {
       auto sc = strategies::load_scenario(scenario_path);
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+      backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
       // The prediction printed beside the measurement uses this machine's
       // calibration, as validate does; a build that cannot measure one
       // (no Google Benchmark) predicts with the bundled estimates instead.
@@ -496,6 +498,7 @@ int main(int argc, char** argv) {
       auto sc = strategies::load_scenario(scenario_path);
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+      backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
       // The prediction and the executor's lowering both read sc.calibration.
       sc.calibration = cpu_calibration_path(validate_calibration, sc);
       const auto cal = cost::load_calibration_file(*sc.calibration, cost::default_calibration(sc.cluster.gpu));
