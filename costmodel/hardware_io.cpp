@@ -128,10 +128,10 @@ ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir
   c.nodes = r.int_or("nodes", c.nodes, 1, kMaxNodes);
   c.source = r.string_or("source", c.source);
   r.reject_unknown_keys();
-  if (const auto gpus = checked_mul(c.nodes, c.node.gpus_per_node); !gpus || *gpus > kMaxGpus)
+  // nodes ≤ 10^6 and gpus_per_node ≤ 1,024: the product fits; the limit is on it.
+  if (c.gpus() > kMaxGpus)
     r.fail_at("nodes", "nodes × gpus_per_node = " + std::to_string(c.nodes) + " × " +
-                           std::to_string(c.node.gpus_per_node) + " = " +
-                           std::to_string(c.nodes * c.node.gpus_per_node) +
+                           std::to_string(c.node.gpus_per_node) + " = " + std::to_string(c.gpus()) +
                            " GPUs; Strata models at most 2^20 (1,048,576)");
   if (c.node.gpus_per_node > 1 && c.node.intra_node_GBps <= 0)
     r.fail_at("intra_node_GBps", "must be > 0 when gpus_per_node > 1");
