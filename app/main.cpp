@@ -16,6 +16,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
+#include "backend/cpu/host_info.hpp"
 #include "backend/cpu/train.hpp"
 #include "backend/cpu/validate.hpp"
 #if STRATA_HAVE_CUDA
@@ -32,6 +33,7 @@
 #include "report/published.hpp"
 #include "report/simulate.hpp"
 #include "report/tradeoff.hpp"
+#include "report/table.hpp"
 #include "sim/error.hpp"
 #include "strategies/coarse.hpp"
 #include "strategies/memory_lowering.hpp"
@@ -504,7 +506,7 @@ int main(int argc, char** argv) {
           std::cerr << "explore: report in "
                     << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
         } catch (const std::exception& e) {
-          std::cerr << "strata: warning: explore: no report: " << e.what() << "\n";
+          std::cerr << "strata: warning: explore: no report: " << report::printable(e.what()) << "\n";
         }
       } catch (...) {
         line.finish();
@@ -520,9 +522,9 @@ int main(int argc, char** argv) {
       // engine's unsupported choices too, so they are seen with --out.
       const std::string engine(report::engine_name(export_target));
       if (export_target == report::ExportTarget::DeepSpeed)
-        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << n << "\n";
+        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << report::printable(n) << "\n";
       for (const auto& u : ex.unsupported)
-        std::cerr << "strata: export: not expressible in " << engine << ": " << u << "\n";
+        std::cerr << "strata: export: not expressible in " << engine << ": " << report::printable(u) << "\n";
       if (export_out.empty()) {
         out = ex.text;
       } else {
@@ -559,6 +561,7 @@ int main(int argc, char** argv) {
 #endif
       } else {
         if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
         // The prediction printed beside the measurement uses this machine's
         // calibration, as validate does; a build that cannot measure one
         // (no Google Benchmark) predicts with the bundled estimates instead.
@@ -566,7 +569,7 @@ int main(int argc, char** argv) {
           sc.calibration = cpu_calibration_path(run_calibration, sc);
         } catch (const InputError& e) {
           if (!run_calibration.empty() || sc.calibration) throw;
-          std::cerr << "strata: warning: run: " << e.what()
+          std::cerr << "strata: warning: run: " << report::printable(e.what())
                     << "; the predicted step time uses the bundled estimates\n";
         }
         backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
@@ -644,6 +647,7 @@ int main(int argc, char** argv) {
 #endif
       } else {
         if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
         // The prediction and the executor's lowering both read sc.calibration.
         sc.calibration = cpu_calibration_path(validate_calibration, sc);
         const auto cal = cost::load_calibration_file(*sc.calibration, cost::default_calibration(sc.cluster.gpu));
@@ -660,13 +664,14 @@ int main(int argc, char** argv) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const InputError& e) {
-    std::cerr << "strata: error: " << e.what() << "\n";
+    // Messages quote the input (names, paths): no control character reaches the terminal.
+    std::cerr << "strata: error: " << report::printable(e.what()) << "\n";
     return kExitInput;
   } catch (const DeviceFailure& e) {
     std::cerr << "strata: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "strata: internal error: " << e.what() << "\n";
+    std::cerr << "strata: internal error: " << report::printable(e.what()) << "\n";
     return 1;
   }
 }

@@ -120,6 +120,12 @@ class Executor final : public StepExecutor {
 
   // Why the executor cannot run this scenario, or nothing.
   static std::optional<std::string> unsupported(const strategies::Scenario& sc);
+  // Throws InputError (the scenario's file) when every rank's predicted peak
+  // and host bytes (the analytical memory model) add up to more than
+  // `host_memory` bytes: the backend allocates them for real, and a model
+  // too large for the host would end in an allocation failure or an
+  // out-of-memory kill. 0: the host's memory is unknown, no check.
+  static void require_host_memory(const strategies::Scenario& sc, Bytes host_memory);
 
   std::string_view backend() const override { return "cpu"; }
   int ranks() const override;
