@@ -14,6 +14,7 @@
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/rng.hpp"
 #include "backend/cpu/test_scenario.hpp"
+#include "backend/cpu/test_util.hpp"
 #include "costmodel/model_io.hpp"
 #include "strategies/step_costs.hpp"
 #include "sim/error.hpp"
@@ -90,26 +91,6 @@ Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float
   return r;
 }
 
-// Largest |a − b| over the largest |b| of each tensor, over all tensors.
-double worst_relative(const std::map<std::string, std::vector<float>>& a,
-                      const std::map<std::string, std::vector<float>>& b, std::string* where) {
-  double worst = 0;
-  for (const auto& [name, ref] : b) {
-    const auto& got = a.at(name);
-    REQUIRE(got.size() == ref.size());
-    double diff = 0, scale = 1e-6;
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(got[i] - ref[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
-    }
-    if (diff / scale > worst) {
-      worst = diff / scale;
-      *where = name;
-    }
-  }
-  return worst;
-}
-
 // Runs `steps` executor steps of `sc` and compares loss, the first step's
 // reduced gradients and the final parameters with one rank stepping the
 // whole batch. fp32 tolerance: the summation order differs (microbatches,
@@ -130,7 +111,7 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
     CHECK(r.loss == doctest::Approx(ref.loss[static_cast<std::size_t>(s)]).epsilon(1e-5));
     if (s == 0) {
       std::string where;
-      const double g = worst_relative(ex.gradients(), ref.grads, &where);
+      const double g = test::worst_relative(ex.gradients(), ref.grads, &where);
       CAPTURE(where);
       CHECK(g < 1e-4);
     }
@@ -139,7 +120,7 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
           ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp * sc.plan.tp * sc.plan.cp));
   }
   std::string where;
-  const double p = worst_relative(ex.parameters(), ref.params, &where);
+  const double p = test::worst_relative(ex.parameters(), ref.params, &where);
   CAPTURE(where);
   CHECK(p < 1e-4);
 }

@@ -3,8 +3,10 @@
 // central-difference gradient check.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,28 @@ void check_grad(const std::string& what, std::vector<float>& x,
     }
   }
   CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << idx.size() << " entries disagree");
+}
+
+// Largest |a − b| over the largest |b| of each tensor, over all tensors (by
+// name; `where` gets the worst one's): how far an executor's gradients or
+// parameters are from a reference's.
+inline double worst_relative(const std::map<std::string, std::vector<float>>& a,
+                             const std::map<std::string, std::vector<float>>& b, std::string* where) {
+  double worst = 0;
+  for (const auto& [name, ref] : b) {
+    const auto& got = a.at(name);
+    REQUIRE(got.size() == ref.size());
+    double diff = 0, scale = 1e-6;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(got[i] - ref[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
+    }
+    if (diff / scale > worst) {
+      worst = diff / scale;
+      *where = name;
+    }
+  }
+  return worst;
 }
 
 }  // namespace strata::backend::cpu::test

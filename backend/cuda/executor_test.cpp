@@ -13,6 +13,7 @@
 
 #include "backend/cpu/corpus.hpp"
 #include "backend/cpu/rng.hpp"
+#include "backend/cpu/test_util.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
 
@@ -60,25 +61,6 @@ Ids ids_of(const Scenario& sc, std::uint64_t seed) {
   return b;
 }
 
-double worst_relative(const std::map<std::string, std::vector<float>>& a,
-                      const std::map<std::string, std::vector<float>>& b, std::string* where) {
-  double worst = 0;
-  for (const auto& [name, ref] : b) {
-    const auto& got = a.at(name);
-    REQUIRE(got.size() == ref.size());
-    double diff = 0, scale = 1e-6;
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(got[i] - ref[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
-    }
-    if (diff / scale > worst) {
-      worst = diff / scale;
-      *where = name;
-    }
-  }
-  return worst;
-}
-
 // Two steps on both executors from the CPU executor's initial weights: the
 // losses within 1e-5 relative, the first step's gradients and the final
 // parameters within 1e-4 of each tensor's largest entry.
@@ -93,12 +75,12 @@ void check_equal_to_cpu(const Scenario& sc) {
     CHECK(got.loss == doctest::Approx(want.loss).epsilon(1e-5));
     if (s == 0) {
       std::string where;
-      const double g = worst_relative(gpu.gradients(), ref.gradients(), &where);
+      const double g = cpu::test::worst_relative(gpu.gradients(), ref.gradients(), &where);
       CHECK_MESSAGE(g < 1e-4, "gradient of " << where << " off by " << g);
     }
   }
   std::string where;
-  const double p = worst_relative(gpu.parameters(), ref.parameters(), &where);
+  const double p = cpu::test::worst_relative(gpu.parameters(), ref.parameters(), &where);
   CHECK_MESSAGE(p < 1e-4, "parameter " << where << " off by " << p);
 }
 
