@@ -190,17 +190,28 @@ std::string today() {
   return buf;
 }
 
-// The CPU calibration a prediction uses: --calibration FILE, else the
-// scenario's "calibration", else the cached one, measured (quickly, with
-// the scenario's rank count) and written on first use.
-std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc) {
+// The calibration file a prediction names or has cached: --calibration FILE
+// (which must exist), else the scenario's "calibration", else the cache
+// file when it exists; nothing otherwise. `cache` gives the cache's path,
+// asked only when neither names a file.
+std::optional<std::string> named_or_cached_calibration(const std::string& given,
+                                                       const strategies::Scenario& sc,
+                                                       std::string (*cache)()) {
   if (!given.empty()) {
     if (!std::filesystem::exists(given)) throw InputError(given, "", "file not found");
     return given;
   }
   if (sc.calibration) return *sc.calibration;
+  if (const std::string path = cache(); std::filesystem::exists(path)) return path;
+  return std::nullopt;
+}
+
+// The CPU calibration a prediction uses: named or cached, else measured
+// (quickly, with the scenario's rank count) into the cache on first use.
+std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc) {
+  if (auto found = named_or_cached_calibration(given, sc, backend::cpu::default_calibration_cache_path))
+    return *found;
   const std::string path = backend::cpu::default_calibration_cache_path();
-  if (std::filesystem::exists(path)) return path;
   if (!backend::cpu::calibrate_available())
     throw InputError("--calibration", "",
                      "no calibration file given and none cached at " + path +
@@ -222,13 +233,9 @@ std::string cpu_calibration_path(const std::string& given, const strategies::Sce
 // with a warning.
 std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
                                                  const char* command) {
-  if (!given.empty()) {
-    if (!std::filesystem::exists(given)) throw InputError(given, "", "file not found");
-    return given;
-  }
-  if (sc.calibration) return *sc.calibration;
+  if (auto found = named_or_cached_calibration(given, sc, backend::cuda::default_calibration_cache_path))
+    return found;
   const std::string path = backend::cuda::default_calibration_cache_path();
-  if (std::filesystem::exists(path)) return path;
   std::cerr << "strata: warning: " << command << ": no CUDA calibration given or cached at " << path
             << "; the prediction uses the bundled estimates for " << sc.cluster.gpu.name
             << " (run `strata calibrate --backend cuda` first)\n";
