@@ -102,7 +102,8 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
     if (m.seq_len % (2 * cp_.size()) != 0) throw Error(who + "seq_len must divide by 2·cp");
   }
   seq_ = m.seq_len / cp_.size();
-  positions_ = ContextParallel::positions(m.seq_len, cp_.size(), cp_.rank());
+  for (int q = 0; q < cp_.size(); ++q)
+    group_positions_.push_back(ContextParallel::positions(m.seq_len, cp_.size(), q));
   if (tp_.sequence_parallel && t > 1 && seq_ % t != 0)
     throw Error("GptModel '" + m.name + "': sequence parallelism needs seq_len/cp divisible by tp");
   heads_ = m.heads / t;
@@ -391,7 +392,7 @@ Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::in
     }
     if (pos_emb_ >= 0)
       add_positions(out.data(), p(pos_emb_), rows, tp_.split_rows() ? tp_.rank() * rows : 0, S, h,
-                    positions_.data());
+                    positions().data());
   }
   saved.dropout = dropout;
   if (spec_.dropout) {
@@ -413,7 +414,7 @@ Tensor GptModel::gather_kv(const Tensor& qkv, std::int64_t batch) {
   mine.release();
   Tensor kv(a, {batch * S, 2 * aw}, MemTag::Activations);
   for (int q = 0; q < cp; ++q) {
-    const auto pos = ContextParallel::positions(S, cp, q);
+    const auto& pos = group_positions_[static_cast<std::size_t>(q)];
     for (std::int64_t b = 0; b < batch; ++b)
       for (std::int64_t i = 0; i < seq_; ++i)
         std::memcpy(kv.data() + (b * S + pos[static_cast<std::size_t>(i)]) * 2 * aw,
@@ -430,7 +431,7 @@ void GptModel::scatter_kv_grads(const Tensor& dkv, float* dqkv, std::int64_t bat
   // In the all-gather's order (owner after owner), then reduce-scattered.
   Tensor ordered(a, {cp * N, 2 * aw}, MemTag::Activations);
   for (int q = 0; q < cp; ++q) {
-    const auto pos = ContextParallel::positions(S, cp, q);
+    const auto& pos = group_positions_[static_cast<std::size_t>(q)];
     for (std::int64_t b = 0; b < batch; ++b)
       for (std::int64_t i = 0; i < seq_; ++i)
         std::memcpy(ordered.data() + ((q * batch + b) * seq_ + i) * 2 * aw,
@@ -448,7 +449,7 @@ void GptModel::attention_core(const BlockSaved& s, float* probs, float* out) {
   if (cp_.size() > 1) {
     const std::int64_t batch = batch_of(s.x);
     const Tensor kv = gather_kv(s.qkv, batch);
-    attention_forward_cp(s.qkv.data(), kv.data(), positions_.data(), probs, out,
+    attention_forward_cp(s.qkv.data(), kv.data(), positions().data(), probs, out,
                          {batch, seq_, spec_.seq_len, heads_, spec_.head_dim()});
     return;
   }
@@ -721,7 +722,7 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
     // summed over the group back to their owners.
     const Tensor kv = gather_kv(s.qkv, batch);
     Tensor dkv(*alloc_, {batch * spec_.seq_len, 2 * aw}, MemTag::Activations);
-    attention_backward_cp(s.qkv.data(), kv.data(), positions_.data(), s.probs.data(),
+    attention_backward_cp(s.qkv.data(), kv.data(), positions().data(), s.probs.data(),
                           st.d_attn.data(), st.d_qkv.data(), dkv.data(), st.scratch.data(),
                           {batch, S, spec_.seq_len, heads_, spec_.head_dim()});
     scatter_kv_grads(dkv, st.d_qkv.data(), batch);
@@ -750,7 +751,7 @@ void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) 
                           vocab_begin_, vocab_);
   if (pos_emb_ >= 0)
     add_position_grads(dy, g(pos_emb_), s.tokens.numel(), 0, seq_, spec_.hidden,
-                       positions_.data());
+                       positions().data());
 }
 
 double GptModel::run(std::span<const std::int32_t> tokens,

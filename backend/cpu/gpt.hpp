@@ -208,7 +208,9 @@ class GptModel {
   // Tokens of each sequence this rank holds (seq_len / cp) and their
   // positions in the sequence.
   std::int64_t local_seq() const { return seq_; }
-  const std::vector<std::int32_t>& positions() const { return positions_; }
+  const std::vector<std::int32_t>& positions() const {
+    return group_positions_[static_cast<std::size_t>(cp_.rank())];
+  }
   std::int64_t parameter_count() const;
   void zero_grads();
 
@@ -313,7 +315,7 @@ class GptModel {
   TensorParallel tp_;
   ContextParallel cp_;
   std::int64_t seq_ = 0;  // tokens of each sequence here
-  std::vector<std::int32_t> positions_;
+  std::vector<std::vector<std::int32_t>> group_positions_;  // by cp rank
   // Local widths: heads, hidden of the attention (heads·head_dim), ffn,
   // vocabulary rows, and the first MLP linear's output (ffn for GeLU, 2·ffn
   // for SwiGLU's gate | up).
