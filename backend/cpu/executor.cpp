@@ -412,22 +412,9 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     }
     tie = sc.model.tied_embeddings && pp > 1;
   }
-  // What this stage holds: its chunks' layers, the embedding on the first,
-  // the head (and a tied word embedding) on the last.
+  // What this stage holds: what the model gave storage to (on_stage).
   R.owned.assign(names.size(), false);
-  for (int k = R.stage; k < chunks; k += pp)
-    for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
-      for (int i : layer_params[static_cast<std::size_t>(l)]) R.owned[static_cast<std::size_t>(i)] = true;
-  if (R.stage == 0)
-    for (int i : embedding_params) R.owned[static_cast<std::size_t>(i)] = true;
-  if (R.stage == pp - 1) {
-    for (int i : head_params) R.owned[static_cast<std::size_t>(i)] = true;
-    if (sc.model.tied_embeddings) R.owned[static_cast<std::size_t>(tok)] = true;
-  }
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (R.owned[i] == model.params()[i].empty())
-      throw Error("executor: stage " + std::to_string(R.stage) + " placed parameter '" + names[i] +
-                  "' against its own rule");
+  for (std::size_t i = 0; i < names.size(); ++i) R.owned[i] = !model.params()[i].empty();
 
   // Communicators.
   // Gradients are reduced over dp × cp (each cp rank saw its tokens).
