@@ -141,21 +141,36 @@ __global__ void embedding_pos_grad_kernel(const float* dy, float* dpos, std::int
 
 // ---------------------------------------------------------------- norms
 
+// One row's mean and 1/sqrt(var + eps), the block's threads together
+// (every thread gets both).
+__device__ void row_moments(const float* xr, std::int64_t dim, float eps, float* sh, float& mean,
+                            float& rstd) {
+  float s = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  mean = block_sum(s, sh) / static_cast<float>(dim);
+  float v = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float d = xr[i] - mean;
+    v += d * d;
+  }
+  rstd = 1.0f / sqrtf(block_sum(v, sh) / static_cast<float>(dim) + eps);
+}
+
+// One row's 1/sqrt(mean(x²) + eps), the block's threads together.
+__device__ float rms_scale(const float* xr, std::int64_t dim, float eps, float* sh) {
+  float s = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i] * xr[i];
+  return 1.0f / sqrtf(block_sum(s, sh) / static_cast<float>(dim) + eps);
+}
+
 __global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta,
                                          float* y, std::int64_t dim, float eps) {
   __shared__ float sh[32];
   const std::int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   float* yr = y + r * dim;
-  float s = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-  const float mean = block_sum(s, sh) / static_cast<float>(dim);
-  float v = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float d = xr[i] - mean;
-    v += d * d;
-  }
-  const float rstd = 1.0f / sqrtf(block_sum(v, sh) / static_cast<float>(dim) + eps);
+  float mean, rstd;
+  row_moments(xr, dim, eps, sh, mean, rstd);
   for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x)
     yr[i] = (xr[i] - mean) * rstd * gamma[i] + beta[i];
 }
@@ -168,15 +183,8 @@ __global__ void layernorm_backward_kernel(const float* x, const float* gamma, co
   const float* xr = x + r * dim;
   const float* g = dy + r * dim;
   float* dxr = dx + r * dim;
-  float s = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
-  const float mean = block_sum(s, sh) / static_cast<float>(dim);
-  float v = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const float d = xr[i] - mean;
-    v += d * d;
-  }
-  const float rstd = 1.0f / sqrtf(block_sum(v, sh) / static_cast<float>(dim) + eps);
+  float mean, rstd;
+  row_moments(xr, dim, eps, sh, mean, rstd);
   float sg = 0.0f, sgx = 0.0f;
   for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     const float gh = g[i] * gamma[i];
@@ -201,9 +209,7 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* gamma, float
   const std::int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   float* yr = y + r * dim;
-  float s = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i] * xr[i];
-  const float rr = 1.0f / sqrtf(block_sum(s, sh) / static_cast<float>(dim) + eps);
+  const float rr = rms_scale(xr, dim, eps, sh);
   for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * rr * gamma[i];
 }
 
@@ -215,9 +221,7 @@ __global__ void rmsnorm_backward_kernel(const float* x, const float* gamma, cons
   const float* xr = x + r * dim;
   const float* g = dy + r * dim;
   float* dxr = dx + r * dim;
-  float s = 0.0f;
-  for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i] * xr[i];
-  const float rr = 1.0f / sqrtf(block_sum(s, sh) / static_cast<float>(dim) + eps);
+  const float rr = rms_scale(xr, dim, eps, sh);
   float sgx = 0.0f;
   for (std::int64_t i = threadIdx.x; i < dim; i += blockDim.x) sgx += g[i] * gamma[i] * xr[i] * rr;
   const float mgx = block_sum(sgx, sh) / static_cast<float>(dim);
