@@ -20,6 +20,7 @@
 #include "costmodel/ops.hpp"
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
+#include "strategies/layer_recompute.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
@@ -144,6 +145,7 @@ struct LoweredStep {
   std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
   std::vector<TaskInfo> info;       // by task index: what the task does
   int stages = 0;
+  Keeps keeps;                      // what each layer keeps for its backward
 };
 
 LoweredStep lower_step(const Scenario& sc, const StepCosts& costs);
@@ -172,8 +174,8 @@ struct StepPrediction {
 
 // Fills model_flops_per_step and hardware_flops_per_step: the whole model
 // for the global batch, each matrix product once (Korthikanti Eq. 7), and
-// that plus what the recompute policy redoes.
-void add_step_flops(const Scenario& sc, StepPrediction& pr);
+// that plus what the layers' recompute choices (`keeps`) redo.
+void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr);
 
 // Lowers, replays and attributes the step; `run` receives the replay (for
 // traces) when given.
