@@ -14,6 +14,7 @@
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/rng.hpp"
 #include "costmodel/model_io.hpp"
+#include "strategies/memory.hpp"
 #include "strategies/step_costs.hpp"
 #include "sim/error.hpp"
 
@@ -228,6 +229,40 @@ TEST_CASE("cpu/executor: recompute policies give the plain step's loss and gradi
     p.recompute_k = 2;
     check_equivalent(tiny(4, p, 4, 2));
   }
+}
+
+TEST_CASE("cpu/executor: optimal recompute's per-layer choices give the plain step's loss and gradients") {
+  // The solver's choices at budgets from the least it can reach to no
+  // recompute's peak (one stage of 6 layers; a 1F1B pipeline of two stages
+  // of 3): layers that keep all, drop the attention core, keep their input,
+  // or keep nothing and are rerun from their segment's input — each
+  // schedule exact up to the microbatch sums' order.
+  std::set<char> kinds;
+  for (const auto& [dp, pp] : {std::pair{1, 1}, std::pair{1, 2}}) {
+    Plan p = plan_with(dp, pp);
+    p.recompute = cost::Recompute::Optimal;
+    Scenario sc = tiny(6, p, 4, 1);
+    sc.model.seq_len = 64;  // attention scores worth dropping alone
+    Plan none = p;
+    none.recompute = cost::Recompute::None;
+    Scenario plain = sc;
+    plain.plan = none;
+    const double hi = static_cast<double>(strategies::estimate_memory(plain).peak_bytes);
+    sc.plan.memory_budget_GiB = 1e-3;  // below anything: the least memory
+    const double lo = static_cast<double>(strategies::estimate_memory(sc).peak_bytes);
+    std::set<std::string> seen;
+    for (int i = 0; i <= 8; ++i) {
+      sc.plan.memory_budget_GiB = (lo + (hi - lo) * i / 8) / static_cast<double>(kGiB);
+      const auto keeps = strategies::keeps_pattern(strategies::estimate_memory(sc).keeps);
+      if (!seen.insert(keeps).second) continue;
+      CAPTURE(keeps);
+      CAPTURE(pp);
+      kinds.insert(keeps.begin(), keeps.end());
+      check_equivalent(sc);
+    }
+    CHECK(seen.size() >= 3);
+  }
+  CHECK(kinds == std::set<char>{'A', 'S', 'I', 'N'});
 }
 
 TEST_CASE("cpu/executor: activation offload moves saved tensors to the host pool and back") {
