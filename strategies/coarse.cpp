@@ -180,7 +180,7 @@ class CoarseStep : StepLayout {
     pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
     pr.bubble_fraction =
         step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(step_time) : 0;
-    add_step_flops(sc_, keeps_, pr);
+    add_step_flops(sc_, layers_.keeps, pr);
     return pr;
   }
 
@@ -269,7 +269,7 @@ class CoarseStep : StepLayout {
       blocking_comm(c, comm_f_);
       if (i == 0) c.first_layer_end = c.duration;
       c.last_layer_end = c.duration;
-      if (const Bytes stored = plan_.offload.activations ? layer_stored(k, i) : 0; stored > 0) {
+      if (const Bytes stored = layer_swapped(k, i); stored > 0) {
         c.last_copy_out = costs_.copy(stored, CopyDir::ToHost);
         c.copies_out += c.last_copy_out;
       }
@@ -301,7 +301,7 @@ class CoarseStep : StepLayout {
       const Time comm = static_cast<Time>(redone) * comm_f_sum_ + comm_b_sum_;
       // Offloaded activations come back on the host-to-device engine, one
       // layer ahead.
-      const Bytes stored = plan_.offload.activations ? layer_stored(k, i) : 0;
+      const Bytes stored = layer_swapped(k, i);
       const Time prefetch = stored > 0 ? costs_.copy(stored, CopyDir::ToDevice) : 0;
       if (i == n - 1) c.first_prefetch = prefetch;
       // ZeRO-3: the layer's gather queues on the communication stream

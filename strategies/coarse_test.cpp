@@ -106,7 +106,7 @@ TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch
                   0.01 * static_cast<double>(layer.step_time));
             CHECK(coarse.tasks < layer.tasks);
             if (sc.plan.recompute == Recompute::Optimal) {
-              const std::string keeps = keeps_pattern(plan_keeps(sc, costs));
+              const std::string keeps = keeps_pattern(plan_layers(sc, costs).keeps);
               mixed += keeps.find('A') != std::string::npos && keeps.find('I') != std::string::npos;
             }
             ++compared;

@@ -197,8 +197,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   // memory bound times them with the calibration the scorers use.
   const auto cal = calibration_once(sc);
   const auto memory_of = [&cal](const Scenario& pt) {
-    if (pt.plan.recompute != Recompute::Optimal) return estimate_memory(pt);
-    return estimate_memory(pt, {}, plan_keeps(pt, ModelStepCosts(pt, *cal)));
+    if (!needs_solver(pt.plan)) return estimate_memory(pt);
+    return estimate_memory(pt, {}, plan_layers(pt, ModelStepCosts(pt, *cal)));
   };
   int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::thread::hardware_concurrency());
   jobs = std::max(1, jobs);

@@ -105,9 +105,9 @@ constexpr std::int32_t kNone = -1;
 
 class StepLowering : StepLayout {
  public:
-  StepLowering(const Scenario& sc, const StepCosts& costs)
-      : StepLayout(sc, costs), sc_(sc), plan_(sc.plan), costs_(costs),
-        statics_(estimate_memory(sc, {}, keeps_)) {
+  StepLowering(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
+      : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
+        statics_(estimate_memory(sc, {}, layers_)) {
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     fwd_first_.assign(slots, kNone);
     bwd_first_.assign(slots, kNone);
@@ -132,7 +132,7 @@ class StepLowering : StepLayout {
         if (k + 1 < chunks) dep(bwd_send_[slot(k + 1, mb)], bwd_first_[slot(k, mb)]);
       }
     out_.stages = p_;
-    out_.keeps = keeps_;
+    out_.layers = layers_;
     out_.graph = std::move(g_);
     return std::move(out_);
   }
@@ -199,9 +199,14 @@ class StepLowering : StepLayout {
 
   // Activation buffers of this stage, by kind, layer (−1 for the embedding
   // and head) and microbatch; ids are per stage: "s3:act/L7/mb2".
-  enum class Buf : std::uint8_t { Act, ActHost, ActBack, Recomputed, Grad, Core, Head, HeadGrad, Embedding };
-  static constexpr const char* kBufName[] = {"act",  "act-host", "act-back", "recomputed", "grad",
-                                             "core", "act/head", "grad/head", "act/embedding"};
+  // A layer's saved bytes are `act`; when only part of them goes to the
+  // host (vDNN), that part is `act` and the rest `act-kept`.
+  enum class Buf : std::uint8_t {
+    Act, ActHost, ActBack, Recomputed, Grad, Core, Head, HeadGrad, Embedding, ActKept
+  };
+  static constexpr const char* kBufName[] = {"act",       "act-host",      "act-back", "recomputed",
+                                             "grad",      "core",          "act/head", "grad/head",
+                                             "act/embedding", "act-kept"};
   static std::uint64_t code(Buf b, std::int64_t layer, int mb) {
     return (static_cast<std::uint64_t>(b) << 56) | (static_cast<std::uint64_t>(layer + 1) << 28) |
            static_cast<std::uint64_t>(mb);
@@ -255,21 +260,23 @@ class StepLowering : StepLayout {
       std::int32_t gather = kNone, fetch = kNone;
       if (zero3()) gather = param_gather(layer, mb, "fwd");
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, "fwd");
-      const Bytes stored = layer_stored(k, i);
+      const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       Mem mem;
-      if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, stored));
+      if (swapped > 0 && swapped < stored)
+        mem.allocs.push_back(buffer(Buf::ActKept, layer, mb, stored - swapped));
+      if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, swapped > 0 ? swapped : stored));
       const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
                                sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem),
                                info(TaskOp::Forward, Part::Layer, layer, mb));
       dep(gather, f.index);
       dep(fetch, f.index);
       layer_comm(layer, mb, Pass::Forward);
-      if (plan_.offload.activations && stored > 0) {
-        // The saved activations move to the host pool once the layer is done.
+      if (swapped > 0) {
+        // The swapped activations move to the host pool once the layer is done.
         const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
-                              costs_.copy(stored, CopyDir::ToHost), sim::Phase::None, CommKind::None,
+                              costs_.copy(swapped, CopyDir::ToHost), sim::Phase::None, CommKind::None,
                               layer, mb,
-                              {{buffer(Buf::ActHost, layer, mb, stored, true)},
+                              {{buffer(Buf::ActHost, layer, mb, swapped, true)},
                                {existing(Buf::Act, layer, mb)}},
                               info(TaskOp::Offload, Part::Layer, layer, mb));
         dep(last_compute_, c.index);
@@ -301,12 +308,12 @@ class StepLowering : StepLayout {
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const std::int64_t layer = first + i;
       const Keep keep = keeps[static_cast<std::size_t>(i)];
-      const Bytes stored = layer_stored(k, i);
+      const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       // What the layer's backward waits for off the compute stream.
       std::vector<std::int32_t> ready;
       Buf saved = Buf::Act;  // where its saved bytes are on the GPU
-      if (plan_.offload.activations && stored > 0) {
-        ready.push_back(prefetch_activations(layer, mb, i, n, stored, bwd_of));
+      if (swapped > 0) {
+        ready.push_back(prefetch_activations(layer, mb, i, n, swapped, bwd_of));
         saved = Buf::ActBack;
       }
       if (zero3()) ready.push_back(param_gather(layer, mb, "bwd"));
@@ -346,6 +353,7 @@ class StepLowering : StepLayout {
       mem.frees = mem.allocs;
       if (recomputes) mem.frees.push_back(existing(Buf::Recomputed, layer, mb));
       if (stored > 0) mem.frees.push_back(existing(saved, layer, mb));
+      if (swapped > 0 && swapped < stored) mem.frees.push_back(existing(Buf::ActKept, layer, mb));
       const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
                                sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem),
                                info(TaskOp::Backward, Part::Layer, layer, mb));
@@ -723,8 +731,8 @@ class StepLowering : StepLayout {
 
 }  // namespace
 
-LoweredStep lower_step(const Scenario& sc, const StepCosts& costs) {
-  return StepLowering(sc, costs).build();
+LoweredStep lower_step(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers) {
+  return StepLowering(sc, costs, layers).build();
 }
 
 namespace {
@@ -835,8 +843,8 @@ void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) 
 }
 
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::RunResult* run_out,
-                            LoweredStep* lowered_out) {
-  LoweredStep low = lower_step(sc, costs);
+                            LoweredStep* lowered_out, const LayerPlan* layers) {
+  LoweredStep low = lower_step(sc, costs, layers);
   const sim::RunResult run = sim::simulate(low.graph);
   StepPrediction pr;
   pr.step_time = run.makespan;
@@ -858,7 +866,7 @@ StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::Run
   pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
   pr.bubble_fraction =
       pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
-  add_step_flops(sc, low.keeps, pr);
+  add_step_flops(sc, low.layers.keeps, pr);
   if (run_out) *run_out = run;
   if (lowered_out) *lowered_out = std::move(low);
   return pr;

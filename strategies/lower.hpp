@@ -20,7 +20,7 @@
 #include "costmodel/ops.hpp"
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
-#include "strategies/layer_recompute.hpp"
+#include "strategies/layer_plan.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
@@ -145,10 +145,12 @@ struct LoweredStep {
   std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
   std::vector<TaskInfo> info;       // by task index: what the task does
   int stages = 0;
-  Keeps keeps;                      // what each layer keeps for its backward
+  LayerPlan layers;                 // what each layer keeps for its backward, and where
 };
 
-LoweredStep lower_step(const Scenario& sc, const StepCosts& costs);
+// `layers`, when given, replaces what plan_layers decides for the plan (the
+// joint offload planner times its candidates so).
+LoweredStep lower_step(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers = nullptr);
 
 // Where one stage's time went, summing to the step time.
 struct TimeBreakdown {
@@ -180,7 +182,8 @@ void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr);
 // Lowers, replays and attributes the step; `run` receives the replay (for
 // traces) when given.
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs,
-                            sim::RunResult* run = nullptr, LoweredStep* lowered = nullptr);
+                            sim::RunResult* run = nullptr, LoweredStep* lowered = nullptr,
+                            const LayerPlan* layers = nullptr);
 
 }  // namespace strata::strategies
 

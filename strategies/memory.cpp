@@ -7,7 +7,6 @@
 #include "sim/error.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_costs.hpp"
-#include "strategies/step_layout.hpp"
 
 namespace strata::strategies {
 
@@ -229,8 +228,11 @@ cost::ExpandOptions expand_options(const Scenario& sc) {
 }
 
 ActivationRule ActivationRule::of(const cost::OpChain& chain) {
+  Bytes linear = 0;
+  for (const auto& op : chain.block.ops)
+    if (op.kind == cost::OpKind::Linear) linear += op.saved_bytes;
   return {chain.block.saved_bytes(Recompute::None), chain.block.saved_bytes(Recompute::Selective),
-          chain.block.input_bytes, chain.block.max_grad_bytes()};
+          chain.block.input_bytes, chain.block.max_grad_bytes(), linear};
 }
 
 Bytes ActivationRule::stored(Keep k) const {
@@ -243,14 +245,26 @@ Bytes ActivationRule::stored(Keep k) const {
   return 0;
 }
 
-ActivationRule::Chunk ActivationRule::chunk(std::span<const Keep> keeps) const {
+Bytes ActivationRule::swapped(Keep k, Swap s) const {
+  switch (s) {
+    case Swap::None: return 0;
+    case Swap::Saved: return stored(k);
+    // Selective drops only the attention core: every linear input stays.
+    case Swap::LinearInputs: return k == Keep::All || k == Keep::Selective ? linear_inputs : 0;
+  }
+  return 0;
+}
+
+ActivationRule::Chunk ActivationRule::chunk(std::span<const Keep> keeps,
+                                            std::span<const Swap> swaps) const {
   // Layer i's backward holds `holds` while what layers i+1… kept is freed:
   // with `before` kept by layers 0…i, its excess over what the microbatch
   // kept in all is holds + before − total, so one forward pass suffices.
   Chunk c;
   Bytes before = 0, most = 0;
   std::int64_t rerun = 0;  // layers of the current segment up to i
-  for (const Keep k : keeps) {
+  for (std::size_t i = 0; i < keeps.size(); ++i) {
+    const Keep k = keeps[i];
     Bytes holds = grad;
     if (k == Keep::Selective) holds += full - selective;
     if (k == Keep::Input || k == Keep::Nothing) {
@@ -258,10 +272,11 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const Keep> keeps) const {
       else if (rerun == 0) throw Error("a layer keeps nothing and follows no segment start");
       holds += ++rerun * full;
     }
-    const Bytes kept = stored(k);
-    before += kept;
+    before += stored(k);
     most = std::max(most, holds + before);
-    c.largest = std::max(c.largest, kept);
+    const Bytes out = swapped(k, swaps[i]);
+    c.swapped += out;
+    c.largest_swapped = std::max(c.largest_swapped, out);
   }
   c.stored = before;
   c.working = most - before;
@@ -300,10 +315,6 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       act_(ActivationRule::of(chain_)), chunks_(chunk_layers(sc.plan, sc.model.layers)) {
   const Plan& plan = sc.plan;
   const auto& model = sc.model;
-  if (plan.offload.planner != OffloadPlanner::All)
-    throw InputError(sc.file, "plan.offload.planner",
-                     "\"" + std::string(enum_name(plan.offload.planner)) +
-                         "\" is not modelled yet (use \"all\")");
   first_.assign(chunks_.size() + 1, 0);
   for (std::size_t k = 0; k < chunks_.size(); ++k) first_[k + 1] = first_[k] + chunks_[k];
 
@@ -418,25 +429,34 @@ const std::vector<std::int64_t>& MemoryModel::in_flight(int stage) const {
   return statics_[static_cast<std::size_t>(stage)].in_flight;
 }
 
-MemoryModel::Blocks MemoryModel::blocks(int s, const Keeps& keeps) const {
+MemoryModel::Blocks MemoryModel::blocks(int s, const LayerPlan& layers) const {
   const std::size_t p = statics_.size();
   const auto& counts = in_flight(s);
   Blocks out;
   for (std::size_t c = 0; c < counts.size(); ++c) {
     const std::size_t k = c * p + static_cast<std::size_t>(s);
-    const auto chunk = act_.chunk({keeps.data() + first_[k], static_cast<std::size_t>(chunks_[k])});
-    out.stored += static_cast<double>(counts[c]) * static_cast<double>(chunk.stored);
+    const auto n = static_cast<std::size_t>(chunks_[k]);
+    const auto at = static_cast<std::size_t>(first_[k]);
+    const auto chunk = act_.chunk({layers.keeps.data() + at, n}, {layers.swaps.data() + at, n});
+    const double in = static_cast<double>(counts[c]);
+    out.stored += in * static_cast<double>(chunk.stored);
     out.working = std::max(out.working, static_cast<double>(chunk.working));
-    out.largest = std::max(out.largest, static_cast<double>(chunk.largest));
+    out.swapped += in * static_cast<double>(chunk.swapped);
+    out.largest_swapped = std::max(out.largest_swapped, static_cast<double>(chunk.largest_swapped));
   }
   return out;
 }
 
 std::pair<double, double> MemoryModel::on_gpu(int s, const Blocks& blocks) const {
   const Plan& plan = sc_.plan;
+  // What stays, and what was swapped for the layers in flight: the one
+  // being copied and prefetch_depth brought back (the copies assumed to keep
+  // pace; the timeline knows better).
   const double stored =
-      plan.offload.activations
-          ? std::min(blocks.stored, static_cast<double>(1 + plan.offload.prefetch_depth) * blocks.largest)
+      blocks.swapped > 0
+          ? std::min(blocks.stored,
+                     (blocks.stored - blocks.swapped) +
+                         static_cast<double>(1 + plan.offload.prefetch_depth) * blocks.largest_swapped)
           : blocks.stored;
   return {stored, statics_[static_cast<std::size_t>(s)].extras.at(blocks.working)};
 }
@@ -457,10 +477,9 @@ StageMemory MemoryModel::stage(int s, const Blocks& blocks) const {
   const auto [stored, working] = on_gpu(s, blocks);
   double host = x.host;
   if (sc_.plan.offload.activations) {
-    // Saved activations go to the host as they are produced; the GPU keeps
-    // the layer in flight and prefetch_depth layers brought back.
-    host += blocks.stored;
-    st.host_activation_bytes = whole(blocks.stored);
+    // Swapped activations go to the host as they are produced.
+    host += blocks.swapped;
+    st.host_activation_bytes = whole(blocks.swapped);
   }
   st.activations_stored = whole(stored);
   st.activations_working = whole(working);
@@ -489,18 +508,19 @@ Bytes memory_budget(const Scenario& sc, const MemoryRules& rules) {
 
 namespace {
 
-MemoryEstimate estimate(const MemoryModel& model, Keeps keeps) {
+MemoryEstimate estimate(const MemoryModel& model, LayerPlan layers) {
   const Scenario& sc = model.scenario();
-  if (keeps.size() != static_cast<std::size_t>(sc.model.layers))
-    throw Error("estimate_memory: " + std::to_string(keeps.size()) + " layer choices for " +
-                std::to_string(sc.model.layers) + " layers");
+  const auto n = static_cast<std::size_t>(sc.model.layers);
+  if (layers.keeps.size() != n || layers.swaps.size() != n)
+    throw Error("estimate_memory: " + std::to_string(layers.keeps.size()) + " layer choices for " +
+                std::to_string(n) + " layers");
   MemoryEstimate out;
   out.gpu_capacity = sc.cluster.gpu.memory_bytes();
   const int p = static_cast<int>(sc.plan.pp);
   out.stages.reserve(static_cast<std::size_t>(p));
-  for (int s = 0; s < p; ++s) out.stages.push_back(model.stage(s, model.blocks(s, keeps)));
-  out.keeps = std::move(keeps);
-  if (sc.plan.recompute == Recompute::Optimal) out.budget = memory_budget(sc, model.rules());
+  for (int s = 0; s < p; ++s) out.stages.push_back(model.stage(s, model.blocks(s, layers)));
+  out.layers = std::move(layers);
+  if (needs_solver(sc.plan)) out.budget = memory_budget(sc, model.rules());
 
   const auto& node = sc.cluster.node;
   out.host_capacity_per_node = static_cast<Bytes>(node.host_memory_GiB * static_cast<double>(kGiB));
@@ -521,14 +541,12 @@ MemoryEstimate estimate(const MemoryModel& model, Keeps keeps) {
 
 MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
   const MemoryModel model(sc, rules);
-  if (sc.plan.recompute != Recompute::Optimal)
-    return estimate(model, fixed_keeps(sc.plan, model.chunks()));
-  return estimate(model, optimal_keeps(model, memory_budget(sc, rules),
-                                       recompute_times(sc, model.chain(), ModelStepCosts(sc))));
+  if (!needs_solver(sc.plan)) return estimate(model, fixed_layers(sc.plan, model.chunks()));
+  return estimate(model, plan_layers(model, ModelStepCosts(sc)));
 }
 
-MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules, const Keeps& keeps) {
-  return estimate(MemoryModel(sc, rules), keeps);
+MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules, const LayerPlan& layers) {
+  return estimate(MemoryModel(sc, rules), layers);
 }
 
 }  // namespace strata::strategies

@@ -14,7 +14,7 @@
 
 #include "costmodel/ops.hpp"
 #include "sim/task_graph.hpp"
-#include "strategies/layer_recompute.hpp"
+#include "strategies/layer_plan.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
@@ -52,29 +52,32 @@ ModelStates zero_model_states(double psi, const PerParam& b, int zero, std::int6
 cost::ExpandOptions expand_options(const Scenario& sc);
 
 // A block's activation bytes per microbatch, and what each per-layer choice
-// (layer_recompute.hpp) keeps and holds. Every backward also holds the
+// (layer_plan.hpp) keeps and holds. Every backward also holds the
 // gradient of the op it differentiates (at most `grad` bytes).
 struct ActivationRule {
   Bytes full = 0;       // a layer's saved bytes without recompute
   Bytes selective = 0;  // … with the attention core dropped
   Bytes input = 0;      // a layer's input: what a segment's first layer keeps
   Bytes grad = 0;       // the largest output gradient of a layer's ops
+  Bytes linear_inputs = 0;  // of `full`: the inputs its linear layers keep (vDNN's)
 
   static ActivationRule of(const cost::OpChain& chain);
-  // What a layer keeps from its forward to its backward.
+  // What a layer keeps from its forward to its backward, and of that what
+  // goes to host memory.
   Bytes stored(Keep k) const;
+  Bytes swapped(Keep k, Swap s) const;
   // A chunk's layers in forward order: what one microbatch's forward keeps,
   // the most one of its backwards holds beyond what the microbatches in
-  // flight keep when the chunk's backward starts, and the most one layer
-  // keeps. Layer i's backward holds the gradient, plus (Selective) the
+  // flight keep when the chunk's backward starts, what goes to host memory
+  // and the most one layer moves there. Layer i's backward holds the gradient, plus (Selective) the
   // attention core or (a segment) the layers of its segment up to i, rerun
   // from the segment's input; by then the layers after i have freed what
   // they kept, so the working set is max over i of (what i's backward holds
   // − what layers i+1… kept). Throws Error for Nothing outside a segment.
   struct Chunk {
-    Bytes stored = 0, working = 0, largest = 0;
+    Bytes stored = 0, working = 0, swapped = 0, largest_swapped = 0;
   };
-  Chunk chunk(std::span<const Keep> keeps) const;
+  Chunk chunk(std::span<const Keep> keeps, std::span<const Swap> swaps) const;
 };
 
 // Constants of the memory rules (docs/memory-model.md says why each).
@@ -122,7 +125,7 @@ struct MemoryEstimate {
   Bytes nvme_capacity_per_node = 0;
   std::optional<Infeasible> infeasible;
   std::string source = "analytical";  // or "timeline" (simulate_memory)
-  Keeps keeps;                        // what each layer keeps (the plan's policy, resolved)
+  LayerPlan layers;                   // what each layer keeps, and where (the plan's policies, resolved)
   std::optional<Bytes> budget;        // optimal recompute: the budget it planned within
   bool feasible() const { return !infeasible.has_value(); }
 };
@@ -131,12 +134,12 @@ struct MemoryEstimate {
 // capacities (shared by the analytical and the timeline estimates).
 void finish_estimate(MemoryEstimate& est);
 
-// The analytical estimate of a plan. With recompute "optimal" the layers'
-// choices come from optimal_keeps, timed by the cost model (ModelStepCosts);
-// pass the lowering's `keeps` to estimate the step it lowered. Throws
-// InputError for offload planners other than "all".
+// The analytical estimate of a plan. With recompute "optimal" or an offload
+// planner that weighs times, the layers' choices are timed by the cost model
+// (ModelStepCosts, plan_layers); pass the lowering's `layers` to estimate
+// the step it lowered.
 MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules = {});
-MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules, const Keeps& keeps);
+MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules, const LayerPlan& layers);
 
 // The analytical model of one plan, stage by stage: everything but the
 // blocks' activations follows from the plan and is computed once; `stage`
@@ -148,11 +151,12 @@ class MemoryModel {
 
   // A stage's blocks under some choices: Σ over its chunks of the
   // microbatches in flight × what one keeps, the largest working set of one
-  // backward (ActivationRule::working) and the most one layer keeps.
+  // backward (ActivationRule::chunk), Σ of the microbatches in flight × what
+  // goes to host memory, and the most one layer moves there.
   struct Blocks {
-    double stored = 0, working = 0, largest = 0;
+    double stored = 0, working = 0, swapped = 0, largest_swapped = 0;
   };
-  Blocks blocks(int stage, const Keeps& keeps) const;
+  Blocks blocks(int stage, const LayerPlan& layers) const;
   StageMemory stage(int stage, const Blocks& blocks) const;
   // The activation bytes on the GPU at the stage's peak (blocks, embedding,
   // head, working set): the stage's total grows with them, all else fixed.
@@ -181,27 +185,10 @@ class MemoryModel {
   std::vector<Statics> statics_;
 };
 
-// The budget optimal recompute plans within: memory_budget_GiB, or the GPU's
-// memory less rules.budget_margin_fraction of it.
+// The budget that optimal recompute and the priority and joint offload
+// planners plan within: memory_budget_GiB, or the GPU's memory less
+// rules.budget_margin_fraction of it.
 Bytes memory_budget(const Scenario& sc, const MemoryRules& rules);
-
-// The time one layer's recompute adds to a microbatch's backward: the whole
-// block with its blocking tensor/context/expert-parallel communication (a
-// segment's layer, or full recompute), and the attention core alone
-// (selective).
-struct RecomputeTimes {
-  Time layer = 0;
-  Time core = 0;
-};
-
-// Optimal recompute for transformer plans: per stage, the layers' choices
-// (keep all, selective, or segments rerun from their input) with the least
-// recompute time per microbatch whose stage peak fits `budget`; when none
-// fits, the choices with the least peak. Within a chunk the choices run
-// segments first, then selective layers, then layers that keep all; each
-// stage's chunks share one choice of counts (docs/remat.md "Transformer
-// plans" says why and what is exact).
-Keeps optimal_keeps(const MemoryModel& model, Bytes budget, const RecomputeTimes& times);
 
 // Chunk-microbatches alive on `stage` at its peak, per virtual chunk of the
 // stage (index 0..v−1), from the schedules' closed forms: GPipe m; 1F1B and

@@ -371,7 +371,7 @@ TEST_CASE("analytical memory equals the simulated timeline") {
         const auto a = estimate_memory(sc);
         const auto t = simulate_memory(sc);
         CHECK(t.source == "timeline");
-        CHECK(t.keeps == a.keeps);
+        CHECK(t.layers == a.layers);
         REQUIRE(a.stages.size() == t.stages.size());
         for (std::size_t s = 0; s < a.stages.size(); ++s) {
           CAPTURE(s);

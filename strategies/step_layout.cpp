@@ -1,28 +1,13 @@
 #include "strategies/step_layout.hpp"
 
-#include <algorithm>
-
 namespace strata::strategies {
 
-RecomputeTimes recompute_times(const Scenario& sc, const cost::OpChain& chain, const StepCosts& costs) {
-  const Plan& p = sc.plan;
-  RecomputeTimes t;
-  t.layer = costs.layer(chain.block, Pass::Recompute);
-  for (const auto& [kind, on] : {std::pair{CommKind::TP, p.tp > 1}, std::pair{CommKind::CP, p.cp > 1},
-                                 std::pair{CommKind::EP, p.ep > 1}})
-    if (on) t.layer += std::max<Time>(0, costs.layer_comm(kind, Pass::Forward));
-  t.core = costs.layer(chain.block, Pass::Recompute, true);
-  return t;
+LayerPlan plan_layers(const Scenario& sc, const StepCosts& costs, const MemoryRules& rules) {
+  if (!needs_solver(sc.plan)) return fixed_layers(sc.plan, chunk_layers(sc.plan, sc.model.layers));
+  return plan_layers(MemoryModel(sc, rules), costs);
 }
 
-Keeps plan_keeps(const Scenario& sc, const StepCosts& costs, const MemoryRules& rules) {
-  if (sc.plan.recompute != Recompute::Optimal)
-    return fixed_keeps(sc.plan, chunk_layers(sc.plan, sc.model.layers));
-  const MemoryModel model(sc, rules);
-  return optimal_keeps(model, memory_budget(sc, rules), recompute_times(sc, model.chain(), costs));
-}
-
-StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs)
+StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
     : chain_(cost::expand(sc.model, expand_options(sc))),
       rule_(ActivationRule::of(chain_)),
       chunks_(chunk_layers(sc.plan, sc.model.layers)),
@@ -31,18 +16,23 @@ StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs)
       m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
       per_(bytes_per_param(sc.plan.optimizer, sc.plan.precision,
                            sc.plan.implementation.fp32_grad_accumulation)),
-      keeps_(plan_keeps(sc, costs)) {
+      layers_(layers ? *layers : plan_layers(sc, costs)) {
   first_layer_.assign(chunks_.size() + 1, 0);
   for (std::size_t k = 0; k < chunks_.size(); ++k) first_layer_[k + 1] = first_layer_[k] + chunks_[k];
 }
 
 std::span<const Keep> StepLayout::chunk_keeps(int k) const {
   const auto at = static_cast<std::size_t>(k);
-  return {keeps_.data() + first_layer_[at], static_cast<std::size_t>(chunks_[at])};
+  return {layers_.keeps.data() + first_layer_[at], static_cast<std::size_t>(chunks_[at])};
 }
 
 Bytes StepLayout::layer_stored(int k, std::int64_t i) const {
   return rule_.stored(chunk_keeps(k)[static_cast<std::size_t>(i)]);
+}
+
+Bytes StepLayout::layer_swapped(int k, std::int64_t i) const {
+  const auto layer = static_cast<std::size_t>(first_layer_[static_cast<std::size_t>(k)] + i);
+  return rule_.swapped(layers_.keeps[layer], layers_.swaps[layer]);
 }
 
 Bytes StepLayout::p2p_bytes(const Scenario& sc) const {

@@ -10,29 +10,26 @@
 #include <vector>
 
 #include "costmodel/ops.hpp"
-#include "strategies/layer_recompute.hpp"
+#include "strategies/layer_plan.hpp"
 #include "strategies/lower.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
 
-// The time a layer's recompute adds to a microbatch's backward under
-// `costs`, as the lowering charges it (the rerun forward with its blocking
-// communication; the attention core alone).
-RecomputeTimes recompute_times(const Scenario& sc, const cost::OpChain& chain, const StepCosts& costs);
-
-// What each layer keeps: the plan's fixed pattern, or optimal_keeps within
-// memory_budget(sc, rules), timed by `costs`.
-Keeps plan_keeps(const Scenario& sc, const StepCosts& costs, const MemoryRules& rules = {});
+// What each layer keeps and where (plan_layers), timed by `costs`.
+LayerPlan plan_layers(const Scenario& sc, const StepCosts& costs, const MemoryRules& rules = {});
 
 struct StepLayout {
-  StepLayout(const Scenario& sc, const StepCosts& costs);
+  // `layers`, when given, replaces plan_layers(sc, costs).
+  StepLayout(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers = nullptr);
 
   // Model chunk k's layers' choices, in forward order.
   std::span<const Keep> chunk_keeps(int k) const;
-  // Bytes layer i of model chunk k keeps from its forward to its backward.
+  // Bytes layer i of model chunk k keeps from its forward to its backward,
+  // and of those what goes to host memory meanwhile.
   Bytes layer_stored(int k, std::int64_t i) const;
+  Bytes layer_swapped(int k, std::int64_t i) const;
   // One pipeline send: a microbatch's activations (or their gradient)
   // between chunks, split over tp with sequence parallelism or scatter-gather.
   Bytes p2p_bytes(const Scenario& sc) const;
@@ -43,7 +40,7 @@ struct StepLayout {
   std::vector<std::int64_t> first_layer_;  // of each chunk, and the layer count last
   int p_, v_, m_;                          // stages, virtual chunks, microbatches
   PerParam per_;
-  Keeps keeps_;                            // per global layer
+  LayerPlan layers_;                       // per global layer
 };
 
 }  // namespace strata::strategies

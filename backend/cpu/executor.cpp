@@ -118,6 +118,16 @@ void move_saved(BlockSaved& s, Allocator& to) {
   move_to(s.mlp_mask, to);
 }
 
+// What a layer's offload moves to `to`: everything it keeps, or (vDNN) the
+// inputs of its linear layers (qkv, attention projection, MLP up and down).
+void move_swapped(BlockSaved& s, strategies::Swap swap, Allocator& to) {
+  if (swap == strategies::Swap::Saved) return move_saved(s, to);
+  move_to(s.ln1, to);
+  move_to(s.attn, to);
+  move_to(s.ln2, to);
+  move_to(s.act, to);
+}
+
 }  // namespace
 
 struct Executor::Impl {
@@ -624,8 +634,11 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
       if (t.part == Part::Layer)
         return zero3_reduce(R, R.layer_bucket[static_cast<std::size_t>(t.layer)], true);
       return zero3_reduce(R, R.bucket_of_task.at(index), false);
-    case TaskOp::Offload: return move_saved(R.saved.at({t.layer, t.microbatch}), R.host);
-    case TaskOp::Prefetch: return move_saved(R.saved.at({t.layer, t.microbatch}), R.device);
+    case TaskOp::Offload:
+    case TaskOp::Prefetch:
+      return move_swapped(R.saved.at({t.layer, t.microbatch}),
+                          low.layers.swaps[static_cast<std::size_t>(t.layer)],
+                          t.op == TaskOp::Offload ? static_cast<Allocator&>(R.host) : R.device);
     case TaskOp::OptimizerStep: return optimizer_step(R);
     case TaskOp::GatherWeights: return gather_weights(R);
     case TaskOp::GradsToHost: return grads_to_host(R);
@@ -666,12 +679,12 @@ BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
 
 std::span<const strategies::Keep> Executor::Impl::chunk_keeps(int layer) const {
   const auto k = static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(layer)]);
-  return {low.keeps.data() + first_layer[k], static_cast<std::size_t>(chunk_size[k])};
+  return {low.layers.keeps.data() + first_layer[k], static_cast<std::size_t>(chunk_size[k])};
 }
 
 void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
   using strategies::Keep;
-  switch (low.keeps[static_cast<std::size_t>(layer)]) {
+  switch (low.layers.keeps[static_cast<std::size_t>(layer)]) {
     case Keep::All: return;
     case Keep::Selective:
       if (core_recompute) GptModel::drop_for_recompute(s, cost::Recompute::Selective);
@@ -1269,7 +1282,7 @@ std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenari
   // decides them under the default rules).
   const strategies::ModelStepCosts costs(sc);
   const auto est = strategies::estimate_memory(sc, {.runtime_bytes = 0, .cublas_workspace_bytes = 0},
-                                               strategies::plan_keeps(sc, costs));
+                                               strategies::plan_layers(sc, costs));
   return std::string(e.what()) + "; the memory model predicts a peak of " +
          std::to_string(est.peak_bytes) + " bytes per device (stage " + std::to_string(est.peak_stage) +
          ") against " + std::to_string(sc.cluster.gpu.memory_bytes()) + " bytes of " +
