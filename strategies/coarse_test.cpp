@@ -121,7 +121,8 @@ TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch
 namespace strata::strategies {
 namespace {
 
-// ZeRO-3 and activation offload are folded in (coarse.hpp); on this matrix
+// ZeRO-3 and activation offload (every planner but joint, which replays its
+// candidates per layer) are folded in (coarse.hpp); on this matrix
 // the coarse level stays within 10 % of the layer level and is never more
 // than 1 % optimistic, so re-simulating the kept plans corrects it in few
 // rounds (docs/performance.md has the goal sweep's figures).
@@ -132,7 +133,10 @@ TEST_CASE("coarse: ZeRO-3 and activation offload folded in stay close to the lay
     for (const char* sched : {"1f1b", "gpipe"})
       for (const char* rec : {"none", "selective", "full"})
         for (const char* what : {"\"zero\": 3", "\"offload\": {\"activations\": true}",
-                                 "\"zero\": 3, \"offload\": {\"activations\": true}"})
+                                 "\"zero\": 3, \"offload\": {\"activations\": true}",
+                                 "\"offload\": {\"activations\": true, \"planner\": \"vdnn\"}",
+                                 "\"offload\": {\"activations\": true, \"planner\": \"lifetime\"}",
+                                 "\"offload\": {\"activations\": true, \"planner\": \"priority\"}"})
           for (const char* micro : {"1", "4"}) {
             const int dp = 16 / std::stoi(pp);
             const std::string plan = std::string("{\"pp\": ") + pp + ", \"dp\": " + std::to_string(dp) +
