@@ -52,7 +52,7 @@ Keeps fixed_keeps(const Plan& plan, const std::vector<std::int64_t>& chunk_layer
         break;
       }
       case Recompute::Optimal:
-        throw Error("fixed_keeps: optimal recompute is decided by optimal_keeps");
+        throw Error("fixed_keeps: optimal recompute is searched (plan_layers)");
     }
   }
   return out;

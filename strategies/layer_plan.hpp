@@ -2,9 +2,8 @@
 // What each transformer block keeps from its forward for its backward, and
 // where: every recompute policy of a plan becomes one choice per layer (the
 // fixed policies a pattern, "optimal" the solver's choice within a memory
-// budget; memory.hpp, optimal_keeps), and every activation-offload planner
-// one choice of what each layer moves to host memory (plan_swaps;
-// docs/remat.md). The memory model, both step lowerings and the CPU executor
+// budget), and every activation-offload planner one choice of what each
+// layer moves to host memory (plan_layers; docs/remat.md). The memory model, both step lowerings and the CPU executor
 // read these choices, so they cannot disagree about what a layer keeps,
 // reruns or moves.
 #include <cstdint>
@@ -112,10 +111,14 @@ LayerPlan fixed_layers(const Plan& plan, const std::vector<std::int64_t>& chunk_
 //   time (from the end of their forward to the start of their backward,
 //   microbatches in flight included), swapped best first until the stage
 //   fits.
-// - joint (recompute optimal): per layer keep, recompute or swap, with the
-//   least recompute time plus copy stall (what a swapped layer's copies
-//   exceed of the compute beside them) whose stage peak fits; swapped
-//   layers come first in each chunk (the longest idle times).
+// - joint (recompute optimal): per layer keep, recompute or swap. The
+//   candidates: the optimal search with swapped layers first in each chunk
+//   (the longest idle times), timed by recompute plus the copies' estimated
+//   stall (what a swapped layer's prefetch exceeds of a layer's backward),
+//   and again with copies assumed hidden; optimal recompute alone; none,
+//   selective and full; each other planner over layers that keep all. Of
+//   those that fit, the fastest step, each lowered and replayed at the
+//   layer level (predict_step); on equal steps, the fewest layers swapped.
 // `costs` times the layers; fixed plans do not use it.
 LayerPlan plan_layers(const MemoryModel& model, const StepCosts& costs);
 

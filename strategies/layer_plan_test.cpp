@@ -143,12 +143,15 @@ TEST_CASE("optimal recompute: the fastest per-layer choice within the budget (br
   // least any choice needs to more than keeping everything, the solver's
   // choice fits and is as fast as the fastest that fits. One pipeline stage
   // (pp = 1, n = 7) and two (pp = 2 with 1F1B: two microbatches in flight
-  // on the first stage, one on the last).
+  // on the first stage, one on the last); and with every layer's saved
+  // bytes offloaded (planner all, which recompute is planned with).
   std::mt19937 rng(7);
   int compared = 0;
   for (const char* plan : {"{\"recompute\": \"optimal\", \"implementation\": {\"attention\": \"standard\"}}",
                            "{\"recompute\": \"optimal\", \"pp\": 2, \"dp\": 4, \"implementation\": "
-                           "{\"attention\": \"standard\"}}"}) {
+                           "{\"attention\": \"standard\"}}",
+                           "{\"recompute\": \"optimal\", \"pp\": 2, \"dp\": 4, \"implementation\": "
+                           "{\"attention\": \"standard\"}, \"offload\": {\"activations\": true}}"}) {
     const bool pipeline = std::string(plan).find("\"pp\"") != std::string::npos;
     const Scenario sc = pipeline ? scenario(plan, 12, "\"dgx-h100\"", 16) : scenario(plan, 7);
     CAPTURE(plan);
@@ -164,7 +167,8 @@ TEST_CASE("optimal recompute: the fastest per-layer choice within the budget (br
         // Every choice's (total, time).
         std::vector<std::pair<Bytes, Time>> all;
         const auto layers = static_cast<std::size_t>(sc.model.layers);
-        LayerPlan plan{Keeps(layers, Keep::All), Swaps(layers, Swap::None)};
+        LayerPlan plan{Keeps(layers, Keep::All),
+                       Swaps(layers, sc.plan.offload.activations ? Swap::Saved : Swap::None)};
         each_choice(n, [&](const Keeps& k) {
           std::copy(k.begin(), k.end(), plan.keeps.begin() + static_cast<std::ptrdiff_t>(first));
           all.push_back({mm.stage(s, mm.blocks(s, plan)).total, recompute_time(k, t)});

@@ -88,8 +88,9 @@ struct MemoryRules {
   // The caching allocator holds freed blocks of the buffers that come and go
   // within a step; reserve = this fraction of those transient bytes.
   double allocator_reserve_fraction = 0.2;
-  // Optimal recompute without memory_budget_GiB plans within the GPU's
-  // memory less this fraction: headroom for what the model does not see.
+  // Optimal recompute and the priority and joint offload planners without
+  // memory_budget_GiB plan within the GPU's memory less this fraction:
+  // headroom for what the model does not see.
   double budget_margin_fraction = 0.05;
 };
 
@@ -126,7 +127,7 @@ struct MemoryEstimate {
   std::optional<Infeasible> infeasible;
   std::string source = "analytical";  // or "timeline" (simulate_memory)
   LayerPlan layers;                   // what each layer keeps, and where (the plan's policies, resolved)
-  std::optional<Bytes> budget;        // optimal recompute: the budget it planned within
+  std::optional<Bytes> budget;        // a searched plan's (needs_solver): the budget it planned within
   bool feasible() const { return !infeasible.has_value(); }
 };
 
@@ -143,7 +144,7 @@ MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules, cons
 
 // The analytical model of one plan, stage by stage: everything but the
 // blocks' activations follows from the plan and is computed once; `stage`
-// adds the activations of the layers' choices (what optimal_keeps searches).
+// adds the activations of the layers' choices (what the planners search).
 class MemoryModel {
  public:
   MemoryModel(const Scenario& sc, const MemoryRules& rules);
