@@ -409,9 +409,7 @@ LayerTimes layer_times(const Plan& plan, const cost::OpChain& chain, const StepC
   t.bwd = costs.layer(chain.block, Pass::Backward) + bwd_comm;
   t.recompute = costs.layer(chain.block, Pass::Recompute) + fwd_comm;
   t.core = costs.layer(chain.block, Pass::Recompute, true);
-  const Bytes full = chain.block.saved_bytes(Recompute::None);
-  t.copy_out = costs.copy(full, CopyDir::ToHost);
-  t.copy_in = costs.copy(full, CopyDir::ToDevice);
+  t.copy_in = costs.copy(chain.block.saved_bytes(Recompute::None), CopyDir::ToDevice);
   return t;
 }
 

@@ -78,12 +78,12 @@ KeepCounts count_keeps(std::span<const Keep> keeps);
 // A layer's times on one microbatch, as the lowering charges them:
 // forward and backward with their blocking tensor/context/expert-parallel
 // communication, the rerun forward of a recomputed layer (with its
-// communication) and of the attention core alone, and the copies of all it
-// keeps without recompute to host memory and back.
+// communication) and of the attention core alone, and the copy back from
+// host memory of all it keeps without recompute.
 struct LayerTimes {
   Time fwd = 0, bwd = 0;
   Time recompute = 0, core = 0;
-  Time copy_out = 0, copy_in = 0;
+  Time copy_in = 0;
 };
 LayerTimes layer_times(const Plan& plan, const cost::OpChain& chain, const StepCosts& costs);
 

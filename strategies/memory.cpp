@@ -1,5 +1,4 @@
 #include "strategies/memory.hpp"
-#include "strategies/remat.hpp"
 
 #include <algorithm>
 #include <cmath>
