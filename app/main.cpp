@@ -282,9 +282,11 @@ int main(int argc, char** argv) {
   strategies::TradeoffOptions tradeoff_options;
   auto* tradeoff = app.add_subcommand(
       "tradeoff", "Step time against memory for each recompute policy (none, every_k, sqrt, "
-                  "revolve, optimal), from no savings down to the least feasible budget");
+                  "revolve, optimal; for pipelines the plan's own steps with none, selective, "
+                  "full, every_k, sqrt, optimal), from no savings down to the least feasible budget");
   tradeoff->add_option("SCENARIO", scenario_path, "A scenario JSON (a layer-chain model, or a "
-                                                  "transformer with pp = 1)")
+                                                  "transformer: one chain per GPU with pp = 1, the "
+                                                  "plan's steps with pp > 1)")
       ->required();
   tradeoff->add_option("--svg", svg_path, "Write the chart to FILE")->type_name("FILE");
   tradeoff->add_option("--budgets", tradeoff_options.budgets,

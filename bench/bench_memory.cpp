@@ -59,6 +59,28 @@ void BM_AnalyticalMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_AnalyticalMemory);
 
+// Optimal recompute within 40 GiB (the solver searching each stage's layer
+// choices, timed by the cost model) on the same plans, by pipeline depth:
+// pp = 1 searches 80 layers a stage, pp = 16 five.
+void BM_OptimalRecompute(benchmark::State& state) {
+  std::vector<Scenario> plans;
+  for (auto s : varied_plans())
+    if (s.plan.pp == state.range(0) && s.plan.schedule != Schedule::Interleaved) {
+      s.plan.recompute = Recompute::Optimal;
+      s.plan.memory_budget_GiB = 40;
+      plans.push_back(s);
+    }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto est = estimate_memory(plans[i]);
+    benchmark::DoNotOptimize(est.peak_bytes);
+    if (++i == plans.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.counters["plans"] = static_cast<double>(plans.size());
+}
+BENCHMARK(BM_OptimalRecompute)->Arg(1)->Arg(4)->Arg(16)->Unit(benchmark::kMicrosecond);
+
 void BM_TimelineMemory(benchmark::State& state) {
   auto plans = varied_plans();
   plans.resize(64);  // a sample: each replays every stage's schedule

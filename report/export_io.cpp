@@ -70,15 +70,11 @@ bool all_equal(const std::vector<std::int64_t>& v, std::size_t from, std::size_t
   return true;
 }
 
-// Layers per recompute segment of every_k and sqrt (ActivationRule::segment
-// over the largest chunk), the unit Megatron-LM's `uniform` method checkpoints.
+// Layers per recompute segment of every_k and sqrt over the largest chunk,
+// the unit Megatron-LM's `uniform` method checkpoints.
 std::int64_t recompute_segment(const Scenario& sc) {
   const auto c = chunks(sc);
-  const std::int64_t n = *std::max_element(c.begin(), c.end());
-  strategies::ActivationRule rule;
-  rule.policy = sc.plan.recompute;
-  rule.k = sc.plan.recompute_k;
-  return rule.segment(n);
+  return strategies::recompute_segment(sc.plan, *std::max_element(c.begin(), c.end()));
 }
 
 bool is_mixed(const Plan& p) { return p.precision != Precision::FP32; }

@@ -13,6 +13,7 @@
 
 #include "report/svg.hpp"
 #include "report/table.hpp"
+#include "report/tradeoff.hpp"
 
 namespace strata::report {
 
@@ -794,6 +795,16 @@ const PlanRecord* find_plan(const ReportData& d, const std::string& id) {
   return nullptr;
 }
 
+// What the trade-off section shows.
+std::string tradeoff_caption(const strategies::Tradeoff& t) {
+  return "The best plan (" + t.shape + ", " + std::to_string(t.microbatches) +
+         " microbatches a step) with each recompute policy in turn, everything else kept: the "
+         "fastest step of each policy within each memory budget per GPU, from no savings (" +
+         fixed(to_seconds(t.no_savings), 3) + " s a step) down to the least optimal recompute "
+         "reaches (strata tradeoff, docs/remat.md). A cell is the step time and its overhead over no "
+         "savings; - when the policy does not fit.";
+}
+
 std::string timeline_caption(const ReportData& d, const Timeline& t) {
   std::string s = "Plan " + t.plan_id + " replayed: " + fmt_count(t.tasks) + " tasks, step " +
                   seconds_text(static_cast<double>(t.step_ns) / 1e9);
@@ -910,7 +921,8 @@ std::string report_html(const ReportData& d) {
        escape_xml(d.scenario) + "</code>: " + fmt_count(d.plans.size()) + " plans scored of " +
        fmt_count(d.space_size) + " in the space.</p>\n";
   o += "<nav><a href=\"#winner\">Winner</a><a href=\"#pareto\">Time vs memory</a><a href=\"#memory\">Memory</a>"
-       "<a href=\"#time\">Time</a><a href=\"#timeline\">Timeline</a><a href=\"#techniques\">Techniques</a>"
+       "<a href=\"#time\">Time</a><a href=\"#timeline\">Timeline</a><a href=\"#tradeoff\">Trade-off</a>"
+       "<a href=\"#techniques\">Techniques</a>"
        "<a href=\"#top\">Top plans</a><a href=\"#front\">Pareto front</a><a href=\"#counts\">Counts</a></nav>\n";
 
   // Scenario.
@@ -961,6 +973,16 @@ std::string report_html(const ReportData& d) {
     o += "<div class=\"wide\">" + html_of(timeline_table(*d.timeline)) + "</div>";
   } else {
     o += "<p>No timeline: " + escape_xml(d.timeline_note.empty() ? "no plan to replay" : d.timeline_note) + "</p>";
+  }
+  o += "</section>\n";
+
+  o += "<section id=\"tradeoff\"><h2>Step time against memory, per recompute policy</h2>";
+  if (d.tradeoff) {
+    o += "<p>" + escape_xml(tradeoff_caption(*d.tradeoff)) + "</p>";
+    o += tradeoff_svg(*d.tradeoff);
+    o += "<div class=\"wide\">" + html_of(tradeoff_table(*d.tradeoff)) + "</div>";
+  } else {
+    o += "<p>No trade-off: " + escape_xml(d.tradeoff_note.empty() ? "no plan to vary" : d.tradeoff_note) + "</p>";
   }
   o += "</section>\n";
 
@@ -1059,6 +1081,12 @@ std::string report_markdown(const ReportData& d) {
     o += md(timeline_caption(d, *d.timeline)) + "\n\n" + to_markdown(visible(timeline_table(*d.timeline))) + "\n";
   } else {
     o += "No timeline: " + md(d.timeline_note.empty() ? "no plan to replay" : d.timeline_note) + "\n\n";
+  }
+  o += "## Step time against memory, per recompute policy\n\n";
+  if (d.tradeoff) {
+    o += md(tradeoff_caption(*d.tradeoff)) + "\n\n" + to_markdown(visible(tradeoff_table(*d.tradeoff))) + "\n";
+  } else {
+    o += "No trade-off: " + md(d.tradeoff_note.empty() ? "no plan to vary" : d.tradeoff_note) + "\n\n";
   }
   o += "## Technique by technique\n\n";
   if (an.axes.empty()) o += "The space searches no axis with more than one value.\n\n";

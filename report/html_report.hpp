@@ -16,6 +16,7 @@
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
 #include "sim/units.hpp"
+#include "strategies/tradeoff.hpp"
 
 namespace strata::report {
 
@@ -110,6 +111,10 @@ struct ReportData {
   std::vector<PlanRecord> plans;  // any order; renderers rank them
   std::optional<Timeline> timeline;
   std::string timeline_note;  // why there is no timeline, when there is none
+  // The best plan's step time against memory per recompute policy
+  // (strategies::plan_tradeoff), and why there is none when there is none.
+  std::optional<strategies::Tradeoff> tradeoff;
+  std::string tradeoff_note;
 };
 
 // What the report concludes; shared by the HTML and Markdown renderings.
@@ -151,7 +156,8 @@ std::string results_csv(const ReportData& d);
 
 // Reads DIR/summary.json and DIR/results.jsonl (report/explore.hpp) and
 // re-simulates the best plan from DIR/scenario.json (or, failing that, the
-// scenario path the summary names) for its timeline. Throws InputError
+// scenario path the summary names) for its timeline and its recompute
+// trade-off (12 budgets). Throws InputError
 // naming the file for a directory that is not an explore output.
 ReportData load_report_data(const std::string& dir);
 

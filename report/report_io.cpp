@@ -136,9 +136,9 @@ void add_rules(std::vector<CountRow>& rows, const ordered_json& rules) {
     rows.push_back({rule, rc.value("count", std::uint64_t{0}), rc.value("example", std::string()), true});
 }
 
-// The best plan replayed at layer granularity from the directory's scenario.
-Timeline replay(const std::string& dir, const std::string& summary_scenario, const std::string& line,
-                const std::string& plan_id) {
+// The best plan's scenario: the directory's scenario with the record's batch and plan.
+strategies::Scenario best_scenario(const std::string& dir, const std::string& summary_scenario,
+                                   const std::string& line, const std::string& plan_id) {
   std::string source = (fs::path(dir) / "scenario.json").string();
   // Relative paths inside the scenario resolve against the original
   // scenario's directory when it is still there, else the explore directory.
@@ -156,7 +156,11 @@ Timeline replay(const std::string& dir, const std::string& summary_scenario, con
   sc["batch"] = rec.at("batch");
   sc["plan"] = rec.at("plan");
   sc.erase("space");
-  const auto scenario = strategies::parse_scenario(sc.dump(), source + " (plan " + plan_id + ")", base);
+  return strategies::parse_scenario(sc.dump(), source + " (plan " + plan_id + ")", base);
+}
+
+// The best plan replayed at layer granularity.
+Timeline replay(const strategies::Scenario& scenario, const std::string& plan_id) {
   sim::RunResult run;
   strategies::LoweredStep lowered;
   strategies::predict_step(scenario, &run, &lowered);
@@ -247,13 +251,20 @@ ReportData load_report_data(const std::string& dir) {
   if (an.winner) {
     const auto& best = d.plans[*an.winner];
     const auto id = strategies::parse_plan_id(best.plan_id);
+    std::optional<strategies::Scenario> sc;
     try {
-      d.timeline = replay(dir, d.scenario, rf.lines.at(*id), best.plan_id);
+      sc = best_scenario(dir, d.scenario, rf.lines.at(*id), best.plan_id);
+      d.timeline = replay(*sc, best.plan_id);
     } catch (const std::exception& e) {
       d.timeline_note = std::string("re-simulating plan ") + best.plan_id + " failed: " + e.what();
     }
+    try {
+      if (sc) d.tradeoff = strategies::plan_tradeoff(*sc, {.budgets = 12});
+    } catch (const std::exception& e) {
+      d.tradeoff_note = std::string("the recompute trade-off of plan ") + best.plan_id + ": " + e.what();
+    }
   } else {
-    d.timeline_note = "no plan fits";
+    d.timeline_note = d.tradeoff_note = "no plan fits";
   }
   return d;
 }

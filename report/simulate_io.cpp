@@ -1,4 +1,5 @@
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "report/simulate.hpp"
 #include "report/fields_io.hpp"
@@ -33,6 +34,39 @@ std::string plan_summary(const strategies::Scenario& sc) {
 }
 
 std::string gib(Bytes b) { return fixed(to_GiB(b), 2) + " GiB"; }
+
+// What each layer of stage s keeps (keeps_pattern: A, S, I, N) or moves
+// to the host (swaps_pattern: -, H, L), its model chunks separated by "|";
+// `runs` writes runs as "3I 2S 1A".
+template <class T>
+std::string stage_layers(const strategies::Scenario& sc, const std::vector<T>& choices, int s,
+                         bool runs) {
+  const auto chunks = strategies::chunk_layers(sc.plan, sc.model.layers);
+  std::vector<std::int64_t> first(chunks.size() + 1, 0);
+  for (std::size_t k = 0; k < chunks.size(); ++k) first[k + 1] = first[k] + chunks[k];
+  std::string out;
+  for (std::size_t k = static_cast<std::size_t>(s); k < chunks.size(); k += static_cast<std::size_t>(sc.plan.pp)) {
+    if (!out.empty()) out += runs ? " | " : "|";
+    const auto part = std::span<const T>(choices).subspan(static_cast<std::size_t>(first[k]),
+                                                          static_cast<std::size_t>(chunks[k]));
+    std::string p;
+    if constexpr (std::is_same_v<T, strategies::Keep>)
+      p = strategies::keeps_pattern(part);
+    else
+      p = strategies::swaps_pattern(part);
+    if (!runs) {
+      out += p;
+      continue;
+    }
+    for (std::size_t i = 0; i < p.size();) {
+      std::size_t j = i;
+      while (j < p.size() && p[j] == p[i]) ++j;
+      out += (i > 0 ? " " : "") + std::to_string(j - i) + p[i];
+      i = j;
+    }
+  }
+  return out;
+}
 
 // Throughput figures of a step.
 struct Rates {
@@ -91,8 +125,11 @@ std::string render_simulation(const strategies::Scenario& sc,
                         {"in_flight_microbatches", st.in_flight},
                         {"host_bytes", st.host_bytes},
                         {"nvme_bytes", st.nvme_bytes},
+                        {"layer_keeps", stage_layers(sc, mem.layers.keeps, st.stage, false)},
+                        {"layer_swaps", stage_layers(sc, mem.layers.swaps, st.stage, false)},
                         {"breakdown_bytes", tags_json(st.bytes)}});
     j["memory_per_stage"] = stages;
+    if (mem.budget) j["memory_budget_bytes"] = *mem.budget;
     j["host_memory_bytes"] = mem.host_bytes_per_node;
     j["host_memory_capacity_bytes"] = mem.host_capacity_per_node;
     j["nvme_bytes"] = mem.nvme_bytes_per_node;
@@ -102,14 +139,19 @@ std::string render_simulation(const strategies::Scenario& sc,
   }
 
   Table per_stage;
-  per_stage.columns = {"stage", "parameters", "in_flight", "peak"};
+  const bool swaps = sc.plan.offload.activations;
+  per_stage.columns = {"stage", "parameters", "in_flight", "layers keep"};
+  if (swaps) per_stage.columns.emplace_back("to host");
+  per_stage.columns.emplace_back("peak");
   for (MemTag t : kPrintedTags)
     if (t != MemTag::Other) per_stage.columns.emplace_back(enum_name(t));
   per_stage.align.assign(per_stage.columns.size(), Align::Right);
   for (const auto& st : mem.stages) {
     std::vector<std::string> row = {std::to_string(st.stage), count(static_cast<double>(st.params)),
                                     std::to_string(st.in_flight),
-                                    f == Format::Csv ? std::to_string(st.total) : gib(st.total)};
+                                    stage_layers(sc, mem.layers.keeps, st.stage, f != Format::Csv)};
+    if (swaps) row.push_back(stage_layers(sc, mem.layers.swaps, st.stage, f != Format::Csv));
+    row.push_back(f == Format::Csv ? std::to_string(st.total) : gib(st.total));
     for (MemTag t : kPrintedTags) {
       if (t == MemTag::Other) continue;
       const Bytes b = st.bytes[static_cast<std::size_t>(t)];
@@ -159,6 +201,11 @@ std::string render_simulation(const strategies::Scenario& sc,
     row("optimizer", b.optimizer);
     out += "\n" + to_text(t) + "\n";
   }
+  if (mem.budget)
+    out += "layers     planned within " + gib(*mem.budget) +
+           " per GPU: per stage, layers that keep all (A), drop the attention core (S), keep "
+           "their input (I) or nothing (N; rerun from the segment's input), and move to the "
+           "host all they keep (H), their linear layers' inputs (L) or nothing (-)\n";
   if (mem.host_bytes_per_node > 0 || mem.nvme_bytes_per_node > 0)
     out += "host       " + gib(mem.host_bytes_per_node) + " of " +
            gib(mem.host_capacity_per_node) + " per node; NVMe " + gib(mem.nvme_bytes_per_node) +

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "report/format.hpp"
+#include "report/table.hpp"
 #include "strategies/tradeoff.hpp"
 
 namespace strata::report {
@@ -16,6 +17,8 @@ namespace strata::report {
 // "activation_peak_bytes", "peak_memory_bytes", "setting"} or null, …}}]}.
 // CSV: one row per budget and policy.
 std::string render_tradeoff(const strategies::Tradeoff& t, Format f);
+// The table's rows (the text rendering's, and the report's).
+Table tradeoff_table(const strategies::Tradeoff& t);
 
 // The chart: extra step time over no savings (%, up to +100 %) against the
 // memory budget (fixed bytes + activation budget, GiB), one curve per

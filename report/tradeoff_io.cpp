@@ -11,15 +11,32 @@ namespace {
 using nlohmann::ordered_json;
 using strategies::RematPolicy;
 
-double seconds(const strategies::Tradeoff& t, const strategies::TradeoffPoint& p) {
-  return to_seconds(t.step_time(p.time));
+double seconds(const strategies::Tradeoff&, const strategies::TradeoffPoint& p) {
+  return to_seconds(p.time);
 }
 double overhead(const strategies::Tradeoff& t, const strategies::TradeoffPoint& p) {
-  return static_cast<double>(t.step_time(p.time)) / static_cast<double>(t.step_time(t.compute)) - 1;
+  return static_cast<double>(p.time) / static_cast<double>(t.no_savings) - 1;
 }
 std::string gib(Bytes b) { return fixed(to_GiB(b), 2) + " GiB"; }
 
 }  // namespace
+
+Table tradeoff_table(const strategies::Tradeoff& t) {
+  Table tab;
+  tab.columns = {"activations", "memory"};
+  for (const auto& c : t.curves) tab.columns.emplace_back(enum_name(c.policy));
+  tab.align.assign(tab.columns.size(), Align::Right);
+  for (std::size_t b = 0; b < t.budgets.size(); ++b) {
+    std::vector<std::string> row{gib(t.budgets[b]), gib(t.fixed_bytes + t.budgets[b])};
+    for (const auto& c : t.curves) {
+      const auto& p = c.best[b];
+      row.push_back(p ? fixed(seconds(t, *p), 3) + " s +" + fixed(100 * overhead(t, *p), 1) + "%"
+                      : "-");
+    }
+    tab.add_row(row);
+  }
+  return tab;
+}
 
 std::string render_tradeoff(const strategies::Tradeoff& t, Format f) {
   const Bytes none_peak = t.budgets.front();
@@ -32,7 +49,7 @@ std::string render_tradeoff(const strategies::Tradeoff& t, Format f) {
     j["gpu_memory_bytes"] = t.gpu_bytes;
     j["optimizer_time_s"] = to_seconds(t.optimizer_time);
     j["framework_time_s"] = to_seconds(t.framework_time);
-    j["no_savings"] = {{"step_time_s", to_seconds(t.step_time(t.compute))},
+    j["no_savings"] = {{"step_time_s", to_seconds(t.no_savings)},
                        {"activation_bytes", none_peak}};
     ordered_json rows = ordered_json::array();
     for (std::size_t b = 0; b < t.budgets.size(); ++b) {
@@ -70,25 +87,14 @@ std::string render_tradeoff(const strategies::Tradeoff& t, Format f) {
       }
     return to_csv(tab);
   }
-  tab.columns = {"activations", "memory"};
-  for (const auto& c : t.curves) tab.columns.emplace_back(enum_name(c.policy));
-  tab.align.assign(tab.columns.size(), Align::Right);
-  for (std::size_t b = 0; b < t.budgets.size(); ++b) {
-    std::vector<std::string> row{gib(t.budgets[b]), gib(t.fixed_bytes + t.budgets[b])};
-    for (const auto& c : t.curves) {
-      const auto& p = c.best[b];
-      row.push_back(p ? fixed(seconds(t, *p), 3) + " s +" + fixed(100 * overhead(t, *p), 1) + "%"
-                      : "-");
-    }
-    tab.add_row(row);
-  }
+  tab = tradeoff_table(t);
   std::string out;
-  out += "model        " + t.model + " (" + std::to_string(t.stages) + " stages), " +
-         std::to_string(t.microbatches) + " microbatch(es) per step\n";
+  out += "model        " + t.model + " (" + t.shape + "), " + std::to_string(t.microbatches) +
+         " microbatch(es) per step\n";
   out += "memory       " + gib(t.fixed_bytes) +
          " fixed (weights, gradients, optimizer state, runtime) + activations; GPU " +
          gib(t.gpu_bytes) + "\n";
-  out += "no savings   step " + fixed(to_seconds(t.step_time(t.compute)), 3) + " s, activations " +
+  out += "no savings   step " + fixed(to_seconds(t.no_savings), 3) + " s, activations " +
          gib(none_peak) + "\n";
   out += "cells        step time and overhead of each policy's fastest schedule within the "
          "activation budget (- : none fits)\n\n";
@@ -103,7 +109,7 @@ std::string tradeoff_svg(const strategies::Tradeoff& t) {
   svg::Scatter s;
   s.title = "Step time against memory: " + t.model;
   s.desc = "For each recompute policy, the extra step time of its fastest schedule within each "
-           "memory budget, from no savings (" + fixed(to_seconds(t.step_time(t.compute)), 3) +
+           "memory budget, from no savings (" + fixed(to_seconds(t.no_savings), 3) +
            " s a step) down to the least feasible budget; overheads above +100 % are not drawn.";
   s.x_label = "memory budget per GPU (GiB)";
   s.y_label = "extra step time over no savings (%)";

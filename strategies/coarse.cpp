@@ -46,7 +46,7 @@ struct ChunkPass {
 class CoarseStep : StepLayout {
  public:
   CoarseStep(const Scenario& sc, const StepCosts& costs)
-      : StepLayout(sc), sc_(sc), plan_(sc.plan), costs_(costs) {
+      : StepLayout(sc, costs), sc_(sc), plan_(sc.plan), costs_(costs) {
     price_layers();
     require_countable_step(sc, serial_ns(), static_cast<std::uint64_t>(m_) * 2 * chunks_.size());
     const int chunks = static_cast<int>(chunks_.size());
@@ -184,7 +184,7 @@ class CoarseStep : StepLayout {
     pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
     pr.bubble_fraction =
         step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(step_time) : 0;
-    add_step_flops(sc_, pr);
+    add_step_flops(sc_, layers_.keeps, pr);
     return pr;
   }
 
@@ -295,7 +295,7 @@ class CoarseStep : StepLayout {
       blocking_comm(c, comm_f_);
       if (i == 0) c.first_layer_end = c.duration;
       c.last_layer_end = c.duration;
-      if (const Bytes stored = plan_.offload.activations ? layer_stored(i, n) : 0; stored > 0) {
+      if (const Bytes stored = layer_swapped(k, i); stored > 0) {
         c.last_copy_out = costs_.copy(stored, CopyDir::ToHost);
         c.copies_out += c.last_copy_out;
       }
@@ -315,23 +315,19 @@ class CoarseStep : StepLayout {
     }
     c.head_end = c.duration;
     c.layer_end.assign(static_cast<std::size_t>(n), 0);
-    const Recompute policy = rule_.policy;
-    const bool segmented = policy == Recompute::EveryK || policy == Recompute::Sqrt;
+    const std::span<const Keep> keeps = chunk_keeps(k);
     for (std::int64_t i = n - 1; i >= 0; --i) {
       Time recompute = 0;
-      std::int64_t redone = 0;  // layers recomputed before this backward
-      const bool segment_end = i == n - 1 || (i + 1) % rule_.segment(n) == 0;
-      if (policy == Recompute::Full)
-        redone = 1;
-      else if (segmented && segment_end)
-        redone = i % rule_.segment(n) + 1;  // the segment ending at layer i
-      else if (policy == Recompute::Selective && rule_.full != rule_.selective)
+      std::int64_t redone = 0;  // layers rerun before this backward
+      if (segment_end(keeps, i))
+        redone = i - segment_start(keeps, i) + 1;  // the segment ending at layer i
+      else if (keeps[static_cast<std::size_t>(i)] == Keep::Selective && rule_.full != rule_.selective)
         recompute = core_;
       recompute += static_cast<Time>(redone) * r_;
       const Time comm = static_cast<Time>(redone) * comm_f_sum_ + comm_b_sum_;
       // Offloaded activations come back on the host-to-device engine, one
       // layer ahead.
-      const Bytes stored = plan_.offload.activations ? layer_stored(i, n) : 0;
+      const Bytes stored = layer_swapped(k, i);
       const Time prefetch = stored > 0 ? costs_.copy(stored, CopyDir::ToDevice) : 0;
       if (i == n - 1) c.first_prefetch = prefetch;
       // ZeRO-3: the layer's gather queues on the communication stream

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "strategies/step_costs.hpp"
+#include "strategies/step_layout.hpp"
 #include "strategies/unit_costs_testing.hpp"
 #include "strategies/validate.hpp"
 
@@ -58,10 +59,10 @@ TEST_CASE("coarse: blocking p2p sends add to every step, overlapped ones only to
 // coarse level folds exactly; the step time must equal the layer level's to
 // the nanosecond, and the breakdown must sum to it.
 TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch needs its own events") {
-  int compared = 0;
+  int compared = 0, mixed = 0;
   for (const char* pp : {"1", "2", "4"})
     for (const char* sched : {"1f1b", "gpipe", "interleaved"})
-      for (const char* rec : {"none", "selective", "full", "every_k", "sqrt"})
+      for (const char* rec : {"none", "selective", "full", "every_k", "sqrt", "optimal"})
         for (const char* tpz : {"\"tp\": 2, \"zero\": 0", "\"tp\": 1, \"zero\": 1",
                                 "\"tp\": 2, \"zero\": 2, \"sequence_parallel\": true"})
           for (const char* extra :
@@ -71,7 +72,8 @@ TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch
             if (std::string(sched) == "interleaved" && std::string(pp) == "1") continue;
             std::string plan = std::string("{\"pp\": ") + pp + ", \"schedule\": \"" + sched +
                                "\", \"recompute\": \"" + rec + "\", " +
-                               (std::string(rec) == "every_k" ? "\"recompute_k\": 3, " : "") + tpz + extra;
+                               (std::string(rec) == "every_k" ? "\"recompute_k\": 3, " : "") +
+                               (std::string(rec) == "optimal" ? "\"memory_budget_GiB\": 9, " : "") + tpz + extra;
             if (std::string(sched) == "interleaved") plan += ", \"virtual_stages\": 2";
             // 16 GPUs: dp = 16 / (tp · pp).
             const int tp = std::string(tpz).find("\"tp\": 2") != std::string::npos ? 2 : 1;
@@ -103,9 +105,14 @@ TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch
             CHECK(std::abs(static_cast<double>(coarse.breakdown.bubble - layer.breakdown.bubble)) <=
                   0.01 * static_cast<double>(layer.step_time));
             CHECK(coarse.tasks < layer.tasks);
+            if (sc.plan.recompute == Recompute::Optimal) {
+              const std::string keeps = keeps_pattern(plan_layers(sc, costs).keeps);
+              mixed += keeps.find('A') != std::string::npos && keeps.find('I') != std::string::npos;
+            }
             ++compared;
           }
   CHECK(compared > 200);
+  CHECK(mixed > 20);  // optimal plans that keep some layers and recompute others
 }
 
 }  // namespace
@@ -114,7 +121,8 @@ TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch
 namespace strata::strategies {
 namespace {
 
-// ZeRO-3 and activation offload are folded in (coarse.hpp); on this matrix
+// ZeRO-3 and activation offload (every planner but joint, which replays its
+// candidates per layer) are folded in (coarse.hpp); on this matrix
 // the coarse level stays within 10 % of the layer level and is never more
 // than 1 % optimistic, so re-simulating the kept plans corrects it in few
 // rounds (docs/performance.md has the goal sweep's figures).
@@ -134,7 +142,10 @@ TEST_CASE("coarse: ZeRO-3 and activation offload folded in stay close to the lay
     for (const char* sched : {"1f1b", "gpipe"})
       for (const char* rec : {"none", "selective", "full"})
         for (const char* what : {"\"zero\": 3", "\"offload\": {\"activations\": true}",
-                                 "\"zero\": 3, \"offload\": {\"activations\": true}"})
+                                 "\"zero\": 3, \"offload\": {\"activations\": true}",
+                                 "\"offload\": {\"activations\": true, \"planner\": \"vdnn\"}",
+                                 "\"offload\": {\"activations\": true, \"planner\": \"lifetime\"}",
+                                 "\"offload\": {\"activations\": true, \"planner\": \"priority\"}"})
           for (const char* micro : {"1", "4"}) {
             const int dp = 16 / std::stoi(pp);
             const std::string plan = std::string("{\"pp\": ") + pp + ", \"dp\": " + std::to_string(dp) +

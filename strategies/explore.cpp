@@ -15,6 +15,7 @@
 #include "strategies/coarse.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_costs.hpp"
+#include "strategies/step_layout.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -192,6 +193,13 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   const std::uint64_t total = shard_size(res.space_size, opt);
   res.enumerated = total;
   const Scorer scorer = opt.scorer ? opt.scorer : coarse_scorer(sc);
+  // Optimal recompute's layer choices depend on the layers' times: the
+  // memory bound times them with the calibration the scorers use.
+  const auto cal = calibration_once(sc);
+  const auto memory_of = [&cal](const Scenario& pt) {
+    if (!needs_solver(pt.plan)) return estimate_memory(pt);
+    return estimate_memory(pt, {}, plan_layers(pt, ModelStepCosts(pt, *cal)));
+  };
   int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::thread::hardware_concurrency());
   jobs = std::max(1, jobs);
   if (static_cast<std::uint64_t>(jobs) > total) jobs = static_cast<int>(std::max<std::uint64_t>(1, total));
@@ -248,7 +256,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           }
           MemoryEstimate mem;
           try {
-            mem = estimate_memory(pt);
+            mem = memory_of(pt);
           } catch (const InputError& e) {
             not_modelled(t, index, e);
             continue;
@@ -295,7 +303,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         pt.plan = sc.plan;
         pt.batch = sc.batch;
         space.apply(c.index, pt.plan, pt.batch);
-        const MemoryEstimate mem = estimate_memory(pt);
+        const MemoryEstimate mem = memory_of(pt);
         Score sc_;
         bool ok = false;
         try {
@@ -429,7 +437,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             pt.plan = sc.plan;
             pt.batch = sc.batch;
             space.apply(index, pt.plan, pt.batch);
-            const MemoryEstimate mem = estimate_memory(pt);
+            const MemoryEstimate mem = memory_of(pt);
             const Score score = refine(pt);
             const double step_s = to_seconds(score.step.step_time);
             figures[k] = {todo[k], step_s, mem.peak_bytes, tokens_per_s_per_gpu(pt, step_s)};

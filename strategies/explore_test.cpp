@@ -143,22 +143,22 @@ TEST_CASE("explore: finished plans are not scored again; shards partition the sp
 }
 
 TEST_CASE("explore: the goal sweep's rejections (docs/explore.md)") {
-  // GPT-3 175B on 1024 A100s, "space": "auto": 241,920 plans. tp 3 and 6
-  // (2 of 6 tp values) never divide 1024 GPUs: 80,640 gpu-count; tp 1 with
-  // sequence parallelism (1/6 · 1/2): 20,160 sp-needs-tp.
+  // GPT-3 175B on 1024 A100s, "space": "auto": 322,560 plans. tp 3 and
+  // 6 (2 of 6 tp values) never divide 1024 GPUs: 107,520 gpu-count; tp 1 with
+  // sequence parallelism (1/6 · 1/2): 26,880 sp-needs-tp.
   const auto sc = load_scenario(STRATA_SOURCE_DIR "/configs/scenarios/gpt3-175b-explore.json");
   ExploreOptions o;
   o.scorer = fake_score;
   const auto r = explore(sc, o);
-  CHECK(r.enumerated == 241'920);
-  CHECK(r.invalid == 169'920);
-  CHECK(r.rejected.at("gpu-count").count == 80'640);
-  CHECK(r.rejected.at("sp-needs-tp").count == 20'160);
-  CHECK(r.rejected.at("interleaved-microbatches").count == 26'208);
-  CHECK(r.rejected.at("chunks-exceed-layers").count == 16'128);
-  CHECK(r.rejected.at("batch-divisible").count == 14'688);
-  CHECK(r.rejected.at("interleaved-needs-pp").count == 12'096);
-  CHECK(r.pruned + r.not_modelled + r.scored == 241'920 - 169'920);
+  CHECK(r.enumerated == 322'560);
+  CHECK(r.invalid == 226'560);
+  CHECK(r.rejected.at("gpu-count").count == 107'520);
+  CHECK(r.rejected.at("sp-needs-tp").count == 26'880);
+  CHECK(r.rejected.at("interleaved-microbatches").count == 34'944);
+  CHECK(r.rejected.at("chunks-exceed-layers").count == 21'504);
+  CHECK(r.rejected.at("batch-divisible").count == 19'584);
+  CHECK(r.rejected.at("interleaved-needs-pp").count == 16'128);
+  CHECK(r.pruned + r.not_modelled + r.scored == 322'560 - 226'560);
 }
 
 TEST_CASE("explore: scorer errors are counted, not fatal") {

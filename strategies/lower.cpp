@@ -108,8 +108,9 @@ constexpr std::int32_t kNone = -1;
 
 class StepLowering : StepLayout {
  public:
-  StepLowering(const Scenario& sc, const StepCosts& costs)
-      : StepLayout(sc), sc_(sc), plan_(sc.plan), costs_(costs), statics_(estimate_memory(sc)) {
+  StepLowering(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
+      : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
+        statics_(estimate_memory(sc, {}, layers_)) {
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     fwd_first_.assign(slots, kNone);
     bwd_first_.assign(slots, kNone);
@@ -134,6 +135,7 @@ class StepLowering : StepLayout {
         if (k + 1 < chunks) dep(bwd_send_[slot(k + 1, mb)], bwd_first_[slot(k, mb)]);
       }
     out_.stages = p_;
+    out_.layers = layers_;
     out_.graph = std::move(g_);
     return std::move(out_);
   }
@@ -200,9 +202,14 @@ class StepLowering : StepLayout {
 
   // Activation buffers of this stage, by kind, layer (−1 for the embedding
   // and head) and microbatch; ids are per stage: "s3:act/L7/mb2".
-  enum class Buf : std::uint8_t { Act, ActHost, ActBack, Recomputed, Grad, Core, Head, HeadGrad, Embedding };
-  static constexpr const char* kBufName[] = {"act",  "act-host", "act-back", "recomputed", "grad",
-                                             "core", "act/head", "grad/head", "act/embedding"};
+  // A layer's saved bytes are `act`; when only part of them goes to the
+  // host (vDNN), that part is `act` and the rest `act-kept`.
+  enum class Buf : std::uint8_t {
+    Act, ActHost, ActBack, Recomputed, Grad, Core, Head, HeadGrad, Embedding, ActKept
+  };
+  static constexpr const char* kBufName[] = {"act",       "act-host",      "act-back", "recomputed",
+                                             "grad",      "core",          "act/head", "grad/head",
+                                             "act/embedding", "act-kept"};
   static std::uint64_t code(Buf b, std::int64_t layer, int mb) {
     return (static_cast<std::uint64_t>(b) << 56) | (static_cast<std::uint64_t>(layer + 1) << 28) |
            static_cast<std::uint64_t>(mb);
@@ -256,21 +263,23 @@ class StepLowering : StepLayout {
       std::int32_t gather = kNone, fetch = kNone;
       if (zero3()) gather = param_gather(layer, mb, "fwd");
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, "fwd");
-      const Bytes stored = layer_stored(i, n);
+      const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       Mem mem;
-      if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, stored));
+      if (swapped > 0 && swapped < stored)
+        mem.allocs.push_back(buffer(Buf::ActKept, layer, mb, stored - swapped));
+      if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, swapped > 0 ? swapped : stored));
       const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
                                sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem),
                                info(TaskOp::Forward, Part::Layer, layer, mb));
       dep(gather, f.index);
       dep(fetch, f.index);
       layer_comm(layer, mb, Pass::Forward);
-      if (plan_.offload.activations && stored > 0) {
-        // The saved activations move to the host pool once the layer is done.
+      if (swapped > 0) {
+        // The swapped activations move to the host pool once the layer is done.
         const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
-                              costs_.copy(stored, CopyDir::ToHost), sim::Phase::None, CommKind::None,
+                              costs_.copy(swapped, CopyDir::ToHost), sim::Phase::None, CommKind::None,
                               layer, mb,
-                              {{buffer(Buf::ActHost, layer, mb, stored, true)},
+                              {{buffer(Buf::ActHost, layer, mb, swapped, true)},
                                {existing(Buf::Act, layer, mb)}},
                               info(TaskOp::Offload, Part::Layer, layer, mb));
         dep(last_compute_, c.index);
@@ -297,16 +306,17 @@ class StepLowering : StepLayout {
               info(TaskOp::Backward, Part::Head, -1, mb));
       head_bwd_ = last_compute_;
     }
-    const Recompute policy = rule_.policy;
+    const std::span<const Keep> keeps = chunk_keeps(k);
     std::vector<std::int32_t> bwd_of(static_cast<std::size_t>(n), kNone);
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const std::int64_t layer = first + i;
-      const Bytes stored = layer_stored(i, n);
+      const Keep keep = keeps[static_cast<std::size_t>(i)];
+      const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       // What the layer's backward waits for off the compute stream.
       std::vector<std::int32_t> ready;
       Buf saved = Buf::Act;  // where its saved bytes are on the GPU
-      if (plan_.offload.activations && stored > 0) {
-        ready.push_back(prefetch_activations(layer, mb, i, n, stored, bwd_of));
+      if (swapped > 0) {
+        ready.push_back(prefetch_activations(layer, mb, i, n, swapped, bwd_of));
         saved = Buf::ActBack;
       }
       if (zero3()) ready.push_back(param_gather(layer, mb, "bwd"));
@@ -314,14 +324,12 @@ class StepLowering : StepLayout {
       auto wait = [&](TaskId t) {
         for (auto r : ready) dep(r, t.index);
       };
-      const bool segment_end = i == n - 1 || (i + 1) % rule_.segment(n) == 0;
-      const bool segmented = policy == Recompute::EveryK || policy == Recompute::Sqrt;
-      const bool recomputes = policy == Recompute::Full || segmented;
-      if (policy == Recompute::Full || (segmented && segment_end)) {
-        // Recompute the segment ending at layer i (one layer for full): its
-        // layers' saved bytes live until their backward.
-        const std::int64_t start = policy == Recompute::Full ? i : i - i % rule_.segment(n);
-        for (std::int64_t j = start; j <= i; ++j) {
+      const bool recomputes = keep == Keep::Input || keep == Keep::Nothing;
+      if (segment_end(keeps, i)) {
+        // Rerun the segment ending at layer i (one layer for full recompute)
+        // from its first layer's input: its layers' saved bytes live until
+        // their backward.
+        for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
           const TaskId r = compute(key("recompute", first + j, mb),
                                    costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
                                    first + j, mb, CommKind::None,
@@ -330,7 +338,7 @@ class StepLowering : StepLayout {
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
-      } else if (policy == Recompute::Selective && rule_.full != rule_.selective) {
+      } else if (keep == Keep::Selective && rule_.full != rule_.selective) {
         TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb);
         core.core_only = true;
         const TaskId r = compute(key("recompute", layer, mb),
@@ -343,11 +351,12 @@ class StepLowering : StepLayout {
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
       mem.allocs.push_back(buffer(Buf::Grad, layer, mb, rule_.grad));
-      if (policy == Recompute::Selective)
+      if (keep == Keep::Selective)
         mem.allocs.push_back(buffer(Buf::Core, layer, mb, rule_.full - rule_.selective));
       mem.frees = mem.allocs;
       if (recomputes) mem.frees.push_back(existing(Buf::Recomputed, layer, mb));
       if (stored > 0) mem.frees.push_back(existing(saved, layer, mb));
+      if (swapped > 0 && swapped < stored) mem.frees.push_back(existing(Buf::ActKept, layer, mb));
       const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
                                sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem),
                                info(TaskOp::Backward, Part::Layer, layer, mb));
@@ -725,8 +734,8 @@ class StepLowering : StepLayout {
 
 }  // namespace
 
-LoweredStep lower_step(const Scenario& sc, const StepCosts& costs) {
-  return StepLowering(sc, costs).build();
+LoweredStep lower_step(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers) {
+  return StepLowering(sc, costs, layers).build();
 }
 
 namespace {
@@ -815,7 +824,7 @@ TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int s
 
 }  // namespace
 
-void add_step_flops(const Scenario& sc, StepPrediction& pr) {
+void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) {
   // FLOPs of the whole model for the global batch: model FLOPs count each
   // matrix product once (Korthikanti Eq. 7); hardware FLOPs add recompute.
   cost::ExpandOptions one;
@@ -823,21 +832,17 @@ void add_step_flops(const Scenario& sc, StepPrediction& pr) {
   const cost::OpChain whole = cost::expand(sc.model, one);
   const double seqs = static_cast<double>(sc.batch.global);
   pr.model_flops_per_step = whole.model_flops() * seqs;
-  double recompute = 0;
-  switch (sc.plan.recompute) {
-    case Recompute::None: break;
-    case Recompute::Selective:
-      // The attention core's matrix products, when the kernel saved it (flash
-      // attention saves no scores: nothing to recompute).
-      if (whole.block.saved_bytes(Recompute::None) != whole.block.saved_bytes(Recompute::Selective))
-        for (const auto& op : whole.block.ops)
-          if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::AttnValues)
-            recompute += op.fwd_flops;
-      break;
-    default: recompute = whole.block.fwd_flops(); break;
-  }
-  pr.hardware_flops_per_step =
-      pr.model_flops_per_step + recompute * static_cast<double>(whole.blocks) * seqs;
+  // The attention core's matrix products, when the kernel saved it (flash
+  // attention saves no scores: nothing to recompute).
+  double core = 0;
+  if (whole.block.saved_bytes(Recompute::None) != whole.block.saved_bytes(Recompute::Selective))
+    for (const auto& op : whole.block.ops)
+      if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::AttnValues)
+        core += op.fwd_flops;
+  const KeepCounts n = count_keeps(keeps);
+  const double recompute = static_cast<double>(n.input + n.nothing) * whole.block.fwd_flops() +
+                           static_cast<double>(n.selective) * core;
+  pr.hardware_flops_per_step = pr.model_flops_per_step + recompute * seqs;
 }
 
 void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t tasks) {
@@ -852,8 +857,8 @@ void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t 
 }
 
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::RunResult* run_out,
-                            LoweredStep* lowered_out) {
-  LoweredStep low = lower_step(sc, costs);
+                            LoweredStep* lowered_out, const LayerPlan* layers) {
+  LoweredStep low = lower_step(sc, costs, layers);
   // Each task alone (a transfer at its slowest link's full rate): the engine
   // never idles while a task can run, and shared links stay busy.
   double serial = 0;
@@ -886,7 +891,7 @@ StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::Run
   pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
   pr.bubble_fraction =
       pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
-  add_step_flops(sc, pr);
+  add_step_flops(sc, low.layers.keeps, pr);
   if (run_out) *run_out = run;
   if (lowered_out) *lowered_out = std::move(low);
   return pr;

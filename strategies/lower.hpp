@@ -20,6 +20,7 @@
 #include "costmodel/ops.hpp"
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
+#include "strategies/layer_plan.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
@@ -144,9 +145,12 @@ struct LoweredStep {
   std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
   std::vector<TaskInfo> info;       // by task index: what the task does
   int stages = 0;
+  LayerPlan layers;                 // what each layer keeps for its backward, and where
 };
 
-LoweredStep lower_step(const Scenario& sc, const StepCosts& costs);
+// `layers`, when given, replaces what plan_layers decides for the plan (the
+// joint offload planner times its candidates so).
+LoweredStep lower_step(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers = nullptr);
 
 // Where one stage's time went, summing to the step time.
 struct TimeBreakdown {
@@ -172,8 +176,8 @@ struct StepPrediction {
 
 // Fills model_flops_per_step and hardware_flops_per_step: the whole model
 // for the global batch, each matrix product once (Korthikanti Eq. 7), and
-// that plus what the recompute policy redoes.
-void add_step_flops(const Scenario& sc, StepPrediction& pr);
+// that plus what the layers' recompute choices (`keeps`) redo.
+void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr);
 
 // Throws InputError (the scenario's file) when the step's tasks, one after
 // another, take `serial_ns` >= kMaxStepTime (sim/limits.hpp): no schedule of
@@ -183,7 +187,8 @@ void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t 
 // Lowers, replays and attributes the step; `run` receives the replay (for
 // traces) when given.
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs,
-                            sim::RunResult* run = nullptr, LoweredStep* lowered = nullptr);
+                            sim::RunResult* run = nullptr, LoweredStep* lowered = nullptr,
+                            const LayerPlan* layers = nullptr);
 
 }  // namespace strata::strategies
 

@@ -1,11 +1,11 @@
 #include "strategies/memory.hpp"
-#include "strategies/remat.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "sim/error.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/step_costs.hpp"
 
 namespace strata::strategies {
 
@@ -90,20 +90,28 @@ double compression_bytes(const Compression& c, double p, double rows_cols, std::
   return 0;
 }
 
+// The embedding's and head's activations and one backward's working set w
+// at their joint peak on a stage: max(fixed, with_working + w).
+struct ExtrasPeak {
+  double fixed = 0, with_working = 0;
+  double at(double w) const { return std::max(fixed, with_working + w); }
+};
+
 // The most bytes of embedding and head activations, plus one backward's
 // working set, alive at once on `stage` during the steady state. The first
 // stage keeps embedding activations of its in-flight microbatches of model
 // chunk 0; the last keeps head activations (fp32 logits) of model chunk
 // p·v − 1, and each backward of that chunk starts with the loss's backward
 // (holding `head_grad`, the logits' gradient) which frees one of them before
-// the layers' backward (holding `working`). Megatron's steady state runs forward W + k,
+// the layers' backward (holding the working set). Megatron's steady state runs forward W + k,
 // then backward k (W the warm-up); with interleaving, which chunks are in
 // flight changes from step to step, with period p·v.
-double extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, double head,
-                   double head_grad, double working) {
+ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, double head,
+                       double head_grad) {
   const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage;
   const bool first = s == 0, last = s == p - 1;
-  if (!first && !last) return working;
+  ExtrasPeak best;
+  if (!first && !last) return best;
   const std::int64_t pv = p * v;
   // Steps of the stage's first and last local chunk among the first n
   // forwards or backwards: forwards go in groups of p microbatches chunk by
@@ -119,15 +127,15 @@ double extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, doub
     default: warmup = std::min(p - s - 1, m); break;
   }
   const std::int64_t steps = m * v;
-  double best = 0;
+  bool any = false;
   const auto consider = [&](std::int64_t forwards, std::int64_t backwards, bool frees_head) {
     const double c_first = static_cast<double>(leading(forwards) - trailing(backwards));
     const double c_last = static_cast<double>(trailing(forwards) - leading(backwards));
     const double extras = (first ? emb * c_first : 0) + (last ? head * c_last : 0);
-    if (last && frees_head)
-      best = std::max({best, extras + head_grad, extras - head + working});
-    else
-      best = std::max(best, extras + working);
+    const double with = last && frees_head ? extras - head : extras;
+    if (last && frees_head) best.fixed = std::max(best.fixed, extras + head_grad);
+    best.with_working = any ? std::max(best.with_working, with) : with;
+    any = true;
   };
   if (warmup >= steps) {
     // Every forward runs before the first backward.
@@ -218,37 +226,60 @@ cost::ExpandOptions expand_options(const Scenario& sc) {
   return o;
 }
 
-ActivationRule ActivationRule::of(const Plan& plan, const cost::OpChain& chain) {
-  return {plan.recompute, plan.recompute_k, chain.block.saved_bytes(Recompute::None),
-          chain.block.saved_bytes(Recompute::Selective), chain.block.input_bytes,
-          chain.block.max_grad_bytes()};
+ActivationRule ActivationRule::of(const cost::OpChain& chain) {
+  Bytes linear = 0;
+  for (const auto& op : chain.block.ops)
+    if (op.kind == cost::OpKind::Linear) linear += op.saved_bytes;
+  return {chain.block.saved_bytes(Recompute::None), chain.block.saved_bytes(Recompute::Selective),
+          chain.block.input_bytes, chain.block.max_grad_bytes(), linear};
 }
 
-std::int64_t ActivationRule::segment(std::int64_t n) const {
-  if (policy == Recompute::Sqrt) return remat::sqrt_segment(n);
-  return std::min(k, n);
+Bytes ActivationRule::stored(Keep k) const {
+  switch (k) {
+    case Keep::All: return full;
+    case Keep::Selective: return selective;
+    case Keep::Input: return input;
+    case Keep::Nothing: return 0;
+  }
+  return 0;
 }
 
-double ActivationRule::stored(std::int64_t n) const {
-  switch (policy) {
-    case Recompute::None: return static_cast<double>(n * full);
-    case Recompute::Selective: return static_cast<double>(n * selective);
-    case Recompute::Full: return static_cast<double>(n * input);
-    default: {  // every_k, sqrt: one checkpoint per segment
-      const std::int64_t seg = segment(n);
-      return static_cast<double>((n + seg - 1) / seg * input);
+Bytes ActivationRule::swapped(Keep k, Swap s) const {
+  switch (s) {
+    case Swap::None: return 0;
+    case Swap::Saved: return stored(k);
+    // Selective drops only the attention core: every linear input stays.
+    case Swap::LinearInputs: return k == Keep::All || k == Keep::Selective ? linear_inputs : 0;
+  }
+  return 0;
+}
+
+ActivationRule::Chunk ActivationRule::chunk(std::span<const Keep> keeps,
+                                            std::span<const Swap> swaps) const {
+  // Layer i's backward holds `holds` while what layers i+1… kept is freed:
+  // with `before` kept by layers 0…i, its excess over what the microbatch
+  // kept in all is holds + before − total, so one forward pass suffices.
+  Chunk c;
+  Bytes before = 0, most = 0;
+  std::int64_t rerun = 0;  // layers of the current segment up to i
+  for (std::size_t i = 0; i < keeps.size(); ++i) {
+    const Keep k = keeps[i];
+    Bytes holds = grad;
+    if (k == Keep::Selective) holds += full - selective;
+    if (k == Keep::Input || k == Keep::Nothing) {
+      if (k == Keep::Input) rerun = 0;
+      else if (rerun == 0) throw Error("a layer keeps nothing and follows no segment start");
+      holds += ++rerun * full;
     }
+    before += stored(k);
+    most = std::max(most, holds + before);
+    const Bytes out = swapped(k, swaps[i]);
+    c.swapped += out;
+    c.largest_swapped = std::max(c.largest_swapped, out);
   }
-}
-
-double ActivationRule::working(std::int64_t n) const {
-  const double g = static_cast<double>(grad);
-  switch (policy) {
-    case Recompute::None: return g;
-    case Recompute::Selective: return static_cast<double>(full - selective) + g;
-    case Recompute::Full: return static_cast<double>(full) + g;
-    default: return static_cast<double>(segment(n) * full) + g;
-  }
+  c.stored = before;
+  c.working = most - before;
+  return c;
 }
 
 void finish_estimate(MemoryEstimate& out) {
@@ -269,36 +300,35 @@ void finish_estimate(MemoryEstimate& out) {
     out.infeasible = Infeasible{"nvme", out.nvme_bytes_per_node, out.nvme_capacity_per_node};
 }
 
-MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
+// What a stage holds beside its blocks' activations.
+struct MemoryModel::Statics {
+  std::int64_t params = 0;
+  double weights = 0, grads = 0, optimizer = 0, comm = 0, workspace = 0, host = 0, nvme = 0;
+  std::vector<std::int64_t> in_flight;  // per virtual chunk
+  std::int64_t in_flight_total = 0;
+  ExtrasPeak extras;
+};
+
+MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
+    : sc_(sc), rules_(rules), chain_(cost::expand(sc.model, expand_options(sc))),
+      act_(ActivationRule::of(chain_)), chunks_(chunk_layers(sc.plan, sc.model.layers)) {
   const Plan& plan = sc.plan;
   const auto& model = sc.model;
-  if (plan.recompute == Recompute::Optimal)
-    throw InputError(sc.file, "plan.recompute",
-                     "\"optimal\" needs the rematerialization solver's schedules in the "
-                     "memory model and the step lowering, which do not take them yet (use none, "
-                     "selective, full, every_k or sqrt; strata tradeoff plans optimal recompute "
-                     "for pp = 1, docs/remat.md)");
-  if (plan.offload.planner != OffloadPlanner::All)
-    throw InputError(sc.file, "plan.offload.planner",
-                     "\"" + std::string(enum_name(plan.offload.planner)) +
-                         "\" is not modelled yet (use \"all\")");
-
-  const cost::OpChain chain = cost::expand(model, expand_options(sc));
+  first_.assign(chunks_.size() + 1, 0);
+  for (std::size_t k = 0; k < chunks_.size(); ++k) first_[k + 1] = first_[k] + chunks_[k];
 
   const int p = static_cast<int>(plan.pp);
   const std::int64_t v = plan.virtual_stages;
   const std::int64_t m = microbatches(plan, sc.batch);
-  const auto chunks = chunk_layers(plan, model.layers);
   const PerParam per =
       bytes_per_param(plan.optimizer, plan.precision, plan.implementation.fp32_grad_accumulation);
   const bool factored = is_factored(plan.optimizer);
 
-  const ParamSplit block = split_of(chain.block);
-  const ParamSplit embedding = split_of(chain.embedding);
-  const ParamSplit head = split_of(chain.head);
-  const ParamSplit word_embedding = split_of(chain.embedding.ops.front());
+  const ParamSplit block = split_of(chain_.block);
+  const ParamSplit embedding = split_of(chain_.embedding);
+  const ParamSplit head = split_of(chain_.head);
+  const ParamSplit word_embedding = split_of(chain_.embedding.ops.front());
 
-  const ActivationRule act = ActivationRule::of(plan, chain);
   const double e = static_cast<double>(cost::activation_bytes(plan.precision));
   const double b = static_cast<double>(sc.batch.micro);
   const double s_local = static_cast<double>(model.seq_len / plan.cp);
@@ -309,14 +339,11 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
   const std::int64_t dp_expert = std::max<std::int64_t>(1, plan.dp / plan.ep);
   const bool opt_offload = plan.offload.optimizer != OffloadTarget::None;
 
-  MemoryEstimate out;
-  out.gpu_capacity = sc.cluster.gpu.memory_bytes();
-  out.stages.reserve(static_cast<std::size_t>(p));
+  statics_.reserve(static_cast<std::size_t>(p));
   for (int s = 0; s < p; ++s) {
-    StageMemory st;
-    st.stage = s;
+    Statics st;
     std::int64_t layers = 0;
-    for (std::int64_t c = 0; c < v; ++c) layers += chunks[static_cast<std::size_t>(c * p + s)];
+    for (std::int64_t c = 0; c < v; ++c) layers += chunks_[static_cast<std::size_t>(c * p + s)];
     ParamSplit ps = block * static_cast<double>(layers);
     if (s == 0) ps += embedding;
     if (s == p - 1) ps += head;
@@ -357,32 +384,18 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
       weights = std::min(weights, static_cast<double>(1 + plan.offload.prefetch_depth) *
                                       block.params() * per.weights);
     }
+    st.weights = weights;
+    st.grads = grads;
+    st.optimizer = optimizer;
+    st.host = host;
+    st.nvme = nvme;
 
-    // --- activations ---
-    const auto counts = in_flight_per_chunk(plan, m, s);
-    double stored = 0, working = 0;
-    for (std::int64_t c = 0; c < v; ++c) {
-      const std::int64_t n = chunks[static_cast<std::size_t>(c * p + s)];
-      const std::int64_t k = counts[static_cast<std::size_t>(c)];
-      st.in_flight += k;
-      stored += static_cast<double>(k) * act.stored(n);
-      working = std::max(working, act.working(n));
-    }
-    // Embedding and head activations, and the working set, peak together.
-    const double extras = extras_peak(plan, m, s, static_cast<double>(chain.embedding.saved_bytes()),
-                                      static_cast<double>(chain.head.saved_bytes()),
-                                      static_cast<double>(chain.head.max_grad_bytes()), working);
-    working = extras;  // reported as the part beyond the blocks' stored bytes
-    if (plan.offload.activations) {
-      // Saved activations go to the host as they are produced; the GPU keeps
-      // the layer in flight and prefetch_depth layers brought back.
-      host += stored;
-      st.host_activation_bytes = whole(stored);
-      stored = std::min(stored, static_cast<double>(1 + plan.offload.prefetch_depth) *
-                                    act.stored(1));
-    }
-    st.activations_stored = whole(stored);
-    st.activations_working = whole(working);
+    // --- activations in flight, and the embedding's and head's ---
+    st.in_flight = in_flight_per_chunk(plan, m, s);
+    for (std::int64_t k : st.in_flight) st.in_flight_total += k;
+    st.extras = extras_peak(plan, m, s, static_cast<double>(chain_.embedding.saved_bytes()),
+                            static_cast<double>(chain_.head.saved_bytes()),
+                            static_cast<double>(chain_.head.max_grad_bytes()));
 
     // --- communication buffers ---
     double comm = 0;
@@ -400,25 +413,113 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
     if (plan.ep > 1)  // all-to-all dispatch and combine
       comm += 2.0 * static_cast<double>(model.moe->top_k) * b * s_local * h * e /
               (plan.sequence_parallel ? t : 1.0);
+    st.comm = comm;
 
-    // --- workspace, runtime, allocator reserve ---
-    double workspace = static_cast<double>(rules.cublas_workspace_bytes);
-    if (plan.sequence_parallel) workspace += b * s_local * h * e;  // all-gathered layer input
-    const double transient = stored + working + comm + workspace;
-
-    add(st.bytes, MemTag::Params, weights);
-    add(st.bytes, MemTag::Grads, grads);
-    add(st.bytes, MemTag::OptimizerStates, optimizer);
-    add(st.bytes, MemTag::Activations, stored + working);
-    add(st.bytes, MemTag::CommBuffers, comm);
-    add(st.bytes, MemTag::Workspace, workspace);
-    add(st.bytes, MemTag::AllocatorReserve, rules.allocator_reserve_fraction * transient);
-    add(st.bytes, MemTag::Runtime, static_cast<double>(rules.runtime_bytes));
-    st.total = sum(st.bytes);
-    st.host_bytes = whole(host);
-    st.nvme_bytes = whole(nvme);
-    out.stages.push_back(st);
+    // --- workspace ---
+    st.workspace = static_cast<double>(rules.cublas_workspace_bytes);
+    if (plan.sequence_parallel) st.workspace += b * s_local * h * e;  // all-gathered layer input
+    statics_.push_back(std::move(st));
   }
+}
+
+MemoryModel::~MemoryModel() = default;
+
+const std::vector<std::int64_t>& MemoryModel::in_flight(int stage) const {
+  return statics_[static_cast<std::size_t>(stage)].in_flight;
+}
+
+MemoryModel::Blocks MemoryModel::blocks(int s, const LayerPlan& layers) const {
+  const std::size_t p = statics_.size();
+  const auto& counts = in_flight(s);
+  Blocks out;
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    const std::size_t k = c * p + static_cast<std::size_t>(s);
+    const auto n = static_cast<std::size_t>(chunks_[k]);
+    const auto at = static_cast<std::size_t>(first_[k]);
+    const auto chunk = act_.chunk({layers.keeps.data() + at, n}, {layers.swaps.data() + at, n});
+    const double in = static_cast<double>(counts[c]);
+    out.stored += in * static_cast<double>(chunk.stored);
+    out.working = std::max(out.working, static_cast<double>(chunk.working));
+    out.swapped += in * static_cast<double>(chunk.swapped);
+    out.largest_swapped = std::max(out.largest_swapped, static_cast<double>(chunk.largest_swapped));
+  }
+  return out;
+}
+
+std::pair<double, double> MemoryModel::on_gpu(int s, const Blocks& blocks) const {
+  const Plan& plan = sc_.plan;
+  // What stays, and what was swapped for the layers in flight: the one
+  // being copied and prefetch_depth brought back (the copies assumed to keep
+  // pace; the timeline knows better).
+  const double stored =
+      blocks.swapped > 0
+          ? std::min(blocks.stored,
+                     (blocks.stored - blocks.swapped) +
+                         static_cast<double>(1 + plan.offload.prefetch_depth) * blocks.largest_swapped)
+          : blocks.stored;
+  return {stored, statics_[static_cast<std::size_t>(s)].extras.at(blocks.working)};
+}
+
+double MemoryModel::activations(int s, const Blocks& blocks) const {
+  const auto [stored, working] = on_gpu(s, blocks);
+  return stored + working;
+}
+
+StageMemory MemoryModel::stage(int s, const Blocks& blocks) const {
+  const Statics& x = statics_[static_cast<std::size_t>(s)];
+  StageMemory st;
+  st.stage = s;
+  st.params = x.params;
+  st.in_flight = x.in_flight_total;
+  // Embedding and head activations, and the working set, peak together;
+  // reported as the part beyond the blocks' stored bytes.
+  const auto [stored, working] = on_gpu(s, blocks);
+  double host = x.host;
+  if (sc_.plan.offload.activations) {
+    // Swapped activations go to the host as they are produced.
+    host += blocks.swapped;
+    st.host_activation_bytes = whole(blocks.swapped);
+  }
+  st.activations_stored = whole(stored);
+  st.activations_working = whole(working);
+  const double transient = stored + working + x.comm + x.workspace;
+
+  add(st.bytes, MemTag::Params, x.weights);
+  add(st.bytes, MemTag::Grads, x.grads);
+  add(st.bytes, MemTag::OptimizerStates, x.optimizer);
+  add(st.bytes, MemTag::Activations, stored + working);
+  add(st.bytes, MemTag::CommBuffers, x.comm);
+  add(st.bytes, MemTag::Workspace, x.workspace);
+  add(st.bytes, MemTag::AllocatorReserve, rules_.allocator_reserve_fraction * transient);
+  add(st.bytes, MemTag::Runtime, static_cast<double>(rules_.runtime_bytes));
+  st.total = sum(st.bytes);
+  st.host_bytes = whole(host);
+  st.nvme_bytes = whole(x.nvme);
+  return st;
+}
+
+Bytes memory_budget(const Scenario& sc, const MemoryRules& rules) {
+  if (sc.plan.memory_budget_GiB)
+    return static_cast<Bytes>(*sc.plan.memory_budget_GiB * static_cast<double>(kGiB));
+  const double gpu = static_cast<double>(sc.cluster.gpu.memory_bytes());
+  return static_cast<Bytes>(gpu * (1.0 - rules.budget_margin_fraction));
+}
+
+namespace {
+
+MemoryEstimate estimate(const MemoryModel& model, LayerPlan layers) {
+  const Scenario& sc = model.scenario();
+  const auto n = static_cast<std::size_t>(sc.model.layers);
+  if (layers.keeps.size() != n || layers.swaps.size() != n)
+    throw Error("estimate_memory: " + std::to_string(layers.keeps.size()) + " layer choices for " +
+                std::to_string(n) + " layers");
+  MemoryEstimate out;
+  out.gpu_capacity = sc.cluster.gpu.memory_bytes();
+  const int p = static_cast<int>(sc.plan.pp);
+  out.stages.reserve(static_cast<std::size_t>(p));
+  for (int s = 0; s < p; ++s) out.stages.push_back(model.stage(s, model.blocks(s, layers)));
+  out.layers = std::move(layers);
+  if (needs_solver(sc.plan)) out.budget = memory_budget(sc, model.rules());
 
   const auto& node = sc.cluster.node;
   out.host_capacity_per_node = static_cast<Bytes>(node.host_memory_GiB * static_cast<double>(kGiB));
@@ -433,6 +534,18 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
   out.nvme_bytes_per_node = nvme_rank * node.gpus_per_node;
   finish_estimate(out);
   return out;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
+  const MemoryModel model(sc, rules);
+  if (!needs_solver(sc.plan)) return estimate(model, fixed_layers(sc.plan, model.chunks()));
+  return estimate(model, plan_layers(model, ModelStepCosts(sc)));
+}
+
+MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules, const LayerPlan& layers) {
+  return estimate(MemoryModel(sc, rules), layers);
 }
 
 }  // namespace strata::strategies

@@ -7,11 +7,14 @@
 // exact.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "costmodel/ops.hpp"
 #include "sim/task_graph.hpp"
+#include "strategies/layer_plan.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
@@ -48,26 +51,33 @@ ModelStates zero_model_states(double psi, const PerParam& b, int zero, std::int6
 // precision, attention kernel).
 cost::ExpandOptions expand_options(const Scenario& sc);
 
-// Activation bytes per microbatch under the plan's recompute policy, for a
-// chunk of `n` layers: what forward keeps (`stored`) and what one backward
-// recomputes at once (`working`). none keeps every layer's saved bytes;
-// selective drops the attention core and recomputes it per layer; full keeps
-// each layer's input and recomputes one layer; every_k and sqrt keep one
-// input per segment of k (or ⌈√n⌉) layers and recompute a segment at once.
-// Every backward also holds the gradient of the op it differentiates (at
-// most `grad` bytes).
+// A block's activation bytes per microbatch, and what each per-layer choice
+// (layer_plan.hpp) keeps and holds. Every backward also holds the
+// gradient of the op it differentiates (at most `grad` bytes).
 struct ActivationRule {
-  Recompute policy = Recompute::None;
-  std::int64_t k = 1;   // every_k segment length
   Bytes full = 0;       // a layer's saved bytes without recompute
-  Bytes selective = 0;  // … with selective recompute
-  Bytes input = 0;      // a layer's input: what a checkpoint keeps
+  Bytes selective = 0;  // … with the attention core dropped
+  Bytes input = 0;      // a layer's input: what a segment's first layer keeps
   Bytes grad = 0;       // the largest output gradient of a layer's ops
+  Bytes linear_inputs = 0;  // of `full`: the inputs its linear layers keep (vDNN's)
 
-  static ActivationRule of(const Plan& plan, const cost::OpChain& chain);
-  std::int64_t segment(std::int64_t n) const;
-  double stored(std::int64_t n) const;
-  double working(std::int64_t n) const;
+  static ActivationRule of(const cost::OpChain& chain);
+  // What a layer keeps from its forward to its backward, and of that what
+  // goes to host memory.
+  Bytes stored(Keep k) const;
+  Bytes swapped(Keep k, Swap s) const;
+  // A chunk's layers in forward order: what one microbatch's forward keeps,
+  // the most one of its backwards holds beyond what the microbatches in
+  // flight keep when the chunk's backward starts, what goes to host memory
+  // and the most one layer moves there. Layer i's backward holds the gradient, plus (Selective) the
+  // attention core or (a segment) the layers of its segment up to i, rerun
+  // from the segment's input; by then the layers after i have freed what
+  // they kept, so the working set is max over i of (what i's backward holds
+  // − what layers i+1… kept). Throws Error for Nothing outside a segment.
+  struct Chunk {
+    Bytes stored = 0, working = 0, swapped = 0, largest_swapped = 0;
+  };
+  Chunk chunk(std::span<const Keep> keeps, std::span<const Swap> swaps) const;
 };
 
 // Constants of the memory rules (docs/memory-model.md says why each).
@@ -78,6 +88,10 @@ struct MemoryRules {
   // The caching allocator holds freed blocks of the buffers that come and go
   // within a step; reserve = this fraction of those transient bytes.
   double allocator_reserve_fraction = 0.2;
+  // Optimal recompute and the priority and joint offload planners without
+  // memory_budget_GiB plan within the GPU's memory less this fraction:
+  // headroom for what the model does not see.
+  double budget_margin_fraction = 0.05;
 };
 
 // One pipeline stage's representative rank at its peak.
@@ -112,6 +126,8 @@ struct MemoryEstimate {
   Bytes nvme_capacity_per_node = 0;
   std::optional<Infeasible> infeasible;
   std::string source = "analytical";  // or "timeline" (simulate_memory)
+  LayerPlan layers;                   // what each layer keeps, and where (the plan's policies, resolved)
+  std::optional<Bytes> budget;        // a searched plan's (needs_solver): the budget it planned within
   bool feasible() const { return !infeasible.has_value(); }
 };
 
@@ -119,9 +135,61 @@ struct MemoryEstimate {
 // capacities (shared by the analytical and the timeline estimates).
 void finish_estimate(MemoryEstimate& est);
 
-// Throws InputError for plan choices the memory model does not cover yet
-// (recompute "optimal", offload planners other than "all").
+// The analytical estimate of a plan. With recompute "optimal" or an offload
+// planner that weighs times, the layers' choices are timed by the cost model
+// (ModelStepCosts, plan_layers); pass the lowering's `layers` to estimate
+// the step it lowered.
 MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules = {});
+MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules, const LayerPlan& layers);
+
+// The analytical model of one plan, stage by stage: everything but the
+// blocks' activations follows from the plan and is computed once; `stage`
+// adds the activations of the layers' choices (what the planners search).
+class MemoryModel {
+ public:
+  MemoryModel(const Scenario& sc, const MemoryRules& rules);
+  ~MemoryModel();
+
+  // A stage's blocks under some choices: Σ over its chunks of the
+  // microbatches in flight × what one keeps, the largest working set of one
+  // backward (ActivationRule::chunk), Σ of the microbatches in flight × what
+  // goes to host memory, and the most one layer moves there.
+  struct Blocks {
+    double stored = 0, working = 0, swapped = 0, largest_swapped = 0;
+  };
+  Blocks blocks(int stage, const LayerPlan& layers) const;
+  StageMemory stage(int stage, const Blocks& blocks) const;
+  // The activation bytes on the GPU at the stage's peak (blocks, embedding,
+  // head, working set): the stage's total grows with them, all else fixed.
+  double activations(int stage, const Blocks& blocks) const;
+
+  const Scenario& scenario() const { return sc_; }
+  const MemoryRules& rules() const { return rules_; }
+  const cost::OpChain& chain() const { return chain_; }
+  const ActivationRule& rule() const { return act_; }
+  const std::vector<std::int64_t>& chunks() const { return chunks_; }  // layers per model chunk
+  std::int64_t first_layer(std::size_t chunk) const { return first_[chunk]; }
+  // Chunk-microbatches in flight at the stage's peak, per virtual chunk.
+  const std::vector<std::int64_t>& in_flight(int stage) const;
+
+ private:
+  struct Statics;
+  // What the blocks keep on the GPU (activation offload leaves the layer in
+  // flight and prefetch_depth more) and the working set with the embedding
+  // and head activations.
+  std::pair<double, double> on_gpu(int stage, const Blocks& blocks) const;
+  const Scenario& sc_;
+  MemoryRules rules_;
+  cost::OpChain chain_;
+  ActivationRule act_;
+  std::vector<std::int64_t> chunks_, first_;
+  std::vector<Statics> statics_;
+};
+
+// The budget that optimal recompute and the priority and joint offload
+// planners plan within: memory_budget_GiB, or the GPU's memory less
+// rules.budget_margin_fraction of it.
+Bytes memory_budget(const Scenario& sc, const MemoryRules& rules);
 
 // Chunk-microbatches alive on `stage` at its peak, per virtual chunk of the
 // stage (index 0..v−1), from the schedules' closed forms: GPipe m; 1F1B and

@@ -16,7 +16,7 @@ MemoryEstimate simulate_memory(const Scenario& sc, const MemoryRules& rules) {
 
 MemoryEstimate memory_from_run(const Scenario& sc, const LoweredStep& low, const sim::RunResult& run,
                                const MemoryRules& rules) {
-  MemoryEstimate est = estimate_memory(sc, rules);
+  MemoryEstimate est = estimate_memory(sc, rules, low.layers);
   using sim::MemTag;
   Bytes host_rank = 0;
   for (auto& st : est.stages) {

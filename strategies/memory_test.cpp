@@ -332,32 +332,46 @@ TEST_CASE("ZeRO fits and limits: DDP near 1.4B, 13B with ZeRO-2 on 128 V100s, Ze
 }
 
 // The analytical model against the replayed timeline, stage by stage, for
-// every schedule and per-layer recompute policy, on balanced pipelines (and
-// every_k / sqrt segments that divide each chunk): they must agree exactly.
+// every schedule and per-layer recompute policy (optimal recompute within a
+// budget halfway between no and full recompute's peaks), on balanced
+// pipelines: they must agree exactly.
 TEST_CASE("analytical memory equals the simulated timeline") {
   const char* schedules[] = {"gpipe", "1f1b", "interleaved", "pipedream", "pipedream-2bw"};
-  const char* policies[] = {"none", "selective", "full", "every_k", "sqrt"};
+  // every_k2 and every_k3: every_k with k = 2 and 3.
+  const char* policies[] = {"none", "selective", "full", "every_k2", "sqrt", "every_k3", "optimal"};
   for (const char* sched : schedules) {
     for (const char* pol : policies) {
       for (bool tied : {true, false}) {
-        CAPTURE(sched);
-        CAPTURE(pol);
+        const std::string sched_name = sched, policy = pol;
+        CAPTURE(sched_name);
+        CAPTURE(policy);
         CAPTURE(tied);
         const bool inter = std::string(sched) == "interleaved";
         // 16 layers over 4 stages (× 2 chunks when interleaved): chunks of 4
-        // or 2 layers; every_k with k = 2 and sqrt (√4 = 2, √2 → 2) divide them.
+        // or 2 layers; every_k with k = 2 and sqrt (√4 = 2, √2 → 2) divide
+        // them, k = 3 leaves a short last segment.
         const std::string model =
             "{\"layers\": 16, \"hidden\": 512, \"heads\": 8, \"seq_len\": 256, \"vocab\": 5000, "
             "\"tied_embeddings\": " + std::string(tied ? "true" : "false") + "}";
-        const std::string plan = std::string("{\"pp\": 4, \"tp\": 2, \"schedule\": \"") + sched +
-                                 "\", \"virtual_stages\": " + (inter ? "2" : "1") +
-                                 ", \"recompute\": \"" + pol + "\"" +
-                                 (std::string(pol) == "every_k" ? ", \"recompute_k\": 2" : "") +
-                                 ", \"implementation\": {\"attention\": \"standard\"}}";
-        const auto sc = make(model, "{\"preset\": \"dgx-h100\"}", "{\"global\": 8}", plan);
+        auto with = [&](const std::string& rec) {
+          const bool every = rec.rfind("every_k", 0) == 0;
+          const std::string plan = std::string("{\"pp\": 4, \"tp\": 2, \"schedule\": \"") + sched +
+                                   "\", \"virtual_stages\": " + (inter ? "2" : "1") +
+                                   ", \"recompute\": \"" + (every ? "every_k" : rec) + "\"" +
+                                   (every ? ", \"recompute_k\": " + rec.substr(7) : "") +
+                                   ", \"implementation\": {\"attention\": \"standard\"}}";
+          return make(model, "{\"preset\": \"dgx-h100\"}", "{\"global\": 8}", plan);
+        };
+        auto sc = with(pol);
+        if (sc.plan.recompute == Recompute::Optimal) {
+          const double none = static_cast<double>(estimate_memory(with("none")).peak_bytes);
+          const double full = static_cast<double>(estimate_memory(with("full")).peak_bytes);
+          sc.plan.memory_budget_GiB = (none + full) / 2 / static_cast<double>(kGiB);
+        }
         const auto a = estimate_memory(sc);
         const auto t = simulate_memory(sc);
         CHECK(t.source == "timeline");
+        CHECK(t.layers == a.layers);
         REQUIRE(a.stages.size() == t.stages.size());
         for (std::size_t s = 0; s < a.stages.size(); ++s) {
           CAPTURE(s);
@@ -365,6 +379,7 @@ TEST_CASE("analytical memory equals the simulated timeline") {
           CHECK(t.stages[s].total == a.stages[s].total);
         }
         CHECK(t.peak_bytes == a.peak_bytes);
+        if (a.budget) CHECK(a.peak_bytes <= *a.budget);
       }
     }
   }

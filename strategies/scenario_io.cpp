@@ -122,8 +122,9 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   }
   if (auto o = r.get("offload")) p.offload = read_offload(*o);
   if (auto budget = r.get("memory_budget_GiB")) {
-    if (p.recompute != Recompute::Optimal && p.offload.planner != OffloadPlanner::Joint)
-      budget->fail("applies only to recompute \"optimal\" or offload planner \"joint\"");
+    if (p.recompute != Recompute::Optimal && p.offload.planner != OffloadPlanner::Joint &&
+        p.offload.planner != OffloadPlanner::Priority)
+      budget->fail("applies only to recompute \"optimal\" or offload planner \"priority\" or \"joint\"");
     p.memory_budget_GiB = budget->as_number(1e-6, 1e9);
   }
   if (auto c = r.get("compression")) p.compression = read_compression(*c);

@@ -119,9 +119,12 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
       return out;
     }
     case Axis::Recompute:
+      // optimal plans within the GPU's memory less the margin
+      // (memory_budget): never slower than the fixed policies that fit.
       return {{static_cast<std::int64_t>(Recompute::None), 0},
               {static_cast<std::int64_t>(Recompute::Selective), 0},
-              {static_cast<std::int64_t>(Recompute::Full), 0}};
+              {static_cast<std::int64_t>(Recompute::Full), 0},
+              {static_cast<std::int64_t>(Recompute::Optimal), 0}};
     case Axis::RecomputeK: return {};  // must be listed
     case Axis::Offload:
       return {{static_cast<std::int64_t>(OffloadChoice::None), 0},

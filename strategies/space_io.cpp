@@ -230,7 +230,8 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (!p.stage_layers.empty()) plan["stage_layers"] = p.stage_layers;
   if (p.recompute == Recompute::EveryK) plan["recompute_k"] = p.recompute_k;
   if (p.memory_budget_GiB &&
-      (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint))
+      (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint ||
+       p.offload.planner == OffloadPlanner::Priority))
     plan["memory_budget_GiB"] = *p.memory_budget_GiB;
   const json j = {{"batch", {{"global", b.global}, {"micro", b.micro}}}, {"plan", plan}};
   return j.dump();

@@ -155,7 +155,8 @@ TEST_CASE("space: \"auto\" for GPT-3 175B on 1024 A100-80GB (docs/explore.md)") 
         std::vector<std::string>{"gpipe", "1f1b", "interleaved:2", "interleaved:3", "interleaved:4"});
   CHECK(names(sp, Axis::Micro) == std::vector<std::string>{"1", "2", "4", "8"});
   CHECK(names(sp, Axis::SequenceParallel) == std::vector<std::string>{"false", "true"});
-  CHECK(names(sp, Axis::Recompute) == std::vector<std::string>{"none", "selective", "full"});
+  CHECK(names(sp, Axis::Recompute) ==
+        std::vector<std::string>{"none", "selective", "full", "optimal"});
   CHECK(names(sp, Axis::Offload) == std::vector<std::string>{"none", "activations", "optimizer"});
   CHECK(names(sp, Axis::OverlapGradReduce) == std::vector<std::string>{"false", "true"});
   CHECK(names(sp, Axis::OverlapP2p) == std::vector<std::string>{"false", "true"});
@@ -163,8 +164,8 @@ TEST_CASE("space: \"auto\" for GPT-3 175B on 1024 A100-80GB (docs/explore.md)") 
   CHECK(sp.axes.size() == 12);
   CHECK(sp.find(Axis::Optimizer) == nullptr);  // algorithmic: only when listed
   CHECK(sp.derive_dp);
-  // 6 · 7 · 1 · 1 · 4 · 5 · 4 · 2 · 3 · 3 · 2 · 2
-  CHECK(sp.size() == 241'920);
+  // 6 · 7 · 1 · 1 · 4 · 5 · 4 · 2 · 4 · 3 · 2 · 2
+  CHECK(sp.size() == 322'560);
 }
 
 TEST_CASE("space: \"system\": \"auto\" opens the system axes beside listed ones") {

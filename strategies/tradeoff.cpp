@@ -6,7 +6,10 @@
 #include "costmodel/time_model.hpp"
 #include "sim/error.hpp"
 #include "strategies/memory.hpp"
+#include "strategies/coarse.hpp"
 #include "strategies/step_costs.hpp"
+#include "strategies/step_layout.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::strategies {
 
@@ -104,17 +107,40 @@ remat::Chain chain_of(const Scenario& sc, const ModelStepCosts& costs) {
   return sc.model.chain ? layer_chain(sc, costs) : transformer_chain(sc, costs);
 }
 
+// Per budget, the fastest of a policy's points within it.
+TradeoffCurve best_within(const std::vector<Bytes>& budgets, RematPolicy p,
+                          const std::vector<TradeoffPoint>& candidates) {
+  TradeoffCurve c{p, {}};
+  for (const Bytes budget : budgets) {
+    std::optional<TradeoffPoint> best;
+    for (const auto& q : candidates)
+      if (q.peak <= budget && (!best || q.time < best->time)) best = q;
+    c.best.push_back(best);
+  }
+  return c;
+}
+
+// Budgets evenly spaced from `hi` down to `lo`.
+std::vector<Bytes> sweep(Bytes hi, Bytes lo, int n) {
+  std::vector<Bytes> out;
+  for (int j = 0; j < n; ++j)
+    out.push_back(hi - static_cast<Bytes>(std::llround(static_cast<double>(hi - lo) * j / (n - 1))));
+  return out;
+}
+
 }  // namespace
 
 remat::Chain remat_chain(const Scenario& sc) { return chain_of(sc, ModelStepCosts(sc)); }
 
 Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   if (o.budgets < 2) throw Error("tradeoff: needs at least two budgets");
+  if (!sc.model.chain && sc.plan.pp > 1) return plan_tradeoff(sc, o);
   const ModelStepCosts costs(sc);
   const remat::Chain chain = chain_of(sc, costs);
   Tradeoff t;
   t.model = sc.model.name;
   t.stages = chain.size();
+  t.shape = "a chain of " + std::to_string(t.stages) + " stages";
   t.microbatches = microbatches(sc.plan, sc.batch);
   t.fixed_bytes = fixed_bytes(sc);
   // Parameters this GPU steps: the chain's, or the transformer's on one
@@ -127,30 +153,22 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   t.framework_time =
       costs.overhead_per_step() + 2 * t.microbatches * costs.overhead_per_microbatch();
   t.compute = chain.compute();
+  t.no_savings = t.step_time(t.compute);
   t.gpu_bytes = sc.cluster.gpu.memory_bytes();
 
   const std::vector<remat::FrontierPoint> frontier = remat::optimal_frontier(chain, o.levels);
   const Bytes hi = remat::build(chain, remat::store_all(chain)).peak;
   const Bytes lo = frontier.front().peak;
-  for (int j = 0; j < o.budgets; ++j)
-    t.budgets.push_back(hi - static_cast<Bytes>(std::llround(
-                                 static_cast<double>(hi - lo) * j / (o.budgets - 1))));
+  t.budgets = sweep(hi, lo, o.budgets);
 
   // Each policy's candidate schedules; its curve keeps, per budget, the
   // fastest candidate within it.
   auto point = [&](const remat::Decisions& d, std::string setting) {
     const remat::Schedule s = remat::build(chain, d);
-    return TradeoffPoint{s.peak, s.time, std::move(setting)};
+    return TradeoffPoint{s.peak, t.step_time(s.time), std::move(setting)};
   };
   auto curve = [&](RematPolicy p, const std::vector<TradeoffPoint>& candidates) {
-    TradeoffCurve c{p, {}};
-    for (const Bytes budget : t.budgets) {
-      std::optional<TradeoffPoint> best;
-      for (const auto& q : candidates)
-        if (q.peak <= budget && (!best || q.time < best->time)) best = q;
-      c.best.push_back(best);
-    }
-    return c;
+    return best_within(t.budgets, p, candidates);
   };
   const int n = chain.size();
   t.curves.push_back(curve(RematPolicy::None, {point(remat::store_all(chain), "")}));
@@ -166,8 +184,67 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
     rev.push_back(point(remat::revolve(chain, s), "snaps=" + std::to_string(s)));
   t.curves.push_back(curve(RematPolicy::Revolve, rev));
   std::vector<TradeoffPoint> opt;
-  for (const auto& f : frontier) opt.push_back({f.peak, f.time, ""});
+  for (const auto& f : frontier) opt.push_back({f.peak, t.step_time(f.time), ""});
   t.curves.push_back(curve(RematPolicy::Optimal, opt));
+  return t;
+}
+
+Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
+  if (o.budgets < 2) throw Error("tradeoff: needs at least two budgets");
+  require_transformer(sc, "the plan's trade-off");
+  if (sc.plan.offload.activations && sc.plan.offload.planner == OffloadPlanner::Joint)
+    throw InputError(sc.file, "plan.offload.planner",
+                     "the joint planner decides recompute itself: no recompute policy to vary");
+  const ModelStepCosts costs(sc);
+  struct Measured {
+    MemoryEstimate mem;
+    Time step;
+  };
+  auto measure = [&](Recompute r, std::int64_t k, std::optional<Bytes> budget) {
+    Scenario x = sc;
+    x.plan.recompute = r;
+    x.plan.recompute_k = k;
+    x.plan.memory_budget_GiB.reset();
+    if (budget) x.plan.memory_budget_GiB = static_cast<double>(*budget) / static_cast<double>(kGiB);
+    else if (sc.plan.offload.activations && sc.plan.offload.planner == OffloadPlanner::Priority)
+      x.plan.memory_budget_GiB = sc.plan.memory_budget_GiB;
+    const LayerPlan layers = plan_layers(x, costs);
+    return Measured{estimate_memory(x, {}, layers), predict_step_coarse(x, costs).step_time};
+  };
+  const Measured none = measure(Recompute::None, 1, std::nullopt);
+  Tradeoff t;
+  t.model = sc.model.name;
+  t.stages = static_cast<int>(sc.model.layers);
+  t.shape = std::to_string(sc.model.layers) + " layers over " + std::to_string(sc.plan.pp) +
+            " pipeline stage" + (sc.plan.pp > 1 ? "s" : "");
+  t.microbatches = microbatches(sc.plan, sc.batch);
+  // What no savings' peak stage holds beside its activations and their reserve.
+  using sim::MemTag;
+  t.fixed_bytes = none.mem.peak_bytes - none.mem.breakdown[static_cast<std::size_t>(MemTag::Activations)] -
+                  none.mem.breakdown[static_cast<std::size_t>(MemTag::AllocatorReserve)];
+  t.no_savings = none.step;
+  t.gpu_bytes = sc.cluster.gpu.memory_bytes();
+  auto point = [&](const Measured& m, std::string setting) {
+    return TradeoffPoint{m.mem.peak_bytes - t.fixed_bytes, m.step, std::move(setting)};
+  };
+  // The least optimal recompute reaches: its choices within no budget at all.
+  const Measured least = measure(Recompute::Optimal, 1, Bytes{1});
+  t.budgets = sweep(point(none, "").peak, point(least, "").peak, o.budgets);
+  std::int64_t most = 0;
+  for (const std::int64_t n : chunk_layers(sc.plan, sc.model.layers)) most = std::max(most, n);
+  std::vector<TradeoffPoint> every;
+  for (std::int64_t k = 1; k <= most; ++k)
+    every.push_back(point(measure(Recompute::EveryK, k, std::nullopt), "k=" + std::to_string(k)));
+  std::vector<TradeoffPoint> optimal = {point(least, "")};
+  for (const Bytes b : t.budgets) optimal.push_back(point(measure(Recompute::Optimal, 1, t.fixed_bytes + b), ""));
+  t.curves = {best_within(t.budgets, RematPolicy::None, {point(none, "")}),
+              best_within(t.budgets, RematPolicy::Selective,
+                          {point(measure(Recompute::Selective, 1, std::nullopt), "")}),
+              best_within(t.budgets, RematPolicy::Full, {point(measure(Recompute::Full, 1, std::nullopt), "")}),
+              best_within(t.budgets, RematPolicy::EveryK, every),
+              best_within(t.budgets, RematPolicy::Sqrt,
+                          {point(measure(Recompute::Sqrt, 1, std::nullopt), "")}),
+              best_within(t.budgets, RematPolicy::Optimal, optimal)};
   return t;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // Step time against memory for each recompute policy (`strata tradeoff`,
-// docs/remat.md): the scenario's model as a chain of stages for one
-// microbatch on one GPU, and each policy's fastest schedule within a sweep of
-// activation budgets from no savings down to the least feasible budget.
+// docs/remat.md): either the scenario's model as a chain of stages for one
+// microbatch on one GPU (layer chains, and transformers with pp = 1), or a
+// transformer plan's own steps at any pipeline depth (plan_tradeoff); each
+// policy's fastest schedule within a sweep of activation budgets from no
+// savings down to the least feasible budget.
 #include <array>
 #include <optional>
 #include <string>
@@ -26,7 +28,7 @@ namespace strata::strategies {
 // Throws InputError for what it does not model (pipeline parallelism).
 remat::Chain remat_chain(const Scenario& sc);
 
-enum class RematPolicy { None, EveryK, Sqrt, Revolve, Optimal };
+enum class RematPolicy { None, Selective, Full, EveryK, Sqrt, Revolve, Optimal };
 
 struct TradeoffOptions {
   int budgets = 16;   // activation budgets in the sweep (≥ 2)
@@ -34,9 +36,9 @@ struct TradeoffOptions {
 };
 
 struct TradeoffPoint {
-  Bytes peak = 0;       // the schedule's activation peak
-  Time time = 0;        // forward and backward of one microbatch
-  std::string setting;  // "k=4", "snaps=3", "levels=200", or ""
+  Bytes peak = 0;       // the schedule's activation peak (the memory beside fixed_bytes)
+  Time time = 0;        // the step with it
+  std::string setting;  // "k=4", "snaps=3", or ""
 };
 
 struct TradeoffCurve {
@@ -48,6 +50,9 @@ struct TradeoffCurve {
 
 struct Tradeoff {
   std::string model;
+  // How the step is modelled: "a chain of 14 stages" or "24 layers over 4
+  // pipeline stages"; the sweep of a pipeline plan times its whole step.
+  std::string shape;
   int stages = 0;
   std::int64_t microbatches = 1;  // per step, run one after the other
   // Bytes beside the activations: weights, gradients and optimizer state
@@ -57,7 +62,8 @@ struct Tradeoff {
   // The framework's overheads the GPU waits on: once per step and per
   // forward and backward of each microbatch (as the lowering charges them).
   Time framework_time = 0;
-  Time compute = 0;         // one microbatch without recompute
+  Time compute = 0;         // one microbatch without recompute (a chain)
+  Time no_savings = 0;      // the step without savings
   Bytes gpu_bytes = 0;      // the GPU's memory
   std::vector<Bytes> budgets;  // activation budgets, from no savings down to the least
   std::vector<TradeoffCurve> curves;
@@ -67,7 +73,19 @@ struct Tradeoff {
   }
 };
 
+// A chain's sweep; a transformer plan with pp > 1 takes plan_tradeoff's.
 Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
+
+// A transformer plan's own steps (any pipeline depth, the plan's other
+// choices kept): none, selective and full recompute, every_k for each k up
+// to a chunk's layers, sqrt, and optimal recompute (per-layer choices,
+// layer_plan.hpp) within each budget; steps from the coarse level (the
+// layer level's to the nanosecond for recompute), peaks from the memory
+// model. fixed_bytes is what no savings' peak stage holds beside its
+// activations (and their allocator reserve); a point's peak is its
+// plan's peak less that. Throws InputError for layer chains and for the
+// joint offload planner (it decides recompute itself).
+Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
 
 }  // namespace strata::strategies
 
@@ -75,8 +93,10 @@ namespace strata {
 
 template <>
 struct EnumNames<strategies::RematPolicy> {
-  static constexpr std::array<std::pair<strategies::RematPolicy, std::string_view>, 5> table{
+  static constexpr std::array<std::pair<strategies::RematPolicy, std::string_view>, 7> table{
       {{strategies::RematPolicy::None, "none"},
+       {strategies::RematPolicy::Selective, "selective"},
+       {strategies::RematPolicy::Full, "full"},
        {strategies::RematPolicy::EveryK, "every_k"},
        {strategies::RematPolicy::Sqrt, "sqrt"},
        {strategies::RematPolicy::Revolve, "revolve"},

@@ -62,6 +62,37 @@ TEST_CASE("the sweep runs from no savings down to the least budget, optimal neve
   CHECK(optimal.best.back()->peak == t.budgets.back());
 }
 
+TEST_CASE("a pipeline plan's sweep: its own steps, optimal recompute never slower") {
+  // GPT-2 (12 layers, standard attention) over 4 stages: every point is a
+  // plan the simulator steps; at every budget optimal recompute is at least
+  // as fast as any fixed policy within it, and at the top it is no savings.
+  const Scenario sc = scenario(R"({"model": "gpt2-124m", "cluster": "dgx-a100-80g",
+                                   "batch": {"global": 64, "micro": 8},
+                                   "plan": {"pp": 4, "dp": 2, "implementation": {"attention": "standard"}}})");
+  const Tradeoff t = tradeoff(sc, {.budgets = 6});
+  CHECK(t.shape == "12 layers over 4 pipeline stages");
+  REQUIRE(t.budgets.size() == 6);
+  REQUIRE(t.curves.size() == 6);
+  for (std::size_t b = 1; b < t.budgets.size(); ++b) CHECK(t.budgets[b] < t.budgets[b - 1]);
+  const TradeoffCurve& none = t.curves.front();
+  const TradeoffCurve& optimal = t.curves.back();
+  REQUIRE(optimal.policy == RematPolicy::Optimal);
+  CHECK(none.best[0]->time == t.no_savings);
+  CHECK(optimal.best[0]->time == t.no_savings);
+  Scenario plain = sc;
+  CHECK(t.no_savings == predict_step(plain).step_time);  // the coarse level is exact here
+  for (std::size_t b = 0; b < t.budgets.size(); ++b) {
+    CAPTURE(b);
+    REQUIRE(optimal.best[b].has_value());
+    for (const auto& c : t.curves)
+      if (c.best[b]) {
+        CHECK(c.best[b]->peak <= t.budgets[b]);
+        CHECK(optimal.best[b]->time <= c.best[b]->time);
+      }
+  }
+  CHECK(optimal.best.back()->time > t.no_savings);
+}
+
 TEST_CASE("tradeoff says what it does not model") {
   // A pipeline stage's microbatches overlap: not one chain.
   const Scenario sc = scenario(R"({"model": "gpt2-124m", "cluster": "dgx-a100-80g",

@@ -190,6 +190,10 @@ std::optional<Violation> first_violation(const Scenario& s) {
   if (p.offload.planner != OffloadPlanner::All && !p.offload.activations)
     return fail("planner-needs-activation-offload", "plan.offload.planner",
                 "an offload planner needs offload.activations = true");
+  if (p.offload.planner == OffloadPlanner::Joint && p.recompute != Recompute::Optimal)
+    return fail("joint-needs-optimal-recompute", "plan.offload.planner",
+                "the joint planner decides recompute and offload together: it needs recompute "
+                "\"optimal\"");
   if (p.offload.optimizer == OffloadTarget::Nvme && c.node.nvme_GiB <= 0)
     return fail("nvme-needed", "plan.offload.optimizer",
                 "offload to NVMe needs a cluster with nvme_GiB > 0");

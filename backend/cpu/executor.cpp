@@ -22,6 +22,7 @@
 #include "strategies/memory.hpp"
 #include "strategies/rank_mesh.hpp"
 #include "strategies/step_costs.hpp"
+#include "strategies/step_layout.hpp"
 
 namespace strata::backend::cpu {
 
@@ -118,6 +119,16 @@ void move_saved(BlockSaved& s, Allocator& to) {
   move_to(s.mlp_mask, to);
 }
 
+// What a layer's offload moves to `to`: everything it keeps, or (vDNN) the
+// inputs of its linear layers (qkv, attention projection, MLP up and down).
+void move_swapped(BlockSaved& s, strategies::Swap swap, Allocator& to) {
+  if (swap == strategies::Swap::Saved) return move_saved(s, to);
+  move_to(s.ln1, to);
+  move_to(s.attn, to);
+  move_to(s.ln2, to);
+  move_to(s.act, to);
+}
+
 }  // namespace
 
 struct Executor::Impl {
@@ -129,7 +140,6 @@ struct Executor::Impl {
   std::int64_t micro = 1, seq = 1, hidden = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
-  strategies::ActivationRule rule;
   bool core_recompute = false;  // the graph recomputes the attention core (selective)
   std::vector<std::vector<std::int32_t>> stage_tasks;
   // Parameters, by GptModel index: names, this rank's shapes (alike on
@@ -159,6 +169,8 @@ struct Executor::Impl {
   void backward(Rank& R, const TaskInfo& t);
   void recompute(Rank& R, const TaskInfo& t);
   void keep_for_backward(int layer, BlockSaved& s) const;
+  // The choices of the chunk that holds `layer` (the lowering's).
+  std::span<const strategies::Keep> chunk_keeps(int layer) const;
   Tensor take_activation(Rank& R, int chunk, int mb);
   BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
   void tie_embedding(Rank& R);
@@ -255,8 +267,6 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "weight offload with ZeRO is not executed by the CPU backend";
   if (p.offload.weights && p.offload.optimizer != strategies::OffloadTarget::None)
     return "weight offload with optimizer offload is not executed by the CPU backend";
-  if (p.recompute == cost::Recompute::Optimal)
-    return "the optimal recompute planner is not executed by the CPU backend";
   if (p.optimizer == Optimizer::Adam4bit) return "4-bit Adam is not implemented by the CPU backend";
   if (p.dp > 1 && p.zero >= 1 &&
       (p.optimizer == Optimizer::Lars || p.optimizer == Optimizer::Lamb ||
@@ -310,7 +320,6 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   for (int k = 0; k < chunks; ++k)
     for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
       chunk_of_layer[static_cast<std::size_t>(l)] = k;
-  rule = strategies::ActivationRule::of(plan, cost::expand(sc.model, strategies::expand_options(sc)));
 
   // Each stage's tasks in graph order; every dependency inside a stage must
   // point forward in that order (cross-stage ones are pipeline messages).
@@ -631,8 +640,11 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
       if (t.part == Part::Layer)
         return zero3_reduce(R, R.layer_bucket[static_cast<std::size_t>(t.layer)], true);
       return zero3_reduce(R, R.bucket_of_task.at(index), false);
-    case TaskOp::Offload: return move_saved(R.saved.at({t.layer, t.microbatch}), R.host);
-    case TaskOp::Prefetch: return move_saved(R.saved.at({t.layer, t.microbatch}), R.device);
+    case TaskOp::Offload:
+    case TaskOp::Prefetch:
+      return move_swapped(R.saved.at({t.layer, t.microbatch}),
+                          low.layers.swaps[static_cast<std::size_t>(t.layer)],
+                          t.op == TaskOp::Offload ? static_cast<Allocator&>(R.host) : R.device);
     case TaskOp::OptimizerStep: return optimizer_step(R);
     case TaskOp::GatherWeights: return gather_weights(R);
     case TaskOp::GradsToHost: return grads_to_host(R);
@@ -671,23 +683,20 @@ BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
   return R.grad.emplace(Key{chunk, mb}, std::move(b)).first->second;
 }
 
+std::span<const strategies::Keep> Executor::Impl::chunk_keeps(int layer) const {
+  const auto k = static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(layer)]);
+  return {low.layers.keeps.data() + first_layer[k], static_cast<std::size_t>(chunk_size[k])};
+}
+
 void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
-  using cost::Recompute;
-  switch (rule.policy) {
-    case Recompute::None: return;
-    case Recompute::Selective:
-      if (core_recompute) GptModel::drop_for_recompute(s, Recompute::Selective);
+  using strategies::Keep;
+  switch (low.layers.keeps[static_cast<std::size_t>(layer)]) {
+    case Keep::All: return;
+    case Keep::Selective:
+      if (core_recompute) GptModel::drop_for_recompute(s, cost::Recompute::Selective);
       return;
-    case Recompute::Full: GptModel::drop_for_recompute(s, Recompute::Full); return;
-    default: {
-      // every_k, sqrt: a segment's first layer keeps its input, the others nothing.
-      const int k = chunk_of_layer[static_cast<std::size_t>(layer)];
-      const std::int64_t i = layer - first_layer[static_cast<std::size_t>(k)];
-      if (i % rule.segment(chunk_size[static_cast<std::size_t>(k)]) == 0)
-        GptModel::drop_for_recompute(s, Recompute::Full);
-      else
-        s = BlockSaved{};
-    }
+    case Keep::Input: GptModel::drop_for_recompute(s, cost::Recompute::Full); return;
+    case Keep::Nothing: s = BlockSaved{}; return;
   }
 }
 
@@ -776,25 +785,26 @@ void Executor::Impl::recompute(Rank& R, const TaskInfo& t) {
   const int L = t.layer, mb = t.microbatch;
   BlockSaved& s = R.saved.at({L, mb});
   ensure_layer_params(R, L);
-  if (t.core_only || rule.policy == cost::Recompute::Full) {
+  // The layer's position in its chunk and its segment.
+  const auto keeps = chunk_keeps(L);
+  const std::int64_t i = L - first_layer[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(L)])];
+  const bool last = strategies::segment_end(keeps, i);
+  const bool first = t.core_only || strategies::segment_start(keeps, i) == i;
+  if (t.core_only || (first && last)) {  // the attention core, or a one-layer segment
     R.model->recompute(L, s);
     return;
   }
-  // every_k / sqrt: rerun the segment from its first layer's kept input,
-  // layer by layer, each recompute task one layer.
-  const int k = chunk_of_layer[static_cast<std::size_t>(L)];
-  const std::int64_t n = chunk_size[static_cast<std::size_t>(k)];
-  const std::int64_t i = L - first_layer[static_cast<std::size_t>(k)];
-  const std::int64_t seg = rule.segment(n);
+  // A longer segment reruns from its first layer's kept input, layer by
+  // layer, each recompute task one layer.
   Tensor in;
-  if (i % seg == 0) {
+  if (first) {
     in = s.x.clone(R.device, MemTag::Activations);
   } else {
     in = std::move(R.recompute_carry.at(mb));
     R.recompute_carry.erase(mb);
   }
   Tensor out = R.model->block_forward(L, std::move(in), s);
-  if (!(i == n - 1 || (i + 1) % seg == 0)) R.recompute_carry[mb] = std::move(out);
+  if (!last) R.recompute_carry[mb] = std::move(out);
 }
 
 void Executor::Impl::tie_embedding(Rank& R) {
@@ -1274,7 +1284,11 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
 }
 
 std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc) {
-  const auto est = strategies::estimate_memory(sc, {.runtime_bytes = 0, .cublas_workspace_bytes = 0});
+  // The same layer choices as the executed graph's (optimal recompute
+  // decides them under the default rules).
+  const strategies::ModelStepCosts costs(sc);
+  const auto est = strategies::estimate_memory(sc, {.runtime_bytes = 0, .cublas_workspace_bytes = 0},
+                                               strategies::plan_layers(sc, costs));
   return std::string(e.what()) + "; the memory model predicts a peak of " +
          std::to_string(est.peak_bytes) + " bytes per device (stage " + std::to_string(est.peak_stage) +
          ") against " + std::to_string(sc.cluster.gpu.memory_bytes()) + " bytes of " +

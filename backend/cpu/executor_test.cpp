@@ -16,6 +16,7 @@
 #include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "costmodel/model_io.hpp"
+#include "strategies/memory.hpp"
 #include "strategies/step_costs.hpp"
 #include "sim/error.hpp"
 
@@ -196,6 +197,40 @@ TEST_CASE("cpu/executor: recompute policies give the plain step's loss and gradi
   }
 }
 
+TEST_CASE("cpu/executor: optimal recompute's per-layer choices give the plain step's loss and gradients") {
+  // The solver's choices at budgets from the least it can reach to no
+  // recompute's peak (one stage of 6 layers; a 1F1B pipeline of two stages
+  // of 3): layers that keep all, drop the attention core, keep their input,
+  // or keep nothing and are rerun from their segment's input — each
+  // schedule exact up to the microbatch sums' order.
+  std::set<char> kinds;
+  for (const auto& [dp, pp] : {std::pair{1, 1}, std::pair{1, 2}}) {
+    Plan p = plan_with(dp, pp);
+    p.recompute = cost::Recompute::Optimal;
+    Scenario sc = tiny(6, p, 4, 1);
+    sc.model.seq_len = 64;  // attention scores worth dropping alone
+    Plan none = p;
+    none.recompute = cost::Recompute::None;
+    Scenario plain = sc;
+    plain.plan = none;
+    const double hi = static_cast<double>(strategies::estimate_memory(plain).peak_bytes);
+    sc.plan.memory_budget_GiB = 1e-3;  // below anything: the least memory
+    const double lo = static_cast<double>(strategies::estimate_memory(sc).peak_bytes);
+    std::set<std::string> seen;
+    for (int i = 0; i <= 8; ++i) {
+      sc.plan.memory_budget_GiB = (lo + (hi - lo) * i / 8) / static_cast<double>(kGiB);
+      const auto keeps = strategies::keeps_pattern(strategies::estimate_memory(sc).layers.keeps);
+      if (!seen.insert(keeps).second) continue;
+      CAPTURE(keeps);
+      CAPTURE(pp);
+      kinds.insert(keeps.begin(), keeps.end());
+      check_equivalent(sc);
+    }
+    CHECK(seen.size() >= 3);
+  }
+  CHECK(kinds == std::set<char>{'A', 'S', 'I', 'N'});
+}
+
 TEST_CASE("cpu/executor: activation offload moves saved tensors to the host pool and back") {
   // Same numbers as the plain step; the host pool peaks at the offloaded
   // activations and the device holds fewer activation bytes at its peak.
@@ -214,6 +249,50 @@ TEST_CASE("cpu/executor: activation offload moves saved tensors to the host pool
   CHECK(rb.memory[0].host.peak[act] > 0);
   CHECK(rb.memory[0].host.current_total == 0);
   CHECK(rb.memory[0].device.peak[act] < ra.memory[0].device.peak[act]);
+}
+
+TEST_CASE("cpu/executor: the offload planners' choices give the plain step's loss and gradients") {
+  // vdnn moves each layer's linear-layer inputs and keeps the rest on the
+  // device; lifetime, priority and joint move whole layers (joint also
+  // recomputes some), at a budget halfway between no savings and offloading
+  // everything. One stage of 4 layers, and a 1F1B pipeline of two.
+  std::set<std::string> swaps;
+  for (const auto& [dp, pp] : {std::pair{1, 1}, std::pair{1, 2}}) {
+    Plan p = plan_with(dp, pp);
+    p.offload.activations = true;
+    Scenario all = tiny(4, p, 4, 1);
+    all.model.seq_len = 64;
+    Scenario none = all;
+    none.plan.offload.activations = false;
+    const double hi = static_cast<double>(strategies::estimate_memory(none).peak_bytes);
+    const double lo = static_cast<double>(strategies::estimate_memory(all).peak_bytes);
+    for (auto planner : {strategies::OffloadPlanner::Vdnn, strategies::OffloadPlanner::Lifetime,
+                         strategies::OffloadPlanner::Priority, strategies::OffloadPlanner::Joint}) {
+      Scenario sc = all;
+      sc.plan.offload.planner = planner;
+      if (planner == strategies::OffloadPlanner::Joint) sc.plan.recompute = cost::Recompute::Optimal;
+      if (planner == strategies::OffloadPlanner::Priority || planner == strategies::OffloadPlanner::Joint)
+        sc.plan.memory_budget_GiB = (lo + hi) / 2 / static_cast<double>(kGiB);
+      const auto est = strategies::estimate_memory(sc);
+      const std::string got = strategies::keeps_pattern(est.layers.keeps) + " " +
+                              strategies::swaps_pattern(est.layers.swaps);
+      CAPTURE(got);
+      CAPTURE(enum_name(planner));
+      swaps.insert(strategies::swaps_pattern(est.layers.swaps));
+      check_equivalent(sc);
+    }
+    // vdnn leaves part of each layer on the device: less on the host than all.
+    set_blas_threads(1);
+    Scenario vdnn = all;
+    vdnn.plan.offload.planner = strategies::OffloadPlanner::Vdnn;
+    Executor a(all), b(vdnn);
+    const Batch in = batch_of(all, 5);
+    const auto ra = a.step(in.tokens, in.targets), rb = b.step(in.tokens, in.targets);
+    const auto act = static_cast<std::size_t>(MemTag::Activations);
+    CHECK(rb.memory[0].host.peak[act] > 0);
+    CHECK(rb.memory[0].host.peak[act] < ra.memory[0].host.peak[act]);
+  }
+  CHECK(swaps.size() >= 3);
 }
 
 TEST_CASE("cpu/executor: data parallelism over 2 and 4 ranks equals one rank with the same global batch") {

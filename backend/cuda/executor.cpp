@@ -112,7 +112,6 @@ struct Executor::Impl {
   std::int64_t micro = 1, seq = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
-  strategies::ActivationRule rule;
   bool core_recompute = false;
   std::vector<std::int32_t> order;  // the tasks, in graph order
   // Declaration order is destruction order reversed: the allocators outlive
@@ -150,6 +149,8 @@ struct Executor::Impl {
   void backward(const TaskInfo& t);
   void recompute(const TaskInfo& t);
   void keep_for_backward(int layer, BlockSaved& s) const;
+  // The choices of the chunk that holds `layer` (the lowering's).
+  std::span<const strategies::Keep> chunk_keeps(int layer) const;
   void offload(const TaskInfo& t, cudaStream_t s);
   void prefetch(const TaskInfo& t, cudaStream_t s);
   void optimizer_step();
@@ -181,8 +182,6 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
   if (p.implementation.attention != cost::AttentionKernel::Standard)
     return "the CUDA backend computes standard attention (scores materialised) only; flash "
            "attention is not implemented yet: set plan.implementation.attention to standard";
-  if (p.recompute == cost::Recompute::Optimal)
-    return "the optimal recompute planner is not executed by the CUDA backend";
   if (p.offload.weights) return "weight offload is not executed by the CUDA backend yet";
   if (p.offload.optimizer != strategies::OffloadTarget::None)
     return "optimizer offload (ZeRO-Offload, ZeRO-Infinity) is not executed by the CUDA backend yet";
@@ -209,7 +208,6 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   for (int k = 0; k < chunks; ++k)
     for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
       chunk_of_layer[static_cast<std::size_t>(l)] = k;
-  rule = strategies::ActivationRule::of(plan, cost::expand(sc.model, strategies::expand_options(sc)));
 
   // Every task's stream (one per queue resource) and what it runs.
   std::map<std::int32_t, int> stream_of_resource;
@@ -320,23 +318,21 @@ DeviceTensor Executor::Impl::take_activation(int chunk, int mb) {
   return x;
 }
 
+std::span<const strategies::Keep> Executor::Impl::chunk_keeps(int layer) const {
+  const auto k = static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(layer)]);
+  return {low.layers.keeps.data() + first_layer[k], static_cast<std::size_t>(chunk_size[k])};
+}
+
+// What the lowering's choice for the layer keeps (docs/remat.md).
 void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
-  using cost::Recompute;
-  switch (rule.policy) {
-    case Recompute::None: return;
-    case Recompute::Selective:
-      if (core_recompute) GptModel::drop_for_recompute(s, Recompute::Selective);
+  using strategies::Keep;
+  switch (low.layers.keeps[static_cast<std::size_t>(layer)]) {
+    case Keep::All: return;
+    case Keep::Selective:
+      if (core_recompute) GptModel::drop_for_recompute(s, cost::Recompute::Selective);
       return;
-    case Recompute::Full: GptModel::drop_for_recompute(s, Recompute::Full); return;
-    default: {
-      // every_k, sqrt: a segment's first layer keeps its input, the others nothing.
-      const int k = chunk_of_layer[static_cast<std::size_t>(layer)];
-      const std::int64_t i = layer - first_layer[static_cast<std::size_t>(k)];
-      if (i % rule.segment(chunk_size[static_cast<std::size_t>(k)]) == 0)
-        GptModel::drop_for_recompute(s, Recompute::Full);
-      else
-        s = BlockSaved{};
-    }
+    case Keep::Input: GptModel::drop_for_recompute(s, cost::Recompute::Full); return;
+    case Keep::Nothing: s = BlockSaved{}; return;
   }
 }
 
@@ -395,35 +391,39 @@ void Executor::Impl::backward(const TaskInfo& t) {
 void Executor::Impl::recompute(const TaskInfo& t) {
   const int L = t.layer, mb = t.microbatch;
   BlockSaved& s = saved.at({L, mb});
-  if (t.core_only || rule.policy == cost::Recompute::Full) {
+  // The layer's position in its chunk and its segment.
+  const auto keeps = chunk_keeps(L);
+  const std::int64_t i = L - first_layer[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(L)])];
+  const bool last = strategies::segment_end(keeps, i);
+  const bool first = t.core_only || strategies::segment_start(keeps, i) == i;
+  if (t.core_only || (first && last)) {  // the attention core, or a one-layer segment
     model->recompute(L, s);
     return;
   }
-  // every_k / sqrt: rerun the segment from its first layer's kept input,
-  // layer by layer, each recompute task one layer.
-  const int k = chunk_of_layer[static_cast<std::size_t>(L)];
-  const std::int64_t n = chunk_size[static_cast<std::size_t>(k)];
-  const std::int64_t i = L - first_layer[static_cast<std::size_t>(k)];
-  const std::int64_t seg = rule.segment(n);
+  // A longer segment reruns from its first layer's kept input, layer by
+  // layer, each recompute task one layer.
   DeviceTensor in;
-  if (i % seg == 0) {
+  if (first) {
     in = s.x.clone(MemTag::Activations);
   } else {
     in = std::move(recompute_carry.at(mb));
     recompute_carry.erase(mb);
   }
   DeviceTensor out = model->block_forward(L, std::move(in), s);
-  if (!(i == n - 1 || (i + 1) % seg == 0)) recompute_carry[mb] = std::move(out);
+  if (!last) recompute_carry[mb] = std::move(out);
 }
 
 // The layer's saved tensors to pinned host memory, on the d2h stream; the
-// device copies are freed in that stream's order (after the copies).
+// device copies are freed in that stream's order (after the copies). With
+// the vdnn planner only the inputs of its linear layers go.
 void Executor::Impl::offload(const TaskInfo& t, cudaStream_t s) {
   BlockSaved& b = saved.at({t.layer, t.microbatch});
   auto& out = offloaded[{t.layer, t.microbatch}];
   out.clear();
+  const bool linear_only = low.layers.swaps[static_cast<std::size_t>(t.layer)] == strategies::Swap::LinearInputs;
   for (DeviceTensor* d : b.tensors()) {
-    if (d->empty()) {
+    const bool linear_input = d == &b.ln1 || d == &b.attn || d == &b.ln2 || d == &b.act;
+    if (d->empty() || (linear_only && !linear_input)) {
       out.emplace_back();
       continue;
     }

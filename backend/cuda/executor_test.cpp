@@ -16,6 +16,7 @@
 #include "backend/cpu/test_util.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
+#include "strategies/memory.hpp"
 
 namespace strata::backend::cuda {
 namespace {
@@ -102,6 +103,33 @@ TEST_CASE("cuda/executor: activation offload (with and without full recompute) e
     p.recompute = policy;
     p.offload.activations = true;
     check_equal_to_cpu(tiny(3, p));
+  }
+}
+
+TEST_CASE("cuda/executor: optimal recompute and the offload planners' per-layer choices equal the CPU executor") {
+  // The lowering's choices at a budget halfway between no savings and the
+  // least each reaches: optimal recompute (keep all, selective, input,
+  // segments), and activation offload by the vdnn (linear layers' inputs
+  // only), lifetime, priority and joint planners.
+  Plan base;
+  Scenario plain = tiny(4, base);
+  plain.model.seq_len = 64;  // attention scores worth dropping alone
+  const double hi = static_cast<double>(strategies::estimate_memory(plain).peak_bytes);
+  for (const auto planner : {strategies::OffloadPlanner::All, strategies::OffloadPlanner::Vdnn,
+                             strategies::OffloadPlanner::Lifetime, strategies::OffloadPlanner::Priority,
+                             strategies::OffloadPlanner::Joint}) {
+    CAPTURE(static_cast<int>(planner));
+    Scenario sc = plain;
+    const bool offload = planner != strategies::OffloadPlanner::All;
+    sc.plan.offload.activations = offload;
+    sc.plan.offload.planner = planner;
+    if (!offload || planner == strategies::OffloadPlanner::Joint) sc.plan.recompute = cost::Recompute::Optimal;
+    if (!offload || planner == strategies::OffloadPlanner::Priority || planner == strategies::OffloadPlanner::Joint) {
+      sc.plan.memory_budget_GiB = 1e-3;
+      const double lo = static_cast<double>(strategies::estimate_memory(sc).peak_bytes);
+      sc.plan.memory_budget_GiB = (lo + hi) / 2 / static_cast<double>(kGiB);
+    }
+    check_equal_to_cpu(sc);
   }
 }
 
