@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "costmodel/model_io.hpp"
+#include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/validate.hpp"
 
@@ -171,6 +172,21 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
   }
   if (auto sp = r.get("space")) s.space = read_space(*sp, s);
   if (auto g = r.get("goal")) s.goal = read_goal(*g);
+  for (const char* key : {"convergence", "lr"})
+    if (r.has(key) && !s.goal) r.fail_at(key, "applies only with a \"goal\"");
+  if (s.goal) {
+    s.convergence = std::make_shared<const ConvergenceModel>(
+        r.has("convergence") ? read_scenario_convergence(r.at("convergence"), base_dir)
+                             : bundled_convergence());
+    if (auto lr = r.get("lr")) s.lr = read_lr_rule(*lr);
+    if (s.goal->target_loss) {
+      try {
+        critical_batch_at(*s.convergence, *s.goal->target_loss);
+      } catch (const InputError& e) {
+        r.at("goal").fail_at("target_loss", e.rule() + " (convergence model " + e.file() + ")");
+      }
+    }
+  }
   if (auto c = r.get("calibration")) {
     const std::string path = cost::resolve_path(c->as_string(), base_dir);
     if (!std::filesystem::exists(path))
