@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "backend/cpu/blas.hpp"
@@ -232,8 +233,22 @@ int main(int argc, char** argv) {
                     "Continue DIR/results.jsonl: plans already there are not simulated again");
   explore->add_option("--shard", shard_text, "Explore plans with index % n == i only")
       ->type_name("i/n");
-  explore->add_option("--top", top_k, "Keep the K best plans by throughput (default 10)")
+  explore->add_option("--top", top_k, "Keep the K best plans by the --rank-by key (default 10)")
       ->check(CLI::Range(0, 1000000));
+  std::optional<strategies::RankBy> rank_by;
+  explore
+      ->add_option_function<std::string>(
+          "--rank-by",
+          [&rank_by](const std::string& v) {
+            auto r = enum_from_name<strategies::RankBy>(v);
+            if (!r)
+              throw CLI::ValidationError("--rank-by",
+                                         "must be one of " + enum_choices<strategies::RankBy>());
+            rank_by = *r;
+          },
+          "Top plans by " + enum_choices<strategies::RankBy>() +
+              " (default: time_to_train when the scenario has a goal, else throughput)")
+      ->type_name("KEY");
   std::uint64_t max_plans = strategies::kDefaultMaxPlans;
   explore
       ->add_option("--max-plans", max_plans,
@@ -402,6 +417,7 @@ int main(int argc, char** argv) {
       o.shard_index = shard.first;
       o.shard_count = shard.second;
       o.top_k = top_k;
+      o.rank_by = rank_by;
       o.max_plans = max_plans;
       o.progress_interval_s = line.tty ? 0.25 : 10.0;
       o.on_progress = [&line](const strategies::Progress& p) { line(p); };
