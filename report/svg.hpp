@@ -40,6 +40,10 @@ struct Scatter {
   std::string title, desc;
   std::string x_label, y_label;
   bool log_x = false;
+  bool log_y = false;  // otherwise y starts at 0
+  // Lines through their points in order (fitted curves), in their colours,
+  // after the dots; their labels are not added to the legend.
+  std::vector<ScatterSeries> curves;
   // Small dots; points on one half pixel are drawn once. The legend keeps
   // this order; the largest series is drawn first with the largest dots.
   std::vector<ScatterSeries> series;

@@ -107,8 +107,8 @@ void read_fields(const JsonReader& r, ConvergenceModel& m, bool complete) {
     } else {
       LossScaling s;
       s.loss_floor = read_sourced(ls->at("loss_floor"), 0, 1e6);
-      s.s_min_exponent = read_sourced(ls->at("S_min_exponent"), 0, 1e3);
-      s.b_noise_exponent = read_sourced(ls->at("B_noise_exponent"), 0, 1e3);
+      s.s_min_exponent = read_sourced(ls->at("S_min_exponent"), -1e3, 1e3);
+      s.b_noise_exponent = read_sourced(ls->at("B_noise_exponent"), -1e3, 1e3);
       ls->reject_unknown_keys();
       m.loss_scaling = s;
     }
