@@ -342,6 +342,13 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
       throw InputError(results, "",
                        "already exists; pass --resume to continue it, or choose another --out");
     prev = read_results(results);
+    // Records scored with a goal carry a time to train (never 0); without, none.
+    for (const auto& [id, p] : prev.plans)
+      if ((p.time_to_train_s != 0) != sc.goal.has_value())
+        throw InputError(results, "",
+                         std::string("its plans were scored ") + (sc.goal ? "without" : "with") +
+                             " a training goal and the scenario now has " + (sc.goal ? "one" : "none") +
+                             "; resume with the same scenario, or choose another --out");
     rep.torn_bytes = prev.torn_bytes;
     if (prev.torn_bytes > 0) fs::resize_file(results, prev.valid_bytes);
   }
