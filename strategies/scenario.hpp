@@ -27,7 +27,8 @@ struct Scenario {
   std::optional<Goal> goal;
   // With a goal: the convergence model ("convergence": the file it names with
   // its overrides, else the bundled default) and the learning-rate rule
-  // ("lr", else the model's; none: tuned at every batch).
+  // ("lr", else the model's; none: tuned at every batch), its reference
+  // batch resolved (default: this scenario's batch.global).
   std::shared_ptr<const ConvergenceModel> convergence;
   std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path

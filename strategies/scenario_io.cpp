@@ -178,7 +178,10 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
     s.convergence = std::make_shared<const ConvergenceModel>(
         r.has("convergence") ? read_scenario_convergence(r.at("convergence"), base_dir)
                              : bundled_convergence());
-    if (auto lr = r.get("lr")) s.lr = read_lr_rule(*lr);
+    // The rule's base rate is tuned at the scenario's own batch unless it
+    // says otherwise (explore's batch.global axis then moves away from it).
+    s.lr = r.has("lr") ? std::optional<LrRule>(read_lr_rule(r.at("lr"))) : s.convergence->lr;
+    if (s.lr && !s.lr->reference_batch) s.lr->reference_batch = s.batch.global;
     if (s.goal->target_loss) {
       try {
         critical_batch_at(*s.convergence, *s.goal->target_loss);

@@ -176,6 +176,14 @@ TEST_CASE("a goal brings the bundled convergence model; convergence and lr overr
   REQUIRE(o.lr);
   CHECK(o.lr->scaling == LrScaling::Linear);
   CHECK(estimate_goal(o)->steps == 100 + 375);
+  // The rule's reference is the scenario's batch: a point of explore's batch
+  // axis at twice it gets twice the rate (r = 2 with B_noise 0: never reached).
+  CHECK(o.lr->reference_batch == 1536);
+  auto point = o;
+  point.batch.global = 3072;
+  const auto far = estimate_goal(point);
+  CHECK(*far->lr == doctest::Approx(1.2e-4));
+  CHECK_FALSE(far->reachable);
 
   CHECK(error_of(scenario("\"plan\":", "\"lr\": {\"base\": 1e-4}, \"plan\":")) ==
         "s.json: lr: applies only with a \"goal\"");
