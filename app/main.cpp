@@ -27,12 +27,14 @@
 #include "report/export.hpp"
 #include "report/published.hpp"
 #include "report/simulate.hpp"
+#include "report/tradeoff.hpp"
 #include "sim/error.hpp"
 #include "strategies/coarse.hpp"
 #include "strategies/convergence_io.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/step_costs.hpp"
+#include "strategies/tradeoff.hpp"
 #include "sim/trace.hpp"
 
 namespace {
@@ -214,6 +216,21 @@ int main(int argc, char** argv) {
                    "layer: the step's task graph, per layer (default); chunk: the explorer's "
                    "coarse level, one task per chunk pass (memory from the closed-form model)")
       ->check(CLI::IsMember({"layer", "chunk"}));
+  std::string svg_path;
+  strategies::TradeoffOptions tradeoff_options;
+  auto* tradeoff = app.add_subcommand(
+      "tradeoff", "Step time against memory for each recompute policy (none, every_k, sqrt, "
+                  "revolve, optimal), from no savings down to the least feasible budget");
+  tradeoff->add_option("SCENARIO", scenario_path, "A scenario JSON (a layer-chain model, or a "
+                                                  "transformer with pp = 1)")
+      ->required();
+  tradeoff->add_option("--svg", svg_path, "Write the chart to FILE")->type_name("FILE");
+  tradeoff->add_option("--budgets", tradeoff_options.budgets,
+                       "Memory budgets in the sweep (default 16)")
+      ->check(CLI::Range(2, 1000));
+  tradeoff->add_option("--levels", tradeoff_options.levels,
+                       "Memory levels of the optimal solver's dynamic programme (default 100)")
+      ->check(CLI::Range(1, 100000));
   std::string cases_path;
   bool markdown = false;
   auto* published = app.add_subcommand(
@@ -296,7 +313,8 @@ int main(int argc, char** argv) {
                   "CPU calibration for the prediction beside the measurement (default: the "
                   "scenario's, else the cached one, measured on first use)")
       ->type_name("FILE");
-  for (auto* cmd : {models, gpus, clusters, describe, simulate, published, explore, merge, run})
+  for (auto* cmd :
+       {models, gpus, clusters, describe, simulate, tradeoff, published, explore, merge, run})
     add_format_option(cmd, format);
   std::string calibrate_backend, calibrate_out, calibrate_cluster = "cpu-local";
   backend::cpu::CalibrateOptions calibrate_options;
@@ -445,6 +463,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "simulate");
       if (sc.space) strategies::require_valid_plan(sc);
       if (granularity == "chunk") {
         if (!trace_path.empty())
@@ -463,6 +482,14 @@ int main(int argc, char** argv) {
           report::write_file_atomically(trace_path, sim::chrome_trace(lowered.graph, run));
       }
     }
+    if (*tradeoff) {
+      if (!std::filesystem::exists(scenario_path))
+        throw InputError(scenario_path, "", "file not found");
+      const auto sc = strategies::load_scenario(scenario_path);
+      const auto t = strategies::tradeoff(sc, tradeoff_options);
+      out = report::render_tradeoff(t, format);
+      if (!svg_path.empty()) report::write_file_atomically(svg_path, report::tradeoff_svg(t));
+    }
     if (*published) {
       const auto r = report::validate_published(cases_path);
       out = markdown ? report::published_markdown(r) : report::render_published(r, format);
@@ -471,6 +498,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       const auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "explore");
       ProgressLine line;
       report::ExploreRunOptions o;
       o.out_dir = out_dir;
@@ -504,6 +532,7 @@ int main(int argc, char** argv) {
     if (*merge) out = report::render_explore(report::merge_explore(merge_dirs, out_dir), nullptr, format);
     if (*exporter) {
       const auto sc = report::load_export_scenario(export_input, export_rank, export_scenario);
+      strategies::require_transformer(sc, "export");
       const auto ex = report::export_plan(sc, export_target);
       // DeepSpeed's JSON has no comments: its notes go to stderr; every
       // engine's unsupported choices too, so they are seen with --out.
@@ -524,6 +553,7 @@ int main(int argc, char** argv) {
         throw InputError(scenario_path, "", "file not found");
       if (format == report::Format::Csv) throw InputError("--format", "", "run prints table or json");
       auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "run");
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
       // The prediction printed beside the measurement uses this machine's
@@ -570,6 +600,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::exists(scenario_path))
         throw InputError(scenario_path, "", "file not found");
       auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "fit-convergence");
       if (sc.space) strategies::require_valid_plan(sc);
       if (fit_quick) {
         auto& o = fit_options;
@@ -605,6 +636,7 @@ int main(int argc, char** argv) {
         throw InputError(scenario_path, "", "file not found");
       if (format == report::Format::Csv) throw InputError("--format", "", "validate prints table or json");
       auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "validate");
       if (sc.space) strategies::require_valid_plan(sc);
       if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
       // The prediction and the executor's lowering both read sc.calibration.

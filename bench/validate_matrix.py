@@ -37,7 +37,7 @@ MODEL = {
 BATCH = {"global": 16, "micro": 2}
 BASE = {"precision": "fp32", "optimizer": "adam", "implementation": {"attention": "standard"}}
 
-# name -> plan keys (on top of BASE); every plan has dp * pp = 4.
+# name -> plan keys (on top of BASE); every plan has dp * tp * cp * pp = 4.
 MATRIX = [
     ("dp4", {"dp": 4}),
     ("dp4-zero1", {"dp": 4, "zero": 1}),
@@ -55,6 +55,12 @@ MATRIX = [
     ("dp2-pp2-gpipe-zero3", {"dp": 2, "pp": 2, "schedule": "gpipe", "zero": 3}),
     ("dp2-pp2-1f1b-offload", {"dp": 2, "pp": 2, "schedule": "1f1b", "offload": {"activations": True}}),
     ("dp2-pp2-every2", {"dp": 2, "pp": 2, "schedule": "1f1b", "recompute": "every_k", "recompute_k": 2}),
+    ("tp4", {"tp": 4}),
+    ("tp2-dp2-sp", {"tp": 2, "dp": 2, "sequence_parallel": True}),
+    ("tp2-pp2-sp-1f1b", {"tp": 2, "pp": 2, "sequence_parallel": True, "schedule": "1f1b"}),
+    ("tp2-dp2-zero1-full", {"tp": 2, "dp": 2, "zero": 1, "recompute": "full"}),
+    ("cp4", {"cp": 4}),
+    ("cp2-dp2", {"cp": 2, "dp": 2}),
 ]
 
 

@@ -7,8 +7,10 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "sim/names.hpp"
+#include "sim/units.hpp"
 
 namespace strata::cost {
 
@@ -19,6 +21,34 @@ enum class PositionEmbedding { Learned, Rope, Alibi, None };
 struct MoeSpec {
   std::int64_t experts = 1;
   std::int64_t top_k = 1;
+};
+
+// One stage of a layer-chain model (docs/input-format.md, `chain`): a layer
+// or a block (a residual unit) whose input is the previous stage's output.
+// Every count is per input sample; a microbatch of b samples scales them by b.
+struct ChainLayer {
+  std::string name;
+  Flops fwd_flops = 0;         // forward FLOPs
+  Flops bwd_flops = 0;         // backward FLOPs (input and weight gradients)
+  std::int64_t params = 0;     // parameters
+  Bytes output_bytes = 0;      // the stage's output: the next stage's input
+  // Activations the backward needs beyond the stage's input and output
+  // (inside a residual unit: the normalised and activated tensors).
+  Bytes saved_bytes = 0;
+  // Transient bytes while the stage's forward or backward runs, beyond its
+  // input, output and saved tensors (gradients of its inner tensors).
+  Bytes workspace_bytes = 0;
+};
+
+// A model given as a chain of layers with their costs (CNNs, ResNets,
+// U-Nets) instead of a transformer's dimensions.
+struct LayerChain {
+  Bytes input_bytes = 0;          // one sample of the chain's input
+  std::vector<ChainLayer> layers;  // in forward order, repeats expanded
+
+  std::int64_t params() const;
+  Flops fwd_flops() const;
+  Flops bwd_flops() const;
 };
 
 struct ModelSpec {
@@ -39,6 +69,9 @@ struct ModelSpec {
   // embedding (Megatron GPT); its masks are saved for backward.
   bool dropout = false;
   std::optional<MoeSpec> moe;
+  // A layer-chain model: `layers` is its stage count and the transformer
+  // dimensions are 0.
+  std::optional<LayerChain> chain;
   std::string source;  // where the numbers come from (presets)
 
   std::int64_t head_dim() const { return hidden / heads; }

@@ -45,6 +45,63 @@ void check_model(const ModelSpec& m, const JsonReader& r) {
                          std::to_string(m.moe->experts));
 }
 
+constexpr std::int64_t kMaxChainBytes = std::int64_t{1} << 50;
+constexpr double kMaxChainFlops = 1e18;
+
+// Appends the layers of a `chain.layers` array to `out`, expanding
+// {"repeat": N, "layers": [...]} groups (repeated names get ".1" … ".N").
+void read_chain_layers(const JsonReader& arr, std::vector<ChainLayer>& out, int depth) {
+  if (!arr.is_array()) arr.fail("must be an array of layers");
+  const auto elems = arr.elements();
+  if (elems.empty()) arr.fail("must hold at least one layer");
+  for (const auto& e : elems) {
+    if (!e.is_object()) e.fail("must be a layer object or a {\"repeat\", \"layers\"} group");
+    if (e.has("repeat")) {
+      if (depth >= kMaxIncludeDepth) e.fail("repeat groups nest more than 8 deep");
+      const std::int64_t n = e.at("repeat").as_int(1, kMaxLayers);
+      std::vector<ChainLayer> body;
+      read_chain_layers(e.at("layers"), body, depth + 1);
+      e.reject_unknown_keys();
+      if (static_cast<std::int64_t>(out.size()) + n * static_cast<std::int64_t>(body.size()) >
+          kMaxLayers)
+        e.fail("the chain expands to more than " + std::to_string(kMaxLayers) + " layers");
+      for (std::int64_t k = 1; k <= n; ++k)
+        for (const auto& l : body) {
+          out.push_back(l);
+          if (n > 1) out.back().name += "." + std::to_string(k);
+        }
+      continue;
+    }
+    ChainLayer l;
+    l.name = e.at("name").as_string();
+    if (l.name.empty()) e.fail_at("name", "must not be empty");
+    l.fwd_flops = e.at("fwd_flops").as_number(0, kMaxChainFlops);
+    l.bwd_flops = e.number_or("bwd_flops", 2 * l.fwd_flops, 0, kMaxChainFlops);
+    l.params = e.int_or("params", 0, 0, kMaxChainBytes);
+    l.output_bytes = e.at("output_bytes").as_int(1, kMaxChainBytes);
+    l.saved_bytes = e.int_or("saved_bytes", 0, 0, kMaxChainBytes);
+    l.workspace_bytes = e.int_or("workspace_bytes", 0, 0, kMaxChainBytes);
+    e.reject_unknown_keys();
+    if (static_cast<std::int64_t>(out.size()) >= kMaxLayers)
+      e.fail("the chain expands to more than " + std::to_string(kMaxLayers) + " layers");
+    out.push_back(std::move(l));
+  }
+}
+
+LayerChain read_chain(const JsonReader& r) {
+  if (!r.is_object()) r.fail("must be an object {\"input_bytes\", \"layers\"}");
+  LayerChain c;
+  c.input_bytes = r.at("input_bytes").as_int(1, kMaxChainBytes);
+  read_chain_layers(r.at("layers"), c.layers, 0);
+  r.reject_unknown_keys();
+  return c;
+}
+
+// Transformer dimensions, which a layer-chain model does not have.
+constexpr const char* kTransformerKeys[] = {
+    "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
+    "bias", "position_embedding", "tied_embeddings", "dropout", "moe"};
+
 ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth) {
   if (depth > kMaxIncludeDepth) r.fail("presets/files nest more than 8 deep");
   if (!r.is_object()) r.fail("must be a preset name, a file path or an object");
@@ -58,6 +115,22 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
     if (based) f->fail("\"file\" and \"preset\" are exclusive");
     m = load_model_file_at(resolve_path(f->as_string(), base_dir), depth + 1);
     based = true;
+  }
+  if (auto c = r.get("chain")) {
+    if (based && !m.chain)
+      c->fail("the base model is a transformer; a layer chain cannot extend it");
+    m.chain = read_chain(*c);
+  }
+  if (m.chain) {
+    for (const char* key : kTransformerKeys)
+      if (r.has(key))
+        r.fail_at(key, "applies to transformer models; this model is a layer chain (\"chain\")");
+    m = ModelSpec{.name = r.string_or("name", based ? m.name : "custom"),
+                  .layers = static_cast<std::int64_t>(m.chain->layers.size()),
+                  .chain = std::move(m.chain),
+                  .source = r.string_or("source", m.source)};
+    r.reject_unknown_keys();
+    return m;
   }
   const ModelSpec base = m;
   m.name = r.string_or("name", based ? m.name : "custom");

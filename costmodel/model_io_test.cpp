@@ -34,9 +34,10 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 TEST_CASE("every bundled preset loads and names itself") {
-  // The issue's preset list: 14 models, 7 GPUs, 3 clusters (+ 1x<gpu> each).
+  // The issue's preset list: 14 transformers and 4 layer chains, 7 GPUs, 4
+  // clusters (+ 1x<gpu> each).
   const auto models = model_presets();
-  CHECK(models.size() == 14);
+  CHECK(models.size() == 18);
   for (const auto& m : models) {
     CAPTURE(m.name);
     CHECK(!m.source.empty());
@@ -110,6 +111,69 @@ TEST_CASE("model errors name the path and the rule") {
         "m.json: model.moe.top_k: 4 exceeds experts=2");
   CHECK(error_of([] { model_from(R"("no/such/file.json")"); }) ==
         "m.json: model: model file \"no/such/file.json\" not found");
+}
+
+TEST_CASE("layer-chain models: repeats expand, defaults fill in, presets check against their papers") {
+  // Two repeats of a two-layer group between a stem and a head: 6 stages;
+  // bwd_flops defaults to 2·fwd_flops; saved and workspace bytes to 0.
+  const auto m = model_from(R"({"name": "toy", "chain": {"input_bytes": 12, "layers": [
+      {"name": "stem", "fwd_flops": 10, "bwd_flops": 10, "params": 3, "output_bytes": 8},
+      {"repeat": 2, "layers": [
+        {"name": "a", "fwd_flops": 4, "params": 1, "output_bytes": 6, "saved_bytes": 2},
+        {"name": "b", "fwd_flops": 5, "output_bytes": 4, "workspace_bytes": 1}]},
+      {"name": "head", "fwd_flops": 1, "output_bytes": 1}]}})");
+  REQUIRE(m.chain);
+  CHECK(m.layers == 6);
+  CHECK(m.hidden == 0);
+  std::vector<std::string> names;
+  for (const auto& l : m.chain->layers) names.push_back(l.name);
+  CHECK(names == std::vector<std::string>{"stem", "a.1", "b.1", "a.2", "b.2", "head"});
+  CHECK(m.chain->params() == 3 + 2 * 1);
+  CHECK(m.chain->fwd_flops() == 10 + 2 * (4 + 5) + 1);
+  CHECK(m.chain->bwd_flops() == 10 + 2 * (8 + 10) + 2);
+  CHECK(m.chain->layers[1].saved_bytes == 2);
+  CHECK(m.chain->layers[2].workspace_bytes == 1);
+  CHECK(m.chain->input_bytes == 12);
+  // A preset keeps its chain under a new name.
+  const auto r = model_from(R"({"preset": "resnet50", "name": "mine"})");
+  CHECK(r.name == "mine");
+  CHECK(r.layers == 18);
+  // The presets' totals match their papers (scripts/gen_chain_presets.py):
+  // ResNet-50 25.6 M parameters and 3.8 G multiply-adds (He et al. 2016,
+  // Table 1), VGG-19 143.7 M and 19.6 G (Simonyan & Zisserman), U-Net
+  // 31.0 M (23 conv layers); ResNet-1001 333 units + stem + head.
+  auto macs = [](const ModelSpec& s) { return s.chain->fwd_flops() / 2e9; };
+  CHECK(model_preset("resnet50").chain->params() / 1e6 == doctest::Approx(25.6).epsilon(0.01));
+  CHECK(macs(model_preset("resnet50")) == doctest::Approx(3.86).epsilon(0.01));
+  CHECK(model_preset("vgg19").chain->params() / 1e6 == doctest::Approx(143.7).epsilon(0.001));
+  CHECK(macs(model_preset("vgg19")) == doctest::Approx(19.6).epsilon(0.01));
+  CHECK(model_preset("unet").chain->params() / 1e6 == doctest::Approx(31.0).epsilon(0.01));
+  CHECK(model_preset("unet").layers == 23);
+  CHECK(model_preset("resnet1001").layers == 335);
+}
+
+TEST_CASE("layer-chain errors name the path and the rule") {
+  CHECK(error_of([] { model_from(R"({"chain": {"input_bytes": 4, "layers": []}})"); }) ==
+        "m.json: model.chain.layers: must hold at least one layer");
+  CHECK(error_of([] { model_from(R"({"chain": {"layers": [{"name": "a", "fwd_flops": 1, "output_bytes": 1}]}})"); }) ==
+        "m.json: model.chain.input_bytes: missing required key");
+  CHECK(error_of([] { model_from(R"({"chain": {"input_bytes": 4, "layers": [{"name": "a", "fwd_flops": 1}]}})"); }) ==
+        "m.json: model.chain.layers[0].output_bytes: missing required key");
+  CHECK(error_of([] { model_from(R"({"chain": {"input_bytes": 4, "layers": [{"name": "a", "fwd_flops": -1, "output_bytes": 1}]}})"); })
+            .find("m.json: model.chain.layers[0].fwd_flops: must be in [0, ") == 0);
+  CHECK(error_of([] { model_from(R"({"chain": {"input_bytes": 4, "layers": [{"name": "a", "fwd_flops": 1, "output_bytes": 1, "saved_byte": 2}]}})"); }) ==
+        "m.json: model.chain.layers[0].saved_byte: unknown key (did you mean \"saved_bytes\"?)");
+  CHECK(error_of([] { model_from(R"({"chain": {"input_bytes": 4, "layers": [{"repeat": 0, "layers": []}]}})"); }) ==
+        "m.json: model.chain.layers[0].repeat: must be in [1, 100000], got 0");
+  CHECK(error_of([] { model_from(R"({"chain": {"input_bytes": 4, "layers": [{"repeat": 100, "layers": [
+      {"repeat": 1001, "layers": [{"name": "a", "fwd_flops": 1, "output_bytes": 1}]}]}]}})"); }) ==
+        "m.json: model.chain.layers[0]: the chain expands to more than 100000 layers");
+  CHECK(error_of([] { model_from(R"({"layers": 3, "chain": {"input_bytes": 4, "layers": [{"name": "a", "fwd_flops": 1, "output_bytes": 1}]}})"); }) ==
+        "m.json: model.layers: applies to transformer models; this model is a layer chain (\"chain\")");
+  CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "chain": {"input_bytes": 4, "layers": [{"name": "a", "fwd_flops": 1, "output_bytes": 1}]}})"); }) ==
+        "m.json: model.chain: the base model is a transformer; a layer chain cannot extend it");
+  CHECK(error_of([] { model_from(R"({"preset": "vgg19", "hidden": 4})"); }) ==
+        "m.json: model.hidden: applies to transformer models; this model is a layer chain (\"chain\")");
 }
 
 TEST_CASE("Hugging Face config.json imports as a model") {

@@ -47,6 +47,22 @@ Bytes Layer::max_grad_bytes() const {
   return g;
 }
 
+std::int64_t LayerChain::params() const {
+  std::int64_t n = 0;
+  for (const auto& l : layers) n += l.params;
+  return n;
+}
+Flops LayerChain::fwd_flops() const {
+  Flops f = 0;
+  for (const auto& l : layers) f += l.fwd_flops;
+  return f;
+}
+Flops LayerChain::bwd_flops() const {
+  Flops f = 0;
+  for (const auto& l : layers) f += l.bwd_flops;
+  return f;
+}
+
 std::int64_t OpChain::params() const {
   return embedding.params() + blocks * block.params() + head.params();
 }
@@ -306,6 +322,10 @@ struct Builder {
 OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
   if (opts.micro_batch < 1 || opts.tp < 1 || opts.cp < 1 || opts.ep < 1)
     throw Error("expand: micro_batch, tp, cp and ep must be >= 1");
+  if (model.chain)
+    throw Error("expand: model \"" + model.name +
+                "\" is a layer chain, not a transformer (strategies::require_transformer "
+                "rejects it with the input's name)");
   if (opts.ep > 1 && (!model.moe || model.moe->experts % opts.ep != 0))
     throw Error("expand: ep must divide the number of experts");
   Builder bld(model, opts);

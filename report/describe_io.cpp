@@ -25,6 +25,15 @@ std::string num(double v) {
 ordered_json model_json(const cost::ModelSpec& m) {
   ordered_json j;
   j["name"] = m.name;
+  if (m.chain) {
+    j["params"] = m.chain->params();
+    j["layers"] = m.layers;
+    j["chain"] = {{"input_bytes", m.chain->input_bytes},
+                  {"fwd_flops", m.chain->fwd_flops()},
+                  {"bwd_flops", m.chain->bwd_flops()}};
+    j["source"] = m.source;
+    return j;
+  }
   j["params"] = cost::expand(m).params();
   j["layers"] = m.layers;
   j["hidden"] = m.hidden;
@@ -83,17 +92,27 @@ std::string list_models(const std::vector<cost::ModelSpec>& models, Format f) {
   }
   Table t;
   t.columns = {"name", "params", "layers", "hidden", "heads", "kv_heads", "ffn_hidden",
-               "vocab", "seq_len", "mlp", "norm", "moe"};
+               "vocab", "seq_len", "mlp", "norm", "moe", "kind"};
   t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right,
              Align::Right, Align::Right, Align::Right};
   for (const auto& m : models) {
+    if (m.chain) {  // a layer chain has none of the transformer's dimensions
+      const double p = static_cast<double>(m.chain->params());
+      std::vector<std::string> row{m.name, f == Format::Csv ? num(p) : count(p),
+                                   std::to_string(m.layers)};
+      row.resize(t.columns.size() - 1, "-");
+      row.push_back("chain");
+      t.add_row(row);
+      continue;
+    }
     const double p = static_cast<double>(cost::expand(m).params());
     t.add_row({m.name, f == Format::Csv ? num(p) : count(p), std::to_string(m.layers),
                std::to_string(m.hidden), std::to_string(m.heads), std::to_string(m.kv_heads),
                std::to_string(m.ffn_hidden), std::to_string(m.vocab), std::to_string(m.seq_len),
                std::string(enum_name(m.mlp)), std::string(enum_name(m.norm)),
                m.moe ? std::to_string(m.moe->experts) + "x top" + std::to_string(m.moe->top_k)
-                     : "-"});
+                     : "-",
+               "transformer"});
   }
   return render(t, f);
 }
@@ -142,8 +161,82 @@ std::string list_clusters(const std::vector<cost::ClusterSpec>& clusters, Format
   return render(t, f);
 }
 
+namespace {
+
+// A layer-chain model: one row per stage, for one microbatch of
+// `micro_batch` samples; the terminal table folds runs of alike stages.
+std::string describe_chain(const cost::ModelSpec& model, std::int64_t micro_batch, Format f) {
+  const cost::LayerChain& c = *model.chain;
+  const auto b = static_cast<double>(micro_batch);
+  if (f == Format::Json) {
+    ordered_json j;
+    j["model"] = model_json(model);
+    j["params"] = c.params();
+    j["flops_per_sample"] = c.fwd_flops() + c.bwd_flops();
+    j["basis"] = {{"micro_batch", micro_batch},
+                  {"note", "per-layer values for one microbatch; FLOPs count matrix products"}};
+    j["input_bytes"] = c.input_bytes * micro_batch;
+    ordered_json arr = ordered_json::array();
+    for (const auto& l : c.layers)
+      arr.push_back({{"name", l.name},
+                     {"params", l.params},
+                     {"fwd_flops", l.fwd_flops * b},
+                     {"bwd_flops", l.bwd_flops * b},
+                     {"output_bytes", l.output_bytes * micro_batch},
+                     {"saved_bytes", l.saved_bytes * micro_batch},
+                     {"workspace_bytes", l.workspace_bytes * micro_batch}});
+    j["layers"] = arr;
+    return dump(j);
+  }
+  Table t;
+  t.columns = {"layer", "params", "fwd_flops", "bwd_flops", "output_bytes", "saved_bytes",
+               "workspace_bytes"};
+  t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right,
+             Align::Right};
+  if (f == Format::Csv) {
+    for (const auto& l : c.layers)
+      t.add_row({l.name, std::to_string(l.params), num(l.fwd_flops * b), num(l.bwd_flops * b),
+                 std::to_string(l.output_bytes * micro_batch),
+                 std::to_string(l.saved_bytes * micro_batch),
+                 std::to_string(l.workspace_bytes * micro_batch)});
+    return to_csv(t);
+  }
+  auto alike = [](const cost::ChainLayer& x, const cost::ChainLayer& y) {
+    return x.fwd_flops == y.fwd_flops && x.bwd_flops == y.bwd_flops && x.params == y.params &&
+           x.output_bytes == y.output_bytes && x.saved_bytes == y.saved_bytes &&
+           x.workspace_bytes == y.workspace_bytes;
+  };
+  for (std::size_t i = 0; i < c.layers.size();) {
+    std::size_t j = i + 1;
+    while (j < c.layers.size() && alike(c.layers[j], c.layers[i])) ++j;
+    const auto& l = c.layers[i];
+    const std::string name =
+        j - i > 1 ? l.name + " … " + c.layers[j - 1].name + " (x" + std::to_string(j - i) + ")"
+                  : l.name;
+    t.add_row({name, count(static_cast<double>(l.params)), si(l.fwd_flops * b),
+               si(l.bwd_flops * b), bytes_iec(static_cast<double>(l.output_bytes) * b),
+               bytes_iec(static_cast<double>(l.saved_bytes) * b),
+               bytes_iec(static_cast<double>(l.workspace_bytes) * b)});
+    i = j;
+  }
+  std::string out;
+  out += "model            " + model.name + " (layer chain)\n";
+  out += "parameters       " + count(static_cast<double>(c.params())) + " (" +
+         std::to_string(c.params()) + ")\n";
+  out += "FLOPs per sample " + si(c.fwd_flops() + c.bwd_flops()) +
+         " (forward + backward, matrix products)\n";
+  out += "layers           " + std::to_string(model.layers) + ", input " +
+         bytes_iec(static_cast<double>(c.input_bytes) * b) + "\n";
+  out += "per layer        one microbatch of " + std::to_string(micro_batch) + " sample(s)\n";
+  out += "source           " + model.source + "\n\n";
+  return out + to_text(t);
+}
+
+}  // namespace
+
 std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& options,
                      const strategies::Scenario* scenario, Format f) {
+  if (model.chain) return describe_chain(model, options.micro_batch, f);
   const cost::OpChain chain = cost::expand(model, options);
   const double tokens = static_cast<double>(options.micro_batch * model.seq_len);
   const double flops_per_token = chain.model_flops() / tokens;

@@ -244,6 +244,23 @@ std::string scatter(const Scatter& s) {
     out += text(x1 - 4, y0 + 12, s.y_limit_label + " (above the chart)", "end",
                 " font-size=\"12\" fill=\"#c00\"");
   }
+  if (s.x_limit && px(*s.x_limit) >= x0 && px(*s.x_limit) <= x1) {
+    const double x = px(*s.x_limit);
+    out += "<line x1=\"" + num(x) + "\" x2=\"" + num(x) + "\" y1=\"" + num(y0) + "\" y2=\"" + num(y1) +
+           "\" stroke=\"#c00\" stroke-dasharray=\"6 4\"/>";
+    out += text(x - 4, y0 + 12, s.x_limit_label, "end", " font-size=\"12\" fill=\"#c00\"");
+  }
+  // Curves under the dots.
+  for (const auto& ser : s.series) {
+    if (!ser.line) continue;
+    std::string pts;
+    for (const auto& [x, y] : ser.points)
+      if (std::isfinite(x) && std::isfinite(y) && !(s.log_x && x <= 0))
+        pts += (pts.empty() ? "" : " ") + num(px(x)) + "," + num(py(y));
+    if (!pts.empty())
+      out += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"" + escape_xml(ser.colour) +
+             "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"/>";
+  }
   // Points: one path per series of zero-length segments with round caps (a
   // dot each); points falling on the same half pixel are drawn once. Each
   // series is drawn with smaller dots than the one before, so plans of two
@@ -270,7 +287,8 @@ std::string scatter(const Scatter& s) {
     if (d.empty()) continue;
     out += "<path class=\"dots\" d=\"" + d + "\" stroke=\"" + escape_xml(ser.colour) +
            "\" stroke-width=\"" + num(dot) + "\" stroke-linecap=\"round\" stroke-opacity=\"0.75\" fill=\"none\"><title>" +
-           escape_xml(ser.label) + " (" + std::to_string(ser.points.size()) + " plans)</title></path>";
+           escape_xml(ser.label) + " (" + std::to_string(ser.points.size()) +
+           (ser.line ? " points" : " plans") + ")</title></path>";
   }
   for (const auto& c : s.curves) {
     std::string pts;

@@ -34,6 +34,7 @@ struct ScatterSeries {
   std::string label;
   std::string colour;
   std::vector<std::pair<double, double>> points;  // (x, y) in data units
+  bool line = false;  // also join the points, in order (a curve, not plans)
 };
 
 struct Scatter {
@@ -52,6 +53,8 @@ struct Scatter {
   std::vector<std::string> front_titles;  // tooltip per front point
   std::optional<double> y_limit;          // a horizontal line (GPU capacity)
   std::string y_limit_label;
+  std::optional<double> x_limit;          // a vertical line (GPU capacity), drawn when in range
+  std::string x_limit_label;
 };
 std::string scatter(const Scatter& s);
 

@@ -341,9 +341,8 @@ class CoarseStep : StepLayout {
     std::int64_t layers = 0;
     for (int k = 0; k < static_cast<int>(chunks_.size()); ++k)
       if (k % p_ == s) layers += chunks_[static_cast<std::size_t>(k)];
-    double params = static_cast<double>(layers) * static_cast<double>(chain_.block.params());
-    if (s == 0) params += static_cast<double>(chain_.embedding.params());
-    if (s == p_ - 1) params += static_cast<double>(chain_.head.params());
+    const StageGradients stage{layers, s == 0, s == p_ - 1};
+    const double params = stage.params(chain_);
     Time reduced = 0;  // when every gradient this stage steps on is reduced
     auto on_comm = [&](Time ready, Time d) {
       comm_free = std::max(ready, comm_free) + d;
@@ -352,7 +351,7 @@ class CoarseStep : StepLayout {
     };
     const bool dp = plan_.dp > 1;
     if (dp && plan_.compression.method != CompressionMethod::None) {
-      const GradientExchange ex = compressed_exchange(plan_, chain_, params, costs_);
+      const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs_);
       const Time enc_end = end_of_backward + ex.encode;
       Time prev = enc_end;
       for (const auto& [op, bytes] : ex.rounds)
@@ -373,7 +372,7 @@ class CoarseStep : StepLayout {
         reduced = on_comm(end_of_backward,
                           costs_.collective(Collective::ReduceScatter, Group::DP,
                                             static_cast<Bytes>(other * std::min(per_.grads, 4.0))));
-    } else if (dp) {
+    } else if (dp || plan_.cp > 1) {
       // Buckets of about 25 MiB in backward order, each ready when its last
       // layer's last backward ends (lower.cpp's reduce_and_step).
       const double grad_bytes = std::min(per_.grads, 4.0);

@@ -19,44 +19,74 @@ Time TimeBreakdown::total() const {
   return t;
 }
 
-GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain, double params,
-                                     const StepCosts& costs) {
+double StageGradients::params(const cost::OpChain& chain) const {
+  return static_cast<double>(blocks) * static_cast<double>(chain.block.params()) +
+         (embedding ? static_cast<double>(chain.embedding.params()) : 0.0) +
+         (head ? static_cast<double>(chain.head.params()) : 0.0);
+}
+
+GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain,
+                                     const StageGradients& stage, const StepCosts& costs) {
   const auto& c = plan.compression;
   const double grad_bytes = std::min(bytes_per_param(plan.optimizer, plan.precision,
                                                      plan.implementation.fp32_grad_accumulation)
                                          .grads,
                                      4.0);
-  const double dp = static_cast<double>(plan.dp);
+  const double params = stage.params(chain);
+  const auto n = static_cast<std::int64_t>(params);
+  const std::int64_t dp = plan.dp;
+  auto words = [](std::int64_t bits) { return 4.0 * static_cast<double>((bits + 31) / 32); };
   GradientExchange ex;
   ex.encode = ex.decode = costs.elementwise(static_cast<Bytes>(params * (grad_bytes + 4)));
   auto& rounds = ex.rounds;
   switch (c.method) {
-    case CompressionMethod::TopK:
-    case CompressionMethod::RandomK:
-      // (int32 index, fp16 value) pairs; sparse vectors cannot be summed in
-      // a ring, so every rank gathers every other's.
-      rounds.push_back({Collective::AllGather, 6 * c.ratio * params * dp});
-      ex.decode = costs.elementwise(static_cast<Bytes>(6 * c.ratio * params * dp + params * grad_bytes));
+    case CompressionMethod::TopK: {
+      // Sparse vectors cannot be summed in a ring: every rank gathers every other's.
+      const double sent = words(48 * sparse_k(c.ratio, n));
+      rounds.push_back({Collective::AllGather, sent * static_cast<double>(dp)});
+      ex.decode = costs.elementwise(static_cast<Bytes>(sent * static_cast<double>(dp) + params * grad_bytes));
       break;
-    case CompressionMethod::Qsgd:
-      rounds.push_back({Collective::AllGather, params * static_cast<double>(c.bits) / 8 * dp});
+    }
+    case CompressionMethod::RandomK: {
+      // The same indices on every rank: the k values add up in an all-reduce.
+      const double sent = grad_bytes * static_cast<double>(sparse_k(c.ratio, n));
+      rounds.push_back({Collective::AllReduce, sent});
+      ex.decode = costs.elementwise(static_cast<Bytes>(sent + params * grad_bytes));
       break;
-    case CompressionMethod::OneBit:
-      // 1-bit compressed all-reduce: a compressed reduce-scatter, then all-gather.
-      rounds.push_back({Collective::ReduceScatter, params / 8});
-      rounds.push_back({Collective::AllGather, params / 8});
+    }
+    case CompressionMethod::Qsgd: {
+      const double sent = 4.0 * static_cast<double>((n + kQsgdBucket - 1) / kQsgdBucket) +
+                          words(n * (c.bits + 1));
+      rounds.push_back({Collective::AllGather, sent * static_cast<double>(dp)});
       break;
+    }
+    case CompressionMethod::OneBit: {
+      // 1-bit compressed all-reduce: a compressed reduce-scatter, then
+      // all-gather; a block per rank: its chunk's scales and sign bits.
+      const std::int64_t most = (n + dp - 1) / dp;
+      const double block = 4.0 * static_cast<double>((most + kOneBitBucket - 1) / kOneBitBucket) + words(most);
+      rounds.push_back({Collective::ReduceScatter, block * static_cast<double>(dp)});
+      rounds.push_back({Collective::AllGather, block * static_cast<double>(dp)});
+      break;
+    }
     case CompressionMethod::PowerSgd: {
-      // P = M·Q and Q = Mᵀ·P per matrix, each all-reduced in fp32.
-      double rows = 0, cols = 0;
-      for (const auto& op : chain.block.ops) {
-        rows += static_cast<double>(op.matrices * op.rows);
-        cols += static_cast<double>(op.matrices * op.cols);
-      }
-      const double scale = params / std::max(1.0, static_cast<double>(chain.block.params()));
+      // P = M·Q and Q = Mᵀ·P per matrix, each all-reduced in fp32; vectors
+      // travel uncompressed with P.
+      double p_elems = 0, q_elems = 0, vectors = 0;
+      auto add = [&](const cost::Layer& layer, double copies) {
+        for (const auto& op : layer.ops) {
+          const double r = static_cast<double>(std::min({c.rank, op.rows, op.cols}));
+          p_elems += copies * static_cast<double>(op.matrices * op.rows) * r;
+          q_elems += copies * static_cast<double>(op.matrices * op.cols) * r;
+          vectors += copies * static_cast<double>(op.vector_params());
+        }
+      };
+      add(chain.block, static_cast<double>(stage.blocks));
+      if (stage.embedding) add(chain.embedding, 1);
+      if (stage.head) add(chain.head, 1);
+      rounds.push_back({Collective::AllReduce, 4 * (p_elems + vectors)});
+      rounds.push_back({Collective::AllReduce, 4 * q_elems});
       const double r = static_cast<double>(c.rank);
-      rounds.push_back({Collective::AllReduce, 4 * rows * r * scale});
-      rounds.push_back({Collective::AllReduce, 4 * cols * r * scale});
       ex.encode = costs.gemm(4 * params * r);
       ex.decode = costs.gemm(2 * params * r);
       break;
@@ -484,15 +514,14 @@ class StepLowering : StepLayout {
         mine.push_back(l);
       layers += chunks_[static_cast<std::size_t>(k)];
     }
-    double params = static_cast<double>(layers) * static_cast<double>(chain_.block.params());
-    if (s == 0) params += static_cast<double>(chain_.embedding.params());
-    if (s == p_ - 1) params += static_cast<double>(chain_.head.params());
+    const StageGradients stage{layers, s == 0, s == p_ - 1};
+    const double params = stage.params(chain_);
     const std::int32_t end_of_backward = last_compute_;
     std::vector<std::int32_t> reduced;  // what the optimizer waits for
     const bool dp = plan_.dp > 1;
     const auto method = plan_.compression.method;
     if (dp && method != CompressionMethod::None) {
-      compress_and_reduce(params, end_of_backward, reduced);
+      compress_and_reduce(stage, end_of_backward, reduced);
     } else if (zero3()) {
       // Reduced layer by layer during backward; the embedding and head here.
       reduced = zero3_reduced_;
@@ -510,8 +539,9 @@ class StepLowering : StepLayout {
         dep(end_of_backward, t.index);
         reduced.push_back(t.index);
       }
-    } else if (dp) {
-      // Buckets of about 25 MiB of gradients, filled in backward order.
+    } else if (dp || plan_.cp > 1) {
+      // Buckets of about 25 MiB of gradients, filled in backward order
+      // (reduced over dp × cp: each context-parallel rank saw its tokens).
       const double grad_bytes = std::min(per_.grads, 4.0);  // the reduced (fp32 or 16-bit) copy
       const double layer_bytes = static_cast<double>(chain_.block.params()) * grad_bytes;
       const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
@@ -639,8 +669,9 @@ class StepLowering : StepLayout {
 
   // Compressed gradient exchange: encode on the compute stream, the
   // collective the method needs, decode.
-  void compress_and_reduce(double params, std::int32_t after, std::vector<std::int32_t>& reduced) {
-    const GradientExchange ex = compressed_exchange(plan_, chain_, params, costs_);
+  void compress_and_reduce(const StageGradients& stage, std::int32_t after,
+                           std::vector<std::int32_t>& reduced) {
+    const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs_);
     const Time encode = ex.encode, decode = ex.decode;
     const auto& rounds = ex.rounds;
     const TaskId enc = task("compress-encode", TaskKind::Compute, r_.compute, encode,

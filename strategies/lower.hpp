@@ -62,15 +62,37 @@ class StepCosts {
   virtual Time overhead_per_step() const { return 0; }
 };
 
-// A compressed data-parallel gradient exchange of `params` gradients: the
-// encode and decode kernels on the compute stream and the collective rounds
-// (operation, bytes per rank) between them.
+// The gradients one pipeline stage reduces over dp: its transformer blocks,
+// the embedding (first stage) and the head (last stage).
+struct StageGradients {
+  std::int64_t blocks = 0;
+  bool embedding = false, head = false;
+  double params(const cost::OpChain& chain) const;
+};
+
+// A compressed data-parallel gradient exchange of one stage's gradients:
+// the encode and decode kernels on the compute stream and the collective
+// rounds between them, each (operation, bytes of the whole buffer: an
+// all-gather's output, a reduce-scatter's input, an all-reduce's data).
+// What each rank sends, for n gradients (the CPU executor exchanges exactly
+// these, backend/cpu/compression.hpp):
+//   topk      k (int32 index, fp16 value) pairs, padded to 4 bytes; all-gathered
+//   randomk   the k values at indices drawn from a seed every rank shares, in
+//             the gradient type; all-reduced
+//   qsgd      ⌈n/512⌉ fp32 norms and n·(bits+1) bits (level in 0..2^bits−1,
+//             sign) in 32-bit words; all-gathered
+//   onebit    to each rank, its chunk as sign bits (⌈⌈n/dp⌉/32⌉ words) and an
+//             fp32 scale per 512 (a compressed reduce-scatter: an all-to-all of
+//             dp such blocks); then the reduced chunk in the same form, all-gathered
+//   powersgd  P = M·Q (rows × r per matrix, r ≤ min(rows, cols)) with the
+//             uncompressed vectors (biases, norms), then Q = Mᵀ·P (cols × r),
+//             each all-reduced in fp32
 struct GradientExchange {
   Time encode = 0, decode = 0;
   std::vector<std::pair<Collective, double>> rounds;
 };
-GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain, double params,
-                                     const StepCosts& costs);
+GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain,
+                                     const StageGradients& stage, const StepCosts& costs);
 
 // What a task does, for executors that run the graph for real (the
 // simulator needs only durations). Task ids say the same for people.

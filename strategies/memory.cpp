@@ -1,4 +1,5 @@
 #include "strategies/memory.hpp"
+#include "strategies/remat.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -62,21 +63,26 @@ ParamSplit split_of(const cost::Layer& l) {
   return s;
 }
 
-// Bytes of compression state and buffers for `p` gradient parameters.
-double compression_bytes(const Compression& c, double p, double rows_cols, std::int64_t dp) {
+// Bytes of compression state and buffers for `p` gradient parameters of
+// `grad_bytes` each (the wire formats of compressed_exchange, lower.hpp).
+double compression_bytes(const Compression& c, double p, double rows_cols, std::int64_t dp,
+                         double grad_bytes) {
   const double d = static_cast<double>(dp);
   switch (c.method) {
     case CompressionMethod::None: return 0;
     case CompressionMethod::TopK:
-    case CompressionMethod::RandomK:
       // fp32 residual for error feedback; (int32 index, fp16 value) pairs sent
       // and gathered from every rank.
       return (c.error_feedback ? 4 * p : 0) + 6 * c.ratio * p * (1 + d);
+    case CompressionMethod::RandomK:
+      // fp32 residual for error feedback; the k indices and the k values all-reduced.
+      return (c.error_feedback ? 4 * p : 0) + (4 + grad_bytes) * c.ratio * p;
     case CompressionMethod::Qsgd:
-      return 2 * p * static_cast<double>(c.bits) / 8;  // send and receive buffers
+      // norms and (bits + 1)-bit levels sent and gathered from every rank
+      return (1 + d) * p * (static_cast<double>(c.bits + 1) / 8 + 4.0 / static_cast<double>(kQsgdBucket));
     case CompressionMethod::OneBit:
-      // worker and server error feedback, packed sign buffers
-      return 4 * p + 4 * p / d + 2 * p / 8;
+      // worker and server error feedback, two buffers of sign bits and scales
+      return 4 * p + 4 * p / d + 2 * p * (1.0 / 8 + 4.0 / static_cast<double>(kOneBitBucket));
     case CompressionMethod::PowerSgd:
       // error feedback, and P (rows × r) and Q (cols × r) per matrix in fp32
       return 4 * p + 4 * rows_cols * static_cast<double>(c.rank);
@@ -219,9 +225,7 @@ ActivationRule ActivationRule::of(const Plan& plan, const cost::OpChain& chain) 
 }
 
 std::int64_t ActivationRule::segment(std::int64_t n) const {
-  if (policy == Recompute::Sqrt)
-    return std::max<std::int64_t>(
-        1, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  if (policy == Recompute::Sqrt) return remat::sqrt_segment(n);
   return std::min(k, n);
 }
 
@@ -270,8 +274,10 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
   const auto& model = sc.model;
   if (plan.recompute == Recompute::Optimal)
     throw InputError(sc.file, "plan.recompute",
-                     "\"optimal\" needs the rematerialization solver, which the memory model "
-                     "does not have yet (use none, selective, full, every_k or sqrt)");
+                     "\"optimal\" needs the rematerialization solver's schedules in the "
+                     "memory model and the step lowering, which do not take them yet (use none, "
+                     "selective, full, every_k or sqrt; strata tradeoff plans optimal recompute "
+                     "for pp = 1, docs/remat.md)");
   if (plan.offload.planner != OffloadPlanner::All)
     throw InputError(sc.file, "plan.offload.planner",
                      "\"" + std::string(enum_name(plan.offload.planner)) +
@@ -380,11 +386,12 @@ MemoryEstimate estimate_memory(const Scenario& sc, const MemoryRules& rules) {
 
     // --- communication buffers ---
     double comm = 0;
-    if (plan.dp > 1) {
+    if (plan.dp * plan.cp > 1) {  // gradients reduced over dp × cp
       const double grad_full = per.grads * ps.params();
       comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
       if (plan.zero >= 3) comm += 2.0 * block.params() * per.weights;  // gathered layer + prefetch
-      comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp);
+      comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,
+                                std::min(per.grads, 4.0));
     }
     const double seq_split = (plan.sequence_parallel || plan.implementation.pp_scatter_gather) ? t : 1.0;
     if (p > 1) comm += 2.0 * b * s_local * h * e / seq_split;  // p2p send and receive

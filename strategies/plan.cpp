@@ -1,5 +1,8 @@
 #include "strategies/plan.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace strata::strategies {
 
 std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers) {
@@ -12,6 +15,12 @@ std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers) {
   const std::int64_t start = (chunks - extra) / 2;
   for (std::int64_t i = 0; i < extra; ++i) out[static_cast<std::size_t>(start + i)] += 1;
   return out;
+}
+
+std::int64_t sparse_k(double ratio, std::int64_t n) {
+  if (n <= 0) return 0;
+  const auto k = static_cast<std::int64_t>(std::ceil(ratio * static_cast<double>(n)));
+  return std::clamp<std::int64_t>(k, 1, n);
 }
 
 std::int64_t microbatches(const Plan& plan, const Batch& batch) {

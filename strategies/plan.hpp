@@ -40,10 +40,18 @@ struct Offload {
 struct Compression {
   CompressionMethod method = CompressionMethod::None;
   double ratio = 0.01;          // topk, randomk: fraction of entries sent
-  bool error_feedback = true;   // topk, randomk
-  std::int64_t bits = 8;        // qsgd
+  bool error_feedback = true;   // topk, randomk (onebit and powersgd always keep a residual)
+  std::int64_t bits = 8;        // qsgd: levels 0..2^bits − 1 of |x|/‖bucket‖, plus a sign bit
   std::int64_t rank = 4;        // powersgd
 };
+
+// Top-k and random-k send k = ⌈ratio·n⌉ of n gradients (at least one).
+std::int64_t sparse_k(double ratio, std::int64_t n);
+// QSGD: consecutive gradients that share one fp32 norm (Alistarh et al.
+// 2017 quantize buckets of 512).
+inline constexpr std::int64_t kQsgdBucket = 512;
+// 1-bit: consecutive gradients that share one fp32 scale (their mean |x|).
+inline constexpr std::int64_t kOneBitBucket = 512;
 
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;

@@ -68,4 +68,9 @@ struct TimeToTrain {
 std::optional<TimeToTrain> time_to_train(const Scenario& s, const GoalEstimate& g,
                                          double step_time_s);
 
+// Throws InputError naming the scenario's model when it is a layer chain:
+// `command` (simulate, explore, run, …) lowers transformers only; chains go
+// to `strata tradeoff` and `strata describe`.
+void require_transformer(const Scenario& s, const std::string& command);
+
 }  // namespace strata::strategies

@@ -170,7 +170,12 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
   } else {
     s.plan.dp = s.cluster.gpus();
   }
-  if (auto sp = r.get("space")) s.space = read_space(*sp, s);
+  if (auto sp = r.get("space")) {
+    if (s.model.chain)
+      sp->fail("a layer-chain model has no plan space to explore (strata tradeoff sweeps its "
+               "recompute policies)");
+    s.space = read_space(*sp, s);
+  }
   if (auto g = r.get("goal")) s.goal = read_goal(*g);
   for (const char* key : {"convergence", "lr"})
     if (r.has(key) && !s.goal) r.fail_at(key, "applies only with a \"goal\"");
@@ -211,6 +216,13 @@ Scenario parse_scenario(std::string_view text, const std::string& source,
 
 void require_valid_plan(const Scenario& s) {
   if (auto v = first_violation(s)) throw InputError(s.file, v->path, v->message);
+}
+
+void require_transformer(const Scenario& s, const std::string& command) {
+  if (s.model.chain)
+    throw InputError(s.file, "model",
+                     "\"" + s.model.name + "\" is a layer-chain model: strata " + command +
+                         " models transformers only (use strata tradeoff or strata describe)");
 }
 
 bool is_scenario_file(const std::string& path) {

@@ -38,7 +38,10 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     : sc_(sc),
       cal_(std::move(calibration)),
       mesh_(sc.plan, sc.cluster.node.gpus_per_node),
-      chain_(cost::expand(sc.model, expand_options(sc))) {
+      // A layer-chain model has no op chain: its stages are priced by the
+      // tradeoff (tradeoff.cpp); collectives, copies and the optimizer step
+      // are answered here as for any model.
+      chain_(sc.model.chain ? cost::OpChain{} : cost::expand(sc.model, expand_options(sc))) {
   const auto& gpu = sc.cluster.gpu;
   const auto precision = sc.plan.precision;
   const cost::Layer* layers[3] = {&chain_.embedding, &chain_.block, &chain_.head};

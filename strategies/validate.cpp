@@ -15,10 +15,6 @@ Check fail(std::string rule, std::string path, std::string message) {
   return Violation{std::move(rule), std::move(path), std::move(message)};
 }
 
-bool is_sparse(CompressionMethod m) {
-  return m == CompressionMethod::TopK || m == CompressionMethod::RandomK;
-}
-
 }  // namespace
 
 std::optional<Violation> first_violation(const Scenario& s) {
@@ -34,6 +30,13 @@ std::optional<Violation> first_violation(const Scenario& s) {
                     str(p.cp) + " = " + str(p.gpus()) + " does not equal the cluster's " +
                     str(c.gpus()) + " GPUs (" + str(c.nodes) + " nodes × " +
                     str(c.node.gpus_per_node) + ")");
+
+  // --- layer-chain models: data parallelism only ---
+  if (m.chain && (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1 || p.sequence_parallel))
+    return fail("chain-data-parallel-only", "plan",
+                "model \"" + m.name +
+                    "\" is a layer chain: it trains with data parallelism only (tp, pp, cp, ep = 1, "
+                    "no sequence parallelism)");
 
   // --- tensor parallelism against the model ---
   if (m.heads % p.tp != 0)
@@ -119,7 +122,7 @@ std::optional<Violation> first_violation(const Scenario& s) {
   if (p.compression.method != CompressionMethod::None && p.zero >= 2)
     return fail("compression-vs-zero", "plan.compression.method",
                 std::string(enum_name(p.compression.method)) +
-                    (is_sparse(p.compression.method)
+                    (p.compression.method == CompressionMethod::TopK
                          ? " sends index/value pairs that need an all-gather"
                          : " compresses a full gradient all-reduce") +
                     "; ZeRO-" + str(p.zero) +

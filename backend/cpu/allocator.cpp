@@ -9,8 +9,50 @@
 
 namespace strata::backend::cpu {
 
-TrackingAllocator::TrackingAllocator(Bytes capacity) : capacity_(capacity) {
-  if (capacity < 0) throw Error("TrackingAllocator: capacity must be >= 0");
+OutOfMemory::OutOfMemory(Bytes requested, Bytes live, Bytes capacity, MemTag tag,
+                         std::string where)
+    : Error((where.empty() ? std::string() : where + ": ") + "out of memory: allocating " +
+            std::to_string(requested) + " bytes (" + std::string(enum_name(tag)) + ") with " +
+            std::to_string(live) + " of " + std::to_string(capacity) + " bytes live"),
+      requested_(requested),
+      live_(live),
+      capacity_(capacity),
+      tag_(tag) {}
+
+ByteCounter::ByteCounter(Bytes capacity) : capacity_(capacity) {
+  if (capacity < 0) throw Error("allocator: capacity must be >= 0");
+}
+
+void ByteCounter::add(Bytes bytes, MemTag tag) {
+  if (bytes < 0) throw Error("allocate: negative size " + std::to_string(bytes));
+  const auto t = static_cast<std::size_t>(tag);
+  if (t >= sim::kMemTagCount) throw Error("allocate: unknown memory tag");
+  std::lock_guard lock(mu_);
+  if (capacity_ > 0 && s_.current_total + bytes > capacity_)
+    throw OutOfMemory(bytes, s_.current_total, capacity_, tag);
+  s_.current[t] += bytes;
+  s_.peak[t] = std::max(s_.peak[t], s_.current[t]);
+  s_.current_total += bytes;
+  s_.peak_total = std::max(s_.peak_total, s_.current_total);
+  ++s_.allocations;
+}
+
+void ByteCounter::remove(Bytes bytes, MemTag tag) noexcept {
+  const auto t = static_cast<std::size_t>(tag);
+  std::lock_guard lock(mu_);
+  s_.current[t] -= bytes;
+  s_.current_total -= bytes;
+}
+
+MemoryStats ByteCounter::stats() const {
+  std::lock_guard lock(mu_);
+  return s_;
+}
+
+void ByteCounter::reset_peaks() {
+  std::lock_guard lock(mu_);
+  s_.peak = s_.current;
+  s_.peak_total = s_.current_total;
 }
 
 // Leaks are the owner's bug, not a reason to abort: the counts stay readable
@@ -18,29 +60,14 @@ TrackingAllocator::TrackingAllocator(Bytes capacity) : capacity_(capacity) {
 TrackingAllocator::~TrackingAllocator() = default;
 
 void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
-  if (bytes < 0) throw Error("allocate: negative size " + std::to_string(bytes));
-  const auto t = static_cast<std::size_t>(tag);
-  if (t >= sim::kMemTagCount) throw Error("allocate: unknown memory tag");
-  {
-    std::lock_guard lock(mu_);
-    if (capacity_ > 0 && s_.current_total + bytes > capacity_)
-      throw Error("allocate: " + std::to_string(bytes) + " bytes (" +
-                  std::string(enum_name(tag)) + ") exceed the pool: " +
-                  std::to_string(s_.current_total) + " of " + std::to_string(capacity_) +
-                  " bytes live");
-    s_.current[t] += bytes;
-    s_.peak[t] = std::max(s_.peak[t], s_.current[t]);
-    s_.current_total += bytes;
-    s_.peak_total = std::max(s_.peak_total, s_.current_total);
-    ++s_.allocations;
-  }
+  counts_.add(bytes, tag);
   // aligned_alloc wants a multiple of the alignment, and at least one.
   const auto rounded =
       (static_cast<std::size_t>(std::max<Bytes>(bytes, 1)) + kAlignment - 1) / kAlignment *
       kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {
-    deallocate(nullptr, bytes, tag);  // undo the counts
+    counts_.remove(bytes, tag);
     throw Error("allocate: out of host memory for " + std::to_string(bytes) + " bytes");
   }
   return p;
@@ -48,21 +75,7 @@ void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
 
 void TrackingAllocator::deallocate(void* p, Bytes bytes, MemTag tag) noexcept {
   std::free(p);
-  const auto t = static_cast<std::size_t>(tag);
-  std::lock_guard lock(mu_);
-  s_.current[t] -= bytes;
-  s_.current_total -= bytes;
-}
-
-MemoryStats TrackingAllocator::stats() const {
-  std::lock_guard lock(mu_);
-  return s_;
-}
-
-void TrackingAllocator::reset_peaks() {
-  std::lock_guard lock(mu_);
-  s_.peak = s_.current;
-  s_.peak_total = s_.current_total;
+  counts_.remove(bytes, tag);
 }
 
 }  // namespace strata::backend::cpu

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <mutex>
 
+#include "sim/error.hpp"
 #include "sim/task_graph.hpp"
 #include "sim/units.hpp"
 
@@ -35,12 +36,44 @@ struct MemoryStats {
   std::int64_t allocations = 0;  // allocate calls so far
 };
 
+// An allocation beyond a pool's capacity: the device running out of memory.
+// `where` names the pool (e.g. "rank 3 (stage 1) device"), or is empty.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(Bytes requested, Bytes live, Bytes capacity, MemTag tag, std::string where = "");
+  Bytes requested() const { return requested_; }
+  Bytes live() const { return live_; }
+  Bytes capacity() const { return capacity_; }
+  MemTag tag() const { return tag_; }
+
+ private:
+  Bytes requested_, live_, capacity_;
+  MemTag tag_;
+};
+
+// Live and peak byte counts of one pool, by tag and in total. Thread-safe.
+// With a capacity, an allocation that would take the live total above it
+// throws Error (a pool of fixed size).
+class ByteCounter {
+ public:
+  explicit ByteCounter(Bytes capacity = 0);  // 0: unlimited
+  void add(Bytes bytes, MemTag tag);          // throws: see above
+  void remove(Bytes bytes, MemTag tag) noexcept;
+  MemoryStats stats() const;
+  void reset_peaks();
+
+ private:
+  Bytes capacity_;
+  mutable std::mutex mu_;
+  MemoryStats s_;
+};
+
 // Heap memory with byte counts: current and peak, by tag and in total.
 // Thread-safe. With a capacity, an allocation that would take the live total
 // above it throws Error (a pool of fixed size).
 class TrackingAllocator final : public Allocator {
  public:
-  explicit TrackingAllocator(Bytes capacity = 0);  // 0: unlimited
+  explicit TrackingAllocator(Bytes capacity = 0) : counts_(capacity) {}  // 0: unlimited
   ~TrackingAllocator() override;
   TrackingAllocator(const TrackingAllocator&) = delete;
   TrackingAllocator& operator=(const TrackingAllocator&) = delete;
@@ -48,14 +81,12 @@ class TrackingAllocator final : public Allocator {
   void* allocate(Bytes bytes, MemTag tag) override;
   void deallocate(void* p, Bytes bytes, MemTag tag) noexcept override;
 
-  MemoryStats stats() const;
+  MemoryStats stats() const { return counts_.stats(); }
   // Peaks restart from the live bytes (to measure one phase of a run).
-  void reset_peaks();
+  void reset_peaks() { counts_.reset_peaks(); }
 
  private:
-  Bytes capacity_;
-  mutable std::mutex mu_;
-  MemoryStats s_;
+  ByteCounter counts_;
 };
 
 }  // namespace strata::backend::cpu

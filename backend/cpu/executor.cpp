@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
 #include "backend/cpu/comm.hpp"
+#include "backend/cpu/file_allocator.hpp"
+#include "backend/cpu/compression.hpp"
 #include "backend/cpu/gpt.hpp"
+#include "backend/cpu/kernels.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/ops.hpp"
@@ -35,6 +40,9 @@ std::int64_t p2p_tag(bool gradient, int chunk, int mb) {
   return (static_cast<std::int64_t>(gradient) << 48) | (static_cast<std::int64_t>(chunk) << 24) |
          static_cast<std::int64_t>(mb);
 }
+// Parameter server messages: a bucket's pushed gradients, the pulled weights.
+std::int64_t push_tag(int bucket) { return (std::int64_t{2} << 48) | bucket; }
+constexpr std::int64_t kPullTag = std::int64_t{3} << 48;
 
 // A flat run of parameters reduced (and, with ZeRO, sharded) together.
 struct Bucket {
@@ -49,19 +57,30 @@ struct Rank {
   // Allocators first: everything below returns its bytes to them.
   TrackingAllocator device;
   TrackingAllocator host;
-  int rank = 0, stage = 0, dp_index = 0, tp_index = 0;
-  // Communicators first: the model keeps a pointer to `tp`.
-  std::unique_ptr<Comm> dp, pp, tie, tp;
+  std::unique_ptr<FileAllocator> storage;  // optimizer offload to NVMe
+  int rank = 0, stage = 0, dp_index = 0, tp_index = 0, cp_index = 0;
+  // Communicators first: the model keeps pointers to `tp` and `cp`.
+  std::unique_ptr<Comm> dp, pp, tie, tp, cp;
+  // Context parallelism: the microbatch's tokens and targets at this
+  // rank's positions.
+  std::vector<std::int32_t> cp_tokens, cp_targets;
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Optimizer> opt;
   std::vector<int> pp_members;  // global rank of each pipeline stage
   std::vector<bool> owned;      // by parameter: on this rank's stage
-  std::vector<Bucket> buckets;
+  std::vector<Bucket> buckets;  // with compression: one, the whole stage
   std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
+  std::unique_ptr<Compressor> compressor;      // the stage's compressed dp exchange
   std::vector<int> layer_bucket;               // ZeRO-3: by layer, −1 off this stage
   // Optimizer offload: fp32 master parameters and the step's gradients in
   // the host pool, in the optimizer's list order.
   std::vector<Tensor> host_params, host_grads;
+  // Weight offload: each layer parameter's home, by parameter index (empty
+  // for the embedding and head, which stay on the device).
+  std::vector<Tensor> host_weights;
+  // PipeDream-2BW: the newest weights W(t) by parameter index, while the
+  // model computes with W(t − 1).
+  std::vector<Tensor> newest;
   // One step's state.
   std::map<int, EmbeddingSaved> emb;
   std::map<Key, BlockSaved> saved;       // (layer, mb)
@@ -74,7 +93,7 @@ struct Rank {
   std::vector<TaskTime> times;
   std::exception_ptr error;
 
-  Rank() = default;
+  explicit Rank(Bytes device_capacity) : device(device_capacity) {}
 };
 
 template <class T>
@@ -104,7 +123,8 @@ struct Executor::Impl {
   strategies::Scenario sc;
   ExecutorOptions opt;
   strategies::LoweredStep low;
-  int dp = 1, pp = 1, tp = 1, m = 1, chunks = 1, zero = 0;
+  int dp = 1, pp = 1, tp = 1, cp = 1, m = 1, chunks = 1, zero = 0;
+  bool compressed = false;  // the dp exchange is compressed (CompressEncode, rounds, decode)
   std::int64_t micro = 1, seq = 1, hidden = 1;
   std::vector<std::int64_t> chunk_size, first_layer;
   std::vector<int> chunk_of_layer;
@@ -124,6 +144,7 @@ struct Executor::Impl {
   std::vector<std::unique_ptr<Rank>> ranks;
   std::map<std::string, std::vector<float>> captured;
   bool broken = false;
+  std::int64_t steps_done = 0;
 
   Impl(const strategies::Scenario& s, ExecutorOptions o);
   void build_rank(Rank& R, const strategies::RankMesh& mesh, int r);
@@ -141,7 +162,21 @@ struct Executor::Impl {
   BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
   void tie_embedding(Rank& R);
   void dp_reduce(Rank& R, int bucket);
+  // Parameter server (Li et al. 2014), on the first rank of each dp group:
+  // workers push each bucket's gradients to it, it sums them and steps, and
+  // every worker pulls the updated weights.
+  bool ps() const { return dp > 1 && sc.plan.dp_topology == strategies::DpTopology::ParameterServer; }
+  int server(const Rank& R) const { return R.dp->members().front(); }
+  void ps_push(Rank& R, int bucket);
+  void ps_pull(Rank& R);
+  void compress_encode(Rank& R);
+  void compress_decode(Rank& R);
+  void shards_from_grads(Rank& R);
   void zero3_reduce(Rank& R, int bucket, bool layer);
+  // A layer's parameters live off this rank's device between its passes:
+  // as a ZeRO-3 chunk, or in the host pool (weight offload).
+  bool remote_layers() const { return zero >= 3 || sc.plan.offload.weights; }
+  bool two_bw() const { return pp > 1 && sc.plan.schedule == strategies::Schedule::PipeDream2BW; }
   void ensure_layer_params(Rank& R, int layer);
   void release_layer_params(Rank& R, int layer);
   void ensure_layer_grads(Rank& R, int layer);
@@ -152,6 +187,13 @@ struct Executor::Impl {
   void weights_to_device(Rank& R);
   void gather_weights(Rank& R);
   void reduce_row_split_grads(Rank& R);
+  // NaN or Inf in the gradients this rank steps stops the run, naming the
+  // step, the layer and the tensor.
+  void check_finite_grads(const Rank& R) const;
+  std::string where(const Rank& R) const {
+    return "step " + std::to_string(steps_done + 1) + ", rank " + std::to_string(R.rank) +
+           " (stage " + std::to_string(R.stage) + ")";
+  }
   // Copies `n` elements of parameter i's local tensor, from local element
   // `off`, into the whole tensor `whole` (whole and split parameters alike).
   void to_whole(const Rank& R, int i, std::int64_t off, const float* src, std::int64_t n,
@@ -184,17 +226,34 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
     return "only learned positions (or none) are implemented by the CPU backend";
   if (p.tp > 1 && md.dropout)
     return "tensor parallelism (tp > 1) with dropout is not executed by the CPU backend";
-  if (p.cp > 1) return "context parallelism (cp > 1) is not executed by the CPU backend yet";
+  if (p.cp > 1 && md.dropout)
+    return "context parallelism (cp > 1) with dropout is not executed by the CPU backend";
+  if (p.cp > 1 && p.dp > 1 && p.zero > 0)
+    return "ZeRO with context parallelism is not executed by the CPU backend (Megatron-LM shards "
+           "over dp x cp, the memory model over dp)";
   if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
-  if (p.pp > 1 && (p.schedule == Schedule::PipeDream || p.schedule == Schedule::PipeDream2BW))
-    return "asynchronous pipeline schedules (pipedream, pipedream-2bw) are not executed by the CPU backend";
-  if (p.compression.method != strategies::CompressionMethod::None)
-    return "gradient compression is not executed by the CPU backend yet";
-  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
-    return "parameter-server data parallelism is not executed by the CPU backend yet";
-  if (p.offload.weights) return "weight offload is not executed by the CPU backend yet";
-  if (p.offload.optimizer == strategies::OffloadTarget::Nvme)
-    return "optimizer offload to NVMe (ZeRO-Infinity) is not executed by the CPU backend yet";
+  if (p.pp > 1 && p.schedule == Schedule::PipeDream)
+    return "the asynchronous pipedream schedule (per-stage weight stashing, one update per "
+           "microbatch) is not executed by the CPU backend; pipedream-2bw is";
+  if (p.pp > 1 && p.schedule == Schedule::PipeDream2BW &&
+      ((p.dp > 1 && p.zero > 0) || p.offload.optimizer != strategies::OffloadTarget::None ||
+       p.offload.weights))
+    return "pipedream-2bw with ZeRO, optimizer offload or weight offload is not executed by the "
+           "CPU backend";
+  if (p.compression.method != strategies::CompressionMethod::None && p.dp > 1 &&
+      (p.cp > 1 || p.dp_topology == strategies::DpTopology::ParameterServer))
+    return "gradient compression with context parallelism or a parameter server is not executed "
+           "by the CPU backend";
+  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer && p.zero > 0)
+    return "a parameter server with ZeRO is not executed by the CPU backend (the server holds "
+           "whole gradients, weights and states)";
+  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer &&
+      p.offload.optimizer != strategies::OffloadTarget::None)
+    return "a parameter server with optimizer offload is not executed by the CPU backend";
+  if (p.offload.weights && p.dp > 1 && p.zero > 0)
+    return "weight offload with ZeRO is not executed by the CPU backend";
+  if (p.offload.weights && p.offload.optimizer != strategies::OffloadTarget::None)
+    return "weight offload with optimizer offload is not executed by the CPU backend";
   if (p.recompute == cost::Recompute::Optimal)
     return "the optimal recompute planner is not executed by the CPU backend";
   if (p.optimizer == Optimizer::Adam4bit) return "4-bit Adam is not implemented by the CPU backend";
@@ -217,8 +276,10 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   dp = static_cast<int>(plan.dp);
   pp = static_cast<int>(plan.pp);
   tp = static_cast<int>(plan.tp);
+  cp = static_cast<int>(plan.cp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  compressed = dp > 1 && plan.compression.method != strategies::CompressionMethod::None;
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
   hidden = sc.model.hidden;
@@ -248,12 +309,19 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
       throw Error("executor: " + tb.id + " depends on the later task " + ta.id);
   });
 
-  const int world_size = dp * pp * tp;
+  const int world_size = dp * pp * tp * cp;
   world = std::make_unique<CommWorld>(world_size);
   const strategies::RankMesh mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
   for (int r = 0; r < world_size; ++r) {
-    ranks.push_back(std::make_unique<Rank>());
-    build_rank(*ranks.back(), mesh, r);
+    // The device pool holds what the cluster's GPU holds: beyond it a step
+    // fails with OutOfMemory, as a device would.
+    ranks.push_back(std::make_unique<Rank>(sc.cluster.gpu.memory_bytes()));
+    try {
+      build_rank(*ranks.back(), mesh, r);
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(e.requested(), e.live(), e.capacity(), e.tag(),
+                        "rank " + std::to_string(r) + ", device pool, placing the model");
+    }
   }
   if (opt.capture_gradients)
     for (std::size_t i = 0; i < names.size(); ++i)
@@ -281,21 +349,36 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   R.stage = static_cast<int>(c.pp);
   R.dp_index = static_cast<int>(c.dp);
   R.tp_index = static_cast<int>(c.tp);
+  R.cp_index = static_cast<int>(c.cp);
   auto members = [&](strategies::MeshDim dim) {
     std::vector<int> v;
     for (auto x : mesh.group_of(r, dim)) v.push_back(static_cast<int>(x));
     return v;
   };
   if (tp > 1) R.tp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::TP)), r, R.device);
+  if (cp > 1) R.cp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::CP)), r, R.device);
+  // Only this stage's parameters get storage: its chunks' layers, the
+  // embedding on the first stage, the head (and a tied word embedding) on
+  // the last.
+  auto on_stage = [&](const std::string& n) {
+    if (n.rfind("block", 0) == 0) {
+      const int l = std::stoi(n.substr(5, n.find('.') - 5));
+      return chunk_of_layer[static_cast<std::size_t>(l)] % pp == R.stage;
+    }
+    if (n == "embedding") return R.stage == 0 || (R.stage == pp - 1 && sc.model.tied_embeddings);
+    if (n == "position_embedding") return R.stage == 0;
+    return R.stage == pp - 1;  // final_norm.*, logits.weight
+  };
   R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed,
-                                       TensorParallel{R.tp.get(), sc.plan.sequence_parallel});
+                                       TensorParallel{R.tp.get(), sc.plan.sequence_parallel},
+                                       ContextParallel{R.cp.get()}, on_stage);
   GptModel& model = *R.model;
   if (names.empty()) {
     names = model.names();
     layer_params.assign(static_cast<std::size_t>(sc.model.layers), {});
     for (std::size_t i = 0; i < names.size(); ++i) {
       const std::string& n = names[i];
-      shapes.push_back(model.params()[i].shape());
+      shapes.push_back(model.slice(static_cast<int>(i)).local_shape());
       whole_numel.push_back(model.slice(static_cast<int>(i)).whole.numel());
       const int idx = static_cast<int>(i);
       if (n.rfind("block", 0) == 0) {
@@ -323,13 +406,15 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     if (sc.model.tied_embeddings) R.owned[static_cast<std::size_t>(tok)] = true;
   }
   for (std::size_t i = 0; i < names.size(); ++i)
-    if (!R.owned[i]) {
-      model.params()[i].release();
-      model.grads()[i].release();
-    }
+    if (R.owned[i] == model.params()[i].empty())
+      throw Error("executor: stage " + std::to_string(R.stage) + " placed parameter '" + names[i] +
+                  "' against its own rule");
 
   // Communicators.
-  R.dp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::DP)), r, R.device);
+  // Gradients are reduced over dp × cp (each cp rank saw its tokens).
+  R.dp = std::make_unique<Comm>(
+      world->group(members(cp > 1 ? strategies::MeshDim::DataWithContext : strategies::MeshDim::DP)), r,
+      R.device);
   R.pp_members = members(strategies::MeshDim::PP);
   R.pp = std::make_unique<Comm>(world->group(R.pp_members), r, R.device);
   if (tie && (R.stage == 0 || R.stage == pp - 1))
@@ -346,10 +431,32 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     R.buckets.push_back(std::move(b));
     return static_cast<int>(R.buckets.size()) - 1;
   };
-  if (dp > 1) {
+  if (compressed) {
+    // The stage's gradients are compressed as one flat vector, in parameter
+    // order; a ZeRO-1 rank steps its chunk of it.
+    std::vector<int> mine;
+    std::vector<Shape> stage_shapes;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (R.owned[i]) {
+        mine.push_back(static_cast<int>(i));
+        stage_shapes.push_back(shapes[i]);
+      }
+    add_bucket(std::move(mine));
+    R.compressor = make_compressor(
+        {.method = sc.plan.compression, .ranks = dp, .rank = R.dp_index,
+         .seed = opt.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(R.stage)},
+        flat_layout(stage_shapes), R.device);
+    int rounds = 0;
+    for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)])
+      if (low.info[static_cast<std::size_t>(i)].op == TaskOp::CompressRound) ++rounds;
+    if (rounds != R.compressor->rounds())
+      throw Error("executor: the lowering gives " + std::to_string(rounds) + " compressed rounds, " +
+                  std::string(enum_name(sc.plan.compression.method)) + " runs " +
+                  std::to_string(R.compressor->rounds()));
+  } else if (dp * cp > 1) {
     for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
       const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
-      if (t.op == TaskOp::DpReduce) {
+      if (t.op == TaskOp::DpReduce || t.op == TaskOp::PsPush) {
         R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
       } else if (t.op == TaskOp::Zero3Reduce) {
         if (t.part == Part::Layer) {
@@ -385,8 +492,27 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
       }
     }
   }
-  // ZeRO-Offload keeps the optimizer's states in the host pool.
-  R.opt = make_optimizer(offload_optimizer() ? R.host : R.device);
+  if (sc.plan.offload.weights) {
+    // Weight offload: every layer's parameters live in the host pool and
+    // come to the device for each pass (`fetch-weights-*`).
+    R.host_weights.resize(names.size());
+    for (const auto& lp : layer_params)
+      for (int i : lp) {
+        const auto ii = static_cast<std::size_t>(i);
+        if (!R.owned[ii]) continue;
+        R.host_weights[ii] = model.params()[ii].clone(R.host, MemTag::Params);
+        model.params()[ii].release();
+      }
+  }
+  // ZeRO-Offload keeps the optimizer's states in the host pool; to NVMe,
+  // in files (ZeRO-Infinity).
+  if (sc.plan.offload.optimizer == strategies::OffloadTarget::Nvme) {
+    R.storage = std::make_unique<FileAllocator>(
+        opt.storage_dir.empty() ? std::filesystem::temp_directory_path().string() : opt.storage_dir);
+    R.opt = make_optimizer(*R.storage);
+  } else {
+    R.opt = make_optimizer(offload_optimizer() ? R.host : R.device);
+  }
 }
 
 std::unique_ptr<Optimizer> Executor::Impl::make_optimizer(Allocator& a) const {
@@ -488,7 +614,13 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::LayerComm: return;
     case TaskOp::EmbeddingTie: return tie_embedding(R);
     case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
-    case TaskOp::Zero3Gather: return ensure_layer_params(R, t.layer);
+    case TaskOp::PsPush: return ps_push(R, R.bucket_of_task.at(index));
+    case TaskOp::PsPull: return ps_pull(R);
+    case TaskOp::CompressEncode: return compress_encode(R);
+    case TaskOp::CompressRound: return R.compressor->round(t.round, *R.dp);
+    case TaskOp::CompressDecode: return compress_decode(R);
+    case TaskOp::Zero3Gather:
+    case TaskOp::WeightFetch: return ensure_layer_params(R, t.layer);
     case TaskOp::Zero3Reduce:
       if (t.part == Part::Layer)
         return zero3_reduce(R, R.layer_bucket[static_cast<std::size_t>(t.layer)], true);
@@ -499,6 +631,11 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::GatherWeights: return gather_weights(R);
     case TaskOp::GradsToHost: return grads_to_host(R);
     case TaskOp::WeightsToDevice: return weights_to_device(R);
+    // The states' pages come back from their files before the step and are
+    // written out and dropped from memory after it (nothing to read before
+    // the first step: the optimizer makes its states then).
+    case TaskOp::StatesFromNvme: return R.storage->prefetch();
+    case TaskOp::StatesToNvme: return R.storage->write_back();
     default: break;
   }
   throw Error("executor: task " + low.graph.tasks()[static_cast<std::size_t>(index)].id +
@@ -554,24 +691,40 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
   const auto at = static_cast<std::size_t>((static_cast<std::int64_t>(R.dp_index) * m + mb) * micro * seq);
   const auto n = static_cast<std::size_t>(micro * seq);
   GptModel& model = *R.model;
+  // The microbatch's ids at this rank's positions of each sequence (all of
+  // them without context parallelism).
+  auto local = [&](std::span<const std::int32_t> ids, std::vector<std::int32_t>& out) {
+    ids = ids.subspan(at, n);
+    if (cp == 1) return ids;
+    out.clear();
+    for (std::int64_t b = 0; b < micro; ++b)
+      for (const std::int32_t p : model.positions()) out.push_back(ids[static_cast<std::size_t>(b * seq + p)]);
+    return std::span<const std::int32_t>(out);
+  };
   switch (t.part) {
     case Part::Embedding:
-      R.act[{k, mb}] = model.embedding_forward(tokens.subspan(at, n), micro, R.emb[mb]);
+      R.act[{k, mb}] = model.embedding_forward(local(tokens, R.cp_tokens), micro, R.emb[mb]);
       return;
     case Part::Layer: {
       Tensor x = take_activation(R, k, mb);
-      if (zero >= 3) ensure_layer_params(R, t.layer);
+      ensure_layer_params(R, t.layer);
       BlockSaved& s = R.saved[{t.layer, mb}];
       Tensor y = model.block_forward(t.layer, std::move(x), s);
       keep_for_backward(t.layer, s);
       R.act[{k, mb}] = std::move(y);
-      if (zero >= 3) release_layer_params(R, t.layer);
+      release_layer_params(R, t.layer);
       return;
     }
     case Part::Head: {
       Tensor x = take_activation(R, k, mb);
-      R.loss_sum += model.head_forward(std::move(x), targets.subspan(at, n),
-                                       1.0f / static_cast<float>(m * dp), R.head[mb]);
+      // Each rank's loss is the mean over its tokens: 1/(m·dp·cp) of each
+      // makes the mean over the global batch.
+      const double loss = model.head_forward(std::move(x), local(targets, R.cp_targets),
+                                             1.0f / static_cast<float>(m * dp * cp), R.head[mb]);
+      if (!std::isfinite(loss))
+        throw Error("executor: " + where(R) + ": the loss of microbatch " + std::to_string(mb) +
+                    " is " + std::to_string(loss) + " (the run diverged: lower the learning rate)");
+      R.loss_sum += loss;
       return;
     }
     case Part::None: break;
@@ -592,15 +745,13 @@ void Executor::Impl::backward(Rank& R, const TaskInfo& t) {
     }
     case Part::Layer: {
       BackwardBuffers& b = gradient_buffers(R, k, mb);
-      if (zero >= 3) {
-        ensure_layer_params(R, t.layer);
-        ensure_layer_grads(R, t.layer);
-      }
+      ensure_layer_params(R, t.layer);
+      if (zero >= 3) ensure_layer_grads(R, t.layer);
       const auto it = R.saved.find({t.layer, mb});
       if (it == R.saved.end()) throw Error("executor: layer " + std::to_string(t.layer) + " kept nothing");
       model.block_backward(t.layer, it->second, b);
       R.saved.erase(it);
-      if (zero >= 3) release_layer_params(R, t.layer);
+      release_layer_params(R, t.layer);
       return;
     }
     case Part::Embedding: {
@@ -618,7 +769,7 @@ void Executor::Impl::backward(Rank& R, const TaskInfo& t) {
 void Executor::Impl::recompute(Rank& R, const TaskInfo& t) {
   const int L = t.layer, mb = t.microbatch;
   BlockSaved& s = R.saved.at({L, mb});
-  if (zero >= 3) ensure_layer_params(R, L);
+  ensure_layer_params(R, L);
   if (t.core_only || rule.policy == cost::Recompute::Full) {
     R.model->recompute(L, s);
     return;
@@ -659,6 +810,67 @@ void Executor::Impl::dp_reduce(Rank& R, int bi) {
   R.dp->reduce_scatter(flat.span(), b.shard_grad.span());
 }
 
+void Executor::Impl::ps_push(Rank& R, int bi) {
+  Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
+  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
+  Tensor flat = pack(R, b, true, MemTag::CommBuffers);
+  if (R.dp_index != 0) {
+    R.dp->send(server(R), push_tag(bi), flat.span());
+    return;
+  }
+  Tensor in(R.device, {b.numel}, MemTag::CommBuffers);
+  for (std::size_t w = 1; w < R.dp->members().size(); ++w) {
+    R.dp->recv(R.dp->members()[w], push_tag(bi), in.span());
+    for (std::int64_t i = 0; i < b.numel; ++i) flat[i] += in[i];
+  }
+  unpack(R, b, flat.data(), true);
+}
+
+void Executor::Impl::ps_pull(Rank& R) {
+  // The stage's parameters, in the buckets' order.
+  for (const auto& b : R.buckets) {
+    if (R.dp_index == 0) {
+      const Tensor flat = pack(R, b, false, MemTag::CommBuffers);
+      for (std::size_t w = 1; w < R.dp->members().size(); ++w)
+        R.dp->send(R.dp->members()[w], kPullTag, flat.span());
+    } else {
+      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+      R.dp->recv(server(R), kPullTag, flat.span());
+      unpack(R, b, flat.data(), false);
+    }
+  }
+}
+
+// Compression replaces the buckets' all-reduce: the stage's gradients are
+// encoded, exchanged in the lowering's rounds and decoded into the sum over
+// dp. A tied word embedding is exchanged on the first and the last stage
+// (each its own part of the gradient) and tied after the decode
+// (`embedding-tie` follows it), so both copies get the same sum.
+void Executor::Impl::compress_encode(Rank& R) {
+  Tensor flat = pack(R, R.buckets.front(), true, MemTag::CommBuffers);
+  R.compressor->encode(flat.span());
+}
+
+void Executor::Impl::compress_decode(Rank& R) {
+  const Bucket& b = R.buckets.front();
+  Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+  R.compressor->decode(flat.span());
+  unpack(R, b, flat.data(), true);
+}
+
+// ZeRO-1 with compression: every rank holds the whole decoded gradient; it
+// steps its chunk.
+void Executor::Impl::shards_from_grads(Rank& R) {
+  if (!compressed || zero == 0) return;
+  for (auto& b : R.buckets) {
+    b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      std::memcpy(b.shard_grad.data() + at, R.model->grads()[static_cast<std::size_t>(i)].data() + off,
+                  static_cast<std::size_t>(n) * sizeof(float));
+    });
+  }
+}
+
 void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
   Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
   if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
@@ -673,10 +885,17 @@ void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
 }
 
 void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
-  if (zero < 3) return;
+  if (!remote_layers()) return;
   const auto& lp = layer_params[static_cast<std::size_t>(layer)];
   auto params = R.model->params();
   if (!params[static_cast<std::size_t>(lp.front())].empty()) return;
+  if (zero < 3) {
+    // Weight offload: the layer's weights come from the host pool.
+    for (int i : lp)
+      params[static_cast<std::size_t>(i)] =
+          R.host_weights[static_cast<std::size_t>(i)].clone(R.device, MemTag::Params);
+    return;
+  }
   Bucket& b = R.buckets[static_cast<std::size_t>(R.layer_bucket[static_cast<std::size_t>(layer)])];
   for (int i : lp) params[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Params);
   Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
@@ -685,7 +904,7 @@ void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
 }
 
 void Executor::Impl::release_layer_params(Rank& R, int layer) {
-  if (zero < 3) return;
+  if (!remote_layers()) return;
   for (int i : layer_params[static_cast<std::size_t>(layer)]) R.model->params()[static_cast<std::size_t>(i)].release();
 }
 
@@ -701,7 +920,7 @@ void Executor::Impl::capture(Rank& R) {
   // word embedding from the first stage.
   auto skip = [&](int i) { return (tie && i == tok && R.stage != 0) || !writes_whole(R, i); };
   if (zero == 0) {
-    if (R.dp_index != 0) return;
+    if (R.dp_index != 0 || R.cp_index != 0) return;
     for (std::size_t i = 0; i < names.size(); ++i) {
       const int ii = static_cast<int>(i);
       if (!R.owned[i] || skip(ii)) continue;
@@ -749,11 +968,43 @@ void Executor::Impl::reduce_row_split_grads(Rank& R) {
   }
 }
 
+void Executor::Impl::check_finite_grads(const Rank& R) const {
+  auto fail = [&](int i, std::int64_t element, float value) {
+    const std::string& name = names[static_cast<std::size_t>(i)];
+    std::string layer = "the head";
+    if (name.rfind("block", 0) == 0)
+      layer = "layer " + name.substr(5, name.find('.') - 5);
+    else if (std::find(embedding_params.begin(), embedding_params.end(), i) != embedding_params.end())
+      layer = "the embedding";
+    throw Error("executor: " + where(R) + ": the gradient of " + name + " (" + layer + ") holds " +
+                std::to_string(value) + " at element " + std::to_string(element) +
+                " of this rank's part (the run diverged or overflowed)");
+  };
+  if (zero == 0) {
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (!R.owned[i]) continue;
+      const Tensor& g = R.model->grads()[i];
+      if (const auto k = first_non_finite(g.data(), g.numel()); k >= 0)
+        fail(static_cast<int>(i), k, g.data()[k]);
+    }
+    return;
+  }
+  for (const auto& b : R.buckets) {
+    if (b.shard_grad.empty()) continue;
+    for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      if (const auto k = first_non_finite(b.shard_grad.data() + at, n); k >= 0)
+        fail(i, off + k, b.shard_grad.data()[at + k]);
+    });
+  }
+}
+
 void Executor::Impl::grads_to_host(Rank& R) {
   // ZeRO-Offload: the gradients this rank steps (its stage's, or its chunks
   // with ZeRO) go to the host pool; the fp32 master parameters live there
   // from the first step on.
+  shards_from_grads(R);
   reduce_row_split_grads(R);
+  check_finite_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   const bool first = R.host_params.empty();
@@ -809,22 +1060,46 @@ void Executor::Impl::optimizer_step(Rank& R) {
     R.host_grads.clear();
     return;
   }
+  shards_from_grads(R);
   reduce_row_split_grads(R);
+  if (ps() && R.dp_index != 0) return;  // the server steps; workers pull its weights
+  check_finite_grads(R);
   if (opt.capture_gradients) capture(R);
   GptModel& model = *R.model;
   std::vector<Tensor> P, G;
   if (zero == 0) {
     // The stage's parameters, moved out of the model for the step and back.
+    // With weight offload the layers' parameters are stepped in the host
+    // pool, where they live.
     std::vector<std::size_t> idx;
+    std::vector<Tensor*> home;
+    if (two_bw()) {
+      // PipeDream-2BW (Narayanan et al. 2021): the step's gradients were
+      // computed with W(t − 1); they update W(t), and the next step computes
+      // with W(t): W(t + 1) = W(t) − lr·∇f(W(t − 1)).
+      if (R.newest.empty()) {
+        R.newest.resize(names.size());
+        for (std::size_t i = 0; i < names.size(); ++i)
+          if (R.owned[i]) R.newest[i] = model.params()[i].clone(R.device, MemTag::Params);
+      }
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (R.owned[i])
+          std::memcpy(model.params()[i].data(), R.newest[i].data(),
+                      static_cast<std::size_t>(R.newest[i].bytes()));
+    }
     for (std::size_t i = 0; i < names.size(); ++i)
       if (R.owned[i]) {
+        const bool on_host = !R.host_weights.empty() && !R.host_weights[i].empty();
         idx.push_back(i);
-        P.push_back(std::move(model.params()[i]));
+        home.push_back(two_bw()  ? &R.newest[i]
+                       : on_host ? &R.host_weights[i]
+                                 : &model.params()[i]);
+        P.push_back(std::move(*home.back()));
         G.push_back(std::move(model.grads()[i]));
       }
     R.opt->step(P, G);
     for (std::size_t j = 0; j < idx.size(); ++j) {
-      model.params()[idx[j]] = std::move(P[j]);
+      *home[j] = std::move(P[j]);
       model.grads()[idx[j]] = std::move(G[j]);
     }
     return;
@@ -894,6 +1169,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
   for (auto& R : I.ranks) {
     R->device.reset_peaks();
     R->host.reset_peaks();
+    if (R->storage) R->storage->reset_peaks();
     R->error = nullptr;
   }
   const auto t0 = Clock::now();
@@ -903,6 +1179,12 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     threads.emplace_back([&I, &R, tokens, targets, t0] {
       try {
         I.run_rank(*R, tokens, targets, t0);
+      } catch (const OutOfMemory& e) {
+        R->error = std::make_exception_ptr(
+            OutOfMemory(e.requested(), e.live(), e.capacity(), e.tag(),
+                        "rank " + std::to_string(R->rank) + " (stage " + std::to_string(R->stage) +
+                            "), device pool"));
+        I.world->cancel();
       } catch (...) {
         R->error = std::current_exception();
         I.world->cancel();
@@ -928,13 +1210,15 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     I.broken = true;
     std::rethrow_exception(first);
   }
+  ++I.steps_done;
   double loss = 0;
   for (auto& R : I.ranks) {
     if (R->tp_index == 0) loss += R->loss_sum;  // every tensor-parallel rank has the loss
-    out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats()});
+    out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats(),
+                          R->storage ? R->storage->stats() : MemoryStats{}});
     out.tasks.insert(out.tasks.end(), R->times.begin(), R->times.end());
   }
-  out.loss = loss / static_cast<double>(I.m * I.dp);
+  out.loss = loss / static_cast<double>(I.m * I.dp * I.cp);
   return out;
 }
 
@@ -943,7 +1227,7 @@ sim::RunResult Executor::measured(const StepResult& r) const {
   sim::RunResult run;
   run.tasks.assign(I.low.graph.num_tasks(), {});
   std::vector<bool> representative(I.ranks.size(), false);
-  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0 && R->tp_index == 0;
+  for (const auto& R : I.ranks) representative[static_cast<std::size_t>(R->rank)] = R->dp_index == 0 && R->tp_index == 0 && R->cp_index == 0;
   for (const TaskTime& t : r.tasks) {
     if (!representative[static_cast<std::size_t>(t.rank)]) continue;
     auto& tm = run.tasks[static_cast<std::size_t>(t.task)];
@@ -963,9 +1247,13 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
     v.assign(static_cast<std::size_t>(I.whole_numel[i]), 0.0f);
     for (const auto& R : I.ranks) {
       if (!R->owned[i] || !I.writes_whole(*R, ii)) continue;
-      const auto& p = R->model->params()[i];
+      const bool offloaded = !R->host_weights.empty() && !R->host_weights[i].empty();
+      const bool two_bw = !R->newest.empty() && !R->newest[i].empty();  // the newest version
+      const auto& p = two_bw      ? R->newest[i]
+                      : offloaded ? R->host_weights[i]
+                                  : R->model->params()[i];
       if (!p.empty()) {
-        if (R->dp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
+        if (R->dp_index == 0 && R->cp_index == 0) I.to_whole(*R, ii, 0, p.data(), p.numel(), v.data());
         continue;
       }
       // ZeRO-3 layer: every dp rank of the stage holds a chunk.
@@ -977,6 +1265,14 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
     }
   }
   return out;
+}
+
+std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc) {
+  const auto est = strategies::estimate_memory(sc, {.runtime_bytes = 0, .cublas_workspace_bytes = 0});
+  return std::string(e.what()) + "; the memory model predicts a peak of " +
+         std::to_string(est.peak_bytes) + " bytes per device (stage " + std::to_string(est.peak_stage) +
+         ") against " + std::to_string(sc.cluster.gpu.memory_bytes()) + " bytes of " +
+         sc.cluster.gpu.name + " memory";
 }
 
 }  // namespace strata::backend::cpu

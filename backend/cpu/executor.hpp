@@ -19,12 +19,13 @@
 //
 // Executed: data parallelism (bucketed all-reduce), ZeRO 1/2 (reduce-scatter,
 // sharded optimizer step, all-gather of weights) and 3 (per-layer gathers
-// and reduce-scatters), pipeline parallelism with GPipe, 1F1B and
-// interleaved schedules, recompute none / selective / full / every_k / sqrt,
-// activation offload, optimizer offload to the host (ZeRO-Offload). Refused
-// with strata::Error (Executor::unsupported says why): tensor, context and
-// expert parallelism, PipeDream schedules, gradient compression, parameter
-// servers, weight offload, optimizer offload to NVMe,
+// and reduce-scatters), gradient compression (top-k, random-k, QSGD, 1-bit,
+// PowerSGD: compression.hpp; with ZeRO 0 or 1, as the plan rules allow),
+// pipeline parallelism with GPipe, 1F1B and interleaved schedules, recompute
+// none / selective / full / every_k / sqrt, activation offload, optimizer
+// offload to the host (ZeRO-Offload). Refused with strata::Error
+// (Executor::unsupported says why): tensor, context and expert parallelism,
+// PipeDream schedules, parameter servers, weight offload, optimizer offload to NVMe,
 // the `optimal` recompute planner, 4-bit Adam, and ZeRO with an optimizer
 // whose update is not elementwise (LARS, LAMB, Adafactor, SM3).
 //
@@ -48,6 +49,8 @@
 
 namespace strata::backend::cpu {
 
+// Each rank's device pool holds the cluster GPU's memory_GiB: a step that
+// needs more throws OutOfMemory (allocator.hpp) naming the rank.
 struct ExecutorOptions {
   std::uint64_t seed = 1;      // weights (GptModel's initialisation)
   float lr = 1e-3f;            // the optimizer's learning rate
@@ -55,6 +58,9 @@ struct ExecutorOptions {
   // Keep the reduced gradient of every parameter of the last step, as the
   // optimizer saw it (tests compare it with one rank's).
   bool capture_gradients = false;
+  // Optimizer offload to NVMe (ZeRO-Infinity): the directory its states'
+  // files go to (the drive's mount); empty: the system's temporary directory.
+  std::string storage_dir;
 };
 
 // One task run by one rank: seconds since the step began.
@@ -69,6 +75,7 @@ struct RankMemory {
   int stage = 0;
   MemoryStats device;  // peaks over the step (live bytes at its start included)
   MemoryStats host;
+  MemoryStats storage;  // optimizer offload to NVMe: the states' files
 };
 
 struct StepResult {
@@ -116,5 +123,10 @@ class Executor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The message of a step's OutOfMemory with the memory model's predicted
+// peak for the plan beside it (without the GPU-only runtime and cuBLAS
+// bytes, as `validate` compares), for `run` and `validate` to report.
+std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc);
 
 }  // namespace strata::backend::cpu

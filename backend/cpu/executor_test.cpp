@@ -71,10 +71,16 @@ struct Reference {
   std::map<std::string, std::vector<float>> params;  // after the last step
 };
 
-Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float lr) {
+// With `one_step_stale` (PipeDream-2BW) the gradient of step t is taken at
+// W(t − 1) and updates W(t): W(t + 1) = W(t) − lr·∇f(W(t − 1)), W(−1) = W(0).
+Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float lr,
+                    bool one_step_stale = false) {
   TrackingAllocator alloc;
   GptModel model(sc.model, alloc, 1);
   Sgd sgd(alloc, {.lr = lr, .momentum = 0.9f});
+  std::vector<Tensor> newest;
+  if (one_step_stale)
+    for (const auto& p : model.params()) newest.push_back(p.clone(alloc, MemTag::Params));
   Reference r;
   for (std::size_t s = 0; s < batches.size(); ++s) {
     model.zero_grads();
@@ -84,10 +90,16 @@ Reference reference(const Scenario& sc, const std::vector<Batch>& batches, float
         const auto g = model.grads()[i].span();
         r.grads[model.names()[i]].assign(g.begin(), g.end());
       }
-    sgd.step(model.params(), model.grads());
+    if (!one_step_stale) {
+      sgd.step(model.params(), model.grads());
+      continue;
+    }
+    for (std::size_t i = 0; i < newest.size(); ++i)
+      std::memcpy(model.params()[i].data(), newest[i].data(), static_cast<std::size_t>(newest[i].bytes()));
+    sgd.step(newest, model.grads());
   }
   for (std::size_t i = 0; i < model.names().size(); ++i) {
-    const auto p = model.params()[i].span();
+    const auto p = (one_step_stale ? newest[i] : model.params()[i]).span();
     r.params[model.names()[i]].assign(p.begin(), p.end());
   }
   return r;
@@ -122,9 +134,10 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
   const float lr = 0.1f;
   std::vector<Batch> batches;
   for (int s = 0; s < steps; ++s) batches.push_back(batch_of(sc, 100 + static_cast<std::uint64_t>(s)));
-  const Reference ref = reference(sc, batches, lr);
+  const bool two_bw = sc.plan.pp > 1 && sc.plan.schedule == strategies::Schedule::PipeDream2BW;
+  const Reference ref = reference(sc, batches, lr, two_bw);
   Executor ex(sc, {.seed = 1, .lr = lr, .capture_gradients = true});
-  CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp * sc.plan.tp);
+  CHECK(ex.ranks() == sc.plan.dp * sc.plan.pp * sc.plan.tp * sc.plan.cp);
   for (int s = 0; s < steps; ++s) {
     const StepResult r = ex.step(batches[static_cast<std::size_t>(s)].tokens,
                                  batches[static_cast<std::size_t>(s)].targets);
@@ -138,7 +151,7 @@ void check_equivalent(const Scenario& sc, int steps = 2) {
     }
     // Every rank ran every task of its stage once: dp·tp ranks per stage.
     CHECK(r.tasks.size() ==
-          ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp * sc.plan.tp));
+          ex.lowered().graph.num_tasks() * static_cast<std::size_t>(sc.plan.dp * sc.plan.tp * sc.plan.cp));
   }
   std::string where;
   const double p = worst_relative(ex.parameters(), ref.params, &where);
@@ -255,6 +268,53 @@ TEST_CASE("cpu/executor: ZeRO 1, 2 and 3 equal plain data parallelism and one ra
   check_equivalent(tiny(3, plan_with(4, 1, 3), 8, 1));
 }
 
+TEST_CASE("cpu/executor: a parameter server (push, server step, pull) equals all-reduce and one rank") {
+  // Workers push each bucket's gradients to the first rank of their dp
+  // group, which sums them, steps, and serves the weights every worker pulls.
+  for (std::int64_t dp : {2, 4}) {
+    CAPTURE(dp);
+    Plan p = plan_with(dp, 1);
+    p.dp_topology = strategies::DpTopology::ParameterServer;
+    check_equivalent(tiny(2, p, 8, 2 * 2 / dp));
+  }
+  Plan p = plan_with(2, 2);
+  p.dp_topology = strategies::DpTopology::ParameterServer;
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 8, 2));
+}
+
+TEST_CASE("cpu/executor: weight offload fetches each layer's weights for its passes and equals the plain step") {
+  // Layers' parameters live in the host pool; `fetch-weights-*` brings a
+  // layer to the device for its forward and backward (and, on demand, a
+  // segment's recompute), and the optimizer steps them in the host pool.
+  for (auto policy : {cost::Recompute::None, cost::Recompute::Full, cost::Recompute::EveryK}) {
+    CAPTURE(enum_name(policy));
+    Plan p = plan_with(2, 1);
+    p.offload.weights = true;
+    p.recompute = policy;
+    p.recompute_k = 2;
+    check_equivalent(tiny(4, p, 8, 2));
+  }
+  Plan p = plan_with(1, 2);
+  p.offload.weights = true;
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 4, 1));
+  // The device holds at most one layer's weights (here: 4 layers, so well
+  // under the plain step's parameter bytes); the host holds all layers'.
+  set_blas_threads(1);
+  Plan q = plan_with(1, 1);
+  const Scenario plain = tiny(4, q, 4, 2);
+  q.offload.weights = true;
+  const Scenario off = tiny(4, q, 4, 2);
+  Executor a(plain), b(off);
+  const Batch in = batch_of(plain, 5);
+  const auto ra = a.step(in.tokens, in.targets), rb = b.step(in.tokens, in.targets);
+  const auto params = static_cast<std::size_t>(MemTag::Params);
+  CHECK(rb.memory[0].device.peak[params] < ra.memory[0].device.peak[params]);
+  CHECK(rb.memory[0].host.current[params] > 0);
+  CHECK(rb.memory[0].device.current[params] < ra.memory[0].device.current[params]);
+}
+
 TEST_CASE("cpu/executor: optimizer offload (ZeRO-Offload) steps on the host pool and equals the plain step") {
   // Gradients (or their ZeRO chunks) go to the host, the optimizer steps
   // fp32 master parameters there, the updated weights come back: the same
@@ -264,6 +324,28 @@ TEST_CASE("cpu/executor: optimizer offload (ZeRO-Offload) steps on the host pool
     Plan p = plan_with(zero == 0 ? 1 : 2, 1, zero);
     p.offload.optimizer = strategies::OffloadTarget::Cpu;
     check_equivalent(tiny(2, p, 8, 2));
+  }
+  // To NVMe (ZeRO-Infinity): the states live in files of the storage pool,
+  // written back after each step and read before the next.
+  for (int zero : {0, 2}) {
+    CAPTURE(zero);
+    Plan p = plan_with(zero == 0 ? 1 : 2, 1, zero);
+    p.offload.optimizer = strategies::OffloadTarget::Nvme;
+    check_equivalent(tiny(2, p, 8, 2));
+  }
+  {
+    Plan p = plan_with(1, 1);
+    p.offload.optimizer = strategies::OffloadTarget::Nvme;
+    const Scenario sc = tiny(2, p, 4, 2);
+    set_blas_threads(1);
+    Executor ex(sc);
+    const Batch in = batch_of(sc, 4);
+    ex.step(in.tokens, in.targets);
+    const auto r = ex.step(in.tokens, in.targets);
+    const auto states = static_cast<std::size_t>(MemTag::OptimizerStates);
+    CHECK(r.memory[0].storage.current[states] > 0);  // momentum, in files
+    CHECK(r.memory[0].host.peak[states] == 0);
+    CHECK(r.memory[0].device.peak[states] == 0);
   }
   Plan p = plan_with(2, 1, 2);
   p.offload.optimizer = strategies::OffloadTarget::Cpu;
@@ -293,6 +375,27 @@ TEST_CASE("cpu/executor: pipeline schedules (GPipe, 1F1B, interleaved) equal no 
   p.schedule = strategies::Schedule::Interleaved;
   p.virtual_stages = 2;
   check_equivalent(tiny(4, p, 4, 1));
+}
+
+TEST_CASE("cpu/executor: PipeDream-2BW equals one rank with one-step-stale gradients") {
+  // 1F1B order with two weight versions: the step computes with W(t − 1)
+  // and updates W(t). Three steps, so the staleness shows in the losses
+  // (the reference, stepping the same rule on one rank, matches them; the
+  // plain rule would not).
+  Plan p = plan_with(1, 2);
+  p.schedule = strategies::Schedule::PipeDream2BW;
+  check_equivalent(tiny(2, p, 4, 1), 3);
+  p = plan_with(2, 2);
+  p.schedule = strategies::Schedule::PipeDream2BW;
+  check_equivalent(tiny(2, p, 8, 2), 3);
+  // The stale rule is not the synchronous one: the second step computes at
+  // W(0) instead of W(1), so its loss differs (the first is the same).
+  const Scenario sc = tiny(2, plan_with(1, 1), 4, 1);
+  std::vector<Batch> batches;
+  for (int s = 0; s < 3; ++s) batches.push_back(batch_of(sc, 100 + static_cast<std::uint64_t>(s)));
+  const Reference sync = reference(sc, batches, 0.1f), stale = reference(sc, batches, 0.1f, true);
+  CHECK(sync.loss[0] == stale.loss[0]);
+  CHECK(std::fabs(sync.loss[1] - stale.loss[1]) > 1e-4);
 }
 
 TEST_CASE("cpu/executor: pipeline with data parallelism, ZeRO and recompute together") {
@@ -359,6 +462,70 @@ TEST_CASE("cpu/executor: tensor parallelism with data parallelism, ZeRO and pipe
   check_equivalent(tiny(2, p, 4, 1));
 }
 
+TEST_CASE("cpu/executor: context parallelism (cp 2 and 4, load-balanced chunks) equals one rank") {
+  // Each rank runs its 2 of the 2·cp chunks of every sequence; attention
+  // gathers the group's keys and values and returns their gradients; the
+  // gradient reduction over dp × cp sums the parts.
+  for (std::int64_t cp : {2, 4}) {
+    CAPTURE(cp);
+    Plan p = plan_with(1, 1);
+    p.cp = cp;
+    check_equivalent(tiny(2, p, 4, 2));
+  }
+  // With data and tensor (+ sequence) parallelism, a pipeline, recompute.
+  Plan p = plan_with(2, 1);
+  p.cp = 2;
+  check_equivalent(tiny(2, p, 8, 2));
+  p = plan_with(1, 1, 0, 2, true);
+  p.cp = 2;
+  p.recompute = cost::Recompute::Full;
+  check_equivalent(tiny(2, p, 4, 2));
+  p = plan_with(1, 2);
+  p.cp = 2;
+  p.schedule = strategies::Schedule::OneFOneB;
+  check_equivalent(tiny(2, p, 4, 1));
+}
+
+TEST_CASE("cpu/executor: context-parallel positions: chunks r and 2cp-1-r, all positions once") {
+  // seq 16, cp 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+  CHECK(ContextParallel::positions(16, 2, 0) ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 12, 13, 14, 15});
+  CHECK(ContextParallel::positions(16, 2, 1) ==
+        std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11});
+  CHECK(ContextParallel::positions(5, 1, 0) == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+  std::vector<int> seen(16, 0);
+  for (int r = 0; r < 4; ++r)
+    for (auto q : ContextParallel::positions(16, 4, r)) ++seen[static_cast<std::size_t>(q)];
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+}
+
+TEST_CASE("cpu/executor: a compressed exchange that keeps every entry equals plain data parallelism") {
+  // Random-k with ratio 1 sends every gradient in fp32 at the same indices
+  // on every rank: its encode, all-reduce and decode must give the plain
+  // step's numbers. Covered: dp 2 and 4, ZeRO-1 (the optimizer steps its
+  // chunk of the decoded gradient), dp 2 × pp 2 with a tied embedding (each
+  // stage exchanges its part, then the two are tied), and ZeRO-1 with the
+  // optimizer offloaded to the host.
+  for (bool residual : {true, false}) {
+    CAPTURE(residual);
+    auto with = [&](Plan p) {
+      p.compression.method = strategies::CompressionMethod::RandomK;
+      p.compression.ratio = 1.0;
+      p.compression.error_feedback = residual;
+      return p;
+    };
+    check_equivalent(tiny(2, with(plan_with(2, 1)), 8, 2));
+    check_equivalent(tiny(2, with(plan_with(4, 1)), 8, 1));
+    check_equivalent(tiny(2, with(plan_with(2, 1, 1)), 8, 2));
+    check_equivalent(tiny(2, with(plan_with(2, 2, 1)), 8, 2));
+    Plan offload = with(plan_with(2, 1, 1));
+    offload.offload.optimizer = strategies::OffloadTarget::Cpu;
+    check_equivalent(tiny(2, offload, 8, 2));
+    // With tensor parallelism (+ SP): each tp rank exchanges its slices.
+    check_equivalent(tiny(2, with(plan_with(2, 1, 0, 2, true)), 8, 2));
+  }
+}
+
 TEST_CASE("cpu/executor: memory per rank: ZeRO-3 and pipeline stages hold fewer parameter bytes") {
   // Params bytes at the peak: dp holds the whole model per rank; ZeRO-3 a
   // shard plus the layers gathered at once; each pipeline stage its layers.
@@ -412,6 +579,60 @@ TEST_CASE("cpu/executor: task times: every task of a rank's stage, in graph orde
   CHECK(run.makespan <= static_cast<Time>(r.seconds * 1e9) + 1);
 }
 
+TEST_CASE("cpu/executor: a diverged run stops with the step and the loss named") {
+  // SGD with momentum at lr 1e30: the first step's update makes the weights
+  // astronomically large, so the second forward's logits overflow and the
+  // loss is not finite. The step throws naming step 2 and the microbatch,
+  // and the executor refuses further steps.
+  set_blas_threads(1);
+  const Scenario sc = tiny(2, plan_with(2, 1), 8, 2);
+  Executor ex(sc, {.seed = 1, .lr = 1e30f});
+  const Batch in = batch_of(sc, 3);
+  CHECK(std::isfinite(ex.step(in.tokens, in.targets).loss));
+  try {
+    ex.step(in.tokens, in.targets);
+    FAIL("the diverged step did not throw");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CAPTURE(what);
+    CHECK(what.find("step 2") != std::string::npos);
+    CHECK(what.find("loss of microbatch") != std::string::npos);
+  }
+  CHECK_THROWS_AS(ex.step(in.tokens, in.targets), Error);
+}
+
+TEST_CASE("cpu/executor: a device pool smaller than the step needs fails with OutOfMemory, predicted peak beside it") {
+  // cpu-local's device pool is its GPU's memory_GiB; at 32 KiB the 4-rank
+  // plan cannot even place its parameters; at 512 KiB it places them and its
+  // first step runs out. Each error names the rank and the pool, and the
+  // report adds the memory model's predicted peak.
+  set_blas_threads(1);
+  for (const double kib : {32.0, 512.0}) {
+    CAPTURE(kib);
+    Scenario sc = tiny(2, plan_with(2, 2), 8, 2);
+    sc.cluster.gpu.memory_GiB = kib / (1024.0 * 1024.0);
+    bool placed = false;
+    try {
+      Executor ex(sc);
+      placed = true;
+      const Batch in = batch_of(sc, 3);
+      ex.step(in.tokens, in.targets);
+      FAIL("no OutOfMemory");
+    } catch (const OutOfMemory& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(placed == (kib > 32));
+      CHECK(what.find("device pool") != std::string::npos);
+      CHECK(what.find("out of memory") != std::string::npos);
+      CHECK(what.find("rank ") != std::string::npos);
+      CHECK(e.capacity() == static_cast<Bytes>(kib * 1024));
+      CHECK(e.live() + e.requested() > e.capacity());
+      const std::string report = out_of_memory_report(e, sc);
+      CHECK(report.find("predicts a peak of") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
   auto why = [](Plan p) {
     try {
@@ -421,7 +642,8 @@ TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
     }
     return std::string("no error");
   };
-  Plan p = plan_with(2, 1);
+  // Compression sends a whole gradient's message; ZeRO-2 reduce-scatters.
+  Plan p = plan_with(2, 1, 2);
   p.compression.method = strategies::CompressionMethod::TopK;
   CHECK(why(p).find("compression") != std::string::npos);
   p = plan_with(2, 1, 2);

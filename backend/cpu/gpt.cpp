@@ -67,9 +67,22 @@ Bytes BlockSaved::bytes() const {
          up.bytes() + act.bytes() + mlp_mask.bytes();
 }
 
+std::vector<std::int32_t> ContextParallel::positions(std::int64_t seq, int cp, int rank) {
+  std::vector<std::int32_t> v;
+  if (cp == 1) {
+    for (std::int64_t i = 0; i < seq; ++i) v.push_back(static_cast<std::int32_t>(i));
+    return v;
+  }
+  const std::int64_t c = seq / (2 * cp);
+  for (const std::int64_t chunk : {static_cast<std::int64_t>(rank), 2 * cp - 1 - static_cast<std::int64_t>(rank)})
+    for (std::int64_t i = 0; i < c; ++i) v.push_back(static_cast<std::int32_t>(chunk * c + i));
+  return v;
+}
+
 GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
-                   TensorParallel tp)
-    : spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp) {
+                   TensorParallel tp, ContextParallel cp,
+                   const std::function<bool(const std::string&)>& keep)
+    : keep_(keep), spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp), cp_(cp) {
   const auto& m = spec_;
   const std::int64_t h = m.hidden, f = m.ffn_hidden;
   const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
@@ -83,6 +96,15 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
     if (tp_.sequence_parallel && m.seq_len % t != 0)
       throw Error(who + "sequence parallelism needs seq_len divisible by tp");
   }
+  if (cp_.size() > 1) {
+    const std::string who = "GptModel '" + m.name + "' with cp " + std::to_string(cp_.size()) + ": ";
+    if (m.dropout) throw Error(who + "dropout is not implemented with context parallelism");
+    if (m.seq_len % (2 * cp_.size()) != 0) throw Error(who + "seq_len must divide by 2·cp");
+  }
+  seq_ = m.seq_len / cp_.size();
+  positions_ = ContextParallel::positions(m.seq_len, cp_.size(), cp_.rank());
+  if (tp_.sequence_parallel && t > 1 && seq_ % t != 0)
+    throw Error("GptModel '" + m.name + "': sequence parallelism needs seq_len/cp divisible by tp");
   heads_ = m.heads / t;
   attn_width_ = heads_ * m.head_dim();
   ffn_ = f / t;
@@ -153,7 +175,7 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   Rng rng(seed);
   auto normal = [&](int i, double sd) {
     const ParamSlice& sl = slices_[static_cast<std::size_t>(i)];
-    float* dst = params_[static_cast<std::size_t>(i)].data();
+    float* dst = params_[static_cast<std::size_t>(i)].data();  // null: not kept, values drawn only
     const std::int64_t rows = sl.whole.rank() == 2 ? sl.whole[0] : 1;
     const std::int64_t cols = sl.whole.rank() == 2 ? sl.whole[1] : sl.whole[0];
     const std::int64_t local_cols = sl.cols_size();
@@ -162,7 +184,7 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
       std::int64_t before = 0;  // local columns in earlier runs
       for (std::int64_t c = 0; c < cols; ++c) {
         const auto v = static_cast<float>(sd * rng.normal());
-        if (row < sl.row_begin || row >= sl.row_end) continue;
+        if (dst == nullptr || row < sl.row_begin || row >= sl.row_end) continue;
         while (run < sl.cols.size() && c >= sl.cols[run].second) {
           before += sl.cols[run].second - sl.cols[run].first;
           ++run;
@@ -189,12 +211,18 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   }
   ones(normf_g_);
   if (w_logits_ >= 0) normal(w_logits_, sd);
+  keep_ = nullptr;
 }
 
 int GptModel::add_param(const std::string& name, ParamSlice slice) {
   const Shape shape = slice.local_shape();
-  params_.emplace_back(*alloc_, shape, MemTag::Params);
-  grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+  if (!keep_ || keep_(name)) {
+    params_.emplace_back(*alloc_, shape, MemTag::Params);
+    grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+  } else {
+    params_.emplace_back();
+    grads_.emplace_back();
+  }
   names_.push_back(name);
   slices_.push_back(std::move(slice));
   return static_cast<int>(params_.size()) - 1;
@@ -213,7 +241,7 @@ bool GptModel::grad_split_by_rows(int i) const {
 }
 
 std::int64_t GptModel::rows(std::int64_t batch) const {
-  return batch * spec_.seq_len / (tp_.split_rows() ? tp_.size() : 1);
+  return batch * seq_ / (tp_.split_rows() ? tp_.size() : 1);
 }
 
 void GptModel::gather_rows(const float* mine, float* whole, std::int64_t N) {
@@ -301,7 +329,7 @@ void GptModel::norm_backward(int gi, int bi, const float* x, const float* dy, fl
 void GptModel::check_ids(std::span<const std::int32_t> ids, std::int64_t batch,
                          const char* what) const {
   if (batch < 1) throw Error("GptModel: batch must be >= 1");
-  const std::int64_t n = batch * spec_.seq_len;
+  const std::int64_t n = batch * seq_;
   if (static_cast<std::int64_t>(ids.size()) != n)
     throw Error(std::string("GptModel: ") + what + " must hold batch·seq_len = " +
                 std::to_string(n) + " ids (got " + std::to_string(ids.size()) + ")");
@@ -338,17 +366,18 @@ Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::in
                                    EmbeddingSaved& saved, Dropout dropout) {
   check_ids(tokens, batch, "tokens");
   check_dropout(dropout);
-  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
+  const std::int64_t S = seq_, N = batch * S, h = spec_.hidden;
   saved.tokens = IndexTensor(*alloc_, {N}, MemTag::Activations);
   std::memcpy(saved.tokens.data(), tokens.data(), static_cast<std::size_t>(N) * sizeof(std::int32_t));
   Tensor out;
-  if (tp_.size() == 1) {
+  if (tp_.size() == 1 && cp_.size() == 1) {
     out = Tensor(*alloc_, {N, h}, MemTag::Activations);
     cpu::embedding_forward(saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h,
                            spec_.vocab);
   } else {
-    // Each rank looks up its vocabulary rows; the group sums the parts
-    // (reduce-scatters them by rows with sequence parallelism).
+    // Each rank looks up its vocabulary rows; the tp group sums the parts
+    // (reduce-scatters them by rows with sequence parallelism). Positions
+    // are the rank's own (context parallelism).
     Tensor whole(*alloc_, {N, h}, MemTag::Activations);
     embedding_forward_part(saved.tokens.data(), p(tok_emb_), whole.data(), N, h, spec_.vocab,
                            vocab_begin_, vocab_);
@@ -357,11 +386,12 @@ Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::in
       out = Tensor(*alloc_, {rows, h}, MemTag::Activations);
       reduce_rows(whole.data(), out.data(), N);
     } else {
-      reduce_rows(whole.data(), whole.data(), N);
+      if (tp_.size() > 1) reduce_rows(whole.data(), whole.data(), N);
       out = std::move(whole);
     }
     if (pos_emb_ >= 0)
-      add_positions(out.data(), p(pos_emb_), rows, tp_.split_rows() ? tp_.rank() * rows : 0, S, h);
+      add_positions(out.data(), p(pos_emb_), rows, tp_.split_rows() ? tp_.rank() * rows : 0, S, h,
+                    positions_.data());
   }
   saved.dropout = dropout;
   if (spec_.dropout) {
@@ -371,7 +401,57 @@ Tensor GptModel::embedding_forward(std::span<const std::int32_t> tokens, std::in
   return out;
 }
 
-void GptModel::attention_core(const BlockSaved& s, float* probs, float* out) const {
+Tensor GptModel::gather_kv(const Tensor& qkv, std::int64_t batch) {
+  Allocator& a = *alloc_;
+  const int cp = cp_.size();
+  const std::int64_t aw = attn_width_, N = batch * seq_, S = spec_.seq_len;
+  Tensor mine(a, {N, 2 * aw}, MemTag::Activations), all(a, {cp * N, 2 * aw}, MemTag::Activations);
+  for (std::int64_t r = 0; r < N; ++r)
+    std::memcpy(mine.data() + r * 2 * aw, qkv.data() + r * 3 * aw + aw,
+                static_cast<std::size_t>(2 * aw) * sizeof(float));
+  cp_.comm->all_gather(mine.span(), all.span());
+  mine.release();
+  Tensor kv(a, {batch * S, 2 * aw}, MemTag::Activations);
+  for (int q = 0; q < cp; ++q) {
+    const auto pos = ContextParallel::positions(S, cp, q);
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t i = 0; i < seq_; ++i)
+        std::memcpy(kv.data() + (b * S + pos[static_cast<std::size_t>(i)]) * 2 * aw,
+                    all.data() + ((q * batch + b) * seq_ + i) * 2 * aw,
+                    static_cast<std::size_t>(2 * aw) * sizeof(float));
+  }
+  return kv;
+}
+
+void GptModel::scatter_kv_grads(const Tensor& dkv, float* dqkv, std::int64_t batch) {
+  Allocator& a = *alloc_;
+  const int cp = cp_.size();
+  const std::int64_t aw = attn_width_, N = batch * seq_, S = spec_.seq_len;
+  // In the all-gather's order (owner after owner), then reduce-scattered.
+  Tensor ordered(a, {cp * N, 2 * aw}, MemTag::Activations);
+  for (int q = 0; q < cp; ++q) {
+    const auto pos = ContextParallel::positions(S, cp, q);
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t i = 0; i < seq_; ++i)
+        std::memcpy(ordered.data() + ((q * batch + b) * seq_ + i) * 2 * aw,
+                    dkv.data() + (b * S + pos[static_cast<std::size_t>(i)]) * 2 * aw,
+                    static_cast<std::size_t>(2 * aw) * sizeof(float));
+  }
+  Tensor mine(a, {N, 2 * aw}, MemTag::Activations);
+  cp_.comm->reduce_scatter(ordered.span(), mine.span());
+  for (std::int64_t r = 0; r < N; ++r)
+    std::memcpy(dqkv + r * 3 * aw + aw, mine.data() + r * 2 * aw,
+                static_cast<std::size_t>(2 * aw) * sizeof(float));
+}
+
+void GptModel::attention_core(const BlockSaved& s, float* probs, float* out) {
+  if (cp_.size() > 1) {
+    const std::int64_t batch = batch_of(s.x);
+    const Tensor kv = gather_kv(s.qkv, batch);
+    attention_forward_cp(s.qkv.data(), kv.data(), positions_.data(), probs, out,
+                         {batch, seq_, spec_.seq_len, heads_, spec_.head_dim()});
+    return;
+  }
   const AttentionDims dims{batch_of(s.x), spec_.seq_len, heads_, spec_.head_dim()};
   if (!spec_.dropout) return attention_forward(s.qkv.data(), probs, out, dims);
   const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()),
@@ -388,7 +468,8 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
   // Rows here (the residual stream's, split by tp under sequence
   // parallelism) and tokens of the microbatch.
-  const std::int64_t rows = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len, N = batch * S;
+  const std::int64_t rows = s.x.dim(0), batch = batch_of(s.x), S = seq_, N = batch * S;
+  const std::int64_t S_all = spec_.seq_len;  // keys each query may see
   const std::int64_t h = spec_.hidden, f = ffn_, aw = attn_width_;
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
@@ -417,8 +498,8 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
   if (s.probs.empty()) {
     // Selective recompute refills only the core (attn was kept).
     const bool need_attn = s.attn.empty();
-    s.probs = Tensor(a, {batch, heads_, S, S}, act);
-    if (spec_.dropout) {
+    s.probs = Tensor(a, {batch, heads_, S, S_all}, act);
+    if (spec_.dropout) {  // cp 1 only
       s.attn_mask = make_mask(a, {batch, heads_, S, S}, dr, layer, DropSite::Attention);
       s.dropped = Tensor(a, {batch, heads_, S, S}, act);
     }
@@ -475,7 +556,7 @@ void GptModel::block_forward_into(int layer, BlockSaved& s, Tensor* out) {
 void GptModel::check_activation(const Tensor& t, const char* who) const {
   const std::int64_t split = tp_.split_rows() ? tp_.size() : 1;
   if (t.empty() || t.shape().rank() != 2 || t.dim(1) != spec_.hidden ||
-      t.dim(0) * split % spec_.seq_len != 0)
+      t.dim(0) * split % seq_ != 0)
     throw Error(std::string("GptModel::") + who + ": input must be [batch·seq_len" +
                 (split > 1 ? "/tp" : "") + " × hidden], got " + t.shape().str());
 }
@@ -523,7 +604,7 @@ double GptModel::head_forward(Tensor input, std::span<const std::int32_t> target
                               float loss_scale, HeadSaved& s) {
   check_activation(input, "head_forward");
   const std::int64_t rows = input.dim(0), batch = batch_of(input), h = spec_.hidden,
-                     N = batch * spec_.seq_len, V = vocab_;
+                     N = batch * seq_, V = vocab_;
   check_ids(targets, batch, "targets");
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
@@ -567,7 +648,7 @@ double GptModel::head_forward(Tensor input, std::span<const std::int32_t> target
 }
 
 BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
-  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
+  const std::int64_t S = seq_, N = batch * S, h = spec_.hidden;
   Allocator& a = *alloc_;
   const auto act = MemTag::Activations;
   BackwardBuffers b;
@@ -577,7 +658,7 @@ BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
   b.d_qkv = Tensor(a, {N, 3 * attn_width_}, act);
   b.d_act = Tensor(a, {N, ffn_}, act);
   if (spec_.mlp == cost::MlpKind::Swiglu) b.d_up = Tensor(a, {N, up_width_}, act);
-  b.scratch = Tensor(a, {S, S}, MemTag::Workspace);
+  b.scratch = Tensor(a, {S, spec_.seq_len}, MemTag::Workspace);
   if (tp_.split_rows()) {
     b.gathered = Tensor(a, {N, h}, act);
     b.shard = Tensor(a, {rows(batch), h}, act);
@@ -586,7 +667,7 @@ BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
 }
 
 void GptModel::head_backward(const HeadSaved& s, BackwardBuffers& st) {
-  const std::int64_t rows = s.x.dim(0), N = batch_of(s.x) * spec_.seq_len, h = spec_.hidden,
+  const std::int64_t rows = s.x.dim(0), N = batch_of(s.x) * seq_, h = spec_.hidden,
                      V = vocab_;
   const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
   linear_backward(whole_rows(s.ln, st), p(w_out), s.logits.data(), st.d_norm.data(), g(w_out),
@@ -605,7 +686,7 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
     throw Error("GptModel::block_backward: layer " + std::to_string(layer) +
                 " lacks saved tensors (recompute them first)");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
-  const std::int64_t rows = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len, N = batch * S;
+  const std::int64_t rows = s.x.dim(0), batch = batch_of(s.x), S = seq_, N = batch * S;
   const std::int64_t h = spec_.hidden, f = ffn_, aw = attn_width_;
   const float drop_p = s.dropout.p;
   // MLP branch: st.dres holds the gradient of the block's output (its rows
@@ -635,30 +716,41 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
   }
   linear_backward(s.attn.data(), p(b.w_proj), dy_proj, st.d_attn.data(), g(b.w_proj),
                   g(b.b_proj), N, aw, h, WeightLayout::InOut, false);
-  const AttentionDims dims{batch, S, heads_, spec_.head_dim()};
-  const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()), drop_p};
-  attention_backward(s.qkv.data(), s.probs.data(), st.d_attn.data(), st.d_qkv.data(),
-                     st.scratch.data(), dims, spec_.dropout ? &ad : nullptr);
+  if (cp_.size() > 1) {
+    // The keys and values are gathered again (not kept), their gradients
+    // summed over the group back to their owners.
+    const Tensor kv = gather_kv(s.qkv, batch);
+    Tensor dkv(*alloc_, {batch * spec_.seq_len, 2 * aw}, MemTag::Activations);
+    attention_backward_cp(s.qkv.data(), kv.data(), positions_.data(), s.probs.data(),
+                          st.d_attn.data(), st.d_qkv.data(), dkv.data(), st.scratch.data(),
+                          {batch, S, spec_.seq_len, heads_, spec_.head_dim()});
+    scatter_kv_grads(dkv, st.d_qkv.data(), batch);
+  } else {
+    const AttentionDims dims{batch, S, heads_, spec_.head_dim()};
+    const AttentionDropout ad{s.attn_mask.data(), const_cast<float*>(s.dropped.data()), drop_p};
+    attention_backward(s.qkv.data(), s.probs.data(), st.d_attn.data(), st.d_qkv.data(),
+                       st.scratch.data(), dims, spec_.dropout ? &ad : nullptr);
+  }
   linear_backward(whole_rows(s.ln1, st), p(b.w_qkv), st.d_qkv.data(), st.d_norm.data(),
                   g(b.w_qkv), g(b.b_qkv), N, h, 3 * aw, WeightLayout::InOut, false);
   norm_backward(b.norm1_g, b.norm1_b, s.x.data(), reduced_rows(st, N), st.dres.data(), rows);
 }
 
 void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) {
-  const std::int64_t batch = s.tokens.numel() / spec_.seq_len;
+  const std::int64_t batch = s.tokens.numel() / seq_;
   if (spec_.dropout)
     dropout_apply(st.dres.data(), s.mask.data(), st.dres.data(), st.dres.numel(), s.dropout.p);
-  if (tp_.size() == 1) {
+  if (tp_.size() == 1 && cp_.size() == 1) {
     cpu::embedding_backward(s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
-                            spec_.seq_len, spec_.hidden);
+                            seq_, spec_.hidden);
     return;
   }
   const float* dy = whole_rows(st.dres, st);
   embedding_backward_part(s.tokens.data(), dy, g(tok_emb_), s.tokens.numel(), spec_.hidden,
                           vocab_begin_, vocab_);
   if (pos_emb_ >= 0)
-    cpu::embedding_backward(s.tokens.data(), dy, nullptr, g(pos_emb_), batch, spec_.seq_len,
-                            spec_.hidden);
+    add_position_grads(dy, g(pos_emb_), s.tokens.numel(), 0, seq_, spec_.hidden,
+                       positions_.data());
 }
 
 double GptModel::run(std::span<const std::int32_t> tokens,

@@ -10,6 +10,7 @@
 // averaged over tokens. Each op keeps for backward exactly what the op chain
 // says it saves, so the saved bytes equal cost::expand's at fp32.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,23 @@ struct TensorParallel {
   int size() const { return comm != nullptr ? comm->size() : 1; }
   int rank() const { return comm != nullptr ? comm->rank() : 0; }
   bool split_rows() const { return sequence_parallel && size() > 1; }
+};
+
+// Context parallelism (Megatron-LM's CP, with its load balancing): each
+// rank of the cp group holds 2 of the 2·cp equal chunks of every sequence,
+// chunks r and 2·cp − 1 − r, so causal attention costs every rank the same.
+// Attention gathers the group's keys and values (all-gather; Megatron-LM
+// passes them round a ring, the same bytes) and returns their gradients to
+// their owners (reduce-scatter). Everything else is per token: each rank
+// runs the whole model on its tokens, and the gradient reduction over
+// dp × cp sums the parts. `comm` null means cp = 1.
+struct ContextParallel {
+  Comm* comm = nullptr;
+  int size() const { return comm != nullptr ? comm->size() : 1; }
+  int rank() const { return comm != nullptr ? comm->rank() : 0; }
+  // The positions rank `rank` of `cp` holds of a sequence of `seq` tokens,
+  // ascending.
+  static std::vector<std::int32_t> positions(std::int64_t seq, int cp, int rank);
 };
 
 // Where a parameter's local elements sit in the whole tensor: rows
@@ -154,8 +172,19 @@ class GptModel {
   // single-rank model's parameters). Dropout is refused with tp > 1; heads,
   // ffn_hidden and vocab must divide by tp, and with sequence parallelism
   // seq_len too. Every rank of the group must call the same steps together.
+  //
+  // With context parallelism (cp.size() > 1) the model runs on the rank's
+  // positions of each sequence: tokens and targets hold batch·seq_len/cp ids
+  // (the positions ContextParallel::positions names, sequence after
+  // sequence); seq_len must divide by 2·cp; dropout is refused.
+  //
+  // `keep` (when given) says which parameters, by name, this model holds: the
+  // others get no storage (empty tensors; their initial values are still
+  // drawn, so the kept ones equal the whole model's). A pipeline stage keeps
+  // its own layers.
   GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
-           TensorParallel tp = {});
+           TensorParallel tp = {}, ContextParallel cp = {},
+           const std::function<bool(const std::string&)>& keep = {});
 
   const cost::ModelSpec& spec() const { return spec_; }
   Allocator& allocator() const { return *alloc_; }
@@ -174,8 +203,12 @@ class GptModel {
   bool grad_split_by_rows(int i) const;
   const TensorParallel& tensor_parallel() const { return tp_; }
   // Rows of the residual stream a microbatch of `batch` sequences has here
-  // (batch·seq_len, divided by tp with sequence parallelism).
+  // (batch·seq_len, divided by cp, and by tp with sequence parallelism).
   std::int64_t rows(std::int64_t batch) const;
+  // Tokens of each sequence this rank holds (seq_len / cp) and their
+  // positions in the sequence.
+  std::int64_t local_seq() const { return seq_; }
+  const std::vector<std::int32_t>& positions() const { return positions_; }
   std::int64_t parameter_count() const;
   void zero_grads();
 
@@ -235,6 +268,7 @@ class GptModel {
   };
 
   int add_param(const std::string& name, ParamSlice slice);
+  std::function<bool(const std::string&)> keep_;  // during construction only
   int add_param(const std::string& name, Shape whole);  // not split
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
@@ -242,8 +276,14 @@ class GptModel {
   void check_dropout(const Dropout& d) const;
   void check_activation(const Tensor& t, const char* who) const;
   std::int64_t batch_of(const Tensor& t) const {
-    return t.dim(0) * (tp_.split_rows() ? tp_.size() : 1) / spec_.seq_len;
+    return t.dim(0) * (tp_.split_rows() ? tp_.size() : 1) / seq_;
   }
+  // Context parallelism: the K | V rows of every position of the
+  // microbatch's sequences, gathered from the group, in position order.
+  Tensor gather_kv(const Tensor& qkv, std::int64_t batch);
+  // ... and their gradients returned to their owners: the rank's part
+  // added into the K and V columns of dqkv.
+  void scatter_kv_grads(const Tensor& dkv, float* dqkv, std::int64_t batch);
   // Sequence parallelism: the whole [N × hidden] tensor from this rank's rows.
   void gather_rows(const float* mine, float* whole, std::int64_t N);
   // Row-parallel output: all-reduced in place (whole rows), or reduced and
@@ -263,7 +303,7 @@ class GptModel {
   void norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows);
   void norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,
                      std::int64_t rows);
-  void attention_core(const BlockSaved& s, float* probs, float* out) const;
+  void attention_core(const BlockSaved& s, float* probs, float* out);
   void block_forward_into(int layer, BlockSaved& s, Tensor* out);
   double run(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
              std::int64_t batch, bool backward, const StepOptions& opts);
@@ -271,6 +311,9 @@ class GptModel {
   cost::ModelSpec spec_;
   Allocator* alloc_;
   TensorParallel tp_;
+  ContextParallel cp_;
+  std::int64_t seq_ = 0;  // tokens of each sequence here
+  std::vector<std::int32_t> positions_;
   // Local widths: heads, hidden of the attention (heads·head_dim), ffn,
   // vocabulary rows, and the first MLP linear's output (ffn for GeLU, 2·ffn
   // for SwiGLU's gate | up).

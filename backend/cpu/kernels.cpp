@@ -117,11 +117,20 @@ void embedding_backward_part(const std::int32_t* tokens, const float* dy, float*
 }
 
 void add_positions(float* y, const float* pos, std::int64_t n, std::int64_t first_row,
-                   std::int64_t seq, std::int64_t hidden) {
+                   std::int64_t seq, std::int64_t hidden, const std::int32_t* positions) {
   for (std::int64_t r = 0; r < n; ++r) {
-    const float* p = pos + ((first_row + r) % seq) * hidden;
+    const float* p = pos + static_cast<std::int64_t>(positions[(first_row + r) % seq]) * hidden;
     float* out = y + r * hidden;
     for (std::int64_t i = 0; i < hidden; ++i) out[i] += p[i];
+  }
+}
+
+void add_position_grads(const float* dy, float* dpos, std::int64_t n, std::int64_t first_row,
+                        std::int64_t seq, std::int64_t hidden, const std::int32_t* positions) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    float* dp = dpos + static_cast<std::int64_t>(positions[(first_row + r) % seq]) * hidden;
+    const float* g = dy + r * hidden;
+    for (std::int64_t i = 0; i < hidden; ++i) dp[i] += g[i];
   }
 }
 
@@ -331,6 +340,70 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
   }
 }
 
+void attention_forward_cp(const float* qkv, const float* kv, const std::int32_t* qpos,
+                          float* probs, float* out, const ContextDims& d) {
+  const std::int64_t Sq = d.sq, Sk = d.sk, H = d.hidden(), hd = d.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const float* qb = qkv + b * Sq * 3 * H;
+    const float* kb = kv + b * Sk * 2 * H;
+    for (std::int64_t h = 0; h < d.heads; ++h) {
+      float* p = probs + (b * d.heads + h) * Sq * Sk;
+      gemm(false, true, Sq, Sk, hd, scale, qb + h * hd, 3 * H, kb + h * hd, 2 * H, 0.0f, p, Sk);
+      for (std::int64_t i = 0; i < Sq; ++i) {
+        float* row = p + i * Sk;
+        const std::int64_t last = qpos[i];
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::int64_t j = 0; j <= last; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.0f;
+        for (std::int64_t j = 0; j <= last; ++j) {
+          row[j] = exp_approx(row[j] - mx);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+        for (std::int64_t j = 0; j <= last; ++j) row[j] *= inv;
+        for (std::int64_t j = last + 1; j < Sk; ++j) row[j] = 0.0f;
+      }
+      if (out != nullptr)
+        gemm(false, false, Sq, hd, Sk, 1.0f, p, Sk, kb + H + h * hd, 2 * H, 0.0f,
+             out + b * Sq * H + h * hd, H);
+    }
+  }
+}
+
+void attention_backward_cp(const float* qkv, const float* kv, const std::int32_t* qpos,
+                           const float* probs, const float* dout, float* dqkv, float* dkv,
+                           float* scratch, const ContextDims& d) {
+  const std::int64_t Sq = d.sq, Sk = d.sk, H = d.hidden(), hd = d.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (std::int64_t b = 0; b < d.batch; ++b) {
+    const float* qb = qkv + b * Sq * 3 * H;
+    const float* kb = kv + b * Sk * 2 * H;
+    float* dqb = dqkv + b * Sq * 3 * H;
+    float* dkb = dkv + b * Sk * 2 * H;
+    for (std::int64_t h = 0; h < d.heads; ++h) {
+      const float* p = probs + (b * d.heads + h) * Sq * Sk;
+      const float* go = dout + b * Sq * H + h * hd;
+      // dP = dO·Vᵀ; dV = Pᵀ·dO over this rank's queries.
+      gemm(false, true, Sq, Sk, hd, 1.0f, go, H, kb + H + h * hd, 2 * H, 0.0f, scratch, Sk);
+      gemm(true, false, Sk, hd, Sq, 1.0f, p, Sk, go, H, 0.0f, dkb + H + h * hd, 2 * H);
+      for (std::int64_t i = 0; i < Sq; ++i) {
+        const float* pr = p + i * Sk;
+        float* g = scratch + i * Sk;
+        const std::int64_t last = qpos[i];
+        float dot = 0.0f;
+        for (std::int64_t j = 0; j <= last; ++j) dot += pr[j] * g[j];
+        for (std::int64_t j = 0; j <= last; ++j) g[j] = pr[j] * (g[j] - dot);
+        for (std::int64_t j = last + 1; j < Sk; ++j) g[j] = 0.0f;
+      }
+      gemm(false, false, Sq, hd, Sk, scale, scratch, Sk, kb + h * hd, 2 * H, 0.0f, dqb + h * hd,
+           3 * H);
+      gemm(true, false, Sk, hd, Sq, scale, scratch, Sk, qb + h * hd, 3 * H, 0.0f, dkb + h * hd,
+           2 * H);
+    }
+  }
+}
+
 // --- dropout -----------------------------------------------------------------------
 
 void dropout_mask(std::uint8_t* mask, std::int64_t n, float p, std::uint64_t seed) {
@@ -476,6 +549,16 @@ double normalize_rows(float* logits, std::int64_t n, std::int64_t vocab, const f
     loss += std::log(static_cast<double>(sums[r])) - static_cast<double>(sums[n + r]);
   }
   return loss;
+}
+
+std::int64_t first_non_finite(const float* x, std::int64_t n) {
+  // One pass that vectorizes: x − x is 0 for finite x and NaN otherwise.
+  float acc = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) acc += x[i] - x[i];
+  if (acc == 0.0f) return -1;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
 }
 
 }  // namespace strata::backend::cpu

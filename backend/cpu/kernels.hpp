@@ -34,9 +34,15 @@ void embedding_forward_part(const std::int32_t* tokens, const float* table, floa
 void embedding_backward_part(const std::int32_t* tokens, const float* dy, float* dtable,
                              std::int64_t n, std::int64_t hidden, std::int64_t begin,
                              std::int64_t rows);
-// y[r] += pos[(first_row + r) mod seq] for r in [0, n).
+// Rows r in [0, n) of a [sequences × seq] layout starting at row first_row:
+// row r holds position positions[(first_row + r) mod seq] of its sequence
+// (context parallelism keeps some positions of each sequence, tensor
+// parallelism with sequence parallelism some rows).
+// Forward: y[r] += pos[position]. Backward: dpos[position] += dy[r].
 void add_positions(float* y, const float* pos, std::int64_t n, std::int64_t first_row,
-                   std::int64_t seq, std::int64_t hidden);
+                   std::int64_t seq, std::int64_t hidden, const std::int32_t* positions);
+void add_position_grads(const float* dy, float* dpos, std::int64_t n, std::int64_t first_row,
+                        std::int64_t seq, std::int64_t hidden, const std::int32_t* positions);
 
 // --- norms (ops `attn_norm`, `mlp_norm`, `final_norm`) ------------------------
 // Layer norm over the last dimension: y = (x − mean)/sqrt(var + eps)·gamma + beta.
@@ -99,6 +105,25 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
                         float* scratch, const AttentionDims& d,
                         const AttentionDropout* dropout = nullptr);
 
+// Context parallelism (Megatron-LM's CP): each rank holds `sq` positions of
+// every sequence (qpos, ascending), and attends with them to all `sk`
+// positions of the sequence, whose K | V rows (`kv`, [batch·sk × 2·H], in
+// position order) the group gathered. Query i sees keys 0..qpos[i].
+// qkv: the rank's [batch·sq × 3·H] rows (its Q used); probs: [batch × heads
+// × sq × sk]; out: [batch·sq × H].
+struct ContextDims {
+  std::int64_t batch = 1, sq = 1, sk = 1, heads = 1, head_dim = 1;
+  std::int64_t hidden() const { return heads * head_dim; }
+};
+void attention_forward_cp(const float* qkv, const float* kv, const std::int32_t* qpos,
+                          float* probs, float* out, const ContextDims& d);
+// dqkv's Q columns are written (K and V columns untouched); dkv [batch·sk ×
+// 2·H] receives this rank's part of the K and V gradients of every position
+// (the group sums them). scratch: sq·sk floats.
+void attention_backward_cp(const float* qkv, const float* kv, const std::int32_t* qpos,
+                           const float* probs, const float* dout, float* dqkv, float* dkv,
+                           float* scratch, const ContextDims& d);
+
 // --- dropout (ops `embedding_dropout`, `attn_dropout`, `attn_out_dropout`, `mlp_dropout`)
 // mask[i] = 1 (keep) or 0, from a counter-based hash of (seed, i): element i
 // is dropped with probability p, the same on every thread and every rerun,
@@ -153,5 +178,9 @@ void exp_shifted_sums(float* logits, const std::int32_t* targets, std::int64_t n
 // 3. logits := logits / sum[r] (probabilities); returns the summed loss
 //    Σ log(sum[r]) − shifted_target[r] in double.
 double normalize_rows(float* logits, std::int64_t n, std::int64_t vocab, const float* sums);
+
+// --- checks -------------------------------------------------------------------
+// The index of the first NaN or ±Inf among x[0..n), or −1 when all are finite.
+std::int64_t first_non_finite(const float* x, std::int64_t n);
 
 }  // namespace strata::backend::cpu

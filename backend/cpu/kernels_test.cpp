@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/test_util.hpp"
@@ -241,4 +242,18 @@ TEST_CASE("cpu/kernels: cross-entropy: uniform logits cost log V, the gradient i
 }
 
 }  // namespace
+TEST_CASE("cpu/kernels: first_non_finite finds the first NaN or infinity, -1 when none") {
+  std::vector<float> x(1000, 1.5f);
+  CHECK(first_non_finite(x.data(), 1000) == -1);
+  x[700] = std::numeric_limits<float>::infinity();
+  x[900] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(first_non_finite(x.data(), 1000) == 700);
+  CHECK(first_non_finite(x.data() + 701, 299) == 199);
+  x[3] = -std::numeric_limits<float>::infinity();
+  CHECK(first_non_finite(x.data(), 1000) == 3);
+  // The largest finite values are finite (their x − x is 0).
+  std::vector<float> big(8, std::numeric_limits<float>::max());
+  CHECK(first_non_finite(big.data(), 8) == -1);
+}
+
 }  // namespace strata::backend::cpu

@@ -2,6 +2,8 @@
 // heap requests made outside the tracking allocator.
 #include <doctest/doctest.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -11,6 +13,9 @@
 
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/blas.hpp"
+#include "backend/cpu/corpus.hpp"
+#include "backend/cpu/executor.hpp"
+#include "costmodel/model_io.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/rng.hpp"
@@ -27,10 +32,22 @@ namespace {
 constexpr std::size_t kLarge = 4096;  // "large": a page or more
 std::atomic<bool> g_watch{false};
 std::atomic<std::int64_t> g_large{0}, g_large_bytes{0}, g_small_bytes{0};
+// aligned_alloc(64, ·): what TrackingAllocator calls (kAlignment), counted
+// apart so a test can match them against the trackers' own counts.
+std::atomic<std::int64_t> g_aligned64{0};
+// With g_split_main: requests on the test's own thread (an executor step's
+// caller, which assembles the step's result records) are counted apart.
+std::atomic<bool> g_split_main{false};
+pthread_t g_main_thread;
+std::atomic<std::int64_t> g_main_large_bytes{0};
 thread_local bool t_in_tracker = false;  // requests the tracking allocator makes
 
 void note(std::size_t n) {
   if (!g_watch.load(std::memory_order_relaxed) || t_in_tracker) return;
+  if (g_split_main.load(std::memory_order_relaxed) && pthread_equal(pthread_self(), g_main_thread)) {
+    if (n >= kLarge) g_main_large_bytes.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+    return;
+  }
   if (n >= kLarge) {
     g_large.fetch_add(1, std::memory_order_relaxed);
     g_large_bytes.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
@@ -59,7 +76,10 @@ void* memalign(std::size_t align, std::size_t n) {
   return __libc_memalign(align, n);
 }
 void* aligned_alloc(std::size_t align, std::size_t n) {
-  note(n);
+  if (align == 64 && g_watch.load(std::memory_order_relaxed))
+    g_aligned64.fetch_add(1, std::memory_order_relaxed);
+  else
+    note(n);
   return __libc_memalign(align, n);
 }
 int posix_memalign(void** out, std::size_t align, std::size_t n) {
@@ -88,6 +108,74 @@ class MarkedAllocator final : public Allocator {
   }
   TrackingAllocator inner;
 };
+
+TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing large outside the ranks' trackers") {
+  // dp 2 x tp 2 with sequence parallelism, ZeRO-1, selective recompute and
+  // activation offload (every rank's device and host trackers): after two
+  // warm-up steps, every aligned_alloc(64) of the third step is one of the
+  // trackers' allocations (their counts match), and no other heap request
+  // of a page or more happens on any rank thread. The calling thread only
+  // assembles the step's result (the per-task times): bounded by twice
+  // their size.
+  static_assert(kAlignment == 64);
+  set_blas_threads(1);
+  strategies::Scenario sc;
+  sc.model.name = "malloc-exec";
+  sc.model.layers = 2;
+  sc.model.hidden = 64;
+  sc.model.heads = 4;
+  sc.model.kv_heads = 4;
+  sc.model.ffn_hidden = 256;
+  sc.model.vocab = 32;
+  sc.model.seq_len = 16;
+  sc.model.dropout = false;
+  sc.cluster = cost::cluster_preset("cpu-local");
+  sc.cluster.node.gpus_per_node = 4;
+  sc.batch = {8, 2};
+  sc.plan.dp = 2;
+  sc.plan.tp = 2;
+  sc.plan.sequence_parallel = true;
+  sc.plan.zero = 1;
+  sc.plan.recompute = cost::Recompute::Selective;
+  sc.plan.offload.activations = true;
+  sc.plan.precision = cost::Precision::FP32;
+  sc.plan.implementation.attention = cost::AttentionKernel::Standard;
+  Executor ex(sc, {.seed = 1});
+  const MarkovCorpus corpus(sc.model.vocab, 7);
+  Rng rng(5);
+  std::vector<std::int32_t> x(static_cast<std::size_t>(sc.batch.global * sc.model.seq_len)), y(x.size());
+  corpus.sample(x, y, sc.batch.global, sc.model.seq_len, rng);
+  auto tracked = [](const StepResult& r) {
+    std::int64_t n = 0;
+    for (const auto& m : r.memory) n += m.device.allocations + m.host.allocations;
+    return n;
+  };
+  std::int64_t before = 0;
+  g_main_thread = pthread_self();
+  g_split_main = true;
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) g_watch = true;
+    const StepResult r = ex.step(x, y);
+    if (step == 2) {
+      g_watch = false;
+      MESSAGE("executor step: " << g_large.load() << " large requests on rank threads outside the "
+                                << "trackers, " << g_aligned64.load() << " aligned_alloc(64) calls, "
+                                << tracked(r) - before << " tracker allocations; the caller: "
+                                << g_main_large_bytes.load() << " bytes for " << r.tasks.size()
+                                << " task times");
+      CHECK(g_large.load() == 0);
+      CHECK(g_aligned64.load() == tracked(r) - before);
+      CHECK(g_main_large_bytes.load() <=
+            2 * static_cast<std::int64_t>(r.tasks.size() * sizeof(TaskTime)));
+    }
+    before = tracked(r);
+  }
+  g_split_main = false;
+  g_large = 0;
+  g_large_bytes = 0;
+  g_small_bytes = 0;
+  g_aligned64 = 0;
+}
 
 TEST_CASE("cpu/malloc: a training step allocates nothing large outside the tracking allocator") {
   // With malloc, calloc, realloc and the aligned variants counted, a step

@@ -88,7 +88,12 @@ TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
       markov->sample(tokens, targets, sc.batch.global, sc.model.seq_len, rng);
     else
       bytes->sample(tokens, targets, sc.batch.global, sc.model.seq_len, rng);
-    const StepResult res = ex.step(tokens, targets);
+    StepResult res;
+    try {
+      res = ex.step(tokens, targets);
+    } catch (const OutOfMemory& e) {
+      throw Error("run: step " + std::to_string(s) + ": " + out_of_memory_report(e, sc));
+    }
     r.steps.push_back({s, res.loss, res.seconds});
     for (const auto& m : res.memory) {
       auto& into = r.memory[static_cast<std::size_t>(m.rank)];

@@ -19,7 +19,8 @@ using strategies::TaskOp;
 namespace {
 
 constexpr std::array<std::string_view, kWorkKinds> kKindNames{
-    "forward", "backward", "recompute", "collective", "p2p", "copy", "optimizer", "framework"};
+    "forward", "backward", "recompute", "collective", "p2p", "copy", "optimizer", "framework",
+    "compression"};
 
 // The tags a rank thread holds (Runtime and AllocatorReserve are the GPU
 // model's only).
@@ -112,7 +113,7 @@ WorkKind work_kind(TaskOp op) {
     case TaskOp::WeightsToDevice: return WorkKind::Copy;
     case TaskOp::OptimizerStep: return WorkKind::Optimizer;
     case TaskOp::CompressEncode:
-    case TaskOp::CompressDecode: return WorkKind::Forward;
+    case TaskOp::CompressDecode: return WorkKind::Compression;
   }
   return WorkKind::Framework;
 }
@@ -161,7 +162,12 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
       tokens[i] = static_cast<std::int32_t>(rng.below(sc.model.vocab));
       targets[i] = static_cast<std::int32_t>(rng.below(sc.model.vocab));
     }
-    const StepResult res = ex.step(tokens, targets);
+    StepResult res;
+    try {
+      res = ex.step(tokens, targets);
+    } catch (const OutOfMemory& e) {
+      throw Error("validate: " + out_of_memory_report(e, sc));
+    }
     if (s < opts.warmup) continue;
     r.step_times_s.push_back(res.seconds);
     for (const auto& m : res.memory) {

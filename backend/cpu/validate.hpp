@@ -39,8 +39,9 @@ enum class WorkKind : std::uint8_t {
   Copy,        // offload and prefetch, weight and state movement
   Optimizer,   // the optimizer step
   Framework,   // framework overhead tasks
+  Compression,  // gradient compression's encode and decode (its rounds are collectives)
 };
-inline constexpr std::size_t kWorkKinds = 8;
+inline constexpr std::size_t kWorkKinds = 9;
 std::string_view work_kind_name(WorkKind k);
 WorkKind work_kind(strategies::TaskOp op);
 

@@ -44,6 +44,9 @@ TEST_CASE("cpu/validate: task operations fall into the kinds the comparison sums
   CHECK(work_kind(TaskOp::Offload) == WorkKind::Copy);
   CHECK(work_kind(TaskOp::Prefetch) == WorkKind::Copy);
   CHECK(work_kind(TaskOp::OptimizerStep) == WorkKind::Optimizer);
+  CHECK(work_kind(TaskOp::CompressEncode) == WorkKind::Compression);
+  CHECK(work_kind(TaskOp::CompressRound) == WorkKind::Collective);
+  CHECK(work_kind(TaskOp::CompressDecode) == WorkKind::Compression);
   CHECK(work_kind_name(WorkKind::P2p) == "p2p");
 }
 
@@ -120,10 +123,34 @@ TEST_CASE("cpu/validate: the JSON holds predicted and measured with the contract
   }
 }
 
+TEST_CASE("cpu/validate: a compressed exchange reports its encode and decode as compression, its rounds as collectives") {
+  // Top-k on dp 2 × pp 2: each stage has compress-encode, one round and
+  // compress-decode; both sides give the compression kind time.
+  set_blas_threads(1);
+  Scenario sc = tiny_plan();
+  sc.plan.compression.method = strategies::CompressionMethod::TopK;
+  sc.plan.compression.ratio = 0.05;
+  const ValidateReport r = validate(sc, {.steps = 1, .warmup = 1});
+  const auto j = nlohmann::json::parse(render_validate_json(r));
+  for (const char* side : {"predicted", "measured"}) {
+    CAPTURE(side);
+    CHECK(j.at(side).at("time_by_kind_s").at("compression").get<double>() > 0);
+  }
+  int encode = 0, round = 0, decode = 0;
+  for (const auto& t : r.tasks) {
+    if (t.id.find("compress-encode") != std::string::npos) encode += t.kind == WorkKind::Compression;
+    if (t.id.find("compress-decode") != std::string::npos) decode += t.kind == WorkKind::Compression;
+    if (t.id.find("dp-compressed/round") != std::string::npos) round += t.kind == WorkKind::Collective;
+  }
+  CHECK(encode == 2);
+  CHECK(round == 2);
+  CHECK(decode == 2);
+  CHECK(work_kind_name(WorkKind::Compression) == "compression");
+}
+
 TEST_CASE("cpu/validate: a plan the executor refuses is an error, not a report") {
   Scenario sc = tiny_plan();
-  sc.plan.cp = 2;  // context parallelism: not executed
-  sc.plan.dp = 1;
+  sc.plan.schedule = strategies::Schedule::PipeDream;  // asynchronous: not executed
   CHECK_THROWS_AS(validate(sc, {.steps = 1}), Error);
 }
 

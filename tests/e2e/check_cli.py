@@ -48,8 +48,8 @@ def describe_scenario(strata):
 
 
 def lists(strata):
-    # 14 model, 7 GPU and 3 + 7 cluster presets, in every format.
-    for cmd, n in (("models", 14), ("gpus", 7), ("clusters", 11)):
+    # 14 transformer and 4 layer-chain model, 7 GPU and 4 + 7 cluster presets, in every format.
+    for cmd, n in (("models", 18), ("gpus", 7), ("clusters", 11)):
         j = json.loads(run(strata, cmd, "--format", "json"))
         check(len(j) == n, f"{cmd}: {len(j)} presets, expected {n}")
         rows = list(csv.reader(io.StringIO(run(strata, cmd, "--format", "csv"))))
@@ -57,7 +57,8 @@ def lists(strata):
         table = run(strata, cmd).splitlines()
         check(len(table) == n + 2, f"{cmd} table: {len(table)} lines")
     names = {m["name"] for m in json.loads(run(strata, "models", "--format", "json"))}
-    check({"gpt3-175b", "llama3-405b", "mixtral-8x7b", "megatron-1t"} <= names, "missing presets")
+    check({"gpt3-175b", "llama3-405b", "mixtral-8x7b", "megatron-1t", "resnet50", "resnet1001",
+           "vgg19", "unet"} <= names, "missing presets")
 
 
 def hf_config(strata):

@@ -3,7 +3,7 @@
 SCENARIO --backend cpu`: the calibration file reads back and is what
 validate uses, validate's JSON has the contract's fields, the cache is
 made on first use and reused, every plan of the accuracy matrix
-(bench/validate_matrix.py: 16 plans on 4 ranks) validates, bad input exits
+(bench/validate_matrix.py: 22 plans on 4 ranks) validates, bad input exits
 2 with nothing on stdout. Plumbing only: no timing is checked (the machines are noisy).
 
     check_validate.py STRATA SOURCE_DIR
@@ -98,11 +98,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check(p.returncode == 2 and p.stdout == "" and "file not found" in p.stderr, "a missing calibration file exits 2")
     # The bundled scenario opens with // comments (Strata reads them; json does not).
     tp = json.loads("".join(l for l in open(tiny) if not l.lstrip().startswith("//")))
-    tp["plan"] = {**tp["plan"], "cp": 2, "dp": 1, "zero": 0}
+    tp["plan"] = {**tp["plan"], "schedule": "pipedream"}
     tp_path = os.path.join(tmp, "tp.json")
     json.dump(tp, open(tp_path, "w"))
     p = run("validate", tp_path, "--backend", "cpu", "--calibration", cal)
-    check(p.returncode == 2 and p.stdout == "" and "context parallelism" in p.stderr,
+    check(p.returncode == 2 and p.stdout == "" and "asynchronous pipedream" in p.stderr,
           f"a plan the executor refuses exits 2 naming why ({p.returncode}: {p.stderr.strip()})")
     bad = os.path.join(tmp, "bad-cal.json")
     json.dump({**written, "memory": {"peak_GBps": 10, "points": [{"bytes": 1024, "GBps": 50}]}}, open(bad, "w"))

@@ -1,0 +1,174 @@
+#include "strategies/tradeoff.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "costmodel/time_model.hpp"
+#include "sim/error.hpp"
+#include "strategies/memory.hpp"
+#include "strategies/step_costs.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+remat::Chain layer_chain(const Scenario& sc, const ModelStepCosts& costs) {
+  const cost::LayerChain& lc = *sc.model.chain;
+  const std::int64_t b = sc.batch.micro;
+  remat::Chain c;
+  c.input = lc.input_bytes * b;
+  Bytes input = lc.input_bytes;
+  for (const auto& l : lc.layers) {
+    const Bytes touched = (input + l.output_bytes + l.saved_bytes) * b;
+    const auto time = [&](Flops f, Bytes bytes) {
+      return cost::compute_time(sc.cluster.gpu, costs.calibration(), sc.plan.precision,
+                                f * static_cast<double>(b), bytes);
+    };
+    c.stages.push_back({time(l.fwd_flops, touched), time(l.bwd_flops, 2 * touched),
+                        l.output_bytes * b, l.saved_bytes * b, l.workspace_bytes * b,
+                        l.workspace_bytes * b});
+    input = l.output_bytes;
+  }
+  return c;
+}
+
+remat::Chain transformer_chain(const Scenario& sc, const ModelStepCosts& costs) {
+  if (sc.plan.pp > 1)
+    throw InputError(sc.file, "plan.pp",
+                     "strata tradeoff models one chain per GPU (pp = 1); a pipeline stage's "
+                     "microbatches overlap");
+  const cost::OpChain oc = cost::expand(sc.model, expand_options(sc));
+  const Time tp_f = costs.layer_comm(CommKind::TP, Pass::Forward) +
+                    costs.layer_comm(CommKind::CP, Pass::Forward) +
+                    costs.layer_comm(CommKind::EP, Pass::Forward);
+  const Time tp_b = costs.layer_comm(CommKind::TP, Pass::Backward) +
+                    costs.layer_comm(CommKind::CP, Pass::Backward) +
+                    costs.layer_comm(CommKind::EP, Pass::Backward);
+  // A layer's saved bytes include its input (the previous stage's output).
+  auto stage = [&](const cost::Layer& l, Bytes output, bool block) {
+    return remat::Stage{costs.layer(l, Pass::Forward, false) + (block ? tp_f : 0),
+                        costs.layer(l, Pass::Backward, false) + (block ? tp_b : 0),
+                        output,
+                        std::max<Bytes>(0, l.saved_bytes() - l.input_bytes),
+                        0,
+                        l.max_grad_bytes()};
+  };
+  remat::Chain c;
+  c.input = oc.embedding.input_bytes;
+  c.stages.push_back(stage(oc.embedding, oc.block.input_bytes, false));
+  for (std::int64_t i = 0; i < oc.blocks; ++i)
+    c.stages.push_back(
+        stage(oc.block, i + 1 < oc.blocks ? oc.block.input_bytes : oc.head.input_bytes, true));
+  // The head ends in the loss: its output is a scalar.
+  c.stages.push_back(stage(oc.head, 1, false));
+  return c;
+}
+
+Bytes fixed_bytes(const Scenario& sc) {
+  const MemoryRules rules;
+  if (!sc.model.chain) {
+    // The analytical model's states, communication buffers, workspace and
+    // runtime for the plan without recompute.
+    Scenario plain = sc;
+    plain.plan.recompute = Recompute::None;
+    plain.plan.memory_budget_GiB.reset();
+    const MemoryEstimate m = estimate_memory(plain, rules);
+    Bytes b = 0;
+    using sim::MemTag;
+    for (MemTag t : {MemTag::Params, MemTag::Grads, MemTag::OptimizerStates, MemTag::CommBuffers,
+                     MemTag::Workspace, MemTag::Runtime})
+      b += m.breakdown[static_cast<std::size_t>(t)];
+    return b;
+  }
+  if (is_factored(sc.plan.optimizer))
+    throw InputError(sc.file, "plan.optimizer",
+                     std::string(enum_name(sc.plan.optimizer)) +
+                         " keeps statistics per weight-matrix shape, which a layer chain does "
+                         "not give; use an element-wise optimizer");
+  const PerParam per = bytes_per_param(sc.plan.optimizer, sc.plan.precision,
+                                       sc.plan.implementation.fp32_grad_accumulation);
+  const double psi = static_cast<double>(sc.model.chain->params());
+  const ModelStates st = zero_model_states(psi, per, static_cast<int>(sc.plan.zero), sc.plan.dp);
+  return static_cast<Bytes>(st.total()) + rules.runtime_bytes + rules.cublas_workspace_bytes;
+}
+
+// Snapshot counts tried for revolve: every count up to 16, then about 12 % apart.
+std::vector<int> snapshot_counts(int n) {
+  std::vector<int> out;
+  for (int s = 1; s < std::max(n, 2); s = s < 16 ? s + 1 : s + std::max(1, s / 8))
+    out.push_back(s);
+  return out;
+}
+
+remat::Chain chain_of(const Scenario& sc, const ModelStepCosts& costs) {
+  return sc.model.chain ? layer_chain(sc, costs) : transformer_chain(sc, costs);
+}
+
+}  // namespace
+
+remat::Chain remat_chain(const Scenario& sc) { return chain_of(sc, ModelStepCosts(sc)); }
+
+Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
+  if (o.budgets < 2) throw Error("tradeoff: needs at least two budgets");
+  const ModelStepCosts costs(sc);
+  const remat::Chain chain = chain_of(sc, costs);
+  Tradeoff t;
+  t.model = sc.model.name;
+  t.stages = chain.size();
+  t.microbatches = microbatches(sc.plan, sc.batch);
+  t.fixed_bytes = fixed_bytes(sc);
+  // Parameters this GPU steps: the chain's, or the transformer's on one
+  // tensor-parallel rank.
+  const double params = static_cast<double>(
+      sc.model.chain ? sc.model.chain->params()
+                     : cost::expand(sc.model, expand_options(sc)).params());
+  t.optimizer_time = costs.optimizer_step(
+      sc.plan.zero >= 1 ? params / static_cast<double>(sc.plan.dp) : params, false);
+  t.framework_time =
+      costs.overhead_per_step() + 2 * t.microbatches * costs.overhead_per_microbatch();
+  t.compute = chain.compute();
+  t.gpu_bytes = sc.cluster.gpu.memory_bytes();
+
+  const std::vector<remat::FrontierPoint> frontier = remat::optimal_frontier(chain, o.levels);
+  const Bytes hi = remat::build(chain, remat::store_all(chain)).peak;
+  const Bytes lo = frontier.front().peak;
+  for (int j = 0; j < o.budgets; ++j)
+    t.budgets.push_back(hi - static_cast<Bytes>(std::llround(
+                                 static_cast<double>(hi - lo) * j / (o.budgets - 1))));
+
+  // Each policy's candidate schedules; its curve keeps, per budget, the
+  // fastest candidate within it.
+  auto point = [&](const remat::Decisions& d, std::string setting) {
+    const remat::Schedule s = remat::build(chain, d);
+    return TradeoffPoint{s.peak, s.time, std::move(setting)};
+  };
+  auto curve = [&](RematPolicy p, const std::vector<TradeoffPoint>& candidates) {
+    TradeoffCurve c{p, {}};
+    for (const Bytes budget : t.budgets) {
+      std::optional<TradeoffPoint> best;
+      for (const auto& q : candidates)
+        if (q.peak <= budget && (!best || q.time < best->time)) best = q;
+      c.best.push_back(best);
+    }
+    return c;
+  };
+  const int n = chain.size();
+  t.curves.push_back(curve(RematPolicy::None, {point(remat::store_all(chain), "")}));
+  std::vector<TradeoffPoint> every;
+  for (int k = 1; k <= n; ++k)
+    every.push_back(point(remat::segments(chain, k), "k=" + std::to_string(k)));
+  t.curves.push_back(curve(RematPolicy::EveryK, every));
+  t.curves.push_back(
+      curve(RematPolicy::Sqrt, {point(remat::sqrt_segments(chain),
+                                      "k=" + std::to_string(remat::sqrt_segment(n)))}));
+  std::vector<TradeoffPoint> rev;
+  for (int s : snapshot_counts(n))
+    rev.push_back(point(remat::revolve(chain, s), "snaps=" + std::to_string(s)));
+  t.curves.push_back(curve(RematPolicy::Revolve, rev));
+  std::vector<TradeoffPoint> opt;
+  for (const auto& f : frontier) opt.push_back({f.peak, f.time, ""});
+  t.curves.push_back(curve(RematPolicy::Optimal, opt));
+  return t;
+}
+
+}  // namespace strata::strategies
