@@ -16,7 +16,9 @@ using nlohmann::ordered_json;
 
 ordered_json opt(const std::optional<double>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); }
 
-std::string pct(const std::optional<double>& v) { return v ? fixed(100 * *v, 1) + " %" : "-"; }
+std::string pct(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fixed(100 * *v, 1) + " %" : "-";
+}
 
 std::string g3(double v) {
   char buf[32];

@@ -77,10 +77,19 @@ FitSetting parse_fit_setting(const std::string& text, const std::string& option)
   auto need = [&](std::size_t lo, std::size_t hi) {
     if (parts.size() < lo || parts.size() > hi)
       fail("expected " + std::string(lo == hi && lo == 1 ? "no parameter" : "a parameter") +
-           " (none, topk:RATIO[:noef], randomk:RATIO[:noef], qsgd:BITS, onebit, powersgd:RANK, opt:OPTIMIZER)");
+           " (none, topk:RATIO[:noef], randomk:RATIO[:noef], qsgd:BITS, onebit, powersgd:RANK, opt:OPTIMIZER, "
+           "sched:SCHEDULE)");
   };
   if (kind == "none") {
     need(1, 1);
+    return f;
+  }
+  if (kind == "sched") {
+    need(2, 2);
+    const auto sc = enum_from_name<Schedule>(parts[1]);
+    if (!sc || (*sc != Schedule::PipeDream && *sc != Schedule::PipeDream2BW))
+      return fail("the schedule must be pipedream or pipedream-2bw (the asynchronous ones)");
+    f.schedule = *sc;
     return f;
   }
   if (kind == "opt") {
@@ -91,7 +100,7 @@ FitSetting parse_fit_setting(const std::string& text, const std::string& option)
     return f;
   }
   const auto m = enum_from_name<CompressionMethod>(kind);
-  if (!m) return fail("unknown setting (none, topk, randomk, qsgd, onebit, powersgd or opt)");
+  if (!m) return fail("unknown setting (none, topk, randomk, qsgd, onebit, powersgd, opt or sched)");
   f.compression.method = *m;
   switch (*m) {
     case CompressionMethod::TopK:
@@ -337,6 +346,10 @@ FitOutcome fit_convergence_model(const FitInput& in) {
     add_points(s, gs, p);
     if (s.optimizer) {
       m.optimizer[*s.optimizer] = {p, src};
+      continue;
+    }
+    if (s.schedule) {  // two stages: the weights lag one version
+      m.staleness_per_step = {round4(p - 1), src + ", a pipeline of 2 stages (1 version behind): factor - 1"};
       continue;
     }
     const Compression& cm = s.compression;

@@ -26,12 +26,18 @@ struct FitSetting {
   std::string name;  // as given: "none", "topk:0.01", "topk:0.01:noef", "qsgd:4", "opt:adam8bit@2"
   Compression compression;
   std::optional<Optimizer> optimizer;  // unset: the scenario's
+  // An asynchronous schedule, run as a pipeline of 2 stages (its weights
+  // one version behind); unset: the scenario's.
+  std::optional<Schedule> schedule;
   double lr_multiplier = 1;            // on the baseline's best rate at each batch
-  bool baseline() const { return compression.method == CompressionMethod::None && !optimizer; }
+  bool baseline() const {
+    return compression.method == CompressionMethod::None && !optimizer && !schedule;
+  }
 };
 // Parses "none", "topk:RATIO[:noef]", "randomk:RATIO[:noef]", "qsgd:BITS",
-// "onebit", "powersgd:RANK" or "opt:OPTIMIZER", each with an optional
-// "@MULTIPLIER" of the learning rate. Throws InputError naming `option`.
+// "onebit", "powersgd:RANK", "opt:OPTIMIZER" or "sched:pipedream-2bw" (or
+// "sched:pipedream"), each with an optional "@MULTIPLIER" of the learning
+// rate. Throws InputError naming `option`.
 FitSetting parse_fit_setting(const std::string& text, const std::string& option);
 
 // One training run: the steps at which the held-out loss first reached each

@@ -29,7 +29,9 @@ TEST_CASE("fit-convergence settings: compression, optimizer and learning-rate mu
   CHECK(err("topk:2") == "--settings: \"topk:2\": the ratio must be in (0, 1]");
   CHECK(err("qsgd:2.5") == "--settings: \"qsgd:2.5\": bits must be an integer in [1, 16]");
   CHECK(err("opt:adma") == "--settings: \"opt:adma\": unknown optimizer (one of " + enum_choices<Optimizer>() + ")");
-  CHECK(err("zip") == "--settings: \"zip\": unknown setting (none, topk, randomk, qsgd, onebit, powersgd or opt)");
+  CHECK(err("zip") == "--settings: \"zip\": unknown setting (none, topk, randomk, qsgd, onebit, powersgd, opt or sched)");
+  CHECK(*parse_fit_setting("sched:pipedream-2bw", "x").schedule == Schedule::PipeDream2BW);
+  CHECK(err("sched:1f1b") == "--settings: \"sched:1f1b\": the schedule must be pipedream or pipedream-2bw (the asynchronous ones)");
   CHECK(err("none@0") == "--settings: \"none@0\": the learning-rate multiplier after @ must be a number > 0");
   CHECK(err("onebit:3").find("expected no parameter") != std::string::npos);
 }

@@ -46,7 +46,8 @@ EvalSet make_eval_set(const MarkovCorpus& corpus, std::int64_t sequences, std::i
 }
 
 // The scenario at global batch B with a setting applied; with pp 1 each
-// rank takes its B/dp sequences as one microbatch.
+// rank takes its B/dp sequences as one microbatch. An asynchronous schedule
+// makes a scenario without a pipeline one of 2 stages.
 Scenario run_scenario(const Scenario& sc, const FitSetting& s, std::int64_t batch) {
   Scenario r = sc;
   r.space.reset();
@@ -56,6 +57,13 @@ Scenario run_scenario(const Scenario& sc, const FitSetting& s, std::int64_t batc
   if (!s.baseline()) {
     r.plan.compression = s.compression;
     if (s.optimizer) r.plan.optimizer = *s.optimizer;
+    if (s.schedule) {  // two pipeline stages, on as many more ranks
+      r.plan.schedule = *s.schedule;
+      if (r.plan.pp == 1) r.plan.pp = 2;
+      r.plan.stage_layers.clear();
+      r.cluster.node.gpus_per_node = r.plan.gpus();
+      r.cluster.nodes = 1;
+    }
   }
   return r;
 }
@@ -120,7 +128,8 @@ std::string fmt(const char* f, double v) {
 }  // namespace
 
 std::vector<std::string> default_fit_settings() {
-  return {"topk:0.01", "topk:0.01:noef", "qsgd:2", "powersgd:1", "onebit", "opt:adam8bit"};
+  return {"topk:0.01",  "topk:0.01:noef", "randomk:0.1",  "qsgd:2",
+          "powersgd:1", "onebit",         "opt:adam8bit", "sched:pipedream-2bw"};
 }
 
 strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOptions& o,

@@ -43,7 +43,7 @@ struct FitConvergenceOptions {
   strategies::LrScaling lr_scaling = strategies::LrScaling::None;  // from there to the others
   std::vector<double> lr_grid{0.5, 1, 2};
   int max_steps = 1500;
-  double setting_cap = 4;  // a setting's run stops after this many times the baseline's steps
+  double setting_cap = 6;  // a setting's run stops after this many times the baseline's steps
   std::int64_t eval_sequences = 64;
   std::uint64_t corpus_seed = 1;
   double sharpness = 2;
