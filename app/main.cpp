@@ -407,6 +407,11 @@ int main(int argc, char** argv) {
   fitter->add_option("--base", fit_base,
                      "Convergence model whose penalties the unmeasured settings keep (default: the bundled one)")
       ->type_name("NAME_OR_FILE");
+  std::string fit_refit;
+  fitter->add_option("--refit", fit_refit,
+                     "Fit the measurements of an earlier output FILE again, without training (--held-out may "
+                     "choose other batches)")
+      ->type_name("FILE");
   bool fit_markdown = false;
   fitter->add_flag("--markdown", fit_markdown, "Print the table as Markdown (docs/accuracy.md)");
   add_format_option(fitter, format);
@@ -621,10 +626,18 @@ int main(int argc, char** argv) {
       } else {
         fit_options.base = strategies::bundled_convergence(fit_base);
       }
-      backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
-      const auto rec = backend::cpu::fit_convergence(sc, fit_options, [](const std::string& line) {
-        std::fprintf(stderr, "%s\n", line.c_str());
-      });
+      strategies::FitRecord rec;
+      if (!fit_refit.empty()) {
+        if (!std::filesystem::exists(fit_refit)) throw InputError(fit_refit, "", "file not found");
+        rec = report::load_fit_record(fit_refit);
+        if (fitter->count("--held-out") > 0) rec.input.held_out = fit_options.held_out;
+        backend::cpu::refit(sc, rec, fit_options.base);
+      } else {
+        backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+        rec = backend::cpu::fit_convergence(sc, fit_options, [](const std::string& line) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        });
+      }
       const std::string file = report::fitted_convergence_json(rec);
       report::write_file_atomically(fit_out, file);
       if (!fit_plot.empty()) report::write_file_atomically(fit_plot, report::fit_plot_svg(rec));

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "report/svg.hpp"
+#include "sim/json_reader.hpp"
 #include "report/table.hpp"
 #include "strategies/convergence_io.hpp"
 
@@ -26,17 +28,13 @@ std::string g3(double v) {
   return buf;
 }
 
-// Each setting's penalty as the fit used it (1 for the baseline).
-double penalty_of(const strategies::FitRecord& r, const strategies::FitSetting& s) {
-  if (s.baseline()) return 1.0;
-  for (const auto& p : r.outcome.points)
-    if (p.setting == s.name) {
-      const double base = strategies::steps_at_batch(
-          {r.outcome.model.s_min_steps.value, r.outcome.model.b_noise_tokens.value},
-          static_cast<double>(p.batch) * static_cast<double>(r.input.seq_len));
-      return p.predicted / base;
-    }
-  return std::nan("");
+// Each setting's penalty as the fit used it (1 for the baseline); nothing
+// when none was fitted.
+std::optional<strategies::Penalty> penalty_of(const strategies::FitRecord& r, const strategies::FitSetting& s) {
+  if (s.baseline()) return strategies::Penalty{};
+  for (const auto& [name, p] : r.outcome.penalties)
+    if (name == s.name) return p;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -96,6 +94,43 @@ std::string fitted_convergence_json(const strategies::FitRecord& r) {
   return j.dump(2) + "\n";
 }
 
+strategies::FitRecord load_fit_record(const std::string& path) {
+  const auto j = load_json_file(path);
+  const JsonReader r(j, path);
+  if (!r.is_object()) r.fail("a fitted convergence file must be a JSON object");
+  strategies::FitRecord rec;
+  auto& in = rec.input;
+  const auto fit = r.at("fit");
+  fit.allow({"held_out_error", "per_target", "points", "notes"});
+  rec.scenario = fit.at("scenario").as_string();
+  rec.data = fit.at("data").as_string();
+  rec.entropy_rate = fit.at("entropy_rate").as_number(0, 1e6);
+  rec.eval_sequences = fit.at("held_out_sequences").as_int(1, INT64_MAX);
+  in.loss_floor = fit.at("held_out_best_loss").as_number(0, 1e6);
+  in.seq_len = fit.at("seq_len").as_int(1, INT64_MAX);
+  for (const auto& t : fit.at("target_losses").elements()) in.target_losses.push_back(t.as_number(1e-9, 1e6));
+  if (in.target_losses.empty()) fit.fail_at("target_losses", "needs at least one target");
+  for (const auto& b : fit.at("held_out_batches").elements()) in.held_out.push_back(b.as_int(1, INT64_MAX));
+  for (const auto& s : fit.at("settings").elements()) in.settings.push_back(strategies::parse_fit_setting(s.as_string(), path));
+  for (const auto& s : fit.at("skipped").elements()) rec.skipped.push_back(s.as_string());
+  fit.reject_unknown_keys();
+  for (const auto& m : r.at("measurements").elements()) {
+    strategies::FitRun run;
+    run.setting = m.at("setting").as_string();
+    run.batch = m.at("batch").as_int(1, INT64_MAX);
+    run.lr = m.at("lr").as_number(0, 1e6);
+    run.seed = static_cast<std::uint64_t>(m.at("seed").as_int(0, INT64_MAX));
+    run.cap = m.at("cap").as_int(0, INT64_MAX);
+    for (const auto& st : m.at("steps").elements())
+      run.steps.push_back(st.is_null() ? std::nullopt : std::optional<double>(st.as_number(0, 1e18)));
+    if (run.steps.size() != in.target_losses.size())
+      m.fail_at("steps", "needs one entry per target loss (" + std::to_string(in.target_losses.size()) + ")");
+    m.reject_unknown_keys();
+    in.runs.push_back(std::move(run));
+  }
+  return rec;
+}
+
 std::string render_fit(const strategies::FitRecord& r, Format f, bool markdown) {
   const auto& in = r.input;
   const auto& out = r.outcome;
@@ -130,8 +165,15 @@ std::string render_fit(const strategies::FitRecord& r, Format f, bool markdown) 
          g3(m.loss_scaling->s_min_exponent.value) + ", B_noise ~ L^-" + g3(m.loss_scaling->b_noise_exponent.value) +
          " (fits at " + std::to_string(out.per_target.size()) + " target losses)\n";
   for (std::size_t i = 1; i < in.settings.size(); ++i) {
-    const double p = penalty_of(r, in.settings[i]);
-    s += "penalty " + in.settings[i].name + ": " + (std::isfinite(p) ? "x" + fixed(p, 3) : std::string("not fitted")) + "\n";
+    const auto p = penalty_of(r, in.settings[i]);
+    s += "penalty " + in.settings[i].name + ": ";
+    if (!p)
+      s += "not fitted";
+    else if (p->noise_factor)
+      s += "x" + fixed(p->factor, 3) + " on S_min, x" + fixed(*p->noise_factor, 3) + " on E_min";
+    else
+      s += "x" + fixed(p->factor, 3);
+    s += "\n";
   }
   std::size_t held = 0;
   for (const auto& p : out.points)
@@ -150,7 +192,8 @@ std::string fit_plot_svg(const strategies::FitRecord& r) {
   svg::Scatter sc;
   sc.title = "Steps to a loss of " + fixed(m.target_loss, 3) + " against the global batch";
   sc.desc = "Dots: measured steps to the target loss of each run (" + r.data +
-            "); lines: the fitted S(B) = S_min (1 + B_noise/B), times each setting's penalty.";
+            "); lines: the fitted S(B) = S_min (1 + B_noise/B), and S_min (factor + noise_factor B_noise/B) for "
+            "each setting.";
   sc.x_label = "global batch (tokens)";
   sc.y_label = "steps to the target";
   sc.log_x = true;
@@ -172,12 +215,13 @@ std::string fit_plot_svg(const strategies::FitRecord& r) {
       if (used) dots.points.push_back({static_cast<double>(run.batch) * seq, *run.steps[0]});
     }
     sc.series.push_back(dots);
-    const double pen = penalty_of(r, s);
-    if (!std::isfinite(pen) || !(lo < hi)) continue;
+    const auto pen = penalty_of(r, s);
+    if (!pen || !(lo < hi)) continue;
     svg::ScatterSeries line{dots.label + ": fitted", svg::colour(i), {}};
+    const strategies::CriticalBatch c{m.s_min_steps.value, m.b_noise_tokens.value};
     for (int k = 0; k <= 40; ++k) {
       const double b = lo * std::pow(hi / lo, k / 40.0);
-      line.points.push_back({b, pen * strategies::steps_at_batch({m.s_min_steps.value, m.b_noise_tokens.value}, b)});
+      line.points.push_back({b, pen->at_batch(b, c.b_noise_tokens) * strategies::steps_at_batch(c, b)});
     }
     sc.curves.push_back(line);
   }

@@ -14,6 +14,12 @@ namespace strata::report {
 // run). A function of the record only: the same runs give the same bytes.
 std::string fitted_convergence_json(const strategies::FitRecord& r);
 
+// The measurements of a fitted file (its "fit" and "measurements"), ready
+// for backend::cpu::refit: every field of the record's input but the
+// optimizer, the base model and the source, and no outcome. Throws
+// InputError naming the file and the JSON path.
+strategies::FitRecord load_fit_record(const std::string& path);
+
 // The steps-to-target table: per setting and batch the rate, the runs that
 // reached the target, the mean (min–max) steps, the model's prediction and
 // its error, held-out rows marked; then the fitted values and the held-out

@@ -88,8 +88,14 @@ std::optional<double> lr_steps_factor(double r) {
   return 1.0 / (2.0 * r - r * r);
 }
 
-double compression_factor(const ConvergenceModel& m, const Compression& c) {
-  if (c.method == CompressionMethod::None) return 1.0;
+double Penalty::at_batch(double batch_tokens, double b_noise_tokens) const {
+  const double n = noise_factor.value_or(factor);
+  if (!(batch_tokens + b_noise_tokens > 0)) return factor;
+  return (factor * batch_tokens + n * b_noise_tokens) / (batch_tokens + b_noise_tokens);
+}
+
+Penalty compression_penalty(const ConvergenceModel& m, const Compression& c) {
+  if (c.method == CompressionMethod::None) return {};
   const bool sparse = is_sparse(c.method);
   const CompressionPenalty* found = nullptr;
   for (const auto& p : m.compression)
@@ -101,24 +107,32 @@ double compression_factor(const ConvergenceModel& m, const Compression& c) {
                                  : std::string()));
   const auto& pts = found->points;
   const double x = penalty_parameter(c);
-  if (pts.size() == 1 || x <= pts.front().at) return pts.front().factor.value;
-  if (x >= pts.back().at) return pts.back().factor.value;
+  if (pts.size() == 1 || x <= pts.front().at) return pts.front().penalty;
+  if (x >= pts.back().at) return pts.back().penalty;
   std::size_t i = 1;
   while (pts[i].at < x) ++i;
-  const auto& a = pts[i - 1];
-  const auto& b = pts[i];
-  const double t = (std::log(x) - std::log(a.at)) / (std::log(b.at) - std::log(a.at));
-  return a.factor.value + t * (b.factor.value - a.factor.value);
+  const Penalty& a = pts[i - 1].penalty;
+  const Penalty& b = pts[i].penalty;
+  const double t = (std::log(x) - std::log(pts[i - 1].at)) / (std::log(pts[i].at) - std::log(pts[i - 1].at));
+  Penalty out;
+  out.factor = a.factor + t * (b.factor - a.factor);
+  if (a.noise_factor || b.noise_factor) {
+    const double na = a.noise_factor.value_or(a.factor), nb = b.noise_factor.value_or(b.factor);
+    out.noise_factor = na + t * (nb - na);
+  }
+  out.source = "interpolated between " + a.source + " and " + b.source;
+  return out;
 }
 
-Penalties penalties_for(const ConvergenceModel& m, const Plan& plan) {
+Penalties penalties_for(const ConvergenceModel& m, const Plan& plan, double batch_tokens,
+                        double b_noise_tokens) {
   Penalties p;
-  p.compression = compression_factor(m, plan.compression);
+  p.compression = compression_penalty(m, plan.compression).at_batch(batch_tokens, b_noise_tokens);
   const auto it = m.optimizer.find(plan.optimizer);
   if (it == m.optimizer.end())
     throw InputError(m.file, "penalties.optimizer",
                      "no penalty for optimizer \"" + std::string(enum_name(plan.optimizer)) + "\"");
-  p.optimizer = it->second.value;
+  p.optimizer = it->second.at_batch(batch_tokens, b_noise_tokens);
   if (plan.schedule == Schedule::PipeDream)
     p.staleness_steps = static_cast<double>(plan.pp - 1);
   else if (plan.schedule == Schedule::PipeDream2BW)
@@ -134,9 +148,10 @@ GoalEstimate estimate_goal(const ConvergenceModel& m, const std::optional<LrRule
     throw Error("estimate_goal: needs exactly one of a token goal and a target loss");
   GoalEstimate g;
   g.batch_tokens = static_cast<double>(batch_seqs) * static_cast<double>(seq_len);
-  g.penalties = penalties_for(m, plan);
-  // The critical batch sets the best learning rate even for a token goal.
+  // The critical batch sets the best learning rate and the penalties even
+  // for a token goal.
   const CriticalBatch c = critical_batch_at(m, goal_loss ? *goal_loss : m.target_loss);
+  g.penalties = penalties_for(m, plan, g.batch_tokens, c.b_noise_tokens);
   if (goal_loss) {
     g.critical = c;
     g.base_steps = steps_at_batch(c, g.batch_tokens);

@@ -48,12 +48,26 @@ struct LossScaling {
   Sourced b_noise_exponent;
 };
 
-// Steps multiplier of one compression setting, measured or published at one
-// value of its parameter: the ratio of entries sent (topk, randomk), the bits
-// (qsgd), the rank (powersgd); onebit has none (0).
+// The steps multiplier of a lossy setting. Well above the critical batch it
+// multiplies S_min (`factor`), well below it E_min (`noise_factor`; the same
+// when unset): the setting's steps are S_min (factor + noise_factor ·
+// B_noise/B), so at a batch of B tokens the multiplier is
+//   (factor · B + noise_factor · B_noise) / (B + B_noise).
+// A technique that only adds gradient noise raises noise_factor; one that
+// slows every step alike raises both (McCandlish et al.'s noise model).
+struct Penalty {
+  double factor = 1;
+  std::optional<double> noise_factor;
+  std::string source;
+  double at_batch(double batch_tokens, double b_noise_tokens) const;
+};
+
+// A compression setting's penalty at one value of its parameter: the ratio
+// of entries sent (topk, randomk), the bits (qsgd), the rank (powersgd);
+// onebit has none (0).
 struct PenaltyPoint {
   double at = 0;
-  Sourced factor;
+  Penalty penalty;
 };
 struct CompressionPenalty {
   CompressionMethod method = CompressionMethod::None;
@@ -81,7 +95,7 @@ struct ConvergenceModel {
   std::optional<LossScaling> loss_scaling;  // unset: only target_loss can be asked for
   std::optional<LrRule> lr;  // unset: the learning rate is tuned at every batch
   std::vector<CompressionPenalty> compression;
-  std::map<Optimizer, Sourced> optimizer;  // steps multiplier per optimizer
+  std::map<Optimizer, Penalty> optimizer;  // per optimizer
   Sourced staleness_per_step;  // asynchronous pipelines: 1 + this · staleness (steps)
 };
 
@@ -110,18 +124,20 @@ double lr_ratio(LrScaling scaling, double batch_tokens, double reference_tokens,
 // nullopt for r ≤ 0 or r ≥ 2 (the quadratic model diverges).
 std::optional<double> lr_steps_factor(double r);
 
-// Steps multipliers of the plan's lossy techniques. Throws InputError (the
-// model's file, path penalties.…) when the model has no entry for the plan's
-// compression method or optimizer.
+// Steps multipliers of the plan's lossy techniques at a batch of B tokens.
+// Throws InputError (the model's file, path penalties.…) when the model has
+// no entry for the plan's compression method or optimizer.
 struct Penalties {
   double compression = 1, optimizer = 1, staleness = 1;
   double staleness_steps = 0;  // weight versions behind: PipeDream pp − 1, PipeDream-2BW 1
   double total() const { return compression * optimizer * staleness; }
 };
-Penalties penalties_for(const ConvergenceModel& m, const Plan& plan);
-// A compression setting's factor: the points of its method (and error
-// feedback), interpolated linearly in log(parameter) and held at the ends.
-double compression_factor(const ConvergenceModel& m, const Compression& c);
+Penalties penalties_for(const ConvergenceModel& m, const Plan& plan, double batch_tokens,
+                        double b_noise_tokens);
+// A compression setting's penalty: the points of its method (and error
+// feedback), both factors interpolated linearly in log(parameter) and held
+// at the ends; none: 1.
+Penalty compression_penalty(const ConvergenceModel& m, const Compression& c);
 
 // A training goal reached by one plan.
 struct GoalEstimate {

@@ -187,6 +187,28 @@ double fit_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c)
   return std::exp(s / static_cast<double>(pts.size()));
 }
 
+Penalty fit_two_factor_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c) {
+  Penalty p;
+  std::set<double> distinct;
+  for (const auto& q : pts) distinct.insert(q.batch_tokens);
+  if (distinct.size() >= 2 && c.b_noise_tokens > 0) {
+    try {
+      const CriticalBatch own = fit_critical_batch(pts);
+      const double a = own.s_min_steps / c.s_min_steps;
+      const double b = own.s_min_steps * own.b_noise_tokens / (c.s_min_steps * c.b_noise_tokens);
+      if (a > 0 && b > 0) {
+        p.factor = a;
+        p.noise_factor = b;
+        return p;
+      }
+    } catch (const Error&) {
+      // falls back to one factor
+    }
+  }
+  p.factor = fit_penalty(pts, c);
+  return p;
+}
+
 double log_slope(const std::vector<double>& x, const std::vector<double>& y) {
   const double n = static_cast<double>(x.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -297,7 +319,7 @@ FitOutcome fit_convergence_model(const FitInput& in) {
         {round4(-log_slope(loss, bnoise)), how + ": slope of log B_noise over log L" + over}};
   }
 
-  auto add_points = [&](const FitSetting& s, const std::vector<Group>& gs, double penalty) {
+  auto add_points = [&](const FitSetting& s, const std::vector<Group>& gs, const Penalty& penalty) {
     for (const auto& g : gs) {
       FitPoint p;
       p.setting = s.name;
@@ -313,13 +335,14 @@ FitOutcome fit_convergence_model(const FitInput& in) {
         p.max = p.max ? std::max(*p.max, v) : v;
       }
       p.mean = mean_steps(g, 0);
-      p.predicted = penalty * steps_at_batch(c, static_cast<double>(g.batch) * seq);
+      const double b = static_cast<double>(g.batch) * seq;
+      p.predicted = penalty.at_batch(b, c.b_noise_tokens) * steps_at_batch(c, b);
       if (p.mean) p.error = std::fabs(p.predicted - *p.mean) / *p.mean;
       out.points.push_back(p);
     }
   };
-  add_points(base, base_groups, 1.0);
-  m.optimizer[in.optimizer] = {1.0, how + ": the baseline's optimizer, the reference"};
+  add_points(base, base_groups, Penalty{});
+  m.optimizer[in.optimizer] = {1.0, std::nullopt, how + ": the baseline's optimizer, the reference"};
 
   // Measured compression points replace the base model's for their method.
   std::vector<CompressionPenalty> measured;
@@ -336,20 +359,30 @@ FitOutcome fit_convergence_model(const FitInput& in) {
         }
     if (pts.empty()) {
       out.notes.push_back(s.name + ": no batch outside the held-out ones reached the target in every run; no penalty fitted");
-      add_points(s, gs, std::numeric_limits<double>::quiet_NaN());
+      add_points(s, gs, Penalty{std::numeric_limits<double>::quiet_NaN(), {}, {}});
       continue;
     }
-    const double p = round4(fit_penalty(pts, c));
-    const std::string src = how + ": " + s.name + " against the baseline, geometric mean of measured / S(B) at batches " +
-                            batch_list(used) + " sequences" +
-                            (s.lr_multiplier != 1 ? ", learning rate x" + g4(s.lr_multiplier) : std::string());
+    const std::string rate = s.lr_multiplier != 1 ? ", learning rate x" + g4(s.lr_multiplier) : std::string();
+    if (s.schedule) {  // two stages: the weights lag one version; one factor
+      const double p = round4(fit_penalty(pts, c));
+      m.staleness_per_step = {round4(p - 1), how + ": " + s.name + " (2 pipeline stages, 1 version behind) against "
+                                                 "the baseline, geometric mean of measured / S(B) at batches " +
+                                                 batch_list(used) + " sequences, minus 1" + rate};
+      add_points(s, gs, Penalty{p, {}, {}});
+      out.penalties.push_back({s.name, Penalty{p, {}, m.staleness_per_step.source}});
+      continue;
+    }
+    Penalty p = fit_two_factor_penalty(pts, c);
+    p.factor = round4(p.factor);
+    if (p.noise_factor) p.noise_factor = round4(*p.noise_factor);
+    p.source = how + ": " + s.name + " against the baseline at batches " + batch_list(used) + " sequences, " +
+               (p.noise_factor ? "least squares of S(B) = S_min (factor + noise_factor B_noise/B)"
+                               : "geometric mean of measured / S(B)") +
+               rate;
     add_points(s, gs, p);
+    out.penalties.push_back({s.name, p});
     if (s.optimizer) {
-      m.optimizer[*s.optimizer] = {p, src};
-      continue;
-    }
-    if (s.schedule) {  // two stages: the weights lag one version
-      m.staleness_per_step = {round4(p - 1), src + ", a pipeline of 2 stages (1 version behind): factor - 1"};
+      m.optimizer[*s.optimizer] = p;
       continue;
     }
     const Compression& cm = s.compression;
@@ -365,7 +398,7 @@ FitOutcome fit_convergence_model(const FitInput& in) {
       measured.push_back({cm.method, sparse ? cm.error_feedback : true, {}});
       it = std::prev(measured.end());
     }
-    it->points.push_back({at, {p, src}});
+    it->points.push_back({at, p});
     std::sort(it->points.begin(), it->points.end(),
               [](const PenaltyPoint& a, const PenaltyPoint& b) { return a.at < b.at; });
   }

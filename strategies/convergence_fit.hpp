@@ -7,8 +7,11 @@
 //   S_min, B_noise  least squares of S(B) = S_min + E_min / B on relative
 //                   errors, over the baseline's runs at the batches not held out
 //                   (the learning rate with the fewest steps at each batch);
-//   penalties       per lossy setting, the geometric mean of measured / S(B)
-//                   over the same batches;
+//   penalties       per lossy setting, least squares of its own S(B) =
+//                   S_min (factor + noise_factor · B_noise/B) over the same
+//                   batches (a factor on S_min and one on E_min), or, with
+//                   one batch or when that gives no positive pair, one
+//                   factor: the geometric mean of measured / S(B);
 //   loss scaling    with several targets, the slopes of log S_min over
 //                   log(L − floor) and of log B_noise over log L;
 //   held-out error  |predicted − measured| / measured at the held-out batches.
@@ -78,6 +81,7 @@ struct FitPoint {
 
 struct FitOutcome {
   ConvergenceModel model;
+  std::vector<std::pair<std::string, Penalty>> penalties;  // per fitted setting, by name
   std::vector<FitPoint> points;            // per setting and batch, the rate used
   std::vector<CriticalBatch> per_target;   // the baseline fit at each target loss
   std::optional<double> held_out_max_error, held_out_median_error;
@@ -97,8 +101,12 @@ struct StepsAtBatch {
   double steps = 0;
 };
 CriticalBatch fit_critical_batch(const std::vector<StepsAtBatch>& pts);
-// The penalty: exp(mean(log(steps / S(B)))).
+// One factor: exp(mean(log(steps / S(B)))).
 double fit_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c);
+// Both factors against the baseline `c` (fit_critical_batch of the
+// setting's own steps: S_min'/S_min and E_min'/E_min), or one
+// (fit_penalty) when fewer than two batches or no positive pair.
+Penalty fit_two_factor_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c);
 // Least-squares slope of log y over log x.
 double log_slope(const std::vector<double>& x, const std::vector<double>& y);
 

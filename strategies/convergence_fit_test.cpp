@@ -39,12 +39,12 @@ TEST_CASE("fit-convergence settings: compression, optimizer and learning-rate mu
 TEST_CASE("fit: S(B) = S_min(1 + B_noise/B) recovered from exact steps; penalties; held-out error 0") {
   // S_min 100, B_noise 2000 tokens, sequences of 10 tokens: the baseline at
   // its best rate 0.01 (0.02 takes 1.5x the steps), top-k 1.3x, 8-bit Adam
-  // 1.1x, a second target loss with S_min 25 and B_noise 1024 (exponents 2
-  // and 3 above the floor 1.5).
+  // 1.1x, QSGD twice the noise term (factors 1 and 2), a second target loss
+  // with S_min 25 and B_noise 1024 (exponents 2 and 3 above the floor 1.5).
   const CriticalBatch at2{100, 2000}, at25{25, 1024};
   FitInput in;
   in.settings = {parse_fit_setting("none", "x"), parse_fit_setting("topk:0.01", "x"),
-                 parse_fit_setting("opt:adam8bit", "x")};
+                 parse_fit_setting("opt:adam8bit", "x"), parse_fit_setting("qsgd:2", "x")};
   in.seq_len = 10;
   in.target_losses = {2.0, 2.5};
   in.loss_floor = 1.5;
@@ -59,6 +59,8 @@ TEST_CASE("fit: S(B) = S_min(1 + B_noise/B) recovered from exact steps; penaltie
       in.runs.push_back({"none", b, 0.02, seed, 1000, {1.5 * s2, 1.5 * s25}});
       in.runs.push_back({"topk:0.01", b, 0.01, seed, 1000, {1.3 * s2, {}}});
       in.runs.push_back({"opt:adam8bit", b, 0.01, seed, 1000, {1.1 * s2, {}}});
+      // Only more gradient noise: S_min (1 + 2 B_noise/B).
+      in.runs.push_back({"qsgd:2", b, 0.01, seed, 1000, {100 * (1 + 2 * 2000 / (static_cast<double>(b) * 10)), {}}});
     }
   CHECK(*best_lr(in, 32) == 0.01);
   const auto out = fit_convergence_model(in);
@@ -68,20 +70,25 @@ TEST_CASE("fit: S(B) = S_min(1 + B_noise/B) recovered from exact steps; penaltie
   REQUIRE(out.model.loss_scaling);
   CHECK(out.model.loss_scaling->s_min_exponent.value == doctest::Approx(2.0));
   CHECK(out.model.loss_scaling->b_noise_exponent.value == doctest::Approx(3.0));
-  CHECK(out.model.optimizer.at(Optimizer::Adam8bit).value == doctest::Approx(1.1));
-  CHECK(out.model.optimizer.at(Optimizer::Adam).value == 1.0);
+  CHECK(out.model.optimizer.at(Optimizer::Adam8bit).factor == doctest::Approx(1.1));
+  CHECK(out.model.optimizer.at(Optimizer::Adam).factor == 1.0);
   Compression c;
   c.method = CompressionMethod::TopK;
   c.ratio = 0.01;
-  CHECK(compression_factor(out.model, c) == doctest::Approx(1.3));
+  CHECK(compression_penalty(out.model, c).factor == doctest::Approx(1.3));
   // The measured top-k point replaced the default's (ratio 0.001), so other ratios hold 1.3.
   c.ratio = 0.001;
-  CHECK(compression_factor(out.model, c) == doctest::Approx(1.3));
+  CHECK(compression_penalty(out.model, c).factor == doctest::Approx(1.3));
   // Entries that were not measured keep the default's value and source.
   c.method = CompressionMethod::PowerSgd;
   c.rank = 2;
-  CHECK(compression_factor(out.model, c) == compression_factor(in.base, c));
-  CHECK(out.points.size() == 15);
+  CHECK(compression_penalty(out.model, c).factor == compression_penalty(in.base, c).factor);
+  c.method = CompressionMethod::Qsgd;
+  c.bits = 2;
+  CHECK(compression_penalty(out.model, c).factor == doctest::Approx(1.0));
+  CHECK(*compression_penalty(out.model, c).noise_factor == doctest::Approx(2.0));
+  CHECK(out.penalties.size() == 3);
+  CHECK(out.points.size() == 20);
   CHECK(*out.held_out_max_error == doctest::Approx(0).epsilon(1e-3));
   for (const auto& p : out.points) {
     CHECK(p.held_out == (p.batch == 16 || p.batch == 64));

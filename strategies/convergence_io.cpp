@@ -44,6 +44,29 @@ std::optional<ParamKey> param_key(CompressionMethod m) {
   }
 }
 
+// "factor", "noise_factor" (optional) and "source" of an object.
+Penalty read_penalty_fields(const JsonReader& e) {
+  Penalty p;
+  p.factor = e.at("factor").as_number(1e-3, 1e6);
+  if (auto n = e.get("noise_factor")) p.noise_factor = n->as_number(1e-3, 1e6);
+  p.source = e.at("source").as_string();
+  return p;
+}
+
+// An optimizer's penalty: a number (the same at every batch) or an object
+// {"factor", "noise_factor", "source"}.
+Penalty read_penalty(const JsonReader& e) {
+  if (!e.is_object()) {
+    Penalty p;
+    p.factor = e.as_number(1e-3, 1e6);
+    p.source = "given in " + e.file() + " (" + e.path() + ")";
+    return p;
+  }
+  Penalty p = read_penalty_fields(e);
+  e.reject_unknown_keys();
+  return p;
+}
+
 std::vector<CompressionPenalty> read_compression_penalties(const JsonReader& r) {
   std::vector<CompressionPenalty> out;
   for (const auto& e : r.elements()) {
@@ -68,8 +91,7 @@ std::vector<CompressionPenalty> read_compression_penalties(const JsonReader& r) 
                   : static_cast<double>(v.as_int(static_cast<std::int64_t>(key->lo),
                                                  static_cast<std::int64_t>(key->hi)));
     }
-    pt.factor.value = e.at("factor").as_number(1e-3, 1e6);
-    pt.factor.source = e.at("source").as_string();
+    pt.penalty = read_penalty_fields(e);
     e.reject_unknown_keys();
     auto it = std::find_if(out.begin(), out.end(), [&](const CompressionPenalty& p) {
       return p.method == method && p.error_feedback == ef;
@@ -134,7 +156,7 @@ void read_fields(const JsonReader& r, ConvergenceModel& m, bool complete) {
         const JsonReader e(item.value(), o->file(), o->child_path(item.key()));
         const auto opt = enum_from_name<Optimizer>(item.key());
         if (!opt) e.fail("unknown optimizer (one of " + enum_choices<Optimizer>() + ")");
-        m.optimizer[*opt] = read_sourced(e, 1e-3, 1e6);
+        m.optimizer[*opt] = read_penalty(e);
       }
     }
     if (auto s = p->get("staleness_per_step")) m.staleness_per_step = read_sourced(*s, 0, 1e3);
@@ -151,6 +173,12 @@ ConvergenceModel read_file_model(const JsonReader& r) {
 }
 
 ordered_json sourced_json(const Sourced& s) { return {{"value", s.value}, {"source", s.source}}; }
+
+void add_penalty_json(ordered_json& j, const Penalty& p) {
+  j["factor"] = p.factor;
+  if (p.noise_factor) j["noise_factor"] = *p.noise_factor;
+  j["source"] = p.source;
+}
 
 }  // namespace
 
@@ -236,12 +264,15 @@ std::string convergence_json(const ConvergenceModel& m) {
         else
           e[key->key] = static_cast<std::int64_t>(pt.at);
       }
-      e["factor"] = pt.factor.value;
-      e["source"] = pt.factor.source;
+      add_penalty_json(e, pt.penalty);
       comp.push_back(e);
     }
   ordered_json opt = ordered_json::object();
-  for (const auto& [o, s] : m.optimizer) opt[std::string(enum_name(o))] = sourced_json(s);
+  for (const auto& [o, p] : m.optimizer) {
+    ordered_json e = ordered_json::object();
+    add_penalty_json(e, p);
+    opt[std::string(enum_name(o))] = e;
+  }
   j["penalties"] = {{"compression", comp},
                     {"optimizer", opt},
                     {"staleness_per_step", sourced_json(m.staleness_per_step)}};

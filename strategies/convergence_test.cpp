@@ -20,10 +20,10 @@ ConvergenceModel model() {
   m.target_loss = 2.0;
   m.s_min_steps = {1000, "t"};
   m.b_noise_tokens = {1e6, "t"};
-  m.compression = {{CompressionMethod::TopK, true, {{0.001, {1.0, "t"}}, {0.1, {2.0, "t"}}}},
-                   {CompressionMethod::TopK, false, {{0.01, {1.5, "t"}}}},
-                   {CompressionMethod::Qsgd, true, {{4, {1.1, "t"}}}}};
-  m.optimizer = {{Optimizer::Adam, {1.0, "t"}}, {Optimizer::Adam8bit, {1.2, "t"}}};
+  m.compression = {{CompressionMethod::TopK, true, {{0.001, {1.0, {}, "t"}}, {0.1, {2.0, {}, "t"}}}},
+                   {CompressionMethod::TopK, false, {{0.01, {1.5, {}, "t"}}}},
+                   {CompressionMethod::Qsgd, true, {{4, {1.1, {}, "t"}}}}};
+  m.optimizer = {{Optimizer::Adam, {1.0, {}, "t"}}, {Optimizer::Adam8bit, {1.2, {}, "t"}}};
   m.staleness_per_step = {0.01, "t"};
   return m;
 }
@@ -78,19 +78,19 @@ TEST_CASE("convergence: a learning rate r times the best one costs 1/(2r - r^2) 
 TEST_CASE("convergence: penalties of compression, optimizer and staleness multiply") {
   const auto m = model();
   Plan p;
-  CHECK(penalties_for(m, p).total() == 1.0);
+  CHECK(penalties_for(m, p, 1e6, 1e6).total() == 1.0);
   p.compression.method = CompressionMethod::TopK;
   p.compression.error_feedback = false;
   p.optimizer = Optimizer::Adam8bit;
   p.schedule = Schedule::PipeDream;
   p.pp = 4;  // stage 0 is pp - 1 = 3 versions behind
-  const auto pen = penalties_for(m, p);
+  const auto pen = penalties_for(m, p, 1e6, 1e6);
   CHECK(pen.compression == doctest::Approx(1.5));
   CHECK(pen.optimizer == doctest::Approx(1.2));
   CHECK(pen.staleness == doctest::Approx(1.03));
   CHECK(pen.total() == doctest::Approx(1.5 * 1.2 * 1.03));
   p.schedule = Schedule::PipeDream2BW;  // one version behind
-  CHECK(penalties_for(m, p).staleness == doctest::Approx(1.01));
+  CHECK(penalties_for(m, p, 1e6, 1e6).staleness == doctest::Approx(1.01));
 }
 
 TEST_CASE("convergence: a compression penalty is interpolated in log(parameter) and held at the ends") {
@@ -100,22 +100,46 @@ TEST_CASE("convergence: a compression penalty is interpolated in log(parameter) 
   c.method = CompressionMethod::TopK;
   c.error_feedback = true;
   c.ratio = 0.01;
-  CHECK(compression_factor(m, c) == doctest::Approx(1.5));
+  CHECK(compression_penalty(m, c).factor == doctest::Approx(1.5));
   c.ratio = 1e-4;
-  CHECK(compression_factor(m, c) == doctest::Approx(1.0));
+  CHECK(compression_penalty(m, c).factor == doctest::Approx(1.0));
   c.ratio = 0.5;
-  CHECK(compression_factor(m, c) == doctest::Approx(2.0));
+  CHECK(compression_penalty(m, c).factor == doctest::Approx(2.0));
   c.method = CompressionMethod::Qsgd;
   c.bits = 2;
-  CHECK(compression_factor(m, c) == doctest::Approx(1.1));
+  CHECK(compression_penalty(m, c).factor == doctest::Approx(1.1));
   // A method the model has no entry for is bad input naming the file and the rule.
   c.method = CompressionMethod::PowerSgd;
-  CHECK(testing::input_error_of([&] { compression_factor(m, c); }) ==
+  CHECK(testing::input_error_of([&] { compression_penalty(m, c).factor; }) ==
         "m.json: penalties.compression: no penalty for compression method \"powersgd\"");
   Plan p;
   p.optimizer = Optimizer::Sgd;
-  CHECK(testing::input_error_of([&] { penalties_for(m, p); }) ==
+  CHECK(testing::input_error_of([&] { penalties_for(m, p, 1e6, 1e6); }) ==
         "m.json: penalties.optimizer: no penalty for optimizer \"sgd\"");
+}
+
+TEST_CASE("convergence: a penalty with a noise factor moves from one factor to the other with the batch") {
+  // Factor 2 on S_min, 4 on E_min: (2B + 4 B_noise)/(B + B_noise) is 3 at
+  // B = B_noise, 2 far above it, 4 far below; without a noise factor, 2 everywhere.
+  const Penalty p{2.0, 4.0, "t"};
+  CHECK(p.at_batch(1e6, 1e6) == doctest::Approx(3.0));
+  CHECK(p.at_batch(1e12, 1e6) == doctest::Approx(2.0).epsilon(1e-5));
+  CHECK(p.at_batch(1, 1e6) == doctest::Approx(4.0).epsilon(1e-5));
+  CHECK(Penalty{2.0, {}, "t"}.at_batch(1, 1e6) == 2.0);
+  // The steps are S_min (factor + noise_factor B_noise/B): 1000 (2 + 4) at B = B_noise.
+  auto m = model();
+  m.optimizer[Optimizer::Adam8bit] = p;
+  Plan plan;
+  plan.optimizer = Optimizer::Adam8bit;
+  CHECK(estimate_goal(m, {}, {}, 2.0, plan, 125, 8000).steps == 6000);
+  // Interpolated between a point with noise factor 3 and one without (2.0): both factors.
+  m.compression[0].points[0].penalty.noise_factor = 3.0;
+  Compression c;
+  c.method = CompressionMethod::TopK;
+  c.ratio = 0.01;
+  const Penalty q = compression_penalty(m, c);
+  CHECK(q.factor == doctest::Approx(1.5));
+  CHECK(*q.noise_factor == doctest::Approx(2.5));
 }
 
 TEST_CASE("convergence: steps to a target loss and to a token goal") {
@@ -171,28 +195,29 @@ TEST_CASE("convergence: the bundled default states a source for every value") {
   const auto m = bundled_convergence();
   CHECK(m.file == "configs/convergence/default.json");
   CHECK(m.s_min_steps.value > 0);
-  auto sourced = [](const Sourced& s) {
-    CHECK_MESSAGE(s.source.size() > 10, s.source);
-    CHECK(s.source.rfind("given in", 0) == std::string::npos);
+  auto has_source = [](const std::string& s) {
+    CHECK_MESSAGE(s.size() > 10, s);
+    CHECK(s.rfind("given in", 0) == std::string::npos);
   };
+  auto sourced = [&](const Sourced& s) { has_source(s.source); };
   sourced(m.s_min_steps);
   sourced(m.b_noise_tokens);
   REQUIRE(m.loss_scaling);
   sourced(m.loss_scaling->loss_floor);
   sourced(m.staleness_per_step);
   for (const auto& p : m.compression)
-    for (const auto& pt : p.points) sourced(pt.factor);
+    for (const auto& pt : p.points) has_source(pt.penalty.source);
   // Every optimizer and every compression method (both error-feedback settings of the sparse ones).
   for (const auto& [o, name] : EnumNames<Optimizer>::table) {
     CHECK_MESSAGE(m.optimizer.count(o) == 1, name);
-    if (m.optimizer.count(o)) sourced(m.optimizer.at(o));
+    if (m.optimizer.count(o)) has_source(m.optimizer.at(o).source);
   }
   Compression c;
   for (const auto& [method, name] : EnumNames<CompressionMethod>::table)
     for (bool ef : {true, false}) {
       c.method = method;
       c.error_feedback = ef;
-      CHECK_NOTHROW(compression_factor(m, c));
+      CHECK_NOTHROW(compression_penalty(m, c).factor);
     }
 }
 
@@ -205,7 +230,7 @@ TEST_CASE("convergence: a file round-trips through convergence_json") {
   CHECK(convergence_json(back) == convergence_json(m));
   CHECK(back.compression.size() == 3);
   CHECK(back.lr->reference_batch == 64);
-  CHECK(back.optimizer.at(Optimizer::Adam8bit).value == 1.2);
+  CHECK(back.optimizer.at(Optimizer::Adam8bit).factor == 1.2);
 }
 
 TEST_CASE("convergence: bad files name the file, the JSON path and the rule") {

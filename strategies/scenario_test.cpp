@@ -171,8 +171,8 @@ TEST_CASE("a goal brings the bundled convergence model; convergence and lr overr
       "s.json");
   CHECK(o.convergence->s_min_steps.value == 100);
   CHECK(o.convergence->s_min_steps.source == "given in s.json (convergence.S_min_steps)");
-  CHECK(o.convergence->optimizer.at(Optimizer::Adam8bit).value ==
-        s.convergence->optimizer.at(Optimizer::Adam8bit).value);
+  CHECK(o.convergence->optimizer.at(Optimizer::Adam8bit).factor ==
+        s.convergence->optimizer.at(Optimizer::Adam8bit).factor);
   REQUIRE(o.lr);
   CHECK(o.lr->scaling == LrScaling::Linear);
   CHECK(estimate_goal(o)->steps == 100 + 375);

@@ -187,14 +187,6 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
   in.loss_floor = eval.best_loss;
   in.seq_len = sc.model.seq_len;
   in.held_out = o.held_out;
-  in.optimizer = sc.plan.optimizer;
-  in.base = o.base;
-  std::string batches;
-  for (auto b : o.batches) batches += (batches.empty() ? "" : ", ") + std::to_string(b);
-  in.source = sc.model.name + " on the CPU backend, " + rec.data + ", dp " + std::to_string(sc.plan.dp) +
-              ", " + std::string(enum_name(sc.plan.optimizer)) + ", target " +
-              fmt("%.3g", o.target_offset) + " nats above the best held-out loss, " +
-              std::to_string(o.seeds) + " seed" + (o.seeds > 1 ? "s" : "");
 
   const double b0 = static_cast<double>(*std::min_element(o.batches.begin(), o.batches.end()));
   auto run = [&](const FitSetting& s, std::int64_t b, double lr, std::int64_t cap) {
@@ -262,10 +254,29 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
       run(s, b, lr * s.lr_multiplier, cap);
     }
   }
-  rec.outcome = strategies::fit_convergence_model(in);
-  rec.outcome.model.description = "fitted by strata fit-convergence: " + in.source + "; batches " + batches +
-                                  " sequences of " + std::to_string(sc.model.seq_len) + " tokens";
+  refit(sc, rec, o.base);
   return rec;
+}
+
+void refit(const Scenario& sc, strategies::FitRecord& rec, const strategies::ConvergenceModel& base) {
+  auto& in = rec.input;
+  std::set<std::int64_t> batches;
+  std::uint64_t seeds = 0;
+  for (const auto& r : in.runs) {
+    batches.insert(r.batch);
+    seeds = std::max(seeds, r.seed);
+  }
+  std::string list;
+  for (auto b : batches) list += (list.empty() ? "" : ", ") + std::to_string(b);
+  in.optimizer = sc.plan.optimizer;
+  in.base = base;
+  in.source = sc.model.name + " on the CPU backend, " + rec.data + ", dp " + std::to_string(sc.plan.dp) + ", " +
+              std::string(enum_name(sc.plan.optimizer)) + ", target " +
+              fmt("%.3g", in.target_losses.front() - in.loss_floor) + " nats above the best held-out loss, " +
+              std::to_string(seeds) + " seed" + (seeds > 1 ? "s" : "");
+  rec.outcome = strategies::fit_convergence_model(in);
+  rec.outcome.model.description = "fitted by strata fit-convergence: " + in.source + "; batches " + list +
+                                  " sequences of " + std::to_string(sc.model.seq_len) + " tokens";
 }
 
 }  // namespace strata::backend::cpu

@@ -59,4 +59,10 @@ std::vector<std::string> default_fit_settings();
 strategies::FitRecord fit_convergence(const strategies::Scenario& sc, const FitConvergenceOptions& o,
                                       const std::function<void(const std::string&)>& log = {});
 
+// Fits a record's runs again (fit_convergence's last step): the baseline's
+// optimizer from the scenario, the unmeasured penalties from `base`, the
+// model, its description and its values' sources. `strata fit-convergence
+// --refit FILE` does this to a fitted file's measurements without training.
+void refit(const strategies::Scenario& sc, strategies::FitRecord& rec, const strategies::ConvergenceModel& base);
+
 }  // namespace strata::backend::cpu

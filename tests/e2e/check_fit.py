@@ -5,7 +5,7 @@ Usage: check_fit.py STRATA TINY_FIT_SCENARIO
 
 - the quick fit writes the fitted file and the plot, prints the same JSON
   with --format json, measures 4 batch sizes with one held out, and gives the
-  same bytes on a second run;
+  same bytes on a second run and with --refit of its measurements;
 - a scenario naming the fitted file with its target loss simulates, and its
   steps_to_target is S_min (1 + B_noise/B) rounded up;
 - bad options are exit 2 with the rule on stderr and no file written.
@@ -70,6 +70,12 @@ def main():
         check(sim["steps_to_target"] == want, f"steps_to_target {sim['steps_to_target']}, expected {want}")
         check(abs(sim["time_to_train_s"] - want * sim["step_time_s"]) <= 1e-9 * sim["time_to_train_s"],
               "time_to_train_s = steps x step time")
+
+        # --refit fits the same measurements again, without training: the same file.
+        refit = os.path.join(tmp, "refit.json")
+        run("fit-convergence", SCENARIO, "--refit", out, "--out", refit)
+        with open(refit) as f:
+            check(f.read() == text, "--refit of the file's measurements gives the same file")
 
         table = run("fit-convergence", SCENARIO, "--quick", "--lr", "0.01", "--out", os.path.join(tmp, "t.json")).stdout
         check("held-out error" in table and "S_min" in table, "the table names the fit and its held-out error")
