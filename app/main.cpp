@@ -404,6 +404,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   fitter->add_option("--max-steps", fit_options.max_steps, "Steps per run at most (default 1500)")
       ->check(CLI::Range(1, 10000000));
+  fitter->add_option("--setting-cap", fit_options.setting_cap,
+                     "A setting's run stops after this many times the baseline's steps (default 6)")
+      ->check(CLI::Range(1.0, 1000.0));
   fitter->add_option("--base", fit_base,
                      "Convergence model whose penalties the unmeasured settings keep (default: the bundled one)")
       ->type_name("NAME_OR_FILE");

@@ -94,6 +94,12 @@ double Penalty::at_batch(double batch_tokens, double b_noise_tokens) const {
   return (factor * batch_tokens + n * b_noise_tokens) / (batch_tokens + b_noise_tokens);
 }
 
+Penalty Staleness::at_lag(double lag) const {
+  Penalty p{1.0 + lag * per_step, std::nullopt, source};
+  if (noise_per_step) p.noise_factor = 1.0 + lag * *noise_per_step;
+  return p;
+}
+
 Penalty compression_penalty(const ConvergenceModel& m, const Compression& c) {
   if (c.method == CompressionMethod::None) return {};
   const bool sparse = is_sparse(c.method);
@@ -137,7 +143,7 @@ Penalties penalties_for(const ConvergenceModel& m, const Plan& plan, double batc
     p.staleness_steps = static_cast<double>(plan.pp - 1);
   else if (plan.schedule == Schedule::PipeDream2BW)
     p.staleness_steps = plan.pp > 1 ? 1.0 : 0.0;
-  p.staleness = 1.0 + m.staleness_per_step.value * p.staleness_steps;
+  p.staleness = m.staleness_per_step.at_lag(p.staleness_steps).at_batch(batch_tokens, b_noise_tokens);
   return p;
 }
 

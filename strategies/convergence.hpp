@@ -69,6 +69,16 @@ struct PenaltyPoint {
   double at = 0;
   Penalty penalty;
 };
+// Asynchronous pipelines: each weight version of lag adds `per_step` to the
+// factor on S_min and `noise_per_step` (default: per_step) to the one on
+// E_min, so a lag of L costs Penalty{1 + L·per_step, 1 + L·noise_per_step}.
+struct Staleness {
+  double per_step = 0;
+  std::optional<double> noise_per_step;
+  std::string source;
+  Penalty at_lag(double lag) const;
+};
+
 struct CompressionPenalty {
   CompressionMethod method = CompressionMethod::None;
   bool error_feedback = true;  // topk and randomk only
@@ -96,7 +106,7 @@ struct ConvergenceModel {
   std::optional<LrRule> lr;  // unset: the learning rate is tuned at every batch
   std::vector<CompressionPenalty> compression;
   std::map<Optimizer, Penalty> optimizer;  // per optimizer
-  Sourced staleness_per_step;  // asynchronous pipelines: 1 + this · staleness (steps)
+  Staleness staleness_per_step;
 };
 
 // S_min and B_noise at `target_loss`. Throws InputError (the model's file)

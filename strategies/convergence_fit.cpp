@@ -363,24 +363,21 @@ FitOutcome fit_convergence_model(const FitInput& in) {
       continue;
     }
     const std::string rate = s.lr_multiplier != 1 ? ", learning rate x" + g4(s.lr_multiplier) : std::string();
-    if (s.schedule) {  // two stages: the weights lag one version; one factor
-      const double p = round4(fit_penalty(pts, c));
-      m.staleness_per_step = {round4(p - 1), how + ": " + s.name + " (2 pipeline stages, 1 version behind) against "
-                                                 "the baseline, geometric mean of measured / S(B) at batches " +
-                                                 batch_list(used) + " sequences, minus 1" + rate};
-      add_points(s, gs, Penalty{p, {}, {}});
-      out.penalties.push_back({s.name, Penalty{p, {}, m.staleness_per_step.source}});
-      continue;
-    }
     Penalty p = fit_two_factor_penalty(pts, c);
     p.factor = round4(p.factor);
     if (p.noise_factor) p.noise_factor = round4(*p.noise_factor);
-    p.source = how + ": " + s.name + " against the baseline at batches " + batch_list(used) + " sequences, " +
+    p.source = how + ": " + s.name + (s.schedule ? " (2 pipeline stages, 1 version behind)" : "") +
+               " against the baseline at batches " + batch_list(used) + " sequences, " +
                (p.noise_factor ? "least squares of S(B) = S_min (factor + noise_factor B_noise/B)"
                                : "geometric mean of measured / S(B)") +
-               rate;
+               rate + (s.schedule ? "; per version of lag: the factors minus 1" : "");
     add_points(s, gs, p);
     out.penalties.push_back({s.name, p});
+    if (s.schedule) {
+      m.staleness_per_step = {p.factor - 1, p.noise_factor ? std::optional<double>(*p.noise_factor - 1) : std::nullopt,
+                              p.source};
+      continue;
+    }
     if (s.optimizer) {
       m.optimizer[*s.optimizer] = p;
       continue;

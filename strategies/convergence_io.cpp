@@ -159,7 +159,20 @@ void read_fields(const JsonReader& r, ConvergenceModel& m, bool complete) {
         m.optimizer[*opt] = read_penalty(e);
       }
     }
-    if (auto s = p->get("staleness_per_step")) m.staleness_per_step = read_sourced(*s, 0, 1e3);
+    if (auto s = p->get("staleness_per_step")) {
+      // A number, or {"value", "noise_value" (optional), "source"}.
+      Staleness st;
+      if (s->is_object()) {
+        st.per_step = s->at("value").as_number(-0.999, 1e3);
+        if (auto n = s->get("noise_value")) st.noise_per_step = n->as_number(-0.999, 1e3);
+        st.source = s->at("source").as_string();
+        s->reject_unknown_keys();
+      } else {
+        st.per_step = s->as_number(-0.999, 1e3);
+        st.source = "given in " + s->file() + " (" + s->path() + ")";
+      }
+      m.staleness_per_step = st;
+    }
     p->reject_unknown_keys();
   }
   r.reject_unknown_keys();
@@ -173,6 +186,13 @@ ConvergenceModel read_file_model(const JsonReader& r) {
 }
 
 ordered_json sourced_json(const Sourced& s) { return {{"value", s.value}, {"source", s.source}}; }
+
+ordered_json staleness_json(const Staleness& s) {
+  ordered_json j{{"value", s.per_step}};
+  if (s.noise_per_step) j["noise_value"] = *s.noise_per_step;
+  j["source"] = s.source;
+  return j;
+}
 
 void add_penalty_json(ordered_json& j, const Penalty& p) {
   j["factor"] = p.factor;
@@ -275,7 +295,7 @@ std::string convergence_json(const ConvergenceModel& m) {
   }
   j["penalties"] = {{"compression", comp},
                     {"optimizer", opt},
-                    {"staleness_per_step", sourced_json(m.staleness_per_step)}};
+                    {"staleness_per_step", staleness_json(m.staleness_per_step)}};
   return j.dump(2) + "\n";
 }
 

@@ -24,7 +24,7 @@ ConvergenceModel model() {
                    {CompressionMethod::TopK, false, {{0.01, {1.5, {}, "t"}}}},
                    {CompressionMethod::Qsgd, true, {{4, {1.1, {}, "t"}}}}};
   m.optimizer = {{Optimizer::Adam, {1.0, {}, "t"}}, {Optimizer::Adam8bit, {1.2, {}, "t"}}};
-  m.staleness_per_step = {0.01, "t"};
+  m.staleness_per_step = {0.01, {}, "t"};
   return m;
 }
 
@@ -76,7 +76,7 @@ TEST_CASE("convergence: a learning rate r times the best one costs 1/(2r - r^2) 
 }
 
 TEST_CASE("convergence: penalties of compression, optimizer and staleness multiply") {
-  const auto m = model();
+  auto m = model();
   Plan p;
   CHECK(penalties_for(m, p, 1e6, 1e6).total() == 1.0);
   p.compression.method = CompressionMethod::TopK;
@@ -91,6 +91,15 @@ TEST_CASE("convergence: penalties of compression, optimizer and staleness multip
   CHECK(pen.total() == doctest::Approx(1.5 * 1.2 * 1.03));
   p.schedule = Schedule::PipeDream2BW;  // one version behind
   CHECK(penalties_for(m, p, 1e6, 1e6).staleness == doctest::Approx(1.01));
+  // Two factors per version of lag: 0.5 on S_min, 1.0 on E_min; a lag of 2
+  // costs factors 2 and 3, so (2B + 3 B_noise)/(B + B_noise) = 2.5 at B = B_noise.
+  const Staleness st{0.5, 1.0, "t"};
+  CHECK(st.at_lag(2).factor == 2.0);
+  CHECK(*st.at_lag(2).noise_factor == 3.0);
+  m.staleness_per_step = st;
+  p.schedule = Schedule::PipeDream;
+  p.pp = 3;
+  CHECK(penalties_for(m, p, 1e6, 1e6).staleness == doctest::Approx(2.5));
 }
 
 TEST_CASE("convergence: a compression penalty is interpolated in log(parameter) and held at the ends") {
@@ -204,7 +213,7 @@ TEST_CASE("convergence: the bundled default states a source for every value") {
   sourced(m.b_noise_tokens);
   REQUIRE(m.loss_scaling);
   sourced(m.loss_scaling->loss_floor);
-  sourced(m.staleness_per_step);
+  has_source(m.staleness_per_step.source);
   for (const auto& p : m.compression)
     for (const auto& pt : p.points) has_source(pt.penalty.source);
   // Every optimizer and every compression method (both error-feedback settings of the sparse ones).
