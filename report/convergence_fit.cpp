@@ -198,6 +198,7 @@ std::string fit_plot_svg(const strategies::FitRecord& r) {
   sc.y_label = "steps to the target";
   sc.log_x = true;
   sc.log_y = true;
+  sc.noun = "runs";
   double lo = INFINITY, hi = 0;
   for (const auto& p : r.outcome.points) {
     lo = std::min(lo, static_cast<double>(p.batch) * seq);
@@ -217,13 +218,13 @@ std::string fit_plot_svg(const strategies::FitRecord& r) {
     sc.series.push_back(dots);
     const auto pen = penalty_of(r, s);
     if (!pen || !(lo < hi)) continue;
-    svg::ScatterSeries line{dots.label + ": fitted", svg::colour(i), {}};
+    svg::ScatterSeries line{dots.label + ": fitted", svg::colour(i), {}, true, false};
     const strategies::CriticalBatch c{m.s_min_steps.value, m.b_noise_tokens.value};
     for (int k = 0; k <= 40; ++k) {
       const double b = lo * std::pow(hi / lo, k / 40.0);
       line.points.push_back({b, pen->at_batch(b, c.b_noise_tokens) * strategies::steps_at_batch(c, b)});
     }
-    sc.curves.push_back(line);
+    sc.series.push_back(line);
   }
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + svg::scatter(sc) + "\n";
 }

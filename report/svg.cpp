@@ -162,9 +162,8 @@ std::string scatter(const Scatter& s) {
     ymin = std::min(ymin, y);
     ymax = std::max(ymax, y);
   };
-  for (const auto* list : {&s.series, &s.curves})
-    for (const auto& ser : *list)
-      for (const auto& [x, y] : ser.points) see(x, y);
+  for (const auto& ser : s.series)
+    for (const auto& [x, y] : ser.points) see(x, y);
   for (const auto& [x, y] : s.front) see(x, y);
   // The limit joins the axis when it is near the data; far above, it is named only.
   const bool limit_drawn = s.y_limit && (ymax <= 0 || *s.y_limit <= 2 * ymax);
@@ -202,7 +201,8 @@ std::string scatter(const Scatter& s) {
   };
 
   std::vector<LegendEntry> entries;
-  for (const auto& ser : s.series) entries.push_back({ser.label, ser.colour});
+  for (const auto& ser : s.series)
+    if (ser.dots) entries.push_back({ser.label, ser.colour});
   const std::size_t per_row = static_cast<std::size_t>((kWidth - x0 - 10) / 170);
   const double legend_h = entries.empty() ? 0 : static_cast<double>((entries.size() + per_row - 1) / per_row) * 18;
   const double height = y1 + 60 + legend_h + (s.front.empty() ? 0 : 18);
@@ -250,16 +250,17 @@ std::string scatter(const Scatter& s) {
            "\" stroke=\"#c00\" stroke-dasharray=\"6 4\"/>";
     out += text(x - 4, y0 + 12, s.x_limit_label, "end", " font-size=\"12\" fill=\"#c00\"");
   }
-  // Curves under the dots.
+  // Curves under the dots; a line alone carries its label as a tooltip.
   for (const auto& ser : s.series) {
     if (!ser.line) continue;
     std::string pts;
     for (const auto& [x, y] : ser.points)
-      if (std::isfinite(x) && std::isfinite(y) && !(s.log_x && x <= 0))
+      if (std::isfinite(x) && std::isfinite(y) && !(s.log_x && x <= 0) && !(s.log_y && y <= 0))
         pts += (pts.empty() ? "" : " ") + num(px(x)) + "," + num(py(y));
-    if (!pts.empty())
-      out += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"" + escape_xml(ser.colour) +
-             "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"/>";
+    if (pts.empty()) continue;
+    out += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"" + escape_xml(ser.colour) +
+           "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"";
+    out += ser.dots ? "/>" : "><title>" + escape_xml(ser.label) + "</title></polyline>";
   }
   // Points: one path per series of zero-length segments with round caps (a
   // dot each); points falling on the same half pixel are drawn once. Each
@@ -273,6 +274,7 @@ std::string scatter(const Scatter& s) {
   });
   for (std::size_t si = 0; si < draw.size(); ++si) {
     const auto& ser = s.series[draw[si]];
+    if (!ser.dots) continue;
     const double dot = std::max(2.5, 6.0 - 1.3 * static_cast<double>(si));
     std::unordered_set<std::int64_t> seen;
     std::string d;
@@ -288,16 +290,7 @@ std::string scatter(const Scatter& s) {
     out += "<path class=\"dots\" d=\"" + d + "\" stroke=\"" + escape_xml(ser.colour) +
            "\" stroke-width=\"" + num(dot) + "\" stroke-linecap=\"round\" stroke-opacity=\"0.75\" fill=\"none\"><title>" +
            escape_xml(ser.label) + " (" + std::to_string(ser.points.size()) +
-           (ser.line ? " points" : " plans") + ")</title></path>";
-  }
-  for (const auto& c : s.curves) {
-    std::string pts;
-    for (const auto& [x, y] : c.points)
-      if (std::isfinite(x) && std::isfinite(y) && !(s.log_x && x <= 0) && !(s.log_y && y <= 0))
-        pts += (pts.empty() ? "" : " ") + num(px(x)) + "," + num(py(y));
-    if (!pts.empty())
-      out += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"" + escape_xml(c.colour) +
-             "\" stroke-width=\"1.5\"><title>" + escape_xml(c.label) + "</title></polyline>";
+           (ser.line ? " points" : " " + escape_xml(s.noun)) + ")</title></path>";
   }
   if (!s.front.empty()) {
     std::string pts;
