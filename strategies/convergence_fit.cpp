@@ -374,7 +374,8 @@ FitOutcome fit_convergence_model(const FitInput& in) {
     add_points(s, gs, p);
     out.penalties.push_back({s.name, p});
     if (s.schedule) {
-      m.staleness_per_step = {p.factor - 1, p.noise_factor ? std::optional<double>(*p.noise_factor - 1) : std::nullopt,
+      m.staleness_per_step = {round4(p.factor - 1),
+                              p.noise_factor ? std::optional<double>(round4(*p.noise_factor - 1)) : std::nullopt,
                               p.source};
       continue;
     }

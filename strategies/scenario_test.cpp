@@ -192,7 +192,7 @@ TEST_CASE("a goal brings the bundled convergence model; convergence and lr overr
   CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"convergence\": \"nothere.json\", \"plan\":")) ==
         "s.json: convergence: convergence file \"nothere.json\" not found");
   CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"convergence\": \"defualt\", \"plan\":")) ==
-        "s.json: convergence: unknown convergence preset \"defualt\" (known: default)");
+        "s.json: convergence: unknown convergence preset \"defualt\" (known: cpu-tiny, default)");
   CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"convergence\": {\"S_min_step\": 1}, \"plan\":")) ==
         "s.json: convergence.S_min_step: unknown key (did you mean \"S_min_steps\"?)");
   CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"target_loss\": 2.0}, \"plan\":")) ==
