@@ -17,11 +17,12 @@ std::string num(double v) {
   return buf;
 }
 
-bool is_sparse(CompressionMethod m) {
+}  // namespace
+
+bool sparse_compression(CompressionMethod m) {
   return m == CompressionMethod::TopK || m == CompressionMethod::RandomK;
 }
 
-// The parameter a compression setting's penalty is indexed by.
 double penalty_parameter(const Compression& c) {
   switch (c.method) {
     case CompressionMethod::TopK:
@@ -31,8 +32,6 @@ double penalty_parameter(const Compression& c) {
     default: return 0;
   }
 }
-
-}  // namespace
 
 CriticalBatch critical_batch_at(const ConvergenceModel& m, double target_loss) {
   CriticalBatch c{m.s_min_steps.value, m.b_noise_tokens.value};
@@ -102,7 +101,7 @@ Penalty Staleness::at_lag(double lag) const {
 
 Penalty compression_penalty(const ConvergenceModel& m, const Compression& c) {
   if (c.method == CompressionMethod::None) return {};
-  const bool sparse = is_sparse(c.method);
+  const bool sparse = sparse_compression(c.method);
   const CompressionPenalty* found = nullptr;
   for (const auto& p : m.compression)
     if (p.method == c.method && (!sparse || p.error_feedback == c.error_feedback)) found = &p;

@@ -148,6 +148,11 @@ Penalties penalties_for(const ConvergenceModel& m, const Plan& plan, double batc
 // feedback), both factors interpolated linearly in log(parameter) and held
 // at the ends; none: 1.
 Penalty compression_penalty(const ConvergenceModel& m, const Compression& c);
+// Whether a method's penalty depends on error feedback (top-k, random-k).
+bool sparse_compression(CompressionMethod m);
+// What a setting's penalty points are indexed by: the ratio (top-k,
+// random-k), the bits (QSGD), the rank (PowerSGD); 0 otherwise.
+double penalty_parameter(const Compression& c);
 
 // A training goal reached by one plan.
 struct GoalEstimate {

@@ -132,19 +132,26 @@ FitSetting parse_fit_setting(const std::string& text, const std::string& option)
   return f;
 }
 
+double mean_steps_to_target(const FitInput& in, const std::string& setting, std::int64_t batch, double lr) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& r : in.runs)
+    if (r.setting == setting && r.batch == batch && r.lr == lr) {
+      sum += r.steps.empty() || !r.steps[0] ? kNever : *r.steps[0];
+      ++n;
+    }
+  return n ? sum / n : kNever;
+}
+
 std::optional<double> best_lr(const FitInput& in, std::int64_t batch) {
   const std::string& base = in.settings.front().name;
-  std::map<double, std::pair<double, int>> by_lr;  // lr -> (sum of steps, runs)
-  for (const auto& r : in.runs) {
-    if (r.setting != base || r.batch != batch) continue;
-    auto& [sum, n] = by_lr[r.lr];
-    sum += r.steps.empty() || !r.steps[0] ? kNever : *r.steps[0];
-    ++n;
-  }
+  std::set<double> rates;
+  for (const auto& r : in.runs)
+    if (r.setting == base && r.batch == batch) rates.insert(r.lr);
   std::optional<double> best;
   double best_mean = kNever;
-  for (const auto& [lr, sn] : by_lr) {
-    const double mean = sn.first / sn.second;
+  for (const double lr : rates) {
+    const double mean = mean_steps_to_target(in, base, batch, lr);
     if (!best || mean < best_mean) {
       best = lr;
       best_mean = mean;
@@ -384,11 +391,8 @@ FitOutcome fit_convergence_model(const FitInput& in) {
       continue;
     }
     const Compression& cm = s.compression;
-    const bool sparse = cm.method == CompressionMethod::TopK || cm.method == CompressionMethod::RandomK;
-    const double at = sparse ? cm.ratio
-                      : cm.method == CompressionMethod::Qsgd     ? static_cast<double>(cm.bits)
-                      : cm.method == CompressionMethod::PowerSgd ? static_cast<double>(cm.rank)
-                                                                 : 0.0;
+    const bool sparse = sparse_compression(cm.method);
+    const double at = penalty_parameter(cm);
     auto it = std::find_if(measured.begin(), measured.end(), [&](const CompressionPenalty& e) {
       return e.method == cm.method && (!sparse || e.error_feedback == cm.error_feedback);
     });

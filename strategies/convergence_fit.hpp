@@ -88,6 +88,9 @@ struct FitOutcome {
   std::vector<std::string> notes;          // settings or batches that could not be fitted
 };
 
+// The mean steps to the first target of the runs of (setting, batch, lr);
+// +inf when one of them did not reach it, or there are none.
+double mean_steps_to_target(const FitInput& in, const std::string& setting, std::int64_t batch, double lr);
 // The learning rate of the baseline's runs at `batch` with the fewest mean
 // steps to the first target (a run that did not reach it counts as never);
 // nothing without baseline runs there.

@@ -72,7 +72,7 @@ std::vector<CompressionPenalty> read_compression_penalties(const JsonReader& r) 
   for (const auto& e : r.elements()) {
     const auto method = e.at("method").as_enum<CompressionMethod>();
     if (method == CompressionMethod::None) e.fail_at("method", "\"none\" has no penalty (it is 1)");
-    const bool sparse = method == CompressionMethod::TopK || method == CompressionMethod::RandomK;
+    const bool sparse = sparse_compression(method);
     bool ef = true;
     if (sparse) {
       ef = e.at("error_feedback").as_bool();
@@ -86,7 +86,7 @@ std::vector<CompressionPenalty> read_compression_penalties(const JsonReader& r) 
         e.fail_at(k, "does not apply to method \"" + std::string(enum_name(method)) + "\"");
     if (key) {
       const auto v = e.at(key->key);
-      pt.at = method == CompressionMethod::TopK || method == CompressionMethod::RandomK
+      pt.at = sparse
                   ? v.as_number(key->lo, key->hi)
                   : static_cast<double>(v.as_int(static_cast<std::int64_t>(key->lo),
                                                  static_cast<std::int64_t>(key->hi)));
@@ -276,10 +276,10 @@ std::string convergence_json(const ConvergenceModel& m) {
   for (const auto& p : m.compression)
     for (const auto& pt : p.points) {
       ordered_json e{{"method", enum_name(p.method)}};
-      if (p.method == CompressionMethod::TopK || p.method == CompressionMethod::RandomK)
-        e["error_feedback"] = p.error_feedback;
+      const bool sparse = sparse_compression(p.method);
+      if (sparse) e["error_feedback"] = p.error_feedback;
       if (const auto key = param_key(p.method)) {
-        if (p.method == CompressionMethod::TopK || p.method == CompressionMethod::RandomK)
+        if (sparse)
           e[key->key] = pt.at;
         else
           e[key->key] = static_cast<std::int64_t>(pt.at);

@@ -203,23 +203,12 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
       in.runs.push_back(std::move(fr));
     }
   };
-  // Mean steps to the fit's target of the runs of (setting, batch, lr); +inf when one did not reach it.
-  auto mean_of = [&](const std::string& setting, std::int64_t b, double lr) {
-    double sum = 0;
-    int n = 0;
-    for (const auto& r : in.runs)
-      if (r.setting == setting && r.batch == b && r.lr == lr) {
-        sum += r.steps[0] ? *r.steps[0] : std::numeric_limits<double>::infinity();
-        ++n;
-      }
-    return n ? sum / n : std::numeric_limits<double>::infinity();
-  };
 
   const FitSetting& base = in.settings.front();
   for (const auto b : o.batches) {
     const double centre = strategies::lr_at_batch({o.lr, o.lr_scaling, 0, {}}, static_cast<double>(b), b0);
-    std::vector<double> tried = o.lr_grid;
-    std::sort(tried.begin(), tried.end());
+    std::vector<double> grid = o.lr_grid;
+    std::sort(grid.begin(), grid.end());
     std::map<double, double> mean;  // multiplier -> mean steps
     double best = std::numeric_limits<double>::infinity();
     auto attempt = [&](double mult) {
@@ -227,12 +216,12 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
       const auto cap = std::isfinite(best) ? std::min<std::int64_t>(o.max_steps, static_cast<std::int64_t>(std::ceil(2 * best)))
                                            : o.max_steps;
       run(base, b, lr, cap);
-      mean[mult] = mean_of(base.name, b, lr);
+      mean[mult] = strategies::mean_steps_to_target(in, base.name, b, lr);
       best = std::min(best, mean[mult]);
     };
-    for (double m : tried) attempt(m);
+    for (double m : grid) attempt(m);
     // A winner at an end of the grid: one more step of 2x beyond it, twice at most.
-    for (int extra = 0; extra < 2 && tried.size() > 1; ++extra) {
+    for (int extra = 0; extra < 2 && grid.size() > 1; ++extra) {
       const auto win = std::min_element(mean.begin(), mean.end(),
                                         [](const auto& a, const auto& c) { return a.second < c.second; });
       if (!std::isfinite(win->second)) break;
@@ -247,7 +236,7 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
     const FitSetting& s = in.settings[i];
     for (const auto b : o.batches) {
       const double lr = *strategies::best_lr(in, b);
-      const double base_steps = mean_of(base.name, b, lr);
+      const double base_steps = strategies::mean_steps_to_target(in, base.name, b, lr);
       const auto cap = std::isfinite(base_steps)
                            ? std::min<std::int64_t>(o.max_steps, static_cast<std::int64_t>(std::ceil(o.setting_cap * base_steps)))
                            : o.max_steps;
