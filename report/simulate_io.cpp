@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "report/simulate.hpp"
@@ -49,7 +50,12 @@ std::string goal_text(const strategies::Scenario& sc, const strategies::GoalEsti
            si(g.critical->b_noise_tokens) + "/" + si(g.batch_tokens) + ") = " + count(g.base_steps);
   else
     out += count(g.base_steps) + " steps of " + si(g.batch_tokens) + " tokens";
-  if (g.lr) out += ", learning rate " + si(*g.lr) + " (" + fixed(g.lr_ratio, 2) + "x the best: x" + fixed(g.lr_factor, 3) + ")";
+  if (g.lr) {
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%.3g", *g.lr);
+    out += std::string(", learning rate ") + lr + " (" + fixed(g.lr_ratio, 2) + "x the best: x" +
+           fixed(g.lr_factor, 3) + ")";
+  }
   out += ", penalty x" + fixed(g.penalties.total(), 3);
   if (g.warmup_steps > 0) out += ", + " + count(static_cast<double>(g.warmup_steps)) + " warmup";
   const auto t = strategies::time_to_train(sc, g, step_s);
