@@ -12,8 +12,8 @@
 // measure for language models: LossScaling). They assume the learning rate is
 // tuned at every batch. A learning-rate rule that gives another rate ε than
 // the best one ε_opt(B) = ε_max / (1 + B_noise / B) makes each step do
-// 2r − r² of the best step's progress (r = ε / ε_opt, McCandlish et al. §2.2,
-// the quadratic model of the loss), so it multiplies the steps by
+// 2r − r² of the best step's progress (r = ε / ε_opt, McCandlish et al.'s
+// quadratic model of the loss), so it multiplies the steps by
 // 1 / (2r − r²) and never reaches the target for r ≥ 2. Lossy techniques
 // (gradient compression, low-precision optimizer state, stale weights of
 // asynchronous pipelines) multiply the steps by a penalty each; a warmup adds
