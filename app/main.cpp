@@ -10,14 +10,21 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/fit_convergence.hpp"
+#include "backend/cpu/host_info.hpp"
 #include "backend/cpu/train.hpp"
 #include "backend/cpu/validate.hpp"
+#if STRATA_HAVE_CUDA
+#include "backend/cuda/calibrate.hpp"
+#include "backend/cuda/device.hpp"
+#include "backend/cuda/executor.hpp"
+#endif
 #include "costmodel/model_io.hpp"
 #include "report/convergence_fit.hpp"
 #include "report/describe.hpp"
@@ -28,6 +35,7 @@
 #include "report/published.hpp"
 #include "report/simulate.hpp"
 #include "report/tradeoff.hpp"
+#include "report/table.hpp"
 #include "sim/error.hpp"
 #include "strategies/coarse.hpp"
 #include "strategies/convergence_io.hpp"
@@ -42,6 +50,35 @@ namespace {
 using namespace strata;
 
 constexpr int kExitInput = 2;
+
+// A run on a device that failed (no GPU, out of device memory, a CUDA
+// error): reported as an error with exit 1, not as an internal one.
+class DeviceFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs `f` (work on the CUDA backend): bad input passes through, any other
+// library error becomes a DeviceFailure.
+template <class F>
+auto on_device(F&& f) {
+  try {
+    return f();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw DeviceFailure(e.what());
+  }
+}
+
+#if !STRATA_HAVE_CUDA
+// `--backend cuda` in a build without the CUDA backend.
+[[noreturn]] void no_cuda_backend() {
+  throw InputError("--backend", "",
+                   "cuda: this strata was built without the CUDA backend (configure on a machine with "
+                   "the CUDA toolkit and NCCL; -DSTRATA_CUDA=ON makes their absence an error)");
+}
+#endif
 
 // Parses --format values with the same table the library uses.
 void add_format_option(CLI::App* cmd, report::Format& format) {
@@ -181,6 +218,27 @@ std::string cpu_calibration_path(const std::string& given, const strategies::Sce
   return path;
 }
 
+#if STRATA_HAVE_CUDA
+// The CUDA calibration a prediction uses: --calibration FILE, else the
+// scenario's "calibration", else the cached one (`strata calibrate
+// --backend cuda` writes it), else none: the bundled estimates for the GPU,
+// with a warning.
+std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
+                                                 const char* command) {
+  if (!given.empty()) {
+    if (!std::filesystem::exists(given)) throw InputError(given, "", "file not found");
+    return given;
+  }
+  if (sc.calibration) return *sc.calibration;
+  const std::string path = backend::cuda::default_calibration_cache_path();
+  if (std::filesystem::exists(path)) return path;
+  std::cerr << "strata: warning: " << command << ": no CUDA calibration given or cached at " << path
+            << "; the prediction uses the bundled estimates for " << sc.cluster.gpu.name
+            << " (run `strata calibrate --backend cuda` first)\n";
+  return std::nullopt;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -293,9 +351,9 @@ int main(int argc, char** argv) {
       "run", "Train the scenario's plan for real on the CPU executor (ranks as threads): loss "
              "and time per step, peak memory per rank");
   run->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
-  run->add_option("--backend", run_backend, "Executor: cpu")
+  run->add_option("--backend", run_backend, "Executor: cpu (rank threads) or cuda (one GPU)")
       ->required()
-      ->check(CLI::IsMember({"cpu"}));
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   run->add_option("--steps", run_options.steps, "Training steps (default 50)")
       ->check(CLI::Range(1, 100000000));
   run->add_option("--data", run_options.data,
@@ -321,18 +379,21 @@ int main(int argc, char** argv) {
   auto* calibrate = app.add_subcommand(
       "calibrate", "Measure this machine for the cost model (GEMM, memory, copies, collectives "
                    "between rank threads) and write a calibration JSON");
-  calibrate->add_option("--backend", calibrate_backend, "Backend to measure: cpu")
+  calibrate->add_option("--backend", calibrate_backend, "Backend to measure: cpu or cuda")
       ->required()
-      ->check(CLI::IsMember({"cpu"}));
-  calibrate->add_flag("--quick", calibrate_options.quick, "Fewer sizes, shorter runs (under 10 s)");
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  calibrate->add_flag("--quick", calibrate_options.quick,
+                      "Fewer sizes, shorter runs (cpu: under 10 s; cuda: the short grid, under a minute on an H200)");
   calibrate->add_option("--ranks", calibrate_options.ranks,
                         "Rank threads running at once while measuring (default 4)")
       ->check(CLI::Range(1, 256));
-  calibrate->add_option("--cluster", calibrate_cluster,
-                        "Cluster preset whose peaks the file is written against (default cpu-local)");
+  [[maybe_unused]] auto* calibrate_cluster_option = calibrate->add_option(
+      "--cluster", calibrate_cluster,
+      "Cluster preset whose peaks the file is written against (default: cpu-local for cpu; for cuda "
+      "the single-GPU preset of the device, e.g. 1xh200)");
   calibrate->add_option("--out", calibrate_out,
                         "Write the calibration to FILE (default: the cache that validate reads, "
-                        "${XDG_CACHE_HOME:-$HOME/.cache}/strata/cpu-calibration.json)")
+                        "${XDG_CACHE_HOME:-$HOME/.cache}/strata/{cpu,cuda}-calibration.json)")
       ->type_name("FILE");
   add_format_option(calibrate, format);
   std::string validate_backend, validate_calibration;
@@ -341,9 +402,9 @@ int main(int argc, char** argv) {
       "validate", "Run the scenario's plan on the CPU executor and compare with the prediction: "
                   "step time, peak memory per rank and tag, time per task kind");
   validate->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
-  validate->add_option("--backend", validate_backend, "Executor: cpu")
+  validate->add_option("--backend", validate_backend, "Executor: cpu (rank threads) or cuda (one GPU)")
       ->required()
-      ->check(CLI::IsMember({"cpu"}));
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   validate->add_option("--calibration", validate_calibration,
                        "Calibration JSON (default: the scenario's, else the cached CPU calibration, "
                        "measured on first use)")
@@ -530,7 +591,7 @@ int main(int argc, char** argv) {
           std::cerr << "explore: report in "
                     << (std::filesystem::path(out_dir) / "report.html").string() << "\n";
         } catch (const std::exception& e) {
-          std::cerr << "strata: warning: explore: no report: " << e.what() << "\n";
+          std::cerr << "strata: warning: explore: no report: " << report::printable(e.what()) << "\n";
         }
       } catch (...) {
         line.finish();
@@ -546,9 +607,9 @@ int main(int argc, char** argv) {
       // engine's unsupported choices too, so they are seen with --out.
       const std::string engine(report::engine_name(export_target));
       if (export_target == report::ExportTarget::DeepSpeed)
-        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << n << "\n";
+        for (const auto& n : ex.notes) std::cerr << "strata: export: note: " << report::printable(n) << "\n";
       for (const auto& u : ex.unsupported)
-        std::cerr << "strata: export: not expressible in " << engine << ": " << u << "\n";
+        std::cerr << "strata: export: not expressible in " << engine << ": " << report::printable(u) << "\n";
       if (export_out.empty()) {
         out = ex.text;
       } else {
@@ -563,46 +624,85 @@ int main(int argc, char** argv) {
       auto sc = strategies::load_scenario(scenario_path);
       strategies::require_transformer(sc, "run");
       if (sc.space) strategies::require_valid_plan(sc);
-      if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
-      // The prediction printed beside the measurement uses this machine's
-      // calibration, as validate does; a build that cannot measure one
-      // (no Google Benchmark) predicts with the bundled estimates instead.
-      try {
-        sc.calibration = cpu_calibration_path(run_calibration, sc);
-      } catch (const InputError& e) {
-        if (!run_calibration.empty() || sc.calibration) throw;
-        std::cerr << "strata: warning: run: " << e.what()
-                  << "; the predicted step time uses the bundled estimates\n";
-      }
-      backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
       run_options.trace = !trace_path.empty();
       const bool tty = ::isatty(STDERR_FILENO) != 0;
-      const auto rep = backend::cpu::train(sc, run_options, [&](const backend::cpu::TrainStep& s) {
+      auto progress = [&](const backend::cpu::TrainStep& s) {
         if (!tty) return;
         std::fprintf(stderr, "\rrun: step %d/%d, loss %.4f", s.step, run_options.steps, s.loss);
         if (s.step == run_options.steps) std::fputc('\n', stderr);
-      });
+      };
+      backend::cpu::TrainReport rep;
+      if (run_backend == "cuda") {
+#if STRATA_HAVE_CUDA
+        if (auto why = backend::cuda::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        if (auto cal = cuda_calibration_path(run_calibration, sc, "run")) sc.calibration = *cal;
+        rep = on_device([&] {
+          backend::cuda::Executor ex(
+              sc, {.seed = run_options.seed, .lr = run_options.lr, .weight_decay = run_options.weight_decay});
+          return backend::cpu::train(sc, ex, run_options, progress);
+        });
+#else
+        no_cuda_backend();
+#endif
+      } else {
+        if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
+        // The prediction printed beside the measurement uses this machine's
+        // calibration, as validate does; a build that cannot measure one
+        // (no Google Benchmark) predicts with the bundled estimates instead.
+        try {
+          sc.calibration = cpu_calibration_path(run_calibration, sc);
+        } catch (const InputError& e) {
+          if (!run_calibration.empty() || sc.calibration) throw;
+          std::cerr << "strata: warning: run: " << report::printable(e.what())
+                    << "; the predicted step time uses the bundled estimates\n";
+        }
+        backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+        rep = backend::cpu::train(sc, run_options, progress);
+      }
       out = format == report::Format::Json ? backend::cpu::render_train_json(rep)
                                            : backend::cpu::render_train_table(rep);
       if (!trace_path.empty()) report::write_file_atomically(trace_path, rep.trace);
     }
     if (*calibrate) {
       if (format == report::Format::Csv) throw InputError("--format", "", "calibrate prints table or json");
-      if (!backend::cpu::calibrate_available()) {
-        std::cerr << "strata: error: calibrate: this build has no Google Benchmark (configure with "
-                     "-DSTRATA_BUILD_BENCH=ON)\n";
-        return 1;
+      std::string json, table, path;
+      if (calibrate_backend == "cuda") {
+#if STRATA_HAVE_CUDA
+        const auto devs = backend::cuda::devices();
+        if (devs.empty()) throw DeviceFailure("calibrate: no CUDA device is visible (no GPU, or no driver)");
+        std::string name = calibrate_cluster;
+        if (calibrate_cluster_option->count() == 0) {
+          name = backend::cuda::cluster_for_device(devs[0].name, devs[0].memory_bytes);
+          if (name.empty())
+            throw InputError("--cluster", "", "no cluster preset fits the device '" + devs[0].name +
+                                                  "': name one (strata clusters lists them)");
+        }
+        const auto cluster = cost::cluster_preset(name);
+        const auto m = on_device([&] { return backend::cuda::measure_cuda({.quick = calibrate_options.quick}); });
+        json = backend::cuda::calibration_json(m, cluster, today());
+        table = backend::cuda::render_measurements(m);
+        path = calibrate_out.empty() ? backend::cuda::default_calibration_cache_path() : calibrate_out;
+#else
+        no_cuda_backend();
+#endif
+      } else {
+        if (!backend::cpu::calibrate_available()) {
+          std::cerr << "strata: error: calibrate: this build has no Google Benchmark (configure with "
+                       "-DSTRATA_BUILD_BENCH=ON)\n";
+          return 1;
+        }
+        const auto cluster = cost::cluster_preset(calibrate_cluster);
+        const auto m = backend::cpu::measure_cpu(calibrate_options);
+        json = backend::cpu::calibration_json(m, cluster, today());
+        table = backend::cpu::render_measurements(m);
+        path = calibrate_out.empty() ? backend::cpu::default_calibration_cache_path() : calibrate_out;
       }
-      const auto cluster = cost::cluster_preset(calibrate_cluster);
-      const auto m = backend::cpu::measure_cpu(calibrate_options);
-      const std::string json = backend::cpu::calibration_json(m, cluster, today());
-      const std::string path =
-          calibrate_out.empty() ? backend::cpu::default_calibration_cache_path() : calibrate_out;
       const auto parent = std::filesystem::path(path).parent_path();
       if (!parent.empty()) std::filesystem::create_directories(parent);
       report::write_file_atomically(path, json);
       std::cerr << "calibrate: wrote " << path << "\n";
-      out = format == report::Format::Json ? json : backend::cpu::render_measurements(m);
+      out = format == report::Format::Json ? json : table;
     }
     if (*fitter) {
       if (!std::filesystem::exists(scenario_path))
@@ -654,15 +754,37 @@ int main(int argc, char** argv) {
       auto sc = strategies::load_scenario(scenario_path);
       strategies::require_transformer(sc, "validate");
       if (sc.space) strategies::require_valid_plan(sc);
-      if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
-      // The prediction and the executor's lowering both read sc.calibration.
-      sc.calibration = cpu_calibration_path(validate_calibration, sc);
-      const auto cal = cost::load_calibration_file(*sc.calibration, cost::default_calibration(sc.cluster.gpu));
-      if (cal.backend != "cpu")
-        std::cerr << "strata: warning: validate: " << *sc.calibration << " is a \"" << cal.backend
-                  << "\" calibration, not one measured by the CPU backend\n";
-      backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
-      const auto rep = backend::cpu::validate(sc, validate_options);
+      backend::cpu::ValidateReport rep;
+      if (validate_backend == "cuda") {
+#if STRATA_HAVE_CUDA
+        if (auto why = backend::cuda::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        // The prediction and the executor's lowering both read sc.calibration.
+        if (auto cal = cuda_calibration_path(validate_calibration, sc, "validate")) {
+          sc.calibration = *cal;
+          const auto c = cost::load_calibration_file(*cal, cost::default_calibration(sc.cluster.gpu));
+          if (c.backend != "cuda")
+            std::cerr << "strata: warning: validate: " << *cal << " is a \"" << c.backend
+                      << "\" calibration, not one measured by the CUDA backend\n";
+        }
+        rep = on_device([&] {
+          backend::cuda::Executor ex(sc, {.seed = validate_options.seed});
+          return backend::cpu::validate(sc, ex, validate_options);
+        });
+#else
+        no_cuda_backend();
+#endif
+      } else {
+        if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
+        // The prediction and the executor's lowering both read sc.calibration.
+        sc.calibration = cpu_calibration_path(validate_calibration, sc);
+        const auto cal = cost::load_calibration_file(*sc.calibration, cost::default_calibration(sc.cluster.gpu));
+        if (cal.backend != "cpu")
+          std::cerr << "strata: warning: validate: " << *sc.calibration << " is a \"" << cal.backend
+                    << "\" calibration, not one measured by the CPU backend\n";
+        backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+        rep = backend::cpu::validate(sc, validate_options);
+      }
       out = format == report::Format::Json ? backend::cpu::render_validate_json(rep)
                                            : backend::cpu::render_validate_table(rep);
     }
@@ -670,10 +792,14 @@ int main(int argc, char** argv) {
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const InputError& e) {
-    std::cerr << "strata: error: " << e.what() << "\n";
+    // Messages quote the input (names, paths): no control character reaches the terminal.
+    std::cerr << "strata: error: " << report::printable(e.what()) << "\n";
     return kExitInput;
+  } catch (const DeviceFailure& e) {
+    std::cerr << "strata: error: " << e.what() << "\n";
+    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "strata: internal error: " << e.what() << "\n";
+    std::cerr << "strata: internal error: " << report::printable(e.what()) << "\n";
     return 1;
   }
 }

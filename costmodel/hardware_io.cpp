@@ -3,6 +3,7 @@
 
 #include "costmodel/model_io.hpp"
 #include "costmodel/presets.hpp"
+#include "sim/limits.hpp"
 
 namespace strata::cost {
 
@@ -10,7 +11,9 @@ namespace {
 
 constexpr double kMaxTflops = 1e6;
 constexpr double kMaxGBps = 1e6;
-constexpr double kMaxGiB = 1e9;
+// A pebibyte per GPU, host or NVMe array: far beyond any device, and its
+// bytes (2^50) leave room for sums in 64 bits.
+constexpr double kMaxGiB = 1e6;
 constexpr std::int64_t kMaxGpusPerNode = 1024;
 constexpr std::int64_t kMaxNodes = 1'000'000;
 
@@ -125,6 +128,11 @@ ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir
   c.nodes = r.int_or("nodes", c.nodes, 1, kMaxNodes);
   c.source = r.string_or("source", c.source);
   r.reject_unknown_keys();
+  // nodes ≤ 10^6 and gpus_per_node ≤ 1,024: the product fits; the limit is on it.
+  if (c.gpus() > kMaxGpus)
+    r.fail_at("nodes", "nodes × gpus_per_node = " + std::to_string(c.nodes) + " × " +
+                           std::to_string(c.node.gpus_per_node) + " = " + std::to_string(c.gpus()) +
+                           " GPUs; Strata models at most 2^20 (1,048,576)");
   if (c.node.gpus_per_node > 1 && c.node.intra_node_GBps <= 0)
     r.fail_at("intra_node_GBps", "must be > 0 when gpus_per_node > 1");
   if (c.nodes > 1 && c.node.inter_node_GBps_per_gpu <= 0)

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "costmodel/ops.hpp"
 #include "costmodel/presets.hpp"
 
 namespace strata::cost {
@@ -30,19 +31,28 @@ ModelSpec preset_at(std::string_view name, const JsonReader& where, int depth) {
   return read_model_object(JsonReader(j, file), "", depth + 1);
 }
 
+// The keys a model's cross-field rules name: Strata's, or those of the
+// Hugging Face config the numbers came from.
+struct ModelKeys {
+  std::string heads = "heads", kv_heads = "kv_heads", top_k = "moe.top_k";
+};
+
 // Validates the cross-field rules of a complete model.
-void check_model(const ModelSpec& m, const JsonReader& r) {
-  auto at = [&](const char* key) { return r.child_path(key); };
+void check_model(const ModelSpec& m, const JsonReader& r, const ModelKeys& keys = {}) {
   if (m.hidden % m.heads != 0)
-    throw InputError(r.file(), at("heads"),
+    throw InputError(r.file(), r.child_path(keys.heads),
                      std::to_string(m.heads) + " does not divide hidden=" + std::to_string(m.hidden));
   if (m.kv_heads < 1 || m.heads % m.kv_heads != 0)
-    throw InputError(r.file(), at("kv_heads"),
+    throw InputError(r.file(), r.child_path(keys.kv_heads),
                      std::to_string(m.kv_heads) + " does not divide heads=" + std::to_string(m.heads));
   if (m.moe && m.moe->top_k > m.moe->experts)
-    throw InputError(r.file(), r.child_path("moe") + ".top_k",
+    throw InputError(r.file(), r.child_path(keys.top_k),
                      std::to_string(m.moe->top_k) + " exceeds experts=" +
                          std::to_string(m.moe->experts));
+  // One sequence of seq_len tokens must be countable (scenarios check their
+  // batch too: strategies/validate.cpp).
+  if (const auto b = size_bound(m, 1, 1, 1, AttentionKernel::Flash); !b.countable())
+    r.fail(b.rule("one sequence"));
 }
 
 constexpr std::int64_t kMaxChainBytes = std::int64_t{1} << 50;
@@ -263,18 +273,26 @@ ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
   m.name = name ? name->as_string() : std::filesystem::path(path).stem().string();
   if (m.name.empty()) m.name = model_type.empty() ? "hf-model" : model_type;
   m.source = "Hugging Face config " + path;
-  check_model(m, r);
+  ModelKeys keys;
+  keys.heads = r.json().contains("num_attention_heads") ? "num_attention_heads" : "n_head";
+  keys.kv_heads = r.json().contains("num_key_value_heads") ? "num_key_value_heads" : keys.heads;
+  keys.top_k = "num_experts_per_tok";
+  check_model(m, r, keys);
   return m;
 }
 
-ModelSpec load_model_file_at(const std::string& path, int depth) {
-  const auto j = load_json_file(path);
+// A model file's JSON: Strata's format or a Hugging Face config.json.
+ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth) {
   const JsonReader r(j, path);
   if (!j.is_object())
     r.fail("must be a JSON object (a model, a Hugging Face config.json or a scenario)");
   if (is_hf_config(j)) return read_hf_config(r, path);
   const auto dir = std::filesystem::path(path).parent_path().string();
   return read_model_object(r, dir, depth);
+}
+
+ModelSpec load_model_file_at(const std::string& path, int depth) {
+  return model_from_file_json(load_json_file(path), path, depth);
 }
 
 }  // namespace
@@ -310,6 +328,10 @@ ModelSpec read_model(const JsonReader& value, const std::string& base_dir) {
 }
 
 ModelSpec load_model_file(const std::string& path) { return load_model_file_at(path, 0); }
+
+ModelSpec parse_model_file_text(std::string_view text, const std::string& source) {
+  return model_from_file_json(parse_json_text(text, source), source, 0);
+}
 
 ModelSpec model_preset(std::string_view name) {
   const nlohmann::json j = std::string(name);

@@ -16,6 +16,9 @@ namespace strata::cost {
 
 ModelSpec read_model(const JsonReader& value, const std::string& base_dir);
 ModelSpec load_model_file(const std::string& path);
+// The same from the file's text (`source` names it in errors and is the
+// directory relative paths in it resolve against).
+ModelSpec parse_model_file_text(std::string_view text, const std::string& source);
 ModelSpec model_preset(std::string_view name);
 std::vector<ModelSpec> model_presets();
 

@@ -216,6 +216,23 @@ TEST_CASE("Hugging Face config.json imports as a model") {
     "max_position_embeddings": 8, "hidden_act": "relu"})");
   CHECK(error_of([&] { load_model_file(bad); }) ==
         bad + ": hidden_act: unsupported activation \"relu\" (Strata models gelu* and silu/swiglu)");
+
+  // Cross-field rules name the config's own keys.
+  CHECK(error_of([] {
+          parse_model_file_text(R"({"n_layer": 2, "n_embd": 64, "n_head": 5, "vocab_size": 10, "n_positions": 8})",
+                                "g.json");
+        }) == "g.json: n_head: 5 does not divide hidden=64");
+  CHECK(error_of([] {
+          parse_model_file_text(R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "num_key_value_heads": 3, "vocab_size": 10, "max_position_embeddings": 8})",
+                                "l.json");
+        }) == "l.json: num_key_value_heads: 3 does not divide heads=4");
+  CHECK(error_of([] {
+          parse_model_file_text(R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "num_local_experts": 2, "num_experts_per_tok": 3, "vocab_size": 10,
+                                    "max_position_embeddings": 8})",
+                                "m.json");
+        }) == "m.json: num_experts_per_tok: 3 exceeds experts=2");
 }
 
 }  // namespace

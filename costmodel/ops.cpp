@@ -1,9 +1,11 @@
 #include "costmodel/ops.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 
 namespace strata::cost {
 
@@ -318,6 +320,43 @@ struct Builder {
 };
 
 }  // namespace
+
+bool SizeBound::countable() const { return total() <= static_cast<double>(kMaxBytes); }
+
+std::string SizeBound::rule(const std::string& what) const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "needs about %.3g bytes (%.3g parameters, %.3g bytes of activations for %s); "
+                "Strata counts at most 2^60 bytes (1 EiB)",
+                total(), params, activation_bytes, what.c_str());
+  return buf;
+}
+
+SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches,
+                     double gpus_per_node, AttentionKernel attention) {
+  const double L = static_cast<double>(m.layers), h = static_cast<double>(m.hidden),
+               a = static_cast<double>(m.heads), f = static_cast<double>(m.ffn_hidden),
+               V = static_cast<double>(m.vocab), s = static_cast<double>(m.seq_len),
+               kv = static_cast<double>(m.kv_heads) * h / a,
+               E = m.moe ? static_cast<double>(m.moe->experts) : 1.0,
+               k = m.moe ? static_cast<double>(m.moe->top_k) : 1.0;
+  SizeBound b;
+  // Attention (QKV, projection), experts' MLPs (up, gate, down), router,
+  // biases and norms; embeddings (token, position) and an untied head.
+  const double block = h * (h + 2 * kv) + h * h + 3 * E * h * f + E * h + 3 * E * f + 2 * kv + 8 * h;
+  b.params = L * block + 2 * V * h + s * h + 4 * h;
+  b.state_bytes = 32 * b.params * gpus_per_node;
+  // Per token, 32 bytes per element (4 in fp32: kept, its gradient, and
+  // read and written forward and backward): what a block keeps and touches
+  // (ops.cpp: norms, inputs of every matrix product, Q/K/V, the experts'
+  // inputs and activations, routing, dropout masks, attention statistics or
+  // scores), and the head's fp32 logits.
+  const double attn = attention == AttentionKernel::Standard ? 32 * 5 * a * s : 32 * a;
+  const double per_block = 32 * (16 * h + 4 * kv + 4 * k * (h + 2 * f) + 4 * E) + attn;
+  const double per_token = L * per_block + 128 * V + 128 * h + 32;
+  b.activation_bytes = microbatches * micro_batch * s * per_token;
+  return b;
+}
 
 OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
   if (opts.micro_batch < 1 || opts.tp < 1 || opts.cp < 1 || opts.ep < 1)

@@ -110,4 +110,24 @@ struct OpChain {
 
 OpChain expand(const ModelSpec& model, const ExpandOptions& opts = {});
 
+// An upper bound, in doubles, of the bytes Strata counts for a model
+// trained on `microbatches` microbatches of `micro_batch` sequences on nodes
+// of `gpus_per_node` GPUs: every parameter's states (32 bytes each, on every
+// GPU of a node: a host holds its GPUs' offloaded states) and every
+// activation of every microbatch in fp32, none sharded and none freed. Every
+// byte count expand() and the memory models form is below it, so checking it
+// against kMaxBytes (sim/limits.hpp) before expanding keeps them in 64 bits.
+struct SizeBound {
+  double params = 0;            // parameters, all experts, untied
+  double state_bytes = 0;       // 32 bytes per parameter per GPU of a node
+  double activation_bytes = 0;  // every microbatch's activations
+  double total() const { return state_bytes + activation_bytes; }
+  bool countable() const;  // total() <= kMaxBytes
+  // Why it is not countable, for an InputError: "needs about 2.1e+21 bytes
+  // (3.4e+15 parameters, 9.9e+19 bytes of activations for <what>); Strata counts at most ...".
+  std::string rule(const std::string& what) const;
+};
+SizeBound size_bound(const ModelSpec& model, double micro_batch, double microbatches,
+                     double gpus_per_node, AttentionKernel attention);
+
 }  // namespace strata::cost

@@ -4,7 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "costmodel/model_io.hpp"
+#include "tests/testing.hpp"
 
 namespace strata::cost {
 namespace {
@@ -206,6 +209,51 @@ TEST_CASE("fp32 doubles activation bytes; fp8 halves GEMM inputs") {
     }
     if (ops16[i].kind == OpKind::Linear) CHECK(2 * ops8[i].saved_bytes == ops16[i].saved_bytes);
   }
+}
+
+TEST_CASE("size_bound is above every byte count and parameter count expand forms") {
+  // For every preset, with dropout, fp32, both attention kernels and no
+  // tensor parallelism (the most a rank holds): parameters, and a
+  // microbatch's saved bytes, gradients and traffic over all layers.
+  for (ModelSpec m : model_presets()) {
+    if (m.chain) continue;  // layer chains are not expanded into ops
+    m.dropout = true;
+    for (AttentionKernel attention : {AttentionKernel::Flash, AttentionKernel::Standard}) {
+      ExpandOptions o;
+      o.micro_batch = 2;
+      o.precision = Precision::FP32;
+      o.attention = attention;
+      const OpChain c = expand(m, o);
+      const SizeBound b = size_bound(m, 2, 1, 1, attention);
+      CAPTURE(m.name);
+      CHECK(static_cast<double>(c.params()) <= b.params);
+      double kept = 0, traffic = 0;
+      for (const Layer* l : {&c.embedding, &c.block, &c.head}) {
+        const double times = l == &c.block ? static_cast<double>(c.blocks) : 1.0;
+        for (const Op& op : l->ops) {
+          kept += times * static_cast<double>(op.saved_bytes + op.grad_bytes);
+          traffic += times * static_cast<double>(op.fwd_bytes + op.bwd_bytes);
+        }
+      }
+      CHECK(kept <= b.activation_bytes);
+      // Traffic reads the weights too (three times, fp32).
+      CHECK(traffic <= b.total());
+    }
+  }
+}
+
+TEST_CASE("a model beyond 2^60 bytes is refused when read") {
+  // 100,000 layers of hidden 2^24: about 4.5e20 parameters (bound).
+  CHECK(!size_bound(ModelSpec{.layers = 100'000, .hidden = 1 << 24, .heads = 16, .kv_heads = 16,
+                              .ffn_hidden = 1 << 24, .vocab = 50'000, .seq_len = 1024},
+                    1, 1, 1, AttentionKernel::Flash)
+             .countable());
+  const auto j = nlohmann::json::parse(
+      R"({"num_hidden_layers": 100000, "hidden_size": 16777216, "num_attention_heads": 16,
+          "vocab_size": 50000, "max_position_embeddings": 1024})");
+  CHECK(testing::input_error_of([&] { parse_model_file_text(j.dump(), "huge.json"); }) ==
+        "huge.json: needs about 1.44e+22 bytes (4.5e+20 parameters, 3.08e+18 bytes of "
+        "activations for one sequence); Strata counts at most 2^60 bytes (1 EiB)");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 
 namespace strata::cost {
 
@@ -130,7 +131,12 @@ double send_recv_seconds(double size, const Layout& g, const NodeSpec& node,
 }  // namespace
 
 Time seconds_to_time(double seconds) {
-  return static_cast<Time>(std::llround(seconds * static_cast<double>(kSecond)));
+  // Saturates at the longest step Strata models: a longer duration makes the
+  // step reach it, and the step is refused (strategies/lower.cpp, coarse.cpp).
+  const double ns = seconds * static_cast<double>(kSecond);
+  if (std::isnan(ns)) throw Error("seconds_to_time: NaN seconds");
+  const double cap = static_cast<double>(kMaxStepTime);
+  return static_cast<Time>(std::llround(std::clamp(ns, -cap, cap)));
 }
 
 Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,

@@ -95,7 +95,8 @@ inline Time collective_time(CollectiveOp op, Bytes bytes, std::int64_t group,
 Time copy_time(Bytes bytes, CopyKind kind, bool pinned, const NodeSpec& node,
                const Calibration& cal);
 
-// Seconds to the engine's integer nanoseconds (rounded to nearest).
+// Seconds to the engine's integer nanoseconds (rounded to nearest), saturating
+// at kMaxStepTime (sim/limits.hpp).
 Time seconds_to_time(double seconds);
 
 }  // namespace strata::cost

@@ -305,7 +305,7 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   add("block (x" + std::to_string(chain.blocks) + ")", chain.block);
   add(std::string(chain.head.name), chain.head);
   std::string out;
-  out += "model            " + model.name + "\n";
+  out += "model            " + printable(model.name) + "\n";
   out += "parameters       " + count(static_cast<double>(chain.params())) + " (" +
          std::to_string(chain.params()) + ")\n";
   out += "FLOPs per token  " + si(flops_per_token) + " (forward + backward, model FLOPs)\n";
@@ -321,7 +321,7 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   if (scenario) {
     const auto& p = scenario->plan;
     out += "scenario         " + std::to_string(scenario->cluster.gpus()) + " x " +
-           scenario->cluster.gpu.name + ": dp " + std::to_string(p.dp) + ", tp " +
+           printable(scenario->cluster.gpu.name) + ": dp " + std::to_string(p.dp) + ", tp " +
            std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", cp " +
            std::to_string(p.cp) + "; " +
            std::to_string(strategies::microbatches(p, scenario->batch)) + " microbatch(es) of " +

@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -68,6 +69,9 @@ struct ResultsFile {
 };
 ResultsFile read_results(const std::string& path,
                          const std::function<bool(std::uint64_t)>& keep_line = {});
+// The same from the file's text (`path` names it in errors).
+ResultsFile parse_results(std::string_view text, const std::string& path,
+                          const std::function<bool(std::uint64_t)>& keep_line = {});
 
 // One results.jsonl line (no newline) for a scored plan.
 std::string result_line(const strategies::ScoredOutcome& o);

@@ -271,20 +271,20 @@ std::string result_line(const strategies::ScoredOutcome& o) {
 
 ResultsFile read_results(const std::string& path,
                          const std::function<bool(std::uint64_t)>& keep_line) {
+  if (!fs::exists(path)) return {};
+  // As large as the plans written to it (about 1.4 KiB each).
+  return parse_results(read_input_file(path, std::numeric_limits<std::uint64_t>::max()), path,
+                       keep_line);
+}
+
+ResultsFile parse_results(std::string_view text, const std::string& path,
+                          const std::function<bool(std::uint64_t)>& keep_line) {
   ResultsFile out;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    if (!fs::exists(path)) return out;
-    throw InputError(path, "", "cannot read file");
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
   std::size_t pos = 0;
   std::uint64_t line_no = 0;
   while (pos < text.size()) {
     const std::size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) {  // torn: the run stopped mid-line
+    if (nl == std::string_view::npos) {  // torn: the run stopped mid-line
       out.torn_bytes = text.size() - pos;
       break;
     }
@@ -586,9 +586,10 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
   const auto& sh = s.at("shards");
   std::string shards;
   for (const auto& i : sh.at("indices")) shards += (shards.empty() ? "" : ",") + std::to_string(i.get<std::uint64_t>());
-  out += "scenario   " + s.at("scenario").get<std::string>() + "\n";
-  out += "model      " + s.at("model").get<std::string>() + " on " +
-         std::to_string(s.at("gpus").get<std::int64_t>()) + " x " + s.at("gpu").get<std::string>() + "\n";
+  out += "scenario   " + printable(s.at("scenario").get<std::string>()) + "\n";
+  out += "model      " + printable(s.at("model").get<std::string>()) + " on " +
+         std::to_string(s.at("gpus").get<std::int64_t>()) + " x " +
+         printable(s.at("gpu").get<std::string>()) + "\n";
   out += "space      " + fmt_count(s.at("space").at("size").get<std::uint64_t>()) + " plans over " +
          std::to_string(s.at("space").at("axes").size()) + " axes";
   if (sh.at("count").get<std::uint64_t>() > 1)

@@ -151,9 +151,9 @@ std::string render_simulation(const strategies::Scenario& sc,
   if (f == Format::Csv) return to_csv(per_stage);
 
   std::string out;
-  out += "scenario   " + sc.file + "\n";
-  out += "model      " + sc.model.name + " on " + std::to_string(sc.cluster.gpus()) + " x " +
-         sc.cluster.gpu.name + "\n";
+  out += "scenario   " + printable(sc.file) + "\n";
+  out += "model      " + printable(sc.model.name) + " on " + std::to_string(sc.cluster.gpus()) +
+         " x " + printable(sc.cluster.gpu.name) + "\n";
   out += "plan       " + plan_summary(sc) + "\n";
   out += "batch      " + std::to_string(sc.batch.global) + " sequences of " +
          std::to_string(sc.model.seq_len) + " tokens, microbatch " +

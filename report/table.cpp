@@ -16,8 +16,13 @@ std::size_t width(const std::string& s) {
   return n;
 }
 
-// Control characters would break a terminal table; show them escaped.
-std::string printable(const std::string& s) {
+Align align_of(const Table& t, std::size_t col) {
+  return col < t.align.size() ? t.align[col] : Align::Left;
+}
+
+}  // namespace
+
+std::string printable(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
     if (c < 0x20 || c == 0x7f) {
@@ -30,12 +35,6 @@ std::string printable(const std::string& s) {
   }
   return out;
 }
-
-Align align_of(const Table& t, std::size_t col) {
-  return col < t.align.size() ? t.align[col] : Align::Left;
-}
-
-}  // namespace
 
 std::string to_text(const Table& t) {
   const std::size_t ncol = t.columns.size();

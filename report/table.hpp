@@ -2,6 +2,7 @@
 // A plain table of strings and its renderings: aligned text for terminals,
 // CSV (RFC 4180) and Markdown. Every cell is escaped for its format.
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata::report {
@@ -17,6 +18,9 @@ struct Table {
 };
 
 std::string to_text(const Table& t);
+// Text for a terminal: control characters (ESC, newlines, …) shown as \xNN,
+// so a name from the input cannot move the cursor, recolour or add lines.
+std::string printable(std::string_view s);
 std::string to_csv(const Table& t);
 std::string to_markdown(const Table& t);
 

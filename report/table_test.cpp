@@ -47,6 +47,10 @@ TEST_CASE("control characters never reach the terminal raw") {
   CHECK(to_text(t).find('\x1b') == std::string::npos);
 }
 
+TEST_CASE("printable: names in terminal text keep to one line and cannot recolour it") {
+  CHECK(printable("m\x1b[31mred\nline2\x01 \xc3\x97") == "m\\x1b[31mred\\x0aline2\\x01 \xc3\x97");
+}
+
 TEST_CASE("number formats") {
   CHECK(si(174.6e9) == "175G");
   CHECK(si(1.2345e9) == "1.23G");

@@ -9,6 +9,7 @@ packages=(
   libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev
   libbenchmark-dev libopenblas-dev python3
   chromium  # headless browser for the report test (tests/e2e/check_report.py)
+  clang libclang-rt-dev  # libFuzzer and the sanitizer runtimes for scripts/fuzz.sh
 )
 
 missing=()

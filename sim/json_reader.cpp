@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -52,15 +53,38 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
     throw InputError(source, "",
                      "invalid JSON at line " + std::to_string(line) + ", column " +
                          std::to_string(col) + ": " + what);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range (1e400): nlohmann reports it without a
+    // position ("[json.exception.out_of_range.406] number overflow parsing '1e400'").
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    throw InputError(source, "", "invalid JSON: " + what);
   }
 }
 
-nlohmann::json load_json_file(const std::string& path) {
+std::string read_input_file(const std::string& path, std::uint64_t max_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw InputError(path, "", "cannot open file");
+  if (fs::is_directory(st)) throw InputError(path, "", "is a directory, not a file");
+  if (!fs::is_regular_file(st)) throw InputError(path, "", "is not a regular file (a FIFO, socket or device)");
+  const auto size = fs::file_size(path, ec);
+  if (!ec && size > max_bytes)
+    throw InputError(path, "", "is " + std::to_string(size) + " bytes; Strata reads at most " +
+                                   std::to_string(max_bytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
   std::ostringstream ss;
   ss << in.rdbuf();
-  return parse_json_text(ss.str(), path);
+  std::string bytes = ss.str();
+  if (bytes.size() > max_bytes)  // it grew while being read
+    throw InputError(path, "", "is over " + std::to_string(max_bytes) + " bytes");
+  return bytes;
+}
+
+nlohmann::json load_json_file(const std::string& path) {
+  return parse_json_text(read_input_file(path, kMaxJsonFileBytes), path);
 }
 
 JsonReader::JsonReader(const nlohmann::json& value, std::string file, std::string path)

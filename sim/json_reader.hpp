@@ -17,8 +17,18 @@
 
 namespace strata {
 
-// Reads a JSON file; `//` and `/* */` comments are accepted. Throws InputError
-// naming the file and the line/column of a syntax error.
+// The largest JSON file Strata reads (a scenario, model, cluster or
+// calibration file is a few KiB).
+inline constexpr std::uint64_t kMaxJsonFileBytes = std::uint64_t{64} << 20;
+
+// The bytes of a regular file of at most `max_bytes`. Throws InputError for a
+// missing file, a directory, a FIFO or device (/dev/zero would never end) and
+// a file over the limit.
+std::string read_input_file(const std::string& path, std::uint64_t max_bytes);
+
+// Reads a JSON file (read_input_file, at most kMaxJsonFileBytes); `//` and
+// `/* */` comments are accepted. Throws InputError naming the file and the
+// line/column of a syntax error.
 nlohmann::json load_json_file(const std::string& path);
 // Parses JSON text; `source` names it in errors.
 nlohmann::json parse_json_text(std::string_view text, const std::string& source);

@@ -31,6 +31,26 @@ TEST_CASE("comments are accepted and syntax errors name line and column") {
   CHECK(msg.find("bad.json: invalid JSON at line 3, column") == 0);
 }
 
+TEST_CASE("a number beyond double's range is a syntax error, not a crash") {
+  // Found by fuzz_calibration: nlohmann throws out_of_range (not parse_error) for 1e3080.
+  CHECK(error_of([] { parse_json_text(R"({"a": 1e3080})", "big.json"); }) ==
+        "big.json: invalid JSON: number overflow parsing '1e3080'");
+  CHECK(error_of([] { parse_json_text("[-1e400]", "big.json"); }) ==
+        "big.json: invalid JSON: number overflow parsing '-1e400'");
+}
+
+TEST_CASE("only regular files of bounded size are read") {
+  // /dev/zero or a FIFO named as a model file once hung the reader.
+  CHECK(error_of([] { load_json_file("/dev/null"); }) ==
+        "/dev/null: is not a regular file (a FIFO, socket or device)");
+  CHECK(error_of([] { load_json_file("/"); }) == "/: is a directory, not a file");
+  CHECK(error_of([] { load_json_file("/no/such/file.json"); }) == "/no/such/file.json: cannot open file");
+  const std::string path = std::string(STRATA_SOURCE_DIR) + "/configs/models/gpt2-124m.json";
+  CHECK(read_input_file(path, 1 << 20).find("gpt2-124m") != std::string::npos);
+  CHECK(error_of([&] { read_input_file(path, 16); }).find("bytes; Strata reads at most 16") !=
+        std::string::npos);
+}
+
 TEST_CASE("paths are dotted and indexed") {
   auto j = parse_json_text(R"({"plan": {"stage_layers": [1, 2, -3]}})", "s.json");
   JsonReader r(j, "s.json");

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_layout.hpp"
@@ -47,6 +48,7 @@ class CoarseStep : StepLayout {
   CoarseStep(const Scenario& sc, const StepCosts& costs)
       : StepLayout(sc), sc_(sc), plan_(sc.plan), costs_(costs) {
     price_layers();
+    require_countable_step(sc, serial_ns(), static_cast<std::uint64_t>(m_) * 2 * chunks_.size());
     const int chunks = static_cast<int>(chunks_.size());
     fwd_.resize(chunks_.size());
     bwd_.resize(chunks_.size());
@@ -73,7 +75,6 @@ class CoarseStep : StepLayout {
       bwd_sent[slot(0, mb)] = kNoSend;
     }
     stages_.assign(static_cast<std::size_t>(p_), Stage{});
-    const Time p2p = costs_.p2p(p2p_bytes(sc_));
     for (auto& st : stages_) {
       st.compute_free = costs_.overhead_per_step();
       st.acc.compute += st.compute_free;
@@ -135,7 +136,7 @@ class CoarseStep : StepLayout {
           st.pending_send = kNoSend;
           if (fwd ? k + 1 < chunks : k > 0) {
             st.send_start = std::max(st.compute_free, st.p2p_free);
-            st.send_end = st.p2p_free = st.send_start + p2p;
+            st.send_end = st.p2p_free = st.send_start + p2p_;
             st.pending_send = st.send_end;
             (fwd ? fwd_sent : bwd_sent)[slot(k, step.microbatch)] = st.send_end;
             ++tasks;
@@ -158,6 +159,9 @@ class CoarseStep : StepLayout {
       tasks += tail(s);
       step_time = std::max(step_time, stages_[static_cast<std::size_t>(s)].end);
     }
+    // The tail's durations saturate (capped_sum): a step that reaches the
+    // cap is refused.
+    require_countable_step(sc_, static_cast<double>(step_time), tasks);
     StepPrediction pr;
     pr.step_time = step_time;
     pr.tasks = tasks;
@@ -236,6 +240,28 @@ class CoarseStep : StepLayout {
     if (plan_.offload.weights)
       fetch_ = costs_.copy(static_cast<Bytes>(params * per_.weights), CopyDir::ToDevice);
     overhead_mb_ = costs_.overhead_per_microbatch();
+    // One pipeline send; without a pipeline there is no neighbour (and, on
+    // a cluster without an inter-node link, no link to price one on).
+    p2p_ = p_ > 1 ? costs_.p2p(p2p_bytes(sc_)) : 0;
+  }
+
+  // Every chunk pass of every microbatch, and its sends, one after another
+  // (double: no overflow): the recurrence's times stay below it. A
+  // layer's recompute is at most one forward; its copies at most what it keeps.
+  double serial_ns() const {
+    const auto d = [](Time t) { return static_cast<double>(t); };
+    const Bytes kept = plan_.offload.activations ? std::max({rule_.full, rule_.selective, rule_.input}) : 0;
+    const double copies = kept > 0 ? d(costs_.copy(kept, CopyDir::ToHost)) + d(costs_.copy(kept, CopyDir::ToDevice)) : 0;
+    const double layer = d(f_) + d(b_) + std::max(d(r_), d(core_)) + 2 * d(comm_f_sum_) + d(comm_b_sum_) +
+                         2 * (d(gather_) + d(reduce_) + d(fetch_)) + copies;
+    const double ends = d(costs_.layer(chain_.embedding, Pass::Forward)) +
+                        d(costs_.layer(chain_.embedding, Pass::Backward)) +
+                        d(costs_.layer(chain_.head, Pass::Forward)) +
+                        d(costs_.layer(chain_.head, Pass::Backward));
+    const double per_chunk = 2 * (d(overhead_mb_) + d(p2p_));
+    const double per_mb = static_cast<double>(first_layer_.back()) * layer + ends +
+                          static_cast<double>(chunks_.size()) * per_chunk;
+    return static_cast<double>(m_) * per_mb + d(costs_.overhead_per_step());
   }
 
   // A layer pass of `busy` on the compute stream that also waits for
@@ -344,27 +370,28 @@ class CoarseStep : StepLayout {
     const StageGradients stage{layers, s == 0, s == p_ - 1};
     const double params = stage.params(chain_);
     Time reduced = 0;  // when every gradient this stage steps on is reduced
+    // Below: tail durations, each at most kMaxStepTime, summed saturating.
     auto on_comm = [&](Time ready, Time d) {
-      comm_free = std::max(ready, comm_free) + d;
+      comm_free = capped_sum(std::max(ready, comm_free), d);
       ++tasks;
       return comm_free;
     };
     const bool dp = plan_.dp > 1;
     if (dp && plan_.compression.method != CompressionMethod::None) {
       const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs_);
-      const Time enc_end = end_of_backward + ex.encode;
+      const Time enc_end = capped_sum(end_of_backward, ex.encode);
       Time prev = enc_end;
       for (const auto& [op, bytes] : ex.rounds)
         prev = on_comm(prev, costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)));
       const Time dec_start = std::max(enc_end, prev);
-      compute_free = dec_start + ex.decode;
+      compute_free = capped_sum(dec_start, ex.decode);
       tasks += 2;
       a.comm[static_cast<std::size_t>(CommKind::DP)] += compute_free - end_of_backward;
       reduced = compute_free;
     } else if (zero3()) {
       // The last layer's reduce-scatter follows the end of backward (the
       // per-layer ones are folded into the chunk passes).
-      comm_free = end_of_backward + reduce_;
+      comm_free = capped_sum(end_of_backward, reduce_);
       reduced = comm_free;
       const double other = (s == 0 ? static_cast<double>(chain_.embedding.params()) : 0.0) +
                            (s == p_ - 1 ? static_cast<double>(chain_.head.params()) : 0.0);
@@ -426,26 +453,26 @@ class CoarseStep : StepLayout {
       // ZeRO-Offload: gradients down, the step (and NVMe state traffic) on
       // the host CPU, updated weights up; the GPU idles meanwhile.
       const Time down = costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost);
-      Time t = std::max(end_of_backward, reduced) + down;
+      Time t = capped_sum(std::max(end_of_backward, reduced), down);
       Time offload = down;
       const bool nvme = plan_.offload.optimizer == OffloadTarget::Nvme;
       const Bytes states = static_cast<Bytes>(local * per_.optimizer);
       if (nvme) {
         const Time rd = costs_.copy(states, CopyDir::NvmeRead);
-        t += rd;
-        offload += rd;
+        t = capped_sum(t, rd);
+        offload = capped_sum(offload, rd);
       }
       const Time opt = costs_.optimizer_step(local, true);
-      t += opt;
+      t = capped_sum(t, opt);
       Time after = t;
       if (nvme) {
         const Time wr = costs_.copy(states, CopyDir::NvmeWrite);
-        end = t + wr;
-        offload += wr;
+        end = capped_sum(t, wr);
+        offload = capped_sum(offload, wr);
       }
       const Time up = costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice);
-      stepped = after + up;
-      offload += up;
+      stepped = capped_sum(after, up);
+      offload = capped_sum(offload, up);
       end = std::max(end, stepped);
       a.optimizer += opt;
       a.comm[static_cast<std::size_t>(CommKind::Offload)] += offload;
@@ -455,7 +482,7 @@ class CoarseStep : StepLayout {
       const Time start = std::max(compute_free, reduced);
       a.comm[static_cast<std::size_t>(CommKind::DP)] += start - compute_free;
       const Time opt = costs_.optimizer_step(local, false);
-      stepped = start + opt;
+      stepped = capped_sum(start, opt);
       a.optimizer += opt;
       end = compute_free = stepped;
       ++tasks;
@@ -477,7 +504,7 @@ class CoarseStep : StepLayout {
   Time f_ = 0, b_ = 0, r_ = 0, core_ = 0, overhead_mb_ = 0;
   std::array<Time, kCommKinds> comm_f_{}, comm_b_{};
   Time comm_f_sum_ = 0, comm_b_sum_ = 0;
-  Time gather_ = 0, reduce_ = 0, fetch_ = 0;
+  Time gather_ = 0, reduce_ = 0, fetch_ = 0, p2p_ = 0;
   std::vector<ChunkPass> fwd_, bwd_;
   std::vector<Stage> stages_;
 };

@@ -118,6 +118,15 @@ namespace {
 // the coarse level stays within 10 % of the layer level and is never more
 // than 1 % optimistic, so re-simulating the kept plans corrects it in few
 // rounds (docs/performance.md has the goal sweep's figures).
+TEST_CASE("coarse: without a pipeline no send is priced, so a node without an inter-node link works") {
+  // cpu-local: one node of 8 rank threads, inter_node_GBps_per_gpu 0. The
+  // chunk level once priced a send between stages with pp = 1 and failed.
+  const auto sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "cpu-local", "batch": {"global": 8}})",
+                                 "cpu.json");
+  const ModelStepCosts costs(sc);
+  CHECK(predict_step_coarse(sc, costs).step_time == predict_step(sc, costs).step_time);
+}
+
 TEST_CASE("coarse: ZeRO-3 and activation offload folded in stay close to the layer level") {
   double worst = 0, most_optimistic = 0;
   int compared = 0;

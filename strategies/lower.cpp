@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
+#include "sim/limits.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_layout.hpp"
@@ -837,9 +840,31 @@ void add_step_flops(const Scenario& sc, StepPrediction& pr) {
       pr.model_flops_per_step + recompute * static_cast<double>(whole.blocks) * seqs;
 }
 
+void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t tasks) {
+  if (serial_ns < static_cast<double>(kMaxStepTime)) return;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "the step's %llu tasks take %.3g s one after another; Strata models steps "
+                "shorter than 2^56 ns (about 2.3 years): check the model's size, the batch "
+                "and the cluster's rates (tflops, GBps, calibration)",
+                static_cast<unsigned long long>(tasks), serial_ns * 1e-9);
+  throw InputError(sc.file, "", buf);
+}
+
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::RunResult* run_out,
                             LoweredStep* lowered_out) {
   LoweredStep low = lower_step(sc, costs);
+  // Each task alone (a transfer at its slowest link's full rate): the engine
+  // never idles while a task can run, and shared links stay busy.
+  double serial = 0;
+  for (const auto& t : low.graph.tasks()) {
+    serial += static_cast<double>(t.duration.value_or(0)) + static_cast<double>(t.latency_after) + 1;
+    double rate = std::numeric_limits<double>::infinity();
+    for (const auto r : t.resources)
+      if (low.graph.at(r).kind == sim::ResourceKind::Link) rate = std::min(rate, low.graph.at(r).bytes_per_ns());
+    if (t.transfer_bytes > 0) serial += static_cast<double>(t.transfer_bytes) / rate;
+  }
+  require_countable_step(sc, serial, low.graph.num_tasks());
   const sim::RunResult run = sim::simulate(low.graph);
   StepPrediction pr;
   pr.step_time = run.makespan;

@@ -175,6 +175,11 @@ struct StepPrediction {
 // that plus what the recompute policy redoes.
 void add_step_flops(const Scenario& sc, StepPrediction& pr);
 
+// Throws InputError (the scenario's file) when the step's tasks, one after
+// another, take `serial_ns` >= kMaxStepTime (sim/limits.hpp): no schedule of
+// them is longer, so below it every time either level sums stays in 64 bits.
+void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t tasks);
+
 // Lowers, replays and attributes the step; `run` receives the replay (for
 // traces) when given.
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs,

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "costmodel/model_io.hpp"
+#include "sim/limits.hpp"
 #include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/validate.hpp"
@@ -11,9 +12,6 @@
 namespace strata::strategies {
 
 namespace {
-
-constexpr std::int64_t kMaxDegree = std::int64_t{1} << 24;
-constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
 
 std::array<ParallelDim, 4> read_rank_order(const JsonReader& r) {
   std::vector<std::string> names;
@@ -96,13 +94,14 @@ Compression read_compression(const JsonReader& r) {
 
 Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   Plan p;
-  p.tp = r.int_or("tp", 1, 1, kMaxDegree);
-  p.pp = r.int_or("pp", 1, 1, kMaxDegree);
-  p.cp = r.int_or("cp", 1, 1, kMaxDegree);
-  p.ep = r.int_or("ep", 1, 1, kMaxDegree);
+  p.tp = r.int_or("tp", 1, 1, kMaxGpus);
+  p.pp = r.int_or("pp", 1, 1, kMaxGpus);
+  p.cp = r.int_or("cp", 1, 1, kMaxGpus);
+  p.ep = r.int_or("ep", 1, 1, kMaxGpus);
   if (auto dp = r.get("dp")) {
-    p.dp = dp->as_int(1, kMaxDegree);
+    p.dp = dp->as_int(1, kMaxGpus);
   } else {
+    // Each degree is at most kMaxGpus = 2^20: the product of three fits.
     const std::int64_t model_parallel = p.tp * p.pp * p.cp;
     if (cluster_gpus % model_parallel != 0)
       r.fail("cannot default dp: the cluster's " + std::to_string(cluster_gpus) +
@@ -139,8 +138,8 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
 
 Batch read_batch(const JsonReader& r) {
   Batch b;
-  b.global = r.at("global").as_int(1, kMaxBatch);
-  b.micro = r.int_or("micro", 1, 1, kMaxBatch);
+  b.global = r.at("global").as_int(1, kMaxTokensPerStep);
+  b.micro = r.int_or("micro", 1, 1, kMaxTokensPerStep);
   r.reject_unknown_keys();
   return b;
 }
@@ -202,7 +201,12 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
     s.calibration = path;
   }
   r.reject_unknown_keys();
-  if (!s.space) require_valid_plan(s);
+  if (!s.space) {
+    require_valid_plan(s);
+  } else if (auto v = size_violation(s)) {
+    // The template's sizes: the points check them again with their own batch.
+    throw InputError(s.file, v->path, v->message);
+  }
   return s;
 }
 

@@ -200,5 +200,56 @@ TEST_CASE("a goal brings the bundled convergence model; convergence and lr overr
         "reached (convergence model configs/convergence/default.json)");
 }
 
+TEST_CASE("absurd sizes are input errors naming the limit, not wrapped numbers") {
+  // Degrees of 2^20 each: their product (2^80) does not fit in 64 bits.
+  const std::string gpt2 = R"({"model": "gpt2-124m", "cluster": "1xa100-80g", "batch": {"global": 8}, )";
+  CHECK(error_of(gpt2 + R"("plan": {"dp": 1048576, "tp": 1048576, "pp": 1048576, "cp": 1048576}})") ==
+        "s.json: plan: dp·tp·pp·cp = 1048576·1048576·1048576·1048576 = more than 2^63 does not "
+        "equal the cluster's 1 GPUs (1 nodes × 1)");
+  CHECK(error_of(gpt2 + R"("plan": {"tp": 16777216}})") ==
+        "s.json: plan.tp: must be in [1, 1048576], got 16777216");
+  // 10^9 GPUs: 10^6 nodes of 1000.
+  CHECK(error_of(R"({"model": "gpt2-124m", "batch": {"global": 8},
+                     "cluster": {"preset": "dgx-a100-80g", "nodes": 1000000, "gpus_per_node": 1000}})") ==
+        "s.json: cluster.nodes: nodes × gpus_per_node = 1000000 × 1000 = 1000000000 GPUs; Strata "
+        "models at most 2^20 (1,048,576)");
+  // 2^30 sequences of 2^14 tokens: 2^44 tokens per step.
+  CHECK(error_of(R"({"model": {"preset": "gpt2-124m", "seq_len": 16384}, "cluster": "1xa100-80g",
+                     "batch": {"global": 1073741824}})") ==
+        "s.json: batch.global: global × seq_len = 1073741824 × 16384 tokens per step; Strata "
+        "models at most 2^40 (1,099,511,627,776)");
+  // 2^40 tokens (the most allowed) of a model with a vocabulary of 2^24.
+  CHECK(error_of(R"({"model": {"preset": "gpt2-124m", "vocab": 16777216, "seq_len": 65536}, "cluster": "1xa100-80g",
+                     "batch": {"global": 16777216, "micro": 4096}, "plan": {"dp": 1}})") ==
+        "s.json: batch: needs about 2.38e+21 bytes (2.59e+10 parameters, 2.38e+21 bytes of "
+        "activations for 4096 microbatches of 4096 × 65536 tokens, flash attention); Strata "
+        "counts at most 2^60 bytes (1 EiB)");
+  // A model that does not fit in 2^60 bytes on its own (read before the batch).
+  CHECK(error_of(R"({"model": {"preset": "gpt2-124m", "layers": 100000, "hidden": 16777216, "heads": 16},
+                     "cluster": "1xa100-80g", "batch": {"global": 8}})") ==
+        "s.json: model: needs about 1.44e+22 bytes (4.5e+20 parameters, 3.08e+18 bytes of "
+        "activations for one sequence); Strata counts at most 2^60 bytes (1 EiB)");
+  // 2^20 microbatches of one sequence × (12 layers + 2): 14 · 2^20 layer passes.
+  CHECK(error_of(R"({"model": "gpt2-124m", "cluster": "1xa100-80g", "batch": {"global": 1048576}})") ==
+        "s.json: batch.global: 1048576 microbatches per pipeline × (12 layers + embedding and "
+        "head) = 14680064 layer passes per step; Strata simulates at most 2^20 (1,048,576): "
+        "raise batch.micro or dp, or lower batch.global");
+}
+
+TEST_CASE("a space's template is checked for the sizes it is read with") {
+  CHECK(error_of(R"({"model": {"preset": "gpt2-124m", "seq_len": 16384}, "cluster": "1xa100-80g",
+                     "batch": {"global": 1073741824}, "space": {"zero": [0, 1]}})") ==
+        "s.json: batch.global: global × seq_len = 1073741824 × 16384 tokens per step; Strata "
+        "models at most 2^40 (1,099,511,627,776)");
+  // Its points are checked by the explorer with their own batch (first_violation).
+  const auto sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "1xa100-80g",
+                                     "batch": {"global": 8}, "space": {"batch.global": [8, 1048576]}})",
+                                 "s.json");
+  Scenario big = sc;
+  big.batch.global = 1048576;
+  REQUIRE(first_violation(big));
+  CHECK(first_violation(big)->rule == "step-size");
+}
+
 }  // namespace
 }  // namespace strata::strategies

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/json_reader.hpp"
+#include "sim/limits.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/space.hpp"
 
@@ -11,17 +12,14 @@ namespace strata::strategies {
 
 namespace {
 
-constexpr std::int64_t kMaxDegree = std::int64_t{1} << 24;
-constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
-
 std::pair<std::int64_t, std::int64_t> int_range(Axis a) {
   switch (a) {
     case Axis::Zero: return {0, 3};
     case Axis::VirtualStages: return {1, 4096};
-    case Axis::Global: case Axis::Micro: return {1, kMaxBatch};
+    case Axis::Global: case Axis::Micro: return {1, kMaxTokensPerStep};
     case Axis::RecomputeK: return {1, 100'000};
     case Axis::OffloadPrefetchDepth: return {0, 1024};
-    default: return {1, kMaxDegree};
+    default: return {1, kMaxGpus};
   }
 }
 

@@ -29,10 +29,23 @@ std::vector<std::string> names(const Space& sp, Axis a) {
   return out;
 }
 
+TEST_CASE("space: a space beyond 2^62 plans is refused when read, its size never wraps") {
+  // Ten axes of 256 values: 2^80 plans.
+  std::string values = "[1";
+  for (int i = 2; i <= 256; ++i) values += ", " + std::to_string(i);
+  values += "]";
+  std::string axes;
+  for (const char* a : {"tp", "pp", "cp", "ep", "dp", "virtual_stages", "recompute_k",
+                        "offload.prefetch_depth", "batch.micro", "batch.global"})
+    axes += std::string(axes.empty() ? "{" : ", ") + "\"" + a + "\": " + values;
+  CHECK(error_of(axes + "}").rfind("s.json: space", 0) == 0);
+  CHECK(error_of(axes + "}").find(": has more than 2^62 plans; list fewer values") != std::string::npos);
+}
+
 TEST_CASE("space: strict parsing names the JSON path") {
   CHECK(error_of(R"({"tq": [1, 2]})") == "s.json: space.tq: unknown key (did you mean \"tp\"?)");
   CHECK(error_of(R"({"tp": [1, 2, "4"]})") == "s.json: space.tp[2]: must be an integer, got a string");
-  CHECK(error_of(R"({"tp": [1, 0]})") == "s.json: space.tp[1]: must be in [1, 16777216], got 0");
+  CHECK(error_of(R"({"tp": [1, 0]})") == "s.json: space.tp[1]: must be in [1, 1048576], got 0");
   CHECK(error_of(R"({"zero": [0, 4]})") == "s.json: space.zero[1]: must be in [0, 3], got 4");
   CHECK(error_of(R"({"recompute": ["none", "ful"]})") ==
         "s.json: space.recompute[1]: must be one of none|selective|full|every_k|sqrt|optimal (got \"ful\")");

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "costmodel/time_model.hpp"
+#include "sim/limits.hpp"
 #include "strategies/memory.hpp"
 
 namespace strata::strategies {
@@ -186,7 +187,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       }
     const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,
                                             cp_g_.intra_node() ? 2 : 1, sc.cluster.node, cal_);
-    const Time exch = (p.cp - 1) * step;
+    const Time exch = capped_product(p.cp - 1, step);
     cp_[0] = std::max<Time>(0, exch - attn_f);
     cp_[1] = std::max<Time>(0, 2 * exch - attn_b);
   }
@@ -205,16 +206,18 @@ Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlaceme
 }
 
 Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool core_only) const {
-  if (pass == Pass::Recompute && core_only) return core_;
-  return pass_[static_cast<std::size_t>(layer_index(l))][static_cast<std::size_t>(pass)];
+  // Sums of a layer's op times (each at most kMaxStepTime): capped, so the
+  // levels' sums stay in 64 bits until the step is refused.
+  if (pass == Pass::Recompute && core_only) return capped(core_);
+  return capped(pass_[static_cast<std::size_t>(layer_index(l))][static_cast<std::size_t>(pass)]);
 }
 
 Time ModelStepCosts::layer_comm(CommKind kind, Pass pass) const {
   const std::size_t i = pass == Pass::Backward ? 1 : 0;
   switch (kind) {
-    case CommKind::TP: return tp_[i];
-    case CommKind::CP: return cp_[i];
-    case CommKind::EP: return ep_[i];
+    case CommKind::TP: return capped(tp_[i]);
+    case CommKind::CP: return capped(cp_[i]);
+    case CommKind::EP: return capped(ep_[i]);
     default: return 0;
   }
 }
@@ -246,7 +249,7 @@ Time ModelStepCosts::p2p(Bytes bytes) const {
   // split by sequence and stays so.
   const auto& p = sc_.plan;
   if (p.implementation.pp_scatter_gather && !p.sequence_parallel && p.tp > 1)
-    return send + ring(cost::CollectiveOp::AllGather, bytes * p.tp, tp_g_);
+    return capped_sum(send, ring(cost::CollectiveOp::AllGather, bytes * p.tp, tp_g_));
   return send;
 }
 
@@ -276,7 +279,7 @@ Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
     const double bytes = params * (per.grads + 2 * (per.weights + per.optimizer));
     const double per_gpu = kHostOptimizerGBps * kGB /
                            static_cast<double>(sc_.cluster.node.gpus_per_node);
-    return launch + cost::seconds_to_time(bytes / per_gpu);
+    return capped_sum(launch, cost::seconds_to_time(bytes / per_gpu));
   }
   // On the GPU, the passes over the parameters a mixed-precision step makes
   // (Micikevicius et al. 2018; Megatron-LM's Float16OptimizerWithFloat16Params
@@ -300,8 +303,8 @@ Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
   shape.kernels = passes * (sc_.plan.implementation.fused_elementwise
                                 ? 1
                                 : std::max<std::int64_t>(1, sc_.model.layers));
-  return launch + cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
-                                     static_cast<Bytes>(params * per_param), shape);
+  return capped_sum(launch, cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
+                                               static_cast<Bytes>(params * per_param), shape));
 }
 
 Time ModelStepCosts::overhead_per_microbatch() const {

@@ -8,7 +8,10 @@
 #include <string>
 
 #include "costmodel/time_model.hpp"
+#include "sim/limits.hpp"
+#include "strategies/coarse.hpp"
 #include "strategies/memory.hpp"
+#include "tests/testing.hpp"
 
 namespace strata::strategies {
 namespace {
@@ -165,6 +168,22 @@ TEST_CASE("optimizer step: the passes of a mixed-precision Adam step over HBM") 
   const auto acc = gpt(R"({"tp": 8, "precision": "fp16",
                            "implementation": {"fp32_grad_accumulation": true}})");
   CHECK(ModelStepCosts(acc, cal).optimizer_step(params, false) == expect(acc, 6 + 8 + 4 + 28 + 6));
+}
+
+TEST_CASE("a step longer than 2^56 ns is refused at both levels, not summed past 64 bits") {
+  // 1e-12 TFLOP/s and a 1e-300 GB/s NVLink: every kernel and collective
+  // saturates at 2^56 ns; at either level the step is an input error.
+  const auto sc = parse_scenario(
+      R"({"model": "gpt2-124m", "batch": {"global": 64, "micro": 1},
+          "cluster": {"preset": "dgx-a100-80g", "intra_node_GBps": 1e-300,
+                      "gpu": {"preset": "a100-80g", "tflops": {"bf16": 1e-12}}}})",
+      "slow.json");
+  const ModelStepCosts costs(sc);
+  const std::string expect = "slow.json: the step's ";
+  CHECK(testing::input_error_of([&] { predict_step(sc, costs); }).rfind(expect, 0) == 0);
+  CHECK(testing::input_error_of([&] { predict_step_coarse(sc, costs); }).rfind(expect, 0) == 0);
+  CHECK(cost::seconds_to_time(1e300) == kMaxStepTime);
+  CHECK(cost::seconds_to_time(-1e300) == -kMaxStepTime);
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "strategies/validate.hpp"
 
+#include <algorithm>
 #include <numeric>
 
+#include "costmodel/ops.hpp"
+#include "sim/limits.hpp"
 #include "strategies/rank_mesh.hpp"
 
 namespace strata::strategies {
@@ -17,19 +20,59 @@ Check fail(std::string rule, std::string path, std::string message) {
 
 }  // namespace
 
+std::optional<Violation> size_violation(const Scenario& s) {
+  const auto& m = s.model;
+  const auto& b = s.batch;
+  if (m.chain) {
+    // A layer chain: its parameters' states (16 bytes each: fp32 weights,
+    // gradients, two Adam moments) and every stage's output, saved and
+    // working bytes for the whole global batch, in doubles.
+    double bytes = 16.0 * static_cast<double>(m.chain->params()) +
+                   static_cast<double>(m.chain->input_bytes) * static_cast<double>(b.global);
+    for (const auto& l : m.chain->layers)
+      bytes += static_cast<double>(b.global) *
+               (static_cast<double>(l.output_bytes) + static_cast<double>(l.saved_bytes) +
+                static_cast<double>(l.workspace_bytes));
+    if (!(bytes <= static_cast<double>(kMaxBytes)))
+      return fail("size-limit", "model",
+                  "the layer chain needs about " + str(static_cast<std::int64_t>(std::min(bytes, 9.2e18))) +
+                      " bytes for its states and a step's activations; Strata counts at most 2^60 "
+                      "bytes (1 EiB)");
+    return std::nullopt;
+  }
+  if (const auto tokens = checked_mul(b.global, m.seq_len); !tokens || *tokens > kMaxTokensPerStep)
+    return fail("tokens-per-step", "batch.global",
+                "global × seq_len = " + str(b.global) + " × " + str(m.seq_len) +
+                    " tokens per step; Strata models at most 2^40 (1,099,511,627,776)");
+  // Every microbatch of the step on one pipeline (dp = 1): the most any plan keeps.
+  const double microbatches = std::max<double>(1, static_cast<double>(b.global / b.micro));
+  const auto attention = s.plan.implementation.attention;
+  const auto bound = cost::size_bound(m, static_cast<double>(b.micro), microbatches,
+                                      static_cast<double>(s.cluster.node.gpus_per_node), attention);
+  if (!bound.countable())
+    return fail("size-limit", bound.state_bytes > bound.activation_bytes ? "model" : "batch",
+                bound.rule(str(static_cast<std::int64_t>(microbatches)) + " microbatches of " +
+                           str(b.micro) + " × " + str(m.seq_len) + " tokens, " +
+                           std::string(enum_name(attention)) + " attention"));
+  return std::nullopt;
+}
+
 std::optional<Violation> first_violation(const Scenario& s) {
   const auto& m = s.model;
   const auto& c = s.cluster;
   const auto& p = s.plan;
   const auto& b = s.batch;
 
+  if (auto v = size_violation(s)) return v;
+
   // --- parallel degrees against the cluster ---
-  if (p.gpus() != c.gpus())
+  // Each degree is at most kMaxGpus; their product may not fit in 64 bits.
+  if (const auto gpus = checked_product({p.dp, p.tp, p.pp, p.cp}); !gpus || *gpus != c.gpus())
     return fail("gpu-count", "plan",
                 "dp·tp·pp·cp = " + str(p.dp) + "·" + str(p.tp) + "·" + str(p.pp) + "·" +
-                    str(p.cp) + " = " + str(p.gpus()) + " does not equal the cluster's " +
-                    str(c.gpus()) + " GPUs (" + str(c.nodes) + " nodes × " +
-                    str(c.node.gpus_per_node) + ")");
+                    str(p.cp) + " = " + (gpus ? str(*gpus) : std::string("more than 2^63")) +
+                    " does not equal the cluster's " + str(c.gpus()) + " GPUs (" +
+                    str(c.nodes) + " nodes × " + str(c.node.gpus_per_node) + ")");
 
   // --- layer-chain models: data parallelism only ---
   if (m.chain && (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1 || p.sequence_parallel))
@@ -108,6 +151,15 @@ std::optional<Violation> first_violation(const Scenario& s) {
     return fail("batch-divisible", "batch.global",
                 str(b.global) + " is not divisible by dp·micro = " + str(p.dp) + "·" +
                     str(b.micro) + " = " + str(p.dp * b.micro));
+
+  // The step's task graph holds a few tasks per layer and microbatch (the
+  // dp·micro product above is at most 2^20 · 2^40).
+  if (const std::int64_t passes = microbatches(p, b) * (m.layers + 2); passes > kMaxLayerPasses)
+    return fail("step-size", "batch.global",
+                str(microbatches(p, b)) + " microbatches per pipeline × (" + str(m.layers) +
+                    " layers + embedding and head) = " + str(passes) +
+                    " layer passes per step; Strata simulates at most 2^20 (1,048,576): raise "
+                    "batch.micro or dp, or lower batch.global");
 
   if (interleaved && microbatches(p, b) % p.pp != 0)
     return fail("interleaved-microbatches", "batch.global",

@@ -19,4 +19,12 @@ struct Violation {
 // The first rule the scenario breaks, in a fixed order, or nothing.
 std::optional<Violation> first_violation(const Scenario& s);
 
+// The first of the rules that keep a scenario's sizes countable
+// (sim/limits.hpp): tokens per step, and the bytes of its model states and
+// activations (cost::size_bound). They depend on the model, the cluster's
+// GPUs per node, the batch and the attention kernel only, so a space's
+// template is checked with them when it is read; first_violation checks
+// them first.
+std::optional<Violation> size_violation(const Scenario& s);
+
 }  // namespace strata::strategies

@@ -30,18 +30,12 @@ void ByteCounter::add(Bytes bytes, MemTag tag) {
   std::lock_guard lock(mu_);
   if (capacity_ > 0 && s_.current_total + bytes > capacity_)
     throw OutOfMemory(bytes, s_.current_total, capacity_, tag);
-  s_.current[t] += bytes;
-  s_.peak[t] = std::max(s_.peak[t], s_.current[t]);
-  s_.current_total += bytes;
-  s_.peak_total = std::max(s_.peak_total, s_.current_total);
-  ++s_.allocations;
+  s_.add(bytes, tag);
 }
 
 void ByteCounter::remove(Bytes bytes, MemTag tag) noexcept {
-  const auto t = static_cast<std::size_t>(tag);
   std::lock_guard lock(mu_);
-  s_.current[t] -= bytes;
-  s_.current_total -= bytes;
+  s_.remove(bytes, tag);
 }
 
 MemoryStats ByteCounter::stats() const {
@@ -51,8 +45,7 @@ MemoryStats ByteCounter::stats() const {
 
 void ByteCounter::reset_peaks() {
   std::lock_guard lock(mu_);
-  s_.peak = s_.current;
-  s_.peak_total = s_.current_total;
+  s_.reset_peaks();
 }
 
 // Leaks are the owner's bug, not a reason to abort: the counts stay readable

@@ -15,6 +15,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/rng.hpp"
+#include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "backend/cpu/train.hpp"
 #include "costmodel/model_io.hpp"
@@ -360,23 +361,11 @@ TEST_CASE("cpu/compression: error feedback: what was sent plus the residuals equ
 // ---- against the lowering ------------------------------------------------------
 
 strategies::Scenario tiny(std::int64_t dp, CompressionMethod m, bool tied) {
-  strategies::Scenario sc;
-  sc.model.name = "tiny-compress";
-  sc.model.layers = 2;
-  sc.model.hidden = 32;
-  sc.model.heads = 2;
-  sc.model.kv_heads = 2;
-  sc.model.ffn_hidden = 128;
-  sc.model.vocab = 16;
-  sc.model.seq_len = 16;
-  sc.model.dropout = false;
+  strategies::Plan plan;
+  plan.dp = dp;
+  strategies::Scenario sc = test::small_gpt(
+      {.layers = 2, .hidden = 32, .heads = 2, .ffn = 128, .vocab = 16, .seq = 16}, plan, 8, 8 / dp);
   sc.model.tied_embeddings = tied;
-  sc.cluster = cost::cluster_preset("cpu-local");
-  sc.cluster.node.gpus_per_node = dp;
-  sc.batch = {8, 8 / dp};
-  sc.plan.dp = dp;
-  sc.plan.precision = cost::Precision::FP32;
-  sc.plan.implementation.attention = cost::AttentionKernel::Standard;
   sc.plan.compression.method = m;
   sc.plan.compression.ratio = 0.03;
   sc.plan.compression.bits = 5;

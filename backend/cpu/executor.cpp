@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -264,6 +265,24 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
            "adam, adamw, adam8bit); " +
            std::string(enum_name(p.optimizer)) + " uses whole-tensor norms or factors";
   return std::nullopt;
+}
+
+void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_memory) {
+  if (host_memory <= 0) return;
+  const auto est = strategies::estimate_memory(sc);
+  // Every rank of a stage holds what its representative does (size_bound
+  // keeps these products far below 2^63).
+  const double ranks = static_cast<double>(sc.cluster.gpus() / sc.plan.pp);
+  double total = 0;
+  for (const auto& st : est.stages) total += ranks * static_cast<double>(st.total + st.host_bytes);
+  if (total <= static_cast<double>(host_memory)) return;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "the CPU backend would allocate about %.1f GiB for its %lld ranks (their predicted "
+                "peaks); this host has %.1f GiB",
+                total / static_cast<double>(kGiB), static_cast<long long>(sc.cluster.gpus()),
+                static_cast<double>(host_memory) / static_cast<double>(kGiB));
+  throw InputError(sc.file, "model", buf);
 }
 
 Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), opt(o) {

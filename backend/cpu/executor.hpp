@@ -40,6 +40,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/allocator.hpp"
@@ -85,27 +86,57 @@ struct StepResult {
   std::vector<TaskTime> tasks;     // every rank's, rank by rank in execution order
 };
 
-class Executor {
+// What `strata validate` and `strata run` drive (validate.hpp, train.hpp):
+// an executor of one plan's lowered step, this CPU executor or the CUDA
+// backend's, measured into the same StepResult.
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual std::string_view backend() const = 0;  // "cpu", "cuda"
+  virtual int ranks() const = 0;
+  virtual const strategies::LoweredStep& lowered() const = 0;
+  // One training step. tokens and targets hold global_batch·seq_len ids,
+  // sequence after sequence.
+  virtual StepResult step(std::span<const std::int32_t> tokens,
+                          std::span<const std::int32_t> targets) = 0;
+  // A step's measured task times as a replay result of lowered().graph, for
+  // sim::chrome_trace (each stage's representative rank).
+  virtual sim::RunResult measured(const StepResult& r) const = 0;
+  // Whether the device pool holds a GPU library workspace (cuBLAS's): the
+  // lowering's static Workspace buffer stands for it, so validate compares
+  // it instead of leaving it out.
+  virtual bool holds_gpu_workspace() const { return false; }
+};
+
+class Executor final : public StepExecutor {
  public:
   // Lowers the scenario and builds every rank's model (same seed, so all
   // replicas start equal), optimizer and communicators. Throws Error for
   // what it does not execute.
   Executor(const strategies::Scenario& sc, ExecutorOptions opts = {});
-  ~Executor();
+  ~Executor() override;
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
   // Why the executor cannot run this scenario, or nothing.
   static std::optional<std::string> unsupported(const strategies::Scenario& sc);
+  // Throws InputError (the scenario's file) when every rank's predicted peak
+  // and host bytes (the analytical memory model) add up to more than
+  // `host_memory` bytes: the backend allocates them for real, and a model
+  // too large for the host would end in an allocation failure or an
+  // out-of-memory kill. 0: the host's memory is unknown, no check.
+  static void require_host_memory(const strategies::Scenario& sc, Bytes host_memory);
 
-  int ranks() const;
+  std::string_view backend() const override { return "cpu"; }
+  int ranks() const override;
   std::int64_t global_batch() const;  // sequences per step
   std::int64_t seq_len() const;
-  const strategies::LoweredStep& lowered() const;
+  const strategies::LoweredStep& lowered() const override;
 
   // One training step. tokens and targets hold global_batch()·seq_len() ids,
   // sequence after sequence.
-  StepResult step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+  StepResult step(std::span<const std::int32_t> tokens,
+                  std::span<const std::int32_t> targets) override;
 
   // The parameters now, by GptModel name, assembled from the ranks that own
   // them (shards included).
@@ -117,7 +148,7 @@ class Executor {
   // sim::chrome_trace: each stage's tasks as its dp-rank-0 rank (the
   // lowering's representative) ran them, in ns since the step began; no
   // resource or pool usage.
-  sim::RunResult measured(const StepResult& r) const;
+  sim::RunResult measured(const StepResult& r) const override;
 
  private:
   struct Impl;

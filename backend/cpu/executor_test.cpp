@@ -13,6 +13,7 @@
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/rng.hpp"
+#include "backend/cpu/test_scenario.hpp"
 #include "costmodel/model_io.hpp"
 #include "strategies/step_costs.hpp"
 #include "sim/error.hpp"
@@ -26,23 +27,7 @@ using strategies::Scenario;
 // A small GPT (hidden 64, 4 heads, ffn 256, vocabulary 32, 16 tokens) with
 // `layers` blocks, on the cpu-local cluster, fp32, standard attention.
 Scenario tiny(int layers, Plan plan, std::int64_t global, std::int64_t micro) {
-  Scenario sc;
-  sc.model.name = "tiny-exec";
-  sc.model.layers = layers;
-  sc.model.hidden = 64;
-  sc.model.heads = 4;
-  sc.model.kv_heads = 4;
-  sc.model.ffn_hidden = 256;
-  sc.model.vocab = 32;
-  sc.model.seq_len = 16;
-  sc.model.dropout = false;
-  sc.cluster = cost::cluster_preset("cpu-local");
-  sc.batch = {global, micro};
-  plan.precision = cost::Precision::FP32;
-  plan.implementation.attention = cost::AttentionKernel::Standard;
-  sc.plan = plan;
-  sc.cluster.node.gpus_per_node = plan.gpus();  // one rank thread per device
-  return sc;
+  return test::small_gpt({.layers = layers}, plan, global, micro);
 }
 
 struct Batch {

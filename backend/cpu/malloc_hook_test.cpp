@@ -15,7 +15,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/corpus.hpp"
 #include "backend/cpu/executor.hpp"
-#include "costmodel/model_io.hpp"
+#include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/rng.hpp"
@@ -119,27 +119,14 @@ TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing larg
   // their size.
   static_assert(kAlignment == 64);
   set_blas_threads(1);
-  strategies::Scenario sc;
-  sc.model.name = "malloc-exec";
-  sc.model.layers = 2;
-  sc.model.hidden = 64;
-  sc.model.heads = 4;
-  sc.model.kv_heads = 4;
-  sc.model.ffn_hidden = 256;
-  sc.model.vocab = 32;
-  sc.model.seq_len = 16;
-  sc.model.dropout = false;
-  sc.cluster = cost::cluster_preset("cpu-local");
-  sc.cluster.node.gpus_per_node = 4;
-  sc.batch = {8, 2};
-  sc.plan.dp = 2;
-  sc.plan.tp = 2;
-  sc.plan.sequence_parallel = true;
-  sc.plan.zero = 1;
-  sc.plan.recompute = cost::Recompute::Selective;
-  sc.plan.offload.activations = true;
-  sc.plan.precision = cost::Precision::FP32;
-  sc.plan.implementation.attention = cost::AttentionKernel::Standard;
+  strategies::Plan plan;
+  plan.dp = 2;
+  plan.tp = 2;
+  plan.sequence_parallel = true;
+  plan.zero = 1;
+  plan.recompute = cost::Recompute::Selective;
+  plan.offload.activations = true;
+  const strategies::Scenario sc = test::small_gpt({}, plan, 8, 2);
   Executor ex(sc, {.seed = 1});
   const MarkovCorpus corpus(sc.model.vocab, 7);
   Rng rng(5);

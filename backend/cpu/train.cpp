@@ -41,12 +41,31 @@ std::string mib(Bytes b) {
   return buf;
 }
 
+// A byte-level file needs the model's vocabulary to be 256 (checked before
+// an executor is built).
+void check_data(const strategies::Scenario& sc, const TrainOptions& opts) {
+  if (!opts.data.empty() && sc.model.vocab != ByteCorpus::kVocab)
+    throw InputError(sc.file, "model.vocab",
+                     "--data reads byte-level tokens: the model's vocabulary must be 256 (is " +
+                         std::to_string(sc.model.vocab) + ")");
+}
+
 }  // namespace
 
 TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
                   const std::function<void(const TrainStep&)>& on_step) {
   if (opts.steps < 1) throw InputError("--steps", "", "must be >= 1");
+  check_data(sc, opts);
+  Executor ex(sc, {.seed = opts.seed, .lr = opts.lr, .weight_decay = opts.weight_decay});
+  return train(sc, ex, opts, on_step);
+}
+
+TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainOptions& opts,
+                  const std::function<void(const TrainStep&)>& on_step) {
+  if (opts.steps < 1) throw InputError("--steps", "", "must be >= 1");
+  check_data(sc, opts);
   TrainReport r;
+  r.backend = std::string(ex.backend());
   r.scenario = sc.file.empty() ? sc.model.name : sc.file;
   r.cluster = sc.cluster.name;
   r.dp = sc.plan.dp;
@@ -66,15 +85,10 @@ TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
                   opts.markov_sharpness);
     r.data = buf;
   } else {
-    if (sc.model.vocab != ByteCorpus::kVocab)
-      throw InputError(sc.file, "model.vocab",
-                       "--data reads byte-level tokens: the model's vocabulary must be 256 (is " +
-                           std::to_string(sc.model.vocab) + ")");
     bytes.emplace(ByteCorpus::from_file(opts.data));
     r.data = opts.data + " (bytes)";
   }
 
-  Executor ex(sc, {.seed = opts.seed, .lr = opts.lr, .weight_decay = opts.weight_decay});
   r.ranks = ex.ranks();
   r.tasks_per_step = static_cast<std::int64_t>(ex.lowered().graph.num_tasks());
   r.predicted_step_s = to_seconds(strategies::predict_step(sc).step_time);
@@ -112,9 +126,10 @@ std::string render_train_table(const TrainReport& r) {
   std::string out;
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "run: %s on %s, backend cpu: %d rank threads (dp %lld x tp %lld x pp %lld), global batch %lld "
+                "run: %s on %s, backend %s: %d %s (dp %lld x tp %lld x pp %lld), global batch %lld "
                 "x %lld tokens\n",
-                r.scenario.c_str(), r.cluster.c_str(), r.ranks, static_cast<long long>(r.dp), static_cast<long long>(r.tp),
+                r.scenario.c_str(), r.cluster.c_str(), r.backend.c_str(), r.ranks,
+                r.backend == "cpu" ? "rank threads" : "ranks", static_cast<long long>(r.dp), static_cast<long long>(r.tp),
                 static_cast<long long>(r.pp), static_cast<long long>(r.global_batch),
                 static_cast<long long>(r.seq_len));
   out += buf;
@@ -151,7 +166,7 @@ std::string render_train_json(const TrainReport& r) {
   nlohmann::ordered_json j;
   j["scenario"] = r.scenario;
   j["cluster"] = r.cluster;
-  j["backend"] = "cpu";
+  j["backend"] = r.backend;
   j["data"] = r.data;
   j["best_loss"] = r.best_loss ? nlohmann::ordered_json(*r.best_loss) : nlohmann::ordered_json(nullptr);
   j["ranks"] = r.ranks;

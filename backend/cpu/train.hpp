@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/allocator.hpp"
+#include "backend/cpu/executor.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::backend::cpu {
@@ -37,6 +38,7 @@ struct TrainRankMemory {
 };
 
 struct TrainReport {
+  std::string backend = "cpu";  // the executor's (StepExecutor::backend)
   std::string scenario;  // file or model name
   std::string cluster;
   std::string data;      // what the tokens were
@@ -55,6 +57,10 @@ struct TrainReport {
 // InputError for an unreadable --data file or a byte-level file with a model
 // vocabulary other than 256, Error for what the executor refuses.
 TrainReport train(const strategies::Scenario& sc, const TrainOptions& opts,
+                  const std::function<void(const TrainStep&)>& on_step = {});
+// The same on an executor already built for `sc` (another backend's; its
+// seed, learning rate and decay are its own: opts.seed draws the data).
+TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainOptions& opts,
                   const std::function<void(const TrainStep&)>& on_step = {});
 
 std::string render_train_table(const TrainReport& r);

@@ -51,11 +51,12 @@ std::string pct(double predicted, double measured) {
   return buf;
 }
 
-// The predicted device pool of one stage as the CPU backend would hold it:
-// every tag's peak and the peak of their sum, without the runtime and the
-// static workspace. Returns those two left-out byte counts.
+// The predicted device pool of one stage as the executor holds it: every
+// tag's peak and the peak of their sum, without the runtime and (unless
+// the executor holds a GPU library workspace) the static workspace.
+// Returns the left-out byte counts (runtime, workspace).
 std::pair<Bytes, Bytes> predicted_pool(const sim::TaskGraph& g, const sim::RunResult& run, int stage,
-                                       RankPeaks& out) {
+                                       bool with_workspace, RankPeaks& out) {
   const sim::PoolId pool = g.pool("s" + std::to_string(stage) + ".gpu");
   const auto& usage = run.at(pool);
   Bytes runtime = 0, workspace = 0;
@@ -64,7 +65,7 @@ std::pair<Bytes, Bytes> predicted_pool(const sim::TaskGraph& g, const sim::RunRe
     workspace = std::max(workspace, pt.by_tag[idx(sim::MemTag::Workspace)]);
     Bytes total = 0;
     for (sim::MemTag t : kTags) {
-      if (t == sim::MemTag::Workspace) continue;
+      if (t == sim::MemTag::Workspace && !with_workspace) continue;
       const Bytes b = pt.by_tag[idx(t)];
       out.by_tag[idx(t)] = std::max(out.by_tag[idx(t)], b);
       total += b;
@@ -73,7 +74,7 @@ std::pair<Bytes, Bytes> predicted_pool(const sim::TaskGraph& g, const sim::RunRe
   }
   const sim::PoolId host = g.pool("s" + std::to_string(stage) + ".host");
   out.host_peak = run.at(host).peak;
-  return {runtime, workspace};
+  return {runtime, with_workspace ? 0 : workspace};
 }
 
 void finish_side(ValidateSide& s) {
@@ -121,7 +122,15 @@ WorkKind work_kind(TaskOp op) {
 ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& opts) {
   if (opts.steps < 1) throw InputError("--steps", "", "must be >= 1");
   if (opts.warmup < 0) throw InputError("--warmup", "", "must be >= 0");
+  Executor ex(sc, {.seed = opts.seed});
+  return validate(sc, ex, opts);
+}
+
+ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const ValidateOptions& opts) {
+  if (opts.steps < 1) throw InputError("--steps", "", "must be >= 1");
+  if (opts.warmup < 0) throw InputError("--warmup", "", "must be >= 0");
   ValidateReport r;
+  r.backend = std::string(ex.backend());
   r.scenario = sc.file.empty() ? sc.model.name : sc.file;
   r.cluster = sc.cluster.name;
   r.dp = sc.plan.dp;
@@ -138,7 +147,6 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
   r.predicted.step_time_s = to_seconds(pr.step_time);
 
   // Measured.
-  Executor ex(sc, {.seed = opts.seed});
   r.ranks = ex.ranks();
   const auto& xg = ex.lowered().graph;
   if (xg.num_tasks() != low.graph.num_tasks())
@@ -195,7 +203,8 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
   std::vector<RankPeaks> stage_peaks(static_cast<std::size_t>(low.stages));
   for (int s = 0; s < low.stages; ++s) {
     stage_peaks[static_cast<std::size_t>(s)].stage = s;
-    const auto [rt, ws] = predicted_pool(low.graph, run, s, stage_peaks[static_cast<std::size_t>(s)]);
+    const auto [rt, ws] = predicted_pool(low.graph, run, s, ex.holds_gpu_workspace(),
+                                         stage_peaks[static_cast<std::size_t>(s)]);
     r.excluded_runtime_bytes = std::max(r.excluded_runtime_bytes, rt);
     r.excluded_workspace_bytes = std::max(r.excluded_workspace_bytes, ws);
   }
@@ -228,9 +237,10 @@ std::string render_validate_table(const ValidateReport& r) {
   std::string out;
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "validate: %s on %s, backend cpu: %d rank threads (dp %lld x tp %lld x pp %lld), %zu measured "
+                "validate: %s on %s, backend %s: %d %s (dp %lld x tp %lld x pp %lld), %zu measured "
                 "steps\ncalibration: %s\n\n",
-                r.scenario.c_str(), r.cluster.c_str(), r.ranks, static_cast<long long>(r.dp), static_cast<long long>(r.tp),
+                r.scenario.c_str(), r.cluster.c_str(), r.backend.c_str(), r.ranks,
+                r.backend == "cpu" ? "rank threads" : "ranks", static_cast<long long>(r.dp), static_cast<long long>(r.tp),
                 static_cast<long long>(r.pp), r.step_times_s.size(), r.calibration.c_str());
   out += buf;
   out += "                     predicted      measured       error\n";
@@ -308,7 +318,7 @@ std::string render_validate_json(const ValidateReport& r) {
   nlohmann::ordered_json j;
   j["scenario"] = r.scenario;
   j["cluster"] = r.cluster;
-  j["backend"] = "cpu";
+  j["backend"] = r.backend;
   j["calibration"] = r.calibration;
   j["ranks"] = r.ranks;
   j["dp"] = r.dp;

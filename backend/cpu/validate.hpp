@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/executor.hpp"
 #include "costmodel/calibration.hpp"
 #include "sim/task_graph.hpp"
 #include "strategies/lower.hpp"
@@ -76,6 +77,7 @@ struct TaskRow {
 };
 
 struct ValidateReport {
+  std::string backend = "cpu";  // the executor's (StepExecutor::backend)
   std::string scenario;
   std::string cluster;
   std::string calibration;  // the calibration's machine and date
@@ -85,14 +87,20 @@ struct ValidateReport {
   std::vector<double> step_times_s;  // every measured step
   std::vector<TaskRow> tasks;
   // Per rank, left out of the predicted device pool: the CUDA runtime and
-  // cuBLAS workspace the GPU memory model adds.
+  // (for an executor without a GPU library workspace) the cuBLAS workspace
+  // the GPU memory model adds.
   Bytes excluded_runtime_bytes = 0;
   Bytes excluded_workspace_bytes = 0;
 };
 
-// Runs the prediction and the measurement. Throws Error for what the
-// executor refuses, and when its task graph differs from the prediction's.
+// Runs the prediction and the measurement on the CPU executor. Throws
+// Error for what the executor refuses, and when its task graph differs from
+// the prediction's.
 ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& opts = {});
+// The same on an executor already built for `sc` (another backend's). Its
+// seed is its own; opts.seed draws the tokens.
+ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex,
+                        const ValidateOptions& opts = {});
 
 // Predicted vs measured: step time, memory per rank and tag, time per kind.
 std::string render_validate_table(const ValidateReport& r);

@@ -1,0 +1,379 @@
+#include "backend/cuda/gpt.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/kernels.hpp"
+#include "sim/error.hpp"
+
+namespace strata::backend::cuda {
+
+namespace {
+
+constexpr float kNormEps = 1e-5f;  // cpu::GptModel's
+// Bytes of attention-backward scratch to aim for (one head's seq × seq
+// matrix at least).
+constexpr Bytes kScratchBytes = Bytes{64} << 20;
+
+cost::ModelSpec checked_spec(cost::ModelSpec m) {
+  const std::string who = "GptModel '" + m.name + "' (CUDA): ";
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  if (m.ffn_hidden == 0) m.ffn_hidden = 4 * m.hidden;
+  if (m.layers < 1 || m.hidden < 1 || m.heads < 1 || m.vocab < 1 || m.seq_len < 1 || m.ffn_hidden < 1)
+    throw Error(who + "layers, hidden, heads, ffn_hidden, vocab and seq_len must be >= 1");
+  if (m.hidden % m.heads != 0) throw Error(who + "heads must divide hidden");
+  if (m.kv_heads != m.heads) throw Error(who + "grouped-query attention (kv_heads != heads) is not implemented");
+  if (m.moe) throw Error(who + "mixture of experts is not implemented");
+  if (m.position_embedding != cost::PositionEmbedding::Learned &&
+      m.position_embedding != cost::PositionEmbedding::None)
+    throw Error(who + "only learned positions (or none) are implemented");
+  return m;
+}
+
+std::uint64_t param_seed(std::uint64_t seed, int i) {
+  return seed * 0x100000001b3ULL + static_cast<std::uint64_t>(i) + 1;
+}
+
+}  // namespace
+
+void check_ids(std::span<const std::int32_t> ids, std::int64_t vocab, const char* what) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error(std::string(what) + " " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                  " is outside [0, " + std::to_string(vocab) + ")");
+}
+
+Bytes BlockSaved::bytes() const {
+  return x.bytes() + ln1.bytes() + qkv.bytes() + probs.bytes() + attn.bytes() + x1.bytes() +
+         ln2.bytes() + up.bytes() + act.bytes();
+}
+
+GptModel::GptModel(const cost::ModelSpec& spec, DeviceAllocator& alloc, Ctx ctx, std::uint64_t seed)
+    : spec_(checked_spec(spec)), alloc_(&alloc), ctx_(ctx) {
+  const auto& m = spec_;
+  if (m.dropout)
+    throw Error("GptModel '" + m.name + "' (CUDA): dropout is not implemented by the CUDA backend");
+  const std::int64_t h = m.hidden, f = m.ffn_hidden;
+  const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
+  const bool ln = m.norm == cost::NormKind::LayerNorm;
+  up_width_ = swiglu ? 2 * f : f;
+  tok_emb_ = add_param("embedding", {m.vocab, h});
+  if (m.position_embedding == cost::PositionEmbedding::Learned)
+    pos_emb_ = add_param("position_embedding", {m.seq_len, h});
+  blocks_.resize(static_cast<std::size_t>(m.layers));
+  for (std::int64_t l = 0; l < m.layers; ++l) {
+    auto& b = blocks_[static_cast<std::size_t>(l)];
+    const std::string pre = "block" + std::to_string(l) + ".";
+    b.norm1_g = add_param(pre + "attn_norm.gain", {h});
+    if (ln) b.norm1_b = add_param(pre + "attn_norm.bias", {h});
+    b.w_qkv = add_param(pre + "qkv.weight", {h, 3 * h});
+    if (m.bias) b.b_qkv = add_param(pre + "qkv.bias", {3 * h});
+    b.w_proj = add_param(pre + "attn_proj.weight", {h, h});
+    if (m.bias) b.b_proj = add_param(pre + "attn_proj.bias", {h});
+    b.norm2_g = add_param(pre + "mlp_norm.gain", {h});
+    if (ln) b.norm2_b = add_param(pre + "mlp_norm.bias", {h});
+    const std::string up = swiglu ? "mlp_up_gate" : "mlp_up";
+    b.w_up = add_param(pre + up + ".weight", {h, up_width_});
+    if (m.bias) b.b_up = add_param(pre + up + ".bias", {up_width_});
+    b.w_down = add_param(pre + "mlp_down.weight", {f, h});
+    if (m.bias) b.b_down = add_param(pre + "mlp_down.bias", {h});
+  }
+  normf_g_ = add_param("final_norm.gain", {h});
+  if (ln) normf_b_ = add_param("final_norm.bias", {h});
+  if (!m.tied_embeddings) w_logits_ = add_param("logits.weight", {m.vocab, h});
+
+  const cudaStream_t s = ctx_.stream;
+  auto normal = [&](int i, double sd) {
+    auto& t = params_[static_cast<std::size_t>(i)];
+    kernels::init_normal(s, t.data(), t.numel(), static_cast<float>(sd), param_seed(seed, i));
+  };
+  auto ones = [&](int i) {
+    if (i >= 0) kernels::fill(s, p(i), params_[static_cast<std::size_t>(i)].numel(), 1.0f);
+  };
+  const double sd = 0.02, sd_out = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
+  normal(tok_emb_, sd);
+  if (pos_emb_ >= 0) normal(pos_emb_, 0.01);
+  for (const auto& b : blocks_) {
+    ones(b.norm1_g);
+    normal(b.w_qkv, sd);
+    normal(b.w_proj, sd_out);
+    ones(b.norm2_g);
+    normal(b.w_up, sd);
+    normal(b.w_down, sd_out);
+  }
+  ones(normf_g_);
+  if (w_logits_ >= 0) normal(w_logits_, sd);
+}
+
+int GptModel::add_param(const std::string& name, Shape shape) {
+  params_.emplace_back(*alloc_, shape, MemTag::Params);
+  grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+  names_.push_back(name);
+  return static_cast<int>(params_.size()) - 1;
+}
+
+std::int64_t GptModel::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& t : params_) n += t.numel();
+  return n;
+}
+
+void GptModel::zero_grads() {
+  for (auto& t : grads_) t.zero();
+}
+
+std::int64_t GptModel::scratch_heads() const {
+  const Bytes one = spec_.seq_len * spec_.seq_len * static_cast<Bytes>(sizeof(float));
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(spec_.heads, kScratchBytes / one));
+}
+
+void GptModel::set_parameter(int i, std::span<const float> values) {
+  params_.at(static_cast<std::size_t>(i)).upload(values);
+}
+
+void GptModel::check_activation(const DeviceTensor& t, const char* who) const {
+  if (t.empty() || t.shape().rank() != 2 || t.dim(1) != spec_.hidden || t.dim(0) % spec_.seq_len != 0)
+    throw Error(std::string("GptModel::") + who + ": input must be [batch·seq_len × hidden], got " +
+                t.shape().str());
+  if (alloc_->stream() != ctx_.stream)
+    throw Error(std::string("GptModel::") + who +
+                ": the allocator's stream is not the model's (allocations would race the ops)");
+}
+
+void GptModel::norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows) {
+  if (spec_.norm == cost::NormKind::LayerNorm)
+    kernels::layernorm_forward(ctx_.stream, x, p(gi), p(bi), y, rows, spec_.hidden, kNormEps);
+  else
+    kernels::rmsnorm_forward(ctx_.stream, x, p(gi), y, rows, spec_.hidden, kNormEps);
+}
+
+void GptModel::norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,
+                             float* stats, std::int64_t rows) {
+  if (spec_.norm == cost::NormKind::LayerNorm)
+    kernels::layernorm_backward(ctx_.stream, x, p(gi), dy, dx, g(gi), g(bi), rows, spec_.hidden,
+                                kNormEps, stats);
+  else
+    kernels::rmsnorm_backward(ctx_.stream, x, p(gi), dy, dx, g(gi), rows, spec_.hidden, kNormEps, stats);
+}
+
+DeviceTensor GptModel::embedding_forward(const std::int32_t* tokens, std::int64_t batch,
+                                         EmbeddingSaved& saved) {
+  if (batch < 1) throw Error("GptModel: batch must be >= 1");
+  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
+  saved.tokens = DeviceIndexTensor(*alloc_, {N}, MemTag::Activations, Fill::Uninitialised);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(saved.tokens.data(), tokens, static_cast<std::size_t>(saved.tokens.bytes()),
+                                    cudaMemcpyDeviceToDevice, ctx_.stream));
+  DeviceTensor out(*alloc_, {N, h}, MemTag::Activations, Fill::Uninitialised);
+  kernels::embedding_forward(ctx_.stream, saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h);
+  return out;
+}
+
+// Runs the block from s.x, filling every saved tensor that is empty (all of
+// them after a plain forward; the dropped ones when recomputing).
+void GptModel::block_forward_into(int layer, BlockSaved& s, DeviceTensor* out) {
+  if (layer < 0 || layer >= spec_.layers) throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
+  const auto& b = blocks_[static_cast<std::size_t>(layer)];
+  const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
+  const auto act = MemTag::Activations;
+  const auto none = Fill::Uninitialised;
+  const Ctx& c = ctx_;
+  if (s.ln1.empty()) {
+    s.ln1 = DeviceTensor(*alloc_, {N, h}, act, none);
+    norm_forward(b.norm1_g, b.norm1_b, s.x.data(), s.ln1.data(), N);
+  }
+  if (s.qkv.empty()) {
+    s.qkv = DeviceTensor(*alloc_, {N, 3 * h}, act, none);
+    linear_forward(c, s.ln1.data(), p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * h, WeightLayout::InOut, false);
+  }
+  if (s.probs.empty()) {
+    // Selective recompute refills only the core (attn was kept).
+    const bool need_attn = s.attn.empty();
+    s.probs = DeviceTensor(*alloc_, {batch, spec_.heads, S, S}, act, none);
+    if (need_attn) s.attn = DeviceTensor(*alloc_, {N, h}, act, none);
+    attention_forward(c, s.qkv.data(), s.probs.data(), need_attn ? s.attn.data() : nullptr,
+                      {batch, S, spec_.heads, spec_.head_dim()});
+  }
+  if (s.x1.empty()) {
+    // x1 = x + attn·W + b: the residual add folded into the product.
+    s.x1 = s.x.clone(act);
+    linear_forward(c, s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h, WeightLayout::InOut, true);
+  }
+  if (s.ln2.empty()) {
+    s.ln2 = DeviceTensor(*alloc_, {N, h}, act, none);
+    norm_forward(b.norm2_g, b.norm2_b, s.x1.data(), s.ln2.data(), N);
+  }
+  if (s.up.empty()) {
+    s.up = DeviceTensor(*alloc_, {N, up_width_}, act, none);
+    linear_forward(c, s.ln2.data(), p(b.w_up), p(b.b_up), s.up.data(), N, h, up_width_, WeightLayout::InOut, false);
+  }
+  if (s.act.empty()) {
+    s.act = DeviceTensor(*alloc_, {N, f}, act, none);
+    if (spec_.mlp == cost::MlpKind::Gelu)
+      kernels::gelu_forward(c.stream, s.up.data(), s.act.data(), N * f);
+    else
+      kernels::swiglu_forward(c.stream, s.up.data(), s.act.data(), N, f);
+  }
+  if (out != nullptr) {
+    *out = s.x1.clone(act);
+    linear_forward(c, s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h, WeightLayout::InOut, true);
+  }
+}
+
+DeviceTensor GptModel::block_forward(int layer, DeviceTensor input, BlockSaved& saved) {
+  check_activation(input, "block_forward");
+  saved = BlockSaved{};
+  saved.x = std::move(input);
+  DeviceTensor out;
+  block_forward_into(layer, saved, &out);
+  return out;
+}
+
+void GptModel::drop_for_recompute(BlockSaved& s, cost::Recompute policy) {
+  switch (policy) {
+    case cost::Recompute::None: return;
+    case cost::Recompute::Selective: s.probs.release(); return;
+    case cost::Recompute::Full: {
+      DeviceTensor x = std::move(s.x);
+      s = BlockSaved{};
+      s.x = std::move(x);
+      return;
+    }
+    default:
+      throw Error("recompute policy '" + std::string(enum_name(policy)) +
+                  "' is a schedule over layers: give each layer None, Selective or Full");
+  }
+}
+
+void GptModel::recompute(int layer, BlockSaved& saved) {
+  if (saved.x.empty()) throw Error("GptModel::recompute: the block's input was not kept");
+  check_activation(saved.x, "recompute");
+  block_forward_into(layer, saved, nullptr);
+}
+
+void GptModel::head_forward(DeviceTensor input, const std::int32_t* targets, float loss_scale,
+                            HeadSaved& s, double* loss) {
+  check_activation(input, "head_forward");
+  const std::int64_t N = input.dim(0), h = spec_.hidden, V = spec_.vocab;
+  s = HeadSaved{};
+  s.x = std::move(input);
+  s.ln = DeviceTensor(*alloc_, {N, h}, MemTag::Activations, Fill::Uninitialised);
+  norm_forward(normf_g_, normf_b_, s.x.data(), s.ln.data(), N);
+  s.logits = DeviceTensor(*alloc_, {N, V}, MemTag::Activations, Fill::Uninitialised);
+  const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
+  linear_forward(ctx_, s.ln.data(), p(w_out), nullptr, s.logits.data(), N, h, V, WeightLayout::OutIn, false);
+  BasicDeviceTensor<double> row_loss(*alloc_, {N}, MemTag::Workspace, Fill::Uninitialised);
+  kernels::cross_entropy_forward(ctx_.stream, s.logits.data(), targets, N, V, row_loss.data());
+  kernels::sum_into(ctx_.stream, row_loss.data(), N, 1.0 / static_cast<double>(N), loss);
+  kernels::cross_entropy_backward(ctx_.stream, s.logits.data(), targets, N, V,
+                                  loss_scale / static_cast<float>(N));
+}
+
+BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
+  const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
+  const auto act = MemTag::Activations;
+  const auto none = Fill::Uninitialised;
+  BackwardBuffers b;
+  b.dres = DeviceTensor(*alloc_, {N, h}, act);
+  b.d_norm = DeviceTensor(*alloc_, {N, h}, act, none);
+  b.d_attn = DeviceTensor(*alloc_, {N, h}, act, none);
+  b.d_qkv = DeviceTensor(*alloc_, {N, 3 * h}, act, none);
+  b.d_act = DeviceTensor(*alloc_, {N, spec_.ffn_hidden}, act, none);
+  if (spec_.mlp == cost::MlpKind::Swiglu) b.d_up = DeviceTensor(*alloc_, {N, up_width_}, act, none);
+  b.scratch = DeviceTensor(*alloc_, {scratch_heads(), S, S}, MemTag::Workspace, none);
+  b.stats = DeviceTensor(*alloc_, {2 * N}, MemTag::Workspace, none);
+  return b;
+}
+
+void GptModel::head_backward(const HeadSaved& s, BackwardBuffers& st) {
+  check_activation(s.x, "head_backward");
+  const std::int64_t N = s.x.dim(0), h = spec_.hidden, V = spec_.vocab;
+  const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
+  linear_backward(ctx_, s.ln.data(), p(w_out), s.logits.data(), st.d_norm.data(), g(w_out), nullptr, N, h, V,
+                  WeightLayout::OutIn, false);
+  st.dres.zero();
+  norm_backward(normf_g_, normf_b_, s.x.data(), st.d_norm.data(), st.dres.data(), st.stats.data(), N);
+}
+
+void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& st) {
+  if (layer < 0 || layer >= spec_.layers) throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
+  if (s.x.empty() || s.ln1.empty() || s.qkv.empty() || s.probs.empty() || s.attn.empty() ||
+      s.x1.empty() || s.ln2.empty() || s.up.empty() || s.act.empty())
+    throw Error("GptModel::block_backward: layer " + std::to_string(layer) +
+                " lacks saved tensors (recompute them first)");
+  check_activation(s.x, "block_backward");
+  const auto& b = blocks_[static_cast<std::size_t>(layer)];
+  const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
+  const Ctx& c = ctx_;
+  // MLP branch: st.dres holds the gradient of the block's output.
+  linear_backward(c, s.act.data(), p(b.w_down), st.dres.data(), st.d_act.data(), g(b.w_down), g(b.b_down), N, f,
+                  h, WeightLayout::InOut, false);
+  float* d_up = st.d_act.data();
+  if (spec_.mlp == cost::MlpKind::Gelu) {
+    kernels::gelu_backward(c.stream, s.up.data(), st.d_act.data(), st.d_act.data(), N * f);
+  } else {
+    kernels::swiglu_backward(c.stream, s.up.data(), st.d_act.data(), st.d_up.data(), N, f);
+    d_up = st.d_up.data();
+  }
+  linear_backward(c, s.ln2.data(), p(b.w_up), d_up, st.d_norm.data(), g(b.w_up), g(b.b_up), N, h, up_width_,
+                  WeightLayout::InOut, false);
+  norm_backward(b.norm2_g, b.norm2_b, s.x1.data(), st.d_norm.data(), st.dres.data(), st.stats.data(), N);
+  // Attention branch: st.dres now holds the gradient of x1.
+  linear_backward(c, s.attn.data(), p(b.w_proj), st.dres.data(), st.d_attn.data(), g(b.w_proj), g(b.b_proj), N,
+                  h, h, WeightLayout::InOut, false);
+  attention_backward(c, s.qkv.data(), s.probs.data(), st.d_attn.data(), st.d_qkv.data(), st.scratch.data(),
+                     st.scratch.dim(0), {batch, S, spec_.heads, spec_.head_dim()});
+  linear_backward(c, s.ln1.data(), p(b.w_qkv), st.d_qkv.data(), st.d_norm.data(), g(b.w_qkv), g(b.b_qkv), N, h,
+                  3 * h, WeightLayout::InOut, false);
+  norm_backward(b.norm1_g, b.norm1_b, s.x.data(), st.d_norm.data(), st.dres.data(), st.stats.data(), N);
+}
+
+void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) {
+  const std::int64_t batch = s.tokens.numel() / spec_.seq_len;
+  kernels::embedding_backward(ctx_.stream, s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
+                              spec_.seq_len, spec_.hidden);
+}
+
+double GptModel::forward_backward(std::span<const std::int32_t> tokens,
+                                  std::span<const std::int32_t> targets, std::int64_t batch,
+                                  const cpu::StepOptions& opts) {
+  const auto L = static_cast<std::size_t>(spec_.layers);
+  const auto n = static_cast<std::size_t>(batch * spec_.seq_len);
+  if (batch < 1 || tokens.size() != n || targets.size() != n)
+    throw Error("GptModel::forward_backward: tokens and targets must hold batch·seq_len = " +
+                std::to_string(n) + " ids");
+  if (opts.dropout.p != 0.0f) throw Error("GptModel (CUDA): dropout is not implemented");
+  if (!opts.layer_recompute.empty() && opts.layer_recompute.size() != L)
+    throw Error("StepOptions: layer_recompute needs one entry per block (" + std::to_string(L) + ")");
+  check_ids(tokens, spec_.vocab, "token");
+  check_ids(targets, spec_.vocab, "target");
+  DeviceIndexTensor dtok(*alloc_, {batch * spec_.seq_len}, MemTag::Other, Fill::Uninitialised);
+  DeviceIndexTensor dtgt(*alloc_, {batch * spec_.seq_len}, MemTag::Other, Fill::Uninitialised);
+  dtok.upload(tokens);
+  dtgt.upload(targets);
+  BasicDeviceTensor<double> loss(*alloc_, {1}, MemTag::Other);
+  auto policy = [&](std::size_t l) { return opts.layer_recompute.empty() ? opts.recompute : opts.layer_recompute[l]; };
+
+  EmbeddingSaved emb;
+  DeviceTensor x = embedding_forward(dtok.data(), batch, emb);
+  std::vector<BlockSaved> saved(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    x = block_forward(static_cast<int>(l), std::move(x), saved[l]);
+    drop_for_recompute(saved[l], policy(l));
+  }
+  HeadSaved head;
+  head_forward(std::move(x), dtgt.data(), opts.loss_scale, head, loss.data());
+  BackwardBuffers st = backward_buffers(batch);
+  head_backward(head, st);
+  head = HeadSaved{};
+  for (std::size_t l = L; l-- > 0;) {
+    recompute(static_cast<int>(l), saved[l]);
+    block_backward(static_cast<int>(l), saved[l], st);
+    saved[l] = BlockSaved{};
+  }
+  embedding_backward(emb, st);
+  return loss.download()[0];
+}
+
+}  // namespace strata::backend::cuda
