@@ -11,6 +11,7 @@
 #include "backend/cpu/corpus.hpp"
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/gpt.hpp"
+#include "backend/cpu/host_info.hpp"
 #include "backend/cpu/rng.hpp"
 #include "sim/error.hpp"
 #include "strategies/validate.hpp"
@@ -169,6 +170,10 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
   for (const auto b : o.batches)
     if (auto why = cannot_run(run_scenario(sc, in.settings.front(), b)))
       throw InputError(sc.file, "batch", "batch " + std::to_string(b) + ": " + *why);
+  // Nothing trains that would not fit in the host's memory.
+  const Bytes host = host_info().memory_bytes;
+  for (const auto& s : in.settings)
+    for (const auto b : o.batches) Executor::require_host_memory(run_scenario(sc, s, b), host);
 
   const MarkovCorpus corpus(sc.model.vocab, o.corpus_seed, o.sharpness);
   const EvalSet eval = make_eval_set(corpus, o.eval_sequences, sc.model.seq_len, o.corpus_seed);
