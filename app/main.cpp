@@ -433,7 +433,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   fitter->add_option("--settings", fit_options.settings,
                      "Lossy settings besides the baseline: topk:RATIO[:noef], randomk:RATIO[:noef], qsgd:BITS, "
-                     "onebit, powersgd:RANK, opt:OPTIMIZER, each with an optional @LR_MULTIPLIER (default: " +
+                     "onebit, powersgd:RANK, opt:OPTIMIZER, sched:pipedream-2bw, each with an optional @LR_MULTIPLIER "
+                     "(default: " +
                          [] {
                            std::string d;
                            for (const auto& x : backend::cpu::default_fit_settings()) d += (d.empty() ? "" : ",") + x;

@@ -253,10 +253,6 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
   return c;
 }
 
-}  // namespace
-
-namespace {
-
 std::string ttt_text(const PlanRecord& p) {
   return p.time_to_train_s ? duration_text(*p.time_to_train_s) : std::string("never");
 }

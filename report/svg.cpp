@@ -138,6 +138,7 @@ const std::vector<std::string>& palette() {
 
 const std::string& colour(std::size_t i) { return palette()[i % palette().size()]; }
 
+namespace {
 // 1, 2, 5 times powers of ten between 10^lo and 10^hi (only the powers over
 // more than three decades).
 std::vector<double> log_ticks(double lo, double hi) {
@@ -151,6 +152,7 @@ std::vector<double> log_ticks(double lo, double hi) {
     }
   return t;
 }
+}  // namespace
 
 std::string scatter(const Scatter& s) {
   const double x0 = 80, x1 = kWidth - 20, y0 = 20, y1 = 400;
