@@ -16,6 +16,7 @@
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
+#include "backend/cpu/fit_convergence.hpp"
 #include "backend/cpu/host_info.hpp"
 #include "backend/cpu/train.hpp"
 #include "backend/cpu/validate.hpp"
@@ -25,6 +26,7 @@
 #include "backend/cuda/executor.hpp"
 #endif
 #include "costmodel/model_io.hpp"
+#include "report/convergence_fit.hpp"
 #include "report/describe.hpp"
 #include "report/files.hpp"
 #include "report/html_report.hpp"
@@ -36,6 +38,7 @@
 #include "report/table.hpp"
 #include "sim/error.hpp"
 #include "strategies/coarse.hpp"
+#include "strategies/convergence_io.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/step_costs.hpp"
@@ -317,8 +320,22 @@ int main(int argc, char** argv) {
                     "Continue DIR/results.jsonl: plans already there are not simulated again");
   explore->add_option("--shard", shard_text, "Explore plans with index % n == i only")
       ->type_name("i/n");
-  explore->add_option("--top", top_k, "Keep the K best plans by throughput (default 10)")
+  explore->add_option("--top", top_k, "Keep the K best plans by the --rank-by key (default 10)")
       ->check(CLI::Range(0, 1000000));
+  std::optional<strategies::RankBy> rank_by;
+  explore
+      ->add_option_function<std::string>(
+          "--rank-by",
+          [&rank_by](const std::string& v) {
+            auto r = enum_from_name<strategies::RankBy>(v);
+            if (!r)
+              throw CLI::ValidationError("--rank-by",
+                                         "must be one of " + enum_choices<strategies::RankBy>());
+            rank_by = *r;
+          },
+          "Top plans by " + enum_choices<strategies::RankBy>() +
+              " (default: time_to_train when the scenario has a goal, else throughput)")
+      ->type_name("KEY");
   std::uint64_t max_plans = strategies::kDefaultMaxPlans;
   explore
       ->add_option("--max-plans", max_plans,
@@ -404,6 +421,74 @@ int main(int argc, char** argv) {
   validate->add_option("--steps", validate_options.steps, "Measured steps (default 5, after 1 warm-up)")
       ->check(CLI::Range(1, 1000000));
   add_format_option(validate, format);
+  backend::cpu::FitConvergenceOptions fit_options;
+  std::string fit_out, fit_plot, fit_base;
+  bool fit_quick = false;
+  auto* fitter = app.add_subcommand(
+      "fit-convergence",
+      "Train the scenario's model on the CPU backend to target losses at several global batch sizes, "
+      "with each compression setting and optimizer, and fit the convergence model (S_min, B_noise, "
+      "penalties) to the steps measured; held-out batches give its error");
+  fitter->add_option("SCENARIO", scenario_path, "A scenario JSON the CPU executor runs")->required();
+  fitter->add_option("--out", fit_out, "Write the fitted convergence file to FILE")->required()->type_name("FILE");
+  fitter->add_option("--plot", fit_plot, "Write the measured steps and fitted curves as an SVG to FILE")
+      ->type_name("FILE");
+  fitter->add_flag("--quick", fit_quick,
+                   "A few seconds: batches 4,8,16,32 (8 held out), one seed, no rate sweep, target 0.3 "
+                   "nats above the best loss, no loss scaling, two settings");
+  fitter->add_option("--batches", fit_options.batches, "Global batch sizes, sequences (default 2,4,8,16,32,64)")
+      ->delimiter(',');
+  fitter->add_option("--held-out", fit_options.held_out, "Batches left out of the fit (default 4,16)")
+      ->delimiter(',');
+  fitter->add_option("--settings", fit_options.settings,
+                     "Lossy settings besides the baseline: topk:RATIO[:noef], randomk:RATIO[:noef], qsgd:BITS, "
+                     "onebit, powersgd:RANK, opt:OPTIMIZER, sched:pipedream-2bw, each with an optional @LR_MULTIPLIER "
+                     "(default: " +
+                         [] {
+                           std::string d;
+                           for (const auto& x : backend::cpu::default_fit_settings()) d += (d.empty() ? "" : ",") + x;
+                           return d;
+                         }() + ", those the executor runs)")
+      ->delimiter(',');
+  fitter->add_option("--seeds", fit_options.seeds, "Runs per point (default 2)")->check(CLI::Range(1, 100));
+  fitter->add_option("--target-offset", fit_options.target_offset,
+                     "Target: nats above the best held-out loss (default 0.05)")
+      ->check(CLI::Range(1e-3, 10.0));
+  fitter->add_option("--scaling-offsets", fit_options.scaling_offsets,
+                     "More targets for the loss scaling (default 0.1,0.2)")
+      ->delimiter(',');
+  fitter->add_option("--lr", fit_options.lr, "Learning rate at the smallest batch (default 0.003)")
+      ->check(CLI::Range(1e-8, 10.0));
+  fitter
+      ->add_option_function<std::string>(
+          "--lr-scaling",
+          [&fit_options](const std::string& v) {
+            auto r = enum_from_name<strategies::LrScaling>(v);
+            if (!r)
+              throw CLI::ValidationError("--lr-scaling", "must be one of " + enum_choices<strategies::LrScaling>());
+            fit_options.lr_scaling = *r;
+          },
+          "How the rate tried first moves from the smallest batch: " + enum_choices<strategies::LrScaling>() +
+              " (default none)")
+      ->type_name("RULE");
+  fitter->add_option("--lr-grid", fit_options.lr_grid, "Multipliers of the rate tried at each batch (default 0.5,1,2)")
+      ->delimiter(',');
+  fitter->add_option("--max-steps", fit_options.max_steps, "Steps per run at most (default 1500)")
+      ->check(CLI::Range(1, 10000000));
+  fitter->add_option("--setting-cap", fit_options.setting_cap,
+                     "A setting's run stops after this many times the baseline's steps (default 6)")
+      ->check(CLI::Range(1.0, 1000.0));
+  fitter->add_option("--base", fit_base,
+                     "Convergence model whose penalties the unmeasured settings keep (default: the bundled one)")
+      ->type_name("NAME_OR_FILE");
+  std::string fit_refit;
+  fitter->add_option("--refit", fit_refit,
+                     "Fit the measurements of an earlier output FILE again, without training (--held-out may "
+                     "choose other batches)")
+      ->type_name("FILE");
+  bool fit_markdown = false;
+  fitter->add_flag("--markdown", fit_markdown, "Print the table as Markdown (docs/accuracy.md)");
+  add_format_option(fitter, format);
   std::string export_input, export_scenario, export_out;
   std::size_t export_rank = 1;
   report::ExportTarget export_target = report::ExportTarget::Megatron;
@@ -501,6 +586,7 @@ int main(int argc, char** argv) {
       o.shard_index = shard.first;
       o.shard_count = shard.second;
       o.top_k = top_k;
+      o.rank_by = rank_by;
       o.max_plans = max_plans;
       o.progress_interval_s = line.tty ? 0.25 : 10.0;
       o.on_progress = [&line](const strategies::Progress& p) { line(p); };
@@ -627,6 +713,49 @@ int main(int argc, char** argv) {
       report::write_file_atomically(path, json);
       std::cerr << "calibrate: wrote " << path << "\n";
       out = format == report::Format::Json ? json : table;
+    }
+    if (*fitter) {
+      if (!std::filesystem::exists(scenario_path))
+        throw InputError(scenario_path, "", "file not found");
+      auto sc = strategies::load_scenario(scenario_path);
+      strategies::require_transformer(sc, "fit-convergence");
+      if (sc.space) strategies::require_valid_plan(sc);
+      if (fit_quick) {
+        auto& o = fit_options;
+        if (fitter->count("--batches") == 0) o.batches = {4, 8, 16, 32};
+        if (fitter->count("--held-out") == 0) o.held_out = {8};
+        if (fitter->count("--seeds") == 0) o.seeds = 1;
+        if (fitter->count("--lr-grid") == 0) o.lr_grid = {1};
+        if (fitter->count("--scaling-offsets") == 0) o.scaling_offsets.clear();
+        if (fitter->count("--target-offset") == 0) o.target_offset = 0.3;
+        if (fitter->count("--max-steps") == 0) o.max_steps = 400;
+        o.max_default_settings = 2;
+      }
+      if (fit_base.empty()) {
+        fit_options.base = strategies::bundled_convergence();
+      } else if (cost::names_a_file(fit_base)) {
+        if (!std::filesystem::exists(fit_base)) throw InputError(fit_base, "", "file not found");
+        fit_options.base = strategies::load_convergence_file(fit_base);
+      } else {
+        fit_options.base = strategies::bundled_convergence(fit_base);
+      }
+      strategies::FitRecord rec;
+      if (!fit_refit.empty()) {
+        if (!std::filesystem::exists(fit_refit)) throw InputError(fit_refit, "", "file not found");
+        rec = report::load_fit_record(fit_refit);
+        if (fitter->count("--held-out") > 0) rec.input.held_out = fit_options.held_out;
+        backend::cpu::refit(sc, rec, fit_options.base);
+      } else {
+        backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+        rec = backend::cpu::fit_convergence(sc, fit_options, [](const std::string& line) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        });
+      }
+      const std::string file = report::fitted_convergence_json(rec);
+      report::write_file_atomically(fit_out, file);
+      if (!fit_plot.empty()) report::write_file_atomically(fit_plot, report::fit_plot_svg(rec));
+      std::cerr << "fit-convergence: wrote " << fit_out << (fit_plot.empty() ? "" : " and " + fit_plot) << "\n";
+      out = format == report::Format::Json ? file : report::render_fit(rec, format, fit_markdown);
     }
     if (*validate) {
       if (!std::filesystem::exists(scenario_path))

@@ -15,6 +15,7 @@
 //                      for any --jobs, resumed or not.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,6 +32,7 @@ struct ExploreRunOptions {
   int jobs = 0;         // 0: hardware threads
   std::uint64_t shard_index = 0, shard_count = 1;
   std::size_t top_k = 10;
+  std::optional<strategies::RankBy> rank_by;  // unset: time to train with a goal, else throughput
   std::uint64_t max_plans = strategies::kDefaultMaxPlans;
   strategies::Scorer scorer;  // empty: the coarse level (strategies::coarse_scorer)
   strategies::Scorer refine;  // re-scores the kept plans (strategies::ExploreOptions::refine)

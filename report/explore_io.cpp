@@ -88,6 +88,7 @@ struct SummaryHead {
   std::uint64_t shard_count = 1;
   std::vector<std::uint64_t> shard_indices;
   std::size_t top_k = 10;
+  strategies::RankBy rank_by = strategies::RankBy::Throughput;
   std::uint64_t enumerated = 0, invalid = 0, pruned = 0, not_modelled = 0, failed = 0, scored = 0;
   std::map<std::string, strategies::RuleCount> rejected, pruned_by_pool;
 };
@@ -98,6 +99,7 @@ std::string summary_text(const SummaryHead& h, const std::vector<ScoredPlan>& pa
   ordered_json j = h.meta;
   j["shards"] = {{"count", h.shard_count}, {"indices", h.shard_indices}};
   j["top_k"] = h.top_k;
+  j["rank_by"] = enum_name(h.rank_by);
   j["counts"] = {{"enumerated", h.enumerated},
                  {"invalid", h.invalid},
                  {"pruned_by_memory", h.pruned},
@@ -189,6 +191,12 @@ Table plans_table(const ordered_json& records, const ordered_json& axes, bool cs
                                          "peak_memory_bytes"};
   static constexpr const char* kText[] = {"step s", "tokens/s/GPU", "MFU %", "peak GiB"};
   for (const char* c : csv ? kCsv : kText) t.columns.emplace_back(c);
+  // With a goal: the steps to it and the time to train.
+  const bool goal = !records.empty() && records.front().contains("training");
+  if (goal) {
+    t.columns.emplace_back(csv ? "train_steps" : "train steps");
+    t.columns.emplace_back(csv ? "time_to_train_s" : "time to train");
+  }
   t.align.assign(t.columns.size(), Align::Right);
   int rank = 1;
   for (const auto& r : records) {
@@ -211,6 +219,17 @@ Table plans_table(const ordered_json& records, const ordered_json& axes, bool cs
       row.push_back(fixed(tokens, 0));
       row.push_back(fixed(100 * mfu, 1));
       row.push_back(fixed(static_cast<double>(peak) / static_cast<double>(kGiB), 1));
+    }
+    if (goal) {
+      const auto& steps = r.at("training").at("steps");
+      const auto& ttt = r.at("time_to_train_s");
+      if (csv) {
+        row.push_back(steps.is_null() ? "" : steps.dump());
+        row.push_back(ttt.is_null() ? "" : ttt.dump());
+      } else {
+        row.push_back(steps.is_null() ? "never" : count(steps.get<double>()));
+        row.push_back(ttt.is_null() ? "never" : duration_text(ttt.get<double>()));
+      }
     }
     t.add_row(std::move(row));
   }
@@ -243,6 +262,7 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
   j["host_memory_bytes"] = mem.host_bytes_per_node;
   j["memory_source"] = mem.source;
+  if (o.goal) add_goal_fields(j, sc, *o.goal, step_s);
   const std::string canon =
       o.canonical.empty() ? strategies::canonical_json(sc.plan, sc.batch) : std::string(o.canonical);
   return "{\"plan_id\":\"" + strategies::plan_id_hex(o.ranked.plan_id) + "\"," +
@@ -280,9 +300,12 @@ ResultsFile parse_results(std::string_view text, const std::string& path,
     const auto id_text = r.at("plan_id").as_string();
     const auto id = strategies::parse_plan_id(id_text);
     if (!id) r.fail_at("plan_id", "must be 16 lower-case hex digits (got \"" + id_text + "\")");
-    const ScoredPlan sp{*id, r.at("step_time_s").as_number(0, 1e30),
-                        r.at("peak_memory_bytes").as_int(0, INT64_MAX),
-                        r.at("tokens_per_s_per_gpu").as_number(0, 1e30)};
+    ScoredPlan sp{*id, r.at("step_time_s").as_number(0, 1e30),
+                  r.at("peak_memory_bytes").as_int(0, INT64_MAX),
+                  r.at("tokens_per_s_per_gpu").as_number(0, 1e30)};
+    // With a goal; null: never reached.
+    if (auto t = r.get("time_to_train_s"))
+      sp.time_to_train_s = t->is_null() ? std::numeric_limits<double>::infinity() : t->as_number(0, 1e300);
     auto [it, fresh] = out.plans.try_emplace(*id, sp);
     if (!fresh && !(it->second == sp))
       throw InputError(where, "", "plan " + id_text + " appears twice with different results");
@@ -299,6 +322,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   eo.shard_count = o.shard_count;
   eo.top_k = o.top_k;
   eo.max_plans = o.max_plans;
+  eo.rank_by = strategies::resolve_rank_by(sc, o.rank_by);
   strategies::check_plan_limit(sc, eo);  // before anything is written
   make_dir(o.out_dir);
   // The scenario beside its results, so `strata report` can re-simulate a
@@ -318,6 +342,13 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
       throw InputError(results, "",
                        "already exists; pass --resume to continue it, or choose another --out");
     prev = read_results(results);
+    // Records scored with a goal carry a time to train (never 0); without, none.
+    for (const auto& [id, p] : prev.plans)
+      if ((p.time_to_train_s != 0) != sc.goal.has_value())
+        throw InputError(results, "",
+                         std::string("its plans were scored ") + (sc.goal ? "without" : "with") +
+                             " a training goal and the scenario now has " + (sc.goal ? "one" : "none") +
+                             "; resume with the same scenario, or choose another --out");
     rep.torn_bytes = prev.torn_bytes;
     if (prev.torn_bytes > 0) fs::resize_file(results, prev.valid_bytes);
   }
@@ -391,6 +422,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   h.shard_count = o.shard_count;
   h.shard_indices = {o.shard_index};
   h.top_k = o.top_k;
+  h.rank_by = rep.result.rank_by;
   const auto& r = rep.result;
   h.enumerated = r.enumerated;
   h.invalid = r.invalid;
@@ -435,10 +467,12 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     const auto shards = r.at("shards");
     const auto count = static_cast<std::uint64_t>(shards.at("count").as_int(1, INT64_MAX));
     const auto k = static_cast<std::size_t>(r.at("top_k").as_int(0, 1'000'000));
+    const auto by = r.enum_or("rank_by", strategies::RankBy::Throughput);
     if (d == 0) {
       h.meta = meta;
       h.shard_count = count;
       h.top_k = k;
+      h.rank_by = by;
     } else {
       // The scenario's path may differ between machines; what it explores may not.
       auto what = [](const ordered_json& m) {
@@ -453,6 +487,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
         shards.fail_at("count", "is " + std::to_string(count) + "; " + summary_path(dirs[0]) +
                                     " has " + std::to_string(h.shard_count));
       if (k != h.top_k) r.fail_at("top_k", "differs from " + summary_path(dirs[0]));
+      if (by != h.rank_by) r.fail_at("rank_by", "differs from " + summary_path(dirs[0]));
     }
     for (const auto& e : shards.at("indices").elements()) {
       const auto i = static_cast<std::uint64_t>(e.as_int(0, INT64_MAX));
@@ -504,7 +539,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   std::sort(plans.begin(), plans.end(),
             [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   const auto pareto = strategies::pareto_front(plans);
-  const auto top = strategies::top_by_throughput(plans, h.top_k);
+  const auto top = strategies::top_plans(plans, h.top_k, h.rank_by);
   std::unordered_map<std::uint64_t, std::string> wanted;
   for (const auto* set : {&pareto, &top})
     for (const auto& p : *set) {
@@ -598,7 +633,9 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
     if (r.resumed > 0) out += "; " + fmt_count(r.resumed) + " scored plans resumed from results.jsonl";
     out += "\n";
   }
-  out += "\ntop " + std::to_string(s.at("top").size()) + " plans by throughput\n";
+  const bool by_time = s.value("rank_by", std::string("throughput")) == "time_to_train";
+  out += "\ntop " + std::to_string(s.at("top").size()) + " plans by " +
+         (by_time ? "time to train" : "throughput") + "\n";
   out += to_text(plans_table(s.at("top"), s.at("space").at("axes"), false, ""));
   out += "\nPareto front of step time and peak memory (" + std::to_string(s.at("pareto").size()) +
          " plans)\n";

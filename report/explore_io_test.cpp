@@ -11,6 +11,7 @@
 
 #include "report/explore.hpp"
 #include "sim/error.hpp"
+#include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
 #include "tests/testing.hpp"
 
@@ -134,6 +135,36 @@ TEST_CASE("explore output: resume after a kill mid-line loses and duplicates not
   CHECK(scored == 144 - kept);  // only the plans not finished before
   CHECK(lines_of(read(t / "cut/results.jsonl")) == lines_of(full));  // each plan once
   CHECK(read(t / "cut/summary.json") == summary);
+}
+
+TEST_CASE("explore output: with a goal, records carry the time to train and the top is ranked by it") {
+  // 144 plans, each record with time_to_train_s = steps_to_target x step_time_s;
+  // the summary's top is in ascending time to train. Resuming the directory
+  // without the goal is an error (its records would rank against none).
+  TempDir t("goal");
+  auto sc = scenario();
+  sc.goal = strategies::Goal{{}, 2.5};
+  sc.convergence = std::make_shared<const strategies::ConvergenceModel>(strategies::bundled_convergence());
+  run_explore(sc, options(t / "g", 2));
+  std::istringstream in(read(t / "g/results.jsonl"));
+  int n = 0;
+  for (std::string l; std::getline(in, l); ++n) {
+    const auto j = nlohmann::json::parse(l);
+    CHECK(j.at("time_to_train_s").get<double>() ==
+          doctest::Approx(j.at("steps_to_target").get<double>() * j.at("step_time_s").get<double>()));
+  }
+  CHECK(n == 144);
+  const auto s = nlohmann::json::parse(read(t / "g/summary.json"));
+  CHECK(s.at("rank_by") == "time_to_train");
+  double last = 0;
+  for (const auto& r : s.at("top")) {
+    CHECK(r.at("time_to_train_s").get<double>() >= last);
+    last = r.at("time_to_train_s").get<double>();
+  }
+  auto o = options(t / "g", 2);
+  o.resume = true;
+  CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }).find(
+            "its plans were scored with a training goal and the scenario now has none") != std::string::npos);
 }
 
 TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {

@@ -25,4 +25,37 @@ nlohmann::ordered_json breakdown_json(const strategies::TimeBreakdown& b) {
                                 {"optimizer", to_seconds(b.optimizer)}};
 }
 
+void add_goal_fields(nlohmann::ordered_json& j, const strategies::Scenario& sc,
+                     const strategies::GoalEstimate& g, double step_time_s) {
+  using nlohmann::ordered_json;
+  const auto t = strategies::time_to_train(sc, g, step_time_s);
+  j["time_to_train_s"] = t ? ordered_json(t->seconds) : ordered_json(nullptr);
+  j["gpu_hours"] = t ? ordered_json(t->gpu_hours) : ordered_json(nullptr);
+  const bool loss = sc.goal->target_loss.has_value();
+  if (loss) j["steps_to_target"] = g.reachable ? ordered_json(g.steps) : ordered_json(nullptr);
+  ordered_json tr;
+  tr["goal"] = loss ? ordered_json{{"target_loss", *sc.goal->target_loss}}
+                    : ordered_json{{"tokens", *sc.goal->tokens}};
+  tr["reachable"] = g.reachable;
+  if (!g.reachable) tr["unreachable_reason"] = g.unreachable_reason;
+  tr["steps"] = g.reachable ? ordered_json(g.steps) : ordered_json(nullptr);
+  tr["tokens"] = g.reachable ? ordered_json(g.tokens) : ordered_json(nullptr);
+  tr["batch_tokens"] = g.batch_tokens;
+  if (g.critical) {
+    tr["S_min_steps"] = g.critical->s_min_steps;
+    tr["B_noise_tokens"] = g.critical->b_noise_tokens;
+  }
+  tr["base_steps"] = g.base_steps;
+  if (g.lr) tr["lr"] = *g.lr;
+  tr["lr_ratio"] = g.lr_ratio;
+  tr["lr_factor"] = g.lr_factor;
+  tr["warmup_steps"] = g.warmup_steps;
+  tr["penalty"] = {{"compression", g.penalties.compression},
+                   {"optimizer", g.penalties.optimizer},
+                   {"staleness", g.penalties.staleness},
+                   {"total", g.penalties.total()}};
+  tr["convergence"] = sc.convergence->file;
+  j["training"] = tr;
+}
+
 }  // namespace strata::report

@@ -5,6 +5,7 @@
 
 #include "sim/task_graph.hpp"
 #include "strategies/lower.hpp"
+#include "strategies/scenario.hpp"
 
 namespace strata::report {
 
@@ -20,5 +21,11 @@ nlohmann::ordered_json tags_json(const sim::TagBytes& bytes);
 // time_breakdown_s: compute, recompute, exposed_comm {dp, tp, pp, cp, ep,
 // offload}, bubble, offload_stall, optimizer, in seconds.
 nlohmann::ordered_json breakdown_json(const strategies::TimeBreakdown& b);
+
+// With a goal (docs/time-to-train.md): time_to_train_s and gpu_hours (null
+// when the goal is unreachable), steps_to_target (loss goals), and
+// `training`: the goal, steps, tokens and every factor behind them.
+void add_goal_fields(nlohmann::ordered_json& j, const strategies::Scenario& sc,
+                     const strategies::GoalEstimate& g, double step_time_s);
 
 }  // namespace strata::report

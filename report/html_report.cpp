@@ -254,6 +254,72 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
   return c;
 }
 
+std::string ttt_text(const PlanRecord& p) {
+  return p.time_to_train_s ? duration_text(*p.time_to_train_s) : std::string("never");
+}
+
+// Where each plan stands in a ranking (1-based).
+std::unordered_map<std::size_t, std::size_t> positions(const std::vector<std::size_t>& order) {
+  std::unordered_map<std::size_t, std::size_t> at;
+  for (std::size_t i = 0; i < order.size(); ++i) at[order[i]] = i + 1;
+  return at;
+}
+
+// The two rankings compared: which plan each puts first and why they differ.
+void compare_rankings(const ReportData& d, ReportAnalysis& an) {
+  const auto& P = d.plans;
+  an.by_time_to_train = an.fitting;  // throughput order breaks ties
+  std::stable_sort(an.by_time_to_train.begin(), an.by_time_to_train.end(), [&](std::size_t a, std::size_t b) {
+    return P[a].time_to_train_s.value_or(INFINITY) < P[b].time_to_train_s.value_or(INFINITY);
+  });
+  static const char* prefer[] = {"batch.global", "compression.method", "optimizer", "schedule"};
+  for (const char* name : prefer)
+    for (std::size_t a = 0; a < d.axes.size() && !an.ranking_axis; ++a)
+      if (d.axes[a].name == name && d.axes[a].values.size() > 1 && d.axes[a].values.size() <= 10) an.ranking_axis = a;
+  if (!an.ranking_axis) an.ranking_axis = an.colour_axis;
+  if (!an.winner || an.by_time_to_train.empty()) return;
+  const auto& w = P[*an.winner];
+  const auto& t = P[an.by_time_to_train.front()];
+  auto steps_of = [](const PlanRecord& p) {
+    return p.train_steps ? count(static_cast<double>(*p.train_steps)) + " steps" : std::string("no steps (never reached)");
+  };
+  an.ranking_why.push_back("Ranked by time to train to the goal (" + d.goal + "), the best plan is " + t.plan_id +
+                           " (" + plan_text(d, t) + "): " + ttt_text(t) + ", " + steps_of(t) + " of " +
+                           seconds_text(t.step_time_s) + ".");
+  if (&w == &t) {
+    an.ranking_why.push_back("It is also the plan with the highest throughput: here both rankings put the same plan first.");
+  } else {
+    std::string s = "The plan with the highest throughput, " + w.plan_id + " (" + differences(d, t, w) +
+                    "), takes " + ttt_text(w);
+    if (w.train_steps && t.train_steps && t.tokens_per_s_per_gpu > 0) {
+      const double tokens_w = static_cast<double>(*w.train_steps) * w.batch_tokens;
+      const double tokens_t = static_cast<double>(*t.train_steps) * t.batch_tokens;
+      s += ": it processes tokens " + fixed(100 * (w.tokens_per_s_per_gpu / t.tokens_per_s_per_gpu - 1), 1) +
+           " % faster, but reaching the goal takes it " + fixed(tokens_w / tokens_t, 2) + "x the tokens (" +
+           count(static_cast<double>(*w.train_steps)) + " steps of " + si(w.batch_tokens) + " tokens against " +
+           count(static_cast<double>(*t.train_steps)) + " of " + si(t.batch_tokens) + ")";
+    }
+    std::vector<std::string> because;
+    if (w.batch_tokens > t.batch_tokens && d.b_noise_tokens)
+      because.push_back("with the critical batch at " + si(*d.b_noise_tokens) +
+                        " tokens, a larger batch saves fewer steps than it adds tokens (S = S_min (1 + B_noise/B), "
+                        "E = E_min (1 + B/B_noise))");
+    if (std::fabs(w.penalty - t.penalty) > 1e-9)
+      because.push_back("its lossy choices multiply the steps by " + fixed(w.penalty, 3) + " against " +
+                        fixed(t.penalty, 3));
+    for (std::size_t i = 0; i < because.size(); ++i) s += (i == 0 ? ": " : "; ") + because[i];
+    an.ranking_why.push_back(s + ".");
+  }
+  const auto ttt_at = positions(an.by_time_to_train);
+  const std::size_t k = std::min<std::size_t>(10, an.fitting.size());
+  std::size_t both = 0;
+  for (std::size_t i = 0; i < k; ++i)
+    if (ttt_at.at(an.fitting[i]) <= k) ++both;
+  an.ranking_why.push_back(std::to_string(both) + " of the " + std::to_string(k) + " plans with the highest throughput are among the " +
+                           std::to_string(k) + " with the shortest time to train; the throughput winner ranks #" +
+                           std::to_string(ttt_at.at(*an.winner)) + " by time to train.");
+}
+
 }  // namespace
 
 ReportAnalysis analyse(const ReportData& d) {
@@ -348,6 +414,7 @@ ReportAnalysis analyse(const ReportData& d) {
   bool found = false;
   const std::size_t ca = preferred_colour_axis(d, &found);
   if (found) an.colour_axis = ca;
+  if (!d.goal.empty()) compare_rankings(d, an);
   return an;
 }
 
@@ -905,6 +972,79 @@ Table visible(Table t) {
 
 }  // namespace
 
+// The two rankings side by side: row i holds the i-th plan by throughput
+// and the i-th by time to train, each with its place in the other ranking.
+Table ranking_table(const ReportData& d, const ReportAnalysis& an, std::size_t rows) {
+  const auto tput_at = positions(an.fitting);
+  const auto ttt_at = positions(an.by_time_to_train);
+  Table t;
+  t.columns = {"rank", "by throughput", "tokens/s/GPU", "time to train", "its rank by time",
+               "by time to train", "time to train", "steps", "its rank by throughput"};
+  t.align = {Align::Right, Align::Left, Align::Right, Align::Right, Align::Right,
+             Align::Left, Align::Right, Align::Right, Align::Right};
+  const std::size_t n = std::min(rows, an.fitting.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& a = d.plans[an.fitting[i]];
+    const auto& b = d.plans[an.by_time_to_train[i]];
+    t.add_row({std::to_string(i + 1), a.plan_id + " (" + plan_text(d, a) + ")", fixed(a.tokens_per_s_per_gpu, 0),
+               ttt_text(a), "#" + std::to_string(ttt_at.at(an.fitting[i])), b.plan_id + " (" + plan_text(d, b) + ")",
+               ttt_text(b), b.train_steps ? count(static_cast<double>(*b.train_steps)) : "-",
+               "#" + std::to_string(tput_at.at(an.by_time_to_train[i]))});
+  }
+  return t;
+}
+
+constexpr std::size_t kRankingRows = 10;
+
+std::string ranking_chart(const ReportData& d, const ReportAnalysis& an) {
+  svg::Scatter s;
+  s.title = "Step time against time to train, every plan that reaches the goal";
+  double hi = 0;
+  for (std::size_t r : an.fitting)
+    if (d.plans[r].time_to_train_s) hi = std::max(hi, *d.plans[r].time_to_train_s);
+  const double unit = hi >= 2 * 86400 ? 86400 : hi >= 2 * 3600 ? 3600 : 1;
+  const char* unit_name = unit == 86400 ? "days" : unit == 3600 ? "hours" : "s";
+  s.x_label = "step time (s)";
+  s.y_label = std::string("time to train (") + unit_name + ")";
+  double xlo = INFINITY, xhi = 0, ylo = INFINITY;
+  for (std::size_t r : an.fitting) {
+    const auto& p = d.plans[r];
+    if (!p.time_to_train_s || p.step_time_s <= 0) continue;
+    xlo = std::min(xlo, p.step_time_s), xhi = std::max(xhi, p.step_time_s);
+    ylo = std::min(ylo, *p.time_to_train_s);
+  }
+  s.log_x = xhi > 0 && xhi / xlo > 20;
+  s.log_y = hi > 0 && hi / ylo > 20;
+  std::map<std::string, std::size_t> slot;
+  if (an.ranking_axis) {
+    const auto& axis = d.axes[*an.ranking_axis];
+    for (std::size_t v = 0; v < axis.values.size(); ++v) {
+      slot.emplace(axis.values[v], v);
+      s.series.push_back({axis.name + " " + axis.values[v], svg::colour(v), {}});
+    }
+  } else {
+    s.series.push_back({"plans", svg::colour(0), {}});
+  }
+  for (std::size_t r : an.fitting) {
+    const auto& p = d.plans[r];
+    if (!p.time_to_train_s) continue;
+    std::size_t k = 0;
+    if (an.ranking_axis) {
+      auto it = slot.find(axis_value(p, *an.ranking_axis));
+      if (it == slot.end()) {
+        it = slot.emplace(axis_value(p, *an.ranking_axis), s.series.size()).first;
+        s.series.push_back({d.axes[*an.ranking_axis].name + " " + it->first, svg::colour(s.series.size()), {}});
+      }
+      k = it->second;
+    }
+    s.series[k].points.emplace_back(p.step_time_s, *p.time_to_train_s / unit);
+  }
+  s.desc = "One dot per plan that fits and reaches the goal (" + d.goal + ")" +
+           (an.ranking_axis ? ", coloured by " + d.axes[*an.ranking_axis].name : std::string()) +
+           ": left is a faster step, low is a shorter time to train.";
+  return svg::scatter(s);
+}
+
 std::string report_html(const ReportData& d) {
   const ReportAnalysis an = analyse(d);
   const std::string heading = "Strata report: " + d.model + " on " + std::to_string(d.gpus) + " \u00d7 " + d.gpu;
@@ -920,7 +1060,8 @@ std::string report_html(const ReportData& d) {
   o += "<p class=\"sub\">Explore directory <code>" + escape_xml(d.dir) + "</code>, scenario <code>" +
        escape_xml(d.scenario) + "</code>: " + fmt_count(d.plans.size()) + " plans scored of " +
        fmt_count(d.space_size) + " in the space.</p>\n";
-  o += "<nav><a href=\"#winner\">Winner</a><a href=\"#pareto\">Time vs memory</a><a href=\"#memory\">Memory</a>"
+  o += std::string("<nav><a href=\"#winner\">Winner</a>") +
+       (d.goal.empty() ? "" : "<a href=\"#ranking\">Time to train</a>") + "<a href=\"#pareto\">Time vs memory</a><a href=\"#memory\">Memory</a>"
        "<a href=\"#time\">Time</a><a href=\"#timeline\">Timeline</a><a href=\"#tradeoff\">Trade-off</a>"
        "<a href=\"#techniques\">Techniques</a>"
        "<a href=\"#top\">Top plans</a><a href=\"#front\">Pareto front</a><a href=\"#counts\">Counts</a></nav>\n";
@@ -951,6 +1092,15 @@ std::string report_html(const ReportData& d) {
   }
   o += "</section>\n";
 
+  if (!d.goal.empty() && !an.fitting.empty()) {
+    o += "<section id=\"ranking\"><h2>Step time against time to train</h2>";
+    o += "<p>With a training goal (" + escape_xml(d.goal) + ") a plan's worth is its time to train: the steps "
+         "the goal takes at its batch and with its lossy techniques, times its step time. The two "
+         "rankings side by side:</p>";
+    for (const auto& w : an.ranking_why) o += "<p class=\"why\">" + escape_xml(w) + "</p>";
+    o += "<div class=\"wide\">" + html_of(ranking_table(d, an, kRankingRows)) + "</div>";
+    o += ranking_chart(d, an) + "</section>\n";
+  }
   if (!d.plans.empty()) {
     o += "<section id=\"pareto\"><h2>Step time against peak memory</h2>";
     o += "<p>Every scored plan is a dot (plans on the same spot are drawn once); circled plans form "
@@ -1040,6 +1190,11 @@ std::string report_markdown(const ReportData& d) {
       three.push_back(*an.lowest_memory);
     o += to_markdown(visible(to_plain(plan_rows(d, three, an.ranked)))) + "\n";
   }
+  if (!d.goal.empty() && !an.fitting.empty()) {
+    o += "## Step time against time to train\n\n";
+    for (const auto& w : an.ranking_why) o += md(w) + "\n\n";
+    o += to_markdown(visible(ranking_table(d, an, kRankingRows))) + "\n";
+  }
   if (!d.plans.empty()) {
     o += "## Memory per plan (GiB per GPU at the peak)\n\n";
     Table m;
@@ -1118,6 +1273,8 @@ std::string results_csv(const ReportData& d) {
   for (const auto& tag : d.memory_tags) t.columns.push_back("memory_" + tag + "_bytes");
   for (const auto& tp : kTimeParts) t.columns.push_back("time_" + std::string(tp.key) + "_s");
   t.columns.emplace_back("bubble_fraction");
+  const bool goal = !d.goal.empty();
+  if (goal) t.columns.insert(t.columns.end(), {"train_steps", "time_to_train_s"});
   for (std::size_t i : an.ranked) {
     const auto& p = d.plans[i];
     std::vector<std::string> r = {p.plan_id, std::to_string(p.batch_global), std::to_string(p.batch_micro),
@@ -1133,6 +1290,10 @@ std::string results_csv(const ReportData& d) {
       r.push_back(std::to_string(k < p.memory.size() ? p.memory[k] : 0));
     for (std::size_t k = 0; k < kTimePartCount; ++k) r.push_back(shortest(k < p.time_s.size() ? p.time_s[k] : 0));
     r.push_back(shortest(p.bubble_fraction));
+    if (goal) {
+      r.push_back(p.train_steps ? std::to_string(*p.train_steps) : "");
+      r.push_back(p.time_to_train_s ? shortest(*p.time_to_train_s) : "");
+    }
     t.add_row(std::move(r));
   }
   return to_csv(t);

@@ -46,6 +46,11 @@ struct PlanRecord {
   std::vector<Bytes> memory;   // per ReportData::memory_tags
   std::vector<double> time_s;  // per kTimeParts
   double bubble_fraction = 0;
+  // With a goal (ReportData::goal): the steps to it and the time they take
+  // (unset: never reached), the penalty and batch behind the steps.
+  std::optional<double> time_to_train_s;
+  std::optional<std::int64_t> train_steps;
+  double penalty = 1, batch_tokens = 0;
   bool fits() const { return gpu_memory_bytes <= 0 || peak_memory_bytes <= gpu_memory_bytes; }
 };
 
@@ -115,6 +120,10 @@ struct ReportData {
   // (strategies::plan_tradeoff), and why there is none when there is none.
   std::optional<strategies::Tradeoff> tradeoff;
   std::string tradeoff_note;
+  // The training goal the records carry ("target loss 2.5", "3e+11 tokens");
+  // empty without one. B_noise: the critical batch of a loss goal.
+  std::string goal;
+  std::optional<double> b_noise_tokens;
 };
 
 // What the report concludes; shared by the HTML and Markdown renderings.
@@ -147,6 +156,11 @@ struct ReportAnalysis {
   std::vector<AxisComparison> axes;  // axes with more than one value
   std::vector<std::size_t> shown;    // plans in the breakdown charts
   std::optional<std::size_t> colour_axis;  // axis colouring the scatter
+  // With a goal: the plans that fit by time to train (never reached last,
+  // then throughput, plan id) and sentences comparing the two rankings.
+  std::vector<std::size_t> by_time_to_train;
+  std::vector<std::string> ranking_why;
+  std::optional<std::size_t> ranking_axis;  // colours the step time against time to train chart
 };
 ReportAnalysis analyse(const ReportData& d);
 

@@ -270,5 +270,42 @@ TEST_CASE("a directory that is not an explore output is an InputError") {
         STRATA_SOURCE_DIR "/report/summary.json: file not found (not an explore output directory?)");
 }
 
+
+TEST_CASE("report: with a goal, the step-time ranking beside the time-to-train ranking") {
+  // a0 is the fastest step that fits (1.0 s) but needs 3000 steps (a larger
+  // batch): 3000 s, fifth after a1 (2000 x 1.1 s), b0 (2000 x 1.25 s), a2
+  // (2100 x 1.2 s) and b1 (2000 x 1.375 s); b2 never reaches the goal. Both
+  // rankings, the reason and the chart appear.
+  ReportData d = sample();
+  d.goal = "target loss 2.5";
+  d.b_noise_tokens = 1e6;
+  const double steps[] = {3000, 2000, 2100, 2000, 2000, 0, 3000};
+  for (std::size_t i = 0; i < d.plans.size(); ++i) {
+    auto& p = d.plans[i];
+    p.batch_tokens = i == 0 ? 4e6 : 1e6;
+    if (i == 5) continue;  // b2: never
+    p.train_steps = static_cast<std::int64_t>(steps[i]);
+    p.time_to_train_s = steps[i] * p.step_time_s;
+  }
+  const ReportAnalysis an = analyse(d);
+  REQUIRE(an.by_time_to_train.size() == 6);
+  CHECK(d.plans[an.by_time_to_train.front()].plan_id == "00000000000000a1");
+  CHECK(d.plans[an.by_time_to_train.back()].plan_id == "00000000000000b2");
+  REQUIRE(an.ranking_why.size() == 3);
+  CHECK(an.ranking_why[0].find("the best plan is 00000000000000a1") != std::string::npos);
+  CHECK(an.ranking_why[1].find("The plan with the highest throughput, 00000000000000a0") == 0);
+  CHECK(an.ranking_why[1].find("critical batch") != std::string::npos);
+  CHECK(an.ranking_why[2].find("the throughput winner ranks #5 by time to train") != std::string::npos);
+  const std::string md = report_markdown(d);
+  CHECK(md.find("## Step time against time to train") != std::string::npos);
+  CHECK(md.find("| never |") != std::string::npos);
+  const std::string html = report_html(d);
+  CHECK(html.find("id=\"ranking\"") != std::string::npos);
+  CHECK(html.find("Step time against time to train, every plan") != std::string::npos);
+  CHECK(results_csv(d).find("train_steps,time_to_train_s") != std::string::npos);
+  // Without a goal none of it.
+  CHECK(report_markdown(sample()).find("time to train") == std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::report

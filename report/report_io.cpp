@@ -115,6 +115,14 @@ PlanRecord plan_record(const json& j, const std::string& where, const std::vecto
   p.memory.assign(tags.size(), 0);
   for (std::size_t t = 0; t < tags.size(); ++t)
     if (auto v = mem.get(tags[t])) p.memory[t] = v->as_int(0, INT64_MAX);
+  if (auto tr = r.get("training")) {
+    const auto t = r.at("time_to_train_s");
+    if (!t.is_null()) p.time_to_train_s = t.as_number(0, 1e300);
+    const auto steps = tr->at("steps");
+    if (!steps.is_null()) p.train_steps = steps.as_int(0, INT64_MAX);
+    p.penalty = tr->at("penalty").at("total").as_number(0, 1e30);
+    p.batch_tokens = tr->at("batch_tokens").as_number(0, 1e30);
+  }
   const auto tb = r.at("time_breakdown_s");
   const auto comm = tb.at("exposed_comm");
   p.time_s.assign(kTimePartCount, 0);
@@ -223,6 +231,13 @@ ReportData load_report_data(const std::string& dir) {
     const std::string& line = rf.lines.at(id);
     const json j = json::parse(line);
     d.plans.push_back(plan_record(j, rp + ": plan " + strategies::plan_id_hex(id), d.axes, d.memory_tags));
+    if (d.goal.empty() && j.contains("training")) {
+      const json& tr = j.at("training");
+      const json& g = tr.at("goal");
+      d.goal = g.contains("target_loss") ? "target loss " + g.at("target_loss").dump()
+                                         : si(g.at("tokens").get<double>()) + " tokens";
+      if (tr.contains("B_noise_tokens")) d.b_noise_tokens = tr.at("B_noise_tokens").get<double>();
+    }
   }
   // Tags in the order `simulate` prints them; any other after them, by name.
   static const std::vector<std::string> kOrder = {"params", "grads", "optimizer_states", "activations",

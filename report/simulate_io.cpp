@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
@@ -68,6 +69,35 @@ std::string stage_layers(const strategies::Scenario& sc, const std::vector<T>& c
   return out;
 }
 
+// The goal's lines: steps and why, time to train and GPU-hours.
+std::string goal_text(const strategies::Scenario& sc, const strategies::GoalEstimate& g,
+                      double step_s) {
+  std::string out = "goal       ";
+  out += sc.goal->target_loss ? "target loss " + fixed(*sc.goal->target_loss, 3)
+                              : si(*sc.goal->tokens) + " tokens";
+  out += " (convergence model " + sc.convergence->file + ")\n";
+  if (!g.reachable) return out + "           not reached: " + g.unreachable_reason + "\n";
+  out += "           " + count(static_cast<double>(g.steps)) + " steps, " + si(g.tokens) +
+         " tokens: ";
+  if (g.critical)
+    out += "S(B) = S_min (1 + B_noise/B) = " + count(g.critical->s_min_steps) + " (1 + " +
+           si(g.critical->b_noise_tokens) + "/" + si(g.batch_tokens) + ") = " + count(g.base_steps);
+  else
+    out += count(g.base_steps) + " steps of " + si(g.batch_tokens) + " tokens";
+  if (g.lr) {
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%.3g", *g.lr);
+    out += std::string(", learning rate ") + lr + " (" + fixed(g.lr_ratio, 2) + "x the best: x" +
+           fixed(g.lr_factor, 3) + ")";
+  }
+  out += ", penalty x" + fixed(g.penalties.total(), 3);
+  if (g.warmup_steps > 0) out += ", + " + count(static_cast<double>(g.warmup_steps)) + " warmup";
+  const auto t = strategies::time_to_train(sc, g, step_s);
+  out += "\n           time to train " + duration_text(t->seconds) + ", " + count(t->gpu_hours) +
+         " GPU-hours\n";
+  return out;
+}
+
 // Throughput figures of a step.
 struct Rates {
   double step_s, tokens_per_s_per_gpu, model_tflops, hardware_tflops, mfu;
@@ -112,6 +142,7 @@ std::string render_simulation(const strategies::Scenario& sc,
       j["bubble_fraction"] = step->bubble_fraction;
       j["critical_stage"] = step->critical_stage;
       j["tasks"] = step->tasks;
+      if (const auto g = strategies::estimate_goal(sc)) add_goal_fields(j, sc, *g, r.step_s);
     }
     j["peak_memory_bytes"] = mem.peak_bytes;
     j["gpu_memory_bytes"] = mem.gpu_capacity;
@@ -200,6 +231,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     row("offload stall", b.offload_stall);
     row("optimizer", b.optimizer);
     out += "\n" + to_text(t) + "\n";
+    if (const auto g = strategies::estimate_goal(sc)) out += goal_text(sc, *g, r.step_s);
   }
   if (mem.budget)
     out += "layers     planned within " + gib(*mem.budget) +

@@ -138,13 +138,30 @@ const std::vector<std::string>& palette() {
 
 const std::string& colour(std::size_t i) { return palette()[i % palette().size()]; }
 
+namespace {
+// 1, 2, 5 times powers of ten between 10^lo and 10^hi (only the powers over
+// more than three decades).
+std::vector<double> log_ticks(double lo, double hi) {
+  std::vector<double> t;
+  for (int d = static_cast<int>(std::floor(lo)); d <= static_cast<int>(std::ceil(hi)); ++d)
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double v = m * std::pow(10.0, d);
+      if (std::log10(v) < lo || std::log10(v) > hi) continue;
+      if (hi - lo > 3 && m != 1.0) continue;
+      t.push_back(v);
+    }
+  return t;
+}
+}  // namespace
+
 std::string scatter(const Scatter& s) {
   const double x0 = 80, x1 = kWidth - 20, y0 = 20, y1 = 400;
-  double xmin = INFINITY, xmax = -INFINITY, ymax = 0;
+  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = s.log_y ? -INFINITY : 0;
   auto see = [&](double x, double y) {
-    if (!std::isfinite(x) || !std::isfinite(y) || (s.log_x && x <= 0)) return;
+    if (!std::isfinite(x) || !std::isfinite(y) || (s.log_x && x <= 0) || (s.log_y && y <= 0)) return;
     xmin = std::min(xmin, x);
     xmax = std::max(xmax, x);
+    ymin = std::min(ymin, y);
     ymax = std::max(ymax, y);
   };
   for (const auto& ser : s.series)
@@ -154,8 +171,19 @@ std::string scatter(const Scatter& s) {
   const bool limit_drawn = s.y_limit && (ymax <= 0 || *s.y_limit <= 2 * ymax);
   if (limit_drawn) ymax = std::max(ymax, *s.y_limit);
   if (!(xmin <= xmax)) xmin = 0, xmax = 1;
-  if (ymax <= 0) ymax = 1;
-  ymax *= 1.05;
+  double ylo = 0, yhi = 1;  // in axis units (log10 with log_y)
+  if (s.log_y) {
+    if (!(ymin <= ymax)) ymin = 1, ymax = 10;
+    ylo = std::log10(ymin);
+    yhi = std::log10(ymax);
+    if (yhi - ylo < 1e-12) ylo -= 0.05, yhi += 0.05;
+    const double ypad = (yhi - ylo) * 0.05;
+    ylo -= ypad;
+    yhi += ypad;
+  } else {
+    if (ymax <= 0) ymax = 1;
+    yhi = ymax * 1.05;
+  }
   std::vector<double> xticks;
   double xstep = 1;
   auto tx = [&](double x) { return s.log_x ? std::log10(x) : x; };
@@ -169,10 +197,14 @@ std::string scatter(const Scatter& s) {
   hi += pad;
   if (!s.log_x && xmin >= 0) lo = std::max(lo, 0.0);
   auto px = [&](double x) { return x0 + (tx(x) - lo) / (hi - lo) * (x1 - x0); };
-  auto py = [&](double y) { return y1 - y / ymax * (y1 - y0); };
+  auto py = [&](double y) {
+    const double v = s.log_y ? std::log10(y) : y;
+    return y1 - (v - ylo) / (yhi - ylo) * (y1 - y0);
+  };
 
   std::vector<LegendEntry> entries;
-  for (const auto& ser : s.series) entries.push_back({ser.label, ser.colour});
+  for (const auto& ser : s.series)
+    if (ser.dots) entries.push_back({ser.label, ser.colour});
   const std::size_t per_row = static_cast<std::size_t>((kWidth - x0 - 10) / 170);
   const double legend_h = entries.empty() ? 0 : static_cast<double>((entries.size() + per_row - 1) / per_row) * 18;
   const double height = y1 + 60 + legend_h + (s.front.empty() ? 0 : 18);
@@ -180,19 +212,13 @@ std::string scatter(const Scatter& s) {
   out += "<g font-size=\"12\" fill=\"#333\">";
   // Axes and grid.
   double ystep = 1;
-  for (double v : linear_ticks(0, ymax, 6, &ystep)) {
+  for (double v : s.log_y ? log_ticks(ylo, yhi) : linear_ticks(0, yhi, 6, &ystep)) {
     out += "<line x1=\"" + num(x0) + "\" x2=\"" + num(x1) + "\" y1=\"" + num(py(v)) + "\" y2=\"" +
            num(py(v)) + "\" stroke=\"#e4e4e4\"/>";
-    out += text(x0 - 6, py(v) + 4, tick_label(v, ystep), "end");
+    out += text(x0 - 6, py(v) + 4, s.log_y ? tick_label(v, v) : tick_label(v, ystep), "end");
   }
   if (s.log_x) {
-    for (int d = static_cast<int>(std::floor(lo)); d <= static_cast<int>(std::ceil(hi)); ++d)
-      for (double m : {1.0, 2.0, 5.0}) {
-        const double v = m * std::pow(10.0, d);
-        if (std::log10(v) < lo || std::log10(v) > hi) continue;
-        if (hi - lo > 3 && m != 1.0) continue;
-        xticks.push_back(v);
-      }
+    xticks = log_ticks(lo, hi);
     xstep = xticks.empty() ? 1 : std::min(1.0, xticks.front());
   } else {
     xticks = linear_ticks(lo, hi, 8, &xstep);
@@ -208,7 +234,8 @@ std::string scatter(const Scatter& s) {
          "\" stroke=\"#555\"/>";
   out += text((x0 + x1) / 2, y1 + 36, s.x_label + (s.log_x ? " (log scale)" : ""), "middle");
   out += "<text transform=\"translate(16 " + num((y0 + y1) / 2) +
-         ") rotate(-90)\" text-anchor=\"middle\">" + escape_xml(s.y_label) + "</text>";
+         ") rotate(-90)\" text-anchor=\"middle\">" + escape_xml(s.y_label + (s.log_y ? " (log scale)" : "")) +
+         "</text>";
   out += "</g>";
   if (limit_drawn) {
     const double y = py(*s.y_limit);
@@ -225,16 +252,17 @@ std::string scatter(const Scatter& s) {
            "\" stroke=\"#c00\" stroke-dasharray=\"6 4\"/>";
     out += text(x - 4, y0 + 12, s.x_limit_label, "end", " font-size=\"12\" fill=\"#c00\"");
   }
-  // Curves under the dots.
+  // Curves under the dots; a line alone carries its label as a tooltip.
   for (const auto& ser : s.series) {
     if (!ser.line) continue;
     std::string pts;
     for (const auto& [x, y] : ser.points)
-      if (std::isfinite(x) && std::isfinite(y) && !(s.log_x && x <= 0))
+      if (std::isfinite(x) && std::isfinite(y) && !(s.log_x && x <= 0) && !(s.log_y && y <= 0))
         pts += (pts.empty() ? "" : " ") + num(px(x)) + "," + num(py(y));
-    if (!pts.empty())
-      out += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"" + escape_xml(ser.colour) +
-             "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"/>";
+    if (pts.empty()) continue;
+    out += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"" + escape_xml(ser.colour) +
+           "\" stroke-width=\"1.5\" stroke-opacity=\"0.8\"";
+    out += ser.dots ? "/>" : "><title>" + escape_xml(ser.label) + "</title></polyline>";
   }
   // Points: one path per series of zero-length segments with round caps (a
   // dot each); points falling on the same half pixel are drawn once. Each
@@ -248,11 +276,12 @@ std::string scatter(const Scatter& s) {
   });
   for (std::size_t si = 0; si < draw.size(); ++si) {
     const auto& ser = s.series[draw[si]];
+    if (!ser.dots) continue;
     const double dot = std::max(2.5, 6.0 - 1.3 * static_cast<double>(si));
     std::unordered_set<std::int64_t> seen;
     std::string d;
     for (const auto& [x, y] : ser.points) {
-      if (!std::isfinite(x) || !std::isfinite(y) || (s.log_x && x <= 0)) continue;
+      if (!std::isfinite(x) || !std::isfinite(y) || (s.log_x && x <= 0) || (s.log_y && y <= 0)) continue;
       const double X = px(x), Y = py(y);
       const std::int64_t key = static_cast<std::int64_t>(std::lround(X * 2)) * 100000 +
                                static_cast<std::int64_t>(std::lround(Y * 2));
@@ -263,7 +292,7 @@ std::string scatter(const Scatter& s) {
     out += "<path class=\"dots\" d=\"" + d + "\" stroke=\"" + escape_xml(ser.colour) +
            "\" stroke-width=\"" + num(dot) + "\" stroke-linecap=\"round\" stroke-opacity=\"0.75\" fill=\"none\"><title>" +
            escape_xml(ser.label) + " (" + std::to_string(ser.points.size()) +
-           (ser.line ? " points" : " plans") + ")</title></path>";
+           (ser.line ? " points" : " " + escape_xml(s.noun)) + ")</title></path>";
   }
   if (!s.front.empty()) {
     std::string pts;

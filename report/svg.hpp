@@ -35,15 +35,18 @@ struct ScatterSeries {
   std::string colour;
   std::vector<std::pair<double, double>> points;  // (x, y) in data units
   bool line = false;  // also join the points, in order (a curve, not plans)
+  bool dots = true;   // false (with line): the line alone, left out of the legend
 };
 
 struct Scatter {
   std::string title, desc;
   std::string x_label, y_label;
   bool log_x = false;
+  bool log_y = false;  // otherwise y starts at 0
   // Small dots; points on one half pixel are drawn once. The legend keeps
   // this order; the largest series is drawn first with the largest dots.
   std::vector<ScatterSeries> series;
+  std::string noun = "plans";  // what a dot is, in each series' tooltip
   // Highlighted points (the Pareto front): larger, outlined, joined by a line.
   std::vector<std::pair<double, double>> front;
   std::vector<std::string> front_titles;  // tooltip per front point

@@ -75,5 +75,24 @@ TEST_CASE("timeline draws a rectangle per span, grouped by kind") {
   CHECK(out.find("time in the step (ms)") != std::string::npos);
 }
 
+
+TEST_CASE("scatter on log-log axes with a fitted curve") {
+  // Points at y = 10 and 1000 on a log y axis, with y = 100 a gridline; a
+  // line-only series is one polyline with its label, not in the legend.
+  Scatter s;
+  s.title = "fit";
+  s.x_label = "batch";
+  s.y_label = "steps";
+  s.log_x = s.log_y = true;
+  s.series.push_back({"none", "#222222", {{10, 10}, {1000, 1000}}});
+  s.series.push_back({"none: fitted", "#222222", {{10, 10}, {100, 100}, {1000, 1000}}, true, false});
+  const std::string out = scatter(s);
+  CHECK(out.find("steps (log scale)") != std::string::npos);
+  CHECK(out.find(">100<") != std::string::npos);  // a 1-2-5 tick on the log y axis
+  CHECK(occurrences(out, "<polyline") == 1);
+  CHECK(out.find("stroke-opacity=\"0.8\"><title>none: fitted</title>") != std::string::npos);
+  CHECK(occurrences(out, "none: fitted") == 1);
+}
+
 }  // namespace
 }  // namespace strata::report::svg

@@ -186,4 +186,11 @@ std::string bytes_iec(double b) {
   return buf;
 }
 
+std::string duration_text(double seconds) {
+  if (seconds >= 86400) return fixed(seconds / 86400, 2) + " days";
+  if (seconds >= 3600) return fixed(seconds / 3600, 2) + " h";
+  if (seconds >= 60) return fixed(seconds / 60, 1) + " min";
+  return fixed(seconds, 1) + " s";
+}
+
 }  // namespace strata::report

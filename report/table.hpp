@@ -32,5 +32,7 @@ std::string si(double v);
 std::string count(double v);
 // Bytes in binary units: 512 B, 1.50 KiB, 2.25 GiB.
 std::string bytes_iec(double bytes);
+// A duration in the largest unit that keeps it >= 1: 45.0 s, 12.5 min, 3.20 h, 9.81 days.
+std::string duration_text(double seconds);
 
 }  // namespace strata::report

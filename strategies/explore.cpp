@@ -101,6 +101,18 @@ Scorer coarse_scorer(const Scenario& base) {
   };
 }
 
+namespace {
+ScoredPlan ranked_figures(const Scenario& sc, std::uint64_t id, double step_s,
+                          const MemoryEstimate& mem, const std::optional<GoalEstimate>& goal) {
+  ScoredPlan p{id, step_s, mem.peak_bytes, tokens_per_s_per_gpu(sc, step_s), 0};
+  if (goal) {
+    const auto t = time_to_train(sc, *goal, step_s);
+    p.time_to_train_s = t ? t->seconds : std::numeric_limits<double>::infinity();
+  }
+  return p;
+}
+}  // namespace
+
 double tokens_per_s_per_gpu(const Scenario& sc, double step_time_s) {
   if (step_time_s <= 0) return 0;
   const double gpus = static_cast<double>(sc.cluster.gpus());
@@ -132,9 +144,11 @@ std::vector<ScoredPlan> pareto_front(std::vector<ScoredPlan> plans) {
   return front;
 }
 
-std::vector<ScoredPlan> top_by_throughput(std::vector<ScoredPlan> plans, std::size_t k) {
-  auto better = [](const ScoredPlan& a, const ScoredPlan& b) {
-    if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu)
+std::vector<ScoredPlan> top_plans(std::vector<ScoredPlan> plans, std::size_t k, RankBy by) {
+  auto better = [by](const ScoredPlan& a, const ScoredPlan& b) {
+    if (by == RankBy::TimeToTrain && a.time_to_train_s != b.time_to_train_s)
+      return a.time_to_train_s < b.time_to_train_s;
+    if (by == RankBy::Throughput && a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu)
       return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
     return a.plan_id < b.plan_id;
   };
@@ -143,6 +157,14 @@ std::vector<ScoredPlan> top_by_throughput(std::vector<ScoredPlan> plans, std::si
                     better);
   plans.resize(k);
   return plans;
+}
+
+RankBy resolve_rank_by(const Scenario& sc, std::optional<RankBy> rank_by) {
+  if (!rank_by) return sc.goal ? RankBy::TimeToTrain : RankBy::Throughput;
+  if (*rank_by == RankBy::TimeToTrain && !sc.goal)
+    throw InputError(sc.file, "goal",
+                     "ranking by time to train needs a goal ({\"tokens\": N} or {\"target_loss\": x})");
+  return *rank_by;
 }
 
 void merge_rule_counts(std::map<std::string, RuleCount>& a,
@@ -189,6 +211,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   space.gpus = sc.cluster.gpus();
 
   ExploreResult res;
+  res.rank_by = resolve_rank_by(sc, opt.rank_by);
   res.space_size = space.size();
   const std::uint64_t total = shard_size(res.space_size, opt);
   res.enumerated = total;
@@ -315,11 +338,20 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           ++t.failed;
           count_rule(t.rejected, "internal-error", c.index, e.what());
         }
+        std::optional<GoalEstimate> goal;
+        if (ok) {
+          try {
+            goal = estimate_goal(pt);
+          } catch (const InputError& e) {
+            ok = false;
+            not_modelled(t, c.index, e);
+          }
+        }
         if (ok) {
           const double step_s = to_seconds(sc_.step.step_time);
-          const ScoredPlan ranked{c.id, step_s, mem.peak_bytes,
-                                  tokens_per_s_per_gpu(pt, step_s)};
-          if (opt.on_scored) opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked, c.canonical});
+          const ScoredPlan ranked = ranked_figures(pt, c.id, step_s, mem, goal);
+          if (opt.on_scored)
+            opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked, c.canonical, goal ? &*goal : nullptr});
           t.plans.push_back(ranked);
           ++t.scored;
         }
@@ -401,7 +433,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   std::sort(res.plans.begin(), res.plans.end(),
             [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   res.pareto = pareto_front(res.plans);
-  res.top = top_by_throughput(res.plans, opt.top_k);
+  res.top = top_plans(res.plans, opt.top_k, res.rank_by);
 
   // Phase 3: the plans kept (Pareto front and top) re-scored by `refine`
   // until every kept plan carries its figures; a refined plan that falls
@@ -440,8 +472,10 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             const MemoryEstimate mem = memory_of(pt);
             const Score score = refine(pt);
             const double step_s = to_seconds(score.step.step_time);
-            figures[k] = {todo[k], step_s, mem.peak_bytes, tokens_per_s_per_gpu(pt, step_s)};
-            if (opt.on_refined) opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k]});
+            const auto goal = estimate_goal(pt);
+            figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
+            if (opt.on_refined)
+              opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
           }
         } catch (...) {
           fail();
@@ -460,7 +494,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         refined.insert(f.plan_id);
       }
       res.pareto = pareto_front(res.plans);
-      res.top = top_by_throughput(res.plans, opt.top_k);
+      res.top = top_plans(res.plans, opt.top_k, res.rank_by);
     }
     std::sort(res.refined.begin(), res.refined.end(),
               [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -42,8 +43,14 @@ struct ScoredPlan {
   double step_time_s = 0;
   Bytes peak_memory_bytes = 0;
   double tokens_per_s_per_gpu = 0;
+  // With a goal: steps to it times the step time (+inf: never reached); 0 without.
+  double time_to_train_s = 0;
   bool operator==(const ScoredPlan&) const = default;
 };
+
+// What the top plans are: the highest throughput, or (with a goal) the
+// shortest time to train.
+enum class RankBy : std::uint8_t { Throughput, TimeToTrain };
 
 // global · seq_len / step time / GPUs (as `strata simulate` reports it).
 double tokens_per_s_per_gpu(const Scenario& sc, double step_time_s);
@@ -56,6 +63,7 @@ struct ScoredOutcome {
   const Score& score;
   ScoredPlan ranked;
   std::string_view canonical = {};  // canonical_json of the plan, when known
+  const GoalEstimate* goal = nullptr;  // with a goal: the steps to it
 };
 
 // Plans rejected by one rule: the count and the message of the first (lowest
@@ -92,6 +100,9 @@ struct ExploreOptions {
   std::uint64_t shard_index = 0;  // plans with index % shard_count == shard_index
   std::uint64_t shard_count = 1;
   std::size_t top_k = 10;
+  // Unset: time to train when the scenario has a goal, else throughput.
+  // TimeToTrain without a goal is an InputError.
+  std::optional<RankBy> rank_by;
   Scorer scorer;  // empty: coarse_scorer(scenario)
   // Re-scores the plans kept (the Pareto front and the top plans) until
   // every one of them has this scorer's figures. Empty: with the default
@@ -123,7 +134,8 @@ struct ExploreResult {
   std::map<std::string, RuleCount> pruned_by_pool;  // "gpu", "host", "nvme"
   std::vector<ScoredPlan> plans;   // every scored plan, by plan id (refined figures where refined)
   std::vector<ScoredPlan> pareto;  // by step time, then memory, then id
-  std::vector<ScoredPlan> top;     // by throughput (descending), then id
+  std::vector<ScoredPlan> top;     // by rank_by, then id
+  RankBy rank_by = RankBy::Throughput;
   std::vector<ScoredPlan> refined;  // plans re-scored by `refine`, by plan id
   std::uint64_t refine_rounds = 0;
   double wall_s = 0;
@@ -142,10 +154,22 @@ void check_plan_limit(const Scenario& sc, const ExploreOptions& options);
 // Plans no other plan beats in both step time and peak memory (ties in both
 // are all kept), by step time, then memory, then id.
 std::vector<ScoredPlan> pareto_front(std::vector<ScoredPlan> plans);
-// The `k` best by throughput (tokens/s per GPU, descending; ties by id).
-std::vector<ScoredPlan> top_by_throughput(std::vector<ScoredPlan> plans, std::size_t k);
+// The `k` best by throughput (tokens/s per GPU, descending) or by time to
+// train (ascending; unreachable last); ties by id.
+std::vector<ScoredPlan> top_plans(std::vector<ScoredPlan> plans, std::size_t k, RankBy by);
+// rank_by as given, or from the scenario: time to train with a goal.
+RankBy resolve_rank_by(const Scenario& sc, std::optional<RankBy> rank_by);
 // Adds `b`'s counts to `a` keeping the lowest-index example.
 void merge_rule_counts(std::map<std::string, RuleCount>& a,
                        const std::map<std::string, RuleCount>& b);
 
 }  // namespace strata::strategies
+
+namespace strata {
+template <>
+struct EnumNames<strategies::RankBy> {
+  static constexpr std::array<std::pair<strategies::RankBy, std::string_view>, 2> table{
+      {{strategies::RankBy::Throughput, "throughput"},
+       {strategies::RankBy::TimeToTrain, "time_to_train"}}};
+};
+}  // namespace strata

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -77,9 +78,53 @@ TEST_CASE("pareto front: hand-made set") {
   CHECK(pareto_front({}).empty());
   // Top 3 by throughput (1 / time): G, then A, E, H at equal throughput by id.
   ids.clear();
-  for (const auto& x : top_by_throughput(all, 3)) ids.push_back(x.plan_id);
+  for (const auto& x : top_plans(all, 3, RankBy::Throughput)) ids.push_back(x.plan_id);
   CHECK(ids == std::vector<std::uint64_t>{7, 1, 5});
-  CHECK(top_by_throughput(all, 100).size() == all.size());
+  CHECK(top_plans(all, 100, RankBy::Throughput).size() == all.size());
+}
+
+TEST_CASE("top plans by time to train: shortest first, never-reached last, ties by id") {
+  auto p = [](std::uint64_t id, double tput, double ttt) { return ScoredPlan{id, 1 / tput, 1, tput, ttt}; };
+  const double never = std::numeric_limits<double>::infinity();
+  const std::vector<ScoredPlan> all = {p(1, 10, 50), p(2, 20, 80), p(3, 5, never), p(4, 8, 50), p(5, 30, 90)};
+  std::vector<std::uint64_t> ids;
+  for (const auto& x : top_plans(all, 5, RankBy::TimeToTrain)) ids.push_back(x.plan_id);
+  CHECK(ids == std::vector<std::uint64_t>{1, 4, 2, 5, 3});
+  ids.clear();
+  for (const auto& x : top_plans(all, 5, RankBy::Throughput)) ids.push_back(x.plan_id);
+  CHECK(ids == std::vector<std::uint64_t>{5, 2, 1, 4, 3});
+}
+
+TEST_CASE("explore ranks by time to train when the scenario has a goal") {
+  // Batch 32 or 64 sequences of 1024 tokens, 4 s and 5 s a step: 64 has the
+  // higher throughput (13,107 against 8,192 tokens/s), but with B_noise =
+  // 8192 tokens it needs almost as many steps: S(32) = 1000 · 1.25 = 1250
+  // (5000 s), S(64) = 1000 · 1.125 = 1125 (5625 s). Time to train prefers 32.
+  auto sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+                            "batch": {"global": 64, "micro": 1}, "plan": {"optimizer": "adamw"},
+                            "goal": {"target_loss": 2.5},
+                            "convergence": {"S_min_steps": 1000, "B_noise_tokens": 8192, "loss_scaling": null},
+                            "space": {"batch.global": [32, 64]}})",
+                           "s.json");
+  ExploreOptions o;
+  o.jobs = 1;
+  o.scorer = [](const Scenario& s) {
+    Score r;
+    r.step.step_time = 1'000'000'000LL * (3 + s.batch.global / 32);
+    return r;
+  };
+  const auto r = explore(sc, o);
+  CHECK(r.rank_by == RankBy::TimeToTrain);
+  REQUIRE(r.top.size() == 2);
+  CHECK(r.top[0].time_to_train_s == doctest::Approx(5000));
+  CHECK(r.top[1].time_to_train_s == doctest::Approx(5625));
+  o.rank_by = RankBy::Throughput;
+  const auto t = explore(sc, o);
+  CHECK(t.top[0].plan_id == r.top[1].plan_id);
+  CHECK(t.top[1].plan_id == r.top[0].plan_id);
+  sc.goal.reset();
+  o.rank_by = RankBy::TimeToTrain;
+  CHECK_THROWS_AS(explore(sc, o), InputError);
 }
 
 TEST_CASE("explore: the result does not depend on the number of jobs") {
@@ -139,7 +184,7 @@ TEST_CASE("explore: finished plans are not scored again; shards partition the sp
   std::vector<ScoredPlan> both = s0.plans;
   both.insert(both.end(), s1.plans.begin(), s1.plans.end());
   CHECK(pareto_front(both) == full.pareto);
-  CHECK(top_by_throughput(both, 10) == full.top);
+  CHECK(top_plans(both, 10, RankBy::Throughput) == full.top);
 }
 
 TEST_CASE("explore: the goal sweep's rejections (docs/explore.md)") {

@@ -1,11 +1,13 @@
 #pragma once
 // A scenario: one model on one cluster with a batch and a plan, optionally a
 // training goal and a calibration file (DESIGN.md, docs/input-format.md).
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "costmodel/hardware.hpp"
 #include "costmodel/model.hpp"
+#include "strategies/convergence.hpp"
 #include "strategies/plan.hpp"
 #include "strategies/space.hpp"
 
@@ -23,6 +25,12 @@ struct Scenario {
   Batch batch;
   Plan plan;
   std::optional<Goal> goal;
+  // With a goal: the convergence model ("convergence": the file it names with
+  // its overrides, else the bundled default) and the learning-rate rule
+  // ("lr", else the model's; none: tuned at every batch), its reference
+  // batch resolved (default: this scenario's batch.global).
+  std::shared_ptr<const ConvergenceModel> convergence;
+  std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path
   // The space `strata explore` searches; `plan` and `batch` are then the
   // template for the axes it does not list.
@@ -46,6 +54,19 @@ bool is_scenario_file(const std::string& path);
 // Throws InputError (file, JSON path, rule) for the first validity rule the
 // scenario's plan breaks (validate.hpp).
 void require_valid_plan(const Scenario& s);
+
+// Steps, tokens and factors to the scenario's goal for its plan and batch
+// (convergence.hpp); nothing without a goal. Throws InputError when the
+// convergence model has no penalty for the plan's compression or optimizer.
+std::optional<GoalEstimate> estimate_goal(const Scenario& s);
+// Steps times the step time, and the GPU-hours that takes on the scenario's
+// GPUs; nothing when the goal is unreachable.
+struct TimeToTrain {
+  double seconds = 0;
+  double gpu_hours = 0;
+};
+std::optional<TimeToTrain> time_to_train(const Scenario& s, const GoalEstimate& g,
+                                         double step_time_s);
 
 // Throws InputError naming the scenario's model when it is a layer chain:
 // `command` (simulate, explore, run, …) lowers transformers only; chains go

@@ -5,6 +5,7 @@
 
 #include "costmodel/model_io.hpp"
 #include "sim/limits.hpp"
+#include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/validate.hpp"
 
@@ -176,6 +177,24 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
     s.space = read_space(*sp, s);
   }
   if (auto g = r.get("goal")) s.goal = read_goal(*g);
+  for (const char* key : {"convergence", "lr"})
+    if (r.has(key) && !s.goal) r.fail_at(key, "applies only with a \"goal\"");
+  if (s.goal) {
+    s.convergence = std::make_shared<const ConvergenceModel>(
+        r.has("convergence") ? read_scenario_convergence(r.at("convergence"), base_dir)
+                             : bundled_convergence());
+    // The rule's base rate is tuned at the scenario's own batch unless it
+    // says otherwise (explore's batch.global axis then moves away from it).
+    s.lr = r.has("lr") ? std::optional<LrRule>(read_lr_rule(r.at("lr"))) : s.convergence->lr;
+    if (s.lr && !s.lr->reference_batch) s.lr->reference_batch = s.batch.global;
+    if (s.goal->target_loss) {
+      try {
+        critical_batch_at(*s.convergence, *s.goal->target_loss);
+      } catch (const InputError& e) {
+        r.at("goal").fail_at("target_loss", e.rule() + " (convergence model " + e.file() + ")");
+      }
+    }
+  }
   if (auto c = r.get("calibration")) {
     const std::string path = cost::resolve_path(c->as_string(), base_dir);
     if (!std::filesystem::exists(path))

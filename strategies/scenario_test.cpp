@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 
 #include "sim/error.hpp"
@@ -146,6 +147,57 @@ TEST_CASE("keys that apply to other choices are rejected, not ignored") {
         "s.json: goal: needs exactly one of \"tokens\" or \"target_loss\"");
   CHECK(error_of(scenario("\"plan\":", "\"plna\": 1, \"plan\":")) ==
         "s.json: plna: unknown key (did you mean \"plan\"?)");
+}
+
+
+TEST_CASE("a goal brings the bundled convergence model; convergence and lr override it") {
+  // Without "convergence" the bundled default is used; a target loss it
+  // cannot move to, and keys that need a goal, are errors naming the path.
+  const auto s = parse_scenario(scenario("\"plan\":", "\"goal\": {\"target_loss\": 2.5}, \"plan\":"), "s.json");
+  REQUIRE(s.convergence);
+  CHECK(s.convergence->file == "configs/convergence/default.json");
+  CHECK_FALSE(s.lr.has_value());
+  const auto g = estimate_goal(s);
+  REQUIRE(g);
+  // B = 1536 · 2048 tokens; S = S_min (1 + B_noise / B), rounded up.
+  const double b = 1536.0 * 2048.0;
+  CHECK(g->steps == static_cast<std::int64_t>(std::ceil(
+                        s.convergence->s_min_steps.value * (1 + s.convergence->b_noise_tokens.value / b))));
+  CHECK_FALSE(estimate_goal(parse_scenario(scenario(), "s.json")).has_value());
+
+  const auto o = parse_scenario(
+      scenario("\"plan\":", "\"goal\": {\"target_loss\": 2.5}, \"convergence\": {\"S_min_steps\": 100, "
+                            "\"B_noise_tokens\": 0}, \"lr\": {\"base\": 6e-5, \"warmup_steps\": 375}, \"plan\":"),
+      "s.json");
+  CHECK(o.convergence->s_min_steps.value == 100);
+  CHECK(o.convergence->s_min_steps.source == "given in s.json (convergence.S_min_steps)");
+  CHECK(o.convergence->optimizer.at(Optimizer::Adam8bit).factor ==
+        s.convergence->optimizer.at(Optimizer::Adam8bit).factor);
+  REQUIRE(o.lr);
+  CHECK(o.lr->scaling == LrScaling::Linear);
+  CHECK(estimate_goal(o)->steps == 100 + 375);
+  // The rule's reference is the scenario's batch: a point of explore's batch
+  // axis at twice it gets twice the rate (r = 2 with B_noise 0: never reached).
+  CHECK(o.lr->reference_batch == 1536);
+  auto point = o;
+  point.batch.global = 3072;
+  const auto far = estimate_goal(point);
+  CHECK(*far->lr == doctest::Approx(1.2e-4));
+  CHECK_FALSE(far->reachable);
+
+  CHECK(error_of(scenario("\"plan\":", "\"lr\": {\"base\": 1e-4}, \"plan\":")) ==
+        "s.json: lr: applies only with a \"goal\"");
+  CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"lr\": {\"base\": 1e-4, \"scaling\": \"cubic\"}, \"plan\":")) ==
+        "s.json: lr.scaling: must be one of linear|sqrt|none (got \"cubic\")");
+  CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"convergence\": \"nothere.json\", \"plan\":")) ==
+        "s.json: convergence: convergence file \"nothere.json\" not found");
+  CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"convergence\": \"defualt\", \"plan\":")) ==
+        "s.json: convergence: unknown convergence preset \"defualt\" (known: cpu-tiny, default)");
+  CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"tokens\": 1e9}, \"convergence\": {\"S_min_step\": 1}, \"plan\":")) ==
+        "s.json: convergence.S_min_step: unknown key (did you mean \"S_min_steps\"?)");
+  CHECK(error_of(scenario("\"plan\":", "\"goal\": {\"target_loss\": 2.0}, \"plan\":")) ==
+        "s.json: goal.target_loss: a target loss of 2 is not above the loss floor 2.329: it is never "
+        "reached (convergence model configs/convergence/default.json)");
 }
 
 TEST_CASE("absurd sizes are input errors naming the limit, not wrapped numbers") {
