@@ -593,7 +593,8 @@ void Executor::Impl::run_rank(Rank& R, std::span<const std::int32_t> tokens,
   for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
     const auto a = Clock::now();
     run_task(R, i, tokens, targets);
-    R.times.push_back({i, R.rank, seconds(a), seconds(Clock::now())});
+    R.times.push_back({i, R.rank, seconds(a), seconds(Clock::now()),
+                       R.device.stats().current[static_cast<std::size_t>(MemTag::Activations)]});
   }
   if (!R.saved.empty() || !R.act.empty() || !R.grad.empty() || !R.emb.empty() || !R.head.empty())
     throw Error("executor: rank " + std::to_string(R.rank) + " ended the step holding activations");

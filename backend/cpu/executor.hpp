@@ -69,6 +69,10 @@ struct TaskTime {
   std::int32_t task = 0;  // index into lowered().graph.tasks()
   int rank = 0;
   double start = 0, end = 0;
+  // The rank's live device bytes under MemTag::Activations when the task
+  // ended: what the schedule keeps between its tasks (the CPU executor's;
+  // the CUDA executor leaves it 0).
+  Bytes activations = 0;
 };
 
 struct RankMemory {

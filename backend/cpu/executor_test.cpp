@@ -709,4 +709,73 @@ TEST_CASE("cpu/executor: refuses what it does not execute, naming it") {
   CHECK_THROWS_AS(ex.step(few, few), Error);
 }
 
+TEST_CASE("cpu/executor: each layer's forward keeps exactly the bytes its planned choice stores") {
+  // The memory model's ActivationRule::stored(keep) is what a layer keeps
+  // from its forward to its backward: all its saved tensors (A), all but the
+  // attention core (S), its input (I), nothing (N). The executor's live
+  // activation bytes must grow by exactly that across the layer's forward
+  // task, for every solver's schedule: the fixed policies and optimal
+  // recompute at budgets from the least it can reach to no recompute's peak,
+  // on one stage and on a 1F1B pipeline of two with two microbatches. (The
+  // peak adds the backward's working buffers, which the executor and the
+  // model count differently: docs/accuracy.md, "Memory".)
+  std::set<char> kinds;
+  for (const auto& [pp, micro] : {std::pair{1, 4}, std::pair{2, 2}}) {
+    std::vector<Scenario> cases;
+    for (auto policy : {cost::Recompute::None, cost::Recompute::Selective, cost::Recompute::Full,
+                        cost::Recompute::EveryK, cost::Recompute::Sqrt}) {
+      Plan p = plan_with(1, pp);
+      p.recompute = policy;
+      p.recompute_k = 2;
+      cases.push_back(tiny(6, p, 4, micro));
+    }
+    Plan opt = plan_with(1, pp);
+    opt.recompute = cost::Recompute::Optimal;
+    Scenario sc = tiny(6, opt, 4, micro);
+    Scenario plain = sc;
+    plain.plan.recompute = cost::Recompute::None;
+    const double hi = static_cast<double>(strategies::estimate_memory(plain).peak_bytes);
+    sc.plan.memory_budget_GiB = 1e-3;
+    const double lo = static_cast<double>(strategies::estimate_memory(sc).peak_bytes);
+    for (int i = 0; i <= 4; ++i) {
+      sc.plan.memory_budget_GiB = (lo + (hi - lo) * i / 4) / static_cast<double>(kGiB);
+      cases.push_back(sc);
+    }
+    for (Scenario& c : cases) {
+      c.model.seq_len = 64;  // the attention core worth dropping alone
+      const auto est = strategies::estimate_memory(c);
+      const auto keeps = est.layers.keeps;
+      const auto rule = strategies::ActivationRule::of(cost::expand(c.model, strategies::expand_options(c)));
+      CAPTURE(pp);
+      CAPTURE(enum_name(c.plan.recompute));
+      const std::string pattern = strategies::keeps_pattern(keeps);
+      CAPTURE(pattern);
+      kinds.insert(pattern.begin(), pattern.end());
+      set_blas_threads(1);
+      Executor e(c);
+      const Batch in = batch_of(c, 5);
+      const auto r = e.step(in.tokens, in.targets);
+      const auto& tasks = e.lowered().graph.tasks();
+      int checked = 0;
+      for (std::size_t k = 1; k < r.tasks.size(); ++k) {
+        const auto& t = r.tasks[k];
+        const auto& info = e.lowered().info[static_cast<std::size_t>(t.task)];
+        if (info.op != strategies::TaskOp::Forward || info.part != strategies::Part::Layer) continue;
+        REQUIRE(r.tasks[k - 1].rank == t.rank);
+        CAPTURE(tasks[static_cast<std::size_t>(t.task)].id);
+        // A later stage's first layer keeps the activation it received,
+        // counted as a message (comm_buffers) until then: its input joins.
+        const auto& prev = e.lowered().info[static_cast<std::size_t>(r.tasks[k - 1].task)];
+        const bool received = r.memory[static_cast<std::size_t>(t.rank)].stage > 0 &&
+                              !(prev.op == strategies::TaskOp::Forward && prev.part == strategies::Part::Layer);
+        CHECK(t.activations - r.tasks[k - 1].activations ==
+              rule.stored(keeps[static_cast<std::size_t>(info.layer)]) + (received ? rule.input : 0));
+        ++checked;
+      }
+      CHECK(checked == 6 * (4 / micro));  // every layer's forward, every microbatch
+    }
+  }
+  CHECK(kinds == std::set<char>{'A', 'S', 'I', 'N'});
+}
+
 }  // namespace strata::backend::cpu
