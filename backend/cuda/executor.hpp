@@ -18,11 +18,12 @@
 //
 // Executed: plans on one GPU (dp = tp = pp = cp = ep = 1) in fp32 with
 // standard attention: recompute none / selective / full / every_k / sqrt,
-// activation offload, SGD, momentum, Adam, AdamW. Refused with the reason
-// (Executor::unsupported): plans needing more than one GPU (multi-process
-// NCCL is not implemented), bf16/fp16/fp8 mixed precision, flash attention,
-// weight and optimizer offload, the `optimal` recompute planner, optimizers
-// without CUDA kernels, dropout, MoE, grouped-query attention.
+// activation offload, SGD, momentum, Adam, AdamW, 8-bit Adam, LARS, LAMB,
+// Adafactor, SM3. Refused with the reason (Executor::unsupported): plans
+// needing more than one GPU (multi-process NCCL is not implemented),
+// bf16/fp16/fp8 mixed precision, flash attention, weight and optimizer
+// offload, the `optimal` recompute planner, 4-bit Adam (no kernels, nor a CPU
+// implementation), dropout, MoE, grouped-query attention.
 #include <cstdint>
 #include <map>
 #include <memory>

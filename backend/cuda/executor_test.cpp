@@ -237,7 +237,7 @@ TEST_SUITE("host") {
     CHECK(why(p, [](Scenario& s) { s.plan.precision = cost::Precision::BF16; }).find("fp32") != std::string::npos);
     CHECK(why(p, [](Scenario& s) { s.plan.implementation.attention = cost::AttentionKernel::Flash; })
               .find("standard") != std::string::npos);
-    CHECK(why(p, [](Scenario& s) { s.plan.optimizer = strategies::Optimizer::Adam8bit; }).find("adam8bit") !=
+    CHECK(why(p, [](Scenario& s) { s.plan.optimizer = strategies::Optimizer::Adam4bit; }).find("adam4bit") !=
           std::string::npos);
     CHECK(why(p, [](Scenario& s) { s.plan.offload.weights = true; }).find("weight offload") != std::string::npos);
     CHECK(why(p, [](Scenario& s) { s.model.dropout = true; }).find("dropout") != std::string::npos);

@@ -1,16 +1,22 @@
 #pragma once
-// Optimizers over device tensors: one fused kernel per parameter tensor,
-// the update rules of backend/cpu/optimizer.hpp (SGD, momentum, Adam with L2
-// decay, AdamW). States come from the DeviceAllocator under
-// MemTag::OptimizerStates, zero, on the first step. Internal to backend/cuda.
+// Optimizers over device tensors with the update rules, state layouts and
+// state bytes of backend/cpu/optimizer.hpp: SGD, momentum, Adam with L2
+// decay, AdamW (one fused kernel per parameter tensor, kernels.cu), 8-bit
+// Adam, LARS, LAMB, Adafactor and SM3 (optimizer_kernels.cu, their arithmetic
+// in optimizer_math.hpp; the trust ratios' norms reduced on the device).
+// States come from the DeviceAllocator under MemTag::OptimizerStates, on the
+// first step; scratch under MemTag::Workspace for the step. Internal to
+// backend/cuda.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/optimizer.hpp"
 #include "backend/cuda/tensor.hpp"
 #include "strategies/plan.hpp"
 
@@ -23,6 +29,10 @@ class Optimizer {
   // update at all when *skip != 0 on the device (skip may be null).
   virtual void step(cudaStream_t stream, std::span<DeviceTensor> params,
                     std::span<const DeviceTensor> grads, const int* skip) = 0;
+  // Every state tensor's bytes, copied to the host, in the order the CPU
+  // optimizer of the same rule allocates its states (tests compare them).
+  virtual std::vector<std::vector<std::uint8_t>> download_states() const = 0;
+  std::int64_t steps() const { return t_; }
 
  protected:
   void check(std::span<DeviceTensor> params, std::span<const DeviceTensor> grads) const;
@@ -32,9 +42,17 @@ class Optimizer {
   std::int64_t t_ = 0;  // steps taken
 };
 
+// The rules beyond Adam, with the CPU optimizers' options (and defaults).
+std::unique_ptr<Optimizer> make_adam8bit(DeviceAllocator& alloc, const cpu::Adam8bitOptions& o);
+std::unique_ptr<Optimizer> make_lars(DeviceAllocator& alloc, const cpu::LarsOptions& o);
+std::unique_ptr<Optimizer> make_lamb(DeviceAllocator& alloc, const cpu::LambOptions& o);
+std::unique_ptr<Optimizer> make_adafactor(DeviceAllocator& alloc, const cpu::AdafactorOptions& o);
+std::unique_ptr<Optimizer> make_sm3(DeviceAllocator& alloc, const cpu::Sm3Options& o);
+
 // Why the CUDA backend has no kernels for this optimizer, or nothing.
 std::optional<std::string> unsupported_optimizer(strategies::Optimizer o);
-// Throws Error for an unsupported optimizer.
+// Throws Error for an unsupported optimizer. lr and weight_decay as the CPU
+// executor passes them (Adafactor and SM3 take no weight decay).
 std::unique_ptr<Optimizer> make_optimizer(strategies::Optimizer o, float lr, float weight_decay,
                                           DeviceAllocator& alloc);
 
