@@ -1,10 +1,12 @@
 // The CUDA backend's microbenchmarks as a Google Benchmark binary: GEMMs by
 // dtype and shape, HBM triad and copy, host<->device copies pinned and
-// pageable, NCCL collectives over the visible GPUs, launch gaps. Each
-// iteration is one measurement of backend/cuda/calibrate.hpp's Microbench
-// (CUDA events, L2 flushed first), reported as manual time, so these are the
-// figures `strata calibrate --backend cuda` writes. Without a GPU it says so
-// and exits 0.
+// pageable, NCCL collectives over the visible GPUs, launch gaps, and the
+// optimizer kernels' steps. Each iteration is one measurement of
+// backend/cuda/calibrate.hpp's Microbench (CUDA events, L2 flushed first),
+// reported as manual time, so these are the figures `strata calibrate
+// --backend cuda` writes (the optimizer steps are not in the calibration:
+// the cost model prices a step by its state bytes over the HBM rate).
+// Without a GPU it says so and exits 0.
 //   build/backend/bench_cuda --benchmark_filter=gemm
 //   build/backend/bench_cuda --step_gemms=configs/scenarios/gpu-1x-plain.json
 // The second form runs two training steps of a single-GPU scenario on the
@@ -32,6 +34,7 @@ namespace {
 using strata::Bytes;
 using strata::backend::cuda::Microbench;
 namespace cost = strata::cost;
+namespace strategies = strata::strategies;
 
 void add_gemm(Microbench& mb, cost::GemmDtype d, std::int64_t m, std::int64_t n, std::int64_t k) {
   const std::string name = "gemm/" + std::string(strata::enum_name(d)) + "/" + std::to_string(m) + "x" +
@@ -159,6 +162,20 @@ int main(int argc, char** argv) {
       for (const Bytes s : {Bytes{1} << 20, Bytes{64} << 20, Bytes{1} << 30})
         add_bytes("nccl/" + std::string(strata::enum_name(op)) + "/" + std::to_string(s), static_cast<double>(s),
                   [&mb, op, s] { return mb.collective(op, s, 1); });
+  // Optimizer steps over 64M parameters, the rate in parameters per second
+  // (every rule reads and writes different state bytes per parameter).
+  for (const auto o : {strategies::Optimizer::Sgd, strategies::Optimizer::Adam, strategies::Optimizer::Adam8bit,
+                       strategies::Optimizer::Lamb, strategies::Optimizer::Adafactor, strategies::Optimizer::Sm3}) {
+    constexpr std::int64_t kRows = 65536;  // × 1024 columns
+    benchmark::RegisterBenchmark(("optimizer/" + std::string(strata::enum_name(o))).c_str(),
+                                 [&mb, o](benchmark::State& st) {
+                                   for (auto _ : st) st.SetIterationTime(mb.optimizer_step(o, kRows, 1));
+                                   st.counters["Gparams_per_s"] = benchmark::Counter(
+                                       static_cast<double>(kRows) * 1024 * static_cast<double>(st.iterations()) / 1e9,
+                                       benchmark::Counter::kIsRate);
+                                 })
+        ->UseManualTime();
+  }
   benchmark::RegisterBenchmark("launch/kernel_us", [&mb](benchmark::State& st) {
     double us = 0;
     for (auto _ : st) {

@@ -18,6 +18,7 @@
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/memory.hpp"
+#include "backend/cuda/optimizer.hpp"
 #include "backend/cuda/tensor.hpp"
 #include "sim/error.hpp"
 
@@ -223,6 +224,17 @@ double Microbench::triad(Bytes bytes, int repeats) {
   kernels::fill(I.stream, b.f(), n, 1.0f);
   kernels::fill(I.stream, c.f(), n, 2.0f);
   return I.timed([&] { kernels::triad(I.stream, a.f(), b.f(), c.f(), 3.0f, n); }, repeats);
+}
+
+double Microbench::optimizer_step(strategies::Optimizer o, std::int64_t rows, int repeats) {
+  Impl& I = *impl_;
+  std::vector<DeviceTensor> params, grads;
+  params.emplace_back(I.alloc, Shape{rows, 1024}, MemTag::Params, Fill::Uninitialised);
+  grads.emplace_back(I.alloc, Shape{rows, 1024}, MemTag::Grads, Fill::Uninitialised);
+  kernels::fill(I.stream, params[0].data(), params[0].numel(), 0.5f);
+  kernels::fill(I.stream, grads[0].data(), grads[0].numel(), 1e-3f);
+  const auto opt = make_optimizer(o, 1e-4f, 0.0f, I.alloc);
+  return I.timed([&] { opt->step(I.stream, params, grads, nullptr); }, repeats);
 }
 
 double Microbench::device_copy(Bytes bytes, int repeats) {

@@ -18,6 +18,7 @@
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/hardware.hpp"
+#include "strategies/plan.hpp"
 #include "sim/units.hpp"
 
 namespace strata::backend::cuda {
@@ -79,6 +80,11 @@ class Microbench {
   // Seconds of one collective of nccl-tests size `bytes` over every visible
   // GPU (at least 2; send_recv between the first two).
   double collective(cost::CollectiveOp op, Bytes bytes, int repeats);
+  // Seconds of one optimizer step (the CUDA backend's kernels) over one
+  // fp32 parameter matrix of `rows` × 1024 entries, states warm (the
+  // warm-up step allocates them). Throws Error for an optimizer without
+  // CUDA kernels.
+  double optimizer_step(strategies::Optimizer o, std::int64_t rows, int repeats);
 
  private:
   struct Impl;
