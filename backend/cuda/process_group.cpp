@@ -7,6 +7,10 @@
 #include "sim/error.hpp"
 
 #if STRATA_HAVE_MPI
+// The C API only: OpenMPI's (and MPICH's) deprecated C++ bindings would need
+// their own library.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
