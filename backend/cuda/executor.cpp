@@ -243,9 +243,6 @@ struct Executor::Impl {
   // call of a process stays on one stream, in the order the host issues it.
   template <class Fn>
   void on_comm(Fn&& fn);
-  std::string where() const {
-    return "executor: step " + std::to_string(steps_done + 1) + ", rank " + std::to_string(rank) + " (stage 0)";
-  }
 };
 
 std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc, int processes) {
