@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,7 @@
 #include "backend/cuda/calibrate.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/executor.hpp"
+#include "backend/cuda/process_group.hpp"
 #endif
 #include "costmodel/model_io.hpp"
 #include "report/convergence_fit.hpp"
@@ -70,6 +72,38 @@ auto on_device(F&& f) {
     throw DeviceFailure(e.what());
   }
 }
+
+#if STRATA_HAVE_CUDA
+// This process's place among the processes mpirun or srun started (one per
+// GPU), from their variables; a malformed one is bad input.
+backend::cuda::Launch cuda_launch() {
+  try {
+    return backend::cuda::launch_from_env();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError("environment", "", e.what());
+  }
+}
+
+// Runs f(group) on this process's GPU (its local rank) as on_device does.
+// With several processes, one that fails ends them all (MPI_Abort) after
+// saying which rank failed and why: the others would wait for it in their
+// next collective for ever.
+template <class F>
+auto on_cuda_ranks(const backend::cuda::Launch& launch, F&& f) {
+  const auto group = on_device([&] { return std::make_unique<backend::cuda::ProcessGroup>(launch); });
+  try {
+    return on_device([&] { return f(*group); });
+  } catch (const std::exception& e) {
+    if (group->size() <= 1) throw;
+    std::cerr << "strata: error: rank " << group->rank() << " of " << group->size() << ": "
+              << report::printable(e.what()) << "\n";
+    std::cerr.flush();
+    group->abort(dynamic_cast<const InputError*>(&e) != nullptr ? kExitInput : 1);
+  }
+}
+#endif
 
 #if !STRATA_HAVE_CUDA
 // `--backend cuda` in a build without the CUDA backend.
@@ -360,7 +394,7 @@ int main(int argc, char** argv) {
       "run", "Train the scenario's plan for real on the CPU executor (ranks as threads): loss "
              "and time per step, peak memory per rank");
   run->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
-  run->add_option("--backend", run_backend, "Executor: cpu (rank threads) or cuda (one GPU)")
+  run->add_option("--backend", run_backend, "Executor: cpu (rank threads) or cuda (one GPU per process; mpirun -n N for N GPUs)")
       ->required()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   run->add_option("--steps", run_options.steps, "Training steps (default 50)")
@@ -411,7 +445,7 @@ int main(int argc, char** argv) {
       "validate", "Run the scenario's plan on the CPU executor and compare with the prediction: "
                   "step time, peak memory per rank and tag, time per task kind");
   validate->add_option("SCENARIO", scenario_path, "A scenario JSON")->required();
-  validate->add_option("--backend", validate_backend, "Executor: cpu (rank threads) or cuda (one GPU)")
+  validate->add_option("--backend", validate_backend, "Executor: cpu (rank threads) or cuda (one GPU per process; mpirun -n N for N GPUs)")
       ->required()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   validate->add_option("--calibration", validate_calibration,
@@ -534,6 +568,7 @@ int main(int argc, char** argv) {
 
   try {
     std::string out;
+    int cuda_rank = 0;  // this process's rank in a multi-GPU CUDA run: only rank 0 prints
     if (*models) out = report::list_models(cost::model_presets(), format);
     if (*gpus) out = report::list_gpus(cost::gpu_presets(), format);
     if (*clusters) out = report::list_clusters(cost::cluster_presets(), format);
@@ -635,7 +670,7 @@ int main(int argc, char** argv) {
       strategies::require_transformer(sc, "run");
       if (sc.space) strategies::require_valid_plan(sc);
       run_options.trace = !trace_path.empty();
-      const bool tty = ::isatty(STDERR_FILENO) != 0;
+      bool tty = ::isatty(STDERR_FILENO) != 0;
       auto progress = [&](const backend::cpu::TrainStep& s) {
         if (!tty) return;
         std::fprintf(stderr, "\rrun: step %d/%d, loss %.4f", s.step, run_options.steps, s.loss);
@@ -644,11 +679,18 @@ int main(int argc, char** argv) {
       backend::cpu::TrainReport rep;
       if (run_backend == "cuda") {
 #if STRATA_HAVE_CUDA
-        if (auto why = backend::cuda::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        const auto launch = cuda_launch();
+        if (auto why = backend::cuda::Executor::unsupported(sc, launch.world))
+          throw InputError(scenario_path, "plan", *why);
         if (auto cal = cuda_calibration_path(run_calibration, sc, "run")) sc.calibration = *cal;
-        rep = on_device([&] {
-          backend::cuda::Executor ex(
-              sc, {.seed = run_options.seed, .lr = run_options.lr, .weight_decay = run_options.weight_decay});
+        cuda_rank = launch.rank;
+        tty = tty && launch.rank == 0;  // one progress line: rank 0's
+        rep = on_cuda_ranks(launch, [&](const backend::cuda::ProcessGroup& group) {
+          backend::cuda::Executor ex(sc, {.seed = run_options.seed,
+                                          .lr = run_options.lr,
+                                          .weight_decay = run_options.weight_decay,
+                                          .device = group.local_rank(),
+                                          .group = &group});
           return backend::cpu::train(sc, ex, run_options, progress);
         });
 #else
@@ -672,7 +714,7 @@ int main(int argc, char** argv) {
       }
       out = format == report::Format::Json ? backend::cpu::render_train_json(rep)
                                            : backend::cpu::render_train_table(rep);
-      if (!trace_path.empty()) report::write_file_atomically(trace_path, rep.trace);
+      if (!trace_path.empty() && cuda_rank == 0) report::write_file_atomically(trace_path, rep.trace);
     }
     if (*calibrate) {
       if (format == report::Format::Csv) throw InputError("--format", "", "calibrate prints table or json");
@@ -767,7 +809,10 @@ int main(int argc, char** argv) {
       backend::cpu::ValidateReport rep;
       if (validate_backend == "cuda") {
 #if STRATA_HAVE_CUDA
-        if (auto why = backend::cuda::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+        const auto launch = cuda_launch();
+        if (auto why = backend::cuda::Executor::unsupported(sc, launch.world))
+          throw InputError(scenario_path, "plan", *why);
+        cuda_rank = launch.rank;
         // The prediction and the executor's lowering both read sc.calibration.
         if (auto cal = cuda_calibration_path(validate_calibration, sc, "validate")) {
           sc.calibration = *cal;
@@ -776,8 +821,8 @@ int main(int argc, char** argv) {
             std::cerr << "strata: warning: validate: " << *cal << " is a \"" << c.backend
                       << "\" calibration, not one measured by the CUDA backend\n";
         }
-        rep = on_device([&] {
-          backend::cuda::Executor ex(sc, {.seed = validate_options.seed});
+        rep = on_cuda_ranks(launch, [&](const backend::cuda::ProcessGroup& group) {
+          backend::cuda::Executor ex(sc, {.seed = validate_options.seed, .device = group.local_rank(), .group = &group});
           return backend::cpu::validate(sc, ex, validate_options);
         });
 #else
@@ -798,7 +843,9 @@ int main(int argc, char** argv) {
       out = format == report::Format::Json ? backend::cpu::render_validate_json(rep)
                                            : backend::cpu::render_validate_table(rep);
     }
-    // Printed only once complete: an error leaves stdout empty.
+    // Printed only once complete: an error leaves stdout empty. A multi-GPU
+    // run prints one report, rank 0's (every rank holds all measurements).
+    if (cuda_rank != 0) out.clear();
     std::fwrite(out.data(), 1, out.size(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const InputError& e) {

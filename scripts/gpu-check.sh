@@ -10,10 +10,13 @@
 #   5. validates the three bundled single-GPU scenarios (plain, full
 #      recompute, activation offload: configs/scenarios/gpu-1x-*.json)
 #      against that calibration,
+#   6. with two GPUs or more and mpirun: validates data parallelism over
+#      NCCL, one process per GPU (mpirun -n 2, configs/scenarios/
+#      gpu-2x-dp.json); otherwise the report says it was skipped and why,
 # and writes gpu-report.json and gpu-report.md (predicted against measured
 # step time and peak memory, the targets met or not) into DIR, beside the
 # raw outputs (gpu-check.log, calibration.json, step-gemms.json,
-# validate-<scenario>.json): eight files.
+# validate-<scenario>.json): eight files (nine with two GPUs).
 #
 #   scripts/gpu-check.sh [DIR]      # DIR defaults to ./gpu-check-out
 #
@@ -113,8 +116,10 @@ fi
 built=1
 run_step configure 120 cmake "${cmake_args[@]}" || built=0
 if [ $built = 1 ]; then
-  run_step build 300 cmake --build "$build" -j "$jobs" --target strata strata_cuda_tests \
-    strata_cuda_device_test bench_cuda || built=0
+  targets=(strata strata_cuda_tests strata_cuda_device_test bench_cuda)
+  # The mpirun tests (mpi.nccl is a GPU test) exist when MPI was found.
+  grep -qs 'mpi.nccl' "$build/backend/CTestTestfile.cmake" && targets+=(strata_cuda_multi_test)
+  run_step build 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || built=0
 fi
 strata=$build/app/strata
 
@@ -161,11 +166,46 @@ if [ $built = 1 ]; then
   done
 fi
 
+# ---- 6. two GPUs: data parallelism over NCCL, one process per GPU ----------------
+if [ $built = 1 ]; then
+  skip=""
+  mpirun=$(command -v mpirun || true)
+  if [ "$gpus" -lt 2 ]; then
+    skip="$gpus GPU visible; data parallelism over NCCL needs 2"
+  elif [ -z "$mpirun" ]; then
+    skip="no mpirun (Debian: openmpi-bin, libopenmpi-dev; then rebuild)"
+  elif ! grep -qs 'mpi.nccl' "$build/backend/CTestTestfile.cmake"; then
+    skip="strata was built without MPI (libopenmpi-dev)"
+  fi
+  if [ -n "$skip" ]; then
+    say "validate 2x-dp: skipped: $skip"
+    phase "validate 2x-dp" skipped 0 "$skip"
+  else
+    scenarios+=(2x-dp)
+    as_root=()
+    [ "$(id -u)" -eq 0 ] && as_root=(--allow-run-as-root)
+    a=$(date +%s)
+    say "validate 2x-dp: mpirun -n 2"
+    timeout 200 "$mpirun" -n 2 "${as_root[@]}" "$strata" validate "$root/configs/scenarios/gpu-2x-dp.json" \
+      --backend cuda "${cal[@]}" --steps 3 --format json >"$work/validate-2x-dp.json" 2>>"$log"
+    rc=$?
+    b=$(date +%s)
+    if [ $rc -eq 0 ]; then
+      cp "$work/validate-2x-dp.json" "$out/validate-2x-dp.json"
+      phase "validate 2x-dp" ok $((b - a))
+    else
+      phase "validate 2x-dp" "$([ $rc -eq 124 ] && echo timeout || echo failed)" $((b - a)) "exit $rc"
+    fi
+    say "validate 2x-dp: exit $rc after $((b - a)) s"
+  fi
+fi
+
 # ---- the report ------------------------------------------------------------------
 phase total done $(($(date +%s) - t_start))
 python3 "$root/scripts/gpu_report.py" "$out" "$work" "${scenarios[@]}" >>"$log" 2>&1
 rc=$?
 say "report: $out/gpu-report.md (exit $rc), $(($(date +%s) - t_start)) s in all"
-# 0 only when the report was written and every step ran to its end.
-[ $rc -eq 0 ] && awk -F'\t' '$2 != "ok" && $2 != "done" { bad = 1 } END { exit bad }' "$work/phases.tsv"
+# 0 only when the report was written and every step ran to its end (or was
+# skipped for want of a second GPU or of MPI).
+[ $rc -eq 0 ] && awk -F'\t' '$2 != "ok" && $2 != "done" && $2 != "skipped" { bad = 1 } END { exit bad }' "$work/phases.tsv"
 exit $?

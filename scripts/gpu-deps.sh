@@ -4,7 +4,12 @@
 # doctest, Google Benchmark, OpenBLAS), about 21 MB of .deb files, into DIR
 # (default ./.gpu-deps, which git ignores). Copy DIR along with the tree:
 # scripts/gpu-check.sh unpacks .gpu-deps into its build folder (dpkg -x, no
-# installation) when the machine's own packages are missing.
+# installation) when the machine's own packages are missing. OpenMPI is not
+# among them: unpacked rather than installed, mpirun cannot find its own
+# helpers and plugins (it needs its install prefix) and it pulls in a dozen
+# libraries; a machine with two GPUs or more needs openmpi-bin and
+# libopenmpi-dev installed for gpu-check.sh's multi-GPU step, which is
+# skipped (and says so) without them.
 #   scripts/gpu-deps.sh [DIR]        # on a Debian 12 machine with network access
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

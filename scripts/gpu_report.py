@@ -208,7 +208,9 @@ def main():
     gemms = step_gemms(out, fp32_peak)
     gemm_met = bool(gemms) and (gemms["large_fraction_of_calibrated_fp32_peak"] or 0) >= GEMM_TARGET
     tst = tests(work)
-    ok = all(p["status"] == "ok" for p in ph) and bool(tst) and all(t["status"] == "passed" for t in tst)
+    # Skipped: what needs two GPUs (or MPI) on a machine without them.
+    ok = (all(p["status"] in ("ok", "skipped") for p in ph) and bool(tst)
+          and all(t["status"] in ("passed", "skipped") for t in tst))
     report = {
         "status": "ok" if ok else "failed",
         "total_seconds": total,

@@ -5,18 +5,22 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/communicator.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gpt.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/optimizer.hpp"
+#include "backend/cuda/process_group.hpp"
 #include "costmodel/ops.hpp"
 #include "sim/error.hpp"
 #include "strategies/memory.hpp"
+#include "strategies/rank_mesh.hpp"
 #include "strategies/step_costs.hpp"
 
 namespace strata::backend::cuda {
@@ -88,6 +92,53 @@ struct Stream {
   Stream& operator=(const Stream&) = delete;
 };
 
+// A flat run of parameters reduced (and, with ZeRO, sharded) together: the
+// lowering's bucket, as the CPU executor keeps it. NCCL's reduce-scatter and
+// all-gather take equal chunks, so the flat buffer is padded to dp·chunk
+// elements (chunk = ⌈numel/dp⌉, zeros beyond numel) and rank d holds
+// elements [d·chunk, (d+1)·chunk) ∩ [0, numel); its shards are chunk long
+// (the padding's parameters and gradients stay zero, so every update leaves
+// them zero).
+struct Bucket {
+  std::vector<int> params;  // indices into GptModel::params(), in flat order
+  std::int64_t numel = 0, chunk = 0;
+  std::int64_t begin = 0, end = 0;  // this rank's elements of the flat bucket
+  DeviceTensor shard_param;         // ZeRO-3 layers: the persistent shard; else the chunk being stepped
+  DeviceTensor shard_grad;          // the reduced chunk (ZeRO >= 1)
+};
+
+// Plain values into bytes and back (a step's measurements between processes).
+class Bytes_out {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const std::byte*>(&v);
+    b_.insert(b_.end(), p, p + sizeof(T));
+  }
+  const std::vector<std::byte>& bytes() const { return b_; }
+
+ private:
+  std::vector<std::byte> b_;
+};
+class Bytes_in {
+ public:
+  explicit Bytes_in(const std::vector<std::byte>& b) : b_(b) {}
+  template <class T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (at_ + sizeof(T) > b_.size()) throw Error("executor: a rank's measurements are truncated");
+    T v;
+    std::memcpy(&v, b_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+
+ private:
+  const std::vector<std::byte>& b_;
+  std::size_t at_ = 0;
+};
+
 // The simulator's peak of stage 0's device pool for the plan (runtime
 // included), to put beside an out-of-memory error.
 std::string predicted_peak(const strategies::Scenario& sc) {
@@ -122,8 +173,22 @@ struct Executor::Impl {
   std::vector<int> stream_of;                    // by task index: into streams
   std::vector<std::vector<std::int32_t>> waits;  // by task index: tasks on other streams it waits for
   int compute = -1;                              // the compute stream's index
+  int comm = -1;                                 // the communication stream's (-1: none)
   std::vector<std::unique_ptr<Event>> start, end;  // by task index
   Event step_start;
+  Event handover;  // ad hoc: one stream waits for what another has enqueued so far
+  // Multi-GPU: this process's place in the run and its dp group.
+  const ProcessGroup* group = nullptr;
+  int world = 1, rank = 0, dp = 1, dp_index = 0, zero = 0;
+  NcclComm world_comm, dp_comm;
+  // Parameters by layer (indices into GptModel::params()), the embedding's
+  // and the head's; the buckets of the graph's reduce tasks.
+  std::vector<std::vector<int>> layer_params;
+  std::vector<int> embedding_params, head_params;
+  std::vector<Shape> shapes;  // by parameter index (ZeRO-3 releases the tensors)
+  std::vector<Bucket> buckets;
+  std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
+  std::vector<int> layer_bucket;               // ZeRO-3: by layer
   std::unique_ptr<Blas> blas;
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Optimizer> optimizer;
@@ -157,18 +222,55 @@ struct Executor::Impl {
   DeviceTensor take_activation(int chunk, int mb);
   std::string id(std::int32_t i) const { return low.graph.tasks()[static_cast<std::size_t>(i)].id; }
   void clear_step_state();
+  // Multi-GPU (data parallelism and ZeRO over NCCL).
+  void build_buckets();
+  std::vector<int> params_of(const TaskInfo& t) const;
+  template <class Fn>
+  void for_each_piece(const Bucket& b, std::int64_t lo, std::int64_t hi, Fn&& fn) const;
+  DeviceTensor pack(const Bucket& b, bool grads, cudaStream_t s);
+  void unpack(const Bucket& b, const float* flat, bool grads, cudaStream_t s);
+  void dp_reduce(int bucket, cudaStream_t s);
+  void zero3_reduce(int bucket, bool layer, cudaStream_t s);
+  void gather_bucket(Bucket& b, cudaStream_t s);  // shards → the model's whole parameters
+  void gather_weights(cudaStream_t s);
+  bool zero3() const { return zero >= 3; }
+  const Shape& shape_of(int i) const { return shapes[static_cast<std::size_t>(i)]; }
+  void ensure_layer_params(int layer, cudaStream_t s);
+  void release_layer_params(int layer);
+  void ensure_layer_grads(int layer);
+  // Enqueues fn(comm stream) on the communication stream after what the
+  // compute stream holds so far, and makes compute wait for it: every NCCL
+  // call of a process stays on one stream, in the order the host issues it.
+  template <class Fn>
+  void on_comm(Fn&& fn);
 };
 
-std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc) {
+std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc, int processes) {
   const auto& p = sc.plan;
   const auto& md = sc.model;
-  if (p.gpus() * p.ep > 1)
-    return "the plan runs on " + std::to_string(p.gpus() * p.ep) + " GPUs (dp " + std::to_string(p.dp) +
-           " x tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x cp " + std::to_string(p.cp) +
-           " x ep " + std::to_string(p.ep) +
-           "); the CUDA executor runs one process on one GPU (dp = tp = pp = cp = ep = 1): "
-           "multi-GPU execution over NCCL (one process per GPU under mpirun or srun) is not "
-           "implemented yet; the CPU backend executes such plans with rank threads";
+  const std::int64_t gpus = p.gpus() * p.ep;
+  const std::string mesh = "the plan runs on " + std::to_string(gpus) + " GPUs (dp " + std::to_string(p.dp) +
+                           " x tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x cp " +
+                           std::to_string(p.cp) + " x ep " + std::to_string(p.ep) + ")";
+  if (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1) {
+    std::string what;
+    for (const auto& [name, degree] : {std::pair{"tensor", p.tp}, std::pair{"pipeline", p.pp},
+                                       std::pair{"context", p.cp}, std::pair{"expert", p.ep}})
+      if (degree > 1) what += (what.empty() ? "" : ", ") + std::string(name);
+    return mesh + "; the CUDA executor runs data parallelism and ZeRO across processes (one per GPU), not " +
+           what + " parallelism yet; the CPU backend executes such plans with rank threads";
+  }
+  if (p.dp > 1 && p.compression.method != strategies::CompressionMethod::None)
+    return "gradient compression (" + std::string(enum_name(p.compression.method)) +
+           ") is not executed by the CUDA backend yet: the device compressors are not written "
+           "(the graph's compress-encode, rounds and decode tasks are refused); the CPU backend executes it";
+  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
+    return "a parameter server (dp_topology) is not executed by the CUDA backend; all-reduce is";
+  if (gpus != processes) {
+    if (processes == 1)
+      return mesh + ": one process per GPU, and this is one process; " + launch_hint(gpus);
+    return mesh + ", but " + std::to_string(processes) + " processes were launched; " + launch_hint(gpus);
+  }
   if (md.moe) return "mixture-of-experts models are not implemented by the CUDA backend";
   if (md.kv_heads != 0 && md.kv_heads != md.heads)
     return "grouped-query attention (kv_heads != heads) is not implemented by the CUDA backend";
@@ -185,8 +287,6 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
   if (p.offload.weights) return "weight offload is not executed by the CUDA backend yet";
   if (p.offload.optimizer != strategies::OffloadTarget::None)
     return "optimizer offload (ZeRO-Offload, ZeRO-Infinity) is not executed by the CUDA backend yet";
-  if (p.compression.method != strategies::CompressionMethod::None)
-    return "gradient compression needs data parallelism, which the CUDA backend does not execute yet";
   return unsupported_optimizer(p.optimizer);
 }
 
@@ -197,6 +297,20 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   const auto& tasks = low.graph.tasks();
   if (low.info.size() != tasks.size()) throw Error("executor: the lowering gave no TaskInfo for some tasks");
   if (low.stages != 1) throw Error("executor: the CUDA executor runs one pipeline stage");
+  group = opt.group;
+  if (group != nullptr) {
+    world = group->size();
+    rank = group->rank();
+  }
+  dp = static_cast<int>(plan.dp);
+  zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  if (world != dp)
+    throw Error("executor: the plan runs on " + std::to_string(dp) + " GPUs, the run has " + std::to_string(world) +
+                " processes");
+  // This process is rank `rank` of the plan's mesh, as the CPU backend's
+  // rank threads and the simulator number them.
+  const strategies::RankMesh rank_mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
+  dp_index = static_cast<int>(rank_mesh.coords(rank).dp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
@@ -225,6 +339,15 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
       case TaskOp::Offload:
       case TaskOp::Prefetch:
       case TaskOp::OptimizerStep: break;
+      case TaskOp::DpReduce:
+      case TaskOp::Zero3Gather:
+      case TaskOp::Zero3Reduce:
+      case TaskOp::GatherWeights:
+        if (dp > 1) break;
+        [[fallthrough]];
+      // CompressEncode, CompressRound, CompressDecode: the hook for the
+      // device compressors (backend/cpu/compression.hpp's on the GPU);
+      // unsupported() refuses compressed plans until they exist.
       default: throw Error("executor: task " + task.id + " is not executed by the CUDA backend");
     }
     if (t.op == TaskOp::Recompute && t.core_only) core_recompute = true;
@@ -240,6 +363,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     if (added) {
       streams.push_back(std::make_unique<Stream>());
       if (res.name.ends_with(".compute")) compute = it->second;
+      if (res.name.ends_with(".comm")) comm = it->second;
     }
     stream_of[i] = it->second;
     const bool layer_work = t.op == TaskOp::Forward || t.op == TaskOp::Backward ||
@@ -268,11 +392,24 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     blas->profile(opt.profile_gemms);
     model = std::make_unique<GptModel>(sc.model, dev, Ctx{c, blas.get()}, opt.seed);
     optimizer = make_optimizer(plan.optimizer, opt.lr, opt.weight_decay, dev);
+    if (dp > 1) {
+      if (comm < 0) throw Error("executor: the lowered step has no communication stream");
+      // NCCL: the world from rank 0's unique id, the dp group split from it
+      // with the mesh's colour and key (process_group.hpp).
+      world_comm = NcclComm::world(*group);
+      dp_comm = world_comm.split(split_of(rank_mesh, rank, strategies::MeshDim::DP));
+      if (dp_comm.size() != dp || dp_comm.rank() != dp_index)
+        throw Error("executor: NCCL's dp group gives rank " + std::to_string(dp_comm.rank()) + " of " +
+                    std::to_string(dp_comm.size()) + ", the mesh " + std::to_string(dp_index) + " of " +
+                    std::to_string(dp));
+      build_buckets();
+    }
     const std::int64_t n = sc.batch.global * seq;
     tokens = DeviceIndexTensor(dev, {n}, MemTag::Other, Fill::Uninitialised);
     targets = DeviceIndexTensor(dev, {n}, MemTag::Other, Fill::Uninitialised);
     losses = BasicDeviceTensor<double>(dev, {m}, MemTag::Other);
-    flags = BasicDeviceTensor<int>(dev, {static_cast<std::int64_t>(model->params().size()) + 1}, MemTag::Other);
+    flags = BasicDeviceTensor<int>(
+        dev, {static_cast<std::int64_t>(std::max(model->params().size(), buckets.size())) + 1}, MemTag::Other);
     STRATA_CUDA_CHECK(cudaStreamSynchronize(c));
   } catch (const OutOfMemory& e) {
     throw OutOfMemory(std::string(e.what()) + "; " + predicted_peak(sc), e.requested, e.live, e.device_free,
@@ -304,6 +441,12 @@ void Executor::Impl::run_task(std::int32_t index) {
     case TaskOp::Offload: return offload(t, s);
     case TaskOp::Prefetch: return prefetch(t, s);
     case TaskOp::OptimizerStep: return optimizer_step();
+    case TaskOp::DpReduce: return dp_reduce(bucket_of_task.at(index), s);
+    case TaskOp::Zero3Gather: return ensure_layer_params(t.layer, s);
+    case TaskOp::Zero3Reduce:
+      if (t.part == Part::Layer) return zero3_reduce(layer_bucket[static_cast<std::size_t>(t.layer)], true, s);
+      return zero3_reduce(bucket_of_task.at(index), false, s);
+    case TaskOp::GatherWeights: return gather_weights(s);
     default: break;
   }
   throw Error("executor: task " + id(index) + " is not executed by the CUDA backend");
@@ -338,22 +481,28 @@ void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
 
 void Executor::Impl::forward(const TaskInfo& t) {
   const int mb = t.microbatch, k = t.chunk;
-  const std::int64_t at = static_cast<std::int64_t>(mb) * micro * seq;
+  // Microbatch mb of dp rank d holds the global batch's sequences from
+  // (d·m + mb)·micro, as on the CPU backend.
+  const std::int64_t at = (static_cast<std::int64_t>(dp_index) * m + mb) * micro * seq;
   switch (t.part) {
     case Part::Embedding:
       act[{k, mb}] = model->embedding_forward(tokens.data() + at, micro, emb[mb]);
       return;
     case Part::Layer: {
       DeviceTensor x = take_activation(k, mb);
+      ensure_layer_params(t.layer, stream(compute));
       BlockSaved& s = saved[{t.layer, mb}];
       DeviceTensor y = model->block_forward(t.layer, std::move(x), s);
       keep_for_backward(t.layer, s);
       act[{k, mb}] = std::move(y);
+      release_layer_params(t.layer);
       return;
     }
     case Part::Head:
-      model->head_forward(take_activation(k, mb), targets.data() + at, 1.0f / static_cast<float>(m), head[mb],
-                          losses.data() + mb);
+      // Each rank adds the gradient of loss / (m·dp): the reduced gradient
+      // is the global batch's mean.
+      model->head_forward(take_activation(k, mb), targets.data() + at, 1.0f / static_cast<float>(m * dp),
+                          head[mb], losses.data() + mb);
       return;
     case Part::None: break;
   }
@@ -373,8 +522,11 @@ void Executor::Impl::backward(const TaskInfo& t) {
     case Part::Layer: {
       const auto it = saved.find({t.layer, mb});
       if (it == saved.end()) throw Error("executor: layer " + std::to_string(t.layer) + " kept nothing");
+      ensure_layer_params(t.layer, stream(compute));
+      ensure_layer_grads(t.layer);
       model->block_backward(t.layer, it->second, grad.at({k, mb}));
       saved.erase(it);
+      release_layer_params(t.layer);
       return;
     }
     case Part::Embedding: {
@@ -391,6 +543,9 @@ void Executor::Impl::backward(const TaskInfo& t) {
 void Executor::Impl::recompute(const TaskInfo& t) {
   const int L = t.layer, mb = t.microbatch;
   BlockSaved& s = saved.at({L, mb});
+  // A segment's earlier layers have no gather of their own before their
+  // recompute (ZeRO-3): gathered here, kept until their backward.
+  ensure_layer_params(L, stream(compute));
   // The layer's position in its chunk and its segment.
   const auto keeps = chunk_keeps(L);
   const std::int64_t i = L - first_layer[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(L)])];
@@ -457,23 +612,266 @@ void Executor::Impl::prefetch(const TaskInfo& t, cudaStream_t s) {
 // update kernels skip themselves when it is set, and step() reports it.
 void Executor::Impl::optimizer_step() {
   const cudaStream_t c = stream(compute);
-  auto grads = model->grads();
   int* f = flags.data();
-  const auto P = static_cast<std::int64_t>(grads.size());
-  for (std::int64_t i = 0; i < P; ++i)
-    kernels::flag_non_finite(c, grads[static_cast<std::size_t>(i)].data(), grads[static_cast<std::size_t>(i)].numel(),
-                             f + i, f + P);
-  optimizer->step(c, model->params(), grads, f + P);
+  int* any = f + flags.numel() - 1;  // the last flag: any of them
+  if (zero == 0) {
+    auto grads = model->grads();
+    const auto P = static_cast<std::int64_t>(grads.size());
+    for (std::int64_t i = 0; i < P; ++i)
+      kernels::flag_non_finite(c, grads[static_cast<std::size_t>(i)].data(),
+                               grads[static_cast<std::size_t>(i)].numel(), f + i, any);
+    optimizer->step(c, model->params(), grads, any);
+    return;
+  }
+  // ZeRO: the step updates this rank's chunk of every bucket (flags by
+  // bucket). A bucket's shard of the parameters comes from the whole ones
+  // the first time (ZeRO-3 layers keep theirs).
+  const auto B = static_cast<std::int64_t>(buckets.size());
+  std::vector<DeviceTensor> P, G;
+  for (std::int64_t j = 0; j < B; ++j) {
+    Bucket& b = buckets[static_cast<std::size_t>(j)];
+    if (b.shard_param.empty()) {
+      b.shard_param = DeviceTensor(dev, {b.chunk}, MemTag::Params);
+      auto params = model->params();
+      for_each_piece(b, b.begin, b.end, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(b.shard_param.data() + at, params[static_cast<std::size_t>(i)].data() + off,
+                                          static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, c));
+      });
+    }
+    if (b.shard_grad.empty()) b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads);
+    kernels::flag_non_finite(c, b.shard_grad.data(), b.chunk, f + j, any);
+    P.push_back(std::move(b.shard_param));
+    G.push_back(std::move(b.shard_grad));
+  }
+  optimizer->step(c, P, G, any);
+  for (std::int64_t j = 0; j < B; ++j)
+    buckets[static_cast<std::size_t>(j)].shard_param = std::move(P[static_cast<std::size_t>(j)]);
+  G.clear();  // the gradients' chunks die here
+  if (zero3()) {
+    // The embedding and head stay whole on every rank under ZeRO-3: their
+    // updated chunks are all-gathered after the step (the lowering has no
+    // task for it; the CPU executor does the same).
+    on_comm([&](cudaStream_t s) {
+      for (const auto& [task, bi] : bucket_of_task) gather_bucket(buckets[static_cast<std::size_t>(bi)], s);
+    });
+  }
+}
+
+// ---- data parallelism and ZeRO over NCCL -------------------------------------
+
+std::vector<int> Executor::Impl::params_of(const TaskInfo& t) const {
+  std::vector<int> v;
+  for (auto l : t.layers) {
+    const auto& lp = layer_params[static_cast<std::size_t>(l)];
+    v.insert(v.end(), lp.begin(), lp.end());
+  }
+  if (t.head) v.insert(v.end(), head_params.begin(), head_params.end());
+  if (t.embedding) v.insert(v.end(), embedding_params.begin(), embedding_params.end());
+  return v;
+}
+
+// The lowering's buckets, by task, as the CPU executor builds them; every
+// parameter is reduced exactly once. ZeRO-3: each layer's parameters then
+// live as this rank's shard only.
+void Executor::Impl::build_buckets() {
+  const auto& names = model->names();
+  for (const auto& p : model->params()) shapes.push_back(p.shape());
+  layer_params.assign(static_cast<std::size_t>(sc.model.layers), {});
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    const int idx = static_cast<int>(i);
+    if (n.rfind("block", 0) == 0)
+      layer_params[static_cast<std::size_t>(std::stoi(n.substr(5, n.find('.') - 5)))].push_back(idx);
+    else if (n == "embedding" || n == "position_embedding")
+      embedding_params.push_back(idx);
+    else
+      head_params.push_back(idx);  // final_norm.*, logits.weight
+  }
+  auto add_bucket = [&](std::vector<int> params) {
+    Bucket b;
+    b.params = std::move(params);
+    for (int i : b.params) b.numel += shape_of(i).numel();
+    b.chunk = (b.numel + dp - 1) / dp;
+    b.begin = std::min(b.numel, static_cast<std::int64_t>(dp_index) * b.chunk);
+    b.end = std::min(b.numel, b.begin + b.chunk);
+    buckets.push_back(std::move(b));
+    return static_cast<int>(buckets.size()) - 1;
+  };
+  layer_bucket.assign(static_cast<std::size_t>(sc.model.layers), -1);
+  for (std::size_t i = 0; i < low.info.size(); ++i) {
+    const TaskInfo& t = low.info[i];
+    if (t.op == TaskOp::DpReduce) {
+      bucket_of_task[static_cast<std::int32_t>(i)] = add_bucket(params_of(t));
+    } else if (t.op == TaskOp::Zero3Reduce) {
+      if (t.part == Part::Layer) {
+        auto& lb = layer_bucket[static_cast<std::size_t>(t.layer)];
+        if (lb < 0) lb = add_bucket(layer_params[static_cast<std::size_t>(t.layer)]);
+      } else {
+        bucket_of_task[static_cast<std::int32_t>(i)] = add_bucket(params_of(t));
+      }
+    }
+  }
+  std::vector<int> seen(names.size(), 0);
+  for (const auto& b : buckets)
+    for (int i : b.params) ++seen[static_cast<std::size_t>(i)];
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (seen[i] != 1)
+      throw Error("executor: the step reduces parameter '" + names[i] + "' " + std::to_string(seen[i]) + " times");
+  if (!zero3()) return;
+  const cudaStream_t c = stream(compute);
+  dev.set_stream(c);
+  for (const int bi : layer_bucket) {
+    if (bi < 0) continue;
+    Bucket& b = buckets[static_cast<std::size_t>(bi)];
+    b.shard_param = DeviceTensor(dev, {b.chunk}, MemTag::Params);
+    auto params = model->params();
+    for_each_piece(b, b.begin, b.end, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(b.shard_param.data() + at, params[static_cast<std::size_t>(i)].data() + off,
+                                        static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, c));
+    });
+    for (int i : b.params) {
+      model->params()[static_cast<std::size_t>(i)].release();
+      model->grads()[static_cast<std::size_t>(i)].release();
+    }
+  }
+}
+
+template <class Fn>
+void Executor::Impl::for_each_piece(const Bucket& b, std::int64_t lo, std::int64_t hi, Fn&& fn) const {
+  std::int64_t at = 0;
+  for (int i : b.params) {
+    const std::int64_t n = shape_of(i).numel();
+    const std::int64_t a = std::max(at, lo), z = std::min(at + n, hi);
+    if (a < z) fn(i, a - at, a - lo, z - a);
+    at += n;
+  }
+}
+
+// The bucket's parameters or gradients as one flat, padded buffer (the
+// graph's bucket: DDP's and the CPU executor's comm_buffers), on stream s.
+DeviceTensor Executor::Impl::pack(const Bucket& b, bool grads, cudaStream_t s) {
+  dev.set_stream(s);
+  DeviceTensor flat(dev, {b.chunk * dp}, MemTag::CommBuffers);
+  auto src = grads ? model->grads() : model->params();
+  for_each_piece(b, 0, b.numel, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(flat.data() + at, src[static_cast<std::size_t>(i)].data() + off,
+                                      static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  });
+  return flat;
+}
+
+void Executor::Impl::unpack(const Bucket& b, const float* flat, bool grads, cudaStream_t s) {
+  auto dst = grads ? model->grads() : model->params();
+  for_each_piece(b, 0, b.numel, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst[static_cast<std::size_t>(i)].data() + off, flat + at,
+                                      static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  });
+}
+
+void Executor::Impl::dp_reduce(int bi, cudaStream_t s) {
+  Bucket& b = buckets[static_cast<std::size_t>(bi)];
+  DeviceTensor flat = pack(b, true, s);
+  if (zero == 0) {
+    dp_comm.all_reduce(flat.data(), flat.numel(), s);
+    unpack(b, flat.data(), true, s);
+    return;
+  }
+  b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads, Fill::Uninitialised);
+  dp_comm.reduce_scatter(flat.data(), b.shard_grad.data(), b.chunk, s);
+}
+
+// ZeRO-3: a layer's gradients are reduce-scattered after every microbatch's
+// backward and summed into the shard; its whole gradients live from its
+// backward to here.
+void Executor::Impl::zero3_reduce(int bi, bool layer, cudaStream_t s) {
+  Bucket& b = buckets[static_cast<std::size_t>(bi)];
+  DeviceTensor flat = pack(b, true, s);
+  DeviceTensor part(dev, {b.chunk}, MemTag::CommBuffers, Fill::Uninitialised);
+  dp_comm.reduce_scatter(flat.data(), part.data(), b.chunk, s);
+  if (b.shard_grad.empty()) b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads);
+  kernels::add(s, part.data(), b.shard_grad.data(), b.chunk);
+  if (layer)
+    for (int i : b.params) model->grads()[static_cast<std::size_t>(i)].release();
+}
+
+// Every rank's chunk of the bucket into the model's whole parameters; the
+// shard is dropped (ZeRO 1/2 and ZeRO-3's embedding and head make it again
+// from the whole parameters at the next step).
+void Executor::Impl::gather_bucket(Bucket& b, cudaStream_t s) {
+  dev.set_stream(s);
+  DeviceTensor flat(dev, {b.chunk * dp}, MemTag::CommBuffers, Fill::Uninitialised);
+  dp_comm.all_gather(b.shard_param.data(), flat.data(), b.chunk, s);
+  unpack(b, flat.data(), false, s);
+  b.shard_param.release();
+}
+
+void Executor::Impl::gather_weights(cudaStream_t s) {
+  for (auto& b : buckets) gather_bucket(b, s);
+}
+
+// ZeRO-3: a layer's whole parameters, all-gathered from the shards when
+// they are not on the device (its gather task brought them, or this is the
+// gather task), on stream s if it is the communication stream, else
+// through it.
+void Executor::Impl::ensure_layer_params(int layer, cudaStream_t s) {
+  if (!zero3()) return;
+  const auto& lp = layer_params[static_cast<std::size_t>(layer)];
+  if (!model->params()[static_cast<std::size_t>(lp.front())].empty()) return;
+  auto gather = [&](cudaStream_t cs) {
+    dev.set_stream(cs);
+    Bucket& b = buckets[static_cast<std::size_t>(layer_bucket[static_cast<std::size_t>(layer)])];
+    const auto params = model->params();
+    for (int i : lp) {
+      auto& p = params[static_cast<std::size_t>(i)];
+      p = DeviceTensor(dev, shape_of(i), MemTag::Params, Fill::Uninitialised);
+    }
+    DeviceTensor flat(dev, {b.chunk * dp}, MemTag::CommBuffers, Fill::Uninitialised);
+    dp_comm.all_gather(b.shard_param.data(), flat.data(), b.chunk, cs);
+    unpack(b, flat.data(), false, cs);
+  };
+  if (s == stream(comm)) {
+    gather(s);
+    return;
+  }
+  on_comm(gather);
+}
+
+void Executor::Impl::release_layer_params(int layer) {
+  if (!zero3()) return;
+  for (int i : layer_params[static_cast<std::size_t>(layer)]) model->params()[static_cast<std::size_t>(i)].release();
+}
+
+void Executor::Impl::ensure_layer_grads(int layer) {
+  if (!zero3()) return;
+  auto grads = model->grads();
+  for (int i : layer_params[static_cast<std::size_t>(layer)])
+    if (grads[static_cast<std::size_t>(i)].empty())
+      grads[static_cast<std::size_t>(i)] = DeviceTensor(dev, shape_of(i), MemTag::Grads);
+}
+
+template <class Fn>
+void Executor::Impl::on_comm(Fn&& fn) {
+  const cudaStream_t c = stream(compute), k = stream(comm);
+  STRATA_CUDA_CHECK(cudaEventRecord(handover.e, c));
+  STRATA_CUDA_CHECK(cudaStreamWaitEvent(k, handover.e, 0));
+  fn(k);
+  STRATA_CUDA_CHECK(cudaEventRecord(handover.e, k));
+  STRATA_CUDA_CHECK(cudaStreamWaitEvent(c, handover.e, 0));
+  dev.set_stream(c);
 }
 
 Executor::Executor(const strategies::Scenario& sc, ExecutorOptions opts) {
-  if (auto why = unsupported(sc)) throw Error("executor: " + *why);
+  const int processes = opts.group != nullptr ? opts.group->size() : 1;
+  if (auto why = unsupported(sc, processes)) throw Error("executor: " + *why);
   strategies::require_valid_plan(sc);
   const auto devs = devices();
-  if (devs.empty()) throw Error("executor: no CUDA device is visible (no GPU, or no driver)");
+  const std::string who = processes > 1 ? "rank " + std::to_string(opts.group->rank()) + ": " : "";
+  if (devs.empty()) throw Error("executor: " + who + "no CUDA device is visible (no GPU, or no driver)");
   if (opts.device < 0 || opts.device >= static_cast<int>(devs.size()))
-    throw Error("executor: CUDA device " + std::to_string(opts.device) + " does not exist (" +
-                std::to_string(devs.size()) + " visible)");
+    throw Error("executor: " + who + "CUDA device " + std::to_string(opts.device) + " does not exist (" +
+                std::to_string(devs.size()) + " visible" +
+                (processes > 1 ? "; a process uses the GPU of its local rank: start at most one process per GPU of a node" : "") +
+                ")");
   impl_ = std::make_unique<Impl>(sc, opts);
 }
 
@@ -482,6 +880,8 @@ Executor::~Executor() {
 }
 
 const strategies::LoweredStep& Executor::lowered() const { return impl_->low; }
+
+int Executor::ranks() const { return impl_->world; }
 
 cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
   Impl& I = *impl_;
@@ -509,7 +909,10 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
     I.targets.upload(targets);
     I.losses.zero();
     I.flags.zero();
-    I.model->zero_grads();
+    I.model->zero_grads();  // ZeRO-3 layers have none until their backward
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(c));
+    // The processes start their steps together, so their task times line up.
+    if (I.group != nullptr) I.group->barrier();
     STRATA_CUDA_CHECK(cudaEventRecord(I.step_start.e, c));
     for (std::size_t k = 0; k < I.streams.size(); ++k)
       if (static_cast<int>(k) != I.compute) STRATA_CUDA_CHECK(cudaStreamWaitEvent(I.stream(static_cast<int>(k)), I.step_start.e, 0));
@@ -548,32 +951,90 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
   cpu::StepResult out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   ++I.steps_done;
-  const std::string where = "executor: step " + std::to_string(I.steps_done) + ", rank 0 (stage 0)";
-  for (int mb = 0; mb < I.m; ++mb)
-    if (!std::isfinite(loss[static_cast<std::size_t>(mb)])) {
-      I.broken = true;
-      throw Error(where + ": the loss of microbatch " + std::to_string(mb) + " is " +
-                  std::to_string(loss[static_cast<std::size_t>(mb)]) +
-                  " (the run diverged: lower the learning rate)");
-    }
-  if (flags.back() != 0) {
-    I.broken = true;
+  // What stops the run on this rank: a non-finite loss or gradient.
+  std::string failure;
+  const std::string where = "executor: step " + std::to_string(I.steps_done) + ", rank " + std::to_string(I.rank) +
+                            " (stage 0)";
+  for (int mb = 0; mb < I.m && failure.empty(); ++mb)
+    if (!std::isfinite(loss[static_cast<std::size_t>(mb)]))
+      failure = where + ": the loss of microbatch " + std::to_string(mb) + " is " +
+                std::to_string(loss[static_cast<std::size_t>(mb)]) + " (the run diverged: lower the learning rate)";
+  if (failure.empty() && flags.back() != 0) {
     std::string names;
-    for (std::size_t i = 0; i + 1 < flags.size(); ++i)
-      if (flags[i] != 0) names += (names.empty() ? "" : ", ") + I.model->names()[i];
-    throw Error(where + ": the gradients of " + names +
-                " hold NaN or Inf (the run diverged or overflowed); the optimizer step was skipped");
+    for (std::size_t i = 0; i + 1 < flags.size(); ++i) {
+      if (flags[i] == 0) continue;
+      if (I.zero == 0) {
+        if (i < I.model->names().size()) names += (names.empty() ? "" : ", ") + I.model->names()[i];
+      } else if (i < I.buckets.size()) {  // ZeRO: flags by bucket
+        std::string in;
+        for (int p : I.buckets[i].params) in += (in.empty() ? "" : " ") + I.model->names()[static_cast<std::size_t>(p)];
+        names += (names.empty() ? "" : ", ") + ("one of {" + in + "}");
+      }
+    }
+    failure = where + ": the gradients of " + names +
+              " hold NaN or Inf (the run diverged or overflowed); the optimizer step was skipped";
   }
-  for (const double l : loss) out.loss += l;
-  out.loss /= static_cast<double>(I.m);
-  out.memory.push_back({0, 0, I.dev.stats(), I.host.stats()});
+  double my_loss = 0;
+  for (const double l : loss) my_loss += l;
+  my_loss /= static_cast<double>(I.m);
+  cpu::RankMemory mine{I.rank, 0, I.dev.stats(), I.host.stats()};
+  std::vector<cpu::TaskTime> my_tasks;
   for (const std::int32_t i : I.order) {
     float a = 0, b = 0;
     const auto ii = static_cast<std::size_t>(i);
     STRATA_CUDA_CHECK(cudaEventElapsedTime(&a, I.step_start.e, I.start[ii]->e));
     STRATA_CUDA_CHECK(cudaEventElapsedTime(&b, I.step_start.e, I.end[ii]->e));
-    out.tasks.push_back({i, 0, a * 1e-3, std::max(a, b) * 1e-3});
+    my_tasks.push_back({i, I.rank, a * 1e-3, std::max(a, b) * 1e-3});
   }
+  if (I.group == nullptr || I.world == 1) {
+    if (!failure.empty()) {
+      I.broken = true;
+      throw Error(failure);
+    }
+    out.loss = my_loss;
+    out.memory.push_back(mine);
+    out.tasks = std::move(my_tasks);
+    return out;
+  }
+  // Every rank's measurements to every rank (MPI), so each returns the whole
+  // run's result and all stop together when one fails: a rank that threw
+  // alone would leave the others waiting in the next step's collectives.
+  Bytes_out w;
+  w.put(static_cast<std::int32_t>(failure.size()));
+  for (const char ch : failure) w.put(ch);
+  w.put(my_loss);
+  w.put(out.seconds);
+  w.put(mine.device);
+  w.put(mine.host);
+  w.put(static_cast<std::int64_t>(my_tasks.size()));
+  for (const auto& t : my_tasks) w.put(t);
+  const auto all = I.group->all_gather(w.bytes());
+  std::string first_failure;
+  double loss_sum = 0, slowest = 0;
+  for (int r = 0; r < I.world; ++r) {
+    Bytes_in in(all[static_cast<std::size_t>(r)]);
+    const auto n = in.get<std::int32_t>();
+    std::string f;
+    for (std::int32_t k = 0; k < n; ++k) f.push_back(in.get<char>());
+    if (first_failure.empty()) first_failure = f;
+    loss_sum += in.get<double>();
+    slowest = std::max(slowest, in.get<double>());
+    cpu::RankMemory rm;
+    rm.rank = r;
+    rm.device = in.get<cpu::MemoryStats>();
+    rm.host = in.get<cpu::MemoryStats>();
+    out.memory.push_back(rm);
+    const auto tasks_n = in.get<std::int64_t>();
+    for (std::int64_t k = 0; k < tasks_n; ++k) out.tasks.push_back(in.get<cpu::TaskTime>());
+  }
+  if (!first_failure.empty()) {
+    I.broken = true;
+    throw Error(first_failure);
+  }
+  // Every rank's loss is the mean over its m microbatches; the global
+  // batch's mean is their mean over dp. The step took as long as its slowest rank.
+  out.loss = loss_sum / static_cast<double>(I.world);
+  out.seconds = slowest;
   return out;
 }
 
@@ -581,6 +1042,7 @@ sim::RunResult Executor::measured(const cpu::StepResult& r) const {
   sim::RunResult run;
   run.tasks.assign(impl_->low.graph.num_tasks(), {});
   for (const auto& t : r.tasks) {
+    if (t.rank != 0) continue;  // dp rank 0 is the lowering's representative
     auto& tm = run.tasks[static_cast<std::size_t>(t.task)];
     tm.start = static_cast<Time>(t.start * 1e9);
     tm.end = std::max(tm.start, static_cast<Time>(t.end * 1e9));
@@ -594,16 +1056,23 @@ Bytes Executor::reserved_peak() const { return impl_->dev.reserved_peak(); }
 const std::vector<StepGemm>& Executor::gemms() const { return impl_->gemms; }
 
 std::map<std::string, std::vector<float>> Executor::parameters() const {
+  Impl& I = *impl_;
   std::map<std::string, std::vector<float>> out;
-  auto params = impl_->model->params();
-  for (std::size_t i = 0; i < params.size(); ++i) out[impl_->model->names()[i]] = params[i].download();
+  const cudaStream_t c = I.stream(I.compute);
+  I.dev.set_stream(c);
+  for (std::size_t l = 0; l < I.layer_bucket.size(); ++l)
+    if (I.zero3() && I.layer_bucket[l] >= 0) I.ensure_layer_params(static_cast<int>(l), c);  // a collective
+  auto params = I.model->params();
+  for (std::size_t i = 0; i < params.size(); ++i) out[I.model->names()[i]] = params[i].download();
+  for (std::size_t l = 0; l < I.layer_bucket.size(); ++l) I.release_layer_params(static_cast<int>(l));
   return out;
 }
 
 std::map<std::string, std::vector<float>> Executor::gradients() const {
   std::map<std::string, std::vector<float>> out;
   auto grads = impl_->model->grads();
-  for (std::size_t i = 0; i < grads.size(); ++i) out[impl_->model->names()[i]] = grads[i].download();
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].empty()) out[impl_->model->names()[i]] = grads[i].download();
   return out;
 }
 
@@ -612,7 +1081,31 @@ void Executor::set_parameters(const std::map<std::string, std::vector<float>>& v
   for (const auto& [name, v] : values) {
     const auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end()) throw Error("executor: no parameter named '" + name + "'");
-    impl_->model->set_parameter(static_cast<int>(it - names.begin()), v);
+    const int i = static_cast<int>(it - names.begin());
+    Impl& I = *impl_;
+    if (!I.zero3() || !I.model->params()[static_cast<std::size_t>(i)].empty()) {
+      I.model->set_parameter(i, v);
+      continue;
+    }
+    // A ZeRO-3 layer's parameter: this rank's part of it, into its shard.
+    if (static_cast<std::int64_t>(v.size()) != I.shape_of(i).numel())
+      throw Error("executor: parameter '" + name + "' has " + std::to_string(I.shape_of(i).numel()) +
+                  " elements, " + std::to_string(v.size()) + " given");
+    const cudaStream_t c = I.stream(I.compute);
+    I.dev.set_stream(c);
+    for (std::size_t l = 0; l < I.layer_params.size(); ++l) {
+      const auto& lp = I.layer_params[l];
+      if (std::find(lp.begin(), lp.end(), i) == lp.end()) continue;
+      Bucket& b = I.buckets[static_cast<std::size_t>(I.layer_bucket[l])];
+      DeviceTensor whole(I.dev, I.shape_of(i), MemTag::Other, Fill::Uninitialised);
+      whole.upload(v);
+      I.for_each_piece(b, b.begin, b.end, [&](int j, std::int64_t off, std::int64_t at, std::int64_t n) {
+        if (j != i) return;
+        STRATA_CUDA_CHECK(cudaMemcpyAsync(b.shard_param.data() + at, whole.data() + off,
+                                          static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, c));
+      });
+      STRATA_CUDA_CHECK(cudaStreamSynchronize(c));
+    }
   }
 }
 

@@ -16,14 +16,28 @@
 // allocator (a CUDA memory pool, stream-ordered), every offloaded byte from
 // a pinned pool, so the peaks by tag are the bytes the step really held.
 //
-// Executed: plans on one GPU (dp = tp = pp = cp = ep = 1) in fp32 with
-// standard attention: recompute none / selective / full / every_k / sqrt,
-// activation offload, SGD, momentum, Adam, AdamW, 8-bit Adam, LARS, LAMB,
-// Adafactor, SM3. Refused with the reason (Executor::unsupported): plans
-// needing more than one GPU (multi-process NCCL is not implemented),
-// bf16/fp16/fp8 mixed precision, flash attention, weight and optimizer
-// offload, the `optimal` recompute planner, 4-bit Adam (no kernels, nor a CPU
-// implementation), dropout, MoE, grouped-query attention.
+// Multi-GPU: one process per GPU (ExecutorOptions::group, process_group.hpp).
+// Every process lowers the same step and walks the same tasks in the same
+// order as the rank of the plan's mesh it is, exactly as a CPU rank thread
+// walks its stage's tasks (backend/cpu/executor.cpp): its microbatches are
+// the global batch's sequences from (dp_index·m + mb)·micro. The graph's
+// collective tasks become NCCL calls over the dp group on the stage's
+// communication stream (`s0.comm`), ordered against compute by the graph's
+// edges as events: a bucket's all-reduce (ZeRO 0) or reduce-scatter (ZeRO
+// 1/2) of its flat gradients, the all-gather of updated weights (ZeRO 1/2),
+// ZeRO-3's per-layer all-gathers and reduce-scatters. After each step the
+// processes exchange their measurements (MPI), so every process returns the
+// whole run's StepResult.
+//
+// Executed: fp32 with standard attention: recompute none / selective / full
+// / every_k / sqrt / optimal, activation offload, SGD, momentum, Adam,
+// AdamW, 8-bit Adam, LARS, LAMB, Adafactor, SM3; data parallelism with ZeRO
+// 0/1/2/3 across processes. Refused with
+// the reason (Executor::unsupported): tensor, pipeline, context and expert
+// parallelism, gradient compression and parameter servers, a plan whose
+// GPU count differs from the processes launched, bf16/fp16/fp8 mixed
+// precision, flash attention, weight and optimizer offload, 4-bit Adam (no
+// kernels, nor a CPU implementation), dropout, MoE, grouped-query attention.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,11 +52,17 @@
 
 namespace strata::backend::cuda {
 
+class ProcessGroup;
+
 struct ExecutorOptions {
   std::uint64_t seed = 1;     // weights (GptModel's device initialisation)
   float lr = 1e-3f;
   float weight_decay = 0.0f;  // L2 (Adam, SGD) or decoupled (AdamW)
-  int device = 0;             // CUDA device index
+  int device = 0;             // CUDA device index (a multi-GPU run: the process's local rank)
+  // The processes of a multi-GPU run (one per GPU; it must outlive the
+  // executor), or null: this process alone. Its size must be the plan's
+  // GPU count.
+  const ProcessGroup* group = nullptr;
   // Time every matrix product of each step with CUDA events (gemms()).
   bool profile_gemms = false;
 };
@@ -65,11 +85,13 @@ class Executor final : public cpu::StepExecutor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Why this executor cannot run the scenario, or nothing. Needs no GPU.
-  static std::optional<std::string> unsupported(const strategies::Scenario& sc);
+  // Why this executor cannot run the scenario with `processes` processes
+  // (one per GPU), or nothing. Needs no GPU. A plan needing more GPUs than
+  // one process has says how many and how to launch them.
+  static std::optional<std::string> unsupported(const strategies::Scenario& sc, int processes = 1);
 
   std::string_view backend() const override { return "cuda"; }
-  int ranks() const override { return 1; }
+  int ranks() const override;
   const strategies::LoweredStep& lowered() const override;
   bool holds_gpu_workspace() const override { return true; }
 
@@ -92,7 +114,11 @@ class Executor final : public cpu::StepExecutor {
 
   // Parameters and (after a step) that step's gradients by GptModel name,
   // copied to the host; set_parameters copies named values in (tests start
-  // both backends from the same weights).
+  // both backends from the same weights). With ZeRO-3 over several
+  // processes parameters() all-gathers the layers' shards (every process
+  // must call it) and set_parameters keeps this rank's shard; gradients()
+  // are the reduced ones with ZeRO 0, this rank's own before reduction
+  // otherwise.
   std::map<std::string, std::vector<float>> parameters() const;
   std::map<std::string, std::vector<float>> gradients() const;
   void set_parameters(const std::map<std::string, std::vector<float>>& values);

@@ -233,7 +233,8 @@ TEST_SUITE("host") {
     Plan p;
     CHECK(why(p, [](Scenario&) {}).empty());
     CHECK(why(p, [](Scenario& s) { s.plan.dp = 2; }).find("runs on 2 GPUs") != std::string::npos);
-    CHECK(why(p, [](Scenario& s) { s.plan.pp = 2; }).find("one process on one GPU") != std::string::npos);
+    CHECK(why(p, [](Scenario& s) { s.plan.dp = 2; }).find("mpirun -n 2") != std::string::npos);
+    CHECK(why(p, [](Scenario& s) { s.plan.pp = 2; }).find("not pipeline parallelism") != std::string::npos);
     CHECK(why(p, [](Scenario& s) { s.plan.precision = cost::Precision::BF16; }).find("fp32") != std::string::npos);
     CHECK(why(p, [](Scenario& s) { s.plan.implementation.attention = cost::AttentionKernel::Flash; })
               .find("standard") != std::string::npos);
