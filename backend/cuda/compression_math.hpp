@@ -306,12 +306,12 @@ struct BitWriter {
 
 // ---- message sizes (words of 32 bits) -----------------------------------------
 
-inline std::int64_t words_for_bits(std::int64_t bits) { return (bits + 31) / 32; }
+STRATA_HD inline std::int64_t words_for_bits(std::int64_t bits) { return (bits + 31) / 32; }
 // top-k: k int32 indices, then k fp16 values two to a word.
-inline std::int64_t topk_words(std::int64_t k) { return k + (k + 1) / 2; }
+STRATA_HD inline std::int64_t topk_words(std::int64_t k) { return k + (k + 1) / 2; }
 // QSGD: one fp32 norm per bucket, then n (bits+1)-bit codes.
-inline std::int64_t qsgd_buckets(std::int64_t n) { return (n + kQsgdBucket - 1) / kQsgdBucket; }
-inline std::int64_t qsgd_words(std::int64_t n, int bits) {
+STRATA_HD inline std::int64_t qsgd_buckets(std::int64_t n) { return (n + kQsgdBucket - 1) / kQsgdBucket; }
+STRATA_HD inline std::int64_t qsgd_words(std::int64_t n, int bits) {
   return qsgd_buckets(n) + words_for_bits(n * (bits + 1));
 }
 // Chunk j of n entries over `ranks` (backend/cpu/comm.hpp's chunk_range).
