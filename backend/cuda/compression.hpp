@@ -13,6 +13,10 @@
 // sequential and needs no gradient), everything else on the device; QSGD's
 // rounding stream jumps ahead to each bucket (compression_math.hpp).
 //
+// Not yet run on a GPU: the arithmetic's host runs are checked against the
+// CPU (compression_math_test.cpp, label unit); compression_test.cpp (label
+// gpu) checks the device runs where a GPU exists.
+//
 // The phases, as the CPU's CompressEncode / CompressRound / CompressDecode,
 // with the collectives left to the caller:
 //
