@@ -69,6 +69,10 @@ std::span<float> as_floats(std::uint32_t* w, std::int64_t n) {
   return {reinterpret_cast<float*>(w), static_cast<std::size_t>(n)};
 }
 
+std::span<const std::uint32_t> as_words(const float* f, std::int64_t n) {
+  return {reinterpret_cast<const std::uint32_t*>(f), static_cast<std::size_t>(n)};
+}
+
 std::int64_t words_for_bits(std::int64_t bits) { return (bits + 31) / 32; }
 
 // All-gathers every rank's `words` words in place: rank r's lie at r·words of `buf`.
@@ -143,6 +147,9 @@ class TopK final : public Compressor {
         chosen_(a, {k_}, MemTag::CommBuffers),
         gathered_(a, {words_ * o.ranks}, MemTag::CommBuffers) {}
   int rounds() const override { return 1; }
+  std::span<const std::uint32_t> payload() const override {
+    return {gathered_.data() + o_.rank * words_, static_cast<std::size_t>(words_)};
+  }
 
  private:
   std::uint32_t* mine() { return gathered_.data() + o_.rank * words_; }
@@ -213,6 +220,7 @@ class RandomK final : public Compressor {
         index_(a, {k_}, MemTag::CommBuffers),
         values_(a, {k_}, MemTag::CommBuffers) {}
   int rounds() const override { return 1; }
+  std::span<const std::uint32_t> payload() const override { return as_words(values_.data(), k_); }
 
  private:
   void do_encode(std::span<const float> g) override {
@@ -264,6 +272,9 @@ class Qsgd final : public Compressor {
         own_(mix(o.seed, 0x51534744ULL + static_cast<std::uint64_t>(o.rank))),
         gathered_(a, {words_ * o.ranks}, MemTag::CommBuffers) {}
   int rounds() const override { return 1; }
+  std::span<const std::uint32_t> payload() const override {
+    return {gathered_.data() + o_.rank * words_, static_cast<std::size_t>(words_)};
+  }
 
  private:
   std::uint32_t* mine() { return gathered_.data() + o_.rank * words_; }
@@ -331,6 +342,11 @@ class OneBit final : public Compressor {
         recv_(a, {block_ * o.ranks}, MemTag::CommBuffers) {}
   int rounds() const override { return 2; }
   std::span<const float> chunk_residual() const override { return server_.span(); }
+  // Round 0 sends every block (chunk j's to rank j), round 1 this rank's.
+  std::span<const std::uint32_t> payload() const override {
+    if (next_round() == 0) return {send_.data(), static_cast<std::size_t>(send_.numel())};
+    return {send_.data() + o_.rank * block_, static_cast<std::size_t>(block_)};
+  }
 
  private:
   static constexpr std::int64_t kBucket = strategies::kOneBitBucket;
@@ -432,6 +448,9 @@ class PowerSgd final : public Compressor {
     for (float& v : q_.span()) v = static_cast<float>(shared_.normal());
   }
   int rounds() const override { return 2; }
+  std::span<const std::uint32_t> payload() const override {
+    return next_round() == 0 ? as_words(p_.data(), p_.numel()) : std::span<const std::uint32_t>{};
+  }
 
  private:
   struct Matrix {

@@ -96,12 +96,18 @@ class Compressor {
   // onebit, the residual of the chunk this rank reduces (empty otherwise).
   std::span<const float> residual() const { return residual_.span(); }
   virtual std::span<const float> chunk_residual() const { return {}; }
+  // This rank's words in the collective that runs next (after encode, or
+  // after a round that is not the last), as they go on the wire: for tests
+  // that compare another implementation's messages byte for byte. Empty
+  // where the round computes them itself (PowerSGD's Q).
+  virtual std::span<const std::uint32_t> payload() const = 0;
 
  protected:
   Compressor(const CompressorOptions& o, FlatLayout layout, Allocator& alloc, bool residual);
   virtual void do_encode(std::span<const float> grad) = 0;
   virtual void do_round(int round, Comm& dp) = 0;
   virtual void do_decode(std::span<float> out) = 0;
+  int next_round() const { return next_round_; }
   void log(strategies::Collective op, std::int64_t words) { exchanged_.push_back({op, 4 * words}); }
 
   CompressorOptions o_;
