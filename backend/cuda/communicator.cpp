@@ -63,4 +63,20 @@ void NcclComm::all_gather(const float* in, float* out, std::int64_t n, cudaStrea
   STRATA_NCCL_CHECK(ncclAllGather(in, out, static_cast<std::size_t>(n), ncclFloat32, comm_, s));
 }
 
+void NcclComm::all_gather_words(const void* in, void* out, std::int64_t n, cudaStream_t s) const {
+  STRATA_NCCL_CHECK(ncclAllGather(in, out, static_cast<std::size_t>(n), ncclUint32, comm_, s));
+}
+
+void NcclComm::all_to_all_words(const void* in, void* out, std::int64_t n, cudaStream_t s) const {
+  const auto* src = static_cast<const std::uint32_t*>(in);
+  auto* dst = static_cast<std::uint32_t*>(out);
+  const auto count = static_cast<std::size_t>(n);
+  STRATA_NCCL_CHECK(ncclGroupStart());
+  for (int j = 0; j < size(); ++j) {
+    STRATA_NCCL_CHECK(ncclSend(src + static_cast<std::size_t>(j) * count, count, ncclUint32, j, comm_, s));
+    STRATA_NCCL_CHECK(ncclRecv(dst + static_cast<std::size_t>(j) * count, count, ncclUint32, j, comm_, s));
+  }
+  STRATA_NCCL_CHECK(ncclGroupEnd());
+}
+
 }  // namespace strata::backend::cuda

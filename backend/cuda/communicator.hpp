@@ -47,6 +47,11 @@ class NcclComm {
   void reduce_scatter(const float* in, float* out, std::int64_t n, cudaStream_t s) const;
   // in: n floats; out: size()·n floats, member r's at r·n.
   void all_gather(const float* in, float* out, std::int64_t n, cudaStream_t s) const;
+  // The same for 32-bit words (compressed messages; in may be out + rank()·n).
+  void all_gather_words(const void* in, void* out, std::int64_t n, cudaStream_t s) const;
+  // in: size() blocks of n words, block j for member j; out: member j's
+  // block for this member at j·n (ncclSend / ncclRecv pairs in one group).
+  void all_to_all_words(const void* in, void* out, std::int64_t n, cudaStream_t s) const;
 
  private:
   explicit NcclComm(ncclComm_t c) : comm_(c) {}

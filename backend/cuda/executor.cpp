@@ -11,6 +11,7 @@
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/communicator.hpp"
+#include "backend/cuda/compression.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/gpt.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -181,6 +182,11 @@ struct Executor::Impl {
   const ProcessGroup* group = nullptr;
   int world = 1, rank = 0, dp = 1, dp_index = 0, zero = 0;
   NcclComm world_comm, dp_comm;
+  // Gradient compression over dp: one bucket of every parameter, encoded,
+  // exchanged in the lowering's rounds and decoded (as the CPU executor).
+  bool compressed = false;
+  std::unique_ptr<DeviceCompressor> compressor;
+  int compressed_bucket = -1;
   // Parameters by layer (indices into GptModel::params()), the embedding's
   // and the head's; the buckets of the graph's reduce tasks.
   std::vector<std::vector<int>> layer_params;
@@ -230,6 +236,10 @@ struct Executor::Impl {
   DeviceTensor pack(const Bucket& b, bool grads, cudaStream_t s);
   void unpack(const Bucket& b, const float* flat, bool grads, cudaStream_t s);
   void dp_reduce(int bucket, cudaStream_t s);
+  void build_compressor();
+  void compress_encode(cudaStream_t s);
+  void compress_round(int round, std::int32_t task);
+  void compress_decode(cudaStream_t s);
   void zero3_reduce(int bucket, bool layer, cudaStream_t s);
   void gather_bucket(Bucket& b, cudaStream_t s);  // shards → the model's whole parameters
   void gather_weights(cudaStream_t s);
@@ -260,10 +270,9 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc,
     return mesh + "; the CUDA executor runs data parallelism and ZeRO across processes (one per GPU), not " +
            what + " parallelism yet; the CPU backend executes such plans with rank threads";
   }
-  if (p.dp > 1 && p.compression.method != strategies::CompressionMethod::None)
-    return "gradient compression (" + std::string(enum_name(p.compression.method)) +
-           ") is not executed by the CUDA backend yet: the device compressors are not written "
-           "(the graph's compress-encode, rounds and decode tasks are refused); the CPU backend executes it";
+  if (p.dp > 1 && p.compression.method != strategies::CompressionMethod::None && p.zero > 0)
+    return "gradient compression with ZeRO is not executed by the CUDA backend (each rank would step "
+           "its chunk of the decoded gradient); set zero to 0, or run it on the CPU backend";
   if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
     return "a parameter server (dp_topology) is not executed by the CUDA backend; all-reduce is";
   if (gpus != processes) {
@@ -304,6 +313,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   }
   dp = static_cast<int>(plan.dp);
   zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  compressed = dp > 1 && plan.compression.method != strategies::CompressionMethod::None;
   if (world != dp)
     throw Error("executor: the plan runs on " + std::to_string(dp) + " GPUs, the run has " + std::to_string(world) +
                 " processes");
@@ -343,11 +353,11 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
       case TaskOp::Zero3Gather:
       case TaskOp::Zero3Reduce:
       case TaskOp::GatherWeights:
+      case TaskOp::CompressEncode:
+      case TaskOp::CompressRound:
+      case TaskOp::CompressDecode:
         if (dp > 1) break;
         [[fallthrough]];
-      // CompressEncode, CompressRound, CompressDecode: the hook for the
-      // device compressors (backend/cpu/compression.hpp's on the GPU);
-      // unsupported() refuses compressed plans until they exist.
       default: throw Error("executor: task " + task.id + " is not executed by the CUDA backend");
     }
     if (t.op == TaskOp::Recompute && t.core_only) core_recompute = true;
@@ -404,6 +414,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
                     std::to_string(dp));
       build_buckets();
     }
+    if (compressed) build_compressor();  // after build_buckets: its one bucket
     const std::int64_t n = sc.batch.global * seq;
     tokens = DeviceIndexTensor(dev, {n}, MemTag::Other, Fill::Uninitialised);
     targets = DeviceIndexTensor(dev, {n}, MemTag::Other, Fill::Uninitialised);
@@ -447,6 +458,9 @@ void Executor::Impl::run_task(std::int32_t index) {
       if (t.part == Part::Layer) return zero3_reduce(layer_bucket[static_cast<std::size_t>(t.layer)], true, s);
       return zero3_reduce(bucket_of_task.at(index), false, s);
     case TaskOp::GatherWeights: return gather_weights(s);
+    case TaskOp::CompressEncode: return compress_encode(s);
+    case TaskOp::CompressRound: return compress_round(t.round, index);
+    case TaskOp::CompressDecode: return compress_decode(s);
     default: break;
   }
   throw Error("executor: task " + id(index) + " is not executed by the CUDA backend");
@@ -698,6 +712,11 @@ void Executor::Impl::build_buckets() {
     return static_cast<int>(buckets.size()) - 1;
   };
   layer_bucket.assign(static_cast<std::size_t>(sc.model.layers), -1);
+  if (compressed) {
+    std::vector<int> all(names.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+    compressed_bucket = add_bucket(std::move(all));
+  }
   for (std::size_t i = 0; i < low.info.size(); ++i) {
     const TaskInfo& t = low.info[i];
     if (t.op == TaskOp::DpReduce) {
@@ -778,6 +797,56 @@ void Executor::Impl::dp_reduce(int bi, cudaStream_t s) {
   }
   b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads, Fill::Uninitialised);
   dp_comm.reduce_scatter(flat.data(), b.shard_grad.data(), b.chunk, s);
+}
+
+// Compression replaces the buckets' all-reduce (the lowering emits no
+// dp-reduce tasks then): the stage's gradients, one flat bucket of every
+// parameter in the model's order, are encoded on the compute stream,
+// exchanged in the method's rounds on the communication stream (NCCL) and
+// decoded into the sum over dp. The seed is the CPU executor's for stage 0,
+// so both backends draw the same random-k indices and QSGD roundings.
+void Executor::Impl::build_compressor() {
+  if (buckets.size() != 1)
+    throw Error("executor: a compressed plan's step also reduces buckets (" + std::to_string(buckets.size() - 1) + ")");
+  dev.set_stream(stream(compute));
+  compressor = make_device_compressor(
+      {.method = sc.plan.compression, .ranks = dp, .rank = dp_index, .seed = opt.seed * 0x9e3779b97f4a7c15ULL},
+      cpu::flat_layout(shapes), dev, *blas);
+  int rounds = 0;
+  for (const auto& t : low.info)
+    if (t.op == TaskOp::CompressRound) ++rounds;
+  if (rounds != compressor->rounds())
+    throw Error("executor: the lowering gives " + std::to_string(rounds) + " compressed rounds, " +
+                std::string(enum_name(sc.plan.compression.method)) + " runs " + std::to_string(compressor->rounds()));
+}
+
+void Executor::Impl::compress_encode(cudaStream_t s) {
+  DeviceTensor flat = pack(buckets[static_cast<std::size_t>(compressed_bucket)], true, s);
+  compressor->encode(flat.data());  // enqueued on s; flat's release is ordered after it
+}
+
+// The round's local work and its collective, both on the communication
+// stream (the lowering's round tasks run there; on_comm otherwise).
+void Executor::Impl::compress_round(int round, std::int32_t task) {
+  auto run = [&](cudaStream_t cs) {
+    dev.set_stream(cs);
+    const CompressRound x = compressor->round(round);
+    switch (x.op) {
+      case CompressCollective::AllGather: return dp_comm.all_gather_words(x.send, x.recv, x.count, cs);
+      case CompressCollective::AllReduce: return dp_comm.all_reduce(static_cast<float*>(x.recv), x.count, cs);
+      case CompressCollective::AllToAll: return dp_comm.all_to_all_words(x.send, x.recv, x.count, cs);
+    }
+  };
+  if (stream_of[static_cast<std::size_t>(task)] == comm) return run(stream(comm));
+  on_comm(run);
+}
+
+void Executor::Impl::compress_decode(cudaStream_t s) {
+  const Bucket& b = buckets[static_cast<std::size_t>(compressed_bucket)];
+  dev.set_stream(s);
+  DeviceTensor flat(dev, {b.numel}, MemTag::CommBuffers, Fill::Uninitialised);
+  compressor->decode(flat.data());
+  unpack(b, flat.data(), true, s);
 }
 
 // ZeRO-3: a layer's gradients are reduce-scattered after every microbatch's

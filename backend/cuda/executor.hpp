@@ -32,9 +32,10 @@
 // Executed: fp32 with standard attention: recompute none / selective / full
 // / every_k / sqrt / optimal, activation offload, SGD, momentum, Adam,
 // AdamW, 8-bit Adam, LARS, LAMB, Adafactor, SM3; data parallelism with ZeRO
-// 0/1/2/3 across processes. Refused with
+// 0/1/2/3 across processes, or with gradient compression (ZeRO 0; the
+// device compressors of compression.hpp between NCCL rounds). Refused with
 // the reason (Executor::unsupported): tensor, pipeline, context and expert
-// parallelism, gradient compression and parameter servers, a plan whose
+// parallelism, compression with ZeRO and parameter servers, a plan whose
 // GPU count differs from the processes launched, bf16/fp16/fp8 mixed
 // precision, flash attention, weight and optimizer offload, 4-bit Adam (no
 // kernels, nor a CPU implementation), dropout, MoE, grouped-query attention.

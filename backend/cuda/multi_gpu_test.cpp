@@ -11,7 +11,8 @@
 //                1 and 3) against one GPU's step on the whole batch from
 //                the same weights: the same loss (1e-5 relative) and the same
 //                parameters after two steps (1e-4 of each tensor's largest
-//                value: fp32 sums in another order).
+//                value: fp32 sums in another order); and compressed DP = 2
+//                (random-k, PowerSGD) against the CPU executor's threads.
 //
 // A plain main (no doctest): a failed check prints the rank and the line,
 // and the process exits 1, so mpirun fails the test.
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "backend/cpu/corpus.hpp"
+#include "backend/cpu/executor.hpp"
 #include "backend/cpu/rng.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/communicator.hpp"
@@ -166,6 +168,40 @@ void data_parallel_equals_one_gpu(const cuda::ProcessGroup& pg, int zero) {
   if (d >= 1e-4) std::fprintf(stderr, "rank %d: zero %d: parameter %s off by %g\n", my_rank, zero, where.c_str(), d);
 }
 
+// Compressed data parallelism over NCCL (the device compressors) against
+// the CPU executor's rank threads running the same plan from the same
+// weights: random-k with error feedback and rank-2 PowerSGD, whose
+// messages are continuous in the gradients (top-k and QSGD pick indices
+// and levels by comparisons that fp32 sums in another order can flip).
+void compressed_equals_cpu(const cuda::ProcessGroup& pg, strategies::CompressionMethod method) {
+  auto sc = tiny(pg.size(), 0);
+  sc.plan.compression.method = method;
+  sc.plan.compression.ratio = 0.25;
+  sc.plan.compression.rank = 2;
+  sc.plan.compression.error_feedback = true;
+  strata::backend::cpu::Executor ref(sc, {.seed = 1, .lr = 0.05f});
+  cuda::Executor many(sc, {.seed = 1, .lr = 0.05f, .device = pg.local_rank(), .group = &pg});
+  many.set_parameters(ref.parameters());
+  const strata::backend::cpu::MarkovCorpus corpus(sc.model.vocab, 7);
+  const char* name = strata::enum_name(method).data();
+  for (int step = 0; step < 2; ++step) {
+    strata::backend::cpu::Rng rng(200 + static_cast<std::uint64_t>(step));
+    const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
+    std::vector<std::int32_t> tokens(n), targets(n);
+    corpus.sample(tokens, targets, sc.batch.global, sc.model.seq_len, rng);
+    const auto want = ref.step(tokens, targets);
+    const auto got = many.step(tokens, targets);
+    EXPECT(std::fabs(got.loss - want.loss) <= 1e-5 * std::fabs(want.loss));
+    if (std::fabs(got.loss - want.loss) > 1e-5 * std::fabs(want.loss))
+      std::fprintf(stderr, "rank %d: %s, step %d: loss %.8f over NCCL, %.8f on the CPU\n", my_rank, name, step,
+                   got.loss, want.loss);
+  }
+  std::string where;
+  const double d = worst_relative(many.parameters(), ref.parameters(), &where);
+  EXPECT(d < 1e-4);
+  if (d >= 1e-4) std::fprintf(stderr, "rank %d: %s: parameter %s off by %g\n", my_rank, name, where.c_str(), d);
+}
+
 int nccl(const cuda::ProcessGroup& pg) {
   // Skipped unless every process has a GPU of its own (all agree).
   const auto devs = cuda::devices();
@@ -206,6 +242,8 @@ int nccl(const cuda::ProcessGroup& pg) {
   }
   STRATA_CUDA_CHECK(cudaStreamDestroy(s));
   for (const int zero : {0, 1, 3}) data_parallel_equals_one_gpu(pg, zero);
+  for (const auto method : {strategies::CompressionMethod::RandomK, strategies::CompressionMethod::PowerSgd})
+    compressed_equals_cpu(pg, method);
   return failures == 0 ? 0 : 1;
 }
 

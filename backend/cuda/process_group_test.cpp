@@ -179,12 +179,16 @@ TEST_SUITE("host") {
     const auto two = Executor::unsupported(sc, 2);
     REQUIRE(two);
     CHECK(two->find("2 processes were launched") != std::string::npos);
-    // What the multi-GPU executor does not run, whatever the processes.
+    // Compression runs without ZeRO (the device compressors), not with it.
     sc.plan.zero = 0;
     sc.plan.compression.method = strategies::CompressionMethod::TopK;
+    CHECK_FALSE(Executor::unsupported(sc, 4));
+    sc.plan.zero = 1;
     const auto comp = Executor::unsupported(sc, 4);
     REQUIRE(comp);
-    CHECK(comp->find("gradient compression") != std::string::npos);
+    CHECK(comp->find("gradient compression with ZeRO") != std::string::npos);
+    // What the multi-GPU executor does not run, whatever the processes.
+    sc.plan.zero = 0;
     sc.plan.compression.method = strategies::CompressionMethod::None;
     sc.plan.dp = 2;
     sc.plan.tp = 2;
