@@ -1,11 +1,12 @@
 // The CUDA backend's microbenchmarks as a Google Benchmark binary: GEMMs by
 // dtype and shape, HBM triad and copy, host<->device copies pinned and
 // pageable, NCCL collectives over the visible GPUs, launch gaps, and the
-// optimizer kernels' steps. Each iteration is one measurement of
+// optimizer and compression kernels. Each iteration is one measurement of
 // backend/cuda/calibrate.hpp's Microbench (CUDA events, L2 flushed first),
 // reported as manual time, so these are the figures `strata calibrate
-// --backend cuda` writes (the optimizer steps are not in the calibration:
-// the cost model prices a step by its state bytes over the HBM rate).
+// --backend cuda` writes (the optimizer and compression kernels are not in
+// the calibration: the cost model prices them by their bytes over the HBM
+// rate).
 // Without a GPU it says so and exits 0.
 //   build/backend/bench_cuda --benchmark_filter=gemm
 //   build/backend/bench_cuda --step_gemms=configs/scenarios/gpu-1x-plain.json
@@ -171,6 +172,23 @@ int main(int argc, char** argv) {
                                  [&mb, o](benchmark::State& st) {
                                    for (auto _ : st) st.SetIterationTime(mb.optimizer_step(o, kRows, 1));
                                    st.counters["Gparams_per_s"] = benchmark::Counter(
+                                       static_cast<double>(kRows) * 1024 * static_cast<double>(st.iterations()) / 1e9,
+                                       benchmark::Counter::kIsRate);
+                                 })
+        ->UseManualTime();
+  }
+  // Compression of a 64M-entry gradient by one rank (encode, the rounds'
+  // local work, decode), in gradient entries per second.
+  for (const auto m : {strategies::CompressionMethod::TopK, strategies::CompressionMethod::RandomK,
+                       strategies::CompressionMethod::Qsgd, strategies::CompressionMethod::OneBit,
+                       strategies::CompressionMethod::PowerSgd}) {
+    constexpr std::int64_t kRows = 65536;  // × 1024 columns
+    strategies::Compression c;
+    c.method = m;
+    benchmark::RegisterBenchmark(("compression/" + std::string(strata::enum_name(m))).c_str(),
+                                 [&mb, c](benchmark::State& st) {
+                                   for (auto _ : st) st.SetIterationTime(mb.compression(c, kRows, 1));
+                                   st.counters["Gentries_per_s"] = benchmark::Counter(
                                        static_cast<double>(kRows) * 1024 * static_cast<double>(st.iterations()) / 1e9,
                                        benchmark::Counter::kIsRate);
                                  })

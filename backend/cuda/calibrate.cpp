@@ -15,6 +15,7 @@
 #include "backend/cpu/calibration_points.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/compression.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/memory.hpp"
@@ -235,6 +236,27 @@ double Microbench::optimizer_step(strategies::Optimizer o, std::int64_t rows, in
   kernels::fill(I.stream, grads[0].data(), grads[0].numel(), 1e-3f);
   const auto opt = make_optimizer(o, 1e-4f, 0.0f, I.alloc);
   return I.timed([&] { opt->step(I.stream, params, grads, nullptr); }, repeats);
+}
+
+double Microbench::compression(const strategies::Compression& c, std::int64_t rows, int repeats) {
+  Impl& I = *impl_;
+  const cpu::Shape shape{rows, 1024};
+  DeviceTensor grad(I.alloc, shape, MemTag::Grads, Fill::Uninitialised), out(I.alloc, shape, MemTag::Grads);
+  kernels::fill(I.stream, grad.data(), grad.numel(), 1e-3f);
+  const auto comp = make_device_compressor({.method = c, .ranks = 1, .rank = 0, .seed = 1},
+                                           cpu::flat_layout(std::span<const cpu::Shape>(&shape, 1)), I.alloc, *I.blas);
+  return I.timed(
+      [&] {
+        comp->encode(grad.data());
+        for (int r = 0; r < comp->rounds(); ++r) {
+          const CompressRound x = comp->round(r);
+          if (x.op == CompressCollective::AllToAll)  // one rank: its own block
+            STRATA_CUDA_CHECK(cudaMemcpyAsync(x.recv, x.send, static_cast<std::size_t>(x.count) * 4,
+                                              cudaMemcpyDeviceToDevice, I.stream));
+        }
+        comp->decode(out.data());
+      },
+      repeats);
 }
 
 double Microbench::device_copy(Bytes bytes, int repeats) {

@@ -85,6 +85,10 @@ class Microbench {
   // warm-up step allocates them). Throws Error for an optimizer without
   // CUDA kernels.
   double optimizer_step(strategies::Optimizer o, std::int64_t rows, int repeats);
+  // Seconds of one rank's compressed exchange of a `rows` × 1024 fp32
+  // gradient with one rank (encode, each round's local work, decode; the
+  // collectives are identities here).
+  double compression(const strategies::Compression& c, std::int64_t rows, int repeats);
 
  private:
   struct Impl;
