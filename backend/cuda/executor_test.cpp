@@ -14,6 +14,7 @@
 #include "backend/cpu/corpus.hpp"
 #include "backend/cpu/rng.hpp"
 #include "backend/cpu/test_util.hpp"
+#include "backend/cuda/test_scenario.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
 #include "strategies/memory.hpp"
@@ -25,26 +26,8 @@ using sim::MemTag;
 using strategies::Plan;
 using strategies::Scenario;
 
-// A small GPT (hidden 64, 4 heads, ffn 256, vocabulary 32, 16 tokens) on one
-// H200, fp32, standard attention, SGD with momentum (docs/cpu-backend.md
-// says why not Adam for equivalence checks).
 Scenario tiny(int layers, Plan plan, std::int64_t global = 4, std::int64_t micro = 2) {
-  Scenario sc;
-  sc.model.name = "tiny-cuda";
-  sc.model.layers = layers;
-  sc.model.hidden = 64;
-  sc.model.heads = 4;
-  sc.model.kv_heads = 4;
-  sc.model.ffn_hidden = 256;
-  sc.model.vocab = 32;
-  sc.model.seq_len = 16;
-  sc.cluster = cost::cluster_preset("1xh200");
-  sc.batch = {global, micro};
-  plan.precision = cost::Precision::FP32;
-  plan.implementation.attention = cost::AttentionKernel::Standard;
-  plan.optimizer = strategies::Optimizer::Momentum;
-  sc.plan = plan;
-  return sc;
+  return test::tiny_gpt(layers, plan, global, micro);
 }
 
 struct Ids {

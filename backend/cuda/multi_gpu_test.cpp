@@ -34,6 +34,7 @@
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/executor.hpp"
 #include "backend/cuda/process_group.hpp"
+#include "backend/cuda/test_scenario.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
 #include "strategies/rank_mesh.hpp"
@@ -95,27 +96,13 @@ int bootstrap(const cuda::ProcessGroup& pg) {
   return failures == 0 ? 0 : 1;
 }
 
-// The executor tests' small GPT on H200s: hidden 64, 4 heads, vocabulary
-// 32, 16 tokens, fp32, SGD with momentum; global batch 8 in microbatches of 2.
+// The executor tests' small GPT (test_scenario.hpp), data-parallel over the
+// processes' GPUs: global batch 8 in microbatches of 2.
 strategies::Scenario tiny(int dp, int zero) {
-  strategies::Scenario sc;
-  sc.model.name = "tiny-nccl";
-  sc.model.layers = 3;
-  sc.model.hidden = 64;
-  sc.model.heads = 4;
-  sc.model.kv_heads = 4;
-  sc.model.ffn_hidden = 256;
-  sc.model.vocab = 32;
-  sc.model.seq_len = 16;
-  sc.cluster = strata::cost::cluster_preset("1xh200");
-  sc.cluster.node.gpus_per_node = dp;  // the plan uses every GPU of the cluster
-  sc.batch = {8, 2};
-  sc.plan.precision = strata::cost::Precision::FP32;
-  sc.plan.implementation.attention = strata::cost::AttentionKernel::Standard;
-  sc.plan.optimizer = strategies::Optimizer::Momentum;
-  sc.plan.dp = dp;
-  sc.plan.zero = zero;
-  return sc;
+  strategies::Plan plan;
+  plan.dp = dp;
+  plan.zero = zero;
+  return cuda::test::tiny_gpt(3, plan, 8, 2, dp);
 }
 
 // The largest difference over all tensors, relative to each tensor's largest value.

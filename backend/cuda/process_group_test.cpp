@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/executor.hpp"
+#include "backend/cuda/test_scenario.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
 #include "strategies/rank_mesh.hpp"
@@ -147,22 +148,9 @@ TEST_SUITE("host") {
   }
 
   TEST_CASE("cuda/executor: a multi-GPU plan says how many processes and how to launch them") {
-    strategies::Scenario sc;
-    sc.model.name = "tiny";
-    sc.model.layers = 2;
-    sc.model.hidden = 64;
-    sc.model.heads = 4;
-    sc.model.kv_heads = 4;
-    sc.model.ffn_hidden = 256;
-    sc.model.vocab = 32;
-    sc.model.seq_len = 16;
-    sc.cluster = cost::cluster_preset("1xh200");
-    sc.batch = {8, 2};
-    sc.plan.precision = cost::Precision::FP32;
-    sc.plan.implementation.attention = cost::AttentionKernel::Standard;
-    sc.plan.optimizer = strategies::Optimizer::Adam;
-    sc.plan.dp = 4;
-    sc.cluster.node.gpus_per_node = 4;
+    strategies::Plan plan;
+    plan.dp = 4;
+    strategies::Scenario sc = test::tiny_gpt(2, plan, 8, 2, 4);
     // One process: how many and how.
     const auto one = Executor::unsupported(sc, 1);
     REQUIRE(one);
