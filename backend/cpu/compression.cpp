@@ -589,22 +589,34 @@ void Compressor::decode(std::span<float> out) {
   phase_ = Phase::Idle;
 }
 
-std::unique_ptr<Compressor> make_compressor(const CompressorOptions& o, FlatLayout layout,
-                                            Allocator& alloc) {
-  const auto& c = o.method;
+void check_compressor_method(const strategies::Compression& c, std::string_view who) {
+  const std::string w(who);
   switch (c.method) {
     case CompressionMethod::TopK:
     case CompressionMethod::RandomK:
-      if (!(c.ratio > 0 && c.ratio <= 1)) throw Error("compressor: ratio must lie in (0, 1]");
-      if (c.method == CompressionMethod::TopK) return std::make_unique<TopK>(o, std::move(layout), alloc);
-      return std::make_unique<RandomK>(o, std::move(layout), alloc);
+      if (!(c.ratio > 0 && c.ratio <= 1)) throw Error(w + ": ratio must lie in (0, 1]");
+      return;
     case CompressionMethod::Qsgd:
-      if (c.bits < 1 || c.bits > 16) throw Error("compressor: qsgd bits must lie in 1..16");
-      return std::make_unique<Qsgd>(o, std::move(layout), alloc);
-    case CompressionMethod::OneBit: return std::make_unique<OneBit>(o, std::move(layout), alloc);
+      if (c.bits < 1 || c.bits > 16) throw Error(w + ": qsgd bits must lie in 1..16");
+      return;
+    case CompressionMethod::OneBit: return;
     case CompressionMethod::PowerSgd:
-      if (c.rank < 1) throw Error("compressor: powersgd rank must be >= 1");
-      return std::make_unique<PowerSgd>(o, std::move(layout), alloc);
+      if (c.rank < 1) throw Error(w + ": powersgd rank must be >= 1");
+      return;
+    case CompressionMethod::None: break;
+  }
+  throw Error(w + ": method none compresses nothing");
+}
+
+std::unique_ptr<Compressor> make_compressor(const CompressorOptions& o, FlatLayout layout,
+                                            Allocator& alloc) {
+  check_compressor_method(o.method, "compressor");
+  switch (o.method.method) {
+    case CompressionMethod::TopK: return std::make_unique<TopK>(o, std::move(layout), alloc);
+    case CompressionMethod::RandomK: return std::make_unique<RandomK>(o, std::move(layout), alloc);
+    case CompressionMethod::Qsgd: return std::make_unique<Qsgd>(o, std::move(layout), alloc);
+    case CompressionMethod::OneBit: return std::make_unique<OneBit>(o, std::move(layout), alloc);
+    case CompressionMethod::PowerSgd: return std::make_unique<PowerSgd>(o, std::move(layout), alloc);
     case CompressionMethod::None: break;
   }
   throw Error("compressor: method none compresses nothing");

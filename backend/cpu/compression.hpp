@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/allocator.hpp"
@@ -124,6 +125,10 @@ class Compressor {
 
 // The compressor of `o.method` for a flat gradient laid out as `layout`
 // (tensors in order, covering it without gaps). Throws Error for method none.
+// Throws Error (prefixed by `who`) for a method this backend cannot build:
+// none, a ratio outside (0, 1], QSGD bits outside 1..16, a PowerSGD rank
+// below 1. Shared with the CUDA backend's device compressors.
+void check_compressor_method(const strategies::Compression& c, std::string_view who);
 std::unique_ptr<Compressor> make_compressor(const CompressorOptions& o, FlatLayout layout,
                                             Allocator& alloc);
 

@@ -363,20 +363,13 @@ void DeviceCompressor::decode(float* out) {
 
 std::unique_ptr<DeviceCompressor> make_device_compressor(const cpu::CompressorOptions& o, cpu::FlatLayout layout,
                                                          DeviceAllocator& alloc, Blas& blas) {
-  const auto& c = o.method;
-  switch (c.method) {
-    case CompressionMethod::TopK:
-    case CompressionMethod::RandomK:
-      if (!(c.ratio > 0 && c.ratio <= 1)) throw Error("device compressor: ratio must lie in (0, 1]");
-      if (c.method == CompressionMethod::TopK) return std::make_unique<TopK>(o, std::move(layout), alloc);
-      return std::make_unique<RandomK>(o, std::move(layout), alloc);
-    case CompressionMethod::Qsgd:
-      if (c.bits < 1 || c.bits > 16) throw Error("device compressor: qsgd bits must lie in 1..16");
-      return std::make_unique<Qsgd>(o, std::move(layout), alloc);
+  cpu::check_compressor_method(o.method, "device compressor");
+  switch (o.method.method) {
+    case CompressionMethod::TopK: return std::make_unique<TopK>(o, std::move(layout), alloc);
+    case CompressionMethod::RandomK: return std::make_unique<RandomK>(o, std::move(layout), alloc);
+    case CompressionMethod::Qsgd: return std::make_unique<Qsgd>(o, std::move(layout), alloc);
     case CompressionMethod::OneBit: return std::make_unique<OneBit>(o, std::move(layout), alloc);
-    case CompressionMethod::PowerSgd:
-      if (c.rank < 1) throw Error("device compressor: powersgd rank must be >= 1");
-      return std::make_unique<PowerSgd>(o, std::move(layout), alloc, blas);
+    case CompressionMethod::PowerSgd: return std::make_unique<PowerSgd>(o, std::move(layout), alloc, blas);
     case CompressionMethod::None: break;
   }
   throw Error("device compressor: method none compresses nothing");
