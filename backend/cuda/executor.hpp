@@ -16,12 +16,13 @@
 // allocator (a CUDA memory pool, stream-ordered), every offloaded byte from
 // a pinned pool, so the peaks by tag are the bytes the step really held.
 //
-// Executed: plans on one GPU (dp = tp = pp = cp = ep = 1) in fp32 with
-// standard attention: recompute none / selective / full / every_k / sqrt,
+// Executed: plans on one GPU (dp = tp = pp = cp = ep = 1) in fp32, or in
+// bf16 mixed precision with fp32 gradient accumulation, with standard
+// attention: recompute none / selective / full / every_k / sqrt,
 // activation offload, SGD, momentum, Adam, AdamW, 8-bit Adam, LARS, LAMB,
 // Adafactor, SM3. Refused with the reason (Executor::unsupported): plans
 // needing more than one GPU (multi-process NCCL is not implemented),
-// bf16/fp16/fp8 mixed precision, flash attention, weight and optimizer
+// fp16 (needs loss scaling) and fp8, bf16 with bf16 gradients, flash attention, weight and optimizer
 // offload, the `optimal` recompute planner, 4-bit Adam (no kernels, nor a CPU
 // implementation), dropout, MoE, grouped-query attention.
 #include <cstdint>
