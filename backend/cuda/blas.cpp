@@ -79,6 +79,23 @@ void Blas::gemm_typed(cudaStream_t stream, GemmType type, bool trans_a, bool tra
     case GemmType::BF16: data = CUDA_R_16BF; break;
     case GemmType::FP16: data = CUDA_R_16F; break;
   }
+  gemm_ex(stream, data, data, compute, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, strides);
+}
+
+void Blas::gemm_bf16(cudaStream_t stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                     std::int64_t k, float alpha, const void* a, std::int64_t lda, const void* b,
+                     std::int64_t ldb, float beta, void* c, std::int64_t ldc, bool c_fp32,
+                     BatchStrides strides) {
+  if (m == 0 || n == 0) return;
+  if (strides.count < 1) throw Error("gemm: batch count must be >= 1");
+  gemm_ex(stream, CUDA_R_16BF, c_fp32 ? CUDA_R_32F : CUDA_R_16BF, CUBLAS_COMPUTE_32F, trans_a, trans_b, m, n, k,
+          alpha, a, lda, b, ldb, beta, c, ldc, strides);
+}
+
+void Blas::gemm_ex(cudaStream_t stream, cudaDataType_t data, cudaDataType_t out, cublasComputeType_t compute,
+                   bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                   const void* a, std::int64_t lda, const void* b, std::int64_t ldb, float beta, void* c,
+                   std::int64_t ldc, BatchStrides strides) {
   use_stream(stream);
   Timed* timed = nullptr;
   if (profiling_) {
@@ -98,11 +115,11 @@ void Blas::gemm_typed(cudaStream_t stream, GemmType type, bool trans_a, bool tra
   if (strides.count == 1) {
     STRATA_CUBLAS_CHECK(cublasGemmEx(handle_, op_b, op_a, dim(n, "n"), dim(m, "m"), dim(k, "k"), &alpha,
                                      b, data, dim(ldb, "ldb"), a, data, dim(lda, "lda"), &beta, c,
-                                     data, dim(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
+                                     out, dim(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
   } else {
     STRATA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         handle_, op_b, op_a, dim(n, "n"), dim(m, "m"), dim(k, "k"), &alpha, b, data, dim(ldb, "ldb"),
-        strides.b, a, data, dim(lda, "lda"), strides.a, &beta, c, data, dim(ldc, "ldc"), strides.c,
+        strides.b, a, data, dim(lda, "lda"), strides.a, &beta, c, out, dim(ldc, "ldc"), strides.c,
         dim(strides.count, "batch"), compute, CUBLAS_GEMM_DEFAULT));
   }
   if (timed != nullptr) STRATA_CUDA_CHECK(cudaEventRecord(timed->end, stream));

@@ -53,6 +53,14 @@ class Blas {
                   std::int64_t n, std::int64_t k, float alpha, const void* a, std::int64_t lda,
                   const void* b, std::int64_t ldb, float beta, void* c, std::int64_t ldc,
                   BatchStrides strides = {});
+  // bf16 inputs (a, b), fp32 accumulation, the output bf16 or, with c_fp32,
+  // fp32 (cuBLAS's CUDA_R_16BF × CUDA_R_16BF → CUDA_R_32F with
+  // CUBLAS_COMPUTE_32F): the products of the bf16 mixed-precision step, its
+  // logits and weight gradients fp32.
+  void gemm_bf16(cudaStream_t stream, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                 std::int64_t k, float alpha, const void* a, std::int64_t lda, const void* b,
+                 std::int64_t ldb, float beta, void* c, std::int64_t ldc, bool c_fp32,
+                 BatchStrides strides = {});
 
   // While on, every product is bracketed by a pair of CUDA events (a little
   // overhead per product), so a training step's GEMMs are timed where they
@@ -65,6 +73,11 @@ class Blas {
   // cublasSetStream resets the handle to cuBLAS's own workspace pool, so
   // the stream is set (and our workspace again) only when it changes.
   void use_stream(cudaStream_t stream);
+  // The product with input type `ab`, output type `cd` and `compute`.
+  void gemm_ex(cudaStream_t stream, cudaDataType_t ab, cudaDataType_t cd, cublasComputeType_t compute,
+               bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+               const void* a, std::int64_t lda, const void* b, std::int64_t ldb, float beta, void* c,
+               std::int64_t ldc, BatchStrides strides);
 
   DeviceAllocator* alloc_;
   cublasHandle_t handle_ = nullptr;

@@ -206,9 +206,9 @@ struct Executor::Impl {
   std::map<Key, BlockSaved> saved;
   std::map<Key, std::vector<PinnedTensor>> offloaded;
   std::map<int, HeadSaved> head;
-  std::map<Key, DeviceTensor> act;
+  std::map<Key, ActTensor> act;
   std::map<Key, BackwardBuffers> grad;
-  std::map<int, DeviceTensor> recompute_carry;
+  std::map<int, ActTensor> recompute_carry;
   bool broken = false;
   std::int64_t steps_done = 0;
   std::vector<StepGemm> gemms;  // the last step's, with profile_gemms
@@ -225,7 +225,7 @@ struct Executor::Impl {
   void offload(const TaskInfo& t, cudaStream_t s);
   void prefetch(const TaskInfo& t, cudaStream_t s);
   void optimizer_step();
-  DeviceTensor take_activation(int chunk, int mb);
+  ActTensor take_activation(int chunk, int mb);
   std::string id(std::int32_t i) const { return low.graph.tasks()[static_cast<std::size_t>(i)].id; }
   void clear_step_state();
   // Multi-GPU (data parallelism and ZeRO over NCCL).
@@ -287,9 +287,20 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc,
       md.position_embedding != cost::PositionEmbedding::None)
     return "only learned positions (or none) are implemented by the CUDA backend";
   if (md.dropout) return "dropout is not implemented by the CUDA backend (set the model's dropout to false)";
-  if (p.precision != cost::Precision::FP32)
-    return "the CUDA backend computes in fp32 only (" + std::string(enum_name(p.precision)) +
-           " mixed precision is not implemented yet): set plan.precision to fp32";
+  if (p.precision == cost::Precision::FP16)
+    return "fp16 mixed precision is not implemented by the CUDA backend: fp16's 5-bit exponent needs loss "
+           "scaling (dynamic scale, overflow checks and skipped steps), which it does not do; set "
+           "plan.precision to bf16 or fp32";
+  if (p.precision == cost::Precision::FP8)
+    return "fp8 is not implemented by the CUDA backend (no per-tensor scaling nor fp8 products): set "
+           "plan.precision to bf16 or fp32";
+  if (p.precision == cost::Precision::BF16 && p.dp > 1 && p.zero > 0)
+    return "bf16 with ZeRO is not executed by the CUDA backend (the bf16 working copies of sharded and "
+           "gathered parameters are not refreshed); bf16 runs with zero 0";
+  if (p.precision == cost::Precision::BF16 && !p.implementation.fp32_grad_accumulation)
+    return "bf16 with bf16 gradients is not implemented by the CUDA backend: it accumulates bf16 models' "
+           "gradients in fp32, as Megatron-LM does for bf16; set plan.implementation.fp32_grad_accumulation "
+           "to true (4 bytes a gradient in the memory model)";
   if (p.implementation.attention != cost::AttentionKernel::Standard)
     return "the CUDA backend computes standard attention (scores materialised) only; flash "
            "attention is not implemented yet: set plan.implementation.attention to standard";
@@ -400,7 +411,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   try {
     blas = std::make_unique<Blas>(dev);
     blas->profile(opt.profile_gemms);
-    model = std::make_unique<GptModel>(sc.model, dev, Ctx{c, blas.get()}, opt.seed);
+    model = std::make_unique<GptModel>(sc.model, dev, Ctx{c, blas.get()}, opt.seed, plan.precision);
     optimizer = make_optimizer(plan.optimizer, opt.lr, opt.weight_decay, dev);
     if (dp > 1) {
       if (comm < 0) throw Error("executor: the lowered step has no communication stream");
@@ -466,11 +477,11 @@ void Executor::Impl::run_task(std::int32_t index) {
   throw Error("executor: task " + id(index) + " is not executed by the CUDA backend");
 }
 
-DeviceTensor Executor::Impl::take_activation(int chunk, int mb) {
+ActTensor Executor::Impl::take_activation(int chunk, int mb) {
   const auto it = act.find({chunk, mb});
   if (it == act.end())
     throw Error("executor: no input for model chunk " + std::to_string(chunk) + ", microbatch " + std::to_string(mb));
-  DeviceTensor x = std::move(it->second);
+  ActTensor x = std::move(it->second);
   act.erase(it);
   return x;
 }
@@ -503,10 +514,10 @@ void Executor::Impl::forward(const TaskInfo& t) {
       act[{k, mb}] = model->embedding_forward(tokens.data() + at, micro, emb[mb]);
       return;
     case Part::Layer: {
-      DeviceTensor x = take_activation(k, mb);
+      ActTensor x = take_activation(k, mb);
       ensure_layer_params(t.layer, stream(compute));
       BlockSaved& s = saved[{t.layer, mb}];
-      DeviceTensor y = model->block_forward(t.layer, std::move(x), s);
+      ActTensor y = model->block_forward(t.layer, std::move(x), s);
       keep_for_backward(t.layer, s);
       act[{k, mb}] = std::move(y);
       release_layer_params(t.layer);
@@ -571,14 +582,14 @@ void Executor::Impl::recompute(const TaskInfo& t) {
   }
   // A longer segment reruns from its first layer's kept input, layer by
   // layer, each recompute task one layer.
-  DeviceTensor in;
+  ActTensor in;
   if (first) {
     in = s.x.clone(MemTag::Activations);
   } else {
     in = std::move(recompute_carry.at(mb));
     recompute_carry.erase(mb);
   }
-  DeviceTensor out = model->block_forward(L, std::move(in), s);
+  ActTensor out = model->block_forward(L, std::move(in), s);
   if (!last) recompute_carry[mb] = std::move(out);
 }
 
@@ -590,7 +601,7 @@ void Executor::Impl::offload(const TaskInfo& t, cudaStream_t s) {
   auto& out = offloaded[{t.layer, t.microbatch}];
   out.clear();
   const bool linear_only = low.layers.swaps[static_cast<std::size_t>(t.layer)] == strategies::Swap::LinearInputs;
-  for (DeviceTensor* d : b.tensors()) {
+  for (ActTensor* d : b.tensors()) {
     const bool linear_input = d == &b.ln1 || d == &b.attn || d == &b.ln2 || d == &b.act;
     if (d->empty() || (linear_only && !linear_input)) {
       out.emplace_back();
@@ -613,7 +624,7 @@ void Executor::Impl::prefetch(const TaskInfo& t, cudaStream_t s) {
   for (std::size_t j = 0; j < slots.size(); ++j) {
     PinnedTensor& h = it->second.at(j);
     if (h.empty()) continue;
-    DeviceTensor d(dev, h.shape(), h.tag(), Fill::Uninitialised);
+    ActTensor d(dev, h.shape(), model->dtype(), h.tag(), Fill::Uninitialised);
     STRATA_CUDA_CHECK(cudaMemcpyAsync(d.data(), h.data(), static_cast<std::size_t>(h.bytes()),
                                       cudaMemcpyHostToDevice, s));
     h.release();
@@ -635,6 +646,8 @@ void Executor::Impl::optimizer_step() {
       kernels::flag_non_finite(c, grads[static_cast<std::size_t>(i)].data(),
                                grads[static_cast<std::size_t>(i)].numel(), f + i, any);
     optimizer->step(c, model->params(), grads, any);
+    // bf16: the working weights from the fp32 master weights just stepped.
+    model->refresh_working();
     return;
   }
   // ZeRO: the step updates this rank's chunk of every bucket (flags by

@@ -29,15 +29,16 @@
 // processes exchange their measurements (MPI), so every process returns the
 // whole run's StepResult.
 //
-// Executed: fp32 with standard attention: recompute none / selective / full
+// Executed: fp32, or bf16 mixed precision with fp32 gradient accumulation
+// (ZeRO 0), with standard attention: recompute none / selective / full
 // / every_k / sqrt / optimal, activation offload, SGD, momentum, Adam,
 // AdamW, 8-bit Adam, LARS, LAMB, Adafactor, SM3; data parallelism with ZeRO
 // 0/1/2/3 across processes, or with gradient compression (ZeRO 0; the
 // device compressors of compression.hpp between NCCL rounds). Refused with
 // the reason (Executor::unsupported): tensor, pipeline, context and expert
 // parallelism, compression with ZeRO and parameter servers, a plan whose
-// GPU count differs from the processes launched, bf16/fp16/fp8 mixed
-// precision, flash attention, weight and optimizer offload, 4-bit Adam (no
+// GPU count differs from the processes launched, fp16 (needs loss
+// scaling) and fp8, bf16 with bf16 gradients or with ZeRO, flash attention, weight and optimizer offload, 4-bit Adam (no
 // kernels, nor a CPU implementation), dropout, MoE, grouped-query attention.
 #include <cstdint>
 #include <map>

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/kernels_bf16.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend::cuda {
@@ -48,11 +50,15 @@ Bytes BlockSaved::bytes() const {
          ln2.bytes() + up.bytes() + act.bytes();
 }
 
-GptModel::GptModel(const cost::ModelSpec& spec, DeviceAllocator& alloc, Ctx ctx, std::uint64_t seed)
-    : spec_(checked_spec(spec)), alloc_(&alloc), ctx_(ctx) {
+GptModel::GptModel(const cost::ModelSpec& spec, DeviceAllocator& alloc, Ctx ctx, std::uint64_t seed,
+                   cost::Precision precision)
+    : spec_(checked_spec(spec)), alloc_(&alloc), ctx_(ctx), bf16_(precision == cost::Precision::BF16) {
   const auto& m = spec_;
   if (m.dropout)
     throw Error("GptModel '" + m.name + "' (CUDA): dropout is not implemented by the CUDA backend");
+  if (precision != cost::Precision::FP32 && precision != cost::Precision::BF16)
+    throw Error("GptModel '" + m.name + "' (CUDA): " + std::string(enum_name(precision)) +
+                " is not implemented (fp32 and bf16 are)");
   const std::int64_t h = m.hidden, f = m.ffn_hidden;
   const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
   const bool ln = m.norm == cost::NormKind::LayerNorm;
@@ -103,13 +109,31 @@ GptModel::GptModel(const cost::ModelSpec& spec, DeviceAllocator& alloc, Ctx ctx,
   }
   ones(normf_g_);
   if (w_logits_ >= 0) normal(w_logits_, sd);
+  refresh_working();
 }
 
 int GptModel::add_param(const std::string& name, Shape shape) {
-  params_.emplace_back(*alloc_, shape, MemTag::Params);
+  // bf16: the fp32 values are the master weights, which the memory model
+  // counts with the optimizer's states (ZeRO's K = 12 for Adam: 4 + 8).
+  params_.emplace_back(*alloc_, shape, bf16_ ? MemTag::OptimizerStates : MemTag::Params);
   grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+  if (bf16_) work_.emplace_back(*alloc_, shape, MemTag::Params, Fill::Uninitialised);
   names_.push_back(name);
   return static_cast<int>(params_.size()) - 1;
+}
+
+template <class T>
+T* GptModel::w(int i) {
+  if constexpr (std::is_same_v<T, float>) {
+    return p(i);
+  } else {
+    return i < 0 ? nullptr : work_[static_cast<std::size_t>(i)].data();
+  }
+}
+
+void GptModel::refresh_working() {
+  for (std::size_t i = 0; i < work_.size(); ++i)
+    kernels::cast(ctx_.stream, params_[i].data(), work_[i].data(), params_[i].numel());
 }
 
 std::int64_t GptModel::parameter_count() const {
@@ -123,109 +147,128 @@ void GptModel::zero_grads() {
 }
 
 std::int64_t GptModel::scratch_heads() const {
-  const Bytes one = spec_.seq_len * spec_.seq_len * static_cast<Bytes>(sizeof(float));
+  const Bytes one = spec_.seq_len * spec_.seq_len * dtype_bytes(dtype());
   return std::max<std::int64_t>(1, std::min<std::int64_t>(spec_.heads, kScratchBytes / one));
 }
 
 void GptModel::set_parameter(int i, std::span<const float> values) {
   params_.at(static_cast<std::size_t>(i)).upload(values);
+  if (bf16_) {
+    const auto k = static_cast<std::size_t>(i);
+    kernels::cast(ctx_.stream, params_[k].data(), work_[k].data(), params_[k].numel());
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  }
 }
 
-void GptModel::check_activation(const DeviceTensor& t, const char* who) const {
+void GptModel::check_activation(const ActTensor& t, const char* who) const {
   if (t.empty() || t.shape().rank() != 2 || t.dim(1) != spec_.hidden || t.dim(0) % spec_.seq_len != 0)
     throw Error(std::string("GptModel::") + who + ": input must be [batch·seq_len × hidden], got " +
                 t.shape().str());
+  if (t.dtype() != dtype())
+    throw Error(std::string("GptModel::") + who + ": input is " + dtype_name(t.dtype()) + ", the model computes in " +
+                dtype_name(dtype()));
   if (alloc_->stream() != ctx_.stream)
     throw Error(std::string("GptModel::") + who +
                 ": the allocator's stream is not the model's (allocations would race the ops)");
 }
 
-void GptModel::norm_forward(int gi, int bi, const float* x, float* y, std::int64_t rows) {
+template <class T>
+void GptModel::norm_forward(int gi, int bi, const T* x, T* y, std::int64_t rows) {
   if (spec_.norm == cost::NormKind::LayerNorm)
-    kernels::layernorm_forward(ctx_.stream, x, p(gi), p(bi), y, rows, spec_.hidden, kNormEps);
+    kernels::layernorm_forward(ctx_.stream, x, w<T>(gi), w<T>(bi), y, rows, spec_.hidden, kNormEps);
   else
-    kernels::rmsnorm_forward(ctx_.stream, x, p(gi), y, rows, spec_.hidden, kNormEps);
+    kernels::rmsnorm_forward(ctx_.stream, x, w<T>(gi), y, rows, spec_.hidden, kNormEps);
 }
 
-void GptModel::norm_backward(int gi, int bi, const float* x, const float* dy, float* dx,
-                             float* stats, std::int64_t rows) {
+template <class T>
+void GptModel::norm_backward(int gi, int bi, const T* x, const T* dy, T* dx, float* stats, std::int64_t rows) {
   if (spec_.norm == cost::NormKind::LayerNorm)
-    kernels::layernorm_backward(ctx_.stream, x, p(gi), dy, dx, g(gi), g(bi), rows, spec_.hidden,
+    kernels::layernorm_backward(ctx_.stream, x, w<T>(gi), dy, dx, g(gi), g(bi), rows, spec_.hidden,
                                 kNormEps, stats);
   else
-    kernels::rmsnorm_backward(ctx_.stream, x, p(gi), dy, dx, g(gi), rows, spec_.hidden, kNormEps, stats);
+    kernels::rmsnorm_backward(ctx_.stream, x, w<T>(gi), dy, dx, g(gi), rows, spec_.hidden, kNormEps, stats);
 }
 
-DeviceTensor GptModel::embedding_forward(const std::int32_t* tokens, std::int64_t batch,
+ActTensor GptModel::embedding_forward(const std::int32_t* tokens, std::int64_t batch,
                                          EmbeddingSaved& saved) {
   if (batch < 1) throw Error("GptModel: batch must be >= 1");
   const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
   saved.tokens = DeviceIndexTensor(*alloc_, {N}, MemTag::Activations, Fill::Uninitialised);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(saved.tokens.data(), tokens, static_cast<std::size_t>(saved.tokens.bytes()),
                                     cudaMemcpyDeviceToDevice, ctx_.stream));
-  DeviceTensor out(*alloc_, {N, h}, MemTag::Activations, Fill::Uninitialised);
-  kernels::embedding_forward(ctx_.stream, saved.tokens.data(), p(tok_emb_), p(pos_emb_), out.data(), batch, S, h);
+  ActTensor out(*alloc_, {N, h}, dtype(), MemTag::Activations, Fill::Uninitialised);
+  typed([&](auto tag) {
+    using T = decltype(tag);
+    kernels::embedding_forward(ctx_.stream, saved.tokens.data(), w<T>(tok_emb_), w<T>(pos_emb_), out.as<T>(), batch,
+                               S, h);
+  });
   return out;
 }
 
 // Runs the block from s.x, filling every saved tensor that is empty (all of
 // them after a plain forward; the dropped ones when recomputing).
-void GptModel::block_forward_into(int layer, BlockSaved& s, DeviceTensor* out) {
+template <class T>
+void GptModel::block_forward_into(int layer, BlockSaved& s, ActTensor* out) {
   if (layer < 0 || layer >= spec_.layers) throw Error("GptModel: layer " + std::to_string(layer) + " out of range");
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
   const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
   const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
   const auto act = MemTag::Activations;
   const auto none = Fill::Uninitialised;
+  const DType dt = dtype();
   const Ctx& c = ctx_;
   if (s.ln1.empty()) {
-    s.ln1 = DeviceTensor(*alloc_, {N, h}, act, none);
-    norm_forward(b.norm1_g, b.norm1_b, s.x.data(), s.ln1.data(), N);
+    s.ln1 = ActTensor(*alloc_, {N, h}, dt, act, none);
+    norm_forward<T>(b.norm1_g, b.norm1_b, s.x.as<T>(), s.ln1.as<T>(), N);
   }
   if (s.qkv.empty()) {
-    s.qkv = DeviceTensor(*alloc_, {N, 3 * h}, act, none);
-    linear_forward(c, s.ln1.data(), p(b.w_qkv), p(b.b_qkv), s.qkv.data(), N, h, 3 * h, WeightLayout::InOut, false);
+    s.qkv = ActTensor(*alloc_, {N, 3 * h}, dt, act, none);
+    linear_forward(c, s.ln1.as<T>(), w<T>(b.w_qkv), w<T>(b.b_qkv), s.qkv.as<T>(), N, h, 3 * h, WeightLayout::InOut,
+                   false);
   }
   if (s.probs.empty()) {
     // Selective recompute refills only the core (attn was kept).
     const bool need_attn = s.attn.empty();
-    s.probs = DeviceTensor(*alloc_, {batch, spec_.heads, S, S}, act, none);
-    if (need_attn) s.attn = DeviceTensor(*alloc_, {N, h}, act, none);
-    attention_forward(c, s.qkv.data(), s.probs.data(), need_attn ? s.attn.data() : nullptr,
+    s.probs = ActTensor(*alloc_, {batch, spec_.heads, S, S}, dt, act, none);
+    if (need_attn) s.attn = ActTensor(*alloc_, {N, h}, dt, act, none);
+    attention_forward(c, s.qkv.as<T>(), s.probs.as<T>(), need_attn ? s.attn.as<T>() : nullptr,
                       {batch, S, spec_.heads, spec_.head_dim()});
   }
   if (s.x1.empty()) {
     // x1 = x + attn·W + b: the residual add folded into the product.
     s.x1 = s.x.clone(act);
-    linear_forward(c, s.attn.data(), p(b.w_proj), p(b.b_proj), s.x1.data(), N, h, h, WeightLayout::InOut, true);
+    linear_forward(c, s.attn.as<T>(), w<T>(b.w_proj), w<T>(b.b_proj), s.x1.as<T>(), N, h, h, WeightLayout::InOut,
+                   true);
   }
   if (s.ln2.empty()) {
-    s.ln2 = DeviceTensor(*alloc_, {N, h}, act, none);
-    norm_forward(b.norm2_g, b.norm2_b, s.x1.data(), s.ln2.data(), N);
+    s.ln2 = ActTensor(*alloc_, {N, h}, dt, act, none);
+    norm_forward<T>(b.norm2_g, b.norm2_b, s.x1.as<T>(), s.ln2.as<T>(), N);
   }
   if (s.up.empty()) {
-    s.up = DeviceTensor(*alloc_, {N, up_width_}, act, none);
-    linear_forward(c, s.ln2.data(), p(b.w_up), p(b.b_up), s.up.data(), N, h, up_width_, WeightLayout::InOut, false);
+    s.up = ActTensor(*alloc_, {N, up_width_}, dt, act, none);
+    linear_forward(c, s.ln2.as<T>(), w<T>(b.w_up), w<T>(b.b_up), s.up.as<T>(), N, h, up_width_, WeightLayout::InOut,
+                   false);
   }
   if (s.act.empty()) {
-    s.act = DeviceTensor(*alloc_, {N, f}, act, none);
+    s.act = ActTensor(*alloc_, {N, f}, dt, act, none);
     if (spec_.mlp == cost::MlpKind::Gelu)
-      kernels::gelu_forward(c.stream, s.up.data(), s.act.data(), N * f);
+      kernels::gelu_forward(c.stream, s.up.as<T>(), s.act.as<T>(), N * f);
     else
-      kernels::swiglu_forward(c.stream, s.up.data(), s.act.data(), N, f);
+      kernels::swiglu_forward(c.stream, s.up.as<T>(), s.act.as<T>(), N, f);
   }
   if (out != nullptr) {
     *out = s.x1.clone(act);
-    linear_forward(c, s.act.data(), p(b.w_down), p(b.b_down), out->data(), N, f, h, WeightLayout::InOut, true);
+    linear_forward(c, s.act.as<T>(), w<T>(b.w_down), w<T>(b.b_down), out->as<T>(), N, f, h, WeightLayout::InOut,
+                   true);
   }
 }
 
-DeviceTensor GptModel::block_forward(int layer, DeviceTensor input, BlockSaved& saved) {
+ActTensor GptModel::block_forward(int layer, ActTensor input, BlockSaved& saved) {
   check_activation(input, "block_forward");
   saved = BlockSaved{};
   saved.x = std::move(input);
-  DeviceTensor out;
-  block_forward_into(layer, saved, &out);
+  ActTensor out;
+  typed([&](auto tag) { block_forward_into<decltype(tag)>(layer, saved, &out); });
   return out;
 }
 
@@ -234,7 +277,7 @@ void GptModel::drop_for_recompute(BlockSaved& s, cost::Recompute policy) {
     case cost::Recompute::None: return;
     case cost::Recompute::Selective: s.probs.release(); return;
     case cost::Recompute::Full: {
-      DeviceTensor x = std::move(s.x);
+      ActTensor x = std::move(s.x);
       s = BlockSaved{};
       s.x = std::move(x);
       return;
@@ -248,24 +291,31 @@ void GptModel::drop_for_recompute(BlockSaved& s, cost::Recompute policy) {
 void GptModel::recompute(int layer, BlockSaved& saved) {
   if (saved.x.empty()) throw Error("GptModel::recompute: the block's input was not kept");
   check_activation(saved.x, "recompute");
-  block_forward_into(layer, saved, nullptr);
+  typed([&](auto tag) { block_forward_into<decltype(tag)>(layer, saved, nullptr); });
 }
 
-void GptModel::head_forward(DeviceTensor input, const std::int32_t* targets, float loss_scale,
+void GptModel::head_forward(ActTensor input, const std::int32_t* targets, float loss_scale,
                             HeadSaved& s, double* loss) {
   check_activation(input, "head_forward");
   const std::int64_t N = input.dim(0), h = spec_.hidden, V = spec_.vocab;
   s = HeadSaved{};
   s.x = std::move(input);
-  s.ln = DeviceTensor(*alloc_, {N, h}, MemTag::Activations, Fill::Uninitialised);
-  norm_forward(normf_g_, normf_b_, s.x.data(), s.ln.data(), N);
-  s.logits = DeviceTensor(*alloc_, {N, V}, MemTag::Activations, Fill::Uninitialised);
+  s.ln = ActTensor(*alloc_, {N, h}, dtype(), MemTag::Activations, Fill::Uninitialised);
+  // The logits are fp32 in both precisions (bf16: a bf16 product with an
+  // fp32 output), and the loss is computed in fp32 from them, as the memory
+  // model's head keeps them (Megatron-LM's cross-entropy upcasts the logits).
+  s.logits = ActTensor(*alloc_, {N, V}, DType::F32, MemTag::Activations, Fill::Uninitialised);
   const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
-  linear_forward(ctx_, s.ln.data(), p(w_out), nullptr, s.logits.data(), N, h, V, WeightLayout::OutIn, false);
+  typed([&](auto tag) {
+    using T = decltype(tag);
+    norm_forward<T>(normf_g_, normf_b_, s.x.as<T>(), s.ln.as<T>(), N);
+    linear_forward(ctx_, s.ln.as<T>(), w<T>(w_out), nullptr, s.logits.as<float>(), N, h, V, WeightLayout::OutIn,
+                   false);
+  });
   BasicDeviceTensor<double> row_loss(*alloc_, {N}, MemTag::Workspace, Fill::Uninitialised);
-  kernels::cross_entropy_forward(ctx_.stream, s.logits.data(), targets, N, V, row_loss.data());
+  kernels::cross_entropy_forward(ctx_.stream, s.logits.as<float>(), targets, N, V, row_loss.data());
   kernels::sum_into(ctx_.stream, row_loss.data(), N, 1.0 / static_cast<double>(N), loss);
-  kernels::cross_entropy_backward(ctx_.stream, s.logits.data(), targets, N, V,
+  kernels::cross_entropy_backward(ctx_.stream, s.logits.as<float>(), targets, N, V,
                                   loss_scale / static_cast<float>(N));
 }
 
@@ -273,26 +323,42 @@ BackwardBuffers GptModel::backward_buffers(std::int64_t batch) {
   const std::int64_t S = spec_.seq_len, N = batch * S, h = spec_.hidden;
   const auto act = MemTag::Activations;
   const auto none = Fill::Uninitialised;
+  const DType dt = dtype();
   BackwardBuffers b;
-  b.dres = DeviceTensor(*alloc_, {N, h}, act);
-  b.d_norm = DeviceTensor(*alloc_, {N, h}, act, none);
-  b.d_attn = DeviceTensor(*alloc_, {N, h}, act, none);
-  b.d_qkv = DeviceTensor(*alloc_, {N, 3 * h}, act, none);
-  b.d_act = DeviceTensor(*alloc_, {N, spec_.ffn_hidden}, act, none);
-  if (spec_.mlp == cost::MlpKind::Swiglu) b.d_up = DeviceTensor(*alloc_, {N, up_width_}, act, none);
-  b.scratch = DeviceTensor(*alloc_, {scratch_heads(), S, S}, MemTag::Workspace, none);
+  b.dres = ActTensor(*alloc_, {N, h}, dt, act);
+  b.d_norm = ActTensor(*alloc_, {N, h}, dt, act, none);
+  b.d_attn = ActTensor(*alloc_, {N, h}, dt, act, none);
+  b.d_qkv = ActTensor(*alloc_, {N, 3 * h}, dt, act, none);
+  b.d_act = ActTensor(*alloc_, {N, spec_.ffn_hidden}, dt, act, none);
+  if (spec_.mlp == cost::MlpKind::Swiglu) b.d_up = ActTensor(*alloc_, {N, up_width_}, dt, act, none);
+  b.scratch = ActTensor(*alloc_, {scratch_heads(), S, S}, dt, MemTag::Workspace, none);
   b.stats = DeviceTensor(*alloc_, {2 * N}, MemTag::Workspace, none);
   return b;
 }
 
 void GptModel::head_backward(const HeadSaved& s, BackwardBuffers& st) {
   check_activation(s.x, "head_backward");
+  typed([&](auto tag) { head_backward_impl<decltype(tag)>(s, st); });
+}
+
+template <class T>
+void GptModel::head_backward_impl(const HeadSaved& s, BackwardBuffers& st) {
   const std::int64_t N = s.x.dim(0), h = spec_.hidden, V = spec_.vocab;
   const int w_out = w_logits_ >= 0 ? w_logits_ : tok_emb_;
-  linear_backward(ctx_, s.ln.data(), p(w_out), s.logits.data(), st.d_norm.data(), g(w_out), nullptr, N, h, V,
-                  WeightLayout::OutIn, false);
+  if constexpr (std::is_same_v<T, float>) {
+    linear_backward(ctx_, s.ln.as<float>(), p(w_out), s.logits.as<float>(), st.d_norm.as<float>(), g(w_out), nullptr,
+                    N, h, V, WeightLayout::OutIn, false);
+  } else {
+    // The fp32 gradient formed in place over the softmax is cast to bf16 for
+    // the products; both are live while they run, as the memory model's
+    // head holds them (docs/memory-model.md, activations).
+    ActTensor dlogits(*alloc_, {N, V}, DType::BF16, MemTag::Activations, Fill::Uninitialised);
+    kernels::cast(ctx_.stream, s.logits.as<float>(), dlogits.as<Bf16>(), N * V);
+    linear_backward(ctx_, s.ln.as<Bf16>(), w<Bf16>(w_out), dlogits.as<Bf16>(), st.d_norm.as<Bf16>(), g(w_out),
+                    nullptr, N, h, V, WeightLayout::OutIn, false);
+  }
   st.dres.zero();
-  norm_backward(normf_g_, normf_b_, s.x.data(), st.d_norm.data(), st.dres.data(), st.stats.data(), N);
+  norm_backward<T>(normf_g_, normf_b_, s.x.as<T>(), st.d_norm.as<T>(), st.dres.as<T>(), st.stats.data(), N);
 }
 
 void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& st) {
@@ -302,37 +368,44 @@ void GptModel::block_backward(int layer, const BlockSaved& s, BackwardBuffers& s
     throw Error("GptModel::block_backward: layer " + std::to_string(layer) +
                 " lacks saved tensors (recompute them first)");
   check_activation(s.x, "block_backward");
+  typed([&](auto tag) { block_backward_impl<decltype(tag)>(layer, s, st); });
+}
+
+template <class T>
+void GptModel::block_backward_impl(int layer, const BlockSaved& s, BackwardBuffers& st) {
   const auto& b = blocks_[static_cast<std::size_t>(layer)];
   const std::int64_t N = s.x.dim(0), batch = batch_of(s.x), S = spec_.seq_len;
   const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden;
   const Ctx& c = ctx_;
   // MLP branch: st.dres holds the gradient of the block's output.
-  linear_backward(c, s.act.data(), p(b.w_down), st.dres.data(), st.d_act.data(), g(b.w_down), g(b.b_down), N, f,
-                  h, WeightLayout::InOut, false);
-  float* d_up = st.d_act.data();
+  linear_backward(c, s.act.as<T>(), w<T>(b.w_down), st.dres.as<T>(), st.d_act.as<T>(), g(b.w_down), g(b.b_down), N,
+                  f, h, WeightLayout::InOut, false);
+  T* d_up = st.d_act.as<T>();
   if (spec_.mlp == cost::MlpKind::Gelu) {
-    kernels::gelu_backward(c.stream, s.up.data(), st.d_act.data(), st.d_act.data(), N * f);
+    kernels::gelu_backward(c.stream, s.up.as<T>(), st.d_act.as<T>(), st.d_act.as<T>(), N * f);
   } else {
-    kernels::swiglu_backward(c.stream, s.up.data(), st.d_act.data(), st.d_up.data(), N, f);
-    d_up = st.d_up.data();
+    kernels::swiglu_backward(c.stream, s.up.as<T>(), st.d_act.as<T>(), st.d_up.as<T>(), N, f);
+    d_up = st.d_up.as<T>();
   }
-  linear_backward(c, s.ln2.data(), p(b.w_up), d_up, st.d_norm.data(), g(b.w_up), g(b.b_up), N, h, up_width_,
+  linear_backward(c, s.ln2.as<T>(), w<T>(b.w_up), d_up, st.d_norm.as<T>(), g(b.w_up), g(b.b_up), N, h, up_width_,
                   WeightLayout::InOut, false);
-  norm_backward(b.norm2_g, b.norm2_b, s.x1.data(), st.d_norm.data(), st.dres.data(), st.stats.data(), N);
+  norm_backward<T>(b.norm2_g, b.norm2_b, s.x1.as<T>(), st.d_norm.as<T>(), st.dres.as<T>(), st.stats.data(), N);
   // Attention branch: st.dres now holds the gradient of x1.
-  linear_backward(c, s.attn.data(), p(b.w_proj), st.dres.data(), st.d_attn.data(), g(b.w_proj), g(b.b_proj), N,
-                  h, h, WeightLayout::InOut, false);
-  attention_backward(c, s.qkv.data(), s.probs.data(), st.d_attn.data(), st.d_qkv.data(), st.scratch.data(),
+  linear_backward(c, s.attn.as<T>(), w<T>(b.w_proj), st.dres.as<T>(), st.d_attn.as<T>(), g(b.w_proj), g(b.b_proj),
+                  N, h, h, WeightLayout::InOut, false);
+  attention_backward(c, s.qkv.as<T>(), s.probs.as<T>(), st.d_attn.as<T>(), st.d_qkv.as<T>(), st.scratch.as<T>(),
                      st.scratch.dim(0), {batch, S, spec_.heads, spec_.head_dim()});
-  linear_backward(c, s.ln1.data(), p(b.w_qkv), st.d_qkv.data(), st.d_norm.data(), g(b.w_qkv), g(b.b_qkv), N, h,
+  linear_backward(c, s.ln1.as<T>(), w<T>(b.w_qkv), st.d_qkv.as<T>(), st.d_norm.as<T>(), g(b.w_qkv), g(b.b_qkv), N, h,
                   3 * h, WeightLayout::InOut, false);
-  norm_backward(b.norm1_g, b.norm1_b, s.x.data(), st.d_norm.data(), st.dres.data(), st.stats.data(), N);
+  norm_backward<T>(b.norm1_g, b.norm1_b, s.x.as<T>(), st.d_norm.as<T>(), st.dres.as<T>(), st.stats.data(), N);
 }
 
 void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) {
   const std::int64_t batch = s.tokens.numel() / spec_.seq_len;
-  kernels::embedding_backward(ctx_.stream, s.tokens.data(), st.dres.data(), g(tok_emb_), g(pos_emb_), batch,
-                              spec_.seq_len, spec_.hidden);
+  typed([&](auto tag) {
+    kernels::embedding_backward(ctx_.stream, s.tokens.data(), st.dres.as<decltype(tag)>(), g(tok_emb_), g(pos_emb_),
+                                batch, spec_.seq_len, spec_.hidden);
+  });
 }
 
 double GptModel::forward_backward(std::span<const std::int32_t> tokens,
@@ -356,7 +429,7 @@ double GptModel::forward_backward(std::span<const std::int32_t> tokens,
   auto policy = [&](std::size_t l) { return opts.layer_recompute.empty() ? opts.recompute : opts.layer_recompute[l]; };
 
   EmbeddingSaved emb;
-  DeviceTensor x = embedding_forward(dtok.data(), batch, emb);
+  ActTensor x = embedding_forward(dtok.data(), batch, emb);
   std::vector<BlockSaved> saved(L);
   for (std::size_t l = 0; l < L; ++l) {
     x = block_forward(static_cast<int>(l), std::move(x), saved[l]);

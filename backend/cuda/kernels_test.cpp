@@ -413,9 +413,9 @@ TEST_CASE_FIXTURE(Fixture, "cuda/gpt: saved bytes per block equal the CPU model'
   const auto tok = ids(batch * spec.seq_len, spec.vocab);
   auto dtok = up(tok);
   EmbeddingSaved emb;
-  DeviceTensor x = gpu.embedding_forward(dtok.data(), batch, emb);
+  ActTensor x = gpu.embedding_forward(dtok.data(), batch, emb);
   BlockSaved s;
-  DeviceTensor y = gpu.block_forward(0, std::move(x), s);
+  ActTensor y = gpu.block_forward(0, std::move(x), s);
   cpu::TrackingAllocator host;
   cpu::GptModel ref(spec, host, 7);
   const auto tgt = ids(batch * spec.seq_len, spec.vocab);
