@@ -7,8 +7,8 @@
 #   3. calibrates the GPU (strata calibrate --backend cuda --quick),
 #   4. times every matrix product of a training step where it runs, and
 #      each shape alone (bench_cuda --step_gemms),
-#   5. validates the three bundled single-GPU scenarios (plain, full
-#      recompute, activation offload: configs/scenarios/gpu-1x-*.json)
+#   5. validates the four bundled single-GPU scenarios (plain, full
+#      recompute, activation offload, bf16: configs/scenarios/gpu-1x-*.json)
 #      against that calibration,
 #   6. with two GPUs or more and mpirun: validates data parallelism over
 #      NCCL, one process per GPU (mpirun -n 2, configs/scenarios/
@@ -16,7 +16,7 @@
 # and writes gpu-report.json and gpu-report.md (predicted against measured
 # step time and peak memory, the targets met or not) into DIR, beside the
 # raw outputs (gpu-check.log, calibration.json, step-gemms.json,
-# validate-<scenario>.json): eight files (nine with two GPUs).
+# validate-<scenario>.json): nine files (ten with two GPUs).
 #
 #   scripts/gpu-check.sh [DIR]      # DIR defaults to ./gpu-check-out
 #
@@ -131,7 +131,7 @@ if [ $built = 1 ]; then
 fi
 
 # ---- 3. calibration, 4. the step's GEMMs, 5. validation ---------------------------
-scenarios=(plain full-recompute offload)
+scenarios=(plain full-recompute offload bf16)
 if [ $built = 1 ]; then
   if run_step calibrate 200 "$strata" calibrate --backend cuda --quick --out "$out/calibration.json"; then
     cal=(--calibration "$out/calibration.json")
