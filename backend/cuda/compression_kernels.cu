@@ -11,21 +11,16 @@
 
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/compression_kernels.hpp"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::backend::cuda::compression {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < (1 << 20) ? (b < 1 ? 1 : b) : (1 << 20));
-}
-__device__ inline std::int64_t global_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+using launch::blocks_for;
+using launch::global_index;
+using launch::grid_stride;
+using launch::kThreads;
 
 // Bits CUB must sort to order the values 0..n−1.
 int bits_for(std::int64_t n) {

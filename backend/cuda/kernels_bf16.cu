@@ -8,6 +8,7 @@
 #include "backend/cuda/bf16_math.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/kernels_bf16.hpp"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::backend::cuda::kernels {
 
@@ -16,63 +17,13 @@ namespace {
 using math::to_bf16;
 using math::to_float;
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::int64_t n, int threads = kThreads) {
-  const std::int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(b < (1 << 20) ? b : (1 << 20));
-}
-
-int row_threads(std::int64_t dim) {
-  const std::int64_t t = (dim + 31) / 32 * 32;
-  return static_cast<int>(t < kThreads ? (t < 32 ? 32 : t) : kThreads);
-}
-
-__device__ inline std::int64_t global_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() {
-  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-}
-
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Block-wide sum and maximum (kernels.cu's), returned to every thread.
-__device__ float block_sum(float v, float* sh) {
-  v = warp_sum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  __syncthreads();
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < warps ? sh[lane] : 0.0f;
-    v = warp_sum(v);
-    if (lane == 0) sh[0] = v;
-  }
-  __syncthreads();
-  return sh[0];
-}
-__device__ float block_max(float v, float* sh) {
-  v = warp_max(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  __syncthreads();
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < warps ? sh[lane] : -INFINITY;
-    v = warp_max(v);
-    if (lane == 0) sh[0] = v;
-  }
-  __syncthreads();
-  return sh[0];
-}
+using launch::block_max;
+using launch::block_sum;
+using launch::blocks_for;
+using launch::global_index;
+using launch::grid_stride;
+using launch::kThreads;
+using launch::row_threads;
 
 __device__ inline float ld(const Bf16* p, std::int64_t i) { return to_float(p[i]); }
 

@@ -8,19 +8,20 @@
 
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/optimizer_kernels.hpp"
+#include "backend/cuda/launch.cuh"
 
 namespace strata::backend::cuda::kernels {
 
 namespace {
 
-constexpr int kThreads = 256;
+using launch::blocks_for;
+using launch::global_index;
+using launch::grid_stride;
+using launch::kThreads;
+
 constexpr int kPartialBlocks = 256;  // kOptimizerScratch holds two sums per block
 static_assert(kOptimizerScratch == 2 * kPartialBlocks + 2, "scratch layout");
 
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < (1 << 20) ? b : (1 << 20));
-}
 // Blocks of a reduction's first stage: a fixed number for a given n, so the
 // sums are added in the same order at every step.
 unsigned partial_blocks(std::int64_t n) {
@@ -28,12 +29,6 @@ unsigned partial_blocks(std::int64_t n) {
   return b < kPartialBlocks ? b : kPartialBlocks;
 }
 
-__device__ inline std::int64_t global_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::int64_t grid_stride() {
-  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-}
 __device__ inline bool skipped(const int* skip) { return skip != nullptr && *skip != 0; }
 
 // The sum (or maximum) over the block, returned to every thread; `sh` holds
