@@ -14,6 +14,7 @@
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/rng.hpp"
 #include "backend/cpu/test_util.hpp"
+#include "backend/cuda/test_scenario.hpp"
 #include "backend/cuda/executor.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/kernels_bf16.hpp"
@@ -29,44 +30,17 @@ using sim::MemTag;
 using strategies::Plan;
 using strategies::Scenario;
 
-// executor_test.cpp's tiny GPT (hidden 64, 4 heads, ffn 256, vocabulary 32,
-// 16 tokens) on one H200, standard attention, momentum; bf16 with fp32
-// gradient accumulation unless `precision` says otherwise.
+// The tests' tiny GPT (test_scenario.hpp) with 4 sequences in microbatches
+// of 2; bf16 with fp32 gradient accumulation unless `precision` says otherwise.
 Scenario tiny(int layers, cost::Precision precision = cost::Precision::BF16) {
-  Scenario sc;
-  sc.model.name = "tiny-cuda-bf16";
-  sc.model.layers = layers;
-  sc.model.hidden = 64;
-  sc.model.heads = 4;
-  sc.model.kv_heads = 4;
-  sc.model.ffn_hidden = 256;
-  sc.model.vocab = 32;
-  sc.model.seq_len = 16;
-  sc.cluster = cost::cluster_preset("1xh200");
-  sc.batch = {4, 2};
-  Plan plan;
-  plan.precision = precision;
-  plan.implementation.fp32_grad_accumulation = precision == cost::Precision::BF16;
-  plan.implementation.attention = cost::AttentionKernel::Standard;
-  plan.optimizer = strategies::Optimizer::Momentum;
-  sc.plan = plan;
+  Scenario sc = test::tiny_gpt(layers, Plan{}, 4, 2);
+  sc.plan.precision = precision;
+  sc.plan.implementation.fp32_grad_accumulation = precision == cost::Precision::BF16;
   return sc;
 }
 
-struct Ids {
-  std::vector<std::int32_t> tokens, targets;
-};
-
-Ids ids_of(const Scenario& sc, std::uint64_t seed) {
-  const cpu::MarkovCorpus corpus(sc.model.vocab, 7);
-  cpu::Rng rng(seed);
-  Ids b;
-  const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
-  b.tokens.resize(n);
-  b.targets.resize(n);
-  corpus.sample(b.tokens, b.targets, sc.batch.global, sc.model.seq_len, rng);
-  return b;
-}
+using test::Ids;
+using test::ids_of;
 
 std::size_t tag(MemTag t) { return static_cast<std::size_t>(t); }
 

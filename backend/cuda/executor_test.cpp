@@ -30,20 +30,8 @@ Scenario tiny(int layers, Plan plan, std::int64_t global = 4, std::int64_t micro
   return test::tiny_gpt(layers, plan, global, micro);
 }
 
-struct Ids {
-  std::vector<std::int32_t> tokens, targets;
-};
-
-Ids ids_of(const Scenario& sc, std::uint64_t seed) {
-  const cpu::MarkovCorpus corpus(sc.model.vocab, 7);
-  cpu::Rng rng(seed);
-  Ids b;
-  const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
-  b.tokens.resize(n);
-  b.targets.resize(n);
-  corpus.sample(b.tokens, b.targets, sc.batch.global, sc.model.seq_len, rng);
-  return b;
-}
+using test::Ids;
+using test::ids_of;
 
 // Two steps on both executors from the CPU executor's initial weights: the
 // losses within 1e-5 relative, the first step's gradients and the final

@@ -4,6 +4,10 @@
 // computes), SGD with momentum (docs/cpu-backend.md says why not Adam for
 // equivalence checks), on H200s: the cluster has `gpus` of them on one node.
 #include <cstdint>
+#include <vector>
+
+#include "backend/cpu/corpus.hpp"
+#include "backend/cpu/rng.hpp"
 
 #include "costmodel/model_io.hpp"
 #include "strategies/scenario.hpp"
@@ -29,6 +33,22 @@ inline strategies::Scenario tiny_gpt(int layers, strategies::Plan plan, std::int
   plan.optimizer = strategies::Optimizer::Momentum;
   sc.plan = plan;
   return sc;
+}
+
+// A global batch of token and target ids from the CPU backend's Markov
+// corpus (vocabulary of the model, corpus seed 7), sampled with `seed`.
+struct Ids {
+  std::vector<std::int32_t> tokens, targets;
+};
+inline Ids ids_of(const strategies::Scenario& sc, std::uint64_t seed) {
+  const cpu::MarkovCorpus corpus(sc.model.vocab, 7);
+  cpu::Rng rng(seed);
+  Ids b;
+  const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
+  b.tokens.resize(n);
+  b.targets.resize(n);
+  corpus.sample(b.tokens, b.targets, sc.batch.global, sc.model.seq_len, rng);
+  return b;
 }
 
 }  // namespace strata::backend::cuda::test
