@@ -170,7 +170,8 @@ std::string render_fit(const strategies::FitRecord& r, Format f, bool markdown) 
     if (!p)
       s += "not fitted";
     else if (p->noise_factor)
-      s += "x" + fixed(p->factor, 3) + " on S_min, x" + fixed(*p->noise_factor, 3) + " on E_min";
+      s += "x" + fixed(p->factor, 3) + " on S_min, x" + fixed(*p->noise_factor, 3) + " on E_min" +
+           (p->bias_factor ? ", x(1 + " + g3(*p->bias_factor) + " B_noise/B) for its bias" : std::string());
     else
       s += "x" + fixed(p->factor, 3);
     s += "\n";
@@ -193,7 +194,7 @@ std::string fit_plot_svg(const strategies::FitRecord& r) {
   sc.title = "Steps to a loss of " + fixed(m.target_loss, 3) + " against the global batch";
   sc.desc = "Dots: measured steps to the target loss of each run (" + r.data +
             "); lines: the fitted S(B) = S_min (1 + B_noise/B), and S_min (factor + noise_factor B_noise/B) for "
-            "each setting.";
+            "each setting (times (1 + bias_factor B_noise/B) for a biased compressor without error feedback).";
   sc.x_label = "global batch (tokens)";
   sc.y_label = "steps to the target";
   sc.log_x = true;

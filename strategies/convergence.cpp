@@ -90,7 +90,8 @@ std::optional<double> lr_steps_factor(double r) {
 double Penalty::at_batch(double batch_tokens, double b_noise_tokens) const {
   const double n = noise_factor.value_or(factor);
   if (!(batch_tokens + b_noise_tokens > 0)) return factor;
-  return (factor * batch_tokens + n * b_noise_tokens) / (batch_tokens + b_noise_tokens);
+  const double bias = bias_factor && batch_tokens > 0 ? 1.0 + *bias_factor * b_noise_tokens / batch_tokens : 1.0;
+  return bias * (factor * batch_tokens + n * b_noise_tokens) / (batch_tokens + b_noise_tokens);
 }
 
 Penalty Staleness::at_lag(double lag) const {
@@ -125,6 +126,8 @@ Penalty compression_penalty(const ConvergenceModel& m, const Compression& c) {
     const double na = a.noise_factor.value_or(a.factor), nb = b.noise_factor.value_or(b.factor);
     out.noise_factor = na + t * (nb - na);
   }
+  if (a.bias_factor || b.bias_factor)
+    out.bias_factor = a.bias_factor.value_or(0) + t * (b.bias_factor.value_or(0) - a.bias_factor.value_or(0));
   out.source = "interpolated between " + a.source + " and " + b.source;
   return out;
 }

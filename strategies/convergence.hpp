@@ -55,10 +55,20 @@ struct LossScaling {
 //   (factor · B + noise_factor · B_noise) / (B + B_noise).
 // A technique that only adds gradient noise raises noise_factor; one that
 // slows every step alike raises both (McCandlish et al.'s noise model).
+// A biased compressor without error feedback also loses part of each
+// step's descent, the more the smaller the batch (at small batches the
+// coordinates it keeps are mostly noise): `bias_factor` b, when set,
+// multiplies the steps by (1 + b·B_noise/B) on top — the descent kept is
+// B/(B + b·B_noise) of the full gradient's (Karimireddy et al. 2019:
+// without error feedback a biased compressor's progress shrinks by the
+// fraction of the gradient it keeps). Relative to B_noise, as the other
+// two factors are relative to S_min and E_min, so a fit on one model
+// reads on another.
 struct Penalty {
   double factor = 1;
   std::optional<double> noise_factor;
   std::string source;
+  std::optional<double> bias_factor;
   double at_batch(double batch_tokens, double b_noise_tokens) const;
 };
 

@@ -216,6 +216,36 @@ Penalty fit_two_factor_penalty(const std::vector<StepsAtBatch>& pts, const Criti
   return p;
 }
 
+Penalty fit_biased_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c) {
+  std::set<double> distinct;
+  for (const auto& q : pts) distinct.insert(q.batch_tokens);
+  if (distinct.size() < 3 || !(c.b_noise_tokens > 0)) return fit_two_factor_penalty(pts, c);
+  // Dividing a point's steps by (1 + b·B_noise/B) divides its predicted
+  // steps by the same: relative errors are unchanged, so each b is a
+  // two-factor fit.
+  std::optional<Penalty> best;
+  double best_res = 0;
+  for (int k = -65; k <= 64; ++k) {
+    const double bf = k < -64 ? 0.0 : std::exp2(k / 8.0);
+    std::vector<StepsAtBatch> scaled = pts;
+    for (auto& q : scaled) q.steps /= 1.0 + bf * c.b_noise_tokens / q.batch_tokens;
+    Penalty p = fit_two_factor_penalty(scaled, c);
+    if (!p.noise_factor) continue;
+    p.bias_factor = bf;
+    double res = 0;
+    for (const auto& q : pts) {
+      const double e = p.at_batch(q.batch_tokens, c.b_noise_tokens) * steps_at_batch(c, q.batch_tokens) / q.steps - 1;
+      res += e * e;
+    }
+    if (!best || res < best_res) {
+      best = p;
+      best_res = res;
+    }
+  }
+  if (!best) return fit_two_factor_penalty(pts, c);
+  return *best;
+}
+
 double log_slope(const std::vector<double>& x, const std::vector<double>& y) {
   const double n = static_cast<double>(x.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
@@ -370,13 +400,18 @@ FitOutcome fit_convergence_model(const FitInput& in) {
       continue;
     }
     const std::string rate = s.lr_multiplier != 1 ? ", learning rate x" + g4(s.lr_multiplier) : std::string();
-    Penalty p = fit_two_factor_penalty(pts, c);
+    const bool biased = sparse_compression(s.compression.method) && !s.compression.error_feedback && !s.optimizer &&
+                        !s.schedule;
+    Penalty p = biased ? fit_biased_penalty(pts, c) : fit_two_factor_penalty(pts, c);
     p.factor = round4(p.factor);
     if (p.noise_factor) p.noise_factor = round4(*p.noise_factor);
+    if (p.bias_factor) p.bias_factor = round4(*p.bias_factor);
     p.source = how + ": " + s.name + (s.schedule ? " (2 pipeline stages, 1 version behind)" : "") +
                " against the baseline at batches " + batch_list(used) + " sequences, " +
-               (p.noise_factor ? "least squares of S(B) = S_min (factor + noise_factor B_noise/B)"
-                               : "geometric mean of measured / S(B)") +
+               (p.bias_factor ? "least squares of S(B) = S_min (factor + noise_factor B_noise/B) (1 + "
+                                      "bias_factor B_noise/B) (a biased compressor without error feedback)"
+                : p.noise_factor ? "least squares of S(B) = S_min (factor + noise_factor B_noise/B)"
+                                 : "geometric mean of measured / S(B)") +
                rate + (s.schedule ? "; per version of lag: the factors minus 1" : "");
     add_points(s, gs, p);
     out.penalties.push_back({s.name, p});

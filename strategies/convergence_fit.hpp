@@ -11,7 +11,9 @@
 //                   S_min (factor + noise_factor · B_noise/B) over the same
 //                   batches (a factor on S_min and one on E_min), or, with
 //                   one batch or when that gives no positive pair, one
-//                   factor: the geometric mean of measured / S(B);
+//                   factor: the geometric mean of measured / S(B); top-k
+//                   and random-k without error feedback also fit the bias
+//                   term (1 + bias_factor·B_noise/B) (fit_biased_penalty);
 //   loss scaling    with several targets, the slopes of log S_min over
 //                   log(L − floor) and of log B_noise over log L;
 //   held-out error  |predicted − measured| / measured at the held-out batches.
@@ -110,6 +112,12 @@ double fit_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c)
 // setting's own steps: S_min'/S_min and E_min'/E_min), or one
 // (fit_penalty) when fewer than two batches or no positive pair.
 Penalty fit_two_factor_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c);
+// A biased compressor without error feedback: the two factors and
+// bias_factor b of S(B) = S_min (factor + noise_factor B_noise/B)
+// (1 + b·B_noise/B), least squares on relative errors — the two factors for
+// each b of a grid (0, and 2^(k/8) for k = −64…64), the b with the least
+// residual. Needs three or more batches; otherwise the two factors.
+Penalty fit_biased_penalty(const std::vector<StepsAtBatch>& pts, const CriticalBatch& c);
 // Least-squares slope of log y over log x.
 double log_slope(const std::vector<double>& x, const std::vector<double>& y);
 

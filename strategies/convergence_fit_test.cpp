@@ -100,6 +100,30 @@ TEST_CASE("fit: S(B) = S_min(1 + B_noise/B) recovered from exact steps; penaltie
   CHECK_NOTHROW(parse_convergence(convergence_json(out.model), "fit.json"));
 }
 
+TEST_CASE("fit: a biased compressor's three parameters recovered from exact steps") {
+  // Steps made by S_min (f₁ + f₂ B_noise/B)(1 + b B_noise/B) with S_min
+  // 100, B_noise 1000 tokens, f₁ 1.5, f₂ 2, b = 2^(3/8) (on the fit's
+  // grid): the fit finds all three; steps without the bias term give b 0.
+  const CriticalBatch c{100, 1000};
+  const double bf = std::exp2(3.0 / 8.0), bc = 1000 * bf;
+  std::vector<StepsAtBatch> pts;
+  for (double b : {100.0, 400.0, 1600.0, 6400.0})
+    pts.push_back({b, 100 * (1.5 + 2 * 1000 / b) * (1 + bc / b)});
+  const Penalty p = fit_biased_penalty(pts, c);
+  REQUIRE(p.noise_factor);
+  REQUIRE(p.bias_factor);
+  CHECK(p.factor == doctest::Approx(1.5));
+  CHECK(*p.noise_factor == doctest::Approx(2.0));
+  CHECK(*p.bias_factor == doctest::Approx(bf));
+  for (auto& q : pts) q.steps = 100 * (1.5 + 2 * 1000 / q.batch_tokens);
+  const Penalty z = fit_biased_penalty(pts, c);
+  CHECK(*z.bias_factor == 0.0);
+  CHECK(z.factor == doctest::Approx(1.5));
+  // Two batches cannot fit three parameters: the two factors alone.
+  pts.resize(2);
+  CHECK_FALSE(fit_biased_penalty(pts, c).bias_factor);
+}
+
 TEST_CASE("fit: noisy steps, a setting that never reaches the target, too few batches") {
   // Relative least squares: ±10 % noise on alternating batches leaves S_min
   // and B_noise within a few per cent.

@@ -44,11 +44,13 @@ std::optional<ParamKey> param_key(CompressionMethod m) {
   }
 }
 
-// "factor", "noise_factor" (optional) and "source" of an object.
+// "factor", "noise_factor" and "bias_factor" (optional) and "source"
+// of an object.
 Penalty read_penalty_fields(const JsonReader& e) {
   Penalty p;
   p.factor = e.at("factor").as_number(1e-3, 1e6);
   if (auto n = e.get("noise_factor")) p.noise_factor = n->as_number(1e-3, 1e6);
+  if (auto c = e.get("bias_factor")) p.bias_factor = c->as_number(0, 1e6);
   p.source = e.at("source").as_string();
   return p;
 }
@@ -197,6 +199,7 @@ ordered_json staleness_json(const Staleness& s) {
 void add_penalty_json(ordered_json& j, const Penalty& p) {
   j["factor"] = p.factor;
   if (p.noise_factor) j["noise_factor"] = *p.noise_factor;
+  if (p.bias_factor) j["bias_factor"] = *p.bias_factor;
   j["source"] = p.source;
 }
 

@@ -151,6 +151,16 @@ TEST_CASE("convergence: a penalty with a noise factor moves from one factor to t
   CHECK(*q.noise_factor == doctest::Approx(2.5));
 }
 
+TEST_CASE("convergence: a biased compressor's penalty multiplies the steps by (1 + bias_factor B_noise/B)") {
+  // Factors 2 and 4 give 3 at B = B_noise; a bias factor of 1 (B_c =
+  // B_noise) doubles that there (the descent kept is B/(B + B_c) = 1/2),
+  // adds 1 % at 100 B_c and 100x at B_c/100.
+  const Penalty p{2.0, 4.0, "t", 1.0};
+  CHECK(p.at_batch(1e6, 1e6) == doctest::Approx(6.0));
+  CHECK(p.at_batch(1e8, 1e6) == doctest::Approx(1.01 * (2e8 + 4e6) / (1e8 + 1e6)));
+  CHECK(p.at_batch(1e4, 1e6) == doctest::Approx(101.0 * (2e4 + 4e6) / (1e4 + 1e6)));
+}
+
 TEST_CASE("convergence: steps to a target loss and to a token goal") {
   const auto m = model();
   Plan p;
