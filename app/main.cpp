@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -100,7 +101,9 @@ auto on_cuda_ranks(const backend::cuda::Launch& launch, F&& f) {
     std::cerr << "strata: error: rank " << group->rank() << " of " << group->size() << ": "
               << report::printable(e.what()) << "\n";
     std::cerr.flush();
-    group->abort(dynamic_cast<const InputError*>(&e) != nullptr ? kExitInput : 1);
+    const int code = dynamic_cast<const InputError*>(&e) != nullptr ? kExitInput : 1;
+    group->abort_peers(code);
+    std::exit(code);
   }
 }
 #endif

@@ -186,11 +186,12 @@ void ProcessGroup::barrier() const {
 #endif
 }
 
-void ProcessGroup::abort(int code) const {
+void ProcessGroup::abort_peers(int code) const {
 #if STRATA_HAVE_MPI
   if (launch_.world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
 #endif
-  std::exit(code);
 }
 
 }  // namespace strata::backend::cuda

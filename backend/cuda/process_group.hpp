@@ -94,11 +94,12 @@ class ProcessGroup {
   double all_reduce_sum(double value) const;
   void barrier() const;
 
-  // Ends every process of the run with `code` (MPI_Abort; std::exit for
-  // one process): a process that failed while the others wait in a
-  // collective would otherwise leave them waiting for ever. For app/ only,
-  // which alone may end the process.
-  [[noreturn]] void abort(int code) const;
+  // With more than one process, ends every process of the run with `code`
+  // (MPI_Abort, which does not return): a process that failed while the
+  // others wait in a collective would otherwise leave them waiting for
+  // ever. With one process it does nothing and returns; the caller (app/,
+  // which alone ends processes) exits.
+  void abort_peers(int code) const;
 
  private:
   Launch launch_;
