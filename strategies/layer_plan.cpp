@@ -13,6 +13,15 @@
 
 namespace strata::strategies {
 
+ChunkMap::ChunkMap(const Plan& plan, std::int64_t layers) : size(chunk_layers(plan, layers)) {
+  first.assign(size.size() + 1, 0);
+  for (std::size_t k = 0; k < size.size(); ++k) first[k + 1] = first[k] + size[k];
+  of_layer.assign(static_cast<std::size_t>(layers), 0);
+  for (int k = 0; k < chunks(); ++k)
+    for (auto l = first[static_cast<std::size_t>(k)]; l < first[static_cast<std::size_t>(k) + 1]; ++l)
+      of_layer[static_cast<std::size_t>(l)] = k;
+}
+
 std::int64_t segment_start(std::span<const Keep> chunk, std::int64_t i) {
   for (std::int64_t j = i; j >= 0; --j) {
     const Keep k = chunk[static_cast<std::size_t>(j)];

@@ -46,6 +46,27 @@ struct LayerPlan {
   bool operator==(const LayerPlan&) const = default;
 };
 
+// The model chunks' layers (chunk_layers) looked up both ways, as the
+// executors walk them: each chunk's size and first layer, each layer's
+// chunk, and the slice of a LayerPlan's choices that is a layer's chunk.
+struct ChunkMap {
+  ChunkMap() = default;
+  ChunkMap(const Plan& plan, std::int64_t layers);
+  std::vector<std::int64_t> size;   // layers per chunk
+  std::vector<std::int64_t> first;  // each chunk's first layer, and the layer count last
+  std::vector<int> of_layer;        // each layer's chunk
+  int chunks() const { return static_cast<int>(size.size()); }
+  // The layer's position in its chunk.
+  std::int64_t index_in_chunk(std::int64_t layer) const {
+    return layer - first[static_cast<std::size_t>(of_layer[static_cast<std::size_t>(layer)])];
+  }
+  // The choices of the layer's chunk, in forward order.
+  std::span<const Keep> chunk_keeps(const Keeps& keeps, std::int64_t layer) const {
+    const auto k = static_cast<std::size_t>(of_layer[static_cast<std::size_t>(layer)]);
+    return {keeps.data() + first[k], static_cast<std::size_t>(size[k])};
+  }
+};
+
 // Layer i (Input or Nothing) of a chunk belongs to the segment that begins
 // at the returned layer. Throws Error when no Input precedes it.
 std::int64_t segment_start(std::span<const Keep> chunk, std::int64_t i);

@@ -15,6 +15,7 @@
 #include "backend/cpu/compression.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/layer_keep.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/ops.hpp"
@@ -138,8 +139,7 @@ struct Executor::Impl {
   int dp = 1, pp = 1, tp = 1, cp = 1, m = 1, chunks = 1, zero = 0;
   bool compressed = false;  // the dp exchange is compressed (CompressEncode, rounds, decode)
   std::int64_t micro = 1, seq = 1, hidden = 1;
-  std::vector<std::int64_t> chunk_size, first_layer;
-  std::vector<int> chunk_of_layer;
+  strategies::ChunkMap chunk_map;
   bool core_recompute = false;  // the graph recomputes the attention core (selective)
   std::vector<std::vector<std::int32_t>> stage_tasks;
   // Parameters, by GptModel index: names, this rank's shapes (alike on
@@ -168,9 +168,7 @@ struct Executor::Impl {
                std::span<const std::int32_t> targets);
   void backward(Rank& R, const TaskInfo& t);
   void recompute(Rank& R, const TaskInfo& t);
-  void keep_for_backward(int layer, BlockSaved& s) const;
   // The choices of the chunk that holds `layer` (the lowering's).
-  std::span<const strategies::Keep> chunk_keeps(int layer) const;
   Tensor take_activation(Rank& R, int chunk, int mb);
   BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
   void tie_embedding(Rank& R);
@@ -312,14 +310,8 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
   hidden = sc.model.hidden;
-  chunk_size = strategies::chunk_layers(plan, sc.model.layers);
-  chunks = static_cast<int>(chunk_size.size());
-  first_layer.assign(chunk_size.size() + 1, 0);
-  for (std::size_t k = 0; k < chunk_size.size(); ++k) first_layer[k + 1] = first_layer[k] + chunk_size[k];
-  chunk_of_layer.assign(static_cast<std::size_t>(sc.model.layers), 0);
-  for (int k = 0; k < chunks; ++k)
-    for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
-      chunk_of_layer[static_cast<std::size_t>(l)] = k;
+  chunk_map = strategies::ChunkMap(plan, sc.model.layers);
+  chunks = chunk_map.chunks();
 
   // Each stage's tasks in graph order; every dependency inside a stage must
   // point forward in that order (cross-stage ones are pipeline messages).
@@ -391,7 +383,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   auto on_stage = [&](const std::string& n) {
     if (n.rfind("block", 0) == 0) {
       const int l = std::stoi(n.substr(5, n.find('.') - 5));
-      return chunk_of_layer[static_cast<std::size_t>(l)] % pp == R.stage;
+      return chunk_map.of_layer[static_cast<std::size_t>(l)] % pp == R.stage;
     }
     if (n == "embedding") return R.stage == 0 || (R.stage == pp - 1 && sc.model.tied_embeddings);
     if (n == "position_embedding") return R.stage == 0;
@@ -684,23 +676,6 @@ BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
   return R.grad.emplace(Key{chunk, mb}, std::move(b)).first->second;
 }
 
-std::span<const strategies::Keep> Executor::Impl::chunk_keeps(int layer) const {
-  const auto k = static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(layer)]);
-  return {low.layers.keeps.data() + first_layer[k], static_cast<std::size_t>(chunk_size[k])};
-}
-
-void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
-  using strategies::Keep;
-  switch (low.layers.keeps[static_cast<std::size_t>(layer)]) {
-    case Keep::All: return;
-    case Keep::Selective:
-      if (core_recompute) GptModel::drop_for_recompute(s, cost::Recompute::Selective);
-      return;
-    case Keep::Input: GptModel::drop_for_recompute(s, cost::Recompute::Full); return;
-    case Keep::Nothing: s = BlockSaved{}; return;
-  }
-}
-
 void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::int32_t> tokens,
                              std::span<const std::int32_t> targets) {
   const int mb = t.microbatch, k = t.chunk;
@@ -726,7 +701,7 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
       ensure_layer_params(R, t.layer);
       BlockSaved& s = R.saved[{t.layer, mb}];
       Tensor y = model.block_forward(t.layer, std::move(x), s);
-      keep_for_backward(t.layer, s);
+      cpu::keep_for_backward<GptModel>(low.layers.keeps[static_cast<std::size_t>(t.layer)], core_recompute, s);
       R.act[{k, mb}] = std::move(y);
       release_layer_params(R, t.layer);
       return;
@@ -787,8 +762,8 @@ void Executor::Impl::recompute(Rank& R, const TaskInfo& t) {
   BlockSaved& s = R.saved.at({L, mb});
   ensure_layer_params(R, L);
   // The layer's position in its chunk and its segment.
-  const auto keeps = chunk_keeps(L);
-  const std::int64_t i = L - first_layer[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(L)])];
+  const auto keeps = chunk_map.chunk_keeps(low.layers.keeps, L);
+  const std::int64_t i = chunk_map.index_in_chunk(L);
   const bool last = strategies::segment_end(keeps, i);
   const bool first = t.core_only || strategies::segment_start(keeps, i) == i;
   if (t.core_only || (first && last)) {  // the attention core, or a one-layer segment

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cpu/layer_keep.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/communicator.hpp"
@@ -162,8 +163,7 @@ struct Executor::Impl {
   strategies::LoweredStep low;
   int m = 1, chunks = 1;
   std::int64_t micro = 1, seq = 1;
-  std::vector<std::int64_t> chunk_size, first_layer;
-  std::vector<int> chunk_of_layer;
+  strategies::ChunkMap chunk_map;
   bool core_recompute = false;
   std::vector<std::int32_t> order;  // the tasks, in graph order
   // Declaration order is destruction order reversed: the allocators outlive
@@ -219,9 +219,7 @@ struct Executor::Impl {
   void forward(const TaskInfo& t);
   void backward(const TaskInfo& t);
   void recompute(const TaskInfo& t);
-  void keep_for_backward(int layer, BlockSaved& s) const;
   // The choices of the chunk that holds `layer` (the lowering's).
-  std::span<const strategies::Keep> chunk_keeps(int layer) const;
   void offload(const TaskInfo& t, cudaStream_t s);
   void prefetch(const TaskInfo& t, cudaStream_t s);
   void optimizer_step();
@@ -335,14 +333,8 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
-  chunk_size = strategies::chunk_layers(plan, sc.model.layers);
-  chunks = static_cast<int>(chunk_size.size());
-  first_layer.assign(chunk_size.size() + 1, 0);
-  for (std::size_t k = 0; k < chunk_size.size(); ++k) first_layer[k + 1] = first_layer[k] + chunk_size[k];
-  chunk_of_layer.assign(static_cast<std::size_t>(sc.model.layers), 0);
-  for (int k = 0; k < chunks; ++k)
-    for (auto l = first_layer[static_cast<std::size_t>(k)]; l < first_layer[static_cast<std::size_t>(k) + 1]; ++l)
-      chunk_of_layer[static_cast<std::size_t>(l)] = k;
+  chunk_map = strategies::ChunkMap(plan, sc.model.layers);
+  chunks = chunk_map.chunks();
 
   // Every task's stream (one per queue resource) and what it runs.
   std::map<std::int32_t, int> stream_of_resource;
@@ -486,24 +478,6 @@ ActTensor Executor::Impl::take_activation(int chunk, int mb) {
   return x;
 }
 
-std::span<const strategies::Keep> Executor::Impl::chunk_keeps(int layer) const {
-  const auto k = static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(layer)]);
-  return {low.layers.keeps.data() + first_layer[k], static_cast<std::size_t>(chunk_size[k])};
-}
-
-// What the lowering's choice for the layer keeps (docs/remat.md).
-void Executor::Impl::keep_for_backward(int layer, BlockSaved& s) const {
-  using strategies::Keep;
-  switch (low.layers.keeps[static_cast<std::size_t>(layer)]) {
-    case Keep::All: return;
-    case Keep::Selective:
-      if (core_recompute) GptModel::drop_for_recompute(s, cost::Recompute::Selective);
-      return;
-    case Keep::Input: GptModel::drop_for_recompute(s, cost::Recompute::Full); return;
-    case Keep::Nothing: s = BlockSaved{}; return;
-  }
-}
-
 void Executor::Impl::forward(const TaskInfo& t) {
   const int mb = t.microbatch, k = t.chunk;
   // Microbatch mb of dp rank d holds the global batch's sequences from
@@ -518,7 +492,7 @@ void Executor::Impl::forward(const TaskInfo& t) {
       ensure_layer_params(t.layer, stream(compute));
       BlockSaved& s = saved[{t.layer, mb}];
       ActTensor y = model->block_forward(t.layer, std::move(x), s);
-      keep_for_backward(t.layer, s);
+      cpu::keep_for_backward<GptModel>(low.layers.keeps[static_cast<std::size_t>(t.layer)], core_recompute, s);
       act[{k, mb}] = std::move(y);
       release_layer_params(t.layer);
       return;
@@ -572,8 +546,8 @@ void Executor::Impl::recompute(const TaskInfo& t) {
   // recompute (ZeRO-3): gathered here, kept until their backward.
   ensure_layer_params(L, stream(compute));
   // The layer's position in its chunk and its segment.
-  const auto keeps = chunk_keeps(L);
-  const std::int64_t i = L - first_layer[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(L)])];
+  const auto keeps = chunk_map.chunk_keeps(low.layers.keeps, L);
+  const std::int64_t i = chunk_map.index_in_chunk(L);
   const bool last = strategies::segment_end(keeps, i);
   const bool first = t.core_only || strategies::segment_start(keeps, i) == i;
   if (t.core_only || (first && last)) {  // the attention core, or a one-layer segment
