@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/rng.hpp"
+#include "backend/cpu/test_util.hpp"
 #include "strategies/rank_mesh.hpp"
 
 using namespace strata;
@@ -16,25 +17,7 @@ using namespace strata::backend::cpu;
 
 namespace {
 
-// Runs fn(rank) on `n` threads of one world; a rank that throws cancels the
-// world, and the first exception is rethrown here.
-void run_ranks(CommWorld& world, const std::function<void(int)>& fn) {
-  const int n = world.size();
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-        world.cancel();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using strata::backend::cpu::test::run_ranks;
 
 std::vector<int> all_ranks(int n) {
   std::vector<int> v;

@@ -52,20 +52,7 @@ void on_ranks(int n, const Compression& method, const FlatLayout& layout,
     ctx->c = make_compressor({.method = method, .ranks = n, .rank = r, .seed = 7}, layout, ctx->alloc);
     ranks.push_back(std::move(ctx));
   }
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(*ranks[static_cast<std::size_t>(r)]);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-        world.cancel();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  test::run_ranks(world, [&](int r) { fn(*ranks[static_cast<std::size_t>(r)]); });
 }
 
 // encode, every round, decode.

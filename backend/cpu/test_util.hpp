@@ -1,18 +1,43 @@
 #pragma once
-// Helpers for the CPU backend's tests: seeded random buffers and a
-// central-difference gradient check.
+// Helpers for the CPU backend's tests: rank threads over one world, seeded
+// random buffers and a central-difference gradient check.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backend/cpu/comm.hpp"
 #include "backend/cpu/rng.hpp"
 
 namespace strata::backend::cpu::test {
+
+// Runs fn(rank) on one thread per rank of `world`; a rank that throws
+// cancels the world (so the others leave their collectives), and the first
+// exception is rethrown here once every thread has ended.
+inline void run_ranks(CommWorld& world, const std::function<void(int)>& fn) {
+  const int n = world.size();
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+        world.cancel();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 inline std::vector<float> random_vec(std::size_t n, Rng& rng, double sd = 1.0) {
   std::vector<float> v(n);

@@ -16,6 +16,7 @@
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/compression.hpp"
 #include "backend/cpu/rng.hpp"
+#include "backend/cpu/test_util.hpp"
 #include "backend/cuda/compression_math.hpp"
 
 namespace strata::backend::cuda::compression::test {
@@ -51,35 +52,23 @@ inline std::vector<std::vector<CpuStep>> run_cpu(const Compression& method, std:
   cpu::CommWorld world(ranks);
   std::vector<int> members(static_cast<std::size_t>(ranks));
   std::iota(members.begin(), members.end(), 0);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cpu::TrackingAllocator alloc;
-        cpu::Comm comm(world.group(members), r, alloc);
-        auto c = cpu::make_compressor({.method = method, .ranks = ranks, .rank = r, .seed = 7},
-                                      layout, alloc);
-        for (std::size_t s = 0; s < steps; ++s) {
-          CpuStep& st = res[s][static_cast<std::size_t>(r)];
-          c->encode(grads[s][static_cast<std::size_t>(r)]);
-          for (int i = 0; i < c->rounds(); ++i) {
-            st.payloads.emplace_back(c->payload().begin(), c->payload().end());
-            c->round(i, comm);
-          }
-          st.out.resize(static_cast<std::size_t>(n));
-          c->decode(st.out);
-          st.residual.assign(c->residual().begin(), c->residual().end());
-          st.chunk_residual.assign(c->chunk_residual().begin(), c->chunk_residual().end());
-        }
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-        world.cancel();
+  cpu::test::run_ranks(world, [&](int r) {
+    cpu::TrackingAllocator alloc;
+    cpu::Comm comm(world.group(members), r, alloc);
+    auto c = cpu::make_compressor({.method = method, .ranks = ranks, .rank = r, .seed = 7}, layout, alloc);
+    for (std::size_t s = 0; s < steps; ++s) {
+      CpuStep& st = res[s][static_cast<std::size_t>(r)];
+      c->encode(grads[s][static_cast<std::size_t>(r)]);
+      for (int i = 0; i < c->rounds(); ++i) {
+        st.payloads.emplace_back(c->payload().begin(), c->payload().end());
+        c->round(i, comm);
       }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+      st.out.resize(static_cast<std::size_t>(n));
+      c->decode(st.out);
+      st.residual.assign(c->residual().begin(), c->residual().end());
+      st.chunk_residual.assign(c->chunk_residual().begin(), c->chunk_residual().end());
+    }
+  });
   return res;
 }
 
