@@ -46,6 +46,32 @@ float from_half(std::uint16_t h) {
   return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+PowerSgdLayout powersgd_layout(const FlatLayout& layout, std::int64_t rank) {
+  PowerSgdLayout out;
+  std::int64_t vectors = 0;
+  for (const FlatTensor& t : layout) {
+    PowerSgdPart m;
+    m.t = t;
+    if (t.matrix) {
+      m.r = std::min({rank, t.rows, t.cols});
+      m.p = out.p_size;
+      m.q = out.q_size;
+      m.column = out.columns;
+      out.p_size += t.rows * m.r;
+      out.q_size += t.cols * m.r;
+      out.columns += m.r;
+    } else {
+      m.p = vectors;  // relative to the vectors' start, fixed below
+      vectors += t.numel();
+    }
+    out.parts.push_back(m);
+  }
+  for (auto& m : out.parts)
+    if (!m.t.matrix) m.p += out.p_size;
+  out.p_size += vectors;
+  return out;
+}
+
 FlatLayout flat_layout(std::span<const Shape> shapes) {
   FlatLayout out;
   std::int64_t at = 0;
@@ -425,26 +451,10 @@ class PowerSgd final : public Compressor {
  public:
   PowerSgd(const CompressorOptions& o, FlatLayout l, Allocator& a)
       : Compressor(o, std::move(l), a, true), shared_(mix(o.seed, 0x504f574552ULL)) {
-    std::int64_t p = 0, q = 0, vectors = 0;
-    for (const FlatTensor& t : layout_) {
-      Matrix m;
-      m.t = t;
-      if (t.matrix) {
-        m.r = std::min({o.method.rank, t.rows, t.cols});
-        m.p = p;
-        m.q = q;
-        p += t.rows * m.r;
-        q += t.cols * m.r;
-      } else {
-        m.p = vectors;  // relative to the vectors' start, fixed below
-        vectors += t.numel();
-      }
-      parts_.push_back(m);
-    }
-    for (auto& m : parts_)
-      if (!m.t.matrix) m.p += p;
-    p_ = Tensor(a, {p + vectors}, MemTag::CommBuffers);
-    q_ = Tensor(a, {q}, MemTag::CommBuffers);
+    PowerSgdLayout pl = powersgd_layout(layout_, o.method.rank);
+    parts_ = std::move(pl.parts);
+    p_ = Tensor(a, {pl.p_size}, MemTag::CommBuffers);
+    q_ = Tensor(a, {pl.q_size}, MemTag::CommBuffers);
     for (float& v : q_.span()) v = static_cast<float>(shared_.normal());
   }
   int rounds() const override { return 2; }
@@ -453,11 +463,7 @@ class PowerSgd final : public Compressor {
   }
 
  private:
-  struct Matrix {
-    FlatTensor t;
-    std::int64_t r = 0;  // rank used: min(rank, rows, cols)
-    std::int64_t p = 0, q = 0;  // offsets in p_ and q_
-  };
+  using Matrix = PowerSgdPart;
   float* M(const Matrix& m) { return residual_.data() + m.t.offset; }
 
   void do_encode(std::span<const float> g) override {

@@ -60,6 +60,23 @@ using FlatLayout = std::vector<FlatTensor>;
 // Tensors of these shapes one after another; the 2-D ones are matrices.
 FlatLayout flat_layout(std::span<const Shape> shapes);
 
+// PowerSGD's buffers over a layout (the CPU's and the device's): each
+// matrix's rank r = min(rank, rows, cols), its rows·r block of P and cols·r
+// block of Q, and its first column among all matrices' (columns in all);
+// vectors (biases, norms) travel uncompressed in P after every matrix's
+// block, at their own offset p.
+struct PowerSgdPart {
+  FlatTensor t;
+  std::int64_t r = 0;          // 0 for a vector
+  std::int64_t p = 0, q = 0;   // offsets in P and Q
+  std::int64_t column = 0;     // first of its r columns
+};
+struct PowerSgdLayout {
+  std::vector<PowerSgdPart> parts;  // in the layout's order
+  std::int64_t p_size = 0, q_size = 0, columns = 0;
+};
+PowerSgdLayout powersgd_layout(const FlatLayout& layout, std::int64_t rank);
+
 struct CompressorOptions {
   strategies::Compression method;
   int ranks = 1;           // the dp group's size

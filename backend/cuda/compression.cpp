@@ -203,27 +203,11 @@ class PowerSgd final : public DeviceCompressor {
  public:
   PowerSgd(const cpu::CompressorOptions& o, cpu::FlatLayout l, DeviceAllocator& a, Blas& blas)
       : DeviceCompressor(o, std::move(l), a, true), blas_(&blas), shared_(cm::mix(o.seed, cm::kPowerSgdSalt)) {
-    std::int64_t p = 0, q = 0, vectors = 0;
-    for (const cpu::FlatTensor& t : layout_) {
-      Matrix m;
-      m.t = t;
-      if (t.matrix) {
-        m.r = std::min({o.method.rank, t.rows, t.cols});
-        m.p = p;
-        m.q = q;
-        m.flag = columns_;
-        p += t.rows * m.r;
-        q += t.cols * m.r;
-        columns_ += m.r;
-      } else {
-        m.p = vectors;
-        vectors += t.numel();
-      }
-      parts_.push_back(m);
-    }
-    for (auto& m : parts_)
-      if (!m.t.matrix) m.p += p;
-    p_ = DeviceTensor(a, {p + vectors}, MemTag::CommBuffers);
+    cpu::PowerSgdLayout pl = cpu::powersgd_layout(layout_, o.method.rank);
+    parts_ = std::move(pl.parts);
+    columns_ = pl.columns;
+    const std::int64_t q = pl.q_size;
+    p_ = DeviceTensor(a, {pl.p_size}, MemTag::CommBuffers);
     q_ = DeviceTensor(a, {q}, MemTag::CommBuffers);
     flags_ = BasicDeviceTensor<int>(a, {std::max<std::int64_t>(columns_, 1)}, MemTag::CommBuffers);
     // The CPU's warm start: the shared stream's normals, in order.
@@ -234,12 +218,7 @@ class PowerSgd final : public DeviceCompressor {
   int rounds() const override { return 2; }
 
  private:
-  struct Matrix {
-    cpu::FlatTensor t;
-    std::int64_t r = 0;
-    std::int64_t p = 0, q = 0;  // offsets in p_ and q_
-    std::int64_t flag = 0;      // first of its r columns in flags_
-  };
+  using Matrix = cpu::PowerSgdPart;  // `column`: the first of its r flags in flags_
   float* M(const Matrix& m) { return residual_.data() + m.t.offset; }
 
   void do_encode(const float* g) override {
@@ -283,7 +262,7 @@ class PowerSgd final : public DeviceCompressor {
       blas_->gemm(stream(), false, true, m.t.rows, m.t.cols, m.r, 1.0f, p_.data() + m.p, m.r, q_.data() + m.q, m.r,
                   0.0f, o, m.t.cols);
       cm::subtract_scaled(stream(), o, share, M(m), m.t.numel());
-      cm::zero_columns(stream(), q_.data() + m.q, m.t.cols, m.r, flags_.data() + m.flag);
+      cm::zero_columns(stream(), q_.data() + m.q, m.t.cols, m.r, flags_.data() + m.column);
     }
     if (columns_ == 0) return;
     // A column of Q that came back zero would stay zero: the next warm
@@ -296,7 +275,7 @@ class PowerSgd final : public DeviceCompressor {
     for (const Matrix& m : parts_) {
       if (!m.t.matrix) continue;
       for (std::int64_t c = 0; c < m.r; ++c)
-        if (flags[static_cast<std::size_t>(m.flag + c)] != 0)
+        if (flags[static_cast<std::size_t>(m.column + c)] != 0)
           for (std::int64_t i = 0; i < m.t.cols; ++i)
             q[static_cast<std::size_t>(m.q + i * m.r + c)] = static_cast<float>(shared_.normal());
     }
