@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/optimizer_kernels.hpp"
@@ -47,6 +48,23 @@ void append_all(std::vector<std::vector<std::uint8_t>>& out, const std::vector<B
   for (const auto& t : ts) append_bytes(out, t);
 }
 
+// Every tensor of each state in turn (all of m, then all of v).
+template <class... States>
+std::vector<std::vector<std::uint8_t>> download_each(const States&... states) {
+  std::vector<std::vector<std::uint8_t>> out;
+  (append_all(out, states), ...);
+  return out;
+}
+// The states interleaved per parameter (m[0], v[0], m[1], v[1], …), all of
+// the same length.
+template <class... States>
+std::vector<std::vector<std::uint8_t>> download_by_parameter(const States&... states) {
+  std::vector<std::vector<std::uint8_t>> out;
+  const std::size_t n = std::get<0>(std::tie(states...)).size();
+  for (std::size_t i = 0; i < n; ++i) (append_bytes(out, states[i]), ...);
+  return out;
+}
+
 // Factored state, as the CPU's: a rank-2 parameter gets [rows] and [cols]
 // tensors, any other a full tensor in `row` and nothing in `col`.
 void ensure_factored(std::vector<DeviceTensor>& row, std::vector<DeviceTensor>& col,
@@ -88,11 +106,7 @@ class Sgd final : public Optimizer {
                         params[i].numel(), lr_, momentum_, wd_, t_ == 0, skip);
     ++t_;
   }
-  std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    append_all(out, velocity_);
-    return out;
-  }
+  std::vector<std::vector<std::uint8_t>> download_states() const override { return download_each(velocity_); }
 
  private:
   DeviceAllocator* alloc_;
@@ -124,12 +138,7 @@ class Adam final : public Optimizer {
       kernels::adam_step(s, params[i].data(), grads[i].data(), m_[i].data(), v_[i].data(),
                          params[i].numel(), a, skip);
   }
-  std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    append_all(out, m_);
-    append_all(out, v_);
-    return out;
-  }
+  std::vector<std::vector<std::uint8_t>> download_states() const override { return download_each(m_, v_); }
 
  private:
   DeviceAllocator* alloc_;
@@ -178,14 +187,7 @@ class Adam8bit final : public Optimizer {
                              maps_, skip);
   }
   std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    for (std::size_t i = 0; i < m_.size(); ++i) {
-      append_bytes(out, m_[i]);
-      append_bytes(out, v_[i]);
-      append_bytes(out, m_max_[i]);
-      append_bytes(out, v_max_[i]);
-    }
-    return out;
+    return download_by_parameter(m_, v_, m_max_, v_max_);
   }
 
  private:
@@ -215,11 +217,7 @@ class Lars final : public Optimizer {
                          scratch.data(), skip);
     ++t_;
   }
-  std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    append_all(out, velocity_);
-    return out;
-  }
+  std::vector<std::vector<std::uint8_t>> download_states() const override { return download_each(velocity_); }
 
  private:
   DeviceAllocator* alloc_;
@@ -248,12 +246,7 @@ class Lamb final : public Optimizer {
       kernels::lamb_step(s, params[i].data(), grads[i].data(), m_[i].data(), v_[i].data(),
                          params[i].numel(), a, scratch.data(), skip);
   }
-  std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    append_all(out, m_);
-    append_all(out, v_);
-    return out;
-  }
+  std::vector<std::vector<std::uint8_t>> download_states() const override { return download_each(m_, v_); }
 
  private:
   DeviceAllocator* alloc_;
@@ -290,12 +283,7 @@ class Adafactor final : public Optimizer {
     }
   }
   std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    for (std::size_t i = 0; i < row_.size(); ++i) {
-      append_bytes(out, row_[i]);
-      append_bytes(out, col_[i]);
-    }
-    return out;
+    return download_by_parameter(row_, col_);
   }
 
  private:
@@ -326,12 +314,7 @@ class Sm3 final : public Optimizer {
     ++t_;
   }
   std::vector<std::vector<std::uint8_t>> download_states() const override {
-    std::vector<std::vector<std::uint8_t>> out;
-    for (std::size_t i = 0; i < row_.size(); ++i) {
-      append_bytes(out, row_[i]);
-      append_bytes(out, col_[i]);
-    }
-    return out;
+    return download_by_parameter(row_, col_);
   }
 
  private:
