@@ -7,6 +7,7 @@
 //     static constexpr std::array<std::pair<Schedule, std::string_view>, 2> table{{
 //         {Schedule::GPipe, "gpipe"}, {Schedule::OneFOneB, "1f1b"}}};
 //   };
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,24 @@ constexpr std::optional<E> enum_from_name(std::string_view s) {
   for (const auto& [v, n] : EnumNames<E>::table)
     if (n == s) return v;
   return std::nullopt;
+}
+
+// True when the table lists the enum's values 0, 1, … in order, so that its
+// size is the enum's count and a value indexes arrays sized by it.
+template <class E>
+constexpr bool enum_table_dense() {
+  std::size_t i = 0;
+  for (const auto& [v, n] : EnumNames<E>::table)
+    if (static_cast<std::size_t>(v) != i++) return false;
+  return true;
+}
+
+// The number of values of an enum with a dense table (checked by the
+// compiler): the size of arrays indexed by it.
+template <class E>
+constexpr std::size_t enum_count() {
+  static_assert(enum_table_dense<E>(), "EnumNames<E>::table must list 0..n-1 in order");
+  return EnumNames<E>::table.size();
 }
 
 // "a|b|c", for error messages and documentation.

@@ -91,23 +91,23 @@ std::int32_t TaskGraph::add_resource(Resource r) {
   return idx;
 }
 
-ResourceId TaskGraph::add_stream(std::string name) {
-  return ResourceId{add_resource({std::move(name), ResourceKind::Stream, 1, 0.0})};
+ResourceId TaskGraph::add_stream(std::string name, Role role) {
+  return ResourceId{add_resource({std::move(name), ResourceKind::Stream, role, 1, 0.0})};
 }
-ResourceId TaskGraph::add_copy_engine(std::string name) {
-  return ResourceId{add_resource({std::move(name), ResourceKind::CopyEngine, 1, 0.0})};
+ResourceId TaskGraph::add_copy_engine(std::string name, Role role) {
+  return ResourceId{add_resource({std::move(name), ResourceKind::CopyEngine, role, 1, 0.0})};
 }
-ResourceId TaskGraph::add_worker_pool(std::string name, int slots) {
+ResourceId TaskGraph::add_worker_pool(std::string name, int slots, Role role) {
   if (slots < 1)
     throw GraphError("worker pool " + quoted(name) + ": slots must be >= 1, got " +
                      std::to_string(slots));
-  return ResourceId{add_resource({std::move(name), ResourceKind::WorkerPool, slots, 0.0})};
+  return ResourceId{add_resource({std::move(name), ResourceKind::WorkerPool, role, slots, 0.0})};
 }
 ResourceId TaskGraph::add_link(std::string name, double bytes_per_second) {
   if (!(bytes_per_second > 0.0))
     throw GraphError("link " + quoted(name) + ": bandwidth must be > 0 bytes/s, got " +
                      std::to_string(bytes_per_second));
-  return ResourceId{add_resource({std::move(name), ResourceKind::Link, 1, bytes_per_second})};
+  return ResourceId{add_resource({std::move(name), ResourceKind::Link, {}, 1, bytes_per_second})};
 }
 
 PoolId TaskGraph::add_pool(std::string name, Bytes capacity) {

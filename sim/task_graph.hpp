@@ -94,9 +94,21 @@ struct Label {
   Phase phase = Phase::None;
 };
 
+// What a queue resource is for on the device it models: one lane of one
+// pipeline stage's representative rank. A lowering sets it; executors,
+// attribution and reports read it instead of parsing the resource's name.
+enum class Lane : std::uint8_t { None, Compute, Comm, P2P, D2H, H2D, Cpu };
+inline constexpr std::size_t kLaneCount = 7;
+struct Role {
+  std::int32_t stage = -1;  // −1: not a stage's resource
+  Lane lane = Lane::None;
+  friend constexpr bool operator==(Role, Role) = default;
+};
+
 struct Resource {
   std::string name;
   ResourceKind kind = ResourceKind::Stream;
+  Role role;                      // typed identity; the name is for people
   int slots = 1;                  // worker pools: concurrent tasks; else 1
   double bytes_per_second = 0.0;  // links only
   // Bandwidth in the engine's unit (division keeps round figures exact:
@@ -148,9 +160,9 @@ class TaskGraph {
   TaskGraph& operator=(TaskGraph&&) noexcept;
 
   // --- resources (names are unique across all resources) ---
-  ResourceId add_stream(std::string name);
-  ResourceId add_copy_engine(std::string name);
-  ResourceId add_worker_pool(std::string name, int slots);
+  ResourceId add_stream(std::string name, Role role = {});
+  ResourceId add_copy_engine(std::string name, Role role = {});
+  ResourceId add_worker_pool(std::string name, int slots, Role role = {});
   ResourceId add_link(std::string name, double bytes_per_second);
   // --- memory ---
   PoolId add_pool(std::string name, Bytes capacity);
@@ -233,6 +245,18 @@ struct EnumNames<sim::TaskKind> {
       {sim::TaskKind::P2PRecv, "p2p-recv"},
       {sim::TaskKind::Copy, "copy"},
       {sim::TaskKind::Host, "host"},
+  }};
+};
+template <>
+struct EnumNames<sim::Lane> {
+  static constexpr std::array<std::pair<sim::Lane, std::string_view>, sim::kLaneCount> table{{
+      {sim::Lane::None, "none"},
+      {sim::Lane::Compute, "compute"},
+      {sim::Lane::Comm, "comm"},
+      {sim::Lane::P2P, "p2p"},
+      {sim::Lane::D2H, "d2h"},
+      {sim::Lane::H2D, "h2d"},
+      {sim::Lane::Cpu, "cpu"},
   }};
 };
 template <>
