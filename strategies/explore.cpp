@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "strategies/coarse.hpp"
+#include "strategies/memory_lowering.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_costs.hpp"
 #include "strategies/step_layout.hpp"
@@ -61,7 +62,10 @@ std::shared_ptr<const cost::Calibration> calibration_once(const Scenario& base) 
 Scorer simulator_scorer(const Scenario& base) {
   return [cal = calibration_once(base)](const Scenario& sc) {
     const ModelStepCosts costs(sc, *cal);
-    return Score{predict_step(sc, costs), Granularity::Layer};
+    sim::RunResult run;
+    LoweredStep low;
+    StepPrediction step = predict_step(sc, costs, &run, &low);
+    return Score{std::move(step), Granularity::Layer, memory_from_run(sc, low, run)};
   };
 }
 
@@ -97,7 +101,8 @@ Scorer coarse_scorer(const Scenario& base) {
     const ModelStepCosts costs(sc, *cal);
     const auto sched =
         schedules->get(sc.plan, static_cast<int>(microbatches(sc.plan, sc.batch)));
-    return Score{predict_step_coarse(sc, costs, sched.get()), Granularity::Chunk};
+    ChunkPrediction pr = predict_chunks(sc, costs, sched.get());
+    return Score{std::move(pr.step), Granularity::Chunk, std::move(pr.memory)};
   };
 }
 
@@ -326,7 +331,6 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         pt.plan = sc.plan;
         pt.batch = sc.batch;
         space.apply(c.index, pt.plan, pt.batch);
-        const MemoryEstimate mem = memory_of(pt);
         Score sc_;
         bool ok = false;
         try {
@@ -337,6 +341,17 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         } catch (const std::exception& e) {
           ++t.failed;
           count_rule(t.rejected, "internal-error", c.index, e.what());
+        }
+        // The replayed timeline where the scorer gives one: the analytical
+        // bound that let the plan through can be below it (offloaded bytes
+        // leave only when their copy ends).
+        const MemoryEstimate mem = ok && sc_.memory ? *sc_.memory : memory_of(pt);
+        if (ok && !mem.feasible()) {
+          ok = false;
+          ++t.pruned;
+          const auto& why = *mem.infeasible;
+          count_rule(t.pruned_by_pool, why.pool, c.index,
+                     why.pool + " memory: needs " + gib(why.needs) + " GiB, has " + gib(why.has) + " GiB");
         }
         std::optional<GoalEstimate> goal;
         if (ok) {
@@ -439,8 +454,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   // until every kept plan carries its figures; a refined plan that falls
   // out lets another in, which is refined in the next round.
   const auto refine_t0 = Clock::now();
-  if (opt.refine_kept && (opt.refine || !opt.scorer) && !res.plans.empty()) {
-    const Scorer refine = opt.refine ? opt.refine : simulator_scorer(sc);
+  if (opt.refine_kept && opt.refine && !res.plans.empty()) {
+    const Scorer& refine = opt.refine;
     std::unordered_map<std::uint64_t, std::uint64_t> index_of;
     for (const auto& t : tallies)
       for (const auto& [id, index] : t.feasible) index_of.emplace(id, index);
@@ -469,8 +484,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             pt.plan = sc.plan;
             pt.batch = sc.batch;
             space.apply(index, pt.plan, pt.batch);
-            const MemoryEstimate mem = memory_of(pt);
             const Score score = refine(pt);
+            const MemoryEstimate mem = score.memory ? *score.memory : memory_of(pt);
             const double step_s = to_seconds(score.step.step_time);
             const auto goal = estimate_goal(pt);
             figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);

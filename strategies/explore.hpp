@@ -19,14 +19,17 @@
 #include "strategies/lower.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/scenario.hpp"
+#include "strategies/step_program.hpp"
 
 namespace strata::strategies {
 
 // What a scorer says about one plan that fits in memory.
-enum class Granularity : std::uint8_t { Layer, Chunk };
 struct Score {
   StepPrediction step;
   Granularity granularity = Granularity::Layer;
+  // The memory timeline of the same replay; absent: the explorer takes the
+  // analytical model's (a scorer that replays no memory, in tests).
+  std::optional<MemoryEstimate> memory;
 };
 using Scorer = std::function<Score(const Scenario&)>;
 
@@ -105,9 +108,9 @@ struct ExploreOptions {
   std::optional<RankBy> rank_by;
   Scorer scorer;  // empty: coarse_scorer(scenario)
   // Re-scores the plans kept (the Pareto front and the top plans) until
-  // every one of them has this scorer's figures. Empty: with the default
-  // `scorer`, simulator_scorer(scenario) (the layer level); with a given
-  // `scorer`, no refinement.
+  // every one of them has this scorer's figures. Empty: no refinement (the
+  // default scorer's chunk level already equals the layer level, time and
+  // memory).
   Scorer refine;
   bool refine_kept = true;
   // Plans already scored (resume): not scored again, ranked with these figures.

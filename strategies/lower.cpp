@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
+#include <optional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -13,6 +15,7 @@
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_layout.hpp"
+#include "strategies/step_program.hpp"
 
 namespace strata::strategies {
 
@@ -101,14 +104,11 @@ GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chai
 
 namespace {
 
-using sim::TaskId;
-using sim::TaskKind;
-
 constexpr std::int32_t kNone = -1;
 
-class StepLowering : StepLayout {
+class StepBuilder : StepLayout {
  public:
-  StepLowering(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
+  StepBuilder(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers)
       : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
         statics_(estimate_memory(sc, {}, layers_)) {
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
@@ -116,15 +116,21 @@ class StepLowering : StepLayout {
     bwd_first_.assign(slots, kNone);
     fwd_send_.assign(slots, kNone);
     bwd_send_.assign(slots, kNone);
+    out_.granularity = g;
+    // A chunk pass is one task when no other task waits on a layer inside it.
+    bool swaps = false;
+    for (Swap w : layers_.swaps) swaps = swaps || w != Swap::None;
+    merge_ = g == Granularity::Chunk && !zero3() && !plan_.offload.weights && !swaps;
+    if (merge_) chunk_act_.assign(slots, kNone);
   }
 
-  LoweredStep build() && {
-    const auto sched = make_schedule(plan_.schedule, p_, v_, m_);
-    // About six tasks and four buffers per layer and microbatch.
+  StepProgram build(const PipelineSchedule& sched) && {
     const auto layer_steps = static_cast<std::size_t>(sc_.model.layers) * static_cast<std::size_t>(m_);
-    g_.reserve(6 * layer_steps + 64 * static_cast<std::size_t>(p_), 4 * layer_steps);
-    out_.comm_kind.reserve(6 * layer_steps);
-    out_.info.reserve(6 * layer_steps);
+    const std::size_t per_step = merge_ ? 4 * chunks_.size() * static_cast<std::size_t>(m_) : 6 * layer_steps;
+    out_.tasks.reserve(per_step + 64 * static_cast<std::size_t>(p_));
+    out_.buffers.reserve(merge_ ? per_step : 4 * layer_steps);
+    out_.mem.reserve(2 * per_step);
+    out_.deps.reserve(per_step);
     for (int s = 0; s < p_; ++s) lower_stage(sched, s);
     // Pipeline dependencies: a chunk's forward waits for the previous
     // chunk's activations, its backward for the next chunk's gradients.
@@ -136,55 +142,59 @@ class StepLowering : StepLayout {
       }
     out_.stages = p_;
     out_.layers = layers_;
-    out_.graph = std::move(g_);
     return std::move(out_);
   }
 
  private:
-  struct StageRes {
-    sim::ResourceId compute, comm, p2p, d2h, h2d, cpu;
-  };
-
   std::size_t slot(int k, int mb) const {
     return static_cast<std::size_t>(k) * static_cast<std::size_t>(m_) + static_cast<std::size_t>(mb);
   }
   void dep(std::int32_t before, std::int32_t after) {
-    if (before != kNone && after != kNone) g_.add_dep(TaskId{before}, TaskId{after});
+    if (before != kNone && after != kNone) out_.deps.emplace_back(before, after);
   }
 
   // Buffers a task allocates when it starts and frees when it ends.
   struct Mem {
-    std::vector<sim::BufferId> allocs, frees;
+    std::initializer_list<std::int32_t> allocs, frees;
   };
 
-  TaskId task(std::string id, TaskKind kind, sim::ResourceId on, Time duration, sim::Phase phase,
-              CommKind comm, std::optional<std::int64_t> layer, std::optional<int> mb,
-              Mem mem = {}, TaskInfo info = {}) {
-    sim::Task t;
-    t.allocs = std::move(mem.allocs);
-    t.frees = std::move(mem.frees);
-    t.id = "s" + std::to_string(stage_) + ":" + std::move(id);
+  std::int32_t task(sim::TaskKind kind, sim::Lane lane, Time duration, sim::Phase phase, CommKind comm,
+                    TaskInfo info, Mem mem = {}) {
+    ProgramTask t;
     t.kind = kind;
-    t.resources = {on};
+    t.lane = lane;
+    t.stage = stage_;
     t.duration = std::max<Time>(0, duration);
-    t.label.stage = stage_;
-    t.label.phase = phase;
-    if (layer) t.label.layer = static_cast<int>(*layer);
-    if (mb) t.label.microbatch = *mb;
-    const TaskId id_ = g_.add_task(std::move(t));
-    out_.comm_kind.push_back(comm);
+    t.phase = phase;
+    t.comm = comm;
+    t.mem = static_cast<std::uint32_t>(out_.mem.size());
+    t.allocs = static_cast<std::uint16_t>(mem.allocs.size());
+    t.frees = static_cast<std::uint16_t>(mem.frees.size());
+    out_.mem.insert(out_.mem.end(), mem.allocs);
+    out_.mem.insert(out_.mem.end(), mem.frees);
     if (info.chunk < 0) info.chunk = chunk_;
-    out_.info.push_back(std::move(info));
-    return id_;
+    t.info = std::move(info);
+    const auto index = static_cast<std::int32_t>(out_.tasks.size());
+    out_.tasks.push_back(std::move(t));
+    return index;
   }
-  // A task on the compute stream; remembers the first of the current step.
-  TaskId compute(std::string id, Time d, sim::Phase phase, std::optional<std::int64_t> layer,
-                 int mb, CommKind comm = CommKind::None, Mem mem = {}, TaskInfo info = {}) {
-    const TaskId t = task(std::move(id), comm == CommKind::None ? TaskKind::Compute : TaskKind::Collective,
-                          r_.compute, d, phase, comm, layer, mb, std::move(mem), std::move(info));
-    if (step_first_ == kNone) step_first_ = t.index;
-    last_compute_ = t.index;
+  // A task on the compute lane; remembers the first of the current step.
+  std::int32_t compute(Time d, sim::Phase phase, TaskInfo info, CommKind comm = CommKind::None, Mem mem = {}) {
+    const std::int32_t t = task(comm == CommKind::None ? sim::TaskKind::Compute : sim::TaskKind::Collective,
+                                sim::Lane::Compute, d, phase, comm, std::move(info), mem);
+    if (step_first_ == kNone) step_first_ = t;
+    last_compute_ = t;
     return t;
+  }
+  // Gives the task just emitted (with no buffers yet) lists known only at
+  // run time.
+  void add_mem(const std::vector<std::int32_t>& allocs, const std::vector<std::int32_t>& frees) {
+    ProgramTask& t = out_.tasks.back();
+    if (t.allocs + t.frees != 0 || t.mem != out_.mem.size()) throw Error("step program: buffers added twice");
+    out_.mem.insert(out_.mem.end(), allocs.begin(), allocs.end());
+    out_.mem.insert(out_.mem.end(), frees.begin(), frees.end());
+    t.allocs = static_cast<std::uint16_t>(allocs.size());
+    t.frees = static_cast<std::uint16_t>(frees.size());
   }
 
   static TaskInfo info(TaskOp op, Part part, std::int64_t layer = -1, int mb = -1) {
@@ -195,115 +205,199 @@ class StepLowering : StepLayout {
     i.microbatch = mb;
     return i;
   }
-
-  static std::string key(const char* what, std::int64_t layer, int mb) {
-    return std::string(what) + "/L" + std::to_string(layer) + "/mb" + std::to_string(mb);
+  static TaskInfo info(TaskOp op, Part part, std::int64_t layer, int mb, Pass pass) {
+    TaskInfo i = info(op, part, layer, mb);
+    i.pass = pass;
+    return i;
   }
 
-  // Activation buffers of this stage, by kind, layer (−1 for the embedding
-  // and head) and microbatch; ids are per stage: "s3:act/L7/mb2".
-  // A layer's saved bytes are `act`; when only part of them goes to the
-  // host (vDNN), that part is `act` and the rest `act-kept`.
-  enum class Buf : std::uint8_t {
-    Act, ActHost, ActBack, Recomputed, Grad, Core, Head, HeadGrad, Embedding, ActKept
-  };
-  static constexpr const char* kBufName[] = {"act",       "act-host",      "act-back", "recomputed",
-                                             "grad",      "core",          "act/head", "grad/head",
-                                             "act/embedding", "act-kept"};
-  static std::uint64_t code(Buf b, std::int64_t layer, int mb) {
+  static std::uint64_t code(BufKind b, std::int64_t layer, int mb) {
     return (static_cast<std::uint64_t>(b) << 56) | (static_cast<std::uint64_t>(layer + 1) << 28) |
            static_cast<std::uint64_t>(mb);
   }
-  sim::BufferId buffer(Buf kind, std::int64_t layer, int mb, Bytes bytes, bool host = false) {
-    const std::string name = layer >= 0 ? key(kBufName[static_cast<int>(kind)], layer, mb)
-                                        : std::string(kBufName[static_cast<int>(kind)]) + "/mb" +
-                                              std::to_string(mb);
-    const sim::BufferId id = g_.add_buffer({.id = "s" + std::to_string(stage_) + ":" + name,
-                                            .pool = host ? host_pool_ : gpu_pool_,
-                                            .bytes = bytes,
-                                            .tag = sim::MemTag::Activations});
+  std::int32_t buffer(BufKind kind, std::int64_t layer, int mb, Bytes bytes, bool host = false) {
+    const auto id = static_cast<std::int32_t>(out_.buffers.size());
+    out_.buffers.push_back({.stage = stage_, .kind = kind, .tag = sim::MemTag::Activations, .host = host,
+                            .layer = static_cast<std::int32_t>(layer), .microbatch = mb,
+                            .chunk = -1, .bytes = bytes});
     buffers_[code(kind, layer, mb)] = id;
     return id;
   }
-  sim::BufferId existing(Buf kind, std::int64_t layer, int mb) const {
+  std::int32_t existing(BufKind kind, std::int64_t layer, int mb) const {
     return buffers_.at(code(kind, layer, mb));
   }
 
-  // Blocking tensor-, context- and expert-parallel communication of a layer.
-  void layer_comm(std::int64_t layer, int mb, Pass pass) {
-    const sim::Phase ph = pass == Pass::Backward ? sim::Phase::Bwd
-                          : pass == Pass::Forward ? sim::Phase::Fwd
-                                                  : sim::Phase::Recompute;
-    const char* tag = pass == Pass::Backward ? "bwd" : pass == Pass::Forward ? "fwd" : "re";
-    auto one = [&](CommKind kind, bool on, const char* name) {
-      if (!on) return;
-      const Time d = costs_.layer_comm(kind, pass == Pass::Recompute ? Pass::Forward : pass);
-      if (d <= 0) return;
-      TaskInfo i = info(TaskOp::LayerComm, Part::Layer, layer, mb);
-      i.pass = pass;
-      compute(std::string(name) + "-" + tag + key("", layer, mb), d, ph, layer, mb, kind, {},
-              std::move(i));
-    };
-    one(CommKind::TP, plan_.tp > 1, "tp");
-    one(CommKind::CP, plan_.cp > 1, "cp");
-    one(CommKind::EP, plan_.ep > 1, "ep");
+  bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
+
+  // Blocking tensor-, context- and expert-parallel communication of a layer
+  // (a recompute reruns the forward's).
+  template <class Fn>
+  void for_layer_comm(Pass pass, Fn&& fn) const {
+    const Pass priced = pass == Pass::Recompute ? Pass::Forward : pass;
+    const std::pair<CommKind, bool> kinds[] = {
+        {CommKind::TP, plan_.tp > 1}, {CommKind::CP, plan_.cp > 1}, {CommKind::EP, plan_.ep > 1}};
+    for (const auto& [kind, on] : kinds) {
+      if (!on) continue;
+      const Time d = costs_.layer_comm(kind, priced);
+      if (d > 0) fn(kind, d);
+    }
   }
+  static sim::Phase phase_of(Pass pass) {
+    return pass == Pass::Backward ? sim::Phase::Bwd : pass == Pass::Forward ? sim::Phase::Fwd : sim::Phase::Recompute;
+  }
+  void layer_comm(std::int64_t layer, int mb, Pass pass) {
+    for_layer_comm(pass, [&](CommKind kind, Time d) {
+      compute(d, phase_of(pass), info(TaskOp::LayerComm, Part::Layer, layer, mb, pass), kind);
+    });
+  }
+
+  // --- a chunk pass as one task (Chunk granularity) -----------------------
+
+  // Sums a merged pass's time by category.
+  struct Split {
+    std::array<Time, kTimeCats> by{};
+    Time total = 0;
+    void add(int cat, Time d) {
+      d = std::max<Time>(0, d);
+      by[static_cast<std::size_t>(cat)] += d;
+      total += d;
+    }
+  };
+  void add_comm(Split& sp, Pass pass) const {
+    for_layer_comm(pass, [&](CommKind kind, Time d) { sp.add(comm_cat(kind), d); });
+  }
+  std::int32_t merged(Split& sp, sim::Phase phase, TaskInfo inf, Mem mem) {
+    const std::int32_t t = compute(sp.total, phase, std::move(inf), CommKind::None, mem);
+    ProgramTask& pt = out_.tasks[static_cast<std::size_t>(t)];
+    pt.merged = true;
+    pt.parts = static_cast<std::uint32_t>(out_.parts.size());
+    for (int c = 0; c < kTimeCats; ++c)
+      if (sp.by[static_cast<std::size_t>(c)] > 0) out_.parts.emplace_back(c, sp.by[static_cast<std::size_t>(c)]);
+    pt.nparts = static_cast<std::uint16_t>(out_.parts.size() - pt.parts);
+    return t;
+  }
+
+  void forward_merged(int k, int mb) {
+    const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
+    const bool last = k + 1 == static_cast<int>(chunks_.size());
+    Split sp;
+    Bytes saved = 0;
+    if (k == 0) {
+      sp.add(0, costs_.layer(chain_.embedding, Pass::Forward));
+      saved += chain_.embedding.saved_bytes();
+    }
+    const Time f = costs_.layer(chain_.block, Pass::Forward);
+    for (std::int64_t i = 0; i < n; ++i) {
+      sp.add(0, f);
+      add_comm(sp, Pass::Forward);
+      saved += layer_stored(k, i);
+    }
+    if (last) {
+      sp.add(0, costs_.layer(chain_.head, Pass::Forward));
+      saved += chain_.head.saved_bytes();
+    }
+    const auto act = static_cast<std::int32_t>(out_.buffers.size());
+    out_.buffers.push_back({.stage = stage_, .kind = BufKind::Act, .tag = sim::MemTag::Activations,
+                            .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = saved});
+    chunk_act_[slot(k, mb)] = act;
+    TaskInfo i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
+    merged(sp, sim::Phase::Fwd, std::move(i), {{act}, {}});
+  }
+
+  // The layer level's allocations and frees in order, as levels: the most a
+  // chunk's backward holds above what it started with is its working set.
+  void backward_merged(int k, int mb) {
+    const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
+    const bool last = k + 1 == static_cast<int>(chunks_.size());
+    const std::span<const Keep> keeps = chunk_keeps(k);
+    Split sp;
+    Bytes level = 0, peak = 0;
+    auto hold = [&](Bytes b) {
+      level += b;
+      peak = std::max(peak, level);
+    };
+    if (last) {
+      sp.add(0, costs_.layer(chain_.head, Pass::Backward));
+      const Bytes g = chain_.head.max_grad_bytes();
+      hold(g);
+      level -= g + chain_.head.saved_bytes();
+    }
+    const Time b = costs_.layer(chain_.block, Pass::Backward), r = costs_.layer(chain_.block, Pass::Recompute);
+    const bool core = rule_.full != rule_.selective;
+    for (std::int64_t i = n - 1; i >= 0; --i) {
+      const Keep keep = keeps[static_cast<std::size_t>(i)];
+      if (segment_end(keeps, i)) {
+        for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
+          sp.add(static_cast<int>(TimeCat::Recompute), r);
+          hold(rule_.full);
+          add_comm(sp, Pass::Recompute);
+        }
+      } else if (keep == Keep::Selective && core) {
+        sp.add(static_cast<int>(TimeCat::Recompute), costs_.layer(chain_.block, Pass::Recompute, true));
+      }
+      const Bytes working = rule_.grad + (keep == Keep::Selective ? rule_.full - rule_.selective : 0);
+      hold(working);
+      level -= working + layer_stored(k, i);
+      if (keep == Keep::Input || keep == Keep::Nothing) level -= rule_.full;
+      sp.add(0, b);
+      add_comm(sp, Pass::Backward);
+    }
+    if (k == 0) sp.add(0, costs_.layer(chain_.embedding, Pass::Backward));
+    const auto work = static_cast<std::int32_t>(out_.buffers.size());
+    out_.buffers.push_back({.stage = stage_, .kind = BufKind::Working, .tag = sim::MemTag::Activations,
+                            .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = peak});
+    merged(sp, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
+           {{work}, {work, chunk_act_[slot(k, mb)]}});
+  }
+
+  // --- a chunk pass layer by layer ----------------------------------------
 
   void forward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
-    const std::string m = std::to_string(mb);
     if (k == 0)
-      compute("fwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Forward),
-              sim::Phase::Fwd, std::nullopt, mb, CommKind::None,
-              {{buffer(Buf::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}},
-              info(TaskOp::Forward, Part::Embedding, -1, mb));
+      compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
+              info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
+              {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}});
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
-      if (zero3()) gather = param_gather(layer, mb, "fwd");
-      if (plan_.offload.weights) fetch = weight_fetch(layer, mb, "fwd");
+      if (zero3()) gather = param_gather(layer, mb, Pass::Forward);
+      if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
-      Mem mem;
-      if (swapped > 0 && swapped < stored)
-        mem.allocs.push_back(buffer(Buf::ActKept, layer, mb, stored - swapped));
-      if (stored > 0) mem.allocs.push_back(buffer(Buf::Act, layer, mb, swapped > 0 ? swapped : stored));
-      const TaskId f = compute(key("fwd", layer, mb), costs_.layer(chain_.block, Pass::Forward),
-                               sim::Phase::Fwd, layer, mb, CommKind::None, std::move(mem),
-                               info(TaskOp::Forward, Part::Layer, layer, mb));
-      dep(gather, f.index);
-      dep(fetch, f.index);
+      const std::int32_t f = compute(costs_.layer(chain_.block, Pass::Forward), sim::Phase::Fwd,
+                                     info(TaskOp::Forward, Part::Layer, layer, mb));
+      std::vector<std::int32_t> allocs;
+      if (swapped > 0 && swapped < stored) allocs.push_back(buffer(BufKind::ActKept, layer, mb, stored - swapped));
+      if (stored > 0) allocs.push_back(buffer(BufKind::Act, layer, mb, swapped > 0 ? swapped : stored));
+      if (!allocs.empty()) add_mem(allocs, {});
+      dep(gather, f);
+      dep(fetch, f);
       layer_comm(layer, mb, Pass::Forward);
       if (swapped > 0) {
         // The swapped activations move to the host pool once the layer is done.
-        const TaskId c = task(key("offload", layer, mb), TaskKind::Copy, r_.d2h,
-                              costs_.copy(swapped, CopyDir::ToHost), sim::Phase::None, CommKind::None,
-                              layer, mb,
-                              {{buffer(Buf::ActHost, layer, mb, swapped, true)},
-                               {existing(Buf::Act, layer, mb)}},
-                              info(TaskOp::Offload, Part::Layer, layer, mb));
-        dep(last_compute_, c.index);
-        offloaded_[code(Buf::ActHost, layer, mb)] = c.index;
+        const std::int32_t act = existing(BufKind::Act, layer, mb);
+        const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::D2H, costs_.copy(swapped, CopyDir::ToHost),
+                                    sim::Phase::None, CommKind::None, info(TaskOp::Offload, Part::Layer, layer, mb),
+                                    {{buffer(BufKind::ActHost, layer, mb, swapped, true)}, {act}});
+        dep(last_compute_, c);
+        offloaded_[code(BufKind::ActHost, layer, mb)] = c;
       }
     }
     if (k + 1 == static_cast<int>(chunks_.size()))
-      compute("fwd/head/mb" + m, costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
-              std::nullopt, mb, CommKind::None,
-              {{buffer(Buf::Head, -1, mb, chain_.head.saved_bytes())}, {}},
-              info(TaskOp::Forward, Part::Head, -1, mb));
+      compute(costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd, info(TaskOp::Forward, Part::Head, -1, mb),
+              CommKind::None, {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
   }
 
   void backward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
-    const std::string m = std::to_string(mb);
     if (k + 1 == static_cast<int>(chunks_.size())) {
       // The loss's backward holds the logits' gradient and frees the head's
       // saved bytes.
-      const auto grad = buffer(Buf::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
-      compute("bwd/head/mb" + m, costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd,
-              std::nullopt, mb, CommKind::None, {{grad}, {grad, existing(Buf::Head, -1, mb)}},
-              info(TaskOp::Backward, Part::Head, -1, mb));
+      const auto grad = buffer(BufKind::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
+      compute(costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
+              CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
       head_bwd_ = last_compute_;
     }
     const std::span<const Keep> keeps = chunk_keeps(k);
@@ -312,17 +406,17 @@ class StepLowering : StepLayout {
       const std::int64_t layer = first + i;
       const Keep keep = keeps[static_cast<std::size_t>(i)];
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
-      // What the layer's backward waits for off the compute stream.
-      std::vector<std::int32_t> ready;
-      Buf saved = Buf::Act;  // where its saved bytes are on the GPU
+      // What the layer's backward waits for off the compute lane.
+      std::int32_t ready[3] = {kNone, kNone, kNone};
+      BufKind saved = BufKind::Act;  // where its saved bytes are on the GPU
       if (swapped > 0) {
-        ready.push_back(prefetch_activations(layer, mb, i, n, swapped, bwd_of));
-        saved = Buf::ActBack;
+        ready[0] = prefetch_activations(layer, mb, i, n, swapped, bwd_of);
+        saved = BufKind::ActBack;
       }
-      if (zero3()) ready.push_back(param_gather(layer, mb, "bwd"));
-      if (plan_.offload.weights) ready.push_back(weight_fetch(layer, mb, "bwd"));
-      auto wait = [&](TaskId t) {
-        for (auto r : ready) dep(r, t.index);
+      if (zero3()) ready[1] = param_gather(layer, mb, Pass::Backward);
+      if (plan_.offload.weights) ready[2] = weight_fetch(layer, mb, Pass::Backward);
+      auto wait = [&](std::int32_t t) {
+        for (auto r : ready) dep(r, t);
       };
       const bool recomputes = keep == Keep::Input || keep == Keep::Nothing;
       if (segment_end(keeps, i)) {
@@ -330,38 +424,31 @@ class StepLowering : StepLayout {
         // from its first layer's input: its layers' saved bytes live until
         // their backward.
         for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
-          const TaskId r = compute(key("recompute", first + j, mb),
-                                   costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
-                                   first + j, mb, CommKind::None,
-                                   {{buffer(Buf::Recomputed, first + j, mb, rule_.full)}, {}},
-                                   info(TaskOp::Recompute, Part::Layer, first + j, mb));
+          const std::int32_t r =
+              compute(costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
+                      info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute), CommKind::None,
+                      {{buffer(BufKind::Recomputed, first + j, mb, rule_.full)}, {}});
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
       } else if (keep == Keep::Selective && rule_.full != rule_.selective) {
-        TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb);
+        TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb, Pass::Recompute);
         core.core_only = true;
-        const TaskId r = compute(key("recompute", layer, mb),
-                                 costs_.layer(chain_.block, Pass::Recompute, true),
-                                 sim::Phase::Recompute, layer, mb, CommKind::None, {},
-                                 std::move(core));
-        wait(r);
+        wait(compute(costs_.layer(chain_.block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
       }
-      Mem mem;
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
-      mem.allocs.push_back(buffer(Buf::Grad, layer, mb, rule_.grad));
-      if (keep == Keep::Selective)
-        mem.allocs.push_back(buffer(Buf::Core, layer, mb, rule_.full - rule_.selective));
-      mem.frees = mem.allocs;
-      if (recomputes) mem.frees.push_back(existing(Buf::Recomputed, layer, mb));
-      if (stored > 0) mem.frees.push_back(existing(saved, layer, mb));
-      if (swapped > 0 && swapped < stored) mem.frees.push_back(existing(Buf::ActKept, layer, mb));
-      const TaskId b = compute(key("bwd", layer, mb), costs_.layer(chain_.block, Pass::Backward),
-                               sim::Phase::Bwd, layer, mb, CommKind::None, std::move(mem),
-                               info(TaskOp::Backward, Part::Layer, layer, mb));
+      std::vector<std::int32_t> allocs{buffer(BufKind::Grad, layer, mb, rule_.grad)};
+      if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule_.full - rule_.selective));
+      std::vector<std::int32_t> frees = allocs;
+      if (recomputes) frees.push_back(existing(BufKind::Recomputed, layer, mb));
+      if (stored > 0) frees.push_back(existing(saved, layer, mb));
+      if (swapped > 0 && swapped < stored) frees.push_back(existing(BufKind::ActKept, layer, mb));
+      const std::int32_t b = compute(costs_.layer(chain_.block, Pass::Backward), sim::Phase::Bwd,
+                                     info(TaskOp::Backward, Part::Layer, layer, mb));
+      add_mem(allocs, frees);
       wait(b);
-      bwd_of[static_cast<std::size_t>(i)] = b.index;
+      bwd_of[static_cast<std::size_t>(i)] = b;
       layer_comm(layer, mb, Pass::Backward);
       last_bwd_of_layer_[static_cast<std::size_t>(layer)] = last_compute_;
       if (zero3()) {
@@ -372,94 +459,74 @@ class StepLowering : StepLayout {
                                                std::min(per_.grads, 4.0));
         TaskInfo ri = info(TaskOp::Zero3Reduce, Part::Layer, layer, mb);
         ri.layers = {static_cast<std::int32_t>(layer)};
-        const TaskId rs = task(key("zero3-reduce", layer, mb), TaskKind::Collective, r_.comm,
-                               costs_.collective(Collective::ReduceScatter, Group::DP, bytes),
-                               sim::Phase::Comm, CommKind::DP, layer, mb, {}, std::move(ri));
-        dep(last_compute_, rs.index);
-        zero3_reduced_.push_back(rs.index);
+        const std::int32_t rs = task(sim::TaskKind::Collective, sim::Lane::Comm,
+                                     costs_.collective(Collective::ReduceScatter, Group::DP, bytes),
+                                     sim::Phase::Comm, CommKind::DP, std::move(ri));
+        dep(last_compute_, rs);
+        zero3_reduced_.push_back(rs);
       }
     }
     if (k == 0) {
-      compute("bwd/embedding/mb" + m, costs_.layer(chain_.embedding, Pass::Backward),
-              sim::Phase::Bwd, std::nullopt, mb, CommKind::None,
-              {{}, {existing(Buf::Embedding, -1, mb)}},
-              info(TaskOp::Backward, Part::Embedding, -1, mb));
+      compute(costs_.layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
+              info(TaskOp::Backward, Part::Embedding, -1, mb), CommKind::None,
+              {{}, {existing(BufKind::Embedding, -1, mb)}});
       embedding_bwd_ = last_compute_;
     }
   }
 
-  bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
-
-  // ZeRO-3: all-gather a layer's parameters on the communication stream,
-  // one layer ahead of its use (prefetch depth 1).
-  std::int32_t param_gather(std::int64_t layer, int mb, const char* pass) {
+  // ZeRO-3: all-gather a layer's parameters on the communication lane, one
+  // layer ahead of its use (prefetch depth 1).
+  std::int32_t param_gather(std::int64_t layer, int mb, Pass pass) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
-    TaskInfo gi = info(TaskOp::Zero3Gather, Part::Layer, layer, mb);
-    gi.pass = pass[0] == 'f' ? Pass::Forward : Pass::Backward;
-    const TaskId g = task(key((std::string("zero3-gather-") + pass).c_str(), layer, mb),
-                          TaskKind::Collective, r_.comm,
-                          costs_.collective(Collective::AllGather, Group::DP, bytes), sim::Phase::Comm,
-                          CommKind::DP, layer, mb, {}, std::move(gi));
-    // It may start once the compute stream reached the layer before the previous one.
-    if (recent_.size() >= 2) dep(recent_[recent_.size() - 2], g.index);
+    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm,
+                                costs_.collective(Collective::AllGather, Group::DP, bytes), sim::Phase::Comm,
+                                CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
+    // It may start once the compute lane reached the layer before the previous one.
+    if (recent_.size() >= 2) dep(recent_[recent_.size() - 2], g);
     recent_.push_back(last_compute_);
-    return g.index;
+    return g;
   }
 
   // Weight offload: bring a layer's weights to the device ahead of use.
-  std::int32_t weight_fetch(std::int64_t layer, int mb, const char* pass) {
+  std::int32_t weight_fetch(std::int64_t layer, int mb, Pass pass) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
-    TaskInfo fi = info(TaskOp::WeightFetch, Part::Layer, layer, mb);
-    fi.pass = pass[0] == 'f' ? Pass::Forward : Pass::Backward;
-    const TaskId c = task(key((std::string("fetch-weights-") + pass).c_str(), layer, mb),
-                          TaskKind::Copy, r_.h2d, costs_.copy(bytes, CopyDir::ToDevice),
-                          sim::Phase::None, CommKind::None, layer, mb, {}, std::move(fi));
+    const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(bytes, CopyDir::ToDevice),
+                                sim::Phase::None, CommKind::None,
+                                info(TaskOp::WeightFetch, Part::Layer, layer, mb, pass));
     const std::size_t depth = static_cast<std::size_t>(plan_.offload.prefetch_depth);
-    if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], c.index);
+    if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], c);
     recent_fetch_.push_back(last_compute_);
-    return c.index;
+    return c;
   }
 
   // Activation offload: bring layer i's saved activations back before its
   // backward, prefetch_depth layers ahead.
   std::int32_t prefetch_activations(std::int64_t layer, int mb, std::int64_t i, std::int64_t n,
                                     Bytes stored, const std::vector<std::int32_t>& bwd_of) {
-    const TaskId c = task(key("prefetch", layer, mb), TaskKind::Copy, r_.h2d,
-                          costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None, CommKind::None,
-                          layer, mb,
-                          {{buffer(Buf::ActBack, layer, mb, stored)},
-                           {existing(Buf::ActHost, layer, mb)}},
-                          info(TaskOp::Prefetch, Part::Layer, layer, mb));
-    dep(offloaded_.at(code(Buf::ActHost, layer, mb)), c.index);
+    const std::int32_t host = existing(BufKind::ActHost, layer, mb);
+    const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(stored, CopyDir::ToDevice),
+                                sim::Phase::None, CommKind::None, info(TaskOp::Prefetch, Part::Layer, layer, mb),
+                                {{buffer(BufKind::ActBack, layer, mb, stored)}, {host}});
+    dep(offloaded_.at(code(BufKind::ActHost, layer, mb)), c);
     const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
-    if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c.index);
-    return c.index;
+    if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c);
+    return c;
   }
 
   void lower_stage(const PipelineSchedule& sched, int s) {
     stage_ = s;
-    const std::string n = "s" + std::to_string(s);
-    r_.compute = g_.add_stream(n + ".compute");
-    r_.comm = g_.add_stream(n + ".comm");
-    r_.p2p = g_.add_stream(n + ".p2p");
-    r_.d2h = g_.add_copy_engine(n + ".d2h");
-    r_.h2d = g_.add_copy_engine(n + ".h2d");
-    r_.cpu = g_.add_worker_pool(n + ".cpu", 1);
     // Memory: the GPU pool holds this stage's static bytes from the start
     // (weights, gradients, optimizer state, buffers, workspace, runtime:
     // the analytical model's) and the activations the tasks allocate; the
     // host pool the offloaded activations.
-    gpu_pool_ = g_.add_pool(n + ".gpu", sc_.cluster.gpu.memory_bytes());
-    host_pool_ = g_.add_pool(n + ".host", statics_.host_capacity_per_node /
-                                              std::max<std::int64_t>(1, sc_.cluster.node.gpus_per_node));
+    out_.gpu_capacity.push_back(sc_.cluster.gpu.memory_bytes());
+    out_.host_capacity.push_back(statics_.host_capacity_per_node /
+                                 std::max<std::int64_t>(1, sc_.cluster.node.gpus_per_node));
     const StageMemory& st = statics_.stages[static_cast<std::size_t>(s)];
     for (std::size_t t = 0; t < sim::kMemTagCount; ++t) {
       const auto tag = static_cast<sim::MemTag>(t);
-      if (tag == sim::MemTag::Activations || tag == sim::MemTag::AllocatorReserve ||
-          st.bytes[t] == 0)
-        continue;
-      g_.add_buffer({.id = n + ":" + std::string(enum_name(tag)), .pool = gpu_pool_,
-                     .bytes = st.bytes[t], .tag = tag, .live_at_start = true});
+      if (tag == sim::MemTag::Activations || tag == sim::MemTag::AllocatorReserve || st.bytes[t] == 0) continue;
+      out_.buffers.push_back({.stage = s, .kind = BufKind::Static, .tag = tag, .bytes = st.bytes[t]});
     }
     last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
     embedding_bwd_ = head_bwd_ = kNone;
@@ -471,41 +538,47 @@ class StepLowering : StepLayout {
     offloaded_.clear();
     buffers_.clear();
     const int chunks = static_cast<int>(chunks_.size());
-    const Bytes p2p_bytes = StepLayout::p2p_bytes(sc_);
+    std::optional<Time> p2p;  // one pipeline send, priced when the stage has one
+    const auto& steps = sched.stages[static_cast<std::size_t>(s)];
+    // The microbatch whose backward of each model chunk comes last runs
+    // layer by layer, forward and backward: the gradient buckets wait for
+    // its layers.
+    std::vector<int> fine_mb(chunks_.size(), -1);
+    if (merge_)
+      for (const Step& st : steps)
+        if (st.phase == Phase::Backward)
+          fine_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
     chunk_ = -1;
-    if (const Time t = costs_.overhead_per_step(); t > 0)
-      compute("framework/step", t, sim::Phase::None, std::nullopt, 0);
-    for (const Step& st : sched.stages[static_cast<std::size_t>(s)]) {
+    if (const Time t = costs_.overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
+    for (const Step& st : steps) {
       const int k = model_chunk(sched, s, st.chunk);
       chunk_ = k;
       step_first_ = kNone;
+      const bool fwd = st.phase == Phase::Forward;
       // Without p2p overlap (Megatron-LM's default) a stage waits for its
       // last send before its next step.
       const std::int32_t blocking_send = plan_.implementation.overlap_p2p ? kNone : pending_send_;
       pending_send_ = kNone;
       if (const Time t = costs_.overhead_per_microbatch(); t > 0)
-        compute(std::string(st.phase == Phase::Forward ? "framework/fwd" : "framework/bwd") +
-                    "/c" + std::to_string(k) + "/mb" + std::to_string(st.microbatch),
-                t, sim::Phase::None, std::nullopt, st.microbatch);
-      const bool fwd = st.phase == Phase::Forward;
+        compute(t, sim::Phase::None,
+                info(TaskOp::Framework, Part::None, -1, st.microbatch, fwd ? Pass::Forward : Pass::Backward));
       const std::size_t at = slot(k, st.microbatch);
+      const bool whole = merge_ && st.microbatch != fine_mb[static_cast<std::size_t>(k)];
       if (fwd)
-        forward(k, st.microbatch);
+        whole ? forward_merged(k, st.microbatch) : forward(k, st.microbatch);
       else
-        backward(k, st.microbatch);
+        whole ? backward_merged(k, st.microbatch) : backward(k, st.microbatch);
       dep(blocking_send, step_first_);
       (fwd ? fwd_first_ : bwd_first_)[at] = step_first_;
       // Activations go to the next chunk, gradients to the previous one.
       if (fwd ? k + 1 < chunks : k > 0) {
-        const TaskId t = task(std::string(fwd ? "send-act" : "send-grad") + "/c" + std::to_string(k) +
-                                  "/mb" + std::to_string(st.microbatch),
-                              TaskKind::P2PSend, r_.p2p, costs_.p2p(p2p_bytes), sim::Phase::Comm,
-                              CommKind::PP, std::nullopt, st.microbatch, {},
-                              info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None,
-                                   -1, st.microbatch));
-        dep(last_compute_, t.index);
-        (fwd ? fwd_send_ : bwd_send_)[at] = t.index;
-        pending_send_ = t.index;
+        if (!p2p) p2p = costs_.p2p(StepLayout::p2p_bytes(sc_));
+        const std::int32_t t =
+            task(sim::TaskKind::P2PSend, sim::Lane::P2P, *p2p, sim::Phase::Comm, CommKind::PP,
+                 info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None, -1, st.microbatch));
+        dep(last_compute_, t);
+        (fwd ? fwd_send_ : bwd_send_)[at] = t;
+        pending_send_ = t;
       }
     }
     chunk_ = -1;
@@ -531,8 +604,10 @@ class StepLowering : StepLayout {
     const std::int32_t end_of_backward = last_compute_;
     std::vector<std::int32_t> reduced;  // what the optimizer waits for
     const bool dp = plan_.dp > 1;
-    const auto method = plan_.compression.method;
-    if (dp && method != CompressionMethod::None) {
+    auto comm = [&](Time d, CommKind kind, TaskInfo i) {
+      return task(sim::TaskKind::Collective, sim::Lane::Comm, d, sim::Phase::Comm, kind, std::move(i));
+    };
+    if (dp && plan_.compression.method != CompressionMethod::None) {
       compress_and_reduce(stage, end_of_backward, reduced);
     } else if (zero3()) {
       // Reduced layer by layer during backward; the embedding and head here.
@@ -543,13 +618,11 @@ class StepLowering : StepLayout {
         TaskInfo i = info(TaskOp::Zero3Reduce, Part::None);
         i.embedding = s == 0;
         i.head = s == p_ - 1;
-        const TaskId t = task("zero3-reduce/embedding-head", TaskKind::Collective, r_.comm,
-                              costs_.collective(Collective::ReduceScatter, Group::DP,
-                                                static_cast<Bytes>(other * std::min(per_.grads, 4.0))),
-                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
-                              std::move(i));
-        dep(end_of_backward, t.index);
-        reduced.push_back(t.index);
+        const std::int32_t t = comm(costs_.collective(Collective::ReduceScatter, Group::DP,
+                                                      static_cast<Bytes>(other * std::min(per_.grads, 4.0))),
+                                    CommKind::DP, std::move(i));
+        dep(end_of_backward, t);
+        reduced.push_back(t);
       }
     } else if (dp || plan_.cp > 1) {
       // Buckets of about 25 MiB of gradients, filled in backward order
@@ -566,15 +639,15 @@ class StepLowering : StepLayout {
       double fill = 0;
       std::int32_t last_dep = kNone;
       int bucket_index = 0;
-      TaskInfo contents = info(ps ? TaskOp::PsPush : TaskOp::DpReduce, Part::None);
+      const TaskOp what = ps ? TaskOp::PsPush : TaskOp::DpReduce;
+      TaskInfo contents = info(what, Part::None);
       auto flush = [&](double bytes, std::int32_t after) {
-        const TaskId t = task(std::string(ps ? "ps-push" : "dp-reduce") + "/bucket" + std::to_string(bucket_index++),
-                              TaskKind::Collective, r_.comm,
-                              costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
-                              sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
-                              std::exchange(contents, info(contents.op, Part::None)));
-        dep(plan_.implementation.overlap_grad_reduce ? after : end_of_backward, t.index);
-        reduced.push_back(t.index);
+        TaskInfo i = std::exchange(contents, info(what, Part::None));
+        i.bucket = bucket_index++;
+        const std::int32_t t = comm(costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)), CommKind::DP,
+                                    std::move(i));
+        dep(plan_.implementation.overlap_grad_reduce ? after : end_of_backward, t);
+        reduced.push_back(t);
       };
       if (s == p_ - 1 && chain_.head.params() > 0) {
         contents.head = true;
@@ -600,17 +673,13 @@ class StepLowering : StepLayout {
     // the word embedding's gradient.
     if (p_ > 1 && sc_.model.tied_embeddings && (s == 0 || s == p_ - 1)) {
       const double bytes = static_cast<double>(chain_.embedding.ops.front().params) * per_.grads;
-      const TaskId t = task("embedding-tie", TaskKind::Collective, r_.comm,
-                            costs_.collective(Collective::AllReduce, Group::EmbeddingTie,
-                                              static_cast<Bytes>(bytes)),
-                            sim::Phase::Comm, CommKind::PP, std::nullopt, std::nullopt, {},
-                            [] {
-                              TaskInfo i = info(TaskOp::EmbeddingTie, Part::Embedding);
-                              i.embedding = true;
-                              return i;
-                            }());
-      dep(end_of_backward, t.index);
-      reduced.push_back(t.index);
+      TaskInfo i = info(TaskOp::EmbeddingTie, Part::Embedding);
+      i.embedding = true;
+      const std::int32_t t = comm(costs_.collective(Collective::AllReduce, Group::EmbeddingTie,
+                                                    static_cast<Bytes>(bytes)),
+                                  CommKind::PP, std::move(i));
+      dep(end_of_backward, t);
+      reduced.push_back(t);
     }
     const double shard = plan_.zero >= 1 ? static_cast<double>(plan_.dp) : 1.0;
     const double local = params / shard;
@@ -619,107 +688,87 @@ class StepLowering : StepLayout {
     if (on_host) {
       // ZeRO-Offload: gradients to the host, the step on the CPU, updated
       // 16-bit weights back.
-      const TaskId down = task("grads-to-host", TaskKind::Copy, r_.d2h,
-                               costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost),
-                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt, {},
-                               info(TaskOp::GradsToHost, Part::None));
-      dep(end_of_backward, down.index);
-      for (auto r : reduced) dep(r, down.index);
-      std::int32_t before_step = down.index;
-      if (plan_.offload.optimizer == OffloadTarget::Nvme) {
-        const Bytes states = static_cast<Bytes>(local * per_.optimizer);
-        const TaskId rd = task("states-from-nvme", TaskKind::Host, r_.cpu,
-                               costs_.copy(states, CopyDir::NvmeRead), sim::Phase::Comm,
-                               CommKind::Offload, std::nullopt, std::nullopt, {},
-                               info(TaskOp::StatesFromNvme, Part::None));
-        dep(down.index, rd.index);
-        before_step = rd.index;
+      const bool nvme = plan_.offload.optimizer == OffloadTarget::Nvme;
+      const std::int32_t down = task(sim::TaskKind::Copy, sim::Lane::D2H,
+                                     costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost), sim::Phase::Comm,
+                                     CommKind::Offload, info(TaskOp::GradsToHost, Part::None));
+      dep(end_of_backward, down);
+      for (auto r : reduced) dep(r, down);
+      std::int32_t before_step = down;
+      const Bytes states = static_cast<Bytes>(local * per_.optimizer);
+      if (nvme) {
+        const std::int32_t rd = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(states, CopyDir::NvmeRead),
+                                     sim::Phase::Comm, CommKind::Offload, info(TaskOp::StatesFromNvme, Part::None));
+        dep(down, rd);
+        before_step = rd;
       }
-      const TaskId step = task("optimizer-step", TaskKind::Host, r_.cpu,
-                               costs_.optimizer_step(local, true), sim::Phase::Optim, CommKind::None,
-                               std::nullopt, std::nullopt, {}, info(TaskOp::OptimizerStep, Part::None));
-      dep(before_step, step.index);
-      std::int32_t after_step = step.index;
-      if (plan_.offload.optimizer == OffloadTarget::Nvme) {
-        const TaskId wr = task("states-to-nvme", TaskKind::Host, r_.cpu,
-                               costs_.copy(static_cast<Bytes>(local * per_.optimizer), CopyDir::NvmeWrite),
-                               sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt, {},
-                               info(TaskOp::StatesToNvme, Part::None));
-        dep(step.index, wr.index);
+      const std::int32_t step = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.optimizer_step(local, true),
+                                     sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
+      dep(before_step, step);
+      if (nvme) {
+        const std::int32_t wr = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(states, CopyDir::NvmeWrite),
+                                     sim::Phase::Comm, CommKind::Offload, info(TaskOp::StatesToNvme, Part::None));
+        dep(step, wr);
       }
-      const TaskId up = task("weights-to-device", TaskKind::Copy, r_.h2d,
-                             costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
-                             sim::Phase::Comm, CommKind::Offload, std::nullopt, std::nullopt, {},
-                             info(TaskOp::WeightsToDevice, Part::None));
-      dep(after_step, up.index);
-      stepped = up.index;
+      const std::int32_t up = task(sim::TaskKind::Copy, sim::Lane::H2D,
+                                   costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
+                                   sim::Phase::Comm, CommKind::Offload, info(TaskOp::WeightsToDevice, Part::None));
+      dep(step, up);
+      stepped = up;
     } else {
-      const TaskId step = task("optimizer-step", TaskKind::Compute, r_.compute,
-                               costs_.optimizer_step(local, false), sim::Phase::Optim, CommKind::None,
-                               std::nullopt, std::nullopt, {}, info(TaskOp::OptimizerStep, Part::None));
-      for (auto r : reduced) dep(r, step.index);
-      stepped = step.index;
+      const std::int32_t step = task(sim::TaskKind::Compute, sim::Lane::Compute, costs_.optimizer_step(local, false),
+                                     sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
+      for (auto r : reduced) dep(r, step);
+      stepped = step;
     }
     if (dp && plan_.dp_topology == DpTopology::ParameterServer) {
-      const TaskId pull = task("ps-pull-weights", TaskKind::Collective, r_.comm,
-                               costs_.collective(Collective::SendRecv, Group::DP,
-                                                 static_cast<Bytes>(params * per_.weights)),
-                               sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
-                               info(TaskOp::PsPull, Part::None));
-      dep(stepped, pull.index);
+      const std::int32_t pull = comm(costs_.collective(Collective::SendRecv, Group::DP,
+                                                       static_cast<Bytes>(params * per_.weights)),
+                                     CommKind::DP, info(TaskOp::PsPull, Part::None));
+      dep(stepped, pull);
     }
     if (dp && plan_.zero >= 1 && plan_.zero <= 2) {
       // The distributed optimizer's all-gather of updated weights.
-      const TaskId ag = task("dp-gather-weights", TaskKind::Collective, r_.comm,
-                             costs_.collective(Collective::AllGather, Group::DP,
-                                               static_cast<Bytes>(params * per_.weights)),
-                             sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
-                             info(TaskOp::GatherWeights, Part::None));
-      dep(stepped, ag.index);
+      const std::int32_t ag = comm(costs_.collective(Collective::AllGather, Group::DP,
+                                                     static_cast<Bytes>(params * per_.weights)),
+                                   CommKind::DP, info(TaskOp::GatherWeights, Part::None));
+      dep(stepped, ag);
     }
   }
 
-  // Compressed gradient exchange: encode on the compute stream, the
-  // collective the method needs, decode.
-  void compress_and_reduce(const StageGradients& stage, std::int32_t after,
-                           std::vector<std::int32_t>& reduced) {
+  // Compressed gradient exchange: encode on the compute lane, the
+  // collective rounds the method needs, decode.
+  void compress_and_reduce(const StageGradients& stage, std::int32_t after, std::vector<std::int32_t>& reduced) {
     const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs_);
-    const Time encode = ex.encode, decode = ex.decode;
-    const auto& rounds = ex.rounds;
-    const TaskId enc = task("compress-encode", TaskKind::Compute, r_.compute, encode,
-                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt, {},
-                            info(TaskOp::CompressEncode, Part::None));
-    dep(after, enc.index);
-    std::int32_t prev = enc.index;
+    const std::int32_t enc = task(sim::TaskKind::Compute, sim::Lane::Compute, ex.encode, sim::Phase::Comm,
+                                  CommKind::None, info(TaskOp::CompressEncode, Part::None));
+    dep(after, enc);
+    std::int32_t prev = enc;
     int i = 0;
-    for (const auto& [op, bytes] : rounds) {
+    for (const auto& [op, bytes] : ex.rounds) {
       TaskInfo ri = info(TaskOp::CompressRound, Part::None);
-      ri.round = i;
-      const TaskId t = task("dp-compressed/round" + std::to_string(i++), TaskKind::Collective,
-                            r_.comm, costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)),
-                            sim::Phase::Comm, CommKind::DP, std::nullopt, std::nullopt, {},
-                            std::move(ri));
-      dep(prev, t.index);
-      prev = t.index;
+      ri.round = i++;
+      const std::int32_t t = task(sim::TaskKind::Collective, sim::Lane::Comm,
+                                  costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)), sim::Phase::Comm,
+                                  CommKind::DP, std::move(ri));
+      dep(prev, t);
+      prev = t;
     }
-    const TaskId dec = task("compress-decode", TaskKind::Compute, r_.compute, decode,
-                            sim::Phase::Comm, CommKind::None, std::nullopt, std::nullopt, {},
-                            info(TaskOp::CompressDecode, Part::None));
-    dep(prev, dec.index);
-    reduced.push_back(dec.index);
+    const std::int32_t dec = task(sim::TaskKind::Compute, sim::Lane::Compute, ex.decode, sim::Phase::Comm,
+                                  CommKind::None, info(TaskOp::CompressDecode, Part::None));
+    dep(prev, dec);
+    reduced.push_back(dec);
   }
 
   const Scenario& sc_;
   const Plan& plan_;
   const StepCosts& costs_;
-  sim::TaskGraph g_;
-  LoweredStep out_;
+  StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
+  bool merge_ = false;      // chunk passes as one task where nothing waits inside
   // Per stage state.
-  int stage_ = 0;
+  std::int32_t stage_ = 0;
   int chunk_ = -1;  // model chunk of the schedule step being lowered, −1 outside one
-  sim::PoolId gpu_pool_, host_pool_;
-  StageRes r_{};
   std::int32_t step_first_ = kNone;
   std::int32_t pending_send_ = kNone;
   std::int32_t last_compute_ = kNone;
@@ -727,102 +776,46 @@ class StepLowering : StepLayout {
   std::int32_t embedding_bwd_ = kNone, head_bwd_ = kNone;
   std::vector<std::int32_t> recent_, recent_fetch_, zero3_reduced_;
   std::unordered_map<std::uint64_t, std::int32_t> offloaded_;  // offload copy by buffer code
-  std::unordered_map<std::uint64_t, sim::BufferId> buffers_;
+  std::unordered_map<std::uint64_t, std::int32_t> buffers_;
+  std::vector<std::int32_t> chunk_act_;  // merged forward's buffer by (model chunk, microbatch)
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
 };
 
 }  // namespace
 
+StepProgram build_step_program(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
+                               const PipelineSchedule* schedule) {
+  StepBuilder b(sc, costs, g, layers);
+  if (schedule) return std::move(b).build(*schedule);
+  const PipelineSchedule own = make_schedule(sc.plan.schedule, static_cast<int>(sc.plan.pp),
+                                             static_cast<int>(sc.plan.virtual_stages),
+                                             static_cast<int>(microbatches(sc.plan, sc.batch)));
+  return std::move(b).build(own);
+}
+
 LoweredStep lower_step(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers) {
-  return StepLowering(sc, costs, layers).build();
+  const StepProgram p = build_step_program(sc, costs, Granularity::Layer, layers);
+  return lowered_step(p);
 }
 
-namespace {
-
-// Categories of a stage's time, in the order they win a tie when nothing
-// runs on the compute stream.
-enum Cat : int { kCompute, kRecompute, kOptimizer, kOffloadStall, kComm0 };
-constexpr int kCats = kComm0 + static_cast<int>(kCommKinds);
-
-int category(const sim::Task& t, CommKind kind, bool on_compute) {
-  if (t.label.phase == sim::Phase::Optim) return kOptimizer;
-  if (kind != CommKind::None) return kComm0 + static_cast<int>(kind);
-  if (t.kind == sim::TaskKind::Copy) return kOffloadStall;
-  if (t.label.phase == sim::Phase::Recompute) return kRecompute;
-  if (t.label.phase == sim::Phase::Comm) return kComm0 + static_cast<int>(CommKind::DP);  // compression
-  return on_compute ? kCompute : kComm0 + static_cast<int>(CommKind::DP);
+LoweredStep lowered_step(const StepProgram& p) {
+  LoweredStep low;
+  low.graph = to_task_graph(p);
+  low.stages = p.stages;
+  low.layers = p.layers;
+  low.comm_kind.reserve(p.tasks.size());
+  low.info.reserve(p.tasks.size());
+  for (const auto& t : p.tasks) {
+    low.comm_kind.push_back(t.comm);
+    low.info.push_back(t.info);
+  }
+  for (int s = 0; s < p.stages; ++s) {
+    low.gpu_pool.push_back(gpu_pool_of(s));
+    low.host_pool.push_back(host_pool_of(s));
+  }
+  return low;
 }
-
-// Attributes every instant of [0, makespan] of one stage: what the compute
-// stream runs, else the exposed communication or copy it waits for, else
-// pipeline bubble.
-TimeBreakdown attribute(const LoweredStep& low, const sim::RunResult& run, int stage,
-                        const std::vector<std::int32_t>& stage_tasks) {
-  struct Iv {
-    Time a, b;
-    int cat;
-  };
-  std::vector<Iv> busy, side;
-  const std::string compute_name = "s" + std::to_string(stage) + ".compute";
-  const auto compute_res = low.graph.resource(compute_name);
-  const auto& tasks = low.graph.tasks();
-  busy.reserve(stage_tasks.size());
-  for (const std::int32_t index : stage_tasks) {
-    const auto i = static_cast<std::size_t>(index);
-    const auto& t = tasks[i];
-    const auto& tm = run.tasks[i];
-    if (tm.end <= tm.start) continue;
-    const bool on_compute = !t.resources.empty() && t.resources.front() == compute_res;
-    (on_compute ? busy : side).push_back({tm.start, tm.end, category(t, low.comm_kind[i], on_compute)});
-  }
-  std::vector<Time> cuts = {0, run.makespan};
-  for (const auto& v : busy) cuts.insert(cuts.end(), {v.a, v.b});
-  for (const auto& v : side) cuts.insert(cuts.end(), {v.a, v.b});
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  // Side activity per category as +1/−1 events.
-  std::vector<std::pair<Time, int>> ev;  // (time, cat + 1 or −(cat + 1))
-  for (const auto& v : side) {
-    ev.push_back({v.a, v.cat + 1});
-    ev.push_back({v.b, -(v.cat + 1)});
-  }
-  std::sort(ev.begin(), ev.end());
-  std::sort(busy.begin(), busy.end(), [](const Iv& x, const Iv& y) { return x.a < y.a; });
-  std::array<int, kCats> active{};
-  std::array<Time, kCats + 1> total{};  // last slot: bubble
-  std::size_t e = 0, c = 0;
-  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
-    const Time a = cuts[k], b = cuts[k + 1];
-    while (e < ev.size() && ev[e].first <= a) {
-      active[static_cast<std::size_t>(std::abs(ev[e].second) - 1)] += ev[e].second > 0 ? 1 : -1;
-      ++e;
-    }
-    while (c < busy.size() && busy[c].b <= a) ++c;
-    int cat = kCats;  // bubble
-    if (c < busy.size() && busy[c].a <= a) {
-      cat = busy[c].cat;
-    } else {
-      for (int q : {kOptimizer, kOffloadStall}) if (active[static_cast<std::size_t>(q)] > 0 && cat == kCats) cat = q;
-      for (CommKind kind : {CommKind::DP, CommKind::PP, CommKind::Offload, CommKind::TP,
-                            CommKind::CP, CommKind::EP}) {
-        const int q = kComm0 + static_cast<int>(kind);
-        if (cat == kCats && active[static_cast<std::size_t>(q)] > 0) cat = q;
-      }
-    }
-    total[static_cast<std::size_t>(cat)] += b - a;
-  }
-  TimeBreakdown out;
-  out.compute = total[kCompute];
-  out.recompute = total[kRecompute];
-  out.optimizer = total[kOptimizer];
-  out.offload_stall = total[kOffloadStall];
-  for (std::size_t q = 0; q < kCommKinds; ++q) out.exposed_comm[q] = total[kComm0 + q];
-  out.bubble = total[kCats];
-  return out;
-}
-
-}  // namespace
 
 void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) {
   // FLOPs of the whole model for the global batch: model FLOPs count each
@@ -858,41 +851,12 @@ void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t 
 
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::RunResult* run_out,
                             LoweredStep* lowered_out, const LayerPlan* layers) {
-  LoweredStep low = lower_step(sc, costs, layers);
-  // Each task alone (a transfer at its slowest link's full rate): the engine
-  // never idles while a task can run, and shared links stay busy.
-  double serial = 0;
-  for (const auto& t : low.graph.tasks()) {
-    serial += static_cast<double>(t.duration.value_or(0)) + static_cast<double>(t.latency_after) + 1;
-    double rate = std::numeric_limits<double>::infinity();
-    for (const auto r : t.resources)
-      if (low.graph.at(r).kind == sim::ResourceKind::Link) rate = std::min(rate, low.graph.at(r).bytes_per_ns());
-    if (t.transfer_bytes > 0) serial += static_cast<double>(t.transfer_bytes) / rate;
-  }
-  require_countable_step(sc, serial, low.graph.num_tasks());
-  const sim::RunResult run = sim::simulate(low.graph);
-  StepPrediction pr;
-  pr.step_time = run.makespan;
-  pr.tasks = low.graph.num_tasks();
-  Time most = -1;
-  std::vector<std::vector<std::int32_t>> by_stage(static_cast<std::size_t>(low.stages));
-  const auto& tasks = low.graph.tasks();
-  for (std::size_t i = 0; i < tasks.size(); ++i)
-    if (tasks[i].label.stage)
-      by_stage[static_cast<std::size_t>(*tasks[i].label.stage)].push_back(static_cast<std::int32_t>(i));
-  for (int s = 0; s < low.stages; ++s) {
-    pr.per_stage.push_back(attribute(low, run, s, by_stage[static_cast<std::size_t>(s)]));
-    const auto& b = pr.per_stage.back();
-    if (b.compute + b.recompute > most) {
-      most = b.compute + b.recompute;
-      pr.critical_stage = s;
-    }
-  }
-  pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
-  pr.bubble_fraction =
-      pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
-  add_step_flops(sc, low.layers.keeps, pr);
-  if (run_out) *run_out = run;
+  const StepProgram p = build_step_program(sc, costs, Granularity::Layer, layers);
+  require_countable_step(sc, serial_ns(p), p.tasks.size());
+  LoweredStep low = lowered_step(p);
+  sim::RunResult run = sim::simulate(low.graph);
+  const StepPrediction pr = prediction(sc, p, from_engine(p, low.graph, run));
+  if (run_out) *run_out = std::move(run);
   if (lowered_out) *lowered_out = std::move(low);
   return pr;
 }

@@ -24,10 +24,27 @@
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
-
 // What a communication task is for; the keys of `exposed_comm` in outputs.
 enum class CommKind : std::uint8_t { None, DP, TP, PP, CP, EP, Offload };
-inline constexpr std::size_t kCommKinds = 7;
+}
+namespace strata {
+template <>
+struct EnumNames<strategies::CommKind> {
+  static constexpr std::array<std::pair<strategies::CommKind, std::string_view>, 7> table{{
+      {strategies::CommKind::None, "none"},
+      {strategies::CommKind::DP, "dp"},
+      {strategies::CommKind::TP, "tp"},
+      {strategies::CommKind::PP, "pp"},
+      {strategies::CommKind::CP, "cp"},
+      {strategies::CommKind::EP, "ep"},
+      {strategies::CommKind::Offload, "offload"},
+  }};
+};
+}  // namespace strata
+
+namespace strata::strategies {
+
+inline constexpr std::size_t kCommKinds = enum_count<CommKind>();
 
 enum class Pass : std::uint8_t { Forward, Backward, Recompute };
 // SendRecv: each member sends and receives `bytes` (parameter-server push or pull).
@@ -137,14 +154,18 @@ struct TaskInfo {
   // DpReduce, PsPush, Zero3Reduce: the gradients reduced.
   std::vector<std::int32_t> layers;
   bool head = false, embedding = false;
-  std::int32_t round = -1;  // CompressRound
+  std::int32_t round = -1;   // CompressRound
+  std::int32_t bucket = -1;  // DpReduce, PsPush: the bucket's place in reduction order
 };
 
+// The step program (step_program.hpp) at layer granularity, as the task
+// graph the simulator replays and the executors run.
 struct LoweredStep {
   sim::TaskGraph graph;
   std::vector<CommKind> comm_kind;  // by task index: what a communication task is for
   std::vector<TaskInfo> info;       // by task index: what the task does
   int stages = 0;
+  std::vector<sim::PoolId> gpu_pool, host_pool;  // by stage
   LayerPlan layers;                 // what each layer keeps for its backward, and where
 };
 
@@ -192,17 +213,3 @@ StepPrediction predict_step(const Scenario& sc, const StepCosts& costs,
 
 }  // namespace strata::strategies
 
-namespace strata {
-template <>
-struct EnumNames<strategies::CommKind> {
-  static constexpr std::array<std::pair<strategies::CommKind, std::string_view>, 7> table{{
-      {strategies::CommKind::None, "none"},
-      {strategies::CommKind::DP, "dp"},
-      {strategies::CommKind::TP, "tp"},
-      {strategies::CommKind::PP, "pp"},
-      {strategies::CommKind::CP, "cp"},
-      {strategies::CommKind::EP, "ep"},
-      {strategies::CommKind::Offload, "offload"},
-  }};
-};
-}  // namespace strata

@@ -16,12 +16,22 @@ MemoryEstimate simulate_memory(const Scenario& sc, const MemoryRules& rules) {
 
 MemoryEstimate memory_from_run(const Scenario& sc, const LoweredStep& low, const sim::RunResult& run,
                                const MemoryRules& rules) {
-  MemoryEstimate est = estimate_memory(sc, rules, low.layers);
+  std::vector<StageMemoryPeak> peaks;
+  for (int s = 0; s < low.stages; ++s) {
+    const auto& gpu = run.at(low.gpu_pool[static_cast<std::size_t>(s)]);
+    peaks.push_back({gpu.peak, gpu.peak_by_tag, run.at(low.host_pool[static_cast<std::size_t>(s)]).peak});
+  }
+  return memory_from_peaks(sc, low.layers, peaks, rules);
+}
+
+MemoryEstimate memory_from_peaks(const Scenario& sc, const LayerPlan& layers, std::span<const StageMemoryPeak> peaks,
+                                 const MemoryRules& rules) {
+  MemoryEstimate est = estimate_memory(sc, rules, layers);
   using sim::MemTag;
   Bytes host_rank = 0;
   for (auto& st : est.stages) {
-    const std::string n = "s" + std::to_string(st.stage);
-    sim::TagBytes bytes = run.at(low.graph.pool(n + ".gpu")).peak_by_tag;
+    const StageMemoryPeak& peak = peaks[static_cast<std::size_t>(st.stage)];
+    sim::TagBytes bytes = peak.gpu_peak_by_tag;
     // The reserve follows the analytical rule, applied to the timeline's
     // transient bytes at the peak.
     const auto at = [&](MemTag t) { return static_cast<double>(bytes[static_cast<std::size_t>(t)]); };
@@ -33,7 +43,7 @@ MemoryEstimate memory_from_run(const Scenario& sc, const LoweredStep& low, const
     for (Bytes b : bytes) st.total += b;
     // Host: the analytical non-activation bytes plus the replayed peak of
     // offloaded activations.
-    st.host_bytes = st.host_bytes - st.host_activation_bytes + run.at(low.graph.pool(n + ".host")).peak;
+    st.host_bytes = st.host_bytes - st.host_activation_bytes + peak.host_peak;
     st.activations_stored = 0;  // the timeline does not split stored from working
     st.activations_working = 0;
     host_rank = std::max(host_rank, st.host_bytes);

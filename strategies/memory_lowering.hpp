@@ -7,6 +7,7 @@
 #include "sim/engine.hpp"
 #include "strategies/lower.hpp"
 #include "strategies/memory.hpp"
+#include "strategies/step_program.hpp"
 
 namespace strata::strategies {
 
@@ -16,5 +17,10 @@ MemoryEstimate simulate_memory(const Scenario& sc, const MemoryRules& rules = {}
 // The same from a step already lowered and replayed (predict_step's).
 MemoryEstimate memory_from_run(const Scenario& sc, const LoweredStep& low, const sim::RunResult& run,
                                const MemoryRules& rules = {});
+
+// The same from each stage's peaks (a replayed step program's, either
+// level's).
+MemoryEstimate memory_from_peaks(const Scenario& sc, const LayerPlan& layers, std::span<const StageMemoryPeak> peaks,
+                                 const MemoryRules& rules = {});
 
 }  // namespace strata::strategies
