@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cuda/calibrate.hpp"
 #include "backend/cuda/device.hpp"
 #include "backend/cuda/executor.hpp"
@@ -80,7 +80,7 @@ int step_gemms(const std::string& path) {
   cuda::Executor ex(sc, {.profile_gemms = true});
   const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
   std::vector<std::int32_t> tokens(n), targets(n);
-  strata::backend::cpu::Rng rng(7);
+  strata::backend::Rng rng(7);
   for (auto& t : tokens) t = static_cast<std::int32_t>(rng.below(sc.model.vocab));
   for (auto& t : targets) t = static_cast<std::int32_t>(rng.below(sc.model.vocab));
   ex.step(tokens, targets);  // warm-up: optimizer states, the memory pool

@@ -9,16 +9,6 @@
 
 namespace strata::backend::cpu {
 
-OutOfMemory::OutOfMemory(Bytes requested, Bytes live, Bytes capacity, MemTag tag,
-                         std::string where)
-    : Error((where.empty() ? std::string() : where + ": ") + "out of memory: allocating " +
-            std::to_string(requested) + " bytes (" + std::string(enum_name(tag)) + ") with " +
-            std::to_string(live) + " of " + std::to_string(capacity) + " bytes live"),
-      requested_(requested),
-      live_(live),
-      capacity_(capacity),
-      tag_(tag) {}
-
 ByteCounter::ByteCounter(Bytes capacity) : capacity_(capacity) {
   if (capacity < 0) throw Error("allocator: capacity must be >= 0");
 }

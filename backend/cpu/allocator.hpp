@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <mutex>
 
+#include "backend/common/memory_stats.hpp"
+#include "backend/common/out_of_memory.hpp"
 #include "sim/error.hpp"
 #include "sim/task_graph.hpp"
 #include "sim/units.hpp"
@@ -26,48 +28,6 @@ class Allocator {
   virtual void* allocate(Bytes bytes, MemTag tag) = 0;
   // Gives back what allocate(bytes, tag) returned, with the same size and tag.
   virtual void deallocate(void* p, Bytes bytes, MemTag tag) noexcept = 0;
-};
-
-struct MemoryStats {
-  TagBytes current{};       // live bytes by tag
-  TagBytes peak{};          // the largest live bytes each tag reached
-  Bytes current_total = 0;  // live bytes, all tags
-  Bytes peak_total = 0;     // the largest live bytes, all tags at once
-  std::int64_t allocations = 0;  // allocate calls so far
-
-  // Counts `bytes` becoming live under `tag` (an allocation), or dying.
-  void add(Bytes bytes, MemTag tag) {
-    const auto t = static_cast<std::size_t>(tag);
-    current[t] += bytes;
-    peak[t] = current[t] > peak[t] ? current[t] : peak[t];
-    current_total += bytes;
-    peak_total = current_total > peak_total ? current_total : peak_total;
-    ++allocations;
-  }
-  void remove(Bytes bytes, MemTag tag) {
-    current[static_cast<std::size_t>(tag)] -= bytes;
-    current_total -= bytes;
-  }
-  // Peaks restart from the live bytes (to measure one phase of a run).
-  void reset_peaks() {
-    peak = current;
-    peak_total = current_total;
-  }
-};
-
-// An allocation beyond a pool's capacity: the device running out of memory.
-// `where` names the pool (e.g. "rank 3 (stage 1) device"), or is empty.
-class OutOfMemory : public Error {
- public:
-  OutOfMemory(Bytes requested, Bytes live, Bytes capacity, MemTag tag, std::string where = "");
-  Bytes requested() const { return requested_; }
-  Bytes live() const { return live_; }
-  Bytes capacity() const { return capacity_; }
-  MemTag tag() const { return tag_; }
-
- private:
-  Bytes requested_, live_, capacity_;
-  MemTag tag_;
 };
 
 // Live and peak byte counts of one pool, by tag and in total. Thread-safe.

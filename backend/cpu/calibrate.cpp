@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "backend/cpu/blas.hpp"
-#include "backend/cpu/calibration_points.hpp"
+#include "backend/common/calibration_points.hpp"
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/host_info.hpp"
 #include "backend/cpu/kernels.hpp"
@@ -211,19 +211,7 @@ std::string render_measurements(const CpuMeasurements& m) {
 }
 
 std::string default_calibration_cache_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  std::filesystem::path base;
-  if (xdg != nullptr && *xdg != '\0') {
-    base = xdg;
-  } else {
-    const char* home = std::getenv("HOME");
-    if (home == nullptr || *home == '\0')
-      throw InputError("--calibration", "",
-                       "no calibration file given and neither XDG_CACHE_HOME nor HOME is set for "
-                       "the cached one");
-    base = std::filesystem::path(home) / ".cache";
-  }
-  return (base / "strata" / "cpu-calibration.json").string();
+  return calib::cache_path("cpu-calibration.json");
 }
 
 // ---------------------------------------------------------------- measuring

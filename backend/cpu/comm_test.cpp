@@ -8,12 +8,13 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "strategies/rank_mesh.hpp"
 
 using namespace strata;
 using namespace strata::backend::cpu;
+using strata::backend::Rng;
 
 namespace {
 

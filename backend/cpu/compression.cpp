@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/blas.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend::cpu {

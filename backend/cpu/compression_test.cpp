@@ -14,7 +14,7 @@
 
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/gpt.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "backend/cpu/train.hpp"

@@ -15,7 +15,7 @@
 #include "backend/cpu/compression.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/kernels.hpp"
-#include "backend/cpu/layer_keep.hpp"
+#include "backend/common/layer_keep.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/ops.hpp"
@@ -701,7 +701,7 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
       ensure_layer_params(R, t.layer);
       BlockSaved& s = R.saved[{t.layer, mb}];
       Tensor y = model.block_forward(t.layer, std::move(x), s);
-      cpu::keep_for_backward<GptModel>(low.layers.keeps[static_cast<std::size_t>(t.layer)], core_recompute, s);
+      keep_for_backward<GptModel>(low.layers.keeps[static_cast<std::size_t>(t.layer)], core_recompute, s);
       R.act[{k, mb}] = std::move(y);
       release_layer_params(R, t.layer);
       return;
@@ -1257,18 +1257,6 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
     }
   }
   return out;
-}
-
-std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc) {
-  // The same layer choices as the executed graph's (optimal recompute
-  // decides them under the default rules).
-  const strategies::ModelStepCosts costs(sc);
-  const auto est = strategies::estimate_memory(sc, {.runtime_bytes = 0, .cublas_workspace_bytes = 0},
-                                               strategies::plan_layers(sc, costs));
-  return std::string(e.what()) + "; the memory model predicts a peak of " +
-         std::to_string(est.peak_bytes) + " bytes per device (stage " + std::to_string(est.peak_stage) +
-         ") against " + std::to_string(sc.cluster.gpu.memory_bytes()) + " bytes of " +
-         sc.cluster.gpu.name + " memory";
 }
 
 }  // namespace strata::backend::cpu

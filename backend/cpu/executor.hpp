@@ -43,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/common/step_executor.hpp"
 #include "backend/cpu/allocator.hpp"
 #include "sim/engine.hpp"
 #include "strategies/lower.hpp"
@@ -62,54 +63,6 @@ struct ExecutorOptions {
   // Optimizer offload to NVMe (ZeRO-Infinity): the directory its states'
   // files go to (the drive's mount); empty: the system's temporary directory.
   std::string storage_dir;
-};
-
-// One task run by one rank: seconds since the step began.
-struct TaskTime {
-  std::int32_t task = 0;  // index into lowered().graph.tasks()
-  int rank = 0;
-  double start = 0, end = 0;
-  // The rank's live device bytes under MemTag::Activations when the task
-  // ended: what the schedule keeps between its tasks (the CPU executor's;
-  // the CUDA executor leaves it 0).
-  Bytes activations = 0;
-};
-
-struct RankMemory {
-  int rank = 0;
-  int stage = 0;
-  MemoryStats device;  // peaks over the step (live bytes at its start included)
-  MemoryStats host;
-  MemoryStats storage;  // optimizer offload to NVMe: the states' files
-};
-
-struct StepResult {
-  double loss = 0;     // mean cross-entropy over the global batch
-  double seconds = 0;  // wall time of the step
-  std::vector<RankMemory> memory;  // by global rank
-  std::vector<TaskTime> tasks;     // every rank's, rank by rank in execution order
-};
-
-// What `strata validate` and `strata run` drive (validate.hpp, train.hpp):
-// an executor of one plan's lowered step, this CPU executor or the CUDA
-// backend's, measured into the same StepResult.
-class StepExecutor {
- public:
-  virtual ~StepExecutor() = default;
-  virtual std::string_view backend() const = 0;  // "cpu", "cuda"
-  virtual int ranks() const = 0;
-  virtual const strategies::LoweredStep& lowered() const = 0;
-  // One training step. tokens and targets hold global_batch·seq_len ids,
-  // sequence after sequence.
-  virtual StepResult step(std::span<const std::int32_t> tokens,
-                          std::span<const std::int32_t> targets) = 0;
-  // A step's measured task times as a replay result of lowered().graph, for
-  // sim::chrome_trace (each stage's representative rank).
-  virtual sim::RunResult measured(const StepResult& r) const = 0;
-  // Whether the device pool holds a GPU library workspace (cuBLAS's): the
-  // lowering's static Workspace buffer stands for it, so validate compares
-  // it instead of leaving it out.
-  virtual bool holds_gpu_workspace() const { return false; }
 };
 
 class Executor final : public StepExecutor {
@@ -158,10 +111,5 @@ class Executor final : public StepExecutor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// The message of a step's OutOfMemory with the memory model's predicted
-// peak for the plan beside it (without the GPU-only runtime and cuBLAS
-// bytes, as `validate` compares), for `run` and `validate` to report.
-std::string out_of_memory_report(const OutOfMemory& e, const strategies::Scenario& sc);
 
 }  // namespace strata::backend::cpu

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "backend/cpu/blas.hpp"
-#include "backend/cpu/corpus.hpp"
+#include "backend/common/corpus.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/optimizer.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "costmodel/model_io.hpp"

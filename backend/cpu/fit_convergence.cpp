@@ -8,11 +8,11 @@
 #include <map>
 #include <set>
 
-#include "backend/cpu/corpus.hpp"
+#include "backend/common/corpus.hpp"
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/host_info.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "sim/error.hpp"
 #include "strategies/validate.hpp"
 

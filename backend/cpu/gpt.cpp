@@ -6,7 +6,7 @@
 #include <string>
 
 #include "backend/cpu/kernels.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend::cpu {

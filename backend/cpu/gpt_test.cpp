@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/blas.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "costmodel/ops.hpp"
 #include "sim/error.hpp"

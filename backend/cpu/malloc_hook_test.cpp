@@ -13,12 +13,12 @@
 
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/blas.hpp"
-#include "backend/cpu/corpus.hpp"
+#include "backend/common/corpus.hpp"
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/optimizer.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 
 extern "C" {
 void* __libc_malloc(std::size_t);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/gpt.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "costmodel/ops.hpp"
 #include "sim/error.hpp"
 #include "strategies/memory.hpp"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/comm.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 
 namespace strata::backend::cpu::test {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 
 namespace strata::backend::cuda {
 namespace {
@@ -35,7 +35,7 @@ std::uint16_t bits(float f) { return to_bf16(f).bits; }
 constexpr double kHalfUlp = 1.0 / 256.0;
 
 std::vector<float> normal(std::size_t n, std::uint64_t seed, float sd = 1.0f) {
-  cpu::Rng rng(seed);
+  backend::Rng rng(seed);
   std::vector<float> v(n);
   for (auto& x : v) x = sd * static_cast<float>(rng.normal());
   return v;
@@ -107,7 +107,7 @@ TEST_CASE("cuda/bf16: every bf16 value survives float and back; random floats go
   }
   // Random finite floats: the result is the nearer of the two bf16 values
   // around x (computed in double), the even one on a tie, Inf past the top.
-  cpu::Rng rng(11);
+  backend::Rng rng(11);
   int ties = 0;
   for (int i = 0; i < 200000; ++i) {
     std::uint32_t u = static_cast<std::uint32_t>(rng.next());

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/corpus.hpp"
+#include "backend/common/corpus.hpp"
 #include "backend/cpu/executor.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "backend/cuda/test_scenario.hpp"
 #include "backend/cuda/executor.hpp"

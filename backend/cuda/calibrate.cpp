@@ -11,8 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/calibrate.hpp"
-#include "backend/cpu/calibration_points.hpp"
+#include "backend/common/calibration_points.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/compression.hpp"
@@ -25,7 +24,7 @@
 
 namespace strata::backend::cuda {
 
-using namespace cpu::calib;
+using namespace calib;
 
 namespace {
 
@@ -240,11 +239,11 @@ double Microbench::optimizer_step(strategies::Optimizer o, std::int64_t rows, in
 
 double Microbench::compression(const strategies::Compression& c, std::int64_t rows, int repeats) {
   Impl& I = *impl_;
-  const cpu::Shape shape{rows, 1024};
+  const Shape shape{rows, 1024};
   DeviceTensor grad(I.alloc, shape, MemTag::Grads, Fill::Uninitialised), out(I.alloc, shape, MemTag::Grads);
   kernels::fill(I.stream, grad.data(), grad.numel(), 1e-3f);
   const auto comp = make_device_compressor({.method = c, .ranks = 1, .rank = 0, .seed = 1},
-                                           cpu::flat_layout(std::span<const cpu::Shape>(&shape, 1)), I.alloc, *I.blas);
+                                           cpu::flat_layout(std::span<const Shape>(&shape, 1)), I.alloc, *I.blas);
   return I.timed(
       [&] {
         comp->encode(grad.data());
@@ -633,10 +632,6 @@ std::string cluster_for_device(const std::string& device_name, Bytes memory) {
   return "";
 }
 
-std::string default_calibration_cache_path() {
-  return std::filesystem::path(cpu::default_calibration_cache_path())
-      .replace_filename("cuda-calibration.json")
-      .string();
-}
+std::string default_calibration_cache_path() { return calib::cache_path("cuda-calibration.json"); }
 
 }  // namespace strata::backend::cuda

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/compression_kernels.hpp"
 #include "backend/cuda/kernels.hpp"
@@ -283,7 +283,7 @@ class PowerSgd final : public DeviceCompressor {
   }
 
   Blas* blas_;
-  cpu::Rng shared_;
+  backend::Rng shared_;
   std::vector<Matrix> parts_;
   std::int64_t columns_ = 0;
   DeviceTensor p_;  // every matrix's P, then the vectors

@@ -151,7 +151,7 @@ STRATA_HD inline float from_half(std::uint16_t h) {
   return float_of(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-// ---- deterministic randomness (backend/cpu/rng.hpp's Rng) ------------------------
+// ---- deterministic randomness (backend/common/rng.hpp's Rng) ------------------------
 
 // The seed of a stream: backend/cpu/compression.cpp's mix(seed, salt).
 STRATA_HD inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) {

@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "backend/cpu/compression.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cuda/compression_test_util.hpp"
 #include "strategies/plan.hpp"
 
 namespace strata::backend::cuda::compression {
 namespace {
 
-using cpu::Rng;
+using backend::Rng;
 using strategies::Compression;
 using strategies::CompressionMethod;
 using namespace test;
@@ -32,7 +32,7 @@ static_assert(kOneBitBucket == strategies::kOneBitBucket);
 // ---- the primitives ---------------------------------------------------------------
 
 TEST_CASE("cuda/compression_math: xoshiro draws the CPU Rng's stream, and the jumps land where sequential draws do") {
-  // Xoshiro::seeded(s) and cpu::Rng(s) give the same 10,000 uniforms (bit
+  // Xoshiro::seeded(s) and backend::Rng(s) give the same 10,000 uniforms (bit
   // for bit); draws_map(d) applied to a state equals d advances; the state
   // of bucket b from bucket_jumps(512) equals 512·b draws, for b up to 300
   // (several bits set, every jump level below 2^9 used).

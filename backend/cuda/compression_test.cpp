@@ -102,8 +102,8 @@ void compare(const Compression& c, std::int64_t n, const cpu::FlatLayout& layout
   std::vector<DeviceTensor> grad, out;
   for (int r = 0; r < kRanks; ++r) {
     dev.push_back(make_device_compressor({.method = c, .ranks = kRanks, .rank = r, .seed = 7}, layout, alloc, blas));
-    grad.emplace_back(alloc, cpu::Shape{n}, MemTag::Grads);
-    out.emplace_back(alloc, cpu::Shape{n}, MemTag::Grads);
+    grad.emplace_back(alloc, Shape{n}, MemTag::Grads);
+    out.emplace_back(alloc, Shape{n}, MemTag::Grads);
   }
   auto same = [&](const Floats& got, const Floats& want, const char* what) {
     CAPTURE(what);

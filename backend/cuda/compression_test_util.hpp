@@ -15,13 +15,13 @@
 
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/compression.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "backend/cuda/compression_math.hpp"
 
 namespace strata::backend::cuda::compression::test {
 
-using cpu::Rng;
+using backend::Rng;
 using strategies::Compression;
 using Words = std::vector<std::uint32_t>;
 using Floats = std::vector<float>;

@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cpu/layer_keep.hpp"
+#include "backend/common/layer_keep.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/communicator.hpp"
@@ -492,7 +492,7 @@ void Executor::Impl::forward(const TaskInfo& t) {
       ensure_layer_params(t.layer, stream(compute));
       BlockSaved& s = saved[{t.layer, mb}];
       ActTensor y = model->block_forward(t.layer, std::move(x), s);
-      cpu::keep_for_backward<GptModel>(low.layers.keeps[static_cast<std::size_t>(t.layer)], core_recompute, s);
+      keep_for_backward<GptModel>(low.layers.keeps[static_cast<std::size_t>(t.layer)], core_recompute, s);
       act[{k, mb}] = std::move(y);
       release_layer_params(t.layer);
       return;
@@ -939,7 +939,7 @@ const strategies::LoweredStep& Executor::lowered() const { return impl_->low; }
 
 int Executor::ranks() const { return impl_->world; }
 
-cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
   Impl& I = *impl_;
   if (I.broken) throw Error("executor: an earlier step failed; make a new executor");
   const auto n = static_cast<std::size_t>(I.sc.batch.global * I.seq);
@@ -1004,7 +1004,7 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
     I.clear_step_state();
     throw;
   }
-  cpu::StepResult out;
+  StepResult out;
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   ++I.steps_done;
   // What stops the run on this rank: a non-finite loss or gradient.
@@ -1033,8 +1033,8 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
   double my_loss = 0;
   for (const double l : loss) my_loss += l;
   my_loss /= static_cast<double>(I.m);
-  cpu::RankMemory mine{I.rank, 0, I.dev.stats(), I.host.stats()};
-  std::vector<cpu::TaskTime> my_tasks;
+  RankMemory mine{I.rank, 0, I.dev.stats(), I.host.stats()};
+  std::vector<TaskTime> my_tasks;
   for (const std::int32_t i : I.order) {
     float a = 0, b = 0;
     const auto ii = static_cast<std::size_t>(i);
@@ -1075,13 +1075,13 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
     if (first_failure.empty()) first_failure = f;
     loss_sum += in.get<double>();
     slowest = std::max(slowest, in.get<double>());
-    cpu::RankMemory rm;
+    RankMemory rm;
     rm.rank = r;
-    rm.device = in.get<cpu::MemoryStats>();
-    rm.host = in.get<cpu::MemoryStats>();
+    rm.device = in.get<MemoryStats>();
+    rm.host = in.get<MemoryStats>();
     out.memory.push_back(rm);
     const auto tasks_n = in.get<std::int64_t>();
-    for (std::int64_t k = 0; k < tasks_n; ++k) out.tasks.push_back(in.get<cpu::TaskTime>());
+    for (std::int64_t k = 0; k < tasks_n; ++k) out.tasks.push_back(in.get<TaskTime>());
   }
   if (!first_failure.empty()) {
     I.broken = true;
@@ -1094,7 +1094,7 @@ cpu::StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<c
   return out;
 }
 
-sim::RunResult Executor::measured(const cpu::StepResult& r) const {
+sim::RunResult Executor::measured(const StepResult& r) const {
   sim::RunResult run;
   run.tasks.assign(impl_->low.graph.num_tasks(), {});
   for (const auto& t : r.tasks) {

@@ -49,7 +49,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/cpu/executor.hpp"
+#include "backend/common/step_executor.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::backend::cuda {
@@ -76,7 +76,7 @@ struct StepGemm {
   double seconds = 0;
 };
 
-class Executor final : public cpu::StepExecutor {
+class Executor final : public StepExecutor {
  public:
   // Lowers the scenario and builds the model, optimizer, streams and events
   // on the device. Throws Error for what it does not execute and when there
@@ -103,9 +103,9 @@ class Executor final : public cpu::StepExecutor {
   // the device); running out of device memory throws cuda::OutOfMemory with
   // the predicted peak beside the numbers. After any failure the executor
   // refuses further steps.
-  cpu::StepResult step(std::span<const std::int32_t> tokens,
+  StepResult step(std::span<const std::int32_t> tokens,
                        std::span<const std::int32_t> targets) override;
-  sim::RunResult measured(const cpu::StepResult& r) const override;
+  sim::RunResult measured(const StepResult& r) const override;
 
   // The most bytes the device pool reserved during the last step (>= its
   // peak of live bytes: rounding, and memory freed on one stream waiting to

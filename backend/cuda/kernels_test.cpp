@@ -26,7 +26,7 @@
 namespace strata::backend::cuda {
 namespace {
 
-using cpu::Rng;
+using backend::Rng;
 using cpu::test::random_vec;
 using Vec = std::vector<float>;
 
@@ -225,8 +225,8 @@ TEST_CASE_FIXTURE(Fixture, "cuda/kernels: Adam, AdamW and SGD with momentum step
   for (const int kind : {0, 1, 2}) {
     CAPTURE(kind);
     std::vector<cpu::Tensor> P, G;
-    P.emplace_back(host, cpu::Shape{1000}, MemTag::Params);
-    G.emplace_back(host, cpu::Shape{1000}, MemTag::Grads);
+    P.emplace_back(host, Shape{1000}, MemTag::Params);
+    G.emplace_back(host, Shape{1000}, MemTag::Grads);
     std::memcpy(P[0].data(), p0.data(), 4000);
     std::memcpy(G[0].data(), g0.data(), 4000);
     std::unique_ptr<cpu::Optimizer> ref;

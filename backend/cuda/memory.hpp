@@ -1,6 +1,6 @@
 #pragma once
 // Device and pinned host memory with byte counts by tag, as the CPU
-// backend's TrackingAllocator keeps them (backend/cpu/allocator.hpp's
+// backend's TrackingAllocator keeps them (backend/common/memory_stats.hpp's
 // MemoryStats), so measured bytes compare with the simulator's tag by tag.
 // Internal to backend/cuda (it names CUDA types).
 //
@@ -37,11 +37,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/allocator.hpp"
+#include "backend/common/memory_stats.hpp"
 
 namespace strata::backend::cuda {
 
-using cpu::MemoryStats;
 using sim::MemTag;
 
 // "1.50 GiB": how the backend's messages give sizes.

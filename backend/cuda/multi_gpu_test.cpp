@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/corpus.hpp"
+#include "backend/common/corpus.hpp"
 #include "backend/cpu/executor.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/communicator.hpp"
 #include "backend/cuda/device.hpp"
@@ -133,9 +133,9 @@ void data_parallel_equals_one_gpu(const cuda::ProcessGroup& pg, int zero) {
   const auto whole = tiny(1, 0);
   cuda::Executor one(whole, {.seed = 3, .lr = 0.05f, .device = pg.local_rank()});
   cuda::Executor many(sc, {.seed = 3, .lr = 0.05f, .device = pg.local_rank(), .group = &pg});
-  const strata::backend::cpu::MarkovCorpus corpus(sc.model.vocab, 7);
+  const strata::backend::MarkovCorpus corpus(sc.model.vocab, 7);
   for (int step = 0; step < 2; ++step) {
-    strata::backend::cpu::Rng rng(100 + static_cast<std::uint64_t>(step));
+    strata::backend::Rng rng(100 + static_cast<std::uint64_t>(step));
     const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
     std::vector<std::int32_t> tokens(n), targets(n);
     corpus.sample(tokens, targets, sc.batch.global, sc.model.seq_len, rng);
@@ -169,10 +169,10 @@ void compressed_equals_cpu(const cuda::ProcessGroup& pg, strategies::Compression
   strata::backend::cpu::Executor ref(sc, {.seed = 1, .lr = 0.05f});
   cuda::Executor many(sc, {.seed = 1, .lr = 0.05f, .device = pg.local_rank(), .group = &pg});
   many.set_parameters(ref.parameters());
-  const strata::backend::cpu::MarkovCorpus corpus(sc.model.vocab, 7);
+  const strata::backend::MarkovCorpus corpus(sc.model.vocab, 7);
   const char* name = strata::enum_name(method).data();
   for (int step = 0; step < 2; ++step) {
-    strata::backend::cpu::Rng rng(200 + static_cast<std::uint64_t>(step));
+    strata::backend::Rng rng(200 + static_cast<std::uint64_t>(step));
     const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
     std::vector<std::int32_t> tokens(n), targets(n);
     corpus.sample(tokens, targets, sc.batch.global, sc.model.seq_len, rng);

@@ -36,7 +36,7 @@ Bytes8 as_bytes(const std::vector<T>& v) {
 // the CPU optimizer's order of allocation, as Optimizer::download_states.
 class HostDriver {
  public:
-  HostDriver(const RuleCase& c, const std::vector<cpu::Shape>& shapes)
+  HostDriver(const RuleCase& c, const std::vector<Shape>& shapes)
       : c_(c), shapes_(shapes), maps_(math::quant_maps()) {
     for (const auto& s : shapes) {
       const auto n = static_cast<std::size_t>(s.numel());
@@ -245,7 +245,7 @@ class HostDriver {
   }
 
   RuleCase c_;
-  std::vector<cpu::Shape> shapes_;
+  std::vector<Shape> shapes_;
   math::QuantMaps maps_;
   std::int64_t t_ = 0;
   std::vector<std::vector<std::uint8_t>> a_, b_;  // 8-bit codes of m, v
@@ -295,7 +295,7 @@ TEST_CASE("cuda/optimizer_math: 8-bit Adam, LARS, LAMB, Adafactor and SM3 step a
   const auto shapes = test::odd_shapes();
   for (const auto& c : test::rule_cases()) {
     CAPTURE(c.name);
-    cpu::Rng rng(7);
+    backend::Rng rng(7);
     auto p = test::random_tensors(shapes, rng, 1.0);
     const auto p0 = p;
     test::CpuRun ref(c, shapes, p);
@@ -339,7 +339,7 @@ TEST_CASE("cuda/optimizer_math: 8-bit Adam, LARS, LAMB, Adafactor and SM3 step a
 TEST_CASE("cuda/optimizer_math: 8-bit Adam's state is 2 + 8/block bytes per parameter") {
   // 4099 elements in blocks of 2048: two code bytes each and 3 blocks × 2 absmax floats.
   const RuleCase c = test::rule_cases()[0];
-  HostDriver host(c, {cpu::Shape{4099}});
+  HostDriver host(c, {Shape{4099}});
   Bytes total = 0;
   for (const auto& b : host.states()) total += static_cast<Bytes>(b.size());
   CHECK(total == 2 * 4099 + 3 * 2 * 4);

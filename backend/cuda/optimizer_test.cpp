@@ -56,7 +56,7 @@ struct DeviceRun {
   DeviceAllocator& alloc;
   std::vector<DeviceTensor> p, g;
   std::unique_ptr<Optimizer> opt;
-  DeviceRun(DeviceAllocator& a, const RuleCase& c, const std::vector<cpu::Shape>& shapes,
+  DeviceRun(DeviceAllocator& a, const RuleCase& c, const std::vector<Shape>& shapes,
             const std::vector<Vec>& p0)
       : alloc(a) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -82,7 +82,7 @@ TEST_CASE("cuda/optimizer: 8-bit Adam, LARS, LAMB, Adafactor and SM3 step as the
   for (const auto& c : test::rule_cases()) {
     CAPTURE(c.name);
     DeviceAllocator alloc(0);
-    cpu::Rng rng(11);
+    backend::Rng rng(11);
     const auto p0 = test::random_tensors(shapes, rng, 1.0);
     test::CpuRun ref(c, shapes, p0);
     DeviceRun dev(alloc, c, shapes, p0);
@@ -124,7 +124,7 @@ TEST_CASE("cuda/optimizer: a flagged step changes no parameter and no state") {
   for (const auto& c : test::rule_cases()) {
     CAPTURE(c.name);
     DeviceAllocator alloc(0);
-    cpu::Rng rng(5);
+    backend::Rng rng(5);
     const auto p0 = test::random_tensors(shapes, rng, 1.0);
     DeviceRun dev(alloc, c, shapes, p0);
     dev.step(test::step_grads(shapes, rng, 1));
@@ -147,8 +147,8 @@ TEST_CASE("cuda/optimizer: make_optimizer steps the five as the CPU executor's o
   for (const auto o : {Optimizer::Adam8bit, Optimizer::Lars, Optimizer::Lamb, Optimizer::Adafactor, Optimizer::Sm3}) {
     CAPTURE(enum_name(o));
     DeviceAllocator alloc(0);
-    cpu::Rng rng(3);
-    const std::vector<cpu::Shape> shapes = {cpu::Shape{37, 29}};
+    backend::Rng rng(3);
+    const std::vector<Shape> shapes = {Shape{37, 29}};
     const auto p0 = test::random_tensors(shapes, rng, 1.0);
     const auto g = test::random_tensors(shapes, rng, 0.1);
     RuleCase c{"", Rule::Sm3};

@@ -14,7 +14,7 @@
 
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/optimizer.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 #include "backend/cpu/tensor.hpp"
 
 namespace strata::backend::cuda::test {
@@ -84,12 +84,12 @@ inline std::unique_ptr<cpu::Optimizer> make_cpu(const RuleCase& c, cpu::Allocato
 // Matrices (factored in Adafactor and SM3, one of a single element), a
 // vector and a rank-3 tensor (full statistics), and 4099 elements: three
 // blocks of 2048, the last of 3.
-inline std::vector<cpu::Shape> odd_shapes() {
-  return {cpu::Shape{37, 29}, cpu::Shape{301}, cpu::Shape{3, 5, 7}, cpu::Shape{4099}, cpu::Shape{1, 1},
-          cpu::Shape{1, 13}};
+inline std::vector<Shape> odd_shapes() {
+  return {Shape{37, 29}, Shape{301}, Shape{3, 5, 7}, Shape{4099}, Shape{1, 1},
+          Shape{1, 13}};
 }
 
-inline std::vector<std::vector<float>> random_tensors(const std::vector<cpu::Shape>& shapes, cpu::Rng& rng,
+inline std::vector<std::vector<float>> random_tensors(const std::vector<Shape>& shapes, backend::Rng& rng,
                                                       double sd) {
   std::vector<std::vector<float>> out;
   for (const auto& s : shapes) {
@@ -103,7 +103,7 @@ inline std::vector<std::vector<float>> random_tensors(const std::vector<cpu::Sha
 // The gradients of step `step` (0-based): random, their scale changing from
 // step to step; on step 0 row 0 of the first matrix, the first 100 entries
 // of the vector and the whole 1 × 1 matrix are zero.
-inline std::vector<std::vector<float>> step_grads(const std::vector<cpu::Shape>& shapes, cpu::Rng& rng,
+inline std::vector<std::vector<float>> step_grads(const std::vector<Shape>& shapes, backend::Rng& rng,
                                                   int step) {
   auto g = random_tensors(shapes, rng, 0.05 * (1 + step % 3));
   if (step == 0) {
@@ -120,7 +120,7 @@ struct CpuRun {
   std::vector<cpu::Tensor> p, g;
   std::unique_ptr<cpu::Optimizer> opt;
 
-  CpuRun(const RuleCase& c, const std::vector<cpu::Shape>& shapes, const std::vector<std::vector<float>>& p0) {
+  CpuRun(const RuleCase& c, const std::vector<Shape>& shapes, const std::vector<std::vector<float>>& p0) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       p.emplace_back(alloc, shapes[i], MemTag::Params);
       g.emplace_back(alloc, shapes[i], MemTag::Grads);

@@ -11,13 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/tensor.hpp"
+#include "backend/common/shape.hpp"
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/memory.hpp"
 
 namespace strata::backend::cuda {
-
-using cpu::Shape;
 
 // Zero: the storage is zero-filled (cudaMemsetAsync). Uninitialised: the
 // caller writes every element before reading any.

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cpu/corpus.hpp"
-#include "backend/cpu/rng.hpp"
+#include "backend/common/corpus.hpp"
+#include "backend/common/rng.hpp"
 
 #include "costmodel/model_io.hpp"
 #include "strategies/scenario.hpp"
@@ -41,8 +41,8 @@ struct Ids {
   std::vector<std::int32_t> tokens, targets;
 };
 inline Ids ids_of(const strategies::Scenario& sc, std::uint64_t seed) {
-  const cpu::MarkovCorpus corpus(sc.model.vocab, 7);
-  cpu::Rng rng(seed);
+  const backend::MarkovCorpus corpus(sc.model.vocab, 7);
+  backend::Rng rng(seed);
   Ids b;
   const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
   b.tokens.resize(n);

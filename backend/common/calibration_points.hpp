@@ -2,14 +2,14 @@
 // Writing measured points into a calibration file (docs/cost-model.md's
 // schema) so that the reader accepts them: efficiencies clamped to its
 // limits, sizes strictly increasing, time never falling as the size grows.
-// Shared by `strata calibrate --backend cpu` (calibrate.cpp) and the CUDA
-// backend's calibration.
+// Shared by `strata calibrate --backend cpu` (backend/cpu/calibrate.cpp) and
+// the CUDA backend's calibration (backend/cuda/calibrate.cpp).
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
-namespace strata::backend::cpu::calib {
+namespace strata::backend::calib {
 
 // The reader's limits (costmodel/calibration_io.cpp), with a margin so a
 // value written with 6 significant digits stays inside them.
@@ -39,8 +39,13 @@ std::vector<Point> increasing(std::vector<Point> pts);
 // {"bytes", key}, each value eff·peak.
 nlohmann::ordered_json table_points(const std::vector<Point>& pts, const char* key, double peak,
                                     bool gemm);
+// Where `strata calibrate` caches a backend's file without --out:
+// ${XDG_CACHE_HOME:-$HOME/.cache}/strata/<file>. Throws InputError when
+// neither variable is set.
+std::string cache_path(const std::string& file);
+
 // The file's text; throws Error when it would not read back (a bug of the
 // writer, not bad input).
 std::string checked_text(const nlohmann::ordered_json& j);
 
-}  // namespace strata::backend::cpu::calib
+}  // namespace strata::backend::calib

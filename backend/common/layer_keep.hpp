@@ -6,7 +6,7 @@
 #include "costmodel/ops.hpp"
 #include "strategies/layer_plan.hpp"
 
-namespace strata::backend::cpu {
+namespace strata::backend {
 
 // core_recompute: the step reruns the attention core (no flash attention),
 // so a Selective layer drops it; otherwise Selective keeps everything.
@@ -22,4 +22,4 @@ void keep_for_backward(strategies::Keep keep, bool core_recompute, Saved& s) {
   }
 }
 
-}  // namespace strata::backend::cpu
+}  // namespace strata::backend

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/rng.hpp"
+#include "backend/common/rng.hpp"
 
-namespace strata::backend::cpu {
+namespace strata::backend {
 
 class MarkovCorpus {
  public:
@@ -65,4 +65,4 @@ class ByteCorpus {
   std::vector<std::uint8_t> bytes_;
 };
 
-}  // namespace strata::backend::cpu
+}  // namespace strata::backend

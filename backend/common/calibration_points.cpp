@@ -1,14 +1,16 @@
-#include "backend/cpu/calibration_points.hpp"
+#include "backend/common/calibration_points.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "costmodel/calibration.hpp"
 #include "sim/error.hpp"
 
-namespace strata::backend::cpu::calib {
+namespace strata::backend::calib {
 
 std::string num(double v) {
   std::ostringstream os;
@@ -87,4 +89,20 @@ std::string checked_text(const nlohmann::ordered_json& j) {
   return text;
 }
 
-}  // namespace strata::backend::cpu::calib
+std::string cache_path(const std::string& file) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  std::filesystem::path base;
+  if (xdg != nullptr && *xdg != '\0') {
+    base = xdg;
+  } else {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0')
+      throw InputError("--calibration", "",
+                       "no calibration file given and neither XDG_CACHE_HOME nor HOME is set for "
+                       "the cached one");
+    base = std::filesystem::path(home) / ".cache";
+  }
+  return (base / "strata" / file).string();
+}
+
+}  // namespace strata::backend::calib

@@ -1,4 +1,4 @@
-#include "backend/cpu/corpus.hpp"
+#include "backend/common/corpus.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "sim/error.hpp"
 
-namespace strata::backend::cpu {
+namespace strata::backend {
 
 MarkovCorpus::MarkovCorpus(std::int64_t vocab, std::uint64_t seed, double sharpness)
     : vocab_(vocab) {
@@ -106,4 +106,4 @@ void ByteCorpus::sample(std::span<std::int32_t> tokens, std::span<std::int32_t> 
   }
 }
 
-}  // namespace strata::backend::cpu
+}  // namespace strata::backend

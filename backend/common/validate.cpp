@@ -1,0 +1,363 @@
+#include "backend/common/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "backend/common/out_of_memory.hpp"
+#include "backend/common/rng.hpp"
+#include "sim/engine.hpp"
+#include "sim/error.hpp"
+#include "sim/memory.hpp"
+#include "strategies/step_costs.hpp"
+
+namespace strata::backend {
+
+using strategies::TaskOp;
+
+namespace {
+
+constexpr std::array<std::string_view, kWorkKinds> kKindNames{
+    "forward", "backward", "recompute", "collective", "p2p", "copy", "optimizer", "framework",
+    "compression"};
+
+// The tags a rank thread holds (Runtime and AllocatorReserve are the GPU
+// model's only).
+constexpr sim::MemTag kTags[] = {sim::MemTag::Params,      sim::MemTag::Grads,
+                                 sim::MemTag::OptimizerStates, sim::MemTag::Activations,
+                                 sim::MemTag::CommBuffers, sim::MemTag::Workspace,
+                                 sim::MemTag::Other};
+
+std::size_t idx(sim::MemTag t) { return static_cast<std::size_t>(t); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string mib(Bytes b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+std::string pct(double predicted, double measured) {
+  if (!(measured != 0)) return predicted == 0 ? "0.0 %" : "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f %%", 100.0 * (predicted - measured) / measured);
+  return buf;
+}
+
+// The predicted device pool of one stage as the executor holds it: every
+// tag's peak and the peak of their sum, without the runtime and (unless
+// the executor holds a GPU library workspace) the static workspace.
+// Returns the left-out byte counts (runtime, workspace).
+std::pair<Bytes, Bytes> predicted_pool(const sim::TaskGraph& g, const sim::RunResult& run, int stage,
+                                       bool with_workspace, RankPeaks& out) {
+  const sim::PoolId pool = g.pool("s" + std::to_string(stage) + ".gpu");
+  const auto& usage = run.at(pool);
+  Bytes runtime = 0, workspace = 0;
+  for (const auto& pt : sim::tag_timeline(g, pool, usage)) {
+    runtime = std::max(runtime, pt.by_tag[idx(sim::MemTag::Runtime)]);
+    workspace = std::max(workspace, pt.by_tag[idx(sim::MemTag::Workspace)]);
+    Bytes total = 0;
+    for (sim::MemTag t : kTags) {
+      if (t == sim::MemTag::Workspace && !with_workspace) continue;
+      const Bytes b = pt.by_tag[idx(t)];
+      out.by_tag[idx(t)] = std::max(out.by_tag[idx(t)], b);
+      total += b;
+    }
+    out.peak = std::max(out.peak, total);
+  }
+  const sim::PoolId host = g.pool("s" + std::to_string(stage) + ".host");
+  out.host_peak = run.at(host).peak;
+  return {runtime, with_workspace ? 0 : workspace};
+}
+
+void finish_side(ValidateSide& s) {
+  for (const auto& r : s.ranks)
+    if (r.peak >= s.peak_memory_bytes) s.peak_memory_bytes = r.peak;
+  for (const auto& r : s.ranks)
+    for (std::size_t t = 0; t < sim::kMemTagCount; ++t) s.peak_by_tag[t] = std::max(s.peak_by_tag[t], r.by_tag[t]);
+}
+
+}  // namespace
+
+std::string_view work_kind_name(WorkKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
+
+WorkKind work_kind(TaskOp op) {
+  switch (op) {
+    case TaskOp::Framework: return WorkKind::Framework;
+    case TaskOp::Forward: return WorkKind::Forward;
+    case TaskOp::Backward: return WorkKind::Backward;
+    case TaskOp::Recompute: return WorkKind::Recompute;
+    case TaskOp::SendActivation:
+    case TaskOp::SendGradient: return WorkKind::P2p;
+    case TaskOp::LayerComm:
+    case TaskOp::DpReduce:
+    case TaskOp::PsPush:
+    case TaskOp::PsPull:
+    case TaskOp::EmbeddingTie:
+    case TaskOp::Zero3Gather:
+    case TaskOp::Zero3Reduce:
+    case TaskOp::GatherWeights:
+    case TaskOp::CompressRound: return WorkKind::Collective;
+    case TaskOp::WeightFetch:
+    case TaskOp::Offload:
+    case TaskOp::Prefetch:
+    case TaskOp::GradsToHost:
+    case TaskOp::StatesFromNvme:
+    case TaskOp::StatesToNvme:
+    case TaskOp::WeightsToDevice: return WorkKind::Copy;
+    case TaskOp::OptimizerStep: return WorkKind::Optimizer;
+    case TaskOp::CompressEncode:
+    case TaskOp::CompressDecode: return WorkKind::Compression;
+  }
+  return WorkKind::Framework;
+}
+
+void check_validate_options(const ValidateOptions& opts) {
+  if (opts.steps < 1) throw InputError("--steps", "", "must be >= 1");
+  if (opts.warmup < 0) throw InputError("--warmup", "", "must be >= 0");
+}
+
+ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const ValidateOptions& opts) {
+  check_validate_options(opts);
+  ValidateReport r;
+  r.backend = std::string(ex.backend());
+  r.scenario = sc.file.empty() ? sc.model.name : sc.file;
+  r.cluster = sc.cluster.name;
+  r.dp = sc.plan.dp;
+  r.tp = sc.plan.tp;
+  r.pp = sc.plan.pp;
+
+  // Predicted, with the calibration the executor's lowering reads too.
+  const strategies::ModelStepCosts costs(sc);
+  const auto& cal = costs.calibration();
+  r.calibration = cal.machine + " (" + cal.backend + ", " + cal.date + ")";
+  sim::RunResult run;
+  strategies::LoweredStep low;
+  const auto pr = strategies::predict_step(sc, costs, &run, &low);
+  r.predicted.step_time_s = to_seconds(pr.step_time);
+
+  // Measured.
+  r.ranks = ex.ranks();
+  const auto& xg = ex.lowered().graph;
+  if (xg.num_tasks() != low.graph.num_tasks())
+    throw Error("validate: the executor's task graph has " + std::to_string(xg.num_tasks()) +
+                " tasks, the prediction's " + std::to_string(low.graph.num_tasks()));
+  for (std::size_t i = 0; i < xg.tasks().size(); ++i)
+    if (xg.tasks()[i].id != low.graph.tasks()[i].id)
+      throw Error("validate: task " + std::to_string(i) + " is " + xg.tasks()[i].id +
+                  " in the executor's graph and " + low.graph.tasks()[i].id + " in the prediction's");
+
+  const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
+  std::vector<std::int32_t> tokens(n), targets(n);
+  Rng rng(opts.seed ^ 0x5eedULL);
+  const std::size_t tasks = low.graph.num_tasks();
+  std::vector<double> task_sum(tasks, 0.0);
+  std::vector<int> task_runs(tasks, 0);
+  std::array<double, kWorkKinds> kind_sum{};
+  r.measured.ranks.resize(static_cast<std::size_t>(r.ranks));
+  for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+    for (std::size_t i = 0; i < n; ++i) {
+      tokens[i] = static_cast<std::int32_t>(rng.below(sc.model.vocab));
+      targets[i] = static_cast<std::int32_t>(rng.below(sc.model.vocab));
+    }
+    StepResult res;
+    try {
+      res = ex.step(tokens, targets);
+    } catch (const OutOfMemory& e) {
+      throw Error("validate: " + out_of_memory_report(e, sc));
+    }
+    if (s < opts.warmup) continue;
+    r.step_times_s.push_back(res.seconds);
+    for (const auto& m : res.memory) {
+      auto& into = r.measured.ranks[static_cast<std::size_t>(m.rank)];
+      into.rank = m.rank;
+      into.stage = m.stage;
+      into.peak = std::max(into.peak, m.device.peak_total);
+      for (std::size_t t = 0; t < sim::kMemTagCount; ++t) into.by_tag[t] = std::max(into.by_tag[t], m.device.peak[t]);
+      into.host_peak = std::max(into.host_peak, m.host.peak_total);
+    }
+    for (const auto& t : res.tasks) {
+      const auto i = static_cast<std::size_t>(t.task);
+      const double d = t.end - t.start;
+      task_sum[i] += d;
+      ++task_runs[i];
+      kind_sum[static_cast<std::size_t>(work_kind(low.info[i].op))] += d;
+    }
+  }
+  r.measured.step_time_s = median(r.step_times_s);
+  for (std::size_t k = 0; k < kWorkKinds; ++k)
+    r.measured.time_by_kind_s[k] = kind_sum[k] / static_cast<double>(opts.steps * r.ranks);
+  finish_side(r.measured);
+
+  // Predicted per rank (each rank as its stage's representative) and per kind.
+  std::vector<RankPeaks> stage_peaks(static_cast<std::size_t>(low.stages));
+  for (int s = 0; s < low.stages; ++s) {
+    stage_peaks[static_cast<std::size_t>(s)].stage = s;
+    const auto [rt, ws] = predicted_pool(low.graph, run, s, ex.holds_gpu_workspace(),
+                                         stage_peaks[static_cast<std::size_t>(s)]);
+    r.excluded_runtime_bytes = std::max(r.excluded_runtime_bytes, rt);
+    r.excluded_workspace_bytes = std::max(r.excluded_workspace_bytes, ws);
+  }
+  for (const auto& m : r.measured.ranks) {
+    RankPeaks p = stage_peaks.at(static_cast<std::size_t>(m.stage));
+    p.rank = m.rank;
+    r.predicted.ranks.push_back(p);
+  }
+  finish_side(r.predicted);
+  std::array<double, kWorkKinds> pk{};
+  for (std::size_t i = 0; i < tasks; ++i) {
+    const auto& task = low.graph.tasks()[i];
+    const double d = to_seconds(run.tasks[i].end - run.tasks[i].start);
+    pk[static_cast<std::size_t>(work_kind(low.info[i].op))] += d;
+    TaskRow row;
+    row.id = task.id;
+    row.kind = work_kind(low.info[i].op);
+    row.stage = task.label.stage ? *task.label.stage : 0;
+    row.predicted_s = d;
+    row.measured_s = task_runs[i] > 0 ? task_sum[i] / task_runs[i] : 0;
+    r.tasks.push_back(std::move(row));
+  }
+  // Each stage's representative stands for its dp ranks: the mean over
+  // ranks is the mean over stages.
+  for (std::size_t k = 0; k < kWorkKinds; ++k) r.predicted.time_by_kind_s[k] = pk[k] / std::max(1, low.stages);
+  return r;
+}
+
+std::string render_validate_table(const ValidateReport& r) {
+  std::string out;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "validate: %s on %s, backend %s: %d %s (dp %lld x tp %lld x pp %lld), %zu measured "
+                "steps\ncalibration: %s\n\n",
+                r.scenario.c_str(), r.cluster.c_str(), r.backend.c_str(), r.ranks,
+                r.backend == "cpu" ? "rank threads" : "ranks", static_cast<long long>(r.dp), static_cast<long long>(r.tp),
+                static_cast<long long>(r.pp), r.step_times_s.size(), r.calibration.c_str());
+  out += buf;
+  out += "                     predicted      measured       error\n";
+  std::snprintf(buf, sizeof buf, "step time (ms)       %-14.3f %-14.3f %s\n", r.predicted.step_time_s * 1e3,
+                r.measured.step_time_s * 1e3, pct(r.predicted.step_time_s, r.measured.step_time_s).c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "peak memory (MiB)    %-14s %-14s %s\n", mib(r.predicted.peak_memory_bytes).c_str(),
+                mib(r.measured.peak_memory_bytes).c_str(),
+                pct(static_cast<double>(r.predicted.peak_memory_bytes),
+                    static_cast<double>(r.measured.peak_memory_bytes))
+                    .c_str());
+  out += buf;
+  out += "\ntime per step by task kind, per rank (ms)\n";
+  out += "kind         predicted      measured       error\n";
+  for (std::size_t k = 0; k < kWorkKinds; ++k) {
+    const double p = r.predicted.time_by_kind_s[k], m = r.measured.time_by_kind_s[k];
+    if (p == 0 && m == 0) continue;
+    std::snprintf(buf, sizeof buf, "%-12s %-14.3f %-14.3f %s\n", std::string(kKindNames[k]).c_str(), p * 1e3,
+                  m * 1e3, pct(p, m).c_str());
+    out += buf;
+  }
+  out += "\npeak memory per rank (bytes; each tag's own peak): predicted / measured\n";
+  out += "rank  stage  total                   params                grads                 optimizer_states      activations             comm_buffers          workspace       host\n";
+  for (std::size_t i = 0; i < r.measured.ranks.size(); ++i) {
+    const auto& p = r.predicted.ranks[i];
+    const auto& m = r.measured.ranks[i];
+    auto pair = [](Bytes a, Bytes b) { return std::to_string(a) + "/" + std::to_string(b); };
+    std::snprintf(buf, sizeof buf, "%-5d %-6d %-23s %-21s %-21s %-21s %-23s %-21s %-15s %s\n", m.rank, m.stage,
+                  pair(p.peak, m.peak).c_str(), pair(p.by_tag[idx(sim::MemTag::Params)], m.by_tag[idx(sim::MemTag::Params)]).c_str(),
+                  pair(p.by_tag[idx(sim::MemTag::Grads)], m.by_tag[idx(sim::MemTag::Grads)]).c_str(),
+                  pair(p.by_tag[idx(sim::MemTag::OptimizerStates)], m.by_tag[idx(sim::MemTag::OptimizerStates)]).c_str(),
+                  pair(p.by_tag[idx(sim::MemTag::Activations)], m.by_tag[idx(sim::MemTag::Activations)]).c_str(),
+                  pair(p.by_tag[idx(sim::MemTag::CommBuffers)], m.by_tag[idx(sim::MemTag::CommBuffers)]).c_str(),
+                  pair(p.by_tag[idx(sim::MemTag::Workspace)], m.by_tag[idx(sim::MemTag::Workspace)]).c_str(),
+                  pair(p.host_peak, m.host_peak).c_str());
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "\nleft out of the predicted device pool (GPU-only): runtime %s MiB, cuBLAS workspace %s MiB\n",
+                mib(r.excluded_runtime_bytes).c_str(), mib(r.excluded_workspace_bytes).c_str());
+  out += buf;
+  return out;
+}
+
+namespace {
+
+nlohmann::ordered_json side_json(const ValidateSide& s) {
+  nlohmann::ordered_json j;
+  j["step_time_s"] = s.step_time_s;
+  j["peak_memory_bytes"] = s.peak_memory_bytes;
+  nlohmann::ordered_json tags;
+  for (sim::MemTag t : kTags) tags[std::string(enum_name(t))] = s.peak_by_tag[idx(t)];
+  j["memory_breakdown_bytes"] = tags;
+  auto& ranks = j["memory_per_rank"] = nlohmann::ordered_json::array();
+  for (const auto& r : s.ranks) {
+    nlohmann::ordered_json rt;
+    for (sim::MemTag t : kTags) rt[std::string(enum_name(t))] = r.by_tag[idx(t)];
+    ranks.push_back({{"rank", r.rank},
+                     {"stage", r.stage},
+                     {"peak_bytes", r.peak},
+                     {"peak_bytes_by_tag", rt},
+                     {"host_peak_bytes", r.host_peak}});
+  }
+  nlohmann::ordered_json kinds;
+  for (std::size_t k = 0; k < kWorkKinds; ++k) kinds[std::string(kKindNames[k])] = s.time_by_kind_s[k];
+  j["time_by_kind_s"] = kinds;
+  return j;
+}
+
+double rel(double p, double m) { return m != 0 ? (p - m) / m : 0.0; }
+
+}  // namespace
+
+std::string render_validate_json(const ValidateReport& r) {
+  nlohmann::ordered_json j;
+  j["scenario"] = r.scenario;
+  j["cluster"] = r.cluster;
+  j["backend"] = r.backend;
+  j["calibration"] = r.calibration;
+  j["ranks"] = r.ranks;
+  j["dp"] = r.dp;
+  j["tp"] = r.tp;
+  j["pp"] = r.pp;
+  j["steps"] = r.step_times_s.size();
+  j["excluded_bytes"] = {{"runtime", r.excluded_runtime_bytes}, {"workspace", r.excluded_workspace_bytes}};
+  j["predicted"] = side_json(r.predicted);
+  j["measured"] = side_json(r.measured);
+  j["errors"] = {{"step_time", rel(r.predicted.step_time_s, r.measured.step_time_s)},
+                 {"peak_memory", rel(static_cast<double>(r.predicted.peak_memory_bytes),
+                                     static_cast<double>(r.measured.peak_memory_bytes))}};
+  j["step_times_s"] = r.step_times_s;
+  auto& tasks = j["tasks"] = nlohmann::ordered_json::array();
+  for (const auto& t : r.tasks)
+    tasks.push_back({{"id", t.id},
+                     {"kind", std::string(kKindNames[static_cast<std::size_t>(t.kind)])},
+                     {"stage", t.stage},
+                     {"predicted_s", t.predicted_s},
+                     {"measured_s", t.measured_s}});
+  return j.dump(2) + "\n";
+}
+
+double kendall_tau(std::span<const double> a, std::span<const double> b) {
+  if (a.size() != b.size()) throw Error("kendall_tau: series of different lengths");
+  if (a.size() < 2) throw Error("kendall_tau: needs at least two values");
+  double concordant = 0, discordant = 0, ties_a = 0, ties_b = 0, pairs = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = i + 1; j < a.size(); ++j) {
+      ++pairs;
+      const double da = a[i] - a[j], db = b[i] - b[j];
+      if (da == 0) ++ties_a;
+      if (db == 0) ++ties_b;
+      if (da == 0 || db == 0) continue;
+      if ((da > 0) == (db > 0))
+        ++concordant;
+      else
+        ++discordant;
+    }
+  const double denom = std::sqrt((pairs - ties_a) * (pairs - ties_b));
+  if (!(denom > 0)) throw Error("kendall_tau: a series with every value equal has no ranking");
+  return (concordant - discordant) / denom;
+}
+
+}  // namespace strata::backend
