@@ -1,0 +1,178 @@
+// The step program: one builder, two granularities, two interpreters.
+#include "strategies/step_program.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "sim/engine.hpp"
+#include "strategies/coarse.hpp"
+#include "strategies/memory_lowering.hpp"
+#include "strategies/step_costs.hpp"
+#include "strategies/validate.hpp"
+
+namespace strata::strategies {
+namespace {
+
+Scenario auto_space(const std::string& model, const std::string& cluster, int global) {
+  return parse_scenario("{\"model\": \"" + model + "\", \"cluster\": " + cluster +
+                            ", \"batch\": {\"global\": " + std::to_string(global) +
+                            "}, \"plan\": {\"precision\": \"bf16\", \"optimizer\": \"adamw\"}, \"space\": \"auto\"}",
+                        "auto.json");
+}
+
+// Every `stride`-th valid plan of the scenario's space, from `offset`.
+template <class Fn>
+int for_plans(const Scenario& base, std::uint64_t stride, std::uint64_t offset, int most, Fn&& fn) {
+  const Space& space = *base.space;
+  Scenario sc = base;
+  sc.space.reset();
+  int n = 0;
+  for (std::uint64_t i = offset; i < space.size() && n < most; i += stride) {
+    sc.plan = base.plan;
+    sc.batch = base.batch;
+    space.apply(i, sc.plan, sc.batch);
+    if (first_violation(sc)) continue;
+    try {
+      if (!fn(sc)) continue;
+    } catch (const InputError&) {
+      continue;  // a plan the cost model does not price (e.g. no link for a group)
+    }
+    ++n;
+  }
+  return n;
+}
+
+struct Counts {
+  int plans = 0, offload = 0, zero3 = 0, merged = 0;
+};
+
+// The layer level (engine over the task graph) against the chunk level
+// (replay of the merged program) and against the replay of the layer program.
+bool compare(const Scenario& sc, Counts& n) {
+  const ModelStepCosts costs(sc);
+  // The layer level: the program's task graph replayed by the engine.
+  sim::RunResult lrun;
+  LoweredStep low;
+  const StepPrediction layer = predict_step(sc, costs, &lrun, &low);
+  const MemoryEstimate lmem = memory_from_run(sc, low, lrun);
+  // Replay equals the engine on the same program, task by task (task i of
+  // the graph is task i of the program).
+  const StepProgram prog = build_step_program(sc, costs, Granularity::Layer);
+  REQUIRE(prog.tasks.size() == low.graph.num_tasks());
+  const ProgramRun mine = replay(prog);
+  const ProgramRun theirs = from_engine(prog, low.graph, lrun);
+  REQUIRE(mine.makespan == theirs.makespan);
+  bool same_tasks = true;
+  for (std::size_t i = 0; i < prog.tasks.size(); ++i)
+    same_tasks = same_tasks && mine.tasks[i].start == theirs.tasks[i].start && mine.tasks[i].end == theirs.tasks[i].end;
+  CHECK(same_tasks);
+  for (int s = 0; s < prog.stages; ++s) {
+    const auto& x = mine.stages[static_cast<std::size_t>(s)];
+    const auto& y = theirs.stages[static_cast<std::size_t>(s)];
+    CHECK(x.gpu_peak == y.gpu_peak);
+    CHECK(x.gpu_peak_by_tag == y.gpu_peak_by_tag);
+    CHECK(x.host_peak == y.host_peak);
+  }
+  // The chunk level equals the layer level: step time, breakdown, memory.
+  const ChunkPrediction chunk = predict_chunks(sc, costs);
+  CHECK(chunk.step.step_time == layer.step_time);
+  CHECK(chunk.step.critical_stage == layer.critical_stage);
+  for (std::size_t s = 0; s < layer.per_stage.size(); ++s) {
+    const auto& a = chunk.step.per_stage[s];
+    const auto& b = layer.per_stage[s];
+    CHECK(a.compute == b.compute);
+    CHECK(a.recompute == b.recompute);
+    CHECK(a.exposed_comm == b.exposed_comm);
+    CHECK(a.bubble == b.bubble);
+    CHECK(a.offload_stall == b.offload_stall);
+    CHECK(a.optimizer == b.optimizer);
+  }
+  CHECK(chunk.step.hardware_flops_per_step == layer.hardware_flops_per_step);
+  CHECK(chunk.memory.peak_bytes == lmem.peak_bytes);
+  CHECK(chunk.memory.breakdown == lmem.breakdown);
+  CHECK(chunk.memory.host_bytes_per_node == lmem.host_bytes_per_node);
+  for (std::size_t s = 0; s < lmem.stages.size(); ++s) CHECK(chunk.memory.stages[s].bytes == lmem.stages[s].bytes);
+  ++n.plans;
+  n.offload += sc.plan.offload.activations || sc.plan.offload.weights;
+  n.zero3 += sc.plan.zero >= 3 && sc.plan.dp > 1;
+  n.merged += chunk.step.tasks < layer.tasks;
+  return true;
+}
+
+TEST_CASE("step program: the chunk level equals the layer level, and replay equals the engine, on 1,000+ sampled plans") {
+  // Plans sampled from the auto spaces of three models (every valid plan at
+  // a fixed stride): the two levels are one program, so step time, each
+  // stage's breakdown and peak memory with its breakdown are equal exactly,
+  // ZeRO-3 and every offload planner included.
+  Counts n;
+  const Scenario small = auto_space("gpt3-1.3b", "{\"preset\": \"dgx-a100-80g\", \"nodes\": 1}", 64);
+  const Scenario llama = auto_space("llama3-70b", "{\"preset\": \"dgx-h100\", \"nodes\": 8}", 512);
+  const Scenario gpt3 = auto_space("gpt3-175b", "{\"preset\": \"dgx-a100-80g\", \"nodes\": 128}", 1536);
+  auto cmp = [&](const Scenario& sc) { return compare(sc, n); };
+  const int a = for_plans(small, 13, 3, 800, cmp);
+  const int b = for_plans(llama, 601, 11, 200, cmp);
+  const int c = for_plans(gpt3, 1499, 5, 100, cmp);
+  MESSAGE("plans compared: " << a << " small GPT, " << b << " Llama-3-70B, " << c << " GPT-3 175B; " << n.offload
+                             << " with offload, " << n.zero3 << " with ZeRO-3, " << n.merged << " merged");
+  CHECK(n.plans >= 1000);
+  CHECK(n.offload >= 100);
+  CHECK(n.zero3 >= 100);
+  CHECK(n.merged >= 300);
+}
+
+TEST_CASE("step program: task ids and buffer ids are rendered from the records") {
+  // Two stages, two microbatches, 1F1B, dp 2: the ids DESIGN.md's example names.
+  const Scenario sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 8, "micro": 2}, "plan": {"pp": 2, "dp": 2, "tp": 2, "recompute": "full"}})", "t.json");
+  const ModelStepCosts costs(sc);
+  const StepProgram p = build_step_program(sc, costs, Granularity::Layer);
+  const sim::TaskGraph g = to_task_graph(p);
+  REQUIRE(g.num_tasks() == p.tasks.size());
+  CHECK(g.task("s0:fwd/embedding/mb0").index >= 0);
+  CHECK(g.task("s0:fwd/L0/mb1").index >= 0);
+  CHECK(g.task("s0:recompute/L0/mb0").index >= 0);
+  CHECK(g.task("s0:tp-re/L0/mb0").index >= 0);
+  CHECK(g.task("s0:send-act/c0/mb1").index >= 0);
+  CHECK(g.task("s1:send-grad/c1/mb0").index >= 0);
+  CHECK(g.task("s1:bwd/head/mb1").index >= 0);
+  CHECK(g.task("s0:dp-reduce/bucket0").index >= 0);
+  CHECK(g.task("s0:optimizer-step").index >= 0);
+  CHECK(g.buffer("s0:act/L0/mb0").index >= 0);
+  CHECK(g.buffer("s1:act/head/mb1").index >= 0);
+  CHECK(g.buffer("s0:params").index >= 0);
+  // Lanes carry their role: no one parses "s1.comm".
+  const auto comm = g.at(g.resource("s1.comm"));
+  CHECK(comm.role == sim::Role{1, sim::Lane::Comm});
+  for (std::size_t i = 0; i < p.tasks.size(); ++i) {
+    const auto& r = g.at(g.tasks()[i].resources.front());
+    CHECK(r.role.stage == p.tasks[i].stage);
+    CHECK(r.role.lane == p.tasks[i].lane);
+  }
+}
+
+TEST_CASE("step program: a merged chunk pass holds, at its start, the most its layers hold") {
+  // One stage, full recompute: the backward of a chunk reruns each layer
+  // (+full) and holds its gradient (+grad) while the layers after it have
+  // freed what they kept; at chunk granularity that peak is one Working
+  // buffer, so both levels' peaks are equal (checked above on sampled
+  // plans); here the merged tasks exist and carry it.
+  const Scenario sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 64, "micro": 1}, "plan": {"dp": 8, "recompute": "full"}})", "t.json");
+  const ModelStepCosts costs(sc);
+  const StepProgram p = build_step_program(sc, costs, Granularity::Chunk);
+  int merged_bwd = 0;
+  for (const auto& t : p.tasks)
+    if (t.merged && t.info.op == TaskOp::Backward) {
+      ++merged_bwd;
+      const auto allocs = p.allocs(t);
+      REQUIRE(allocs.size() == 1);
+      CHECK(p.buffers[static_cast<std::size_t>(allocs[0])].kind == BufKind::Working);
+      CHECK(p.buffers[static_cast<std::size_t>(allocs[0])].bytes > 0);
+    }
+  // m = 64 / 8 = 8 microbatches; the last one's backward runs layer by layer.
+  CHECK(merged_bwd == 7);
+}
+
+}  // namespace
+}  // namespace strata::strategies
