@@ -142,13 +142,13 @@ struct Executor::Impl {
   strategies::ChunkMap chunk_map;
   bool core_recompute = false;  // the graph recomputes the attention core (selective)
   std::vector<std::vector<std::int32_t>> stage_tasks;
-  // Parameters, by GptModel index: names, this rank's shapes (alike on
-  // every rank of a tensor-parallel group) and the whole parameters' sizes.
-  std::vector<std::string> names;
+  // Parameters, by GptModel index: what each is (the table both models
+  // are built from), its names, this rank's shapes (alike on every rank of
+  // a tensor-parallel group) and the whole parameters' sizes.
+  ParamTable table;
+  const std::vector<std::string>& names;
   std::vector<Shape> shapes;
   std::vector<std::int64_t> whole_numel;
-  std::vector<std::vector<int>> layer_params;
-  std::vector<int> embedding_params, head_params;
   int tok = -1;  // the word embedding
   bool tie = false;  // tied word embedding on two stages
   std::unique_ptr<CommWorld> world;
@@ -293,7 +293,8 @@ void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_me
   throw InputError(sc.file, "model", buf);
 }
 
-Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), opt(o) {
+Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
+    : sc(s), opt(o), table(s.model), names(table.names()) {
   if (auto why = Executor::unsupported(sc)) throw Error("executor: " + *why);
   strategies::require_valid_plan(sc);
   const auto& plan = sc.plan;
@@ -312,6 +313,8 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
   hidden = sc.model.hidden;
   chunk_map = strategies::ChunkMap(plan, sc.model.layers);
   chunks = chunk_map.chunks();
+  tok = table.word_embedding();
+  tie = sc.model.tied_embeddings && pp > 1;
 
   // Each stage's tasks in graph order; every dependency inside a stage must
   // point forward in that order (cross-stage ones are pipeline messages).
@@ -351,15 +354,15 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o) : sc(s), 
 std::vector<int> Executor::Impl::params_of(const TaskInfo& t, int stage) const {
   std::vector<int> v;
   for (auto l : t.layers) {
-    const auto& lp = layer_params[static_cast<std::size_t>(l)];
+    const auto& lp = table.layer(l);
     v.insert(v.end(), lp.begin(), lp.end());
   }
   if (t.head) {
-    v.insert(v.end(), head_params.begin(), head_params.end());
+    v.insert(v.end(), table.head().begin(), table.head().end());
     // The last stage's copy of a tied word embedding is reduced with the head.
     if (tie && stage == pp - 1) v.push_back(tok);
   }
-  if (t.embedding) v.insert(v.end(), embedding_params.begin(), embedding_params.end());
+  if (t.embedding) v.insert(v.end(), table.embedding().begin(), table.embedding().end());
   return v;
 }
 
@@ -380,38 +383,28 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   // Only this stage's parameters get storage: its chunks' layers, the
   // embedding on the first stage, the head (and a tied word embedding) on
   // the last.
-  auto on_stage = [&](const std::string& n) {
-    if (n.rfind("block", 0) == 0) {
-      const int l = std::stoi(n.substr(5, n.find('.') - 5));
-      return chunk_map.of_layer[static_cast<std::size_t>(l)] % pp == R.stage;
+  auto on_stage = [&](int i) {
+    const ParamSpec& ps = table[i];
+    switch (ps.part) {
+      case Part::Layer: return chunk_map.of_layer[static_cast<std::size_t>(ps.layer)] % pp == R.stage;
+      case Part::Embedding:
+        if (ps.role == ParamRole::WordEmbedding)
+          return R.stage == 0 || (R.stage == pp - 1 && sc.model.tied_embeddings);
+        return R.stage == 0;
+      case Part::Head:
+      case Part::None: break;
     }
-    if (n == "embedding") return R.stage == 0 || (R.stage == pp - 1 && sc.model.tied_embeddings);
-    if (n == "position_embedding") return R.stage == 0;
     return R.stage == pp - 1;  // final_norm.*, logits.weight
   };
   R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed,
                                        TensorParallel{R.tp.get(), sc.plan.sequence_parallel},
                                        ContextParallel{R.cp.get()}, on_stage);
   GptModel& model = *R.model;
-  if (names.empty()) {
-    names = model.names();
-    layer_params.assign(static_cast<std::size_t>(sc.model.layers), {});
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      const std::string& n = names[i];
-      shapes.push_back(model.slice(static_cast<int>(i)).local_shape());
-      whole_numel.push_back(model.slice(static_cast<int>(i)).whole.numel());
-      const int idx = static_cast<int>(i);
-      if (n.rfind("block", 0) == 0) {
-        const int l = std::stoi(n.substr(5, n.find('.') - 5));
-        layer_params[static_cast<std::size_t>(l)].push_back(idx);
-      } else if (n == "embedding" || n == "position_embedding") {
-        embedding_params.push_back(idx);
-        if (n == "embedding") tok = idx;
-      } else {
-        head_params.push_back(idx);  // final_norm.*, logits.weight
-      }
+  if (shapes.empty()) {
+    for (int i = 0; i < table.size(); ++i) {
+      shapes.push_back(model.slice(i).local_shape());
+      whole_numel.push_back(model.slice(i).whole.numel());
     }
-    tie = sc.model.tied_embeddings && pp > 1;
   }
   // What this stage holds: what the model gave storage to (on_stage).
   R.owned.assign(names.size(), false);
@@ -468,7 +461,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
       } else if (t.op == TaskOp::Zero3Reduce) {
         if (t.part == Part::Layer) {
           auto& lb = R.layer_bucket[static_cast<std::size_t>(t.layer)];
-          if (lb < 0) lb = add_bucket(layer_params[static_cast<std::size_t>(t.layer)]);
+          if (lb < 0) lb = add_bucket(table.layer(t.layer));
         } else {
           R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
         }
@@ -503,8 +496,8 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     // Weight offload: every layer's parameters live in the host pool and
     // come to the device for each pass (`fetch-weights-*`).
     R.host_weights.resize(names.size());
-    for (const auto& lp : layer_params)
-      for (int i : lp) {
+    for (int l = 0; l < table.layers(); ++l)
+      for (int i : table.layer(l)) {
         const auto ii = static_cast<std::size_t>(i);
         if (!R.owned[ii]) continue;
         R.host_weights[ii] = model.params()[ii].clone(R.host, MemTag::Params);
@@ -878,7 +871,7 @@ void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
 
 void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
   if (!remote_layers()) return;
-  const auto& lp = layer_params[static_cast<std::size_t>(layer)];
+  const auto& lp = table.layer(layer);
   auto params = R.model->params();
   if (!params[static_cast<std::size_t>(lp.front())].empty()) return;
   if (zero < 3) {
@@ -897,12 +890,12 @@ void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
 
 void Executor::Impl::release_layer_params(Rank& R, int layer) {
   if (!remote_layers()) return;
-  for (int i : layer_params[static_cast<std::size_t>(layer)]) R.model->params()[static_cast<std::size_t>(i)].release();
+  for (int i : table.layer(layer)) R.model->params()[static_cast<std::size_t>(i)].release();
 }
 
 void Executor::Impl::ensure_layer_grads(Rank& R, int layer) {
   auto grads = R.model->grads();
-  for (int i : layer_params[static_cast<std::size_t>(layer)])
+  for (int i : table.layer(layer))
     if (grads[static_cast<std::size_t>(i)].empty())
       grads[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Grads);
 }
@@ -963,11 +956,7 @@ void Executor::Impl::reduce_row_split_grads(Rank& R) {
 void Executor::Impl::check_finite_grads(const Rank& R) const {
   auto fail = [&](int i, std::int64_t element, float value) {
     const std::string& name = names[static_cast<std::size_t>(i)];
-    std::string layer = "the head";
-    if (name.rfind("block", 0) == 0)
-      layer = "layer " + name.substr(5, name.find('.') - 5);
-    else if (std::find(embedding_params.begin(), embedding_params.end(), i) != embedding_params.end())
-      layer = "the embedding";
+    const std::string layer = table.where(i);
     throw Error("executor: " + where(R) + ": the gradient of " + name + " (" + layer + ") holds " +
                 std::to_string(value) + " at element " + std::to_string(element) +
                 " of this rank's part (the run diverged or overflowed)");

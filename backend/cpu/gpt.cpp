@@ -81,12 +81,11 @@ std::vector<std::int32_t> ContextParallel::positions(std::int64_t seq, int cp, i
 
 GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
                    TensorParallel tp, ContextParallel cp,
-                   const std::function<bool(const std::string&)>& keep)
-    : keep_(keep), spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp), cp_(cp) {
+                   const std::function<bool(int)>& keep)
+    : spec_(checked_spec(spec)), alloc_(&alloc), tp_(tp), cp_(cp) {
   const auto& m = spec_;
-  const std::int64_t h = m.hidden, f = m.ffn_hidden;
+  const std::int64_t f = m.ffn_hidden;
   const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
-  const bool ln = m.norm == cost::NormKind::LayerNorm;
   const std::int64_t t = tp_.size(), r = tp_.rank();
   if (t > 1) {
     const std::string who = "GptModel '" + m.name + "' with tp " + std::to_string(t) + ": ";
@@ -113,9 +112,10 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   vocab_begin_ = r * vocab_;
   up_width_ = swiglu ? 2 * ffn_ : ffn_;
 
-  // Slices of the whole parameters (Megatron-LM's split): rows of a
-  // row-parallel weight or of a vocabulary-split table, column runs of a
-  // column-parallel one (Q | K | V, gate | up: the local part of each).
+  // Slices of the whole parameters (Megatron-LM's split, the table's rule):
+  // rows of a row-parallel weight or of a vocabulary-split table, column
+  // runs of a column-parallel one (Q | K | V, gate | up: the local part of
+  // each).
   auto whole = [](Shape sh) {
     ParamSlice p;
     p.whole = sh;
@@ -138,38 +138,49 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
     return p;
   };
 
-  // Shapes first (so params_ never reallocates under a pointer), then values.
-  tok_emb_ = add_param("embedding", by_rows({m.vocab, h}));
-  if (m.position_embedding == cost::PositionEmbedding::Learned)
-    pos_emb_ = add_param("position_embedding", Shape{m.seq_len, h});
-  blocks_.resize(static_cast<std::size_t>(m.layers));
-  const std::int64_t up_parts = swiglu ? 2 : 1;
-  for (std::int64_t l = 0; l < m.layers; ++l) {
-    auto& b = blocks_[static_cast<std::size_t>(l)];
-    const std::string pre = "block" + std::to_string(l) + ".";
-    b.norm1_g = add_param(pre + "attn_norm.gain", Shape{h});
-    if (ln) b.norm1_b = add_param(pre + "attn_norm.bias", Shape{h});
-    b.w_qkv = add_param(pre + "qkv.weight", by_cols({h, 3 * h}, 3));
-    if (m.bias) b.b_qkv = add_param(pre + "qkv.bias", by_cols({3 * h}, 3));
-    b.w_proj = add_param(pre + "attn_proj.weight", by_rows({h, h}));
-    if (m.bias) b.b_proj = add_param(pre + "attn_proj.bias", Shape{h});
-    b.norm2_g = add_param(pre + "mlp_norm.gain", Shape{h});
-    if (ln) b.norm2_b = add_param(pre + "mlp_norm.bias", Shape{h});
-    const std::string up = swiglu ? "mlp_up_gate" : "mlp_up";
-    b.w_up = add_param(pre + up + ".weight", by_cols({h, up_parts * f}, up_parts));
-    if (m.bias) b.b_up = add_param(pre + up + ".bias", by_cols({up_parts * f}, up_parts));
-    b.w_down = add_param(pre + "mlp_down.weight", by_rows({f, h}));
-    if (m.bias) b.b_down = add_param(pre + "mlp_down.bias", Shape{h});
+  // Every tensor of the table, in its order; storage only for the kept ones.
+  table_ = ParamTable(m);
+  for (int i = 0; i < table_.size(); ++i) {
+    const ParamSpec& ps = table_[i];
+    ParamSlice slice = ps.split == TpSplit::Rows      ? by_rows(ps.shape)
+                       : ps.split == TpSplit::Columns ? by_cols(ps.shape, ps.parts)
+                                                      : whole(ps.shape);
+    const Shape shape = slice.local_shape();
+    if (!keep || keep(i)) {
+      params_.emplace_back(*alloc_, shape, MemTag::Params);
+      grads_.emplace_back(*alloc_, shape, MemTag::Grads);
+    } else {
+      params_.emplace_back();
+      grads_.emplace_back();
+    }
+    slices_.push_back(std::move(slice));
   }
-  normf_g_ = add_param("final_norm.gain", Shape{h});
-  if (ln) normf_b_ = add_param("final_norm.bias", Shape{h});
-  if (!m.tied_embeddings) w_logits_ = add_param("logits.weight", by_rows({m.vocab, h}));
+  tok_emb_ = table_.word_embedding();
+  pos_emb_ = table_.find(ParamRole::PositionEmbedding);
+  normf_g_ = table_.find(ParamRole::FinalNormGain);
+  normf_b_ = table_.find(ParamRole::FinalNormBias);
+  w_logits_ = table_.find(ParamRole::LogitsWeight);
+  blocks_.resize(static_cast<std::size_t>(m.layers));
+  for (int l = 0; l < static_cast<int>(m.layers); ++l) {
+    auto& b = blocks_[static_cast<std::size_t>(l)];
+    b.norm1_g = table_.find(ParamRole::AttnNormGain, l);
+    b.norm1_b = table_.find(ParamRole::AttnNormBias, l);
+    b.w_qkv = table_.find(ParamRole::QkvWeight, l);
+    b.b_qkv = table_.find(ParamRole::QkvBias, l);
+    b.w_proj = table_.find(ParamRole::ProjWeight, l);
+    b.b_proj = table_.find(ParamRole::ProjBias, l);
+    b.norm2_g = table_.find(ParamRole::MlpNormGain, l);
+    b.norm2_b = table_.find(ParamRole::MlpNormBias, l);
+    b.w_up = table_.find(ParamRole::UpWeight, l);
+    b.b_up = table_.find(ParamRole::UpBias, l);
+    b.w_down = table_.find(ParamRole::DownWeight, l);
+    b.b_down = table_.find(ParamRole::DownBias, l);
+  }
 
   // Norms see only this rank's rows under sequence parallelism.
   grad_split_by_rows_.assign(params_.size(), false);
   if (tp_.split_rows())
-    for (std::size_t i = 0; i < names_.size(); ++i)
-      grad_split_by_rows_[i] = names_[i].find("norm.") != std::string::npos;
+    for (int i = 0; i < table_.size(); ++i) grad_split_by_rows_[static_cast<std::size_t>(i)] = table_[i].norm;
 
   // The whole model's values in the single-rank order; this rank keeps its
   // slice of each.
@@ -195,46 +206,16 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
       }
     }
   };
-  auto ones = [&](int i) {
-    if (i >= 0)
+  // Gains 1, biases 0 (the storage is zero-filled), the normal ones drawn
+  // in table order.
+  for (int i = 0; i < table_.size(); ++i) {
+    const ParamSpec& ps = table_[i];
+    if (ps.init == Init::Normal) {
+      normal(i, ps.sd);
+    } else if (ps.init == Init::Ones) {
       for (float& v : params_[static_cast<std::size_t>(i)].span()) v = 1.0f;
-  };
-  const double sd = 0.02, sd_out = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
-  normal(tok_emb_, sd);
-  if (pos_emb_ >= 0) normal(pos_emb_, 0.01);
-  for (const auto& b : blocks_) {
-    ones(b.norm1_g);
-    normal(b.w_qkv, sd);
-    normal(b.w_proj, sd_out);
-    ones(b.norm2_g);
-    normal(b.w_up, sd);
-    normal(b.w_down, sd_out);
+    }
   }
-  ones(normf_g_);
-  if (w_logits_ >= 0) normal(w_logits_, sd);
-  keep_ = nullptr;
-}
-
-int GptModel::add_param(const std::string& name, ParamSlice slice) {
-  const Shape shape = slice.local_shape();
-  if (!keep_ || keep_(name)) {
-    params_.emplace_back(*alloc_, shape, MemTag::Params);
-    grads_.emplace_back(*alloc_, shape, MemTag::Grads);
-  } else {
-    params_.emplace_back();
-    grads_.emplace_back();
-  }
-  names_.push_back(name);
-  slices_.push_back(std::move(slice));
-  return static_cast<int>(params_.size()) - 1;
-}
-
-int GptModel::add_param(const std::string& name, Shape whole) {
-  ParamSlice p;
-  p.whole = whole;
-  p.row_end = whole.rank() == 2 ? whole[0] : 1;
-  p.cols = {{0, whole.rank() == 2 ? whole[1] : whole[0]}};
-  return add_param(name, std::move(p));
 }
 
 bool GptModel::grad_split_by_rows(int i) const {

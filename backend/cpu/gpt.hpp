@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/common/param_table.hpp"
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/tensor.hpp"
@@ -178,13 +179,14 @@ class GptModel {
   // (the positions ContextParallel::positions names, sequence after
   // sequence); seq_len must divide by 2·cp; dropout is refused.
   //
-  // `keep` (when given) says which parameters, by name, this model holds: the
+  // `keep` (when given) says which parameters, by index into the parameter
+  // table (param_table.hpp; names() says which), this model holds: the
   // others get no storage (empty tensors; their initial values are still
   // drawn, so the kept ones equal the whole model's). A pipeline stage keeps
   // its own layers.
   GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t seed,
            TensorParallel tp = {}, ContextParallel cp = {},
-           const std::function<bool(const std::string&)>& keep = {});
+           const std::function<bool(int)>& keep = {});
 
   const cost::ModelSpec& spec() const { return spec_; }
   Allocator& allocator() const { return *alloc_; }
@@ -194,7 +196,10 @@ class GptModel {
   std::span<const Tensor> params() const { return params_; }
   std::span<Tensor> grads() { return grads_; }
   std::span<const Tensor> grads() const { return grads_; }
-  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::string>& names() const { return table_.names(); }
+  // What each parameter is (names, whole shapes, layers, tensor-parallel
+  // split, initialisation): the table both backends' models are built from.
+  const ParamTable& table() const { return table_; }
   // Which part of the whole parameter `i` this rank holds.
   const ParamSlice& slice(int i) const { return slices_[static_cast<std::size_t>(i)]; }
   // Whether parameter `i` is whole on every tensor-parallel rank but its
@@ -269,9 +274,6 @@ class GptModel {
     int norm2_g = -1, norm2_b = -1, w_up = -1, b_up = -1, w_down = -1, b_down = -1;
   };
 
-  int add_param(const std::string& name, ParamSlice slice);
-  std::function<bool(const std::string&)> keep_;  // during construction only
-  int add_param(const std::string& name, Shape whole);  // not split
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
   void check_ids(std::span<const std::int32_t> ids, std::int64_t batch, const char* what) const;
@@ -322,7 +324,7 @@ class GptModel {
   std::int64_t heads_ = 0, attn_width_ = 0, ffn_ = 0, vocab_ = 0, vocab_begin_ = 0;
   std::int64_t up_width_ = 0;
   std::vector<Tensor> params_, grads_;
-  std::vector<std::string> names_;
+  ParamTable table_;
   std::vector<ParamSlice> slices_;
   std::vector<bool> grad_split_by_rows_;
   int tok_emb_ = -1, pos_emb_ = -1, normf_g_ = -1, normf_b_ = -1, w_logits_ = -1;

@@ -676,18 +676,11 @@ std::vector<int> Executor::Impl::params_of(const TaskInfo& t) const {
 // live as this rank's shard only.
 void Executor::Impl::build_buckets() {
   const auto& names = model->names();
+  const ParamTable& table = model->table();
   for (const auto& p : model->params()) shapes.push_back(p.shape());
-  layer_params.assign(static_cast<std::size_t>(sc.model.layers), {});
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const std::string& n = names[i];
-    const int idx = static_cast<int>(i);
-    if (n.rfind("block", 0) == 0)
-      layer_params[static_cast<std::size_t>(std::stoi(n.substr(5, n.find('.') - 5)))].push_back(idx);
-    else if (n == "embedding" || n == "position_embedding")
-      embedding_params.push_back(idx);
-    else
-      head_params.push_back(idx);  // final_norm.*, logits.weight
-  }
+  for (int l = 0; l < table.layers(); ++l) layer_params.push_back(table.layer(l));
+  embedding_params = table.embedding();
+  head_params = table.head();
   auto add_bucket = [&](std::vector<int> params) {
     Bucket b;
     b.params = std::move(params);

@@ -59,67 +59,54 @@ GptModel::GptModel(const cost::ModelSpec& spec, DeviceAllocator& alloc, Ctx ctx,
   if (precision != cost::Precision::FP32 && precision != cost::Precision::BF16)
     throw Error("GptModel '" + m.name + "' (CUDA): " + std::string(enum_name(precision)) +
                 " is not implemented (fp32 and bf16 are)");
-  const std::int64_t h = m.hidden, f = m.ffn_hidden;
-  const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
-  const bool ln = m.norm == cost::NormKind::LayerNorm;
-  up_width_ = swiglu ? 2 * f : f;
-  tok_emb_ = add_param("embedding", {m.vocab, h});
-  if (m.position_embedding == cost::PositionEmbedding::Learned)
-    pos_emb_ = add_param("position_embedding", {m.seq_len, h});
+  const std::int64_t f = m.ffn_hidden;
+  up_width_ = m.mlp == cost::MlpKind::Swiglu ? 2 * f : f;
+  // Every tensor of the table, in its order (the CPU model's names, order
+  // and whole shapes).
+  table_ = ParamTable(m);
+  for (int i = 0; i < table_.size(); ++i) add_param(table_[i].shape);
+  tok_emb_ = table_.word_embedding();
+  pos_emb_ = table_.find(ParamRole::PositionEmbedding);
+  normf_g_ = table_.find(ParamRole::FinalNormGain);
+  normf_b_ = table_.find(ParamRole::FinalNormBias);
+  w_logits_ = table_.find(ParamRole::LogitsWeight);
   blocks_.resize(static_cast<std::size_t>(m.layers));
-  for (std::int64_t l = 0; l < m.layers; ++l) {
+  for (int l = 0; l < static_cast<int>(m.layers); ++l) {
     auto& b = blocks_[static_cast<std::size_t>(l)];
-    const std::string pre = "block" + std::to_string(l) + ".";
-    b.norm1_g = add_param(pre + "attn_norm.gain", {h});
-    if (ln) b.norm1_b = add_param(pre + "attn_norm.bias", {h});
-    b.w_qkv = add_param(pre + "qkv.weight", {h, 3 * h});
-    if (m.bias) b.b_qkv = add_param(pre + "qkv.bias", {3 * h});
-    b.w_proj = add_param(pre + "attn_proj.weight", {h, h});
-    if (m.bias) b.b_proj = add_param(pre + "attn_proj.bias", {h});
-    b.norm2_g = add_param(pre + "mlp_norm.gain", {h});
-    if (ln) b.norm2_b = add_param(pre + "mlp_norm.bias", {h});
-    const std::string up = swiglu ? "mlp_up_gate" : "mlp_up";
-    b.w_up = add_param(pre + up + ".weight", {h, up_width_});
-    if (m.bias) b.b_up = add_param(pre + up + ".bias", {up_width_});
-    b.w_down = add_param(pre + "mlp_down.weight", {f, h});
-    if (m.bias) b.b_down = add_param(pre + "mlp_down.bias", {h});
+    b.norm1_g = table_.find(ParamRole::AttnNormGain, l);
+    b.norm1_b = table_.find(ParamRole::AttnNormBias, l);
+    b.w_qkv = table_.find(ParamRole::QkvWeight, l);
+    b.b_qkv = table_.find(ParamRole::QkvBias, l);
+    b.w_proj = table_.find(ParamRole::ProjWeight, l);
+    b.b_proj = table_.find(ParamRole::ProjBias, l);
+    b.norm2_g = table_.find(ParamRole::MlpNormGain, l);
+    b.norm2_b = table_.find(ParamRole::MlpNormBias, l);
+    b.w_up = table_.find(ParamRole::UpWeight, l);
+    b.b_up = table_.find(ParamRole::UpBias, l);
+    b.w_down = table_.find(ParamRole::DownWeight, l);
+    b.b_down = table_.find(ParamRole::DownBias, l);
   }
-  normf_g_ = add_param("final_norm.gain", {h});
-  if (ln) normf_b_ = add_param("final_norm.bias", {h});
-  if (!m.tied_embeddings) w_logits_ = add_param("logits.weight", {m.vocab, h});
 
+  // The table's initialisation: normal ones from a counter-based generator
+  // per tensor, gains 1, biases 0 (zero-filled).
   const cudaStream_t s = ctx_.stream;
-  auto normal = [&](int i, double sd) {
+  for (int i = 0; i < table_.size(); ++i) {
+    const ParamSpec& ps = table_[i];
     auto& t = params_[static_cast<std::size_t>(i)];
-    kernels::init_normal(s, t.data(), t.numel(), static_cast<float>(sd), param_seed(seed, i));
-  };
-  auto ones = [&](int i) {
-    if (i >= 0) kernels::fill(s, p(i), params_[static_cast<std::size_t>(i)].numel(), 1.0f);
-  };
-  const double sd = 0.02, sd_out = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
-  normal(tok_emb_, sd);
-  if (pos_emb_ >= 0) normal(pos_emb_, 0.01);
-  for (const auto& b : blocks_) {
-    ones(b.norm1_g);
-    normal(b.w_qkv, sd);
-    normal(b.w_proj, sd_out);
-    ones(b.norm2_g);
-    normal(b.w_up, sd);
-    normal(b.w_down, sd_out);
+    if (ps.init == Init::Normal)
+      kernels::init_normal(s, t.data(), t.numel(), static_cast<float>(ps.sd), param_seed(seed, i));
+    else if (ps.init == Init::Ones)
+      kernels::fill(s, t.data(), t.numel(), 1.0f);
   }
-  ones(normf_g_);
-  if (w_logits_ >= 0) normal(w_logits_, sd);
   refresh_working();
 }
 
-int GptModel::add_param(const std::string& name, Shape shape) {
+void GptModel::add_param(Shape shape) {
   // bf16: the fp32 values are the master weights, which the memory model
   // counts with the optimizer's states (ZeRO's K = 12 for Adam: 4 + 8).
   params_.emplace_back(*alloc_, shape, bf16_ ? MemTag::OptimizerStates : MemTag::Params);
   grads_.emplace_back(*alloc_, shape, MemTag::Grads);
   if (bf16_) work_.emplace_back(*alloc_, shape, MemTag::Params, Fill::Uninitialised);
-  names_.push_back(name);
-  return static_cast<int>(params_.size()) - 1;
 }
 
 template <class T>

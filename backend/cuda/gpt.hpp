@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/common/param_table.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cuda/act_tensor.hpp"
 #include "backend/cuda/ops.hpp"
@@ -63,10 +64,9 @@ struct BackwardBuffers {
 
 class GptModel {
  public:
-  // Parameters as cpu::GptModel names and shapes them, initialised on the
-  // device from `seed` with GPT-2's scheme (weights N(0, 0.02²), the blocks'
-  // output projections N(0, (0.02/sqrt(2·layers))²), positions N(0, 0.01²),
-  // biases 0, gains 1) by a counter-based generator: not the CPU model's
+  // Parameters as the parameter table (param_table.hpp) names, orders and
+  // shapes them, as for cpu::GptModel, initialised on the device from
+  // `seed` with the table's GPT-2 scheme by a counter-based generator: not the CPU model's
   // values (set_parameters copies those in). Every op runs on ctx.stream.
   // Throws Error for what it does not implement (dropout, MoE, grouped-query
   // attention, rotary or ALiBi positions) and for a precision other than
@@ -83,7 +83,8 @@ class GptModel {
   // The fp32 parameter values: the weights (fp32), the master weights (bf16).
   std::span<DeviceTensor> params() { return params_; }
   std::span<DeviceTensor> grads() { return grads_; }
-  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<std::string>& names() const { return table_.names(); }
+  const ParamTable& table() const { return table_; }
   std::int64_t parameter_count() const;
   std::int64_t rows(std::int64_t batch) const { return batch * spec_.seq_len; }
   void zero_grads();
@@ -125,7 +126,7 @@ class GptModel {
     int norm1_g = -1, norm1_b = -1, w_qkv = -1, b_qkv = -1, w_proj = -1, b_proj = -1;
     int norm2_g = -1, norm2_b = -1, w_up = -1, b_up = -1, w_down = -1, b_down = -1;
   };
-  int add_param(const std::string& name, Shape shape);
+  void add_param(Shape shape);
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
   // The weights the step computes with: p(i) in fp32, the bf16 copy in bf16.
@@ -159,7 +160,7 @@ class GptModel {
   bool bf16_ = false;
   std::vector<DeviceTensor> params_, grads_;
   std::vector<BasicDeviceTensor<Bf16>> work_;  // bf16: the working weights (MemTag::Params)
-  std::vector<std::string> names_;
+  ParamTable table_;
   int tok_emb_ = -1, pos_emb_ = -1, normf_g_ = -1, normf_b_ = -1, w_logits_ = -1;
   std::vector<BlockIndex> blocks_;
 };
