@@ -15,6 +15,7 @@
 #include "backend/cpu/compression.hpp"
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/common/bucket_plan.hpp"
 #include "backend/common/layer_keep.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
@@ -47,13 +48,17 @@ std::int64_t p2p_tag(bool gradient, int chunk, int mb) {
 std::int64_t push_tag(int bucket) { return (std::int64_t{2} << 48) | bucket; }
 constexpr std::int64_t kPullTag = std::int64_t{3} << 48;
 
-// A flat run of parameters reduced (and, with ZeRO, sharded) together.
+// A bucket of the bucket plan on one rank: its flat run of parameters and
+// this rank's shard of it (ZeRO), whose tensors are plan->chunk long.
 struct Bucket {
-  std::vector<int> params;  // indices into GptModel::params(), in flat order
-  std::int64_t numel = 0;
-  ChunkRange mine;          // this rank's chunk of the flat bucket
-  Tensor shard_param;       // ZeRO-3 layers: the persistent shard; else the chunk being stepped
-  Tensor shard_grad;        // the reduced chunk (ZeRO >= 1)
+  const FlatBucket* plan = nullptr;
+  ElementRange mine;  // this rank's elements of the flat bucket
+  Tensor shard_param;  // ZeRO-3 layers: the persistent shard; else the chunk being stepped
+  Tensor shard_grad;   // the reduced chunk (ZeRO >= 1)
+  const std::vector<int>& params() const { return plan->params; }
+  std::int64_t numel() const { return plan->numel; }
+  std::int64_t chunk() const { return plan->chunk; }
+  bool holds(int i) const { return plan->holds(i); }
 };
 
 struct Rank {
@@ -70,11 +75,12 @@ struct Rank {
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Optimizer> opt;
   std::vector<int> pp_members;  // global rank of each pipeline stage
+  const StagePlan* plan = nullptr;  // the bucket plan's for this rank's stage
   std::vector<bool> owned;      // by parameter: on this rank's stage
-  std::vector<Bucket> buckets;  // with compression: one, the whole stage
-  std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
-  std::unique_ptr<Compressor> compressor;      // the stage's compressed dp exchange
-  std::vector<int> layer_bucket;               // ZeRO-3: by layer, −1 off this stage
+  std::vector<Bucket> buckets;  // the stage plan's, in its order (with compression: one, the whole stage)
+  std::unique_ptr<Compressor> compressor;  // the stage's compressed dp exchange
+  int bucket_of(std::int32_t task) const { return plan->bucket_of_task.at(task); }
+  int layer_bucket(int layer) const { return plan->layer_bucket[static_cast<std::size_t>(layer)]; }
   // Optimizer offload: fp32 master parameters and the step's gradients in
   // the host pool, in the optimizer's list order.
   std::vector<Tensor> host_params, host_grads;
@@ -141,13 +147,13 @@ struct Executor::Impl {
   std::int64_t micro = 1, seq = 1, hidden = 1;
   strategies::ChunkMap chunk_map;
   bool core_recompute = false;  // the graph recomputes the attention core (selective)
-  std::vector<std::vector<std::int32_t>> stage_tasks;
   // Parameters, by GptModel index: what each is (the table both models
   // are built from), its names, this rank's shapes (alike on every rank of
   // a tensor-parallel group) and the whole parameters' sizes.
   ParamTable table;
   const std::vector<std::string>& names;
-  std::vector<Shape> shapes;
+  // What each stage holds and reduces, each rank's shards, the seeds.
+  std::unique_ptr<BucketPlan> bucket_plan;
   std::vector<std::int64_t> whole_numel;
   int tok = -1;  // the word embedding
   bool tie = false;  // tied word embedding on two stages
@@ -159,7 +165,6 @@ struct Executor::Impl {
 
   Impl(const strategies::Scenario& s, ExecutorOptions o);
   void build_rank(Rank& R, const strategies::RankMesh& mesh, int r);
-  std::vector<int> params_of(const TaskInfo& t, int stage) const;
   void run_rank(Rank& R, std::span<const std::int32_t> tokens,
                 std::span<const std::int32_t> targets, Clock::time_point t0);
   void run_task(Rank& R, std::int32_t index, std::span<const std::int32_t> tokens,
@@ -218,8 +223,13 @@ struct Executor::Impl {
   // Calls fn(param, offset in param, offset in range, count) for the pieces
   // of the bucket's flat elements [r.begin, r.end).
   template <class Fn>
-  void for_each_piece(const Bucket& b, ChunkRange r, Fn&& fn) const;
-  Tensor pack(Rank& R, const Bucket& b, bool grads, MemTag tag) const;
+  void for_each_piece(const Bucket& b, ElementRange r, Fn&& fn) const {
+    b.plan->for_each_piece(r, fn);
+  }
+  // The bucket's gradients or parameters as one flat tensor: numel long,
+  // or padded (zeros) to the dp group's equal shards for a reduce-scatter
+  // or an all-gather.
+  Tensor pack(Rank& R, const Bucket& b, bool grads, MemTag tag, bool padded = false) const;
   void unpack(Rank& R, const Bucket& b, const float* flat, bool grads) const;
   std::unique_ptr<Optimizer> make_optimizer(Allocator& a) const;
 };
@@ -316,21 +326,12 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   tok = table.word_embedding();
   tie = sc.model.tied_embeddings && pp > 1;
 
-  // Each stage's tasks in graph order; every dependency inside a stage must
-  // point forward in that order (cross-stage ones are pipeline messages).
-  const auto& tasks = low.graph.tasks();
-  stage_tasks.assign(static_cast<std::size_t>(pp), {});
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    if (!tasks[i].label.stage) throw Error("executor: task " + tasks[i].id + " has no stage");
-    stage_tasks[static_cast<std::size_t>(*tasks[i].label.stage)].push_back(static_cast<std::int32_t>(i));
-    if (low.info[i].op == TaskOp::Recompute && low.info[i].core_only) core_recompute = true;
-  }
-  low.graph.for_each_edge([&](sim::TaskId a, sim::TaskId b, sim::EdgeKind) {
-    const auto& ta = tasks[static_cast<std::size_t>(a.index)];
-    const auto& tb = tasks[static_cast<std::size_t>(b.index)];
-    if (ta.label.stage == tb.label.stage && a.index > b.index)
-      throw Error("executor: " + tb.id + " depends on the later task " + ta.id);
-  });
+  // Each stage's tasks in graph order (every dependency inside a stage
+  // points forward in it: the plan checks), what it holds, its buckets.
+  bucket_plan = std::make_unique<BucketPlan>(sc, low, table, opt.seed);
+  for (const auto& t : low.info)
+    if (t.op == TaskOp::Recompute && t.core_only) core_recompute = true;
+  for (int i = 0; i < table.size(); ++i) whole_numel.push_back(table[i].shape.numel());
 
   const int world_size = dp * pp * tp * cp;
   world = std::make_unique<CommWorld>(world_size);
@@ -351,21 +352,6 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
       captured[names[i]].assign(static_cast<std::size_t>(whole_numel[i]), 0.0f);
 }
 
-std::vector<int> Executor::Impl::params_of(const TaskInfo& t, int stage) const {
-  std::vector<int> v;
-  for (auto l : t.layers) {
-    const auto& lp = table.layer(l);
-    v.insert(v.end(), lp.begin(), lp.end());
-  }
-  if (t.head) {
-    v.insert(v.end(), table.head().begin(), table.head().end());
-    // The last stage's copy of a tied word embedding is reduced with the head.
-    if (tie && stage == pp - 1) v.push_back(tok);
-  }
-  if (t.embedding) v.insert(v.end(), table.embedding().begin(), table.embedding().end());
-  return v;
-}
-
 void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r) {
   const auto c = mesh.coords(r);
   R.rank = r;
@@ -380,35 +366,20 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   };
   if (tp > 1) R.tp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::TP)), r, R.device);
   if (cp > 1) R.cp = std::make_unique<Comm>(world->group(members(strategies::MeshDim::CP)), r, R.device);
-  // Only this stage's parameters get storage: its chunks' layers, the
-  // embedding on the first stage, the head (and a tied word embedding) on
-  // the last.
-  auto on_stage = [&](int i) {
-    const ParamSpec& ps = table[i];
-    switch (ps.part) {
-      case Part::Layer: return chunk_map.of_layer[static_cast<std::size_t>(ps.layer)] % pp == R.stage;
-      case Part::Embedding:
-        if (ps.role == ParamRole::WordEmbedding)
-          return R.stage == 0 || (R.stage == pp - 1 && sc.model.tied_embeddings);
-        return R.stage == 0;
-      case Part::Head:
-      case Part::None: break;
-    }
-    return R.stage == pp - 1;  // final_norm.*, logits.weight
-  };
+  // Only this stage's parameters get storage (the bucket plan's rule: its
+  // chunks' layers, the embedding on the first stage, the head and a tied
+  // word embedding on the last).
+  R.plan = &bucket_plan->stage(R.stage);
+  R.owned = R.plan->holds;
   R.model = std::make_unique<GptModel>(sc.model, R.device, opt.seed,
                                        TensorParallel{R.tp.get(), sc.plan.sequence_parallel},
-                                       ContextParallel{R.cp.get()}, on_stage);
+                                       ContextParallel{R.cp.get()},
+                                       [&](int i) { return R.owned[static_cast<std::size_t>(i)]; });
   GptModel& model = *R.model;
-  if (shapes.empty()) {
-    for (int i = 0; i < table.size(); ++i) {
-      shapes.push_back(model.slice(i).local_shape());
-      whole_numel.push_back(model.slice(i).whole.numel());
-    }
-  }
-  // What this stage holds: what the model gave storage to (on_stage).
-  R.owned.assign(names.size(), false);
-  for (std::size_t i = 0; i < names.size(); ++i) R.owned[i] = !model.params()[i].empty();
+  for (int i = 0; i < table.size(); ++i)
+    if (!(model.slice(i).local_shape() == bucket_plan->shape(i)))
+      throw Error("executor: parameter '" + names[static_cast<std::size_t>(i)] + "' is " +
+                  model.slice(i).local_shape().str() + " on a rank, the bucket plan says " + bucket_plan->shape(i).str());
 
   // Communicators.
   // Gradients are reduced over dp × cp (each cp rank saw its tokens).
@@ -421,72 +392,32 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     R.tie = std::make_unique<Comm>(
         world->group({R.pp_members.front(), R.pp_members.back()}), r, R.device);
 
-  // Buckets: the lowering's, by task.
-  R.layer_bucket.assign(static_cast<std::size_t>(sc.model.layers), -1);
-  auto add_bucket = [&](std::vector<int> params) {
-    Bucket b;
-    b.params = std::move(params);
-    for (int i : b.params) b.numel += shapes[static_cast<std::size_t>(i)].numel();
-    b.mine = chunk_range(b.numel, dp, R.dp_index);
-    R.buckets.push_back(std::move(b));
-    return static_cast<int>(R.buckets.size()) - 1;
-  };
+  // Buckets: the plan's (the lowering's, by task), with this rank's shards.
+  for (const FlatBucket& fb : R.plan->buckets) R.buckets.push_back({&fb, fb.shard(R.dp_index), {}, {}});
   if (compressed) {
     // The stage's gradients are compressed as one flat vector, in parameter
-    // order; a ZeRO-1 rank steps its chunk of it.
-    std::vector<int> mine;
+    // order; a ZeRO-1 rank steps its shard of it.
     std::vector<Shape> stage_shapes;
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (R.owned[i]) {
-        mine.push_back(static_cast<int>(i));
-        stage_shapes.push_back(shapes[i]);
-      }
-    add_bucket(std::move(mine));
+    for (const int i : R.buckets.front().params()) stage_shapes.push_back(bucket_plan->shape(i));
     R.compressor = make_compressor(
-        {.method = sc.plan.compression, .ranks = dp, .rank = R.dp_index,
-         .seed = opt.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(R.stage)},
+        {.method = sc.plan.compression, .ranks = dp, .rank = R.dp_index, .seed = R.plan->compressor_seed},
         flat_layout(stage_shapes), R.device);
-    int rounds = 0;
-    for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)])
-      if (low.info[static_cast<std::size_t>(i)].op == TaskOp::CompressRound) ++rounds;
-    if (rounds != R.compressor->rounds())
-      throw Error("executor: the lowering gives " + std::to_string(rounds) + " compressed rounds, " +
-                  std::string(enum_name(sc.plan.compression.method)) + " runs " +
+    if (R.plan->compressed_rounds != R.compressor->rounds())
+      throw Error("executor: the lowering gives " + std::to_string(R.plan->compressed_rounds) +
+                  " compressed rounds, " + std::string(enum_name(sc.plan.compression.method)) + " runs " +
                   std::to_string(R.compressor->rounds()));
-  } else if (dp * cp > 1) {
-    for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
-      const TaskInfo& t = low.info[static_cast<std::size_t>(i)];
-      if (t.op == TaskOp::DpReduce || t.op == TaskOp::PsPush) {
-        R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
-      } else if (t.op == TaskOp::Zero3Reduce) {
-        if (t.part == Part::Layer) {
-          auto& lb = R.layer_bucket[static_cast<std::size_t>(t.layer)];
-          if (lb < 0) lb = add_bucket(table.layer(t.layer));
-        } else {
-          R.bucket_of_task[i] = add_bucket(params_of(t, R.stage));
-        }
-      }
-    }
-    // Every parameter of the stage is reduced exactly once.
-    std::vector<int> seen(names.size(), 0);
-    for (const auto& b : R.buckets)
-      for (int i : b.params) ++seen[static_cast<std::size_t>(i)];
-    for (std::size_t i = 0; i < names.size(); ++i)
-      if (seen[i] != (R.owned[i] ? 1 : 0))
-        throw Error("executor: stage " + std::to_string(R.stage) + " reduces parameter '" + names[i] +
-                    "' " + std::to_string(seen[i]) + " times");
   }
   if (zero >= 3) {
     // ZeRO-3: each layer's parameters live as this rank's shard only.
-    for (std::size_t l = 0; l < R.layer_bucket.size(); ++l) {
-      const int bi = R.layer_bucket[l];
+    for (int l = 0; l < table.layers(); ++l) {
+      const int bi = R.layer_bucket(l);
       if (bi < 0) continue;
       Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-      Tensor flat = pack(R, b, false, MemTag::CommBuffers);
-      b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
-      std::memcpy(b.shard_param.data(), flat.data() + b.mine.begin,
-                  static_cast<std::size_t>(b.mine.size()) * sizeof(float));
-      for (int i : b.params) {
+      Tensor flat = pack(R, b, false, MemTag::CommBuffers, true);
+      b.shard_param = Tensor(R.device, {b.chunk()}, MemTag::Params);
+      std::memcpy(b.shard_param.data(), flat.data() + static_cast<std::int64_t>(R.dp_index) * b.chunk(),
+                  static_cast<std::size_t>(b.chunk()) * sizeof(float));
+      for (int i : b.params()) {
         model.params()[static_cast<std::size_t>(i)].release();
         model.grads()[static_cast<std::size_t>(i)].release();
       }
@@ -536,21 +467,10 @@ std::unique_ptr<Optimizer> Executor::Impl::make_optimizer(Allocator& a) const {
   throw Error("executor: optimizer '" + std::string(enum_name(sc.plan.optimizer)) + "' is not implemented");
 }
 
-template <class Fn>
-void Executor::Impl::for_each_piece(const Bucket& b, ChunkRange r, Fn&& fn) const {
-  std::int64_t at = 0;
-  for (int i : b.params) {
-    const std::int64_t n = shapes[static_cast<std::size_t>(i)].numel();
-    const std::int64_t lo = std::max(at, r.begin), hi = std::min(at + n, r.end);
-    if (lo < hi) fn(i, lo - at, lo - r.begin, hi - lo);
-    at += n;
-  }
-}
-
-Tensor Executor::Impl::pack(Rank& R, const Bucket& b, bool grads, MemTag tag) const {
-  Tensor flat(R.device, {b.numel}, tag);
+Tensor Executor::Impl::pack(Rank& R, const Bucket& b, bool grads, MemTag tag, bool padded) const {
+  Tensor flat(R.device, {padded ? b.plan->padded() : b.numel()}, tag);
   auto src = grads ? R.model->grads() : R.model->params();
-  for_each_piece(b, {0, b.numel}, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+  for_each_piece(b, {0, b.numel()}, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
     std::memcpy(flat.data() + at, src[static_cast<std::size_t>(i)].data() + off,
                 static_cast<std::size_t>(n) * sizeof(float));
   });
@@ -559,7 +479,7 @@ Tensor Executor::Impl::pack(Rank& R, const Bucket& b, bool grads, MemTag tag) co
 
 void Executor::Impl::unpack(Rank& R, const Bucket& b, const float* flat, bool grads) const {
   auto dst = grads ? R.model->grads() : R.model->params();
-  for_each_piece(b, {0, b.numel}, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+  for_each_piece(b, {0, b.numel()}, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
     std::memcpy(dst[static_cast<std::size_t>(i)].data() + off, flat + at,
                 static_cast<std::size_t>(n) * sizeof(float));
   });
@@ -575,7 +495,7 @@ void Executor::Impl::run_rank(Rank& R, std::span<const std::int32_t> tokens,
     if (!g.empty()) g.zero();
   }
   auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
-  for (const std::int32_t i : stage_tasks[static_cast<std::size_t>(R.stage)]) {
+  for (const std::int32_t i : R.plan->tasks) {
     const auto a = Clock::now();
     run_task(R, i, tokens, targets);
     R.times.push_back({i, R.rank, seconds(a), seconds(Clock::now()),
@@ -614,8 +534,8 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     // times include it and this task's is nothing.
     case TaskOp::LayerComm: return;
     case TaskOp::EmbeddingTie: return tie_embedding(R);
-    case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of_task.at(index));
-    case TaskOp::PsPush: return ps_push(R, R.bucket_of_task.at(index));
+    case TaskOp::DpReduce: return dp_reduce(R, R.bucket_of(index));
+    case TaskOp::PsPush: return ps_push(R, R.bucket_of(index));
     case TaskOp::PsPull: return ps_pull(R);
     case TaskOp::CompressEncode: return compress_encode(R);
     case TaskOp::CompressRound: return R.compressor->round(t.round, *R.dp);
@@ -624,8 +544,8 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
     case TaskOp::WeightFetch: return ensure_layer_params(R, t.layer);
     case TaskOp::Zero3Reduce:
       if (t.part == Part::Layer)
-        return zero3_reduce(R, R.layer_bucket[static_cast<std::size_t>(t.layer)], true);
-      return zero3_reduce(R, R.bucket_of_task.at(index), false);
+        return zero3_reduce(R, R.layer_bucket(t.layer), true);
+      return zero3_reduce(R, R.bucket_of(index), false);
     case TaskOp::Offload:
     case TaskOp::Prefetch:
       return move_swapped(R.saved.at({t.layer, t.microbatch}),
@@ -672,7 +592,7 @@ BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
 void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::int32_t> tokens,
                              std::span<const std::int32_t> targets) {
   const int mb = t.microbatch, k = t.chunk;
-  const auto at = static_cast<std::size_t>((static_cast<std::int64_t>(R.dp_index) * m + mb) * micro * seq);
+  const auto at = static_cast<std::size_t>(bucket_plan->first_sequence(R.dp_index, mb) * seq);
   const auto n = static_cast<std::size_t>(micro * seq);
   GptModel& model = *R.model;
   // The microbatch's ids at this rank's positions of each sequence (all of
@@ -704,7 +624,7 @@ void Executor::Impl::forward(Rank& R, const TaskInfo& t, std::span<const std::in
       // Each rank's loss is the mean over its tokens: 1/(m·dp·cp) of each
       // makes the mean over the global batch.
       const double loss = model.head_forward(std::move(x), local(targets, R.cp_targets),
-                                             1.0f / static_cast<float>(m * dp * cp), R.head[mb]);
+                                             bucket_plan->loss_scale(), R.head[mb]);
       if (!std::isfinite(loss))
         throw Error("executor: " + where(R) + ": the loss of microbatch " + std::to_string(mb) +
                     " is " + std::to_string(loss) + " (the run diverged: lower the learning rate)");
@@ -784,29 +704,29 @@ void Executor::Impl::tie_embedding(Rank& R) {
 
 void Executor::Impl::dp_reduce(Rank& R, int bi) {
   Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
-  Tensor flat = pack(R, b, true, MemTag::CommBuffers);
+  if (tie && b.holds(tok)) tie_embedding(R);
+  Tensor flat = pack(R, b, true, MemTag::CommBuffers, zero > 0);
   if (zero == 0) {
     R.dp->all_reduce(flat.span());
     unpack(R, b, flat.data(), true);
     return;
   }
-  b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+  b.shard_grad = Tensor(R.device, {b.chunk()}, MemTag::Grads);
   R.dp->reduce_scatter(flat.span(), b.shard_grad.span());
 }
 
 void Executor::Impl::ps_push(Rank& R, int bi) {
   Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
+  if (tie && b.holds(tok)) tie_embedding(R);
   Tensor flat = pack(R, b, true, MemTag::CommBuffers);
   if (R.dp_index != 0) {
     R.dp->send(server(R), push_tag(bi), flat.span());
     return;
   }
-  Tensor in(R.device, {b.numel}, MemTag::CommBuffers);
+  Tensor in(R.device, {b.numel()}, MemTag::CommBuffers);
   for (std::size_t w = 1; w < R.dp->members().size(); ++w) {
     R.dp->recv(R.dp->members()[w], push_tag(bi), in.span());
-    for (std::int64_t i = 0; i < b.numel; ++i) flat[i] += in[i];
+    for (std::int64_t i = 0; i < b.numel(); ++i) flat[i] += in[i];
   }
   unpack(R, b, flat.data(), true);
 }
@@ -819,7 +739,7 @@ void Executor::Impl::ps_pull(Rank& R) {
       for (std::size_t w = 1; w < R.dp->members().size(); ++w)
         R.dp->send(R.dp->members()[w], kPullTag, flat.span());
     } else {
-      Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+      Tensor flat(R.device, {b.numel()}, MemTag::CommBuffers);
       R.dp->recv(server(R), kPullTag, flat.span());
       unpack(R, b, flat.data(), false);
     }
@@ -838,7 +758,7 @@ void Executor::Impl::compress_encode(Rank& R) {
 
 void Executor::Impl::compress_decode(Rank& R) {
   const Bucket& b = R.buckets.front();
-  Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+  Tensor flat(R.device, {b.numel()}, MemTag::CommBuffers);
   R.compressor->decode(flat.span());
   unpack(R, b, flat.data(), true);
 }
@@ -848,7 +768,7 @@ void Executor::Impl::compress_decode(Rank& R) {
 void Executor::Impl::shards_from_grads(Rank& R) {
   if (!compressed || zero == 0) return;
   for (auto& b : R.buckets) {
-    b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    b.shard_grad = Tensor(R.device, {b.chunk()}, MemTag::Grads);
     for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
       std::memcpy(b.shard_grad.data() + at, R.model->grads()[static_cast<std::size_t>(i)].data() + off,
                   static_cast<std::size_t>(n) * sizeof(float));
@@ -858,15 +778,15 @@ void Executor::Impl::shards_from_grads(Rank& R) {
 
 void Executor::Impl::zero3_reduce(Rank& R, int bi, bool layer) {
   Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-  if (tie && std::find(b.params.begin(), b.params.end(), tok) != b.params.end()) tie_embedding(R);
-  Tensor flat = pack(R, b, true, MemTag::CommBuffers);
-  Tensor part(R.device, {b.mine.size()}, MemTag::CommBuffers);
+  if (tie && b.holds(tok)) tie_embedding(R);
+  Tensor flat = pack(R, b, true, MemTag::CommBuffers, true);
+  Tensor part(R.device, {b.chunk()}, MemTag::CommBuffers);
   R.dp->reduce_scatter(flat.span(), part.span());
-  if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+  if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.chunk()}, MemTag::Grads);
   for (std::int64_t i = 0; i < part.numel(); ++i) b.shard_grad[i] += part[i];
   // A layer's full gradients live from its backward to this reduce-scatter.
   if (layer)
-    for (int i : b.params) R.model->grads()[static_cast<std::size_t>(i)].release();
+    for (int i : b.params()) R.model->grads()[static_cast<std::size_t>(i)].release();
 }
 
 void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
@@ -881,9 +801,9 @@ void Executor::Impl::ensure_layer_params(Rank& R, int layer) {
           R.host_weights[static_cast<std::size_t>(i)].clone(R.device, MemTag::Params);
     return;
   }
-  Bucket& b = R.buckets[static_cast<std::size_t>(R.layer_bucket[static_cast<std::size_t>(layer)])];
-  for (int i : lp) params[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Params);
-  Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+  Bucket& b = R.buckets[static_cast<std::size_t>(R.layer_bucket(layer))];
+  for (int i : lp) params[static_cast<std::size_t>(i)] = Tensor(R.device, bucket_plan->shape(i), MemTag::Params);
+  Tensor flat(R.device, {b.plan->padded()}, MemTag::CommBuffers);
   R.dp->all_gather(b.shard_param.span(), flat.span());
   unpack(R, b, flat.data(), false);
 }
@@ -897,7 +817,7 @@ void Executor::Impl::ensure_layer_grads(Rank& R, int layer) {
   auto grads = R.model->grads();
   for (int i : table.layer(layer))
     if (grads[static_cast<std::size_t>(i)].empty())
-      grads[static_cast<std::size_t>(i)] = Tensor(R.device, shapes[static_cast<std::size_t>(i)], MemTag::Grads);
+      grads[static_cast<std::size_t>(i)] = Tensor(R.device, bucket_plan->shape(i), MemTag::Grads);
 }
 
 void Executor::Impl::capture(Rank& R) {
@@ -999,11 +919,11 @@ void Executor::Impl::grads_to_host(Rank& R) {
     return;
   }
   for (auto& b : R.buckets) {
-    if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.chunk()}, MemTag::Grads);
     R.host_grads.push_back(b.shard_grad.clone(R.host, MemTag::Grads));
     b.shard_grad.release();
     if (!first) continue;
-    Tensor master(R.host, {b.mine.size()}, MemTag::Params);
+    Tensor master(R.host, {b.chunk()}, MemTag::Params);
     if (!b.shard_param.empty()) {
       std::memcpy(master.data(), b.shard_param.data(), static_cast<std::size_t>(b.shard_param.bytes()));
     } else {
@@ -1029,7 +949,7 @@ void Executor::Impl::weights_to_device(Rank& R) {
   }
   for (std::size_t j = 0; j < R.buckets.size(); ++j) {
     Bucket& b = R.buckets[j];
-    if (b.shard_param.empty()) b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
+    if (b.shard_param.empty()) b.shard_param = Tensor(R.device, {b.chunk()}, MemTag::Params);
     std::memcpy(b.shard_param.data(), R.host_params[j].data(), static_cast<std::size_t>(R.host_params[j].bytes()));
   }
   if (zero >= 3) gather_whole_buckets(R);  // as optimizer_step does on the device
@@ -1088,13 +1008,13 @@ void Executor::Impl::optimizer_step(Rank& R) {
   // ZeRO: the step updates this rank's chunk of every bucket.
   for (auto& b : R.buckets) {
     if (b.shard_param.empty()) {
-      b.shard_param = Tensor(R.device, {b.mine.size()}, MemTag::Params);
+      b.shard_param = Tensor(R.device, {b.chunk()}, MemTag::Params);
       for_each_piece(b, b.mine, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
         std::memcpy(b.shard_param.data() + at, model.params()[static_cast<std::size_t>(i)].data() + off,
                     static_cast<std::size_t>(n) * sizeof(float));
       });
     }
-    if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.mine.size()}, MemTag::Grads);
+    if (b.shard_grad.empty()) b.shard_grad = Tensor(R.device, {b.chunk()}, MemTag::Grads);
     P.push_back(std::move(b.shard_param));
     G.push_back(std::move(b.shard_grad));
   }
@@ -1109,9 +1029,9 @@ void Executor::Impl::optimizer_step(Rank& R) {
 // updated chunks are all-gathered after the step (the lowering has no task
 // for it).
 void Executor::Impl::gather_whole_buckets(Rank& R) {
-  for (auto& [task, bi] : R.bucket_of_task) {
+  for (auto& [task, bi] : R.plan->bucket_of_task) {
     Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
-    Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+    Tensor flat(R.device, {b.plan->padded()}, MemTag::CommBuffers);
     R.dp->all_gather(b.shard_param.span(), flat.span());
     unpack(R, b, flat.data(), false);
     b.shard_param.release();
@@ -1120,7 +1040,7 @@ void Executor::Impl::gather_whole_buckets(Rank& R) {
 
 void Executor::Impl::gather_weights(Rank& R) {
   for (auto& b : R.buckets) {
-    Tensor flat(R.device, {b.numel}, MemTag::CommBuffers);
+    Tensor flat(R.device, {b.plan->padded()}, MemTag::CommBuffers);
     R.dp->all_gather(b.shard_param.span(), flat.span());
     unpack(R, b, flat.data(), false);
     b.shard_param.release();
@@ -1239,7 +1159,7 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
       }
       // ZeRO-3 layer: every dp rank of the stage holds a chunk.
       for (const auto& b : R->buckets)
-        if (std::find(b.params.begin(), b.params.end(), ii) != b.params.end())
+        if (b.holds(ii))
           I.for_each_piece(b, b.mine, [&](int j, std::int64_t off, std::int64_t at, std::int64_t n) {
             if (j == ii) I.to_whole(*R, ii, off, b.shard_param.data() + at, n, v.data());
           });

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/common/bucket_plan.hpp"
 #include "backend/common/layer_keep.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
@@ -94,19 +95,20 @@ struct Stream {
   Stream& operator=(const Stream&) = delete;
 };
 
-// A flat run of parameters reduced (and, with ZeRO, sharded) together: the
-// lowering's bucket, as the CPU executor keeps it. NCCL's reduce-scatter and
-// all-gather take equal chunks, so the flat buffer is padded to dp·chunk
+// A bucket of the bucket plan (backend/common/bucket_plan.hpp, the CPU
+// executor's too) on this rank: its flat run of parameters and this rank's
+// shard of it. NCCL's reduce-scatter and all-gather take equal chunks, as
+// the plan's rule gives them: the flat buffer is padded to dp·chunk
 // elements (chunk = ⌈numel/dp⌉, zeros beyond numel) and rank d holds
-// elements [d·chunk, (d+1)·chunk) ∩ [0, numel); its shards are chunk long
-// (the padding's parameters and gradients stay zero, so every update leaves
-// them zero).
+// elements [d·chunk, (d+1)·chunk) ∩ [0, numel); its shards are chunk long.
 struct Bucket {
-  std::vector<int> params;  // indices into GptModel::params(), in flat order
-  std::int64_t numel = 0, chunk = 0;
-  std::int64_t begin = 0, end = 0;  // this rank's elements of the flat bucket
-  DeviceTensor shard_param;         // ZeRO-3 layers: the persistent shard; else the chunk being stepped
-  DeviceTensor shard_grad;          // the reduced chunk (ZeRO >= 1)
+  const FlatBucket* plan = nullptr;
+  ElementRange mine;         // this rank's elements of the flat bucket
+  DeviceTensor shard_param;  // ZeRO-3 layers: the persistent shard; else the chunk being stepped
+  DeviceTensor shard_grad;   // the reduced chunk (ZeRO >= 1)
+  const std::vector<int>& params() const { return plan->params; }
+  std::int64_t numel() const { return plan->numel; }
+  std::int64_t chunk() const { return plan->chunk; }
 };
 
 // Plain values into bytes and back (a step's measurements between processes).
@@ -165,7 +167,13 @@ struct Executor::Impl {
   std::int64_t micro = 1, seq = 1;
   strategies::ChunkMap chunk_map;
   bool core_recompute = false;
-  std::vector<std::int32_t> order;  // the tasks, in graph order
+  // What each parameter is, and the bucket plan: the tasks in graph order
+  // (one stage), the buckets of the graph's reduce tasks, this rank's
+  // shards, the compressor's seed.
+  ParamTable table;
+  std::unique_ptr<BucketPlan> bucket_plan;
+  const StagePlan* stage_plan = nullptr;
+  const std::vector<std::int32_t>& order() const { return stage_plan->tasks; }
   // Declaration order is destruction order reversed: the allocators outlive
   // every tensor, streams and events outlive nothing that uses them.
   DeviceAllocator dev;
@@ -186,15 +194,9 @@ struct Executor::Impl {
   // exchanged in the lowering's rounds and decoded (as the CPU executor).
   bool compressed = false;
   std::unique_ptr<DeviceCompressor> compressor;
-  int compressed_bucket = -1;
-  // Parameters by layer (indices into GptModel::params()), the embedding's
-  // and the head's; the buckets of the graph's reduce tasks.
-  std::vector<std::vector<int>> layer_params;
-  std::vector<int> embedding_params, head_params;
-  std::vector<Shape> shapes;  // by parameter index (ZeRO-3 releases the tensors)
-  std::vector<Bucket> buckets;
-  std::map<std::int32_t, int> bucket_of_task;  // DpReduce / embedding-head Zero3Reduce task
-  std::vector<int> layer_bucket;               // ZeRO-3: by layer
+  std::vector<Bucket> buckets;  // the stage plan's, in its order
+  int bucket_of(std::int32_t task) const { return stage_plan->bucket_of_task.at(task); }
+  int layer_bucket(int layer) const { return stage_plan->layer_bucket[static_cast<std::size_t>(layer)]; }
   std::unique_ptr<Blas> blas;
   std::unique_ptr<GptModel> model;
   std::unique_ptr<Optimizer> optimizer;
@@ -228,9 +230,10 @@ struct Executor::Impl {
   void clear_step_state();
   // Multi-GPU (data parallelism and ZeRO over NCCL).
   void build_buckets();
-  std::vector<int> params_of(const TaskInfo& t) const;
   template <class Fn>
-  void for_each_piece(const Bucket& b, std::int64_t lo, std::int64_t hi, Fn&& fn) const;
+  void for_each_piece(const Bucket& b, std::int64_t lo, std::int64_t hi, Fn&& fn) const {
+    b.plan->for_each_piece(ElementRange{lo, hi}, fn);
+  }
   DeviceTensor pack(const Bucket& b, bool grads, cudaStream_t s);
   void unpack(const Bucket& b, const float* flat, bool grads, cudaStream_t s);
   void dp_reduce(int bucket, cudaStream_t s);
@@ -242,7 +245,7 @@ struct Executor::Impl {
   void gather_bucket(Bucket& b, cudaStream_t s);  // shards → the model's whole parameters
   void gather_weights(cudaStream_t s);
   bool zero3() const { return zero >= 3; }
-  const Shape& shape_of(int i) const { return shapes[static_cast<std::size_t>(i)]; }
+  const Shape& shape_of(int i) const { return bucket_plan->shape(i); }
   void ensure_layer_params(int layer, cudaStream_t s);
   void release_layer_params(int layer);
   void ensure_layer_grads(int layer);
@@ -315,6 +318,9 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   const auto& tasks = low.graph.tasks();
   if (low.info.size() != tasks.size()) throw Error("executor: the lowering gave no TaskInfo for some tasks");
   if (low.stages != 1) throw Error("executor: the CUDA executor runs one pipeline stage");
+  table = ParamTable(sc.model);
+  bucket_plan = std::make_unique<BucketPlan>(sc, low, table, opt.seed);
+  stage_plan = &bucket_plan->stage(0);
   group = opt.group;
   if (group != nullptr) {
     world = group->size();
@@ -341,7 +347,6 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   stream_of.assign(tasks.size(), -1);
   waits.assign(tasks.size(), {});
   for (std::size_t i = 0; i < tasks.size(); ++i) {
-    order.push_back(static_cast<std::int32_t>(i));
     const TaskInfo& t = low.info[i];
     const sim::Task& task = tasks[i];
     switch (t.op) {
@@ -455,11 +460,11 @@ void Executor::Impl::run_task(std::int32_t index) {
     case TaskOp::Offload: return offload(t, s);
     case TaskOp::Prefetch: return prefetch(t, s);
     case TaskOp::OptimizerStep: return optimizer_step();
-    case TaskOp::DpReduce: return dp_reduce(bucket_of_task.at(index), s);
+    case TaskOp::DpReduce: return dp_reduce(bucket_of(index), s);
     case TaskOp::Zero3Gather: return ensure_layer_params(t.layer, s);
     case TaskOp::Zero3Reduce:
-      if (t.part == Part::Layer) return zero3_reduce(layer_bucket[static_cast<std::size_t>(t.layer)], true, s);
-      return zero3_reduce(bucket_of_task.at(index), false, s);
+      if (t.part == Part::Layer) return zero3_reduce(layer_bucket(t.layer), true, s);
+      return zero3_reduce(bucket_of(index), false, s);
     case TaskOp::GatherWeights: return gather_weights(s);
     case TaskOp::CompressEncode: return compress_encode(s);
     case TaskOp::CompressRound: return compress_round(t.round, index);
@@ -482,7 +487,7 @@ void Executor::Impl::forward(const TaskInfo& t) {
   const int mb = t.microbatch, k = t.chunk;
   // Microbatch mb of dp rank d holds the global batch's sequences from
   // (d·m + mb)·micro, as on the CPU backend.
-  const std::int64_t at = (static_cast<std::int64_t>(dp_index) * m + mb) * micro * seq;
+  const std::int64_t at = bucket_plan->first_sequence(dp_index, mb) * seq;
   switch (t.part) {
     case Part::Embedding:
       act[{k, mb}] = model->embedding_forward(tokens.data() + at, micro, emb[mb]);
@@ -500,7 +505,7 @@ void Executor::Impl::forward(const TaskInfo& t) {
     case Part::Head:
       // Each rank adds the gradient of loss / (m·dp): the reduced gradient
       // is the global batch's mean.
-      model->head_forward(take_activation(k, mb), targets.data() + at, 1.0f / static_cast<float>(m * dp),
+      model->head_forward(take_activation(k, mb), targets.data() + at, bucket_plan->loss_scale(),
                           head[mb], losses.data() + mb);
       return;
     case Part::None: break;
@@ -632,15 +637,15 @@ void Executor::Impl::optimizer_step() {
   for (std::int64_t j = 0; j < B; ++j) {
     Bucket& b = buckets[static_cast<std::size_t>(j)];
     if (b.shard_param.empty()) {
-      b.shard_param = DeviceTensor(dev, {b.chunk}, MemTag::Params);
+      b.shard_param = DeviceTensor(dev, {b.chunk()}, MemTag::Params);
       auto params = model->params();
-      for_each_piece(b, b.begin, b.end, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+      for_each_piece(b, b.mine.begin, b.mine.end, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
         STRATA_CUDA_CHECK(cudaMemcpyAsync(b.shard_param.data() + at, params[static_cast<std::size_t>(i)].data() + off,
                                           static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, c));
       });
     }
-    if (b.shard_grad.empty()) b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads);
-    kernels::flag_non_finite(c, b.shard_grad.data(), b.chunk, f + j, any);
+    if (b.shard_grad.empty()) b.shard_grad = DeviceTensor(dev, {b.chunk()}, MemTag::Grads);
+    kernels::flag_non_finite(c, b.shard_grad.data(), b.chunk(), f + j, any);
     P.push_back(std::move(b.shard_param));
     G.push_back(std::move(b.shard_grad));
   }
@@ -653,96 +658,33 @@ void Executor::Impl::optimizer_step() {
     // updated chunks are all-gathered after the step (the lowering has no
     // task for it; the CPU executor does the same).
     on_comm([&](cudaStream_t s) {
-      for (const auto& [task, bi] : bucket_of_task) gather_bucket(buckets[static_cast<std::size_t>(bi)], s);
+      for (const auto& [task, bi] : stage_plan->bucket_of_task) gather_bucket(buckets[static_cast<std::size_t>(bi)], s);
     });
   }
 }
 
 // ---- data parallelism and ZeRO over NCCL -------------------------------------
 
-std::vector<int> Executor::Impl::params_of(const TaskInfo& t) const {
-  std::vector<int> v;
-  for (auto l : t.layers) {
-    const auto& lp = layer_params[static_cast<std::size_t>(l)];
-    v.insert(v.end(), lp.begin(), lp.end());
-  }
-  if (t.head) v.insert(v.end(), head_params.begin(), head_params.end());
-  if (t.embedding) v.insert(v.end(), embedding_params.begin(), embedding_params.end());
-  return v;
-}
-
-// The lowering's buckets, by task, as the CPU executor builds them; every
-// parameter is reduced exactly once. ZeRO-3: each layer's parameters then
-// live as this rank's shard only.
+// The bucket plan's buckets with this rank's shards. ZeRO-3: each layer's
+// parameters then live as this rank's shard only.
 void Executor::Impl::build_buckets() {
-  const auto& names = model->names();
-  const ParamTable& table = model->table();
-  for (const auto& p : model->params()) shapes.push_back(p.shape());
-  for (int l = 0; l < table.layers(); ++l) layer_params.push_back(table.layer(l));
-  embedding_params = table.embedding();
-  head_params = table.head();
-  auto add_bucket = [&](std::vector<int> params) {
-    Bucket b;
-    b.params = std::move(params);
-    for (int i : b.params) b.numel += shape_of(i).numel();
-    b.chunk = (b.numel + dp - 1) / dp;
-    b.begin = std::min(b.numel, static_cast<std::int64_t>(dp_index) * b.chunk);
-    b.end = std::min(b.numel, b.begin + b.chunk);
-    buckets.push_back(std::move(b));
-    return static_cast<int>(buckets.size()) - 1;
-  };
-  layer_bucket.assign(static_cast<std::size_t>(sc.model.layers), -1);
-  if (compressed) {
-    std::vector<int> all(names.size());
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-    compressed_bucket = add_bucket(std::move(all));
-  }
-  for (std::size_t i = 0; i < low.info.size(); ++i) {
-    const TaskInfo& t = low.info[i];
-    if (t.op == TaskOp::DpReduce) {
-      bucket_of_task[static_cast<std::int32_t>(i)] = add_bucket(params_of(t));
-    } else if (t.op == TaskOp::Zero3Reduce) {
-      if (t.part == Part::Layer) {
-        auto& lb = layer_bucket[static_cast<std::size_t>(t.layer)];
-        if (lb < 0) lb = add_bucket(layer_params[static_cast<std::size_t>(t.layer)]);
-      } else {
-        bucket_of_task[static_cast<std::int32_t>(i)] = add_bucket(params_of(t));
-      }
-    }
-  }
-  std::vector<int> seen(names.size(), 0);
-  for (const auto& b : buckets)
-    for (int i : b.params) ++seen[static_cast<std::size_t>(i)];
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (seen[i] != 1)
-      throw Error("executor: the step reduces parameter '" + names[i] + "' " + std::to_string(seen[i]) + " times");
+  for (const FlatBucket& fb : stage_plan->buckets) buckets.push_back({&fb, fb.shard(dp_index), {}, {}});
   if (!zero3()) return;
   const cudaStream_t c = stream(compute);
   dev.set_stream(c);
-  for (const int bi : layer_bucket) {
+  for (const int bi : stage_plan->layer_bucket) {
     if (bi < 0) continue;
     Bucket& b = buckets[static_cast<std::size_t>(bi)];
-    b.shard_param = DeviceTensor(dev, {b.chunk}, MemTag::Params);
+    b.shard_param = DeviceTensor(dev, {b.chunk()}, MemTag::Params);
     auto params = model->params();
-    for_each_piece(b, b.begin, b.end, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+    for_each_piece(b, b.mine.begin, b.mine.end, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
       STRATA_CUDA_CHECK(cudaMemcpyAsync(b.shard_param.data() + at, params[static_cast<std::size_t>(i)].data() + off,
                                         static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, c));
     });
-    for (int i : b.params) {
+    for (int i : b.params()) {
       model->params()[static_cast<std::size_t>(i)].release();
       model->grads()[static_cast<std::size_t>(i)].release();
     }
-  }
-}
-
-template <class Fn>
-void Executor::Impl::for_each_piece(const Bucket& b, std::int64_t lo, std::int64_t hi, Fn&& fn) const {
-  std::int64_t at = 0;
-  for (int i : b.params) {
-    const std::int64_t n = shape_of(i).numel();
-    const std::int64_t a = std::max(at, lo), z = std::min(at + n, hi);
-    if (a < z) fn(i, a - at, a - lo, z - a);
-    at += n;
   }
 }
 
@@ -750,9 +692,9 @@ void Executor::Impl::for_each_piece(const Bucket& b, std::int64_t lo, std::int64
 // graph's bucket: DDP's and the CPU executor's comm_buffers), on stream s.
 DeviceTensor Executor::Impl::pack(const Bucket& b, bool grads, cudaStream_t s) {
   dev.set_stream(s);
-  DeviceTensor flat(dev, {b.chunk * dp}, MemTag::CommBuffers);
+  DeviceTensor flat(dev, {b.plan->padded()}, MemTag::CommBuffers);
   auto src = grads ? model->grads() : model->params();
-  for_each_piece(b, 0, b.numel, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+  for_each_piece(b, 0, b.numel(), [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(flat.data() + at, src[static_cast<std::size_t>(i)].data() + off,
                                       static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
   });
@@ -761,7 +703,7 @@ DeviceTensor Executor::Impl::pack(const Bucket& b, bool grads, cudaStream_t s) {
 
 void Executor::Impl::unpack(const Bucket& b, const float* flat, bool grads, cudaStream_t s) {
   auto dst = grads ? model->grads() : model->params();
-  for_each_piece(b, 0, b.numel, [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
+  for_each_piece(b, 0, b.numel(), [&](int i, std::int64_t off, std::int64_t at, std::int64_t n) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst[static_cast<std::size_t>(i)].data() + off, flat + at,
                                       static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
   });
@@ -775,8 +717,8 @@ void Executor::Impl::dp_reduce(int bi, cudaStream_t s) {
     unpack(b, flat.data(), true, s);
     return;
   }
-  b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads, Fill::Uninitialised);
-  dp_comm.reduce_scatter(flat.data(), b.shard_grad.data(), b.chunk, s);
+  b.shard_grad = DeviceTensor(dev, {b.chunk()}, MemTag::Grads, Fill::Uninitialised);
+  dp_comm.reduce_scatter(flat.data(), b.shard_grad.data(), b.chunk(), s);
 }
 
 // Compression replaces the buckets' all-reduce (the lowering emits no
@@ -786,22 +728,22 @@ void Executor::Impl::dp_reduce(int bi, cudaStream_t s) {
 // decoded into the sum over dp. The seed is the CPU executor's for stage 0,
 // so both backends draw the same random-k indices and QSGD roundings.
 void Executor::Impl::build_compressor() {
-  if (buckets.size() != 1)
-    throw Error("executor: a compressed plan's step also reduces buckets (" + std::to_string(buckets.size() - 1) + ")");
+  // The plan refuses reductions beside the compressed exchange.
   dev.set_stream(stream(compute));
+  std::vector<Shape> shapes;
+  for (const int i : buckets[static_cast<std::size_t>(stage_plan->compressed_bucket)].params())
+    shapes.push_back(shape_of(i));
   compressor = make_device_compressor(
-      {.method = sc.plan.compression, .ranks = dp, .rank = dp_index, .seed = opt.seed * 0x9e3779b97f4a7c15ULL},
+      {.method = sc.plan.compression, .ranks = dp, .rank = dp_index, .seed = stage_plan->compressor_seed},
       cpu::flat_layout(shapes), dev, *blas);
-  int rounds = 0;
-  for (const auto& t : low.info)
-    if (t.op == TaskOp::CompressRound) ++rounds;
-  if (rounds != compressor->rounds())
-    throw Error("executor: the lowering gives " + std::to_string(rounds) + " compressed rounds, " +
-                std::string(enum_name(sc.plan.compression.method)) + " runs " + std::to_string(compressor->rounds()));
+  if (stage_plan->compressed_rounds != compressor->rounds())
+    throw Error("executor: the lowering gives " + std::to_string(stage_plan->compressed_rounds) +
+                " compressed rounds, " + std::string(enum_name(sc.plan.compression.method)) + " runs " +
+                std::to_string(compressor->rounds()));
 }
 
 void Executor::Impl::compress_encode(cudaStream_t s) {
-  DeviceTensor flat = pack(buckets[static_cast<std::size_t>(compressed_bucket)], true, s);
+  DeviceTensor flat = pack(buckets[static_cast<std::size_t>(stage_plan->compressed_bucket)], true, s);
   compressor->encode(flat.data());  // enqueued on s; flat's release is ordered after it
 }
 
@@ -822,9 +764,9 @@ void Executor::Impl::compress_round(int round, std::int32_t task) {
 }
 
 void Executor::Impl::compress_decode(cudaStream_t s) {
-  const Bucket& b = buckets[static_cast<std::size_t>(compressed_bucket)];
+  const Bucket& b = buckets[static_cast<std::size_t>(stage_plan->compressed_bucket)];
   dev.set_stream(s);
-  DeviceTensor flat(dev, {b.numel}, MemTag::CommBuffers, Fill::Uninitialised);
+  DeviceTensor flat(dev, {b.numel()}, MemTag::CommBuffers, Fill::Uninitialised);
   compressor->decode(flat.data());
   unpack(b, flat.data(), true, s);
 }
@@ -835,12 +777,12 @@ void Executor::Impl::compress_decode(cudaStream_t s) {
 void Executor::Impl::zero3_reduce(int bi, bool layer, cudaStream_t s) {
   Bucket& b = buckets[static_cast<std::size_t>(bi)];
   DeviceTensor flat = pack(b, true, s);
-  DeviceTensor part(dev, {b.chunk}, MemTag::CommBuffers, Fill::Uninitialised);
-  dp_comm.reduce_scatter(flat.data(), part.data(), b.chunk, s);
-  if (b.shard_grad.empty()) b.shard_grad = DeviceTensor(dev, {b.chunk}, MemTag::Grads);
-  kernels::add(s, part.data(), b.shard_grad.data(), b.chunk);
+  DeviceTensor part(dev, {b.chunk()}, MemTag::CommBuffers, Fill::Uninitialised);
+  dp_comm.reduce_scatter(flat.data(), part.data(), b.chunk(), s);
+  if (b.shard_grad.empty()) b.shard_grad = DeviceTensor(dev, {b.chunk()}, MemTag::Grads);
+  kernels::add(s, part.data(), b.shard_grad.data(), b.chunk());
   if (layer)
-    for (int i : b.params) model->grads()[static_cast<std::size_t>(i)].release();
+    for (int i : b.params()) model->grads()[static_cast<std::size_t>(i)].release();
 }
 
 // Every rank's chunk of the bucket into the model's whole parameters; the
@@ -848,8 +790,8 @@ void Executor::Impl::zero3_reduce(int bi, bool layer, cudaStream_t s) {
 // from the whole parameters at the next step).
 void Executor::Impl::gather_bucket(Bucket& b, cudaStream_t s) {
   dev.set_stream(s);
-  DeviceTensor flat(dev, {b.chunk * dp}, MemTag::CommBuffers, Fill::Uninitialised);
-  dp_comm.all_gather(b.shard_param.data(), flat.data(), b.chunk, s);
+  DeviceTensor flat(dev, {b.plan->padded()}, MemTag::CommBuffers, Fill::Uninitialised);
+  dp_comm.all_gather(b.shard_param.data(), flat.data(), b.chunk(), s);
   unpack(b, flat.data(), false, s);
   b.shard_param.release();
 }
@@ -864,18 +806,18 @@ void Executor::Impl::gather_weights(cudaStream_t s) {
 // through it.
 void Executor::Impl::ensure_layer_params(int layer, cudaStream_t s) {
   if (!zero3()) return;
-  const auto& lp = layer_params[static_cast<std::size_t>(layer)];
+  const auto& lp = table.layer(layer);
   if (!model->params()[static_cast<std::size_t>(lp.front())].empty()) return;
   auto gather = [&](cudaStream_t cs) {
     dev.set_stream(cs);
-    Bucket& b = buckets[static_cast<std::size_t>(layer_bucket[static_cast<std::size_t>(layer)])];
+    Bucket& b = buckets[static_cast<std::size_t>(layer_bucket(layer))];
     const auto params = model->params();
     for (int i : lp) {
       auto& p = params[static_cast<std::size_t>(i)];
       p = DeviceTensor(dev, shape_of(i), MemTag::Params, Fill::Uninitialised);
     }
-    DeviceTensor flat(dev, {b.chunk * dp}, MemTag::CommBuffers, Fill::Uninitialised);
-    dp_comm.all_gather(b.shard_param.data(), flat.data(), b.chunk, cs);
+    DeviceTensor flat(dev, {b.plan->padded()}, MemTag::CommBuffers, Fill::Uninitialised);
+    dp_comm.all_gather(b.shard_param.data(), flat.data(), b.chunk(), cs);
     unpack(b, flat.data(), false, cs);
   };
   if (s == stream(comm)) {
@@ -887,13 +829,13 @@ void Executor::Impl::ensure_layer_params(int layer, cudaStream_t s) {
 
 void Executor::Impl::release_layer_params(int layer) {
   if (!zero3()) return;
-  for (int i : layer_params[static_cast<std::size_t>(layer)]) model->params()[static_cast<std::size_t>(i)].release();
+  for (int i : table.layer(layer)) model->params()[static_cast<std::size_t>(i)].release();
 }
 
 void Executor::Impl::ensure_layer_grads(int layer) {
   if (!zero3()) return;
   auto grads = model->grads();
-  for (int i : layer_params[static_cast<std::size_t>(layer)])
+  for (int i : table.layer(layer))
     if (grads[static_cast<std::size_t>(i)].empty())
       grads[static_cast<std::size_t>(i)] = DeviceTensor(dev, shape_of(i), MemTag::Grads);
 }
@@ -965,7 +907,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     STRATA_CUDA_CHECK(cudaEventRecord(I.step_start.e, c));
     for (std::size_t k = 0; k < I.streams.size(); ++k)
       if (static_cast<int>(k) != I.compute) STRATA_CUDA_CHECK(cudaStreamWaitEvent(I.stream(static_cast<int>(k)), I.step_start.e, 0));
-    for (const std::int32_t i : I.order) {
+    for (const std::int32_t i : I.order()) {
       const auto ii = static_cast<std::size_t>(i);
       const cudaStream_t s = I.stream(I.stream_of[ii]);
       for (const std::int32_t j : I.waits[ii]) STRATA_CUDA_CHECK(cudaStreamWaitEvent(s, I.end[static_cast<std::size_t>(j)]->e, 0));
@@ -1016,7 +958,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
         if (i < I.model->names().size()) names += (names.empty() ? "" : ", ") + I.model->names()[i];
       } else if (i < I.buckets.size()) {  // ZeRO: flags by bucket
         std::string in;
-        for (int p : I.buckets[i].params) in += (in.empty() ? "" : " ") + I.model->names()[static_cast<std::size_t>(p)];
+        for (int p : I.buckets[i].params()) in += (in.empty() ? "" : " ") + I.model->names()[static_cast<std::size_t>(p)];
         names += (names.empty() ? "" : ", ") + ("one of {" + in + "}");
       }
     }
@@ -1028,7 +970,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
   my_loss /= static_cast<double>(I.m);
   RankMemory mine{I.rank, 0, I.dev.stats(), I.host.stats()};
   std::vector<TaskTime> my_tasks;
-  for (const std::int32_t i : I.order) {
+  for (const std::int32_t i : I.order()) {
     float a = 0, b = 0;
     const auto ii = static_cast<std::size_t>(i);
     STRATA_CUDA_CHECK(cudaEventElapsedTime(&a, I.step_start.e, I.start[ii]->e));
@@ -1109,11 +1051,11 @@ std::map<std::string, std::vector<float>> Executor::parameters() const {
   std::map<std::string, std::vector<float>> out;
   const cudaStream_t c = I.stream(I.compute);
   I.dev.set_stream(c);
-  for (std::size_t l = 0; l < I.layer_bucket.size(); ++l)
-    if (I.zero3() && I.layer_bucket[l] >= 0) I.ensure_layer_params(static_cast<int>(l), c);  // a collective
+  for (int l = 0; l < I.table.layers(); ++l)
+    if (I.zero3() && I.layer_bucket(l) >= 0) I.ensure_layer_params(l, c);  // a collective
   auto params = I.model->params();
   for (std::size_t i = 0; i < params.size(); ++i) out[I.model->names()[i]] = params[i].download();
-  for (std::size_t l = 0; l < I.layer_bucket.size(); ++l) I.release_layer_params(static_cast<int>(l));
+  for (int l = 0; l < I.table.layers(); ++l) I.release_layer_params(l);
   return out;
 }
 
@@ -1142,13 +1084,12 @@ void Executor::set_parameters(const std::map<std::string, std::vector<float>>& v
                   " elements, " + std::to_string(v.size()) + " given");
     const cudaStream_t c = I.stream(I.compute);
     I.dev.set_stream(c);
-    for (std::size_t l = 0; l < I.layer_params.size(); ++l) {
-      const auto& lp = I.layer_params[l];
-      if (std::find(lp.begin(), lp.end(), i) == lp.end()) continue;
-      Bucket& b = I.buckets[static_cast<std::size_t>(I.layer_bucket[l])];
+    {
+      const int l = I.table[i].layer;
+      Bucket& b = I.buckets[static_cast<std::size_t>(I.layer_bucket(l))];
       DeviceTensor whole(I.dev, I.shape_of(i), MemTag::Other, Fill::Uninitialised);
       whole.upload(v);
-      I.for_each_piece(b, b.begin, b.end, [&](int j, std::int64_t off, std::int64_t at, std::int64_t n) {
+      I.for_each_piece(b, b.mine.begin, b.mine.end, [&](int j, std::int64_t off, std::int64_t at, std::int64_t n) {
         if (j != i) return;
         STRATA_CUDA_CHECK(cudaMemcpyAsync(b.shard_param.data() + at, whole.data() + off,
                                           static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, c));
