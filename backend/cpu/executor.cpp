@@ -16,6 +16,7 @@
 #include "backend/cpu/gpt.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/common/bucket_plan.hpp"
+#include "backend/common/capabilities.hpp"
 #include "backend/common/layer_keep.hpp"
 #include "backend/cpu/optimizer.hpp"
 #include "backend/cpu/tensor.hpp"
@@ -235,54 +236,7 @@ struct Executor::Impl {
 };
 
 std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc) {
-  const auto& p = sc.plan;
-  const auto& md = sc.model;
-  using strategies::Optimizer;
-  using strategies::Schedule;
-  if (md.moe) return "mixture-of-experts models are not implemented by the CPU backend";
-  if (md.kv_heads != 0 && md.kv_heads != md.heads)
-    return "grouped-query attention (kv_heads != heads) is not implemented by the CPU backend";
-  if (md.position_embedding != cost::PositionEmbedding::Learned &&
-      md.position_embedding != cost::PositionEmbedding::None)
-    return "only learned positions (or none) are implemented by the CPU backend";
-  if (p.tp > 1 && md.dropout)
-    return "tensor parallelism (tp > 1) with dropout is not executed by the CPU backend";
-  if (p.cp > 1 && md.dropout)
-    return "context parallelism (cp > 1) with dropout is not executed by the CPU backend";
-  if (p.cp > 1 && p.dp > 1 && p.zero > 0)
-    return "ZeRO with context parallelism is not executed by the CPU backend (Megatron-LM shards "
-           "over dp x cp, the memory model over dp)";
-  if (p.ep > 1) return "expert parallelism (ep > 1) is not executed by the CPU backend yet";
-  if (p.pp > 1 && p.schedule == Schedule::PipeDream)
-    return "the asynchronous pipedream schedule (per-stage weight stashing, one update per "
-           "microbatch) is not executed by the CPU backend; pipedream-2bw is";
-  if (p.pp > 1 && p.schedule == Schedule::PipeDream2BW &&
-      ((p.dp > 1 && p.zero > 0) || p.offload.optimizer != strategies::OffloadTarget::None ||
-       p.offload.weights))
-    return "pipedream-2bw with ZeRO, optimizer offload or weight offload is not executed by the "
-           "CPU backend";
-  if (p.compression.method != strategies::CompressionMethod::None && p.dp > 1 &&
-      (p.cp > 1 || p.dp_topology == strategies::DpTopology::ParameterServer))
-    return "gradient compression with context parallelism or a parameter server is not executed "
-           "by the CPU backend";
-  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer && p.zero > 0)
-    return "a parameter server with ZeRO is not executed by the CPU backend (the server holds "
-           "whole gradients, weights and states)";
-  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer &&
-      p.offload.optimizer != strategies::OffloadTarget::None)
-    return "a parameter server with optimizer offload is not executed by the CPU backend";
-  if (p.offload.weights && p.dp > 1 && p.zero > 0)
-    return "weight offload with ZeRO is not executed by the CPU backend";
-  if (p.offload.weights && p.offload.optimizer != strategies::OffloadTarget::None)
-    return "weight offload with optimizer offload is not executed by the CPU backend";
-  if (p.optimizer == Optimizer::Adam4bit) return "4-bit Adam is not implemented by the CPU backend";
-  if (p.dp > 1 && p.zero >= 1 &&
-      (p.optimizer == Optimizer::Lars || p.optimizer == Optimizer::Lamb ||
-       p.optimizer == Optimizer::Adafactor || p.optimizer == Optimizer::Sm3))
-    return "ZeRO shards the optimizer step, which needs an elementwise optimizer (sgd, momentum, "
-           "adam, adamw, adam8bit); " +
-           std::string(enum_name(p.optimizer)) + " uses whole-tensor norms or factors";
-  return std::nullopt;
+  return refusal(sc, Backend::Cpu);
 }
 
 void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_memory) {

@@ -17,17 +17,11 @@
 // by tag are the bytes the step really held. Each task's wall start and end
 // are recorded under its task index (the graph's ids name them).
 //
-// Executed: data parallelism (bucketed all-reduce), ZeRO 1/2 (reduce-scatter,
-// sharded optimizer step, all-gather of weights) and 3 (per-layer gathers
-// and reduce-scatters), gradient compression (top-k, random-k, QSGD, 1-bit,
-// PowerSGD: compression.hpp; with ZeRO 0 or 1, as the plan rules allow),
-// pipeline parallelism with GPipe, 1F1B and interleaved schedules, recompute
-// none / selective / full / every_k / sqrt, activation offload, optimizer
-// offload to the host (ZeRO-Offload). Refused with strata::Error
-// (Executor::unsupported says why): tensor, context and expert parallelism,
-// PipeDream schedules, parameter servers, weight offload, optimizer offload to NVMe,
-// the `optimal` recompute planner, 4-bit Adam, and ZeRO with an optimizer
-// whose update is not elementwise (LARS, LAMB, Adafactor, SM3).
+// What it executes, and what it refuses with the reason, is the capability
+// table's (backend/common/capabilities.hpp, rendered as the feature matrix
+// of docs/cpu-backend.md): unsupported() returns its first refused row. The
+// buckets, each rank's shards and the seeds are the bucket plan's
+// (backend/common/bucket_plan.hpp), which the CUDA executor shares.
 //
 // Numerics: fp32 throughout whatever the plan's precision; standard
 // attention whatever the plan's kernel; dropout off (p = 0). Microbatch mb
@@ -75,7 +69,8 @@ class Executor final : public StepExecutor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Why the executor cannot run this scenario, or nothing.
+  // Why the executor cannot run this scenario (the capability table's first
+  // refused row), or nothing.
   static std::optional<std::string> unsupported(const strategies::Scenario& sc);
   // Throws InputError (the scenario's file) when every rank's predicted peak
   // and host bytes (the analytical memory model) add up to more than

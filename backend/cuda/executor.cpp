@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backend/common/bucket_plan.hpp"
+#include "backend/common/capabilities.hpp"
 #include "backend/common/layer_keep.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
@@ -257,58 +258,16 @@ struct Executor::Impl {
 };
 
 std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc, int processes) {
-  const auto& p = sc.plan;
-  const auto& md = sc.model;
-  const std::int64_t gpus = p.gpus() * p.ep;
-  const std::string mesh = "the plan runs on " + std::to_string(gpus) + " GPUs (dp " + std::to_string(p.dp) +
-                           " x tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x cp " +
-                           std::to_string(p.cp) + " x ep " + std::to_string(p.ep) + ")";
-  if (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1) {
-    std::string what;
-    for (const auto& [name, degree] : {std::pair{"tensor", p.tp}, std::pair{"pipeline", p.pp},
-                                       std::pair{"context", p.cp}, std::pair{"expert", p.ep}})
-      if (degree > 1) what += (what.empty() ? "" : ", ") + std::string(name);
-    return mesh + "; the CUDA executor runs data parallelism and ZeRO across processes (one per GPU), not " +
-           what + " parallelism yet; the CPU backend executes such plans with rank threads";
-  }
-  if (p.dp > 1 && p.compression.method != strategies::CompressionMethod::None && p.zero > 0)
-    return "gradient compression with ZeRO is not executed by the CUDA backend (each rank would step "
-           "its chunk of the decoded gradient); set zero to 0, or run it on the CPU backend";
-  if (p.dp > 1 && p.dp_topology == strategies::DpTopology::ParameterServer)
-    return "a parameter server (dp_topology) is not executed by the CUDA backend; all-reduce is";
+  // What the executor does not run: the capability table's refusals.
+  if (auto why = refusal(sc, Backend::Cuda)) return why;
+  // One process per GPU of the plan.
+  const std::int64_t gpus = sc.plan.gpus() * sc.plan.ep;
   if (gpus != processes) {
-    if (processes == 1)
-      return mesh + ": one process per GPU, and this is one process; " + launch_hint(gpus);
+    const std::string mesh = gpu_mesh_text(sc.plan);
+    if (processes == 1) return mesh + ": one process per GPU, and this is one process; " + launch_hint(gpus);
     return mesh + ", but " + std::to_string(processes) + " processes were launched; " + launch_hint(gpus);
   }
-  if (md.moe) return "mixture-of-experts models are not implemented by the CUDA backend";
-  if (md.kv_heads != 0 && md.kv_heads != md.heads)
-    return "grouped-query attention (kv_heads != heads) is not implemented by the CUDA backend";
-  if (md.position_embedding != cost::PositionEmbedding::Learned &&
-      md.position_embedding != cost::PositionEmbedding::None)
-    return "only learned positions (or none) are implemented by the CUDA backend";
-  if (md.dropout) return "dropout is not implemented by the CUDA backend (set the model's dropout to false)";
-  if (p.precision == cost::Precision::FP16)
-    return "fp16 mixed precision is not implemented by the CUDA backend: fp16's 5-bit exponent needs loss "
-           "scaling (dynamic scale, overflow checks and skipped steps), which it does not do; set "
-           "plan.precision to bf16 or fp32";
-  if (p.precision == cost::Precision::FP8)
-    return "fp8 is not implemented by the CUDA backend (no per-tensor scaling nor fp8 products): set "
-           "plan.precision to bf16 or fp32";
-  if (p.precision == cost::Precision::BF16 && p.dp > 1 && p.zero > 0)
-    return "bf16 with ZeRO is not executed by the CUDA backend (the bf16 working copies of sharded and "
-           "gathered parameters are not refreshed); bf16 runs with zero 0";
-  if (p.precision == cost::Precision::BF16 && !p.implementation.fp32_grad_accumulation)
-    return "bf16 with bf16 gradients is not implemented by the CUDA backend: it accumulates bf16 models' "
-           "gradients in fp32, as Megatron-LM does for bf16; set plan.implementation.fp32_grad_accumulation "
-           "to true (4 bytes a gradient in the memory model)";
-  if (p.implementation.attention != cost::AttentionKernel::Standard)
-    return "the CUDA backend computes standard attention (scores materialised) only; flash "
-           "attention is not implemented yet: set plan.implementation.attention to standard";
-  if (p.offload.weights) return "weight offload is not executed by the CUDA backend yet";
-  if (p.offload.optimizer != strategies::OffloadTarget::None)
-    return "optimizer offload (ZeRO-Offload, ZeRO-Infinity) is not executed by the CUDA backend yet";
-  return unsupported_optimizer(p.optimizer);
+  return std::nullopt;
 }
 
 Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)

@@ -29,17 +29,12 @@
 // processes exchange their measurements (MPI), so every process returns the
 // whole run's StepResult.
 //
-// Executed: fp32, or bf16 mixed precision with fp32 gradient accumulation
-// (ZeRO 0), with standard attention: recompute none / selective / full
-// / every_k / sqrt / optimal, activation offload, SGD, momentum, Adam,
-// AdamW, 8-bit Adam, LARS, LAMB, Adafactor, SM3; data parallelism with ZeRO
-// 0/1/2/3 across processes, or with gradient compression (ZeRO 0; the
-// device compressors of compression.hpp between NCCL rounds). Refused with
-// the reason (Executor::unsupported): tensor, pipeline, context and expert
-// parallelism, compression with ZeRO and parameter servers, a plan whose
-// GPU count differs from the processes launched, fp16 (needs loss
-// scaling) and fp8, bf16 with bf16 gradients or with ZeRO, flash attention, weight and optimizer offload, 4-bit Adam (no
-// kernels, nor a CPU implementation), dropout, MoE, grouped-query attention.
+// What it executes, and what it refuses with the reason, is the capability
+// table's (backend/common/capabilities.hpp, rendered as the feature matrix
+// of docs/cpu-backend.md): unsupported() returns its first refused row,
+// then whether the processes launched are the plan's GPUs. The buckets,
+// each rank's shards and the compressor's seed are the bucket plan's
+// (backend/common/bucket_plan.hpp), the CPU executor's too.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -88,8 +83,9 @@ class Executor final : public StepExecutor {
   Executor& operator=(const Executor&) = delete;
 
   // Why this executor cannot run the scenario with `processes` processes
-  // (one per GPU), or nothing. Needs no GPU. A plan needing more GPUs than
-  // one process has says how many and how to launch them.
+  // (one per GPU): the capability table's first refused row, or a plan
+  // whose GPUs are not the processes launched (saying how many and how to
+  // launch them); or nothing. Needs no GPU.
   static std::optional<std::string> unsupported(const strategies::Scenario& sc, int processes = 1);
 
   std::string_view backend() const override { return "cuda"; }

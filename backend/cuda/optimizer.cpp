@@ -5,6 +5,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "backend/common/capabilities.hpp"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/optimizer_kernels.hpp"
 #include "sim/error.hpp"
@@ -342,21 +343,10 @@ std::unique_ptr<Optimizer> make_sm3(DeviceAllocator& alloc, const cpu::Sm3Option
 }
 
 std::optional<std::string> unsupported_optimizer(strategies::Optimizer o) {
-  using strategies::Optimizer;
-  switch (o) {
-    case Optimizer::Sgd:
-    case Optimizer::Momentum:
-    case Optimizer::Adam:
-    case Optimizer::AdamW:
-    case Optimizer::Adam8bit:
-    case Optimizer::Adafactor:
-    case Optimizer::Sm3:
-    case Optimizer::Lamb:
-    case Optimizer::Lars: return std::nullopt;
-    case Optimizer::Adam4bit: break;
-  }
-  return "the " + std::string(enum_name(o)) +
-         " optimizer has no CUDA kernels (nor a CPU implementation to check them against)";
+  // The capability table's optimizer rows (backend/common/capabilities.hpp).
+  strategies::Scenario sc;
+  sc.plan.optimizer = o;
+  return refusal(sc, Backend::Cuda, "optimizer");
 }
 
 std::unique_ptr<Optimizer> make_optimizer(strategies::Optimizer o, float lr, float weight_decay,
