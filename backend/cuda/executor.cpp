@@ -10,6 +10,7 @@
 
 #include "backend/common/bucket_plan.hpp"
 #include "backend/common/capabilities.hpp"
+#include "backend/common/lanes.hpp"
 #include "backend/common/layer_keep.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/check.hpp"
@@ -301,7 +302,10 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   chunk_map = strategies::ChunkMap(plan, sc.model.layers);
   chunks = chunk_map.chunks();
 
-  // Every task's stream (one per queue resource) and what it runs.
+  // Every task's stream (one per queue resource) and what it runs. The
+  // compute and communication streams are the resources whose role's lane
+  // is Compute and Comm.
+  const Lanes lanes(low.graph);
   std::map<std::int32_t, int> stream_of_resource;
   stream_of.assign(tasks.size(), -1);
   waits.assign(tasks.size(), {});
@@ -339,13 +343,13 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     auto [it, added] = stream_of_resource.emplace(queue->index, static_cast<int>(streams.size()));
     if (added) {
       streams.push_back(std::make_unique<Stream>());
-      if (res.name.ends_with(".compute")) compute = it->second;
-      if (res.name.ends_with(".comm")) comm = it->second;
+      if (lanes.of(res) == sim::Lane::Compute) compute = it->second;
+      if (lanes.of(res) == sim::Lane::Comm) comm = it->second;
     }
     stream_of[i] = it->second;
     const bool layer_work = t.op == TaskOp::Forward || t.op == TaskOp::Backward ||
                             t.op == TaskOp::Recompute || t.op == TaskOp::OptimizerStep;
-    if (layer_work && !res.name.ends_with(".compute"))
+    if (layer_work && lanes.of(res) != sim::Lane::Compute)
       throw Error("executor: task " + task.id + " computes on " + res.name + ", not a compute stream");
   }
   low.graph.for_each_edge([&](sim::TaskId a, sim::TaskId b, sim::EdgeKind) {
