@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/common/param_table.hpp"
+#include "backend/common/step_options.hpp"
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/tensor.hpp"
@@ -85,13 +86,6 @@ struct SavedBytes {
 // What one microbatch keeps between its forward and backward, per layer of
 // the op chain, each tensor named by the op that saves it. The executor will
 // hold one set per (layer, microbatch) in flight.
-// Dropout of one microbatch's forward: probability and the seed its masks
-// derive from (with the layer and the site), so a recompute regenerates them.
-struct Dropout {
-  float p = 0.0f;
-  std::uint64_t seed = 0;
-};
-
 struct EmbeddingSaved {
   IndexTensor tokens;  // embedding: the token ids
   MaskTensor mask;     // embedding_dropout (models with dropout)
@@ -135,24 +129,6 @@ struct BackwardBuffers {
   // a reduce-scatter returns.
   Tensor gathered;
   Tensor shard;
-};
-
-// Options of one forward_backward.
-struct StepOptions {
-  // The step adds the gradient of loss_scale × the mean loss (1/k over k
-  // microbatches gives the mean over all of them).
-  float loss_scale = 1.0f;
-  // Per-block recompute: None keeps everything; Selective drops the
-  // attention core (softmax output) and recomputes it from Q, K, V in
-  // backward; Full keeps only the block's input and reruns its forward.
-  // Schedules over layers (EveryK, Sqrt, Optimal) are given per layer in
-  // `layer_recompute` instead (one entry per block; overrides `recompute`).
-  cost::Recompute recompute = cost::Recompute::None;
-  std::vector<cost::Recompute> layer_recompute;
-  // Dropout for models with spec.dropout (Megatron-LM trains GPT with 0.1);
-  // vary the seed between steps and microbatches. A model without dropout
-  // refuses p > 0.
-  Dropout dropout;
 };
 
 // Not thread-safe: one thread at a time per model (steps add into the same

@@ -11,6 +11,8 @@
 // exactly the tensors the op chain says it saves.
 #include <cstdint>
 
+#include "backend/common/op_shapes.hpp"
+
 namespace strata::backend::cpu {
 
 // --- embedding (op `embedding`, `position_embedding`) -------------------------
@@ -62,11 +64,9 @@ void rmsnorm_backward(const float* x, const float* gamma, const float* dy, float
                       float* dgamma, std::int64_t rows, std::int64_t dim, float eps);
 
 // --- linear (ops `qkv`, `attn_proj`, `mlp_up`, `mlp_up_gate`, `mlp_down`, `logits`)
-// The weight is stored [in × out] (the op chain's rows × cols), or [out × in]
-// for the logits tied to the [vocab × hidden] embedding table.
-enum class WeightLayout { InOut, OutIn };
 // y[n×out] = x[n×in]·W + b, or y += x·W + b with `accumulate` (a residual
-// add folded into the product). b may be null (no bias).
+// add folded into the product). b may be null (no bias). W is stored as
+// `layout` says (WeightLayout: backend/common/op_shapes.hpp).
 // Saves: its input x.
 void linear_forward(const float* x, const float* w, const float* b, float* y, std::int64_t n,
                     std::int64_t in, std::int64_t out, WeightLayout layout, bool accumulate);
@@ -82,11 +82,8 @@ void linear_backward(const float* x, const float* w, const float* dy, float* dx,
 // out: [batch·seq × heads·head_dim]. P = softmax(QKᵀ/sqrt(head_dim) with
 // keys after the query masked), out = P·V.
 // Saves: Q and K (attn_scores), P (softmax), V (attn_values): the qkv tensor
-// and probs.
-struct AttentionDims {
-  std::int64_t batch = 1, seq = 1, heads = 1, head_dim = 1;
-  std::int64_t hidden() const { return heads * head_dim; }
-};
+// and probs. (AttentionDims: backend/common/op_shapes.hpp.)
+//
 // Dropout on the probabilities (op `attn_dropout`): `mask` (from
 // dropout_mask, one byte per element of probs) is the caller's; `dropped`
 // [like probs] receives P⊙mask/(1−p), which attn_values multiplies with V

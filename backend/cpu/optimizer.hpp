@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/common/optimizer_options.hpp"
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/tensor.hpp"
 
@@ -32,12 +33,6 @@ class Optimizer {
   std::int64_t t_ = 0;  // steps taken
 };
 
-struct SgdOptions {
-  float lr = 1e-2f;
-  float momentum = 0.0f;      // 0: plain SGD
-  float weight_decay = 0.0f;  // L2: g += wd·p
-};
-
 // p −= lr·g, or with momentum: v = μ·v + g; p −= lr·v (v₁ = g₁).
 class Sgd final : public Optimizer {
  public:
@@ -48,15 +43,6 @@ class Sgd final : public Optimizer {
   Allocator* alloc_;
   SgdOptions o_;
   std::vector<Tensor> velocity_;
-};
-
-struct AdamOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  bool decoupled = false;  // true: AdamW (p −= lr·wd·p), false: Adam (g += wd·p)
 };
 
 // m = β₁m + (1−β₁)g; v = β₂v + (1−β₂)g²; p −= lr·m̂/(sqrt(v̂) + eps) with
@@ -70,15 +56,6 @@ class Adam final : public Optimizer {
   Allocator* alloc_;
   AdamOptions o_;
   std::vector<Tensor> m_, v_;
-};
-
-struct Adam8bitOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled (AdamW)
-  std::int64_t block = 2048;  // elements per quantization block
 };
 
 // 8-bit Adam (Dettmers et al. 2022, block-wise): m and v are stored as one
@@ -105,13 +82,6 @@ class Adam8bit final : public Optimizer {
   std::vector<Tensor> m_max_, v_max_;  // absmax per block
 };
 
-struct LarsOptions {
-  float lr = 1e-1f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
-  float trust_coefficient = 1e-3f;  // η
-};
-
 // LARS (You et al. 2017, Algorithm 1), per parameter tensor:
 // trust = η·‖w‖/(‖g‖ + wd·‖w‖) (1 when either norm is 0);
 // v = μ·v + lr·trust·(g + wd·w); w −= v.
@@ -124,14 +94,6 @@ class Lars final : public Optimizer {
   Allocator* alloc_;
   LarsOptions o_;
   std::vector<Tensor> velocity_;
-};
-
-struct LambOptions {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-6f;
-  float weight_decay = 0.0f;
 };
 
 // LAMB (You et al. 2019, Algorithm 2 with bias correction), per tensor:
@@ -148,13 +110,6 @@ class Lamb final : public Optimizer {
   std::vector<Tensor> m_, v_;
 };
 
-struct AdafactorOptions {
-  float lr = 1e-2f;              // a fixed step (no relative step size)
-  float decay_rate = -0.8f;      // β̂₂ₜ = 1 − t^decay_rate
-  float eps1 = 1e-30f;           // added to g²
-  float clip_threshold = 1.0f;   // d: updates scaled down to RMS <= d
-};
-
 // Adafactor (Shazeer & Stern 2018, Algorithm 4 with β₁ = 0 and a fixed
 // step size): for an m × n matrix, row sums R and column sums C of
 // g² + ε₁ decay at β̂₂ₜ and V̂ = R·Cᵀ/ΣR; other tensors keep a full V.
@@ -168,10 +123,6 @@ class Adafactor final : public Optimizer {
   Allocator* alloc_;
   AdafactorOptions o_;
   std::vector<Tensor> row_, col_;  // matrices: R and C; others: V in row_, col_ empty
-};
-
-struct Sm3Options {
-  float lr = 1e-1f;
 };
 
 // SM3-II (Anil et al. 2019) with row and column covers for an m × n matrix:

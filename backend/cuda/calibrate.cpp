@@ -243,7 +243,7 @@ double Microbench::compression(const strategies::Compression& c, std::int64_t ro
   DeviceTensor grad(I.alloc, shape, MemTag::Grads, Fill::Uninitialised), out(I.alloc, shape, MemTag::Grads);
   kernels::fill(I.stream, grad.data(), grad.numel(), 1e-3f);
   const auto comp = make_device_compressor({.method = c, .ranks = 1, .rank = 0, .seed = 1},
-                                           cpu::flat_layout(std::span<const Shape>(&shape, 1)), I.alloc, *I.blas);
+                                           flat_layout(std::span<const Shape>(&shape, 1)), I.alloc, *I.blas);
   return I.timed(
       [&] {
         comp->encode(grad.data());

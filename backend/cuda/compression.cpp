@@ -24,7 +24,7 @@ using DeviceWords = BasicDeviceTensor<std::uint32_t>;
 
 class TopK final : public DeviceCompressor {
  public:
-  TopK(const cpu::CompressorOptions& o, cpu::FlatLayout l, DeviceAllocator& a)
+  TopK(const CompressorOptions& o, FlatLayout l, DeviceAllocator& a)
       : DeviceCompressor(o, std::move(l), a, o.method.error_feedback),
         k_(strategies::sparse_k(o.method.ratio, n_)),
         words_(cm::topk_words(k_)),
@@ -64,7 +64,7 @@ class TopK final : public DeviceCompressor {
 
 class RandomK final : public DeviceCompressor {
  public:
-  RandomK(const cpu::CompressorOptions& o, cpu::FlatLayout l, DeviceAllocator& a)
+  RandomK(const CompressorOptions& o, FlatLayout l, DeviceAllocator& a)
       : DeviceCompressor(o, std::move(l), a, o.method.error_feedback),
         k_(strategies::sparse_k(o.method.ratio, n_)),
         shared_(cm::Xoshiro::seeded(cm::mix(o.seed, cm::kRandomKSalt))),
@@ -107,7 +107,7 @@ class RandomK final : public DeviceCompressor {
 
 class Qsgd final : public DeviceCompressor {
  public:
-  Qsgd(const cpu::CompressorOptions& o, cpu::FlatLayout l, DeviceAllocator& a)
+  Qsgd(const CompressorOptions& o, FlatLayout l, DeviceAllocator& a)
       : DeviceCompressor(o, std::move(l), a, false),
         width_(static_cast<int>(o.method.bits) + 1),
         levels_(static_cast<double>((std::uint32_t{1} << o.method.bits) - 1)),
@@ -153,7 +153,7 @@ class Qsgd final : public DeviceCompressor {
 
 class OneBit final : public DeviceCompressor {
  public:
-  OneBit(const cpu::CompressorOptions& o, cpu::FlatLayout l, DeviceAllocator& a)
+  OneBit(const CompressorOptions& o, FlatLayout l, DeviceAllocator& a)
       : DeviceCompressor(o, std::move(l), a, true),
         most_((n_ + o.ranks - 1) / o.ranks),
         scales_((most_ + cm::kOneBitBucket - 1) / cm::kOneBitBucket),
@@ -201,9 +201,9 @@ class OneBit final : public DeviceCompressor {
 
 class PowerSgd final : public DeviceCompressor {
  public:
-  PowerSgd(const cpu::CompressorOptions& o, cpu::FlatLayout l, DeviceAllocator& a, Blas& blas)
+  PowerSgd(const CompressorOptions& o, FlatLayout l, DeviceAllocator& a, Blas& blas)
       : DeviceCompressor(o, std::move(l), a, true), blas_(&blas), shared_(cm::mix(o.seed, cm::kPowerSgdSalt)) {
-    cpu::PowerSgdLayout pl = cpu::powersgd_layout(layout_, o.method.rank);
+    PowerSgdLayout pl = powersgd_layout(layout_, o.method.rank);
     parts_ = std::move(pl.parts);
     columns_ = pl.columns;
     const std::int64_t q = pl.q_size;
@@ -218,7 +218,7 @@ class PowerSgd final : public DeviceCompressor {
   int rounds() const override { return 2; }
 
  private:
-  using Matrix = cpu::PowerSgdPart;  // `column`: the first of its r flags in flags_
+  using Matrix = PowerSgdPart;  // `column`: the first of its r flags in flags_
   float* M(const Matrix& m) { return residual_.data() + m.t.offset; }
 
   void do_encode(const float* g) override {
@@ -295,12 +295,12 @@ class PowerSgd final : public DeviceCompressor {
 
 // ---- DeviceCompressor --------------------------------------------------------
 
-DeviceCompressor::DeviceCompressor(const cpu::CompressorOptions& o, cpu::FlatLayout layout, DeviceAllocator& alloc,
+DeviceCompressor::DeviceCompressor(const CompressorOptions& o, FlatLayout layout, DeviceAllocator& alloc,
                                    bool residual)
     : o_(o), layout_(std::move(layout)), alloc_(&alloc) {
   if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks)
     throw Error("device compressor: rank " + std::to_string(o.rank) + " outside a group of " + std::to_string(o.ranks));
-  for (const cpu::FlatTensor& t : layout_) {
+  for (const FlatTensor& t : layout_) {
     if (t.offset != n_ || t.rows < 0 || t.cols < 1)
       throw Error("device compressor: the layout's tensors must follow each other from offset 0");
     n_ += t.numel();
@@ -340,9 +340,9 @@ void DeviceCompressor::decode(float* out) {
   phase_ = Phase::Idle;
 }
 
-std::unique_ptr<DeviceCompressor> make_device_compressor(const cpu::CompressorOptions& o, cpu::FlatLayout layout,
+std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressorOptions& o, FlatLayout layout,
                                                          DeviceAllocator& alloc, Blas& blas) {
-  cpu::check_compressor_method(o.method, "device compressor");
+  check_compressor_method(o.method, "device compressor");
   switch (o.method.method) {
     case CompressionMethod::TopK: return std::make_unique<TopK>(o, std::move(layout), alloc);
     case CompressionMethod::RandomK: return std::make_unique<RandomK>(o, std::move(layout), alloc);

@@ -50,7 +50,7 @@
 #include <memory>
 #include <vector>
 
-#include "backend/cpu/compression.hpp"
+#include "backend/common/compression_layout.hpp"
 #include "backend/cuda/blas.hpp"
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/tensor.hpp"
@@ -99,7 +99,7 @@ class DeviceCompressor {
 
   // The rounds of the last step in the CPU's convention (bytes priced as
   // strategies::compressed_exchange does).
-  const std::vector<cpu::ExchangedRound>& exchanged() const { return exchanged_; }
+  const std::vector<ExchangedRound>& exchanged() const { return exchanged_; }
   // Device residual of size() floats (null without error feedback), and
   // 1-bit's server residual of this rank's chunk (null otherwise).
   const float* residual() const { return residual_.empty() ? nullptr : residual_.data(); }
@@ -107,7 +107,7 @@ class DeviceCompressor {
   virtual std::int64_t chunk_residual_size() const { return 0; }
 
  protected:
-  DeviceCompressor(const cpu::CompressorOptions& o, cpu::FlatLayout layout, DeviceAllocator& alloc, bool residual);
+  DeviceCompressor(const CompressorOptions& o, FlatLayout layout, DeviceAllocator& alloc, bool residual);
   virtual void do_encode(const float* grad) = 0;
   virtual CompressRound do_round(int r) = 0;
   virtual void do_decode(float* out) = 0;
@@ -116,8 +116,8 @@ class DeviceCompressor {
   // x = g + e into the residual (error feedback), or g itself.
   const float* with_residual(const float* g);
 
-  cpu::CompressorOptions o_;
-  cpu::FlatLayout layout_;
+  CompressorOptions o_;
+  FlatLayout layout_;
   DeviceAllocator* alloc_;
   std::int64_t n_ = 0;
   DeviceTensor residual_;
@@ -126,13 +126,13 @@ class DeviceCompressor {
   enum class Phase { Idle, Encoded };
   Phase phase_ = Phase::Idle;
   int next_round_ = 0;
-  std::vector<cpu::ExchangedRound> exchanged_;
+  std::vector<ExchangedRound> exchanged_;
 };
 
 // The device compressor of `o.method` for a flat gradient laid out as
 // `layout`; `blas` (PowerSGD's products) must outlive it. Throws Error for
 // method none and for the options the CPU's make_compressor refuses.
-std::unique_ptr<DeviceCompressor> make_device_compressor(const cpu::CompressorOptions& o, cpu::FlatLayout layout,
+std::unique_ptr<DeviceCompressor> make_device_compressor(const CompressorOptions& o, FlatLayout layout,
                                                          DeviceAllocator& alloc, Blas& blas);
 
 }  // namespace strata::backend::cuda

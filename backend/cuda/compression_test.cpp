@@ -93,7 +93,7 @@ void play(const std::vector<CompressRound>& x) {
 
 // Runs `c` for 3 steps on the device and on the CPU and compares; PowerSGD
 // (`exact` false) to a relative 1e-4 of the largest |value| of each buffer.
-void compare(const Compression& c, std::int64_t n, const cpu::FlatLayout& layout, bool exact) {
+void compare(const Compression& c, std::int64_t n, const backend::FlatLayout& layout, bool exact) {
   const auto g = gradients(n, kRanks, 3, 500 + static_cast<std::uint64_t>(n));
   const auto cpu = run_cpu(c, n, kRanks, g, layout);
   DeviceAllocator alloc(0);
@@ -214,7 +214,7 @@ TEST_CASE("cuda/compression: PowerSGD on two ranks is the CPU's to fp32 rounding
   // Matrices 64 × 48 and 300 × 7 (rank 4 and min(4, 7)), a vector of 33,
   // a 1 × 5 matrix (rank 1); P, the decoded sum and the residual within
   // 1e-4 of each buffer's largest value (cuBLAS sums in another order).
-  const cpu::FlatLayout layout = {{0, 64, 48, true}, {3072, 33, 1, false}, {3105, 300, 7, true}, {5205, 1, 5, true}};
+  const backend::FlatLayout layout = {{0, 64, 48, true}, {3072, 33, 1, false}, {3105, 300, 7, true}, {5205, 1, 5, true}};
   Compression c = method(CompressionMethod::PowerSgd);
   c.rank = 4;
   compare(c, 5210, layout, false);

@@ -45,7 +45,7 @@ struct CpuStep {
 // unless `layout` says otherwise.
 inline std::vector<std::vector<CpuStep>> run_cpu(const Compression& method, std::int64_t n, int ranks,
                                                  const std::vector<std::vector<Floats>>& grads,
-                                                 cpu::FlatLayout layout = {}) {
+                                                 backend::FlatLayout layout = {}) {
   if (layout.empty()) layout = {{0, n, 1, false}};
   const auto steps = grads.size();
   std::vector<std::vector<CpuStep>> res(steps, std::vector<CpuStep>(static_cast<std::size_t>(ranks)));

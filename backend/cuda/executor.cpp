@@ -698,7 +698,7 @@ void Executor::Impl::build_compressor() {
     shapes.push_back(shape_of(i));
   compressor = make_device_compressor(
       {.method = sc.plan.compression, .ranks = dp, .rank = dp_index, .seed = stage_plan->compressor_seed},
-      cpu::flat_layout(shapes), dev, *blas);
+      flat_layout(shapes), dev, *blas);
   if (stage_plan->compressed_rounds != compressor->rounds())
     throw Error("executor: the lowering gives " + std::to_string(stage_plan->compressed_rounds) +
                 " compressed rounds, " + std::string(enum_name(sc.plan.compression.method)) + " runs " +

@@ -397,7 +397,7 @@ void GptModel::embedding_backward(const EmbeddingSaved& s, BackwardBuffers& st) 
 
 double GptModel::forward_backward(std::span<const std::int32_t> tokens,
                                   std::span<const std::int32_t> targets, std::int64_t batch,
-                                  const cpu::StepOptions& opts) {
+                                  const StepOptions& opts) {
   const auto L = static_cast<std::size_t>(spec_.layers);
   const auto n = static_cast<std::size_t>(batch * spec_.seq_len);
   if (batch < 1 || tokens.size() != n || targets.size() != n)

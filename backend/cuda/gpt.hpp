@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "backend/common/param_table.hpp"
-#include "backend/cpu/gpt.hpp"
+#include "backend/common/step_options.hpp"
 #include "backend/cuda/act_tensor.hpp"
 #include "backend/cuda/ops.hpp"
 #include "backend/cuda/tensor.hpp"
@@ -119,7 +119,7 @@ class GptModel {
   // and adds its gradient × opts.loss_scale. Dropout is refused.
   double forward_backward(std::span<const std::int32_t> tokens,
                           std::span<const std::int32_t> targets, std::int64_t batch,
-                          const cpu::StepOptions& opts = {});
+                          const StepOptions& opts = {});
 
  private:
   struct BlockIndex {  // positions in params_; -1 when absent

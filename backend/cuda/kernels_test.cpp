@@ -126,7 +126,7 @@ TEST_CASE_FIXTURE(Fixture, "cuda/kernels: layer norm and RMS norm forward and ba
 TEST_CASE_FIXTURE(Fixture, "cuda/ops: linear forward and backward equal the CPU's in both weight layouts") {
   // cuBLAS fp32 (no TF32) against OpenBLAS sgemm, k <= 300: 1e-5 of the scale.
   const std::int64_t n = 50, in = 300, out = 70;
-  for (const auto layout : {cpu::WeightLayout::InOut, cpu::WeightLayout::OutIn})
+  for (const auto layout : {backend::WeightLayout::InOut, backend::WeightLayout::OutIn})
     for (const bool accumulate : {false, true}) {
       CAPTURE(static_cast<int>(layout));
       CAPTURE(accumulate);
@@ -149,7 +149,7 @@ TEST_CASE_FIXTURE(Fixture, "cuda/ops: linear forward and backward equal the CPU'
 
 TEST_CASE_FIXTURE(Fixture, "cuda/ops: causal attention forward and backward equal the CPU's, in head groups of any size") {
   // Softmax with expf against exp_approx (2e-7) and reordered sums: 1e-5 of the scale.
-  const cpu::AttentionDims d{2, 33, 4, 8};
+  const backend::AttentionDims d{2, 33, 4, 8};
   const std::int64_t N = d.batch * d.seq, H = d.hidden(), SS = d.seq * d.seq;
   const Vec qkv = rand(N * 3 * H), dout = rand(N * H);
   Vec probs(d.batch * d.heads * SS), out(N * H), dqkv(N * 3 * H), scratch(SS);
@@ -231,13 +231,13 @@ TEST_CASE_FIXTURE(Fixture, "cuda/kernels: Adam, AdamW and SGD with momentum step
     std::memcpy(G[0].data(), g0.data(), 4000);
     std::unique_ptr<cpu::Optimizer> ref;
     strategies::Optimizer which = strategies::Optimizer::Adam;
-    if (kind == 0) ref = std::make_unique<cpu::Adam>(host, cpu::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f});
+    if (kind == 0) ref = std::make_unique<cpu::Adam>(host, backend::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f});
     if (kind == 1) {
-      ref = std::make_unique<cpu::Adam>(host, cpu::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f, .decoupled = true});
+      ref = std::make_unique<cpu::Adam>(host, backend::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f, .decoupled = true});
       which = strategies::Optimizer::AdamW;
     }
     if (kind == 2) {
-      ref = std::make_unique<cpu::Sgd>(host, cpu::SgdOptions{.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.1f});
+      ref = std::make_unique<cpu::Sgd>(host, backend::SgdOptions{.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.1f});
       which = strategies::Optimizer::Momentum;
     }
     auto opt = make_optimizer(which, 0.01f, 0.1f, alloc);
@@ -393,7 +393,7 @@ TEST_CASE_FIXTURE(Fixture, "cuda/gpt: loss and gradients equal the CPU model's (
       for (std::size_t i = 0; i < ref.params().size(); ++i) gpu.set_parameter(static_cast<int>(i), ref.params()[i].span());
       const std::int64_t batch = 3;
       const auto tok = ids(batch * spec.seq_len, spec.vocab), tgt = ids(batch * spec.seq_len, spec.vocab);
-      const cpu::StepOptions o{.loss_scale = 0.5f, .recompute = policy};
+      const backend::StepOptions o{.loss_scale = 0.5f, .recompute = policy};
       const double want = ref.forward_backward(tok, tgt, batch, o);
       gpu.zero_grads();
       const double got = gpu.forward_backward(tok, tgt, batch, o);

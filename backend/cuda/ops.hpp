@@ -7,14 +7,11 @@
 
 #include <cstdint>
 
-#include "backend/cpu/kernels.hpp"
+#include "backend/common/op_shapes.hpp"
 #include "backend/cuda/bf16_math.hpp"
 #include "backend/cuda/blas.hpp"
 
 namespace strata::backend::cuda {
-
-using cpu::AttentionDims;
-using cpu::WeightLayout;
 
 // Where ops run: a stream and the cuBLAS handle that enqueues on it.
 struct Ctx {

@@ -152,7 +152,7 @@ class Adam final : public Optimizer {
 // 2 + 8/block bytes per parameter.
 class Adam8bit final : public Optimizer {
  public:
-  Adam8bit(DeviceAllocator& a, const cpu::Adam8bitOptions& o) : alloc_(&a), o_(o), maps_(math::quant_maps()) {
+  Adam8bit(DeviceAllocator& a, const Adam8bitOptions& o) : alloc_(&a), o_(o), maps_(math::quant_maps()) {
     if (o.block < 1) throw Error("Adam8bit: block must be >= 1");
     a_.lr = o.lr;
     a_.beta1 = o.beta1;
@@ -193,7 +193,7 @@ class Adam8bit final : public Optimizer {
 
  private:
   DeviceAllocator* alloc_;
-  cpu::Adam8bitOptions o_;
+  Adam8bitOptions o_;
   math::QuantMaps maps_;
   math::Adam8bitStep a_;
   std::vector<BasicDeviceTensor<std::uint8_t>> m_, v_;  // codes
@@ -202,7 +202,7 @@ class Adam8bit final : public Optimizer {
 
 class Lars final : public Optimizer {
  public:
-  Lars(DeviceAllocator& a, const cpu::LarsOptions& o) : alloc_(&a) {
+  Lars(DeviceAllocator& a, const LarsOptions& o) : alloc_(&a) {
     a_.lr = o.lr;
     a_.momentum = o.momentum;
     a_.weight_decay = o.weight_decay;
@@ -228,7 +228,7 @@ class Lars final : public Optimizer {
 
 class Lamb final : public Optimizer {
  public:
-  Lamb(DeviceAllocator& a, const cpu::LambOptions& o) : alloc_(&a) {
+  Lamb(DeviceAllocator& a, const LambOptions& o) : alloc_(&a) {
     a_.lr = o.lr;
     a_.beta1 = o.beta1;
     a_.beta2 = o.beta2;
@@ -257,7 +257,7 @@ class Lamb final : public Optimizer {
 
 class Adafactor final : public Optimizer {
  public:
-  Adafactor(DeviceAllocator& a, const cpu::AdafactorOptions& o) : alloc_(&a), decay_rate_(o.decay_rate) {
+  Adafactor(DeviceAllocator& a, const AdafactorOptions& o) : alloc_(&a), decay_rate_(o.decay_rate) {
     a_.lr = o.lr;
     a_.eps1 = o.eps1;
     a_.clip_threshold = o.clip_threshold;
@@ -296,7 +296,7 @@ class Adafactor final : public Optimizer {
 
 class Sm3 final : public Optimizer {
  public:
-  Sm3(DeviceAllocator& a, const cpu::Sm3Options& o) : alloc_(&a), lr_(o.lr) {}
+  Sm3(DeviceAllocator& a, const Sm3Options& o) : alloc_(&a), lr_(o.lr) {}
   void step(cudaStream_t s, std::span<DeviceTensor> params, std::span<const DeviceTensor> grads,
             const int* skip) override {
     check(params, grads);
@@ -326,19 +326,19 @@ class Sm3 final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_adam8bit(DeviceAllocator& alloc, const cpu::Adam8bitOptions& o) {
+std::unique_ptr<Optimizer> make_adam8bit(DeviceAllocator& alloc, const Adam8bitOptions& o) {
   return std::make_unique<Adam8bit>(alloc, o);
 }
-std::unique_ptr<Optimizer> make_lars(DeviceAllocator& alloc, const cpu::LarsOptions& o) {
+std::unique_ptr<Optimizer> make_lars(DeviceAllocator& alloc, const LarsOptions& o) {
   return std::make_unique<Lars>(alloc, o);
 }
-std::unique_ptr<Optimizer> make_lamb(DeviceAllocator& alloc, const cpu::LambOptions& o) {
+std::unique_ptr<Optimizer> make_lamb(DeviceAllocator& alloc, const LambOptions& o) {
   return std::make_unique<Lamb>(alloc, o);
 }
-std::unique_ptr<Optimizer> make_adafactor(DeviceAllocator& alloc, const cpu::AdafactorOptions& o) {
+std::unique_ptr<Optimizer> make_adafactor(DeviceAllocator& alloc, const AdafactorOptions& o) {
   return std::make_unique<Adafactor>(alloc, o);
 }
-std::unique_ptr<Optimizer> make_sm3(DeviceAllocator& alloc, const cpu::Sm3Options& o) {
+std::unique_ptr<Optimizer> make_sm3(DeviceAllocator& alloc, const Sm3Options& o) {
   return std::make_unique<Sm3>(alloc, o);
 }
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/optimizer.hpp"
+#include "backend/common/optimizer_options.hpp"
 #include "backend/cuda/tensor.hpp"
 #include "strategies/plan.hpp"
 
@@ -43,11 +43,11 @@ class Optimizer {
 };
 
 // The rules beyond Adam, with the CPU optimizers' options (and defaults).
-std::unique_ptr<Optimizer> make_adam8bit(DeviceAllocator& alloc, const cpu::Adam8bitOptions& o);
-std::unique_ptr<Optimizer> make_lars(DeviceAllocator& alloc, const cpu::LarsOptions& o);
-std::unique_ptr<Optimizer> make_lamb(DeviceAllocator& alloc, const cpu::LambOptions& o);
-std::unique_ptr<Optimizer> make_adafactor(DeviceAllocator& alloc, const cpu::AdafactorOptions& o);
-std::unique_ptr<Optimizer> make_sm3(DeviceAllocator& alloc, const cpu::Sm3Options& o);
+std::unique_ptr<Optimizer> make_adam8bit(DeviceAllocator& alloc, const Adam8bitOptions& o);
+std::unique_ptr<Optimizer> make_lars(DeviceAllocator& alloc, const LarsOptions& o);
+std::unique_ptr<Optimizer> make_lamb(DeviceAllocator& alloc, const LambOptions& o);
+std::unique_ptr<Optimizer> make_adafactor(DeviceAllocator& alloc, const AdafactorOptions& o);
+std::unique_ptr<Optimizer> make_sm3(DeviceAllocator& alloc, const Sm3Options& o);
 
 // Why the CUDA backend has no kernels for this optimizer, or nothing.
 std::optional<std::string> unsupported_optimizer(strategies::Optimizer o);

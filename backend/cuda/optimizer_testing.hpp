@@ -55,11 +55,11 @@ enum class Rule { Adam8bit, Lars, Lamb, Adafactor, Sm3 };
 struct RuleCase {
   std::string name;
   Rule rule;
-  cpu::Adam8bitOptions adam8bit{.lr = 1e-2f, .weight_decay = 0.1f};
-  cpu::LarsOptions lars{.lr = 0.5f, .weight_decay = 1e-2f};
-  cpu::LambOptions lamb{.lr = 1e-2f, .weight_decay = 0.1f};
-  cpu::AdafactorOptions adafactor{.lr = 1e-2f};
-  cpu::Sm3Options sm3{.lr = 0.1f};
+  backend::Adam8bitOptions adam8bit{.lr = 1e-2f, .weight_decay = 0.1f};
+  backend::LarsOptions lars{.lr = 0.5f, .weight_decay = 1e-2f};
+  backend::LambOptions lamb{.lr = 1e-2f, .weight_decay = 0.1f};
+  backend::AdafactorOptions adafactor{.lr = 1e-2f};
+  backend::Sm3Options sm3{.lr = 0.1f};
 };
 
 inline std::vector<RuleCase> rule_cases() {
