@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "report/format.hpp"
@@ -64,6 +65,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
 struct ResultsFile {
   std::unordered_map<std::uint64_t, strategies::ScoredPlan> plans;
   std::unordered_map<std::uint64_t, std::string> lines;  // those keep_line asked for
+  std::unordered_set<std::uint64_t> inexact;  // records with "exact": false (folded figures)
   std::uint64_t valid_bytes = 0;
   std::uint64_t torn_bytes = 0;
 };

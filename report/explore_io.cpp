@@ -255,6 +255,8 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   j["hardware_tflops_per_gpu"] = hw_tflops;
   j["mfu"] = peak > 0 ? model_tflops / peak : 0;
   j["granularity"] = o.score.granularity == strategies::Granularity::Layer ? "layer" : "chunk";
+  // False: folded figures (bounds), replayed per layer if the plan is kept.
+  j["exact"] = o.score.exact;
   j["time_breakdown_s"] = breakdown_json(step.breakdown);
   j["bubble_fraction"] = step.bubble_fraction;
   j["peak_memory_bytes"] = mem.peak_bytes;
@@ -309,6 +311,7 @@ ResultsFile parse_results(std::string_view text, const std::string& path,
     auto [it, fresh] = out.plans.try_emplace(*id, sp);
     if (!fresh && !(it->second == sp))
       throw InputError(where, "", "plan " + id_text + " appears twice with different results");
+    if (auto e = r.get("exact"); e && !e->as_bool()) out.inexact.insert(*id);
     if (keep_line && keep_line(*id)) out.lines.try_emplace(*id, line);
   }
   out.valid_bytes = pos;
@@ -358,6 +361,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   eo.scorer = o.scorer;
   eo.refine = o.refine;
   eo.finished = &prev.plans;
+  eo.finished_inexact = &prev.inexact;
   eo.on_progress = o.on_progress;
   eo.progress_interval_s = o.progress_interval_s;
   // The kept plans re-simulated at layer granularity: DIR/refined.jsonl.

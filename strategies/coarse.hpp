@@ -15,6 +15,7 @@ namespace strata::strategies {
 struct ChunkPrediction {
   StepPrediction step;
   MemoryEstimate memory;  // the replayed timeline's (source "timeline")
+  bool exact = true;      // false: some pass folded (StepProgram::exact)
 };
 
 // Step time, its per-stage breakdown and the memory timeline's peaks at chunk
@@ -23,6 +24,10 @@ struct ChunkPrediction {
 // replaces what plan_layers decides.
 ChunkPrediction predict_chunks(const Scenario& sc, const StepCosts& costs,
                                const PipelineSchedule* schedule = nullptr, const LayerPlan* layers = nullptr);
+
+// The layer-level program replayed (no task graph, no engine): the layer
+// level's figures exactly.
+ChunkPrediction predict_replayed(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers = nullptr);
 
 // predict_chunks(...).step.
 StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs,

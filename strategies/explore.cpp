@@ -40,6 +40,7 @@ struct Tally {
   std::map<std::string, RuleCount> rejected, pruned_by_pool;
   std::vector<ScoredPlan> plans;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> feasible;  // (plan id, index in the space)
+  std::vector<std::uint64_t> inexact;  // plan ids whose figures a refinement makes exact
 };
 
 std::string gib(Bytes b) {
@@ -58,6 +59,14 @@ std::shared_ptr<const cost::Calibration> calibration_once(const Scenario& base) 
       base.calibration ? cost::load_calibration_file(*base.calibration, dflt) : dflt);
 }
 }  // namespace
+
+Scorer exact_scorer(const Scenario& base) {
+  return [cal = calibration_once(base)](const Scenario& sc) {
+    const ModelStepCosts costs(sc, *cal);
+    ChunkPrediction pr = predict_replayed(sc, costs);
+    return Score{std::move(pr.step), Granularity::Layer, std::move(pr.memory), true};
+  };
+}
 
 Scorer simulator_scorer(const Scenario& base) {
   return [cal = calibration_once(base)](const Scenario& sc) {
@@ -102,7 +111,7 @@ Scorer coarse_scorer(const Scenario& base) {
     const auto sched =
         schedules->get(sc.plan, static_cast<int>(microbatches(sc.plan, sc.batch)));
     ChunkPrediction pr = predict_chunks(sc, costs, sched.get());
-    return Score{std::move(pr.step), Granularity::Chunk, std::move(pr.memory)};
+    return Score{std::move(pr.step), Granularity::Chunk, std::move(pr.memory), pr.exact};
   };
 }
 
@@ -306,6 +315,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
               t.plans.push_back(it->second);
               ++t.scored;
               ++t.resumed;
+              if (opt.finished_inexact && opt.finished_inexact->count(id)) t.inexact.push_back(id);
               continue;
             }
           }
@@ -368,6 +378,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           if (opt.on_scored)
             opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked, c.canonical, goal ? &*goal : nullptr});
           t.plans.push_back(ranked);
+          if (!sc_.exact) t.inexact.push_back(c.id);
           ++t.scored;
         }
         scored_now.fetch_add(1, std::memory_order_relaxed);
@@ -454,8 +465,12 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   // until every kept plan carries its figures; a refined plan that falls
   // out lets another in, which is refined in the next round.
   const auto refine_t0 = Clock::now();
-  if (opt.refine_kept && opt.refine && !res.plans.empty()) {
-    const Scorer& refine = opt.refine;
+  std::unordered_set<std::uint64_t> inexact;
+  for (const auto& t : tallies) inexact.insert(t.inexact.begin(), t.inexact.end());
+  if (opt.refine_kept && (opt.refine || !inexact.empty()) && !res.plans.empty()) {
+    // Without a refining scorer, the kept plans whose chunk program folded
+    // a pass are replayed layer by layer.
+    const Scorer refine = opt.refine ? opt.refine : exact_scorer(sc);
     std::unordered_map<std::uint64_t, std::uint64_t> index_of;
     for (const auto& t : tallies)
       for (const auto& [id, index] : t.feasible) index_of.emplace(id, index);
@@ -466,12 +481,13 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
       std::vector<std::uint64_t> todo;
       for (const auto* list : {&res.pareto, &res.top})
         for (const auto& p : *list)
-          if (!refined.count(p.plan_id)) todo.push_back(p.plan_id);
+          if (!refined.count(p.plan_id) && (opt.refine || inexact.count(p.plan_id))) todo.push_back(p.plan_id);
       std::sort(todo.begin(), todo.end());
       todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
       if (todo.empty()) break;
       ++res.refine_rounds;
       std::vector<ScoredPlan> figures(todo.size());
+      std::vector<char> fits(todo.size(), 1);
       next = 0;
       auto work = [&](std::size_t) {
         Scenario pt = sc;
@@ -489,7 +505,9 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             const double step_s = to_seconds(score.step.step_time);
             const auto goal = estimate_goal(pt);
             figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
-            if (opt.on_refined)
+            // A folded plan whose replayed memory does not fit leaves the ranking.
+            fits[k] = mem.feasible() ? 1 : 0;
+            if (fits[k] && opt.on_refined)
               opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
           }
         } catch (...) {
@@ -503,10 +521,23 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             finished_workers.fetch_add(1);
           },
           [&] { return finished_workers.load() >= static_cast<std::uint64_t>(jobs); });
-      for (const auto& f : figures) {
+      std::unordered_set<std::uint64_t> dropped;
+      for (std::size_t k = 0; k < figures.size(); ++k) {
+        const auto& f = figures[k];
+        refined.insert(f.plan_id);
+        if (!fits[k]) {
+          dropped.insert(f.plan_id);
+          continue;
+        }
         res.plans[at.at(f.plan_id)] = f;
         res.refined.push_back(f);
-        refined.insert(f.plan_id);
+      }
+      if (!dropped.empty()) {
+        std::erase_if(res.plans, [&](const ScoredPlan& p) { return dropped.count(p.plan_id) > 0; });
+        res.pruned += dropped.size();
+        res.scored -= dropped.size();
+        at.clear();
+        for (std::size_t i = 0; i < res.plans.size(); ++i) at.emplace(res.plans[i].plan_id, i);
       }
       res.pareto = pareto_front(res.plans);
       res.top = top_plans(res.plans, opt.top_k, res.rank_by);

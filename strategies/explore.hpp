@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "strategies/lower.hpp"
@@ -30,12 +31,18 @@ struct Score {
   // The memory timeline of the same replay; absent: the explorer takes the
   // analytical model's (a scorer that replays no memory, in tests).
   std::optional<MemoryEstimate> memory;
+  // False when the figures are the chunk level's folded ones (ZeRO-3,
+  // offload): the explorer replays such plans per layer if it keeps them.
+  bool exact = true;
 };
 using Scorer = std::function<Score(const Scenario&)>;
 
 // The simulator at layer granularity (predict_step over ModelStepCosts), with
 // the scenario's calibration read once.
 Scorer simulator_scorer(const Scenario& base);
+// The layer-level step program replayed without the engine (the same
+// figures, tested): what refines the kept plans the chunk level folded.
+Scorer exact_scorer(const Scenario& base);
 // The coarse level (coarse.hpp: one task per chunk pass), the explorer's
 // default: exact where nothing inside a microbatch needs its own events.
 Scorer coarse_scorer(const Scenario& base);
@@ -108,13 +115,14 @@ struct ExploreOptions {
   std::optional<RankBy> rank_by;
   Scorer scorer;  // empty: coarse_scorer(scenario)
   // Re-scores the plans kept (the Pareto front and the top plans) until
-  // every one of them has this scorer's figures. Empty: no refinement (the
-  // default scorer's chunk level already equals the layer level, time and
-  // memory).
+  // every one of them has this scorer's figures. Empty: the kept plans the
+  // scorer marked inexact (Score::exact) are re-scored by exact_scorer.
   Scorer refine;
   bool refine_kept = true;
   // Plans already scored (resume): not scored again, ranked with these figures.
   const std::unordered_map<std::uint64_t, ScoredPlan>* finished = nullptr;
+  // Of those, the ones whose figures were folded (Score::exact false).
+  const std::unordered_set<std::uint64_t>* finished_inexact = nullptr;
   // Called from worker threads, concurrently, for every plan scored now.
   std::function<void(const ScoredOutcome&)> on_scored;
   // Called from worker threads, concurrently, for every plan re-scored by `refine`.

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <string>
 #include <unordered_map>
+#include <tuple>
 #include <utility>
 
 #include "sim/limits.hpp"
@@ -117,11 +118,16 @@ class StepBuilder : StepLayout {
     fwd_send_.assign(slots, kNone);
     bwd_send_.assign(slots, kNone);
     out_.granularity = g;
-    // A chunk pass is one task when no other task waits on a layer inside it.
+    // At Chunk granularity a chunk pass is one task. It is exact when no
+    // other task waits on a layer inside it; with ZeRO-3 gathers or offload
+    // copies it is the pass's own layers replayed alone (fold_pass).
     bool swaps = false;
     for (Swap w : layers_.swaps) swaps = swaps || w != Swap::None;
-    merge_ = g == Granularity::Chunk && !zero3() && !plan_.offload.weights && !swaps;
+    merge_ = g == Granularity::Chunk;
+    out_.exact = !merge_ || (!zero3() && !plan_.offload.weights && !swaps);
     if (merge_) chunk_act_.assign(slots, kNone);
+    if (merge_ && !out_.exact) chunk_host_.assign(slots, kNone);
+    if (merge_) folded_.resize(2 * chunks_.size());
   }
 
   StepProgram build(const PipelineSchedule& sched) && {
@@ -277,11 +283,73 @@ class StepBuilder : StepLayout {
     return t;
   }
 
+  // A pass whose layers wait on other lanes (ZeRO-3 gathers, offload
+  // copies), folded into one task: its own layer-level tasks emitted into a
+  // scratch program with every lane idle at its start and replayed; the
+  // compute lane's span, split by category (its idle time goes to what it
+  // waited for). Transfers queued behind other passes' are not waited for,
+  // so a folded pass is never slower than in the step: the explorer treats
+  // folded figures as bounds and replays the plans it keeps per layer. The
+  // same for every microbatch of the chunk, so done once.
+  const Split& fold_pass(int k, bool fwd) {
+    auto& cached = folded_[static_cast<std::size_t>(2 * k + (fwd ? 0 : 1))];
+    if (cached) return *cached;
+    StepProgram saved = std::exchange(out_, StepProgram{});
+    const auto keep_state = std::make_tuple(stage_, step_first_, last_compute_, embedding_bwd_, head_bwd_);
+    auto keep_lists = std::make_tuple(std::move(recent_), std::move(recent_fetch_), std::move(zero3_reduced_),
+                                      std::move(offloaded_), std::move(buffers_), std::move(last_bwd_of_layer_));
+    const bool was_merging = merge_;
+    merge_ = false;
+    stage_ = 0;
+    out_.stages = 1;
+    out_.gpu_capacity = {0};
+    out_.host_capacity = {0};
+    recent_.clear();
+    recent_fetch_.clear();
+    zero3_reduced_.clear();
+    offloaded_.clear();
+    buffers_.clear();
+    last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
+    last_compute_ = kNone;
+    forward(k, 0);
+    std::size_t from = 0;
+    if (!fwd) {
+      // Everything the forward started has ended before the backward begins.
+      const auto barrier = compute(0, sim::Phase::None, info(TaskOp::Framework, Part::None));
+      for (std::int32_t t = 0; t < barrier; ++t) dep(t, barrier);
+      recent_.clear();
+      recent_fetch_.clear();
+      from = static_cast<std::size_t>(barrier) + 1;
+      backward(k, 0);
+      for (std::size_t t = from; t < out_.tasks.size(); ++t) dep(barrier, static_cast<std::int32_t>(t));
+    }
+    const ProgramRun run = replay(out_);
+    Split sp;
+    Time begin = -1, end = 0, busy = 0;
+    for (std::size_t t = from; t < out_.tasks.size(); ++t) {
+      const ProgramTask& pt = out_.tasks[t];
+      if (pt.lane != sim::Lane::Compute) continue;
+      const Time d = run.tasks[t].end - run.tasks[t].start;
+      if (begin < 0) begin = run.tasks[t].start;
+      end = std::max(end, run.tasks[t].end);
+      sp.add(time_category(pt), d);
+      busy += d;
+    }
+    const Time idle = std::max<Time>(0, end - std::max<Time>(begin, 0) - busy);
+    sp.add(zero3() ? comm_cat(CommKind::DP) : static_cast<int>(TimeCat::OffloadStall), idle);
+    out_ = std::move(saved);
+    std::tie(stage_, step_first_, last_compute_, embedding_bwd_, head_bwd_) = keep_state;
+    std::tie(recent_, recent_fetch_, zero3_reduced_, offloaded_, buffers_, last_bwd_of_layer_) = std::move(keep_lists);
+    merge_ = was_merging;
+    cached = sp;
+    return *cached;
+  }
+
   void forward_merged(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const bool last = k + 1 == static_cast<int>(chunks_.size());
     Split sp;
-    Bytes saved = 0;
+    Bytes saved = 0, host = 0;
     if (k == 0) {
       sp.add(0, costs_.layer(chain_.embedding, Pass::Forward));
       saved += chain_.embedding.saved_bytes();
@@ -290,18 +358,30 @@ class StepBuilder : StepLayout {
     for (std::int64_t i = 0; i < n; ++i) {
       sp.add(0, f);
       add_comm(sp, Pass::Forward);
-      saved += layer_stored(k, i);
+      // Folded: what goes to host memory leaves as the pass ends.
+      const Bytes swapped = layer_swapped(k, i);
+      saved += layer_stored(k, i) - swapped;
+      host += swapped;
     }
     if (last) {
       sp.add(0, costs_.layer(chain_.head, Pass::Forward));
       saved += chain_.head.saved_bytes();
     }
+    if (!out_.exact) sp = fold_pass(k, true);
     const auto act = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Act, .tag = sim::MemTag::Activations,
                             .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = saved});
     chunk_act_[slot(k, mb)] = act;
     TaskInfo i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
-    merged(sp, sim::Phase::Fwd, std::move(i), {{act}, {}});
+    if (host == 0) {
+      merged(sp, sim::Phase::Fwd, std::move(i), {{act}, {}});
+      return;
+    }
+    const auto moved = static_cast<std::int32_t>(out_.buffers.size());
+    out_.buffers.push_back({.stage = stage_, .kind = BufKind::ActHost, .tag = sim::MemTag::Activations,
+                            .host = true, .layer = -1, .microbatch = mb, .chunk = k, .bytes = host});
+    chunk_host_[slot(k, mb)] = moved;
+    merged(sp, sim::Phase::Fwd, std::move(i), {{act, moved}, {}});
   }
 
   // The layer level's allocations and frees in order, as levels: the most a
@@ -335,19 +415,27 @@ class StepBuilder : StepLayout {
       } else if (keep == Keep::Selective && core) {
         sp.add(static_cast<int>(TimeCat::Recompute), costs_.layer(chain_.block, Pass::Recompute, true));
       }
-      const Bytes working = rule_.grad + (keep == Keep::Selective ? rule_.full - rule_.selective : 0);
+      // Folded offload: the layer's swapped bytes are back for its backward.
+      const Bytes swapped = layer_swapped(k, i);
+      const Bytes working = rule_.grad + (keep == Keep::Selective ? rule_.full - rule_.selective : 0) + swapped;
       hold(working);
-      level -= working + layer_stored(k, i);
+      level -= working + layer_stored(k, i) - swapped;
       if (keep == Keep::Input || keep == Keep::Nothing) level -= rule_.full;
       sp.add(0, b);
       add_comm(sp, Pass::Backward);
     }
     if (k == 0) sp.add(0, costs_.layer(chain_.embedding, Pass::Backward));
+    if (!out_.exact) sp = fold_pass(k, false);
     const auto work = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Working, .tag = sim::MemTag::Activations,
                             .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = peak});
-    merged(sp, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
-           {{work}, {work, chunk_act_[slot(k, mb)]}});
+    const std::int32_t host = chunk_host_.empty() ? kNone : chunk_host_[slot(k, mb)];
+    if (host == kNone)
+      merged(sp, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
+             {{work}, {work, chunk_act_[slot(k, mb)]}});
+    else
+      merged(sp, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
+             {{work}, {work, chunk_act_[slot(k, mb)], host}});
   }
 
   // --- a chunk pass layer by layer ----------------------------------------
@@ -777,7 +865,9 @@ class StepBuilder : StepLayout {
   std::vector<std::int32_t> recent_, recent_fetch_, zero3_reduced_;
   std::unordered_map<std::uint64_t, std::int32_t> offloaded_;  // offload copy by buffer code
   std::unordered_map<std::uint64_t, std::int32_t> buffers_;
-  std::vector<std::int32_t> chunk_act_;  // merged forward's buffer by (model chunk, microbatch)
+  std::vector<std::int32_t> chunk_act_;   // merged forward's buffer by (model chunk, microbatch)
+  std::vector<std::int32_t> chunk_host_;  // ... and what it moved to host memory (folded offload)
+  std::vector<std::optional<Split>> folded_;  // fold_pass by (model chunk, pass)
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
 };

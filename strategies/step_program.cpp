@@ -259,9 +259,7 @@ ProgramRun from_engine(const StepProgram& p, const sim::TaskGraph& g, const sim:
   return run;
 }
 
-namespace {
-
-int category(const ProgramTask& t) {
+int time_category(const ProgramTask& t) {
   const bool on_compute = t.lane == sim::Lane::Compute;
   if (t.phase == sim::Phase::Optim) return static_cast<int>(TimeCat::Optimizer);
   if (t.comm != CommKind::None) return comm_cat(t.comm);
@@ -270,8 +268,6 @@ int category(const ProgramTask& t) {
   if (t.phase == sim::Phase::Comm) return comm_cat(CommKind::DP);  // compression
   return on_compute ? static_cast<int>(TimeCat::Compute) : comm_cat(CommKind::DP);
 }
-
-}  // namespace
 
 TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) {
   struct Iv {
@@ -290,7 +286,7 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
     const auto& tm = run.tasks[i];
     if (tm.end <= tm.start) continue;
     if (t.lane != sim::Lane::Compute) {
-      side.push_back({tm.start, tm.end, category(t)});
+      side.push_back({tm.start, tm.end, time_category(t)});
     } else if (t.merged) {
       // A merged pass's stretches in turn; which comes first does not
       // change the sums.
@@ -301,7 +297,7 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
         a += d;
       }
     } else {
-      busy.push_back({tm.start, tm.end, category(t)});
+      busy.push_back({tm.start, tm.end, time_category(t)});
     }
   }
   std::vector<Time> cuts = {0, run.makespan};

@@ -88,8 +88,18 @@ struct ProgramTask {
   std::uint16_t nparts = 0;
 };
 
+struct ProgramTask;
+// The TimeCat index of a task's time when nothing else runs on its stage's
+// compute lane.
+int time_category(const ProgramTask& t);
+
 struct StepProgram {
   Granularity granularity = Granularity::Layer;
+  // False when some merged pass is folded (ZeRO-3 gathers or offload copies
+  // inside it): its time is its own layers replayed with every lane idle at
+  // its start, its memory the analytical rule's (offloaded bytes leave at
+  // once). The layer level and an exact chunk program are equal.
+  bool exact = true;
   int stages = 0;
   std::vector<ProgramTask> tasks;
   std::vector<ProgramBuffer> buffers;
