@@ -439,20 +439,21 @@ Timeline make_timeline(const sim::TaskGraph& graph, const sim::RunResult& run,
         break;
       }
     if (!queue) continue;
-    const std::string& name = queue->name;
-    const auto dot = name.find('.');
-    int stage = task.label.stage.value_or(0);
-    if (dot != std::string::npos && dot > 1 && name[0] == 's' &&
-        name.find_first_not_of("0123456789", 1) == dot)
-      stage = std::stoi(name.substr(1, dot - 1));
-    const std::string lane = dot == std::string::npos ? name : name.substr(dot + 1);
+    // The queue's role says its stage and lane; one of no stage (−1) is
+    // drawn in the task's, one of no lane gets a lane of its own, by name.
+    const int stage = queue->role.stage >= 0 ? queue->role.stage : task.label.stage.value_or(0);
     int li = 0;
-    if (lane == "compute") li = 0;
-    else if (lane == "comm") li = 1;
-    else if (lane == "p2p") li = 2;
-    else if (lane == "d2h" || lane == "h2d") li = 3;
-    else if (lane == "cpu") li = 4;
-    else li = 5 + other_lanes.emplace(lane, static_cast<int>(other_lanes.size())).first->second;
+    switch (queue->role.lane) {
+      case sim::Lane::Compute: li = 0; break;
+      case sim::Lane::Comm: li = 1; break;
+      case sim::Lane::P2P: li = 2; break;
+      case sim::Lane::D2H:
+      case sim::Lane::H2D: li = 3; break;
+      case sim::Lane::Cpu: li = 4; break;
+      case sim::Lane::None:
+        li = 5 + other_lanes.emplace(queue->name, static_cast<int>(other_lanes.size())).first->second;
+        break;
+    }
     lanes[{stage, li}].push_back(static_cast<std::int32_t>(i));
     t.stages = std::max(t.stages, stage + 1);
     ++t.tasks;

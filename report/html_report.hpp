@@ -95,8 +95,10 @@ struct Timeline {
   bool aggregated = false;  // spans merged over time columns (very many tasks)
 };
 
-// Lanes of the replay of a lowered step (resources named "s<stage>.<lane>",
-// strategies/lower.cpp). Same-kind tasks that touch merge into one span;
+// Lanes of the replay of a lowered step, by the role of each task's first
+// queue (sim::Role, set by strategies/step_program.cpp): its stage (none: the
+// task's) and lane (the copy engines share one; a queue of no lane has one
+// of its own, by name). Same-kind tasks that touch merge into one span;
 // when a lane would still hold more than `columns` / 2 spans, its time is cut
 // into `columns` columns and each busy column takes the kind that fills most
 // of it (runs of one kind merge). At most `max_stages` stages are kept,

@@ -70,9 +70,9 @@ ReportData sample() {
 // compute stream and an all-reduce on its comm stream; stage 1 one fwd.
 Timeline sample_timeline() {
   sim::TaskGraph g;
-  auto c0 = g.add_stream("s0.compute");
-  auto m0 = g.add_stream("s0.comm");
-  auto c1 = g.add_stream("s1.compute");
+  auto c0 = g.add_stream("s0.compute", {0, sim::Lane::Compute});
+  auto m0 = g.add_stream("s0.comm", {0, sim::Lane::Comm});
+  auto c1 = g.add_stream("s1.compute", {1, sim::Lane::Compute});
   auto f0 = g.add_task({.id = "f0", .resources = {c0}, .duration = 100, .label = {.phase = sim::Phase::Fwd}});
   auto f1 = g.add_task({.id = "f1", .resources = {c0}, .duration = 100, .label = {.phase = sim::Phase::Fwd}});
   auto b0 = g.add_task({.id = "b0", .resources = {c0}, .duration = 200, .label = {.phase = sim::Phase::Bwd}});
@@ -109,12 +109,41 @@ TEST_CASE("make_timeline: lanes per stage and stream, touching same-phase tasks 
   CHECK(t.lanes[2].spans[0].start_ns == 100);
 }
 
+TEST_CASE("make_timeline reads stage and lane from the role, not the name") {
+  // Names that look like another stage's or lane mean nothing: "s5.comm" is
+  // stage 1's compute stream. The two copy engines share one lane; a queue
+  // without a lane ("host") has one of its own, named after it, in the
+  // stage of its task's label when it has no stage either.
+  sim::TaskGraph g;
+  auto c = g.add_stream("s5.comm", {1, sim::Lane::Compute});
+  auto d2h = g.add_copy_engine("x", {1, sim::Lane::D2H});
+  auto h2d = g.add_copy_engine("y", {1, sim::Lane::H2D});
+  auto host = g.add_worker_pool("host", 1);
+  g.add_task({.id = "f", .resources = {c}, .duration = 100, .label = {.phase = sim::Phase::Fwd}});
+  g.add_task({.id = "out", .kind = sim::TaskKind::Copy, .resources = {d2h}, .duration = 10});
+  g.add_task({.id = "in", .kind = sim::TaskKind::Copy, .resources = {h2d}, .duration = 10});
+  sim::Task opt{.id = "opt", .kind = sim::TaskKind::Host, .resources = {host}, .duration = 30};
+  opt.label.stage = 2;
+  g.add_task(std::move(opt));
+  sim::Engine e(g);
+  const Timeline t = make_timeline(g, e.run(), "x");
+  CHECK(t.stages == 3);
+  REQUIRE(t.lanes.size() == 3);
+  CHECK(t.lanes[0].stage == 1);
+  CHECK(t.lanes[0].name == "compute");
+  CHECK(t.lanes[1].stage == 1);
+  CHECK(t.lanes[1].name == "copies");
+  CHECK(t.lanes[1].tasks == 2);
+  CHECK(t.lanes[2].stage == 2);
+  CHECK(t.lanes[2].name == "host");
+}
+
 TEST_CASE("make_timeline aggregates a lane of very many tasks into time columns") {
   // 1000 alternating fwd/bwd tasks of 10 ns: 1000 spans exceed columns/2 = 50,
   // so the lane is cut into 100 columns of 100 ns, each half fwd, half bwd;
   // the tie goes to the first kind (fwd), so every column is fwd: one span.
   sim::TaskGraph g;
-  auto c0 = g.add_stream("s0.compute");
+  auto c0 = g.add_stream("s0.compute", {0, sim::Lane::Compute});
   for (int i = 0; i < 1000; ++i) {
     sim::Task task{.id = "t" + std::to_string(i), .resources = {c0}, .duration = 10};
     task.label.phase = i % 2 ? sim::Phase::Bwd : sim::Phase::Fwd;
