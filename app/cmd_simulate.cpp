@@ -1,0 +1,60 @@
+// strata simulate SCENARIO: the step's time and memory, predicted.
+#include <memory>
+
+#include "app/commands.hpp"
+#include "app/common.hpp"
+#include "report/files.hpp"
+#include "report/simulate.hpp"
+#include "sim/trace.hpp"
+#include "strategies/coarse.hpp"
+#include "strategies/memory_lowering.hpp"
+#include "strategies/step_costs.hpp"
+
+namespace strata::app {
+
+namespace {
+
+struct SimulateArgs {
+  std::string scenario;
+  bool analytical = false;        // closed-form memory instead of the replayed schedule
+  std::string trace;              // Chrome/Perfetto trace file; empty: none
+  std::string granularity = "layer";  // layer | chunk
+  report::Format format = report::Format::Table;
+};
+
+std::string simulate(const SimulateArgs& a) {
+  const auto sc = load_plan_scenario(a.scenario, "simulate");
+  if (a.granularity == "chunk") {
+    if (!a.trace.empty())
+      throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
+    const strategies::ModelStepCosts costs(sc);
+    const auto step = strategies::predict_step_coarse(sc, costs);
+    return report::render_simulation(sc, strategies::estimate_memory(sc), &step, a.format);
+  }
+  sim::RunResult run;
+  strategies::LoweredStep lowered;
+  const auto step = strategies::predict_step(sc, &run, &lowered);
+  const auto mem = a.analytical ? strategies::estimate_memory(sc)
+                                : strategies::memory_from_run(sc, lowered, run);
+  std::string out = report::render_simulation(sc, mem, &step, a.format);
+  if (!a.trace.empty()) report::write_file_atomically(a.trace, sim::chrome_trace(lowered.graph, run));
+  return out;
+}
+
+}  // namespace
+
+Command add_simulate(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  Subcommand cmd(app, "simulate", "Predict per-GPU memory (feasibility, peak, breakdown by tag and stage)");
+  cmd.option("SCENARIO", a->scenario, "A scenario JSON").required();
+  cmd.flag("--analytical", a->analytical, "Use the closed-form memory model instead of replaying the schedule");
+  cmd.option("--trace", a->trace, "Write the step's Chrome/Perfetto trace to FILE").type_name("FILE");
+  cmd.option("--granularity", a->granularity,
+             "layer: the step's task graph, per layer (default); chunk: the explorer's "
+             "coarse level, one task per chunk pass (memory from the closed-form model)")
+      .one_of({"layer", "chunk"});
+  add_format_option(cmd, a->format);
+  return {cmd.cli(), [a] { return simulate(*a); }};
+}
+
+}  // namespace strata::app

@@ -1,0 +1,49 @@
+// strata tradeoff SCENARIO: step time against memory per recompute policy.
+#include <memory>
+
+#include "app/commands.hpp"
+#include "app/common.hpp"
+#include "report/files.hpp"
+#include "report/tradeoff.hpp"
+#include "strategies/tradeoff.hpp"
+
+namespace strata::app {
+
+namespace {
+
+struct TradeoffArgs {
+  std::string scenario;
+  std::string svg;  // the chart's file; empty: none
+  strategies::TradeoffOptions options;
+  report::Format format = report::Format::Table;
+};
+
+std::string tradeoff(const TradeoffArgs& a) {
+  const auto sc = load_scenario_file(a.scenario);
+  const auto t = strategies::tradeoff(sc, a.options);
+  std::string out = report::render_tradeoff(t, a.format);
+  if (!a.svg.empty()) report::write_file_atomically(a.svg, report::tradeoff_svg(t));
+  return out;
+}
+
+}  // namespace
+
+Command add_tradeoff(CLI::App& app) {
+  auto a = std::make_shared<TradeoffArgs>();
+  Subcommand cmd(
+      app, "tradeoff", "Step time against memory for each recompute policy (none, every_k, sqrt, "
+                  "revolve, optimal; for pipelines the plan's own steps with none, selective, "
+                  "full, every_k, sqrt, optimal), from no savings down to the least feasible budget");
+  cmd.option("SCENARIO", a->scenario,
+             "A scenario JSON (a layer-chain model, or a transformer: one chain per GPU with pp = 1, the "
+             "plan's steps with pp > 1)")
+      .required();
+  cmd.option("--svg", a->svg, "Write the chart to FILE").type_name("FILE");
+  cmd.option("--budgets", a->options.budgets, "Memory budgets in the sweep (default 16)").range(2, 1000);
+  cmd.option("--levels", a->options.levels, "Memory levels of the optimal solver's dynamic programme (default 100)")
+      .range(1, 100000);
+  add_format_option(cmd, a->format);
+  return {cmd.cli(), [a] { return tradeoff(*a); }};
+}
+
+}  // namespace strata::app

@@ -1,0 +1,215 @@
+#include "app/common.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <utility>
+
+#include "backend/cpu/calibrate.hpp"
+#include "backend/cpu/executor.hpp"
+#include "backend/cpu/host_info.hpp"
+#include "costmodel/model_io.hpp"
+#include "report/files.hpp"
+#include "report/table.hpp"
+#if STRATA_HAVE_CUDA
+#include "backend/cuda/calibrate.hpp"
+#include "backend/cuda/executor.hpp"
+#endif
+
+namespace strata::app {
+
+void print_error(const std::string& message) {
+  std::cerr << "strata: error: " << report::printable(message) << "\n";
+}
+
+Option& Option::required() {
+  o_->required();
+  return *this;
+}
+Option& Option::type_name(const std::string& name) {
+  o_->type_name(name);
+  return *this;
+}
+Option& Option::delimiter(char separator) {
+  o_->delimiter(separator);
+  return *this;
+}
+Option& Option::range(int lo, int hi) {
+  o_->check(CLI::Range(lo, hi));
+  return *this;
+}
+Option& Option::range(std::uint64_t lo, std::uint64_t hi) {
+  o_->check(CLI::Range(lo, hi));
+  return *this;
+}
+Option& Option::range(double lo, double hi) {
+  o_->check(CLI::Range(lo, hi));
+  return *this;
+}
+Option& Option::one_of(std::initializer_list<const char*> values) {
+  o_->check(CLI::IsMember(std::vector<const char*>(values)));
+  return *this;
+}
+bool Option::given() const { return o_->count() > 0; }
+
+Subcommand::Subcommand(CLI::App& app, const std::string& name, const std::string& help)
+    : app_(app.add_subcommand(name, help)) {}
+Option Subcommand::option(const std::string& name, std::string& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, int& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, std::uint64_t& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, float& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, double& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, std::vector<std::string>& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, std::vector<std::int64_t>& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, std::vector<double>& into, const std::string& help) {
+  return Option(app_->add_option(name, into, help));
+}
+Option Subcommand::option(const std::string& name, std::function<void(const std::string&)> parse,
+                          const std::string& help) {
+  return Option(app_->add_option_function<std::string>(name, std::move(parse), help));
+}
+void Subcommand::flag(const std::string& name, bool& into, const std::string& help) {
+  app_->add_flag(name, into, help);
+}
+bool Subcommand::given(const std::string& option) const { return app_->count(option) > 0; }
+
+void bad_value(const std::string& option, const std::string& message) {
+  throw CLI::ValidationError(option, message);
+}
+
+void add_format_option(Subcommand& cmd, report::Format& format) {
+  enum_option<report::Format>(cmd, "--format", format,
+                              "Output format: " + enum_choices<report::Format>() + " (default table)")
+      .type_name("FORMAT");
+}
+
+void add_executor_option(Subcommand& cmd, std::string& backend) {
+  cmd.option("--backend", backend, "Executor: cpu (rank threads) or cuda (one GPU per process; mpirun -n N for N GPUs)")
+      .required()
+      .one_of({"cpu", "cuda"});
+}
+
+void require_table_or_json(report::Format format, const std::string& command) {
+  if (format == report::Format::Csv) throw InputError("--format", "", command + " prints table or json");
+}
+
+void require_file(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw InputError(path, "", "file not found");
+}
+
+strategies::Scenario load_scenario_file(const std::string& path) {
+  require_file(path);
+  return strategies::load_scenario(path);
+}
+
+strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command) {
+  auto sc = load_scenario_file(path);
+  strategies::require_transformer(sc, command);
+  if (sc.space) strategies::require_valid_plan(sc);
+  return sc;
+}
+
+void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path) {
+  if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
+  backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
+
+namespace {
+
+// The calibration file a prediction names or has cached: --calibration FILE
+// (which must exist), else the scenario's "calibration", else the cache
+// file when it exists; nothing otherwise. `cache` gives the cache's path,
+// asked only when neither names a file.
+std::optional<std::string> named_or_cached_calibration(const std::string& given,
+                                                       const strategies::Scenario& sc,
+                                                       std::string (*cache)()) {
+  if (!given.empty()) {
+    require_file(given);
+    return given;
+  }
+  if (sc.calibration) return *sc.calibration;
+  if (const std::string path = cache(); std::filesystem::exists(path)) return path;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc) {
+  if (auto found = named_or_cached_calibration(given, sc, backend::cpu::default_calibration_cache_path))
+    return *found;
+  const std::string path = backend::cpu::default_calibration_cache_path();
+  if (!backend::cpu::calibrate_available())
+    throw InputError("--calibration", "",
+                     "no calibration file given and none cached at " + path +
+                         "; this build cannot measure one (configure with -DSTRATA_BUILD_BENCH=ON)");
+  const int ranks = static_cast<int>(std::max<std::int64_t>(1, sc.plan.gpus()));
+  std::cerr << "strata: no CPU calibration yet: measuring this machine (quick, " << ranks
+            << " rank threads) into " << path << "\n";
+  const auto m = backend::cpu::measure_cpu({.quick = true, .ranks = ranks});
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  report::write_file_atomically(
+      path, backend::cpu::calibration_json(m, cost::cluster_preset("cpu-local"), today()));
+  return path;
+}
+
+#if STRATA_HAVE_CUDA
+backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::string& scenario_path) {
+  backend::cuda::Launch launch;
+  try {
+    launch = backend::cuda::launch_from_env();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError("environment", "", e.what());
+  }
+  if (auto why = backend::cuda::Executor::unsupported(sc, launch.world))
+    throw InputError(scenario_path, "plan", *why);
+  return launch;
+}
+
+std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
+                                                 const char* command) {
+  if (auto found = named_or_cached_calibration(given, sc, backend::cuda::default_calibration_cache_path))
+    return found;
+  const std::string path = backend::cuda::default_calibration_cache_path();
+  std::cerr << "strata: warning: " << command << ": no CUDA calibration given or cached at " << path
+            << "; the prediction uses the bundled estimates for " << sc.cluster.gpu.name
+            << " (run `strata calibrate --backend cuda` first)\n";
+  return std::nullopt;
+}
+#else
+void no_cuda_backend() {
+  throw InputError("--backend", "",
+                   "cuda: this strata was built without the CUDA backend (configure on a machine with "
+                   "the CUDA toolkit and NCCL; -DSTRATA_CUDA=ON makes their absence an error)");
+}
+#endif
+
+}  // namespace strata::app

@@ -1,0 +1,196 @@
+// What the subcommands share: the exit code of bad input, the failures
+// reported as errors, a thin layer over CLI11 to register options with
+// (Subcommand, Option), the --format and --backend options, reading a
+// scenario file, the calibration file a prediction uses and, with the CUDA
+// backend, running on this process's GPU. Only app/ prints or exits
+// (DESIGN.md, "Errors").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "report/format.hpp"
+#include "sim/error.hpp"
+#include "sim/names.hpp"
+#include "strategies/scenario.hpp"
+#if STRATA_HAVE_CUDA
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "backend/cuda/process_group.hpp"
+#endif
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace strata::app {
+
+inline constexpr int kExitInput = 2;
+
+// A failure reported as an error with exit 1, not as an internal one: a run
+// on a device that failed (no GPU, out of device memory, a CUDA error), a
+// build that lacks what the command needs.
+class CommandFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "strata: error: MESSAGE" on stderr, control characters escaped (messages
+// quote the input: names, paths).
+void print_error(const std::string& message);
+
+// Runs `f` (work on the CUDA backend): bad input passes through, any other
+// library error becomes a CommandFailure.
+template <class F>
+auto on_device(F&& f) {
+  try {
+    return f();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CommandFailure(e.what());
+  }
+}
+
+// ------------------------------------------------------------- options --
+// The CLI11 calls the command files make, so that they need not include
+// CLI11 (commands.hpp says why). Each forwards to the CLI11 call of the
+// same name with the same value type: value types, checks and help texts
+// are CLI11's own. A file that needs more of CLI11 includes it and uses
+// cli().
+
+static_assert(std::is_same_v<std::size_t, std::uint64_t>, "option(name, std::uint64_t&) takes std::size_t");
+
+class Option {
+ public:
+  explicit Option(CLI::Option* o) : o_(o) {}
+  Option& required();
+  Option& type_name(const std::string& name);
+  Option& delimiter(char separator);
+  // CLI::Range: its help names the bounds' type (INT, UINT, FLOAT).
+  Option& range(int lo, int hi);
+  Option& range(std::uint64_t lo, std::uint64_t hi);
+  Option& range(double lo, double hi);
+  Option& one_of(std::initializer_list<const char*> values);  // CLI::IsMember
+  bool given() const;  // on the command line
+  CLI::Option* cli() const { return o_; }
+
+ private:
+  CLI::Option* o_;
+};
+
+class Subcommand {
+ public:
+  Subcommand(CLI::App& app, const std::string& name, const std::string& help);
+  Option option(const std::string& name, std::string& into, const std::string& help);
+  Option option(const std::string& name, int& into, const std::string& help);
+  Option option(const std::string& name, std::uint64_t& into, const std::string& help);
+  Option option(const std::string& name, float& into, const std::string& help);
+  Option option(const std::string& name, double& into, const std::string& help);
+  Option option(const std::string& name, std::vector<std::string>& into, const std::string& help);
+  Option option(const std::string& name, std::vector<std::int64_t>& into, const std::string& help);
+  Option option(const std::string& name, std::vector<double>& into, const std::string& help);
+  // A value `parse` reads (add_option_function<std::string>); bad_value on a bad one.
+  Option option(const std::string& name, std::function<void(const std::string&)> parse, const std::string& help);
+  void flag(const std::string& name, bool& into, const std::string& help);
+  bool given(const std::string& option) const;  // on the command line
+  CLI::App* cli() const { return app_; }
+
+ private:
+  CLI::App* app_;
+};
+
+// A bad option value, reported as the parser reports its own (exit 2):
+// throws CLI::ValidationError. From an option's parse or a handler.
+[[noreturn]] void bad_value(const std::string& option, const std::string& message);
+
+// An option naming a value of enum E by the library's name table.
+template <class E, class Into>
+Option enum_option(Subcommand& cmd, const std::string& name, Into& into, const std::string& help) {
+  return cmd.option(
+      name,
+      [name, &into](const std::string& s) {
+        auto v = enum_from_name<E>(s);
+        if (!v) bad_value(name, "must be one of " + enum_choices<E>());
+        into = *v;
+      },
+      help);
+}
+
+// --format table|json|csv.
+void add_format_option(Subcommand& cmd, report::Format& format);
+// --backend cpu|cuda (required) of the commands that run a plan.
+void add_executor_option(Subcommand& cmd, std::string& backend);
+
+// ------------------------------------------------------------ commands --
+// `command` prints a table or JSON only: --format csv is bad input.
+void require_table_or_json(report::Format format, const std::string& command);
+
+// A missing file is bad input.
+void require_file(const std::string& path);
+// The scenario at `path`; a missing file is bad input.
+strategies::Scenario load_scenario_file(const std::string& path);
+// The same, for a command that lowers the plan itself (simulate, run,
+// validate, fit-convergence): a transformer, and with a space, a plan that
+// keeps the space's rules.
+strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command);
+
+// The CPU executor runs the scenario's plan on this host, or bad input says why not.
+void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path);
+
+// Today's date, ISO 8601 (UTC), for calibration files.
+std::string today();
+
+// The CPU calibration a prediction uses: --calibration FILE (`given`, which
+// must exist), else the scenario's "calibration", else the cache file; else
+// measured (quickly, with the scenario's rank count) into the cache on first use.
+std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc);
+
+#if STRATA_HAVE_CUDA
+// This process's place among the processes mpirun or srun started (one per
+// GPU), from their variables; a malformed one is bad input. Bad input too
+// when the CUDA executor cannot run the scenario's plan on that many GPUs.
+backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::string& scenario_path);
+
+// The CUDA calibration a prediction uses: --calibration FILE, else the
+// scenario's "calibration", else the cached one (`strata calibrate
+// --backend cuda` writes it), else none: the bundled estimates for the GPU,
+// with a warning naming `command`.
+std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
+                                                 const char* command);
+
+// Runs f(group) on this process's GPU (its local rank) as on_device does.
+// With several processes, one that fails ends them all (MPI_Abort) after
+// saying which rank failed and why: the others would wait for it in their
+// next collective for ever.
+template <class F>
+auto on_cuda_ranks(const backend::cuda::Launch& launch, F&& f) {
+  const auto group = on_device([&] { return std::make_unique<backend::cuda::ProcessGroup>(launch); });
+  try {
+    return on_device([&] { return f(*group); });
+  } catch (const std::exception& e) {
+    if (group->size() <= 1) throw;
+    print_error("rank " + std::to_string(group->rank()) + " of " + std::to_string(group->size()) + ": " +
+                e.what());
+    std::cerr.flush();
+    const int code = dynamic_cast<const InputError*>(&e) != nullptr ? kExitInput : 1;
+    group->abort_peers(code);
+    std::exit(code);
+  }
+}
+#else
+// `--backend cuda` in a build without the CUDA backend.
+[[noreturn]] void no_cuda_backend();
+#endif
+
+}  // namespace strata::app
