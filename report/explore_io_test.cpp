@@ -128,7 +128,6 @@ TEST_CASE("explore output: resume after a kill mid-line loses and duplicates not
     ++scored;
     return coarse(sc);
   };
-  o.refine = strategies::simulator_scorer(scenario());
   const auto rep = run_explore(scenario(), o);
   CHECK(rep.torn_bytes > 0);
   CHECK(rep.result.resumed == kept);

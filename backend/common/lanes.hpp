@@ -11,13 +11,9 @@ class Lanes {
   explicit Lanes(const sim::TaskGraph& g);
   sim::Lane operator()(sim::ResourceId r) const { return of(g_->at(r)); }
   sim::Lane of(const sim::Resource& r) const;
-  // Whether the graph's resources carry roles (else the lanes are read
-  // from the names: see of()).
-  bool roles_set() const { return roles_set_; }
 
  private:
   const sim::TaskGraph* g_;
-  bool roles_set_ = false;
 };
 
 }  // namespace strata::backend

@@ -15,23 +15,26 @@ TEST_CASE("common/lanes: a queue resource's lane is its role's") {
   const auto d = g.add_copy_engine("s0.d2h", {0, sim::Lane::D2H});
   g.add_link("s0.link", 1e9);
   const Lanes lanes(g);
-  CHECK(lanes.roles_set());
   CHECK(lanes(c) == sim::Lane::Compute);
   CHECK(lanes(k) == sim::Lane::Comm);
   CHECK(lanes(d) == sim::Lane::D2H);
 }
 
-TEST_CASE("common/lanes: a graph without roles gives compute and comm by name") {
-  // TODO(roles): remove once lower.cpp sets roles.
-  sim::TaskGraph g;
-  const auto c = g.add_stream("s0.compute");
-  const auto k = g.add_stream("s0.comm");
-  const auto d = g.add_copy_engine("s0.d2h");
-  const Lanes lanes(g);
-  CHECK_FALSE(lanes.roles_set());
-  CHECK(lanes(c) == sim::Lane::Compute);
-  CHECK(lanes(k) == sim::Lane::Comm);
-  CHECK(lanes(d) == sim::Lane::None);
+TEST_CASE("common/lanes: every lane of a lowered step carries its stage's role") {
+  // Two stages, dp 2: each stage has its compute and comm lanes, found by role.
+  const auto sc = strategies::parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 8, "micro": 1}, "plan": {"pp": 2, "dp": 4}})", "t.json");
+  const auto low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
+  const Lanes lanes(low.graph);
+  int compute = 0, comm = 0;
+  for (const auto& r : low.graph.resources()) {
+    CHECK(r.role.stage >= 0);
+    CHECK(r.role.stage < 2);
+    compute += lanes.of(r) == sim::Lane::Compute;
+    comm += lanes.of(r) == sim::Lane::Comm;
+  }
+  CHECK(compute == 2);
+  CHECK(comm == 2);
 }
 
 }  // namespace
