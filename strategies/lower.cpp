@@ -345,7 +345,7 @@ class StepBuilder : StepLayout {
     return *cached;
   }
 
-  void forward_merged(int k, int mb) {
+  void forward_merged(int k, int mb, Time framework) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const bool last = k + 1 == static_cast<int>(chunks_.size());
     Split sp;
@@ -368,6 +368,7 @@ class StepBuilder : StepLayout {
       saved += chain_.head.saved_bytes();
     }
     if (!out_.exact) sp = fold_pass(k, true);
+    sp.add(0, framework);
     const auto act = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Act, .tag = sim::MemTag::Activations,
                             .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = saved});
@@ -386,7 +387,7 @@ class StepBuilder : StepLayout {
 
   // The layer level's allocations and frees in order, as levels: the most a
   // chunk's backward holds above what it started with is its working set.
-  void backward_merged(int k, int mb) {
+  void backward_merged(int k, int mb, Time framework) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const bool last = k + 1 == static_cast<int>(chunks_.size());
     const std::span<const Keep> keeps = chunk_keeps(k);
@@ -426,6 +427,7 @@ class StepBuilder : StepLayout {
     }
     if (k == 0) sp.add(0, costs_.layer(chain_.embedding, Pass::Backward));
     if (!out_.exact) sp = fold_pass(k, false);
+    sp.add(0, framework);
     const auto work = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Working, .tag = sim::MemTag::Activations,
                             .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = peak});
@@ -647,15 +649,17 @@ class StepBuilder : StepLayout {
       // last send before its next step.
       const std::int32_t blocking_send = plan_.implementation.overlap_p2p ? kNone : pending_send_;
       pending_send_ = kNone;
-      if (const Time t = costs_.overhead_per_microbatch(); t > 0)
-        compute(t, sim::Phase::None,
-                info(TaskOp::Framework, Part::None, -1, st.microbatch, fwd ? Pass::Forward : Pass::Backward));
       const std::size_t at = slot(k, st.microbatch);
       const bool whole = merge_ && st.microbatch != fine_mb[static_cast<std::size_t>(k)];
+      // The framework's work before the pass (a merged pass holds it).
+      const Time framework = std::max<Time>(0, costs_.overhead_per_microbatch());
+      if (framework > 0 && !whole)
+        compute(framework, sim::Phase::None,
+                info(TaskOp::Framework, Part::None, -1, st.microbatch, fwd ? Pass::Forward : Pass::Backward));
       if (fwd)
-        whole ? forward_merged(k, st.microbatch) : forward(k, st.microbatch);
+        whole ? forward_merged(k, st.microbatch, framework) : forward(k, st.microbatch);
       else
-        whole ? backward_merged(k, st.microbatch) : backward(k, st.microbatch);
+        whole ? backward_merged(k, st.microbatch, framework) : backward(k, st.microbatch);
       dep(blocking_send, step_first_);
       (fwd ? fwd_first_ : bwd_first_)[at] = step_first_;
       // Activations go to the next chunk, gradients to the previous one.

@@ -209,11 +209,13 @@ ProgramRun replay(const StepProgram& p) {
     for (auto b : p.frees(t))
       ev.push_back({run.tasks[i].end, pool_slot(p.buffers[static_cast<std::size_t>(b)]), false, b});
   }
-  std::sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
+  const auto before = [](const Event& a, const Event& b) {
     if (a.pool != b.pool) return a.pool < b.pool;
     if (a.time != b.time) return a.time < b.time;
     return a.alloc < b.alloc;
-  });
+  };
+  // Where only the compute lanes hold memory events they come in order.
+  if (!std::is_sorted(ev.begin(), ev.end(), before)) std::sort(ev.begin(), ev.end(), before);
   const std::size_t pools = 2 * static_cast<std::size_t>(p.stages);
   std::vector<Bytes> live(pools, 0), peak(pools, 0);
   std::vector<sim::TagBytes> live_tag(pools), peak_tag(pools);
@@ -300,11 +302,17 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
       busy.push_back({tm.start, tm.end, time_category(t)});
     }
   }
-  std::vector<Time> cuts = {0, run.makespan};
-  cuts.reserve(2 * (busy.size() + side.size()) + 2);
-  for (const auto& v : busy) cuts.insert(cuts.end(), {v.a, v.b});
-  for (const auto& v : side) cuts.insert(cuts.end(), {v.a, v.b});
-  std::sort(cuts.begin(), cuts.end());
+  // The compute lane's intervals are in time order already (one lane, in
+  // program order); only the other lanes' need sorting, then both merge.
+  std::vector<Time> mine, others = {0, run.makespan};
+  mine.reserve(2 * busy.size());
+  others.reserve(2 * side.size() + 2);
+  for (const auto& v : busy) mine.insert(mine.end(), {v.a, v.b});
+  for (const auto& v : side) others.insert(others.end(), {v.a, v.b});
+  if (!std::is_sorted(mine.begin(), mine.end())) std::sort(mine.begin(), mine.end());
+  std::sort(others.begin(), others.end());
+  std::vector<Time> cuts(mine.size() + others.size());
+  std::merge(mine.begin(), mine.end(), others.begin(), others.end(), cuts.begin());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   // Side activity per category as +1/−1 events.
   std::vector<std::pair<Time, int>> ev;  // (time, cat + 1 or −(cat + 1))
@@ -314,7 +322,8 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
     ev.push_back({v.b, -(v.cat + 1)});
   }
   std::sort(ev.begin(), ev.end());
-  std::sort(busy.begin(), busy.end(), [](const Iv& x, const Iv& y) { return x.a < y.a; });
+  const auto earlier = [](const Iv& x, const Iv& y) { return x.a < y.a; };
+  if (!std::is_sorted(busy.begin(), busy.end(), earlier)) std::sort(busy.begin(), busy.end(), earlier);
   std::array<int, kTimeCats> active{};
   std::array<Time, kTimeCats + 1> total{};  // last slot: bubble
   std::size_t e = 0, c = 0;
