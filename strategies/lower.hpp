@@ -205,8 +205,10 @@ void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr);
 // them is longer, so below it every time either level sums stays in 64 bits.
 void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t tasks);
 
-// Lowers, replays and attributes the step; `run` receives the replay (for
-// traces) when given.
+// Builds the step program at layer granularity, replays and attributes it;
+// with `run` or `lowered` the replay is the engine's over the program's task
+// graph (for traces and executors), else the program's own replay (the same
+// figures, without the graph).
 StepPrediction predict_step(const Scenario& sc, const StepCosts& costs,
                             sim::RunResult* run = nullptr, LoweredStep* lowered = nullptr,
                             const LayerPlan* layers = nullptr);
