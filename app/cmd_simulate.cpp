@@ -28,8 +28,9 @@ std::string simulate(const SimulateArgs& a) {
     if (!a.trace.empty())
       throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
     const strategies::ModelStepCosts costs(sc);
-    const auto step = strategies::predict_step_coarse(sc, costs);
-    return report::render_simulation(sc, strategies::estimate_memory(sc), &step, a.format);
+    const auto pr = strategies::predict_chunks(sc, costs);
+    return report::render_simulation(sc, a.analytical ? strategies::estimate_memory(sc) : pr.memory, &pr.step,
+                                     a.format);
   }
   sim::RunResult run;
   strategies::LoweredStep lowered;
@@ -51,7 +52,8 @@ Command add_simulate(CLI::App& app) {
   cmd.option("--trace", a->trace, "Write the step's Chrome/Perfetto trace to FILE").type_name("FILE");
   cmd.option("--granularity", a->granularity,
              "layer: the step's task graph, per layer (default); chunk: the explorer's "
-             "coarse level, one task per chunk pass (memory from the closed-form model)")
+             "level, one task per chunk pass (the same figures; with ZeRO-3 or offload, "
+             "bounds: never slower, never more memory)")
       .one_of({"layer", "chunk"});
   add_format_option(cmd, a->format);
   return {cmd.cli(), [a] { return simulate(*a); }};
