@@ -178,8 +178,10 @@ class StepBuilder : StepLayout {
     t.frees = static_cast<std::uint16_t>(mem.frees.size());
     out_.mem.insert(out_.mem.end(), mem.allocs);
     out_.mem.insert(out_.mem.end(), mem.frees);
-    if (info.chunk < 0) info.chunk = chunk_;
-    t.info = std::move(info);
+    if (out_.granularity == Granularity::Layer) {
+      if (info.chunk < 0) info.chunk = chunk_;
+      out_.info.push_back(std::move(info));
+    }
     const auto index = static_cast<std::int32_t>(out_.tasks.size());
     out_.tasks.push_back(std::move(t));
     return index;
@@ -899,11 +901,8 @@ LoweredStep lowered_step(const StepProgram& p) {
   low.stages = p.stages;
   low.layers = p.layers;
   low.comm_kind.reserve(p.tasks.size());
-  low.info.reserve(p.tasks.size());
-  for (const auto& t : p.tasks) {
-    low.comm_kind.push_back(t.comm);
-    low.info.push_back(t.info);
-  }
+  low.info = p.info;
+  for (const auto& t : p.tasks) low.comm_kind.push_back(t.comm);
   for (int s = 0; s < p.stages; ++s) {
     low.gpu_pool.push_back(gpu_pool_of(s));
     low.host_pool.push_back(host_pool_of(s));

@@ -17,8 +17,7 @@ std::string chunk_mb(std::int32_t chunk, std::int32_t mb) {
 }
 const char* pass_tag(Pass p) { return p == Pass::Forward ? "fwd" : p == Pass::Backward ? "bwd" : "re"; }
 
-std::string what(const ProgramTask& t) {
-  const TaskInfo& i = t.info;
+std::string what(const ProgramTask& t, const TaskInfo& i) {
   const std::string mb = "/mb" + std::to_string(i.microbatch);
   auto part = [&](const char* pass) {
     if (t.merged) return pass + chunk_mb(i.chunk, i.microbatch);
@@ -77,7 +76,8 @@ std::string lane_name(int stage, sim::Lane lane) {
 
 std::string task_id(const StepProgram& p, std::size_t i) {
   const ProgramTask& t = p.tasks[i];
-  return "s" + std::to_string(t.stage) + ":" + what(t);
+  if (p.info.size() != p.tasks.size()) throw Error("step program: task ids need the layer granularity's task descriptions");
+  return "s" + std::to_string(t.stage) + ":" + what(t, p.info[i]);
 }
 
 std::string buffer_id(const StepProgram& p, std::size_t i) {
@@ -133,8 +133,8 @@ sim::TaskGraph to_task_graph(const StepProgram& p) {
     for (auto b : p.frees(t)) task.frees.push_back(sim::BufferId{b});
     task.label.stage = t.stage;
     task.label.phase = t.phase;
-    if (t.info.layer >= 0) task.label.layer = t.info.layer;
-    if (t.info.microbatch >= 0) task.label.microbatch = t.info.microbatch;
+    if (p.info[i].layer >= 0) task.label.layer = p.info[i].layer;
+    if (p.info[i].microbatch >= 0) task.label.microbatch = p.info[i].microbatch;
     g.add_task(std::move(task));
   }
   for (const auto& [before, after] : p.deps) g.add_dep(sim::TaskId{before}, sim::TaskId{after});

@@ -70,7 +70,6 @@ inline constexpr int kTimeCats = static_cast<int>(TimeCat::Comm0) + static_cast<
 inline int comm_cat(CommKind k) { return static_cast<int>(TimeCat::Comm0) + static_cast<int>(k); }
 
 struct ProgramTask {
-  TaskInfo info;  // what it does
   sim::TaskKind kind = sim::TaskKind::Compute;
   sim::Phase phase = sim::Phase::None;
   CommKind comm = CommKind::None;  // what a communication task is for
@@ -102,6 +101,9 @@ struct StepProgram {
   bool exact = true;
   int stages = 0;
   std::vector<ProgramTask> tasks;
+  // What each task does, by task index: at Layer granularity only (ids,
+  // executors); the chunk level needs only times and bytes.
+  std::vector<TaskInfo> info;
   std::vector<ProgramBuffer> buffers;
   std::vector<std::int32_t> mem;                           // buffer indices (see ProgramTask)
   std::vector<std::pair<std::int32_t, std::int32_t>> deps;  // (before, after) task indices

@@ -203,7 +203,7 @@ TEST_CASE("step program: a merged chunk pass holds, at its start, the most its l
   const StepProgram p = build_step_program(sc, costs, Granularity::Chunk);
   int merged_bwd = 0;
   for (const auto& t : p.tasks)
-    if (t.merged && t.info.op == TaskOp::Backward) {
+    if (t.merged && t.phase == sim::Phase::Bwd) {
       ++merged_bwd;
       const auto allocs = p.allocs(t);
       REQUIRE(allocs.size() == 1);
