@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -9,6 +10,8 @@
 
 #include "sim/error.hpp"
 #include "strategies/explore.hpp"
+#include "strategies/memory_lowering.hpp"
+#include "strategies/step_costs.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::strategies {
@@ -231,6 +234,60 @@ TEST_CASE("explore: a scenario without a space is its one plan") {
   CHECK(r.space_size == 1);
   CHECK(r.scored == 1);
   CHECK(r.plans[0].plan_id == plan_id(sc.plan, sc.batch));
+}
+
+}  // namespace
+}  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+TEST_CASE("explore: the recorded memory of every exact record and every kept plan is simulate's") {
+  // GPT-3 1.3B on 8 A100s with activation offload and ZeRO-3 on the axes:
+  // the chunk level merges the plain plans exactly and folds the rest; the
+  // kept plans are replayed per layer. Every record marked exact, and every
+  // kept plan, carries the layer level's timeline memory (what `strata
+  // simulate` prints) and step time.
+  const auto sc = parse_scenario(R"({"model": "gpt3-1.3b", "cluster": "dgx-a100-80g",
+      "batch": {"global": 32, "micro": 1}, "plan": {"optimizer": "adamw", "precision": "bf16"},
+      "space": {"tp": [1, 2], "pp": [1, 2], "zero": [1, 3], "offload": ["none", "activations"],
+                "recompute": ["none", "full"]}})", "s.json");
+  std::mutex mu;
+  std::map<std::uint64_t, std::pair<Bytes, Time>> exact, refined;
+  std::map<std::uint64_t, Scenario> points;
+  ExploreOptions o;
+  o.jobs = 2;
+  o.top_k = 4;
+  o.on_scored = [&](const ScoredOutcome& so) {
+    std::lock_guard lock(mu);
+    points.emplace(so.ranked.plan_id, so.point);
+    if (so.score.exact) exact[so.ranked.plan_id] = {so.memory.peak_bytes, so.score.step.step_time};
+  };
+  o.on_refined = [&](const ScoredOutcome& so) {
+    std::lock_guard lock(mu);
+    refined[so.ranked.plan_id] = {so.memory.peak_bytes, so.score.step.step_time};
+  };
+  const auto r = explore(sc, o);
+  REQUIRE(r.scored > 20);
+  CHECK(!exact.empty());
+  CHECK(exact.size() < points.size());  // some plans were folded
+  auto simulated = [&](std::uint64_t id) {
+    const Scenario& pt = points.at(id);
+    sim::RunResult run;
+    LoweredStep low;
+    const ModelStepCosts costs(pt);
+    const StepPrediction step = predict_step(pt, costs, &run, &low);
+    return std::pair<Bytes, Time>{memory_from_run(pt, low, run).peak_bytes, step.step_time};
+  };
+  for (const auto& [id, figures] : exact) CHECK(figures == simulated(id));
+  for (const auto& [id, figures] : refined) CHECK(figures == simulated(id));
+  // Every kept plan's figures are exact ones.
+  for (const auto* list : {&r.pareto, &r.top})
+    for (const auto& p : *list) {
+      const auto& from = refined.count(p.plan_id) ? refined : exact;
+      REQUIRE(from.count(p.plan_id) == 1);
+      CHECK(p.peak_memory_bytes == from.at(p.plan_id).first);
+    }
 }
 
 }  // namespace
