@@ -88,6 +88,23 @@ int ParamTable::find(ParamRole role, int layer) const {
   return block_role_[static_cast<std::size_t>(layer)][r];
 }
 
+BlockIndex ParamTable::block(int l) const {
+  BlockIndex b;
+  b.norm1_g = find(ParamRole::AttnNormGain, l);
+  b.norm1_b = find(ParamRole::AttnNormBias, l);
+  b.w_qkv = find(ParamRole::QkvWeight, l);
+  b.b_qkv = find(ParamRole::QkvBias, l);
+  b.w_proj = find(ParamRole::ProjWeight, l);
+  b.b_proj = find(ParamRole::ProjBias, l);
+  b.norm2_g = find(ParamRole::MlpNormGain, l);
+  b.norm2_b = find(ParamRole::MlpNormBias, l);
+  b.w_up = find(ParamRole::UpWeight, l);
+  b.b_up = find(ParamRole::UpBias, l);
+  b.w_down = find(ParamRole::DownWeight, l);
+  b.b_down = find(ParamRole::DownBias, l);
+  return b;
+}
+
 int ParamTable::find(std::string_view name) const {
   for (std::size_t i = 0; i < names_.size(); ++i)
     if (names_[i] == name) return static_cast<int>(i);

@@ -31,6 +31,13 @@
 
 namespace strata::backend {
 
+// A block's tensors by what they are: positions in the table (and in a
+// model's parameter list); −1 when absent (no bias, RMS norm).
+struct BlockIndex {
+  int norm1_g = -1, norm1_b = -1, w_qkv = -1, b_qkv = -1, w_proj = -1, b_proj = -1;
+  int norm2_g = -1, norm2_b = -1, w_up = -1, b_up = -1, w_down = -1, b_down = -1;
+};
+
 // A tensor's role in the model.
 enum class ParamRole : std::uint8_t {
   WordEmbedding,
@@ -104,6 +111,8 @@ class ParamTable {
   int find(ParamRole role, int layer = -1) const;
   int find(std::string_view name) const;  // −1 when absent
   int word_embedding() const { return find(ParamRole::WordEmbedding); }
+  // Block `layer`'s tensors, each found by its role.
+  BlockIndex block(int layer) const;
 
   // Parameter i's shape on a rank of a tensor-parallel group of `tp`.
   Shape local_shape(int i, int tp) const;

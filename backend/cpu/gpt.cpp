@@ -161,21 +161,7 @@ GptModel::GptModel(const cost::ModelSpec& spec, Allocator& alloc, std::uint64_t 
   normf_b_ = table_.find(ParamRole::FinalNormBias);
   w_logits_ = table_.find(ParamRole::LogitsWeight);
   blocks_.resize(static_cast<std::size_t>(m.layers));
-  for (int l = 0; l < static_cast<int>(m.layers); ++l) {
-    auto& b = blocks_[static_cast<std::size_t>(l)];
-    b.norm1_g = table_.find(ParamRole::AttnNormGain, l);
-    b.norm1_b = table_.find(ParamRole::AttnNormBias, l);
-    b.w_qkv = table_.find(ParamRole::QkvWeight, l);
-    b.b_qkv = table_.find(ParamRole::QkvBias, l);
-    b.w_proj = table_.find(ParamRole::ProjWeight, l);
-    b.b_proj = table_.find(ParamRole::ProjBias, l);
-    b.norm2_g = table_.find(ParamRole::MlpNormGain, l);
-    b.norm2_b = table_.find(ParamRole::MlpNormBias, l);
-    b.w_up = table_.find(ParamRole::UpWeight, l);
-    b.b_up = table_.find(ParamRole::UpBias, l);
-    b.w_down = table_.find(ParamRole::DownWeight, l);
-    b.b_down = table_.find(ParamRole::DownBias, l);
-  }
+  for (int l = 0; l < static_cast<int>(m.layers); ++l) blocks_[static_cast<std::size_t>(l)] = table_.block(l);
 
   // Norms see only this rank's rows under sequence parallelism.
   grad_split_by_rows_.assign(params_.size(), false);

@@ -71,21 +71,7 @@ GptModel::GptModel(const cost::ModelSpec& spec, DeviceAllocator& alloc, Ctx ctx,
   normf_b_ = table_.find(ParamRole::FinalNormBias);
   w_logits_ = table_.find(ParamRole::LogitsWeight);
   blocks_.resize(static_cast<std::size_t>(m.layers));
-  for (int l = 0; l < static_cast<int>(m.layers); ++l) {
-    auto& b = blocks_[static_cast<std::size_t>(l)];
-    b.norm1_g = table_.find(ParamRole::AttnNormGain, l);
-    b.norm1_b = table_.find(ParamRole::AttnNormBias, l);
-    b.w_qkv = table_.find(ParamRole::QkvWeight, l);
-    b.b_qkv = table_.find(ParamRole::QkvBias, l);
-    b.w_proj = table_.find(ParamRole::ProjWeight, l);
-    b.b_proj = table_.find(ParamRole::ProjBias, l);
-    b.norm2_g = table_.find(ParamRole::MlpNormGain, l);
-    b.norm2_b = table_.find(ParamRole::MlpNormBias, l);
-    b.w_up = table_.find(ParamRole::UpWeight, l);
-    b.b_up = table_.find(ParamRole::UpBias, l);
-    b.w_down = table_.find(ParamRole::DownWeight, l);
-    b.b_down = table_.find(ParamRole::DownBias, l);
-  }
+  for (int l = 0; l < static_cast<int>(m.layers); ++l) blocks_[static_cast<std::size_t>(l)] = table_.block(l);
 
   // The table's initialisation: normal ones from a counter-based generator
   // per tensor, gains 1, biases 0 (zero-filled).

@@ -122,10 +122,6 @@ class GptModel {
                           const StepOptions& opts = {});
 
  private:
-  struct BlockIndex {  // positions in params_; -1 when absent
-    int norm1_g = -1, norm1_b = -1, w_qkv = -1, b_qkv = -1, w_proj = -1, b_proj = -1;
-    int norm2_g = -1, norm2_b = -1, w_up = -1, b_up = -1, w_down = -1, b_down = -1;
-  };
   void add_param(Shape shape);
   float* p(int i) { return i < 0 ? nullptr : params_[static_cast<std::size_t>(i)].data(); }
   float* g(int i) { return i < 0 ? nullptr : grads_[static_cast<std::size_t>(i)].data(); }
