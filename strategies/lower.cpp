@@ -952,7 +952,7 @@ StepPrediction predict_step(const Scenario& sc, const StepCosts& costs, sim::Run
   if (!run_out && !lowered_out) return prediction(sc, p, replay(p));
   LoweredStep low = lowered_step(p);
   sim::RunResult run = sim::simulate(low.graph);
-  const StepPrediction pr = prediction(sc, p, from_engine(p, low.graph, run));
+  const StepPrediction pr = prediction(sc, p, from_engine(p, run));
   if (run_out) *run_out = std::move(run);
   if (lowered_out) *lowered_out = std::move(low);
   return pr;

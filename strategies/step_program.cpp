@@ -249,8 +249,7 @@ ProgramRun replay(const StepProgram& p) {
   return run;
 }
 
-ProgramRun from_engine(const StepProgram& p, const sim::TaskGraph& g, const sim::RunResult& r) {
-  (void)g;
+ProgramRun from_engine(const StepProgram& p, const sim::RunResult& r) {
   ProgramRun run;
   run.makespan = r.makespan;
   run.tasks = r.tasks;

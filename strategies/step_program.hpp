@@ -157,7 +157,7 @@ struct ProgramRun {
 // Throws Error when the dependencies and lane order have a cycle.
 ProgramRun replay(const StepProgram& p);
 // The same figures from the engine's replay of to_task_graph(p).
-ProgramRun from_engine(const StepProgram& p, const sim::TaskGraph& g, const sim::RunResult& run);
+ProgramRun from_engine(const StepProgram& p, const sim::RunResult& run);
 
 // Where one stage's time went: every instant of [0, makespan] goes to what
 // the compute lane runs, else to the exposed communication or copy it waits

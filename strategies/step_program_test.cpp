@@ -78,7 +78,7 @@ bool compare(const Scenario& sc, Counts& n) {
   const StepProgram prog = build_step_program(sc, costs, Granularity::Layer);
   REQUIRE(prog.tasks.size() == low.graph.num_tasks());
   const ProgramRun mine = replay(prog);
-  const ProgramRun theirs = from_engine(prog, low.graph, lrun);
+  const ProgramRun theirs = from_engine(prog, lrun);
   REQUIRE(mine.makespan == theirs.makespan);
   bool same_tasks = true;
   for (std::size_t i = 0; i < prog.tasks.size(); ++i)
