@@ -1,11 +1,83 @@
 #pragma once
-// Files Strata writes appear whole or not at all.
+// Files Strata writes appear whole or not at all, and only where a regular
+// file is (or none): a write never follows a symbolic link, never replaces a
+// directory, a device, a FIFO or a socket, and never reuses a temporary name
+// another process could have planted.
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace strata::report {
 
-// Writes `text` to `path` + ".tmp" and renames it over `path`. Throws
-// InputError naming the path when it cannot.
+// Throws InputError naming `path` when something other than a regular file
+// is there (a symbolic link, even a dangling one, a directory, a device, a
+// FIFO, a socket): Strata writes over regular files only. Nothing there is
+// fine.
+void require_regular_or_missing(const std::string& path);
+
+// A whole file written under a temporary name and renamed over its path at
+// commit(): the temporary is created beside the target, under a fresh
+// random name, with O_CREAT | O_EXCL | O_NOFOLLOW (so nothing planted there
+// is followed or reused), written, fsync'd and renamed. The target is
+// checked with require_regular_or_missing first. Every failure throws
+// InputError naming the target and the system's reason (strerror); the
+// temporary is removed on any failure and when the writer is destroyed
+// uncommitted.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(std::string_view bytes);
+  // fsync, rename over the target, fsync its directory.
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  void fail(const std::string& what, int err);
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// Writes `text` to `path` through an AtomicFile.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// A file appended to (results.jsonl): opened with O_APPEND | O_NOFOLLOW and
+// created when missing; refused (InputError) unless it is a regular file.
+// Writes are whole (retried on short writes) and throw InputError with the
+// reason.
+class AppendFile {
+ public:
+  explicit AppendFile(std::string path);
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+
+  // Cuts the file to `size` bytes (a torn last line).
+  void truncate(std::uint64_t size);
+  void write(std::string_view bytes);
+  void close();  // throws when the data cannot be flushed
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// An exclusive lock on an output directory, held while the object lives
+// (flock on DIR/strata.lock, so it is released when the process ends,
+// however it ends). A directory another Strata holds is an InputError naming
+// that process (its pid and command, as it wrote them in the lock file).
+class DirLock {
+ public:
+  DirLock(const std::string& dir, const std::string& command);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace strata::report
