@@ -8,6 +8,8 @@
 //                      re-simulated at layer granularity (results.jsonl
 //                      holds every plan at the coarse level the explorer
 //                      scores with), written whole at the end;
+//   DIR/manifest.json  what the directory holds plans of (manifest_text);
+//   DIR/strata.lock    held (flock) while explore or merge writes the directory;
 //   DIR/summary.json   counts, rejections per rule, pruning per memory pool,
 //                      the Pareto front and the top plans (whole records),
 //                      written whole (temporary file and rename). It is a
@@ -58,22 +60,65 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
 // recomputed. Returns the summary written.
 std::string merge_explore(const std::vector<std::string>& dirs, const std::string& out_dir);
 
-// The records of a results.jsonl by plan id. A last line without its newline
-// (a run killed mid-write) is ignored; `valid_bytes` is where it starts. A
-// malformed line elsewhere, or one plan id with two different records, is an
-// InputError naming the line.
+// What a directory's records must be to count (resume, merge, report): the
+// plans of `scenario`'s space whose index % shard_count is one of
+// `shard_indices`, and valid there. Without a check only each record's
+// plan_id is checked (against its own batch and plan).
+struct RecordCheck {
+  const strategies::Scenario* scenario = nullptr;
+  std::uint64_t shard_count = 1;
+  std::vector<std::uint64_t> shard_indices{0};
+};
+
+// The records of a results.jsonl by plan id, read line by line (memory
+// grows with the records' figures, not with the file). A last line without
+// its newline (a run killed mid-write) is ignored; `valid_bytes` is where it
+// starts. A malformed line elsewhere, one plan id with two different
+// records, a plan_id that is not FNV-1a 64 of the record's own {batch,
+// plan}, and, with a check, a record outside the space or the shards, or of
+// a plan no explore keeps (it breaks a validity rule), is an InputError
+// naming the line: such a record was not written by the explore it claims
+// to come from, so the directory is refused rather than some records
+// silently dropped.
 struct ResultsFile {
   std::unordered_map<std::uint64_t, strategies::ScoredPlan> plans;
   std::unordered_map<std::uint64_t, std::string> lines;  // those keep_line asked for
   std::unordered_set<std::uint64_t> inexact;  // records with "exact": false (folded figures)
   std::uint64_t valid_bytes = 0;
   std::uint64_t torn_bytes = 0;
+  std::uint64_t lines_read = 0;  // whole non-empty lines
 };
+// `on_line`, when given, is called with every whole record, in file order.
 ResultsFile read_results(const std::string& path,
-                         const std::function<bool(std::uint64_t)>& keep_line = {});
+                         const std::function<bool(std::uint64_t)>& keep_line = {},
+                         const RecordCheck* check = nullptr,
+                         const std::function<void(std::uint64_t, std::string_view)>& on_line = {});
 // The same from the file's text (`path` names it in errors).
 ResultsFile parse_results(std::string_view text, const std::string& path,
-                          const std::function<bool(std::uint64_t)>& keep_line = {});
+                          const std::function<bool(std::uint64_t)>& keep_line = {},
+                          const RecordCheck* check = nullptr);
+
+// DIR/manifest.json (docs/explore.md): what an explore directory holds the
+// plans of — Strata's version, the model, the cluster, the space (its
+// template plan and axes), the goal and the shards — written before the
+// first record, checked on --resume, merge and report.
+std::string manifest_text(const strategies::Scenario& sc, std::uint64_t shard_count,
+                          const std::vector<std::uint64_t>& shard_indices);
+// Throws InputError naming `manifest_path`, the first key where `sc` (with
+// `what` naming it: "the scenario") differs from the manifest there, and both
+// values. Shards are compared only when `shards` is given.
+struct ShardSet {
+  std::uint64_t count = 1;
+  std::vector<std::uint64_t> indices{0};
+};
+void check_manifest(const std::string& manifest_path, const strategies::Scenario& sc, const std::string& what,
+                    const ShardSet* shards = nullptr);
+// The shards a manifest names (InputError when it cannot be read).
+ShardSet manifest_shards(const std::string& manifest_path);
+// The scenario of DIR/scenario.json (explore's copy), its relative paths
+// resolved against the directory of `original` (the scenario's path the
+// summary names) when it still exists, else against DIR; nothing without a copy.
+std::optional<strategies::Scenario> load_explored_scenario(const std::string& dir, const std::string& original);
 
 // One results.jsonl line (no newline) for a scored plan.
 std::string result_line(const strategies::ScoredOutcome& o);

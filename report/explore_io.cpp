@@ -1,11 +1,20 @@
 // results.jsonl, summary.json and the rendering of `strata explore` / `strata merge`.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <system_error>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,6 +26,7 @@
 #include "report/fields_io.hpp"
 #include "report/files.hpp"
 #include "sim/json_reader.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::report {
 
@@ -271,16 +281,247 @@ std::string result_line(const strategies::ScoredOutcome& o) {
          canon.substr(1, canon.size() - 2) + "," + j.dump().substr(1);
 }
 
-ResultsFile read_results(const std::string& path,
-                         const std::function<bool(std::uint64_t)>& keep_line) {
-  if (!fs::exists(path)) return {};
-  // As large as the plans written to it (about 1.4 KiB each).
-  return parse_results(read_input_file(path, std::numeric_limits<std::uint64_t>::max()), path,
-                       keep_line);
+namespace {
+
+// The longest results.jsonl line read (a record is about 1.4 KiB).
+constexpr std::size_t kMaxRecordBytes = 1 << 20;
+
+// Lines of a regular file, read in blocks: memory bounded by the longest line.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0) throw InputError(path, "", "cannot read file: " + std::generic_category().message(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      throw InputError(path, "", "not a regular file");
+    }
+  }
+  ~LineReader() { ::close(fd_); }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  // The next line without its newline; `complete` is false for a last line
+  // that has none. False at the end of the file.
+  bool next(std::string& line, bool& complete) {
+    line.clear();
+    for (;;) {
+      if (begin_ < end_) {
+        const char* from = buf_.data() + begin_;
+        const void* nl = std::memchr(from, '\n', end_ - begin_);
+        const std::size_t n = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - from) : end_ - begin_;
+        if (line.size() + n > kMaxRecordBytes)
+          throw InputError(path_, "", "a line is longer than 1 MiB (not a results record)");
+        line.append(from, n);
+        begin_ += n;
+        if (nl) {
+          ++begin_;
+          complete = true;
+          return true;
+        }
+      }
+      const ssize_t got = ::read(fd_, buf_.data(), buf_.size());
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        throw InputError(path_, "", "cannot read file: " + std::generic_category().message(errno));
+      }
+      begin_ = 0;
+      end_ = static_cast<std::size_t>(got);
+      if (got == 0) {
+        complete = false;
+        return !line.empty();
+      }
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::vector<char> buf_ = std::vector<char>(1 << 16);
+  std::size_t begin_ = 0, end_ = 0;
+};
+
+// The JSON value at a dotted key of a record's plan or batch; null when absent.
+const json* field_at(const json& batch, const json& plan, std::string_view dotted) {
+  const json* v = &plan;
+  if (dotted.rfind("batch.", 0) == 0) {
+    v = &batch;
+    dotted.remove_prefix(6);
+  }
+  for (;;) {
+    const auto dot = dotted.find('.');
+    const std::string key(dotted.substr(0, dot));
+    if (!v->is_object()) return nullptr;
+    const auto it = v->find(key);
+    if (it == v->end()) return nullptr;
+    v = &*it;
+    if (dot == std::string_view::npos) return v;
+    dotted.remove_prefix(dot + 1);
+  }
+}
+
+// The values of `ax` a record's plan and batch may have been made with, the
+// likeliest first; every value when the record does not say.
+std::vector<std::size_t> axis_candidates(const strategies::SpaceAxis& ax, const json& batch, const json& plan) {
+  using strategies::Axis;
+  std::vector<std::size_t> exact, loose;
+  const std::string name(enum_name(ax.axis));
+  if (ax.axis == Axis::Offload) {
+    const json* o = field_at(batch, plan, "offload");
+    std::string choice;
+    if (o && o->is_object()) {
+      const bool act = o->value("activations", false), weights = o->value("weights", false);
+      const std::string opt = o->value("optimizer", std::string("none"));
+      const int on = int{act} + int{weights} + int{opt != "none"};
+      choice = on == 0 ? "none" : on > 1 ? "" : act ? "activations" : weights ? "weights" : opt == "cpu" ? "optimizer" : "";
+    }
+    for (std::size_t i = 0; i < ax.values.size(); ++i)
+      if (strategies::value_name(ax.axis, ax.values[i]) == choice) exact.push_back(i);
+  } else if (const json* f = field_at(batch, plan, name)) {
+    for (std::size_t i = 0; i < ax.values.size(); ++i) {
+      const auto& v = ax.values[i];
+      switch (strategies::axis_kind(ax.axis)) {
+        case strategies::AxisKind::Int:
+          if (f->is_number_integer() && f->get<std::int64_t>() == v.value) exact.push_back(i);
+          break;
+        case strategies::AxisKind::Bool:
+          if (f->is_boolean() && f->get<bool>() == (v.value != 0)) exact.push_back(i);
+          break;
+        case strategies::AxisKind::Enum: {
+          if (!f->is_string()) break;
+          const std::string plain = strategies::value_name(ax.axis, {v.value, 0});
+          if (f->get<std::string>() != plain) break;
+          if (ax.axis != Axis::Schedule || v.virtual_stages == 0) {
+            loose.push_back(i);
+            break;
+          }
+          const json* vs = field_at(batch, plan, "virtual_stages");
+          if (vs && vs->is_number_integer() && vs->get<std::int64_t>() == v.virtual_stages) exact.push_back(i);
+          break;
+        }
+      }
+    }
+  }
+  exact.insert(exact.end(), loose.begin(), loose.end());
+  if (exact.empty())
+    for (std::size_t i = 0; i < ax.values.size(); ++i) exact.push_back(i);
+  return exact;
+}
+
+// The index in `sc`'s space of the plan whose canonical {batch, plan} is
+// `canonical`, if it is one: each axis's value read from the record, the
+// point rebuilt and its canonical JSON compared (so the answer is exact
+// whatever the axes do to each other).
+std::optional<std::uint64_t> space_index(const strategies::Scenario& sc, const json& batch, const json& plan,
+                                         const std::string& canonical) {
+  if (!sc.space) {
+    if (strategies::canonical_json(sc.plan, sc.batch) == canonical) return 0;
+    return std::nullopt;
+  }
+  const auto& axes = sc.space->axes;
+  std::vector<std::vector<std::size_t>> cands;
+  cands.reserve(axes.size());
+  for (const auto& ax : axes) cands.push_back(axis_candidates(ax, batch, plan));
+  std::vector<std::size_t> pick(axes.size(), 0);
+  // Ambiguous values (one plan reached from two points) are few: a bounded search.
+  for (int attempt = 0; attempt < 256; ++attempt) {
+    std::uint64_t index = 0;
+    for (std::size_t a = 0; a < axes.size(); ++a) index = index * axes[a].values.size() + cands[a][pick[a]];
+    strategies::Plan p = sc.plan;
+    strategies::Batch b = sc.batch;
+    sc.space->apply(index, p, b);
+    if (strategies::canonical_json(p, b) == canonical) return index;
+    std::size_t a = axes.size();
+    while (a > 0 && ++pick[a - 1] == cands[a - 1].size()) pick[--a] = 0;
+    if (a == 0) break;
+  }
+  return std::nullopt;
+}
+
+// One whole line of a results file, checked and added to `out`.
+void parse_record(std::string_view line, const std::string& where, const RecordCheck* check,
+                  const std::function<bool(std::uint64_t)>& keep_line,
+                  const std::function<void(std::uint64_t, std::string_view)>& on_line, ResultsFile& out) {
+  const json j = json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw InputError(where, "", "not a JSON object (results.jsonl holds one per line)");
+  const JsonReader r(j, where);
+  const auto id_text = r.at("plan_id").as_string();
+  const auto id = strategies::parse_plan_id(id_text);
+  if (!id) r.fail_at("plan_id", "must be 16 lower-case hex digits (got \"" + id_text + "\")");
+  ScoredPlan sp{*id, r.at("step_time_s").as_number(0, 1e30), r.at("peak_memory_bytes").as_int(0, INT64_MAX),
+                r.at("tokens_per_s_per_gpu").as_number(0, 1e30)};
+  // The id is the hash of the record's own batch and plan: a record edited
+  // or made up by hand does not keep it.
+  const json& batch = r.at("batch").json();
+  const json& plan = r.at("plan").json();
+  if (!batch.is_object()) r.fail_at("batch", "must be an object");
+  if (!plan.is_object()) r.fail_at("plan", "must be an object");
+  const std::string canonical = json{{"batch", batch}, {"plan", plan}}.dump();
+  const std::uint64_t hash = strategies::fnv1a64(canonical);
+  if (hash != *id)
+    r.fail_at("plan_id", id_text + " is not the id of the record's batch and plan (FNV-1a 64 of them is " +
+                             strategies::plan_id_hex(hash) + "): the record was not written by strata explore");
+  if (check && check->scenario) {
+    const auto index = space_index(*check->scenario, batch, plan, canonical);
+    if (!index)
+      r.fail_at("plan", "plan " + id_text + " is not a plan of the explored space (" +
+                            check->scenario->file + ")");
+    const std::uint64_t shard = *index % check->shard_count;
+    if (std::find(check->shard_indices.begin(), check->shard_indices.end(), shard) == check->shard_indices.end()) {
+      std::string mine;
+      for (auto i : check->shard_indices) mine += (mine.empty() ? "" : ",") + std::to_string(i);
+      r.fail_at("plan", "plan " + id_text + " is plan " + std::to_string(*index) + " of the space, in shard " +
+                            std::to_string(shard) + "/" + std::to_string(check->shard_count) +
+                            ", not in this directory's shard " + mine + "/" + std::to_string(check->shard_count));
+    }
+    strategies::Scenario pt = *check->scenario;
+    pt.space.reset();
+    if (check->scenario->space) check->scenario->space->apply(*index, pt.plan, pt.batch);
+    if (auto v = strategies::first_violation(pt))
+      r.fail_at("plan", "plan " + id_text + " breaks the rule " + v->rule + " (" + v->path + ": " + v->message +
+                            "): explore records no such plan");
+  }
+  // With a goal; null: never reached.
+  if (auto t = r.get("time_to_train_s"))
+    sp.time_to_train_s = t->is_null() ? std::numeric_limits<double>::infinity() : t->as_number(0, 1e300);
+  auto [it, fresh] = out.plans.try_emplace(*id, sp);
+  if (!fresh && !(it->second == sp))
+    throw InputError(where, "", "plan " + id_text + " appears twice with different results");
+  if (auto e = r.get("exact"); e && !e->as_bool()) out.inexact.insert(*id);
+  if (keep_line && keep_line(*id)) out.lines.try_emplace(*id, line);
+  if (on_line) on_line(*id, line);
+}
+
+}  // namespace
+
+ResultsFile read_results(const std::string& path, const std::function<bool(std::uint64_t)>& keep_line,
+                         const RecordCheck* check,
+                         const std::function<void(std::uint64_t, std::string_view)>& on_line) {
+  ResultsFile out;
+  if (!fs::exists(path)) return out;
+  LineReader in(path);
+  std::string line;
+  bool complete = false;
+  std::uint64_t line_no = 0, pos = 0;
+  while (in.next(line, complete)) {
+    if (!complete) {  // torn: the run stopped mid-line
+      out.torn_bytes = line.size();
+      break;
+    }
+    ++line_no;
+    pos += line.size() + 1;
+    if (line.empty()) continue;
+    ++out.lines_read;
+    parse_record(line, path + ":" + std::to_string(line_no), check, keep_line, on_line, out);
+  }
+  out.valid_bytes = pos;
+  return out;
 }
 
 ResultsFile parse_results(std::string_view text, const std::string& path,
-                          const std::function<bool(std::uint64_t)>& keep_line) {
+                          const std::function<bool(std::uint64_t)>& keep_line, const RecordCheck* check) {
   ResultsFile out;
   std::size_t pos = 0;
   std::uint64_t line_no = 0;
@@ -294,28 +535,161 @@ ResultsFile parse_results(std::string_view text, const std::string& path,
     const std::string_view line(text.data() + pos, nl - pos);
     pos = nl + 1;
     if (line.empty()) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    const json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      throw InputError(where, "", "not a JSON object (results.jsonl holds one per line)");
-    const JsonReader r(j, where);
-    const auto id_text = r.at("plan_id").as_string();
-    const auto id = strategies::parse_plan_id(id_text);
-    if (!id) r.fail_at("plan_id", "must be 16 lower-case hex digits (got \"" + id_text + "\")");
-    ScoredPlan sp{*id, r.at("step_time_s").as_number(0, 1e30),
-                  r.at("peak_memory_bytes").as_int(0, INT64_MAX),
-                  r.at("tokens_per_s_per_gpu").as_number(0, 1e30)};
-    // With a goal; null: never reached.
-    if (auto t = r.get("time_to_train_s"))
-      sp.time_to_train_s = t->is_null() ? std::numeric_limits<double>::infinity() : t->as_number(0, 1e300);
-    auto [it, fresh] = out.plans.try_emplace(*id, sp);
-    if (!fresh && !(it->second == sp))
-      throw InputError(where, "", "plan " + id_text + " appears twice with different results");
-    if (auto e = r.get("exact"); e && !e->as_bool()) out.inexact.insert(*id);
-    if (keep_line && keep_line(*id)) out.lines.try_emplace(*id, line);
+    ++out.lines_read;
+    parse_record(line, path + ":" + std::to_string(line_no), check, keep_line, {}, out);
   }
   out.valid_bytes = pos;
   return out;
+}
+
+namespace {
+
+std::string manifest_path(const std::string& dir) { return (fs::path(dir) / "manifest.json").string(); }
+std::string scenario_copy_path(const std::string& dir) { return (fs::path(dir) / "scenario.json").string(); }
+
+ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_count,
+                           const std::vector<std::uint64_t>& shard_indices) {
+  const auto& m = sc.model;
+  ordered_json model = {{"name", m.name},           {"layers", m.layers},
+                        {"hidden", m.hidden},       {"heads", m.heads},
+                        {"kv_heads", m.kv_heads},   {"ffn_hidden", m.ffn_hidden},
+                        {"vocab", m.vocab},         {"seq_len", m.seq_len},
+                        {"mlp", enum_name(m.mlp)},  {"norm", enum_name(m.norm)},
+                        {"bias", m.bias},           {"position_embedding", enum_name(m.position_embedding)},
+                        {"tied_embeddings", m.tied_embeddings}, {"dropout", m.dropout}};
+  model["moe"] = m.moe ? ordered_json{{"experts", m.moe->experts}, {"top_k", m.moe->top_k}} : ordered_json();
+  const auto& c = sc.cluster;
+  const auto& g = c.gpu;
+  ordered_json cluster = {
+      {"name", c.name},
+      {"gpus", c.gpus()},
+      {"nodes", c.nodes},
+      {"gpu", {{"name", g.name},
+               {"memory_GiB", g.memory_GiB},
+               {"hbm_GBps", g.hbm_GBps},
+               {"tflops",
+                {{"fp32", g.tflops.fp32}, {"tf32", g.tflops.tf32}, {"fp16", g.tflops.fp16},
+                 {"bf16", g.tflops.bf16}, {"fp8", g.tflops.fp8}}}}},
+      {"node", {{"gpus_per_node", c.node.gpus_per_node},
+                {"intra_node_GBps", c.node.intra_node_GBps},
+                {"inter_node_GBps_per_gpu", c.node.inter_node_GBps_per_gpu},
+                {"pcie_GBps", c.node.pcie_GBps},
+                {"host_memory_GiB", c.node.host_memory_GiB},
+                {"nvme_GBps", c.node.nvme_GBps},
+                {"nvme_GiB", c.node.nvme_GiB}}}};
+  ordered_json axes = ordered_json::object();
+  std::uint64_t size = 1;
+  if (sc.space) {
+    for (const auto& ax : sc.space->axes)
+      axes[std::string(enum_name(ax.axis))] = axis_values_json(ax.axis, ax.values);
+    size = sc.space->size();
+  }
+  ordered_json space = {{"size", size},
+                        {"template", ordered_json::parse(strategies::canonical_json(sc.plan, sc.batch))},
+                        {"axes", axes},
+                        {"derive_dp", sc.space && sc.space->derive_dp},
+                        {"balance_stages", sc.space && sc.space->balance_stages}};
+  ordered_json goal;  // null without one
+  if (sc.goal) {
+    goal = ordered_json::object();
+    if (sc.goal->tokens) goal["tokens"] = *sc.goal->tokens;
+    if (sc.goal->target_loss) goal["target_loss"] = *sc.goal->target_loss;
+  }
+  ordered_json j;
+  j["strata"] = STRATA_VERSION;
+  j["model"] = model;
+  j["cluster"] = cluster;
+  j["space"] = space;
+  j["goal"] = goal;
+  j["shards"] = {{"count", shard_count}, {"indices", shard_indices}};
+  return j;
+}
+
+// The first dotted key where `a` and `b` differ, with both values.
+struct Difference {
+  std::string key;
+  std::string a, b;
+};
+std::optional<Difference> first_difference(const ordered_json& a, const ordered_json& b, const std::string& at) {
+  if (a.is_object() && b.is_object()) {
+    // In the manifest's own order (names before figures), then keys only `b` has.
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : a.items()) keys.push_back(k);
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k)) keys.push_back(k);
+    for (const auto& k : keys) {
+      const std::string sub = at.empty() ? k : at + "." + k;
+      if (!a.contains(k) || !b.contains(k))
+        return Difference{sub, a.contains(k) ? a.at(k).dump() : "nothing", b.contains(k) ? b.at(k).dump() : "nothing"};
+      if (auto d = first_difference(a.at(k), b.at(k), sub)) return d;
+    }
+    return std::nullopt;
+  }
+  // Numbers compare by value (80 and 80.0 are one figure).
+  if (a.is_number() && b.is_number() && a.get<double>() == b.get<double>()) return std::nullopt;
+  if (a != b) return Difference{at, a.dump(), b.dump()};
+  return std::nullopt;
+}
+
+ordered_json read_manifest(const std::string& path) {
+  if (!fs::exists(path))
+    throw InputError(path, "",
+                     "file not found: the directory was written by an older strata or by hand, so what its "
+                     "records are of is unknown; explore again into another directory");
+  const ordered_json m = ordered_json::parse(read_input_file(path, kMaxJsonFileBytes), nullptr, false);
+  if (m.is_discarded() || !m.is_object() || !m.contains("strata") || !m.contains("shards"))
+    throw InputError(path, "", "not an explore manifest (a JSON object with \"strata\", \"model\", \"cluster\", "
+                               "\"space\", \"goal\" and \"shards\")");
+  return m;
+}
+
+}  // namespace
+
+std::string manifest_text(const strategies::Scenario& sc, std::uint64_t shard_count,
+                          const std::vector<std::uint64_t>& shard_indices) {
+  return manifest_json(sc, shard_count, shard_indices).dump(2) + "\n";
+}
+
+void check_manifest(const std::string& path, const strategies::Scenario& sc, const std::string& what,
+                    const ShardSet* shards) {
+  ordered_json have = read_manifest(path);
+  ordered_json want =
+      manifest_json(sc, shards ? shards->count : 1, shards ? shards->indices : std::vector<std::uint64_t>{0});
+  if (!shards) {
+    have.erase("shards");
+    want.erase("shards");
+  }
+  if (have.at("strata") != want.at("strata"))
+    throw InputError(path, "strata",
+                     "the directory was written by strata " + have.at("strata").dump() + ", this is strata " +
+                         want.at("strata").dump() + ": explore again into another directory");
+  if (auto d = first_difference(have, want, ""))
+    throw InputError(path, d->key,
+                     "the directory holds plans of " + d->a + ", " + what + " has " + d->b +
+                         ": use the scenario it was explored with, or another directory");
+}
+
+std::optional<strategies::Scenario> load_explored_scenario(const std::string& dir, const std::string& original) {
+  const std::string source = scenario_copy_path(dir);
+  if (!fs::exists(source)) return std::nullopt;
+  std::string base = fs::path(original).parent_path().string();
+  if (base.empty() || !fs::is_directory(base)) base = dir;
+  return strategies::parse_scenario(read_input_file(source, kMaxJsonFileBytes), source, base);
+}
+
+ShardSet manifest_shards(const std::string& path) {
+  const json m = json::parse(read_manifest(path).dump());
+  const JsonReader r(m, path);
+  const auto sh = r.at("shards");
+  ShardSet s;
+  s.count = static_cast<std::uint64_t>(sh.at("count").as_int(1, INT64_MAX));
+  s.indices.clear();
+  for (const auto& e : sh.at("indices").elements()) {
+    const auto i = static_cast<std::uint64_t>(e.as_int(0, INT64_MAX));
+    if (i >= s.count) e.fail("shard " + std::to_string(i) + " is not below the count " + std::to_string(s.count));
+    s.indices.push_back(i);
+  }
+  return s;
 }
 
 ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOptions& o) {
@@ -327,24 +701,29 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   eo.max_plans = o.max_plans;
   eo.rank_by = strategies::resolve_rank_by(sc, o.rank_by);
   strategies::check_plan_limit(sc, eo);  // before anything is written
+  // The scenario's text, for its copy beside the results (so `strata
+  // report` can re-simulate a plan from the directory alone, docs/report.md).
+  std::optional<std::string> scenario_text;
+  if (!sc.file.empty() && fs::is_regular_file(sc.file)) scenario_text = read_input_file(sc.file, kMaxJsonFileBytes);
+  if (fs::exists(o.out_dir) && !fs::is_directory(o.out_dir))
+    throw InputError(o.out_dir, "", "exists and is not a directory");
   make_dir(o.out_dir);
-  // The scenario beside its results, so `strata report` can re-simulate a
-  // plan from the directory alone (docs/report.md).
-  if (!sc.file.empty() && fs::is_regular_file(sc.file)) {
-    std::ifstream in(sc.file, std::ios::binary);
-    std::stringstream text;
-    if (!in || !(text << in.rdbuf())) throw InputError(sc.file, "", "cannot read file");
-    const std::string copy = (fs::path(o.out_dir) / "scenario.json").string();
-    if (!fs::exists(copy) || !fs::equivalent(copy, sc.file)) write_file_atomically(copy, text.str());
-  }
+  // Every check passes before anything but the lock is written: a refused
+  // run leaves the directory as it found it.
+  const DirLock lock(o.out_dir, "explore");
   const std::string results = results_path(o.out_dir);
+  const std::string manifest = manifest_path(o.out_dir);
+  const ShardSet shards{o.shard_count, {o.shard_index}};
   ExploreReport rep;
   ResultsFile prev;
-  if (fs::exists(results)) {
-    if (!o.resume)
-      throw InputError(results, "",
-                       "already exists; pass --resume to continue it, or choose another --out");
-    prev = read_results(results);
+  const bool have_results = fs::exists(results) || fs::is_symlink(results);
+  if (have_results && !o.resume)
+    throw InputError(results, "", "already exists; pass --resume to continue it, or choose another --out");
+  require_regular_or_missing(results);
+  if (have_results || (o.resume && fs::exists(manifest))) {
+    check_manifest(manifest, sc, "the scenario", &shards);
+    const RecordCheck check{&sc, o.shard_count, {o.shard_index}};
+    prev = read_results(results, {}, &check);
     // Records scored with a goal carry a time to train (never 0); without, none.
     for (const auto& [id, p] : prev.plans)
       if ((p.time_to_train_s != 0) != sc.goal.has_value())
@@ -353,10 +732,17 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
                              " a training goal and the scenario now has " + (sc.goal ? "one" : "none") +
                              "; resume with the same scenario, or choose another --out");
     rep.torn_bytes = prev.torn_bytes;
-    if (prev.torn_bytes > 0) fs::resize_file(results, prev.valid_bytes);
   }
-  std::FILE* out = std::fopen(results.c_str(), "ab");
-  if (!out) throw InputError(results, "", "cannot write file");
+  for (const char* name : {"summary.json", "refined.jsonl", "scenario.json"})
+    require_regular_or_missing((fs::path(o.out_dir) / name).string());
+
+  write_file_atomically(manifest, manifest_text(sc, o.shard_count, {o.shard_index}));
+  if (scenario_text) {
+    const std::string copy = scenario_copy_path(o.out_dir);
+    if (!fs::exists(copy) || !fs::equivalent(copy, sc.file)) write_file_atomically(copy, *scenario_text);
+  }
+  AppendFile out(results);
+  if (prev.torn_bytes > 0) out.truncate(prev.valid_bytes);
   std::mutex mu;
   eo.scorer = o.scorer;
   eo.refine = o.refine;
@@ -378,9 +764,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   std::string pending;
   auto last_write = Clock::now();
   auto write_pending = [&] {
-    if (!pending.empty() &&
-        (std::fwrite(pending.data(), 1, pending.size(), out) != pending.size() || std::fflush(out) != 0))
-      throw InputError(results, "", "cannot write file");
+    if (!pending.empty()) out.write(pending);
     pending.clear();
     last_write = Clock::now();
   };
@@ -400,10 +784,9 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
       write_pending();  // what was scored before the failure stays
     } catch (...) {
     }
-    std::fclose(out);
     throw;
   }
-  if (std::fclose(out) != 0) throw InputError(results, "", "cannot write file");
+  out.close();
   rep.jobs = rep.result.jobs;
 
   std::unordered_set<std::uint64_t> wanted;
@@ -443,14 +826,24 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
 
 std::string merge_explore(const std::vector<std::string>& dirs, const std::string& out_dir) {
   if (dirs.empty()) throw InputError("", "", "merge needs at least one directory");
+  // No explore or merge writes a shard while it is read.
+  std::vector<std::unique_ptr<DirLock>> locks;
+  for (const auto& d : dirs) {
+    if (!fs::is_directory(d)) throw InputError(d, "", "not a directory (merge reads the --out directories of strata explore)");
+    bool held = false;
+    for (std::size_t e = 0; e < locks.size() && !held; ++e) held = fs::equivalent(d, dirs[e]);
+    if (!held) locks.push_back(std::make_unique<DirLock>(d, "merge"));
+  }
   SummaryHead h;
   std::set<std::uint64_t> seen_shards;
-  std::map<std::uint64_t, std::string> lines;  // by plan id: sorted output
-  std::map<std::uint64_t, std::string> line_dir;
   std::vector<ScoredPlan> plans;
+  std::unordered_map<std::uint64_t, std::size_t> plan_dir;  // the directory that holds each plan
   // Plans the shards re-simulated at layer granularity: their records and figures.
   std::map<std::uint64_t, std::string> refined;
   std::unordered_map<std::uint64_t, ScoredPlan> refined_figures;
+  std::vector<strategies::Scenario> scenarios;  // each directory's, read from its copy
+  std::vector<std::uint64_t> first_shard(dirs.size());
+  ordered_json manifest0;
   for (std::size_t d = 0; d < dirs.size(); ++d) {
     const std::string sp = summary_path(dirs[d]);
     if (!fs::exists(sp)) throw InputError(sp, "", "file not found (not an explore output directory?)");
@@ -459,10 +852,8 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     r.allow({"scenario", "model", "gpus", "gpu", "space", "pareto", "top"});
     // Read again keeping the key order, so the merged summary lists the axes
     // as the shards do.
-    std::ifstream sf(sp, std::ios::binary);
-    std::stringstream sst;
-    sst << sf.rdbuf();
-    const ordered_json ordered = ordered_json::parse(sst.str(), nullptr, true, true);
+    const ordered_json ordered =
+        ordered_json::parse(read_input_file(sp, kMaxJsonFileBytes), nullptr, true, true);
     ordered_json meta;
     for (const char* k : {"scenario", "model", "gpus", "gpu", "space"}) {
       r.at(k);
@@ -493,43 +884,92 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
       if (k != h.top_k) r.fail_at("top_k", "differs from " + summary_path(dirs[0]));
       if (by != h.rank_by) r.fail_at("rank_by", "differs from " + summary_path(dirs[0]));
     }
+    ShardSet mine{count, {}};
     for (const auto& e : shards.at("indices").elements()) {
       const auto i = static_cast<std::uint64_t>(e.as_int(0, INT64_MAX));
+      if (i >= count) e.fail("shard " + std::to_string(i) + " is not below the count " + std::to_string(count));
       if (!seen_shards.insert(i).second)
         e.fail("shard " + std::to_string(i) + " is merged twice");
       h.shard_indices.push_back(i);
+      mine.indices.push_back(i);
     }
+    if (mine.indices.empty()) shards.fail_at("indices", "names no shard");
+    first_shard[d] = *std::min_element(mine.indices.begin(), mine.indices.end());
     shards.reject_unknown_keys();
     const auto c = r.at("counts");
     c.allow({"pareto", "dominated"});
+    std::uint64_t scored = 0, pruned = 0;
     auto add = [&](const char* key, std::uint64_t& to) {
-      to += static_cast<std::uint64_t>(c.at(key).as_int(0, INT64_MAX));
+      const auto n = static_cast<std::uint64_t>(c.at(key).as_int(0, INT64_MAX));
+      to += n;
+      return n;
     };
     add("enumerated", h.enumerated);
     add("invalid", h.invalid);
-    add("pruned_by_memory", h.pruned);
+    pruned = add("pruned_by_memory", h.pruned);
     add("not_modelled", h.not_modelled);
     add("failed", h.failed);
-    add("scored", h.scored);
+    scored = add("scored", h.scored);
     c.reject_unknown_keys();
     strategies::merge_rule_counts(h.rejected, rules_from(r.at("rejected_by_rule")));
     strategies::merge_rule_counts(h.pruned_by_pool, rules_from(r.at("pruned_by_pool")));
     r.reject_unknown_keys();
 
+    // What the directory holds plans of: its manifest, the same for every
+    // shard but the shards, and the scenario copy its records are checked
+    // against.
+    const std::string mp = manifest_path(dirs[d]);
+    const ShardSet manifest_has = manifest_shards(mp);
+    {
+      auto sorted = [](std::vector<std::uint64_t> v) {
+        std::sort(v.begin(), v.end());
+        return v;
+      };
+      if (manifest_has.count != mine.count || sorted(manifest_has.indices) != sorted(mine.indices))
+        throw InputError(mp, "shards", "differ from " + sp + "'s");
+    }
+    ordered_json m = read_manifest(mp);
+    m.erase("shards");
+    if (d == 0) {
+      manifest0 = m;
+    } else if (auto diff = first_difference(manifest0, m, "")) {
+      throw InputError(mp, diff->key,
+                       "is " + diff->b + " and " + manifest_path(dirs[0]) + " has " + diff->a +
+                           ": the directories explore different scenarios");
+    }
+    auto sc = load_explored_scenario(dirs[d], meta.at("scenario").get<std::string>());
+    if (!sc)
+      throw InputError(scenario_copy_path(dirs[d]), "",
+                       "file not found: merge checks every record against the space explored, read from the "
+                       "copy of the scenario explore keeps there");
+    check_manifest(mp, *sc, scenario_copy_path(dirs[d]), &mine);
+    scenarios.push_back(std::move(*sc));
+    const RecordCheck check{&scenarios.back(), count, mine.indices};
+
+    // Every plan the summary counts is in results.jsonl, whole: a shard cut
+    // short is not merged as if it were complete.
     const std::string rp = results_path(dirs[d]);
-    const ResultsFile rf = read_results(rp, [](std::uint64_t) { return true; });
-    for (const auto& [id, line] : rf.lines) {
-      auto [it, fresh] = lines.try_emplace(id, line);
-      if (fresh) {
-        line_dir[id] = rp;
-        plans.push_back(rf.plans.at(id));
-      } else if (it->second != line) {
-        throw InputError(rp, "plan " + strategies::plan_id_hex(id),
-                         "has other results than in " + line_dir[id]);
-      }
+    if (!fs::exists(rp)) throw InputError(rp, "", "file not found: the shard has no results");
+    const ResultsFile rf = read_results(rp, {}, &check);
+    if (rf.torn_bytes > 0)
+      throw InputError(rp, "",
+                       "ends in a torn line (the run was killed while writing it): finish the shard with "
+                       "explore --resume before merging it");
+    // Kept plans that no longer fit once replayed per layer keep their record and count as pruned.
+    if (rf.plans.size() < scored || rf.plans.size() > scored + pruned)
+      throw InputError(rp, "",
+                       "holds " + std::to_string(rf.plans.size()) + " plans and " + sp + " counts " +
+                           std::to_string(scored) + " scored: the shard is incomplete or not its own; finish "
+                           "it with explore --resume");
+    for (const auto& [id, p] : rf.plans) {
+      auto [it, fresh] = plan_dir.try_emplace(id, d);
+      if (!fresh)
+        throw InputError(rp, "plan " + strategies::plan_id_hex(id), "is also in " + results_path(dirs[it->second]));
+      plans.push_back(p);
     }
     const std::string fp = refined_path(dirs[d]);
-    const ResultsFile rr = read_results(fp, [](std::uint64_t) { return true; });
+    const ResultsFile rr = read_results(fp, [](std::uint64_t) { return true; }, &check);
+    if (rr.torn_bytes > 0) throw InputError(fp, "", "ends in a torn line");
     for (const auto& [id, line] : rr.lines) {
       auto [it, fresh] = refined.try_emplace(id, line);
       if (!fresh && it->second != line)
@@ -546,17 +986,49 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   const auto top = strategies::top_plans(plans, h.top_k, h.rank_by);
   std::unordered_map<std::uint64_t, std::string> wanted;
   for (const auto* set : {&pareto, &top})
-    for (const auto& p : *set) {
-      const auto it = refined.find(p.plan_id);
-      wanted[p.plan_id] = it != refined.end() ? it->second : lines.at(p.plan_id);
-    }
-  const std::string summary = summary_text(h, pareto, top, wanted);
+    for (const auto& p : *set)
+      if (const auto it = refined.find(p.plan_id); it != refined.end()) wanted[p.plan_id] = it->second;
 
+  // Every check passed: the output directory, locked unless it is one of the shards.
   make_dir(out_dir);
-  write_file_atomically(results_path(out_dir), jsonl(lines));
-  write_file_atomically(refined_path(out_dir), jsonl(refined));
-  write_file_atomically(summary_path(out_dir), summary);
-  return summary;
+  bool held = false;
+  for (const auto& d : dirs) held = held || fs::equivalent(d, out_dir);
+  std::unique_ptr<DirLock> out_lock;
+  if (!held) out_lock = std::make_unique<DirLock>(out_dir, "merge");
+  // The shards' records streamed into one file, in shard order; the kept
+  // plans' records picked on the way.
+  std::vector<std::size_t> order(dirs.size());
+  for (std::size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return first_shard[a] < first_shard[b]; });
+  {
+    AtomicFile out(results_path(out_dir));
+    std::unordered_set<std::uint64_t> written, kept;
+    for (const auto* set : {&pareto, &top})
+      for (const auto& p : *set) kept.insert(p.plan_id);
+    std::string buf;
+    for (std::size_t d : order) {
+      read_results(results_path(dirs[d]), {}, nullptr, [&](std::uint64_t id, std::string_view line) {
+        if (!written.insert(id).second) return;
+        buf.append(line);
+        buf += '\n';
+        if (buf.size() >= (1 << 20)) {
+          out.write(buf);
+          buf.clear();
+        }
+        if (kept.count(id) && !wanted.count(id)) wanted.emplace(id, std::string(line));
+      });
+    }
+    out.write(buf);
+    const std::string summary = summary_text(h, pareto, top, wanted);
+    write_file_atomically(refined_path(out_dir), jsonl(refined));
+    write_file_atomically(scenario_copy_path(out_dir),
+                          read_input_file(scenario_copy_path(dirs[order.front()]), kMaxJsonFileBytes));
+    write_file_atomically(manifest_path(out_dir),
+                          manifest_text(scenarios[order.front()], h.shard_count, h.shard_indices));
+    out.commit();
+    write_file_atomically(summary_path(out_dir), summary);
+    return summary;
+  }
 }
 
 std::string render_explore(const std::string& summary_json, const ExploreReport* report, Format f) {

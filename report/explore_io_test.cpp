@@ -10,6 +10,7 @@
 #include <string>
 
 #include "report/explore.hpp"
+#include "report/files.hpp"
 #include "sim/error.hpp"
 #include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
@@ -48,13 +49,26 @@ std::multiset<std::string> lines_of(const std::string& text) {
 
 // GPT-2 small on one DGX H100 node: 4 tp × 4 zero × 3 recompute × 4 micro
 // = 192 plans, 48 with tp 8 (does not divide 12 heads), 144 scored.
-strategies::Scenario scenario() {
-  return strategies::parse_scenario(
-      R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 64},
-          "plan": {"optimizer": "adamw"},
-          "space": {"tp": [1, 2, 4, 8], "zero": "auto", "recompute": ["none", "selective", "full"],
-                    "batch.micro": [1, 2, 4, 8]}})",
-      "small.json");
+const char* const kSmall =
+    R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 64},
+        "plan": {"optimizer": "adamw"},
+        "space": {"tp": [1, 2, 4, 8], "zero": "auto", "recompute": ["none", "selective", "full"],
+                  "batch.micro": [1, 2, 4, 8]}})";
+strategies::Scenario scenario() { return strategies::parse_scenario(kSmall, "small.json"); }
+
+// The same read from a file in `dir` (explore keeps a copy beside its
+// results; merge and report check the records against it).
+strategies::Scenario scenario_file(const std::string& path, const std::string& text = kSmall) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+  return strategies::load_scenario(path);
+}
+
+// The small scenario on eight A100s instead of eight H100s.
+std::string a100_text() {
+  std::string text = kSmall;
+  text.replace(text.find("dgx-h100"), 8, "dgx-a100-80g");
+  return text;
 }
 
 ExploreRunOptions options(const std::string& dir, int jobs) {
@@ -118,6 +132,7 @@ TEST_CASE("explore output: resume after a kill mid-line loses and duplicates not
   const std::size_t cut = full.size() * 2 / 5;
   REQUIRE(full[cut - 1] != '\n');
   std::ofstream(t / "cut/results.jsonl", std::ios::binary) << full.substr(0, cut);
+  fs::copy_file(t / "full/manifest.json", t / "cut/manifest.json");
   const std::size_t kept = lines_of(full.substr(0, full.rfind('\n', cut) + 1)).size();
 
   std::atomic<std::uint64_t> scored{0};
@@ -162,18 +177,20 @@ TEST_CASE("explore output: with a goal, records carry the time to train and the 
   }
   auto o = options(t / "g", 2);
   o.resume = true;
-  CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }).find(
-            "its plans were scored with a training goal and the scenario now has none") != std::string::npos);
+  CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }) ==
+        t / "g/manifest.json" + ": goal: the directory holds plans of {\"target_loss\":2.5}, the scenario has "
+                                "null: use the scenario it was explored with, or another directory");
 }
 
 TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
   TempDir t("shard");
-  run_explore(scenario(), options(t / "all", 2));
+  const auto sc = scenario_file(t / "small.json");
+  run_explore(sc, options(t / "all", 2));
   for (std::uint64_t i = 0; i < 2; ++i) {
     auto o = options(t / ("s" + std::to_string(i)), 1);
     o.shard_index = i;
     o.shard_count = 2;
-    run_explore(scenario(), o);
+    run_explore(sc, o);
   }
   const std::string merged = merge_explore({t / "s1", t / "s0"}, t / "merged");
   CHECK(merged == read(t / "merged/summary.json"));
@@ -184,33 +201,202 @@ TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
   m.erase("shards");
   CHECK(a.dump() == m.dump());  // the same text, key order included
   CHECK(lines_of(read(t / "merged/results.jsonl")) == lines_of(read(t / "all/results.jsonl")));
+  // The merged directory is one of its own: its manifest names both shards, and it merges again.
+  CHECK(nlohmann::json::parse(read(t / "merged/manifest.json"))["shards"].dump() == R"({"count":2,"indices":[0,1]})");
+  CHECK(merge_explore({t / "merged"}, t / "again") == merged);
 
-  // The same shard twice, or a plan with other figures, is an error.
+  // The same shard twice is an error.
   CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s0"}, t / "bad"); })
             .find("shards.indices[0]: shard 0 is merged twice") != std::string::npos);
-  // x: shard 0 by its summary, with s1's plans at another step time.
-  fs::create_directories(t / "x");
-  auto xs = nlohmann::json::parse(read(t / "s1/summary.json"));
-  xs["shards"]["indices"] = {0};
-  std::ofstream(t / "x/summary.json") << xs.dump();
-  std::string s1 = read(t / "s1/results.jsonl");
-  const auto at = s1.find("\"step_time_s\":");
-  s1.replace(at, 15, "\"step_time_s\":9");
-  std::ofstream(t / "x/results.jsonl", std::ios::binary) << s1;
-  const std::string err = testing::input_error_of([&] { merge_explore({t / "s1", t / "x"}, t / "bad"); });
-  CHECK(err.find("has other results than in") != std::string::npos);
+  CHECK(!fs::exists(t / "bad"));
 
-  // Another space (or model, or cluster) is not merged; another path to the
-  // same scenario is.
-  xs["space"]["size"] = 7;
-  std::ofstream(t / "x/summary.json") << xs.dump();
-  CHECK(testing::input_error_of([&] { merge_explore({t / "s1", t / "x"}, t / "bad"); }) ==
-        t / "x/summary.json" + ": explores another model, cluster or space than " + t / "s1/summary.json");
+  // Another path to the same scenario is merged (the path may differ between machines).
   auto moved = nlohmann::json::parse(read(t / "s0/summary.json"));
   moved["scenario"] = "elsewhere/small.json";
   std::ofstream(t / "s0/summary.json") << moved.dump();
-  CHECK(nlohmann::json::parse(merge_explore({t / "s1", t / "s0"}, t / "ok2"))["counts"] ==
-        a["counts"]);
+  CHECK(nlohmann::json::parse(merge_explore({t / "s1", t / "s0"}, t / "ok2"))["counts"] == a["counts"]);
+}
+
+TEST_CASE("merge: a shard of another cluster is refused, naming what differs") {
+  // Shard 1 explored on A100s: its summary's gpu and its manifest differ;
+  // the records would rank A100 figures against H100 ones.
+  TempDir t("merge-other");
+  auto o = options(t / "s0", 1);
+  o.shard_count = 2;
+  run_explore(scenario_file(t / "h100.json"), o);
+  o = options(t / "s1", 1);
+  o.shard_index = 1;
+  o.shard_count = 2;
+  run_explore(scenario_file(t / "a100.json", a100_text()), o);
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        t / "s1/summary.json" + ": explores another model, cluster or space than " + t / "s0/summary.json");
+  // The summary made to agree: the manifest still tells.
+  std::ofstream(t / "s1/summary.json") << read(t / "s0/summary.json").replace(
+      read(t / "s0/summary.json").find("\"indices\": [\n      0"), 22, "\"indices\": [\n      1");
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        t / "s1/manifest.json" + ": cluster.name: is \"dgx-a100-80g\" and " + t / "s0/manifest.json" +
+            " has \"dgx-h100\": the directories explore different scenarios");
+  CHECK(!fs::exists(t / "m"));
+}
+
+TEST_CASE("merge: a shard without its results, torn or cut short is refused") {
+  // A shard whose summary counts 72 scored plans must hold 72 records:
+  // anything less was lost or never written, and merging it would report a
+  // front and top of a part of the space as the whole.
+  TempDir t("merge-incomplete");
+  const auto sc = scenario_file(t / "small.json");
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    auto o = options(t / ("s" + std::to_string(i)), 1);
+    o.shard_index = i;
+    o.shard_count = 2;
+    run_explore(sc, o);
+  }
+  const std::string whole = read(t / "s1/results.jsonl");
+  fs::remove(t / "s1/results.jsonl");
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        t / "s1/results.jsonl" + ": file not found: the shard has no results");
+  std::ofstream(t / "s1/results.jsonl", std::ios::binary) << whole.substr(0, whole.size() / 2);
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        t / "s1/results.jsonl" + ": ends in a torn line (the run was killed while writing it): finish the "
+                                  "shard with explore --resume before merging it");
+  std::ofstream(t / "s1/results.jsonl", std::ios::binary) << whole.substr(0, whole.rfind('\n', whole.size() / 2) + 1);
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); })
+            .find("plans and " + t / "s1/summary.json" + " counts 72 scored: the shard is incomplete") !=
+        std::string::npos);
+  CHECK(!fs::exists(t / "m"));
+}
+
+TEST_CASE("merge: a forged record is refused by its id, its space or its shard") {
+  // Each record's plan_id must be the hash of its own batch and plan, and
+  // that plan must be one of the space's, in the directory's shard: a line
+  // with a made-up step time would otherwise top the merged ranking.
+  TempDir t("merge-forged");
+  const auto sc = scenario_file(t / "small.json");
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    auto o = options(t / ("s" + std::to_string(i)), 1);
+    o.shard_index = i;
+    o.shard_count = 2;
+    run_explore(sc, o);
+  }
+  const std::string s0 = read(t / "s0/results.jsonl");
+  const std::string s1 = read(t / "s1/results.jsonl");
+  const std::string first = s1.substr(0, s1.find('\n'));
+  auto forge = [&](const std::string& extra) {
+    std::ofstream(t / "s0/results.jsonl", std::ios::binary) << s0 << extra << "\n";
+  };
+  // 1. The figures of a real plan, the step time made up, the id kept: its
+  //    shard is 1, not 0.
+  auto rec = nlohmann::json::parse(first);
+  rec["step_time_s"] = 1e-6;
+  forge(rec.dump());
+  const std::string line = t / "s0/results.jsonl:73";
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); })
+            .find(line + ": plan: plan " + rec["plan_id"].get<std::string>() + " is plan ") != std::string::npos);
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); })
+            .find("in shard 1/2, not in this directory's shard 0/2") != std::string::npos);
+  // 2. A plan outside the space (microbatch 3 is not listed), its id right.
+  rec["batch"]["micro"] = 3;
+  const auto id = strategies::plan_id_hex(
+      strategies::fnv1a64(nlohmann::json{{"batch", rec["batch"]}, {"plan", rec["plan"]}}.dump()));
+  rec["plan_id"] = id;
+  forge(rec.dump());
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        line + ": plan: plan " + id + " is not a plan of the explored space (" + t / "s0/scenario.json" + ")");
+  // 3. The id not the hash of the record's batch and plan.
+  rec["plan_id"] = "00000000000000ab";
+  forge(rec.dump());
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        line + ": plan_id: 00000000000000ab is not the id of the record's batch and plan (FNV-1a 64 of them is " +
+            id + "): the record was not written by strata explore");
+  CHECK(!fs::exists(t / "m"));
+}
+
+TEST_CASE("explore --resume: another cluster is refused before anything is written") {
+  // The directory's plans were scored on H100s; resuming with the A100
+  // scenario would keep every H100 figure under an A100 summary. The
+  // refusal names the manifest key that differs, and DIR/scenario.json
+  // (what report re-simulates) is the H100 one still.
+  TempDir t("resume-other");
+  run_explore(scenario_file(t / "h100.json"), options(t / "d", 2));
+  const std::string copy = read(t / "d/scenario.json"), manifest = read(t / "d/manifest.json"),
+                    summary = read(t / "d/summary.json");
+  auto o = options(t / "d", 2);
+  o.resume = true;
+  const auto a100 = scenario_file(t / "a100.json", a100_text());
+  CHECK(testing::input_error_of([&] { run_explore(a100, o); }) ==
+        t / "d/manifest.json" + ": cluster.name: the directory holds plans of \"dgx-h100\", the scenario has "
+                                "\"dgx-a100-80g\": use the scenario it was explored with, or another directory");
+  // Without --resume: refused for the existing results, the copy untouched too.
+  CHECK(testing::input_error_of([&] { run_explore(a100, options(t / "d", 2)); })
+            .find("already exists; pass --resume") != std::string::npos);
+  CHECK(read(t / "d/scenario.json") == copy);
+  CHECK(read(t / "d/manifest.json") == manifest);
+  CHECK(read(t / "d/summary.json") == summary);
+  // Another shard of the same scenario is another directory too.
+  o.shard_count = 2;
+  CHECK(testing::input_error_of([&] { run_explore(scenario_file(t / "h100.json"), o); })
+            .find("manifest.json: shards.count: the directory holds plans of 1, the scenario has 2") !=
+        std::string::npos);
+  // A directory without a manifest (an older strata's, or made by hand) is not resumed.
+  fs::remove(t / "d/manifest.json");
+  o.shard_count = 1;
+  CHECK(testing::input_error_of([&] { run_explore(scenario_file(t / "h100.json"), o); })
+            .find("manifest.json: file not found") != std::string::npos);
+}
+
+TEST_CASE("explore --resume: records of another shard or forged ones are refused") {
+  // Shard 0/2's directory given shard 1's records: they are plans of the
+  // space, but not of this shard; a made-up record breaks its id.
+  TempDir t("resume-forged");
+  const auto sc = scenario_file(t / "small.json");
+  auto o = options(t / "s0", 1);
+  o.shard_count = 2;
+  run_explore(sc, o);
+  o.shard_index = 1;
+  o.out_dir = t / "s1";
+  run_explore(sc, o);
+  const std::string s1 = read(t / "s1/results.jsonl");
+  std::ofstream(t / "s0/results.jsonl", std::ios::app | std::ios::binary) << s1.substr(0, s1.find('\n') + 1);
+  o.shard_index = 0;
+  o.out_dir = t / "s0";
+  o.resume = true;
+  CHECK(testing::input_error_of([&] { run_explore(sc, o); }).find("not in this directory's shard 0/2") !=
+        std::string::npos);
+}
+
+TEST_CASE("explore and merge: a directory another strata holds is refused") {
+  // The lock (DIR/strata.lock) names its holder; nothing is written.
+  TempDir t("locked");
+  const auto sc = scenario_file(t / "small.json");
+  run_explore(sc, options(t / "d", 1));
+  const std::string results = read(t / "d/results.jsonl");
+  const DirLock held(t / "d", "explore");
+  auto o = options(t / "d", 1);
+  o.resume = true;
+  const std::string busy = t / "d" + ": is in use by another strata (pid " + std::to_string(::getpid()) +
+                           ", explore); wait for it to finish, or choose another directory";
+  CHECK(testing::input_error_of([&] { run_explore(sc, o); }) == busy);
+  CHECK(testing::input_error_of([&] { merge_explore({t / "d"}, t / "m"); }) == busy);
+  CHECK(read(t / "d/results.jsonl") == results);
+}
+
+TEST_CASE("explore: a results.jsonl link is refused, nothing created where it points") {
+  // A dangling DIR/results.jsonl link would make explore append to a file
+  // outside DIR.
+  TempDir t("link");
+  fs::create_directories(t / "d");
+  fs::create_symlink(t / "outside.jsonl", t / "d/results.jsonl");
+  auto o = options(t / "d", 1);
+  o.resume = true;
+  CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }).find("results.jsonl: is a symbolic link") !=
+        std::string::npos);
+  CHECK(!fs::exists(t / "outside.jsonl"));
+  // A planted link at a summary's temporary name of old leads nowhere either.
+  fs::remove(t / "d/results.jsonl");
+  std::ofstream(t / "victim") << "precious";
+  fs::create_symlink(t / "victim", t / "d/summary.json.tmp");
+  run_explore(scenario(), options(t / "d", 1));
+  CHECK(read(t / "victim") == "precious");
 }
 
 TEST_CASE("explore output: a space over --max-plans is refused before anything is written") {

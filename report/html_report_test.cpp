@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "sim/engine.hpp"
+#include "strategies/space.hpp"
 #include "tests/testing.hpp"
 
 namespace strata::report {
@@ -236,13 +237,17 @@ TEST_CASE("rendering does not depend on the order plans are read in") {
   CHECK(results_csv(a) == results_csv(b));
 }
 
-// A results.jsonl record with the fields the report reads.
-std::string record(const std::string& id, const std::string& offload, double step_s) {
+// A results.jsonl record with the fields the report reads; its plan_id is
+// the hash of its batch and plan, as explore writes it (records whose id is
+// not are refused).
+std::string record(const std::string& offload, double step_s) {
   const std::string act = offload == "activations" ? "true" : "false";
   const std::string opt = offload == "optimizer" ? "cpu" : "none";
-  return "{\"plan_id\":\"" + id + "\",\"batch\":{\"global\":8,\"micro\":1},\"plan\":{\"dp\":8,\"tp\":1,"
-         "\"pp\":1,\"recompute\":\"none\",\"schedule\":\"1f1b\",\"virtual_stages\":1,\"offload\":{"
-         "\"activations\":" + act + ",\"weights\":false,\"optimizer\":\"" + opt + "\"}},"
+  const std::string point = "\"batch\":{\"global\":8,\"micro\":1},\"plan\":{\"dp\":8,"
+         "\"offload\":{\"activations\":" + act + ",\"optimizer\":\"" + opt + "\",\"weights\":false},"
+         "\"pp\":1,\"recompute\":\"none\",\"schedule\":\"1f1b\",\"tp\":1,\"virtual_stages\":1}";
+  const std::string id = strategies::plan_id_hex(strategies::fnv1a64("{" + point + "}"));
+  return "{\"plan_id\":\"" + id + "\"," + point + ","
          "\"feasible\":true,\"step_time_s\":" + std::to_string(step_s) +
          ",\"tokens_per_s_per_gpu\":" + std::to_string(1000 / step_s) +
          ",\"mfu\":0.3,\"time_breakdown_s\":{\"compute\":" + std::to_string(step_s) +
@@ -265,12 +270,13 @@ TEST_CASE("load_report_data reads summary, results and refined records") {
                        "failed": 0, "scored": 2, "pareto": 1, "dominated": 1},
             "rejected_by_rule": {"some-rule": {"count": 1, "first_index": 2, "example": "e"}},
             "pruned_by_pool": {}})");
-  write("results.jsonl", record("0000000000000001", "optimizer", 1.0) +
-                             record("0000000000000002", "activations", 2.0));
-  // The layer-granularity figures of plan 2 replace its record.
-  write("refined.jsonl", record("0000000000000002", "activations", 0.5));
-  const ReportData d = load_report_data(dir.string());
+  write("results.jsonl", record("optimizer", 1.0) + record("activations", 2.0));
+  // The layer-granularity figures of the activations plan replace its record.
+  write("refined.jsonl", record("activations", 0.5));
+  ReportData d = load_report_data(dir.string());
   REQUIRE(d.plans.size() == 2);
+  // In plan id order; here by offload for the checks.
+  std::sort(d.plans.begin(), d.plans.end(), [](const auto& a, const auto& b) { return a.axes[1] > b.axes[1]; });
   CHECK(d.axes[1].name == "offload");
   CHECK(d.plans[0].axes[1] == "optimizer");  // the composite axis's own value
   CHECK(d.plans[1].axes[1] == "activations");

@@ -216,12 +216,40 @@ ReportData load_report_data(const std::string& dir) {
   d.counts.push_back({"failed", count("failed"), "", false});
   d.counts.push_back({"scored", count("scored"), "", false});
 
-  ResultsFile rf = read_results(rp, [](std::uint64_t) { return true; });
+  // What the directory holds plans of (DIR/manifest.json): the summary and
+  // the scenario copy (what the best plan is re-simulated on) must agree
+  // with it, and every record must be a plan of its space and shards. A
+  // directory of an older strata has no manifest: its records' ids are
+  // still checked against their own batch and plan.
+  std::optional<strategies::Scenario> explored;
+  RecordCheck check;
+  const std::string mp = (fs::path(dir) / "manifest.json").string();
+  if (fs::exists(mp) || fs::is_symlink(mp)) {
+    const json m = load_json_file(mp);
+    const JsonReader mr(m, mp);
+    auto agree = [&](const char* key, const json& summary_value, const json& manifest_value) {
+      if (summary_value != manifest_value)
+        r.fail_at(key, "is " + summary_value.dump() + " and " + mp + " says " + manifest_value.dump() +
+                           ": the summary is not of the records beside it");
+    };
+    agree("model", d.model, mr.at("model").at("name").json());
+    agree("gpus", d.gpus, mr.at("cluster").at("gpus").json());
+    agree("gpu", d.gpu, mr.at("cluster").at("gpu").at("name").json());
+    agree("space", d.space_size, mr.at("space").at("size").json());
+    const ShardSet shards = manifest_shards(mp);
+    explored = load_explored_scenario(dir, d.scenario);
+    if (explored) {
+      check_manifest(mp, *explored, (fs::path(dir) / "scenario.json").string(), &shards);
+      check = {&*explored, shards.count, shards.indices};
+    }
+  }
+  const RecordCheck* checking = explored ? &check : nullptr;
+  ResultsFile rf = read_results(rp, [](std::uint64_t) { return true; }, checking);
   // Plans the explorer re-simulated at layer granularity (DIR/refined.jsonl,
   // when it has one) count with those figures, as in its summary.
   const std::string fp = (fs::path(dir) / "refined.jsonl").string();
   if (fs::exists(fp))
-    for (auto& [id, line] : read_results(fp, [](std::uint64_t) { return true; }).lines)
+    for (auto& [id, line] : read_results(fp, [](std::uint64_t) { return true; }, checking).lines)
       rf.lines[id] = std::move(line);
   std::vector<std::uint64_t> ids;
   for (const auto& [id, line] : rf.lines) ids.push_back(id);
