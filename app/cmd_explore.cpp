@@ -171,9 +171,19 @@ Command add_explore(CLI::App& app) {
                                   "Top plans by " + enum_choices<strategies::RankBy>() +
                                       " (default: time_to_train when the scenario has a goal, else throughput)")
       .type_name("KEY");
-  cmd.option("--max-plans", a->max_plans,
-             "Refuse, before any work, a space (or shard) of more plans than N (default " +
-                 std::to_string(strategies::kDefaultMaxPlans) + ")")
+  cmd.option(
+         "--max-plans",
+         [a](const std::string& s) {
+           // Digits only: an unsigned parse would take -1 as the largest count (no limit).
+           std::uint64_t n = 0;
+           bool ok = !s.empty() && s.size() <= 19;
+           for (char ch : s) ok = ok && ch >= '0' && ch <= '9';
+           if (ok) n = std::stoull(s);
+           if (!ok || n < 1) bad_value("--max-plans", "must be a whole number of plans >= 1 (got \"" + s + "\")");
+           a->max_plans = n;
+         },
+         "Refuse, before any work, a space (or shard) of more plans than N (default " +
+             std::to_string(strategies::kDefaultMaxPlans) + ")")
       .type_name("N");
   add_format_option(cmd, a->format);
   return {cmd.cli(), [a] { return explore(*a); }};
