@@ -414,6 +414,30 @@ TEST_CASE("explore output: a space over --max-plans is refused before anything i
   CHECK(run_explore(scenario(), o).result.enumerated == 96);
 }
 
+TEST_CASE("results.jsonl: read line by line, the same as from its whole text") {
+  // read_results streams the file in 64 KiB blocks, holding one line at a
+  // time (at most 1 MiB): the records, the valid bytes and the torn tail
+  // are those parse_results finds in the whole text.
+  TempDir t("stream");
+  run_explore(scenario(), options(t / "d", 2));
+  std::string text = read(t / "d/results.jsonl");
+  text += text.substr(0, 700);  // a torn last line
+  std::ofstream(t / "r.jsonl", std::ios::binary) << text;
+  const auto streamed = read_results(t / "r.jsonl", [](std::uint64_t) { return true; });
+  const auto whole = parse_results(text, t / "r.jsonl", [](std::uint64_t) { return true; });
+  CHECK(streamed.plans.size() == 144);
+  CHECK(streamed.plans == whole.plans);
+  CHECK(streamed.lines == whole.lines);
+  CHECK(streamed.inexact == whole.inexact);
+  CHECK(streamed.valid_bytes == whole.valid_bytes);
+  CHECK(streamed.torn_bytes == 700);
+  CHECK(whole.torn_bytes == 700);
+  // A line longer than any record is refused, not gathered without end.
+  std::ofstream(t / "long.jsonl", std::ios::binary) << std::string(3 << 20, ' ') << "\n";
+  CHECK(testing::input_error_of([&] { read_results(t / "long.jsonl"); }) ==
+        t / "long.jsonl" + ": a line is longer than 1 MiB (not a results record)");
+}
+
 TEST_CASE("results.jsonl: a malformed line that is not the last is an error") {
   TempDir t("malformed");
   std::ofstream(t / "results.jsonl") << "{\"plan_id\": \"00000000000000ab\"}\nnot json\n";
