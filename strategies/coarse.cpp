@@ -6,24 +6,27 @@
 namespace strata::strategies {
 
 namespace {
-ChunkPrediction replayed(const Scenario& sc, const StepProgram& p) {
+ChunkPrediction replayed(const Scenario& sc, const StepCosts& costs, Granularity g, const ReplayOptions& o) {
+  ProgramWorkspace own;
+  ProgramWorkspace& w = o.workspace ? *o.workspace : own;
+  build_step_program(sc, costs, g, o.layers, o.schedule, w);
+  const StepProgram& p = w.program;
   require_countable_step(sc, serial_ns(p), p.tasks.size());
-  const ProgramRun run = replay(p);
-  return {prediction(sc, p, run), memory_from_peaks(sc, p.layers, run.stages), p.exact};
+  replay(p, w);
+  return {prediction(sc, p, w.run, o.every_stage), memory_from_peaks(sc, p.layers, w.run.stages), p.exact};
 }
 }  // namespace
 
-ChunkPrediction predict_chunks(const Scenario& sc, const StepCosts& costs, const PipelineSchedule* schedule,
-                               const LayerPlan* layers) {
-  return replayed(sc, build_step_program(sc, costs, Granularity::Chunk, layers, schedule));
+ChunkPrediction predict_chunks(const Scenario& sc, const StepCosts& costs, const ReplayOptions& o) {
+  return replayed(sc, costs, Granularity::Chunk, o);
 }
 
-ChunkPrediction predict_replayed(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers) {
-  return replayed(sc, build_step_program(sc, costs, Granularity::Layer, layers));
+ChunkPrediction predict_replayed(const Scenario& sc, const StepCosts& costs, const ReplayOptions& o) {
+  return replayed(sc, costs, Granularity::Layer, o);
 }
 
 StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs, const PipelineSchedule* schedule) {
-  return predict_chunks(sc, costs, schedule).step;
+  return predict_chunks(sc, costs, {.schedule = schedule}).step;
 }
 
 }  // namespace strata::strategies

@@ -9,6 +9,7 @@
 #include "strategies/lower.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/step_program.hpp"
 
 namespace strata::strategies {
 
@@ -18,16 +19,24 @@ struct ChunkPrediction {
   bool exact = true;      // false: some pass folded (StepProgram::exact)
 };
 
+struct ReplayOptions {
+  // make_schedule's schedule for the plan (the explorer reuses one across
+  // the plans that share it).
+  const PipelineSchedule* schedule = nullptr;
+  const LayerPlan* layers = nullptr;  // replaces what plan_layers decides
+  // False: only the critical stage is attributed (step.per_stage empty),
+  // what the explorer records.
+  bool every_stage = true;
+  ProgramWorkspace* workspace = nullptr;  // storage reused from plan to plan
+};
+
 // Step time, its per-stage breakdown and the memory timeline's peaks at chunk
-// granularity. `schedule`, when given, is make_schedule's for the plan (the
-// explorer reuses one across the plans that share it); `layers`, when given,
-// replaces what plan_layers decides.
-ChunkPrediction predict_chunks(const Scenario& sc, const StepCosts& costs,
-                               const PipelineSchedule* schedule = nullptr, const LayerPlan* layers = nullptr);
+// granularity.
+ChunkPrediction predict_chunks(const Scenario& sc, const StepCosts& costs, const ReplayOptions& o = {});
 
 // The layer-level program replayed (no task graph, no engine): the layer
 // level's figures exactly.
-ChunkPrediction predict_replayed(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers = nullptr);
+ChunkPrediction predict_replayed(const Scenario& sc, const StepCosts& costs, const ReplayOptions& o = {});
 
 // predict_chunks(...).step.
 StepPrediction predict_step_coarse(const Scenario& sc, const StepCosts& costs,

@@ -60,10 +60,50 @@ std::shared_ptr<const cost::Calibration> calibration_once(const Scenario& base) 
 }
 }  // namespace
 
+namespace {
+// Program workspaces for a scorer that several threads call: each call
+// borrows one (its vectors keep their capacity from plan to plan).
+class WorkspacePool {
+ public:
+  class Lease {
+   public:
+    Lease(WorkspacePool& pool, std::unique_ptr<ProgramWorkspace> w) : pool_(pool), w_(std::move(w)) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { pool_.put(std::move(w_)); }
+    ProgramWorkspace* get() const { return w_.get(); }
+
+   private:
+    WorkspacePool& pool_;
+    std::unique_ptr<ProgramWorkspace> w_;
+  };
+  Lease lease() {
+    std::unique_ptr<ProgramWorkspace> w;
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        w = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    return {*this, w ? std::move(w) : std::make_unique<ProgramWorkspace>()};
+  }
+
+ private:
+  void put(std::unique_ptr<ProgramWorkspace> w) {
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(w));
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<ProgramWorkspace>> free_;
+};
+}  // namespace
+
 Scorer exact_scorer(const Scenario& base) {
-  return [cal = calibration_once(base)](const Scenario& sc) {
+  return [cal = calibration_once(base), pool = std::make_shared<WorkspacePool>()](const Scenario& sc) {
     const ModelStepCosts costs(sc, *cal);
-    ChunkPrediction pr = predict_replayed(sc, costs);
+    const auto w = pool->lease();
+    ChunkPrediction pr = predict_replayed(sc, costs, {.every_stage = false, .workspace = w.get()});
     return Score{std::move(pr.step), Granularity::Layer, std::move(pr.memory), true};
   };
 }
@@ -105,12 +145,14 @@ class ScheduleCache {
 }  // namespace
 
 Scorer coarse_scorer(const Scenario& base) {
-  return [cal = calibration_once(base), schedules = std::make_shared<ScheduleCache>()](
-             const Scenario& sc) {
+  return [cal = calibration_once(base), schedules = std::make_shared<ScheduleCache>(),
+          pool = std::make_shared<WorkspacePool>()](const Scenario& sc) {
     const ModelStepCosts costs(sc, *cal);
     const auto sched =
         schedules->get(sc.plan, static_cast<int>(microbatches(sc.plan, sc.batch)));
-    ChunkPrediction pr = predict_chunks(sc, costs, sched.get());
+    const auto w = pool->lease();
+    ChunkPrediction pr =
+        predict_chunks(sc, costs, {.schedule = sched.get(), .every_stage = false, .workspace = w.get()});
     return Score{std::move(pr.step), Granularity::Chunk, std::move(pr.memory), pr.exact};
   };
 }

@@ -109,9 +109,20 @@ constexpr std::int32_t kNone = -1;
 
 class StepBuilder : StepLayout {
  public:
-  StepBuilder(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers)
+  // `recycled`: a program whose vectors' capacity the new one reuses.
+  StepBuilder(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
+              StepProgram recycled = {})
       : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
-        statics_(estimate_memory(sc, {}, layers_)) {
+        statics_(estimate_memory(sc, {}, layers_)), out_(std::move(recycled)) {
+    out_.exact = true;
+    out_.stages = 0;
+    for (auto* v : {&out_.gpu_capacity, &out_.host_capacity}) v->clear();
+    out_.tasks.clear();
+    out_.info.clear();
+    out_.buffers.clear();
+    out_.mem.clear();
+    out_.deps.clear();
+    out_.parts.clear();
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     fwd_first_.assign(slots, kNone);
     bwd_first_.assign(slots, kNone);
@@ -128,6 +139,7 @@ class StepBuilder : StepLayout {
     if (merge_) chunk_act_.assign(slots, kNone);
     if (merge_ && !out_.exact) chunk_host_.assign(slots, kNone);
     if (merge_) folded_.resize(2 * chunks_.size());
+    if (merge_) merged_.resize(2 * chunks_.size());
   }
 
   StepProgram build(const PipelineSchedule& sched) && {
@@ -274,14 +286,31 @@ class StepBuilder : StepLayout {
   void add_comm(Split& sp, Pass pass) const {
     for_layer_comm(pass, [&](CommKind kind, Time d) { sp.add(comm_cat(kind), d); });
   }
-  std::int32_t merged(Split& sp, sim::Phase phase, TaskInfo inf, Mem mem) {
-    const std::int32_t t = compute(sp.total, phase, std::move(inf), CommKind::None, mem);
-    ProgramTask& pt = out_.tasks[static_cast<std::size_t>(t)];
-    pt.merged = true;
-    pt.parts = static_cast<std::uint32_t>(out_.parts.size());
+  // A chunk's pass is the same for every microbatch that runs it merged:
+  // its time by category (StepProgram::parts, written once and shared by
+  // those tasks) and its bytes.
+  struct MergedPass {
+    Time total = 0;
+    std::uint32_t parts = 0;
+    std::uint16_t nparts = 0;
+    Bytes saved = 0, host = 0;  // forward: kept on the GPU, moved to the host
+    Bytes working = 0;          // backward: the most it holds above its start
+  };
+  MergedPass finish_merged(const Split& sp) {
+    MergedPass m;
+    m.total = sp.total;
+    m.parts = static_cast<std::uint32_t>(out_.parts.size());
     for (int c = 0; c < kTimeCats; ++c)
       if (sp.by[static_cast<std::size_t>(c)] > 0) out_.parts.emplace_back(c, sp.by[static_cast<std::size_t>(c)]);
-    pt.nparts = static_cast<std::uint16_t>(out_.parts.size() - pt.parts);
+    m.nparts = static_cast<std::uint16_t>(out_.parts.size() - m.parts);
+    return m;
+  }
+  std::int32_t merged(const MergedPass& m, sim::Phase phase, TaskInfo inf, Mem mem) {
+    const std::int32_t t = compute(m.total, phase, std::move(inf), CommKind::None, mem);
+    ProgramTask& pt = out_.tasks[static_cast<std::size_t>(t)];
+    pt.merged = true;
+    pt.parts = m.parts;
+    pt.nparts = m.nparts;
     return t;
   }
 
@@ -347,7 +376,9 @@ class StepBuilder : StepLayout {
     return *cached;
   }
 
-  void forward_merged(int k, int mb, Time framework) {
+  const MergedPass& forward_pass(int k, Time framework) {
+    auto& cached = merged_[static_cast<std::size_t>(2 * k)];
+    if (cached) return *cached;
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const bool last = k + 1 == static_cast<int>(chunks_.size());
     Split sp;
@@ -371,25 +402,35 @@ class StepBuilder : StepLayout {
     }
     if (!out_.exact) sp = fold_pass(k, true);
     sp.add(0, framework);
+    MergedPass m = finish_merged(sp);
+    m.saved = saved;
+    m.host = host;
+    return *(cached = m);
+  }
+
+  void forward_merged(int k, int mb, Time framework) {
+    const MergedPass& m = forward_pass(k, framework);
     const auto act = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Act, .tag = sim::MemTag::Activations,
-                            .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = saved});
+                            .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.saved});
     chunk_act_[slot(k, mb)] = act;
     TaskInfo i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
-    if (host == 0) {
-      merged(sp, sim::Phase::Fwd, std::move(i), {{act}, {}});
+    if (m.host == 0) {
+      merged(m, sim::Phase::Fwd, std::move(i), {{act}, {}});
       return;
     }
     const auto moved = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::ActHost, .tag = sim::MemTag::Activations,
-                            .host = true, .layer = -1, .microbatch = mb, .chunk = k, .bytes = host});
+                            .host = true, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.host});
     chunk_host_[slot(k, mb)] = moved;
-    merged(sp, sim::Phase::Fwd, std::move(i), {{act, moved}, {}});
+    merged(m, sim::Phase::Fwd, std::move(i), {{act, moved}, {}});
   }
 
   // The layer level's allocations and frees in order, as levels: the most a
   // chunk's backward holds above what it started with is its working set.
-  void backward_merged(int k, int mb, Time framework) {
+  const MergedPass& backward_pass(int k, Time framework) {
+    auto& cached = merged_[static_cast<std::size_t>(2 * k + 1)];
+    if (cached) return *cached;
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const bool last = k + 1 == static_cast<int>(chunks_.size());
     const std::span<const Keep> keeps = chunk_keeps(k);
@@ -430,15 +471,22 @@ class StepBuilder : StepLayout {
     if (k == 0) sp.add(0, costs_.layer(chain_.embedding, Pass::Backward));
     if (!out_.exact) sp = fold_pass(k, false);
     sp.add(0, framework);
+    MergedPass m = finish_merged(sp);
+    m.working = peak;
+    return *(cached = m);
+  }
+
+  void backward_merged(int k, int mb, Time framework) {
+    const MergedPass& m = backward_pass(k, framework);
     const auto work = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Working, .tag = sim::MemTag::Activations,
-                            .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = peak});
+                            .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.working});
     const std::int32_t host = chunk_host_.empty() ? kNone : chunk_host_[slot(k, mb)];
     if (host == kNone)
-      merged(sp, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
+      merged(m, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
              {{work}, {work, chunk_act_[slot(k, mb)]}});
     else
-      merged(sp, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
+      merged(m, sim::Phase::Bwd, info(TaskOp::Backward, Part::None, -1, mb, Pass::Backward),
              {{work}, {work, chunk_act_[slot(k, mb)], host}});
   }
 
@@ -874,20 +922,33 @@ class StepBuilder : StepLayout {
   std::vector<std::int32_t> chunk_act_;   // merged forward's buffer by (model chunk, microbatch)
   std::vector<std::int32_t> chunk_host_;  // ... and what it moved to host memory (folded offload)
   std::vector<std::optional<Split>> folded_;  // fold_pass by (model chunk, pass)
+  std::vector<std::optional<MergedPass>> merged_;  // forward_pass, backward_pass by (model chunk, pass)
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
 };
 
 }  // namespace
 
-StepProgram build_step_program(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
-                               const PipelineSchedule* schedule) {
-  StepBuilder b(sc, costs, g, layers);
+namespace {
+StepProgram build(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
+                  const PipelineSchedule* schedule, StepProgram recycled) {
+  StepBuilder b(sc, costs, g, layers, std::move(recycled));
   if (schedule) return std::move(b).build(*schedule);
   const PipelineSchedule own = make_schedule(sc.plan.schedule, static_cast<int>(sc.plan.pp),
                                              static_cast<int>(sc.plan.virtual_stages),
                                              static_cast<int>(microbatches(sc.plan, sc.batch)));
   return std::move(b).build(own);
+}
+}  // namespace
+
+StepProgram build_step_program(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
+                               const PipelineSchedule* schedule) {
+  return build(sc, costs, g, layers, schedule, {});
+}
+
+void build_step_program(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
+                        const PipelineSchedule* schedule, ProgramWorkspace& w) {
+  w.program = build(sc, costs, g, layers, schedule, std::move(w.program));
 }
 
 LoweredStep lower_step(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers) {

@@ -188,7 +188,7 @@ struct StepPrediction {
   Time step_time = 0;
   int critical_stage = 0;  // the stage with the most compute
   TimeBreakdown breakdown;  // of the critical stage
-  std::vector<TimeBreakdown> per_stage;
+  std::vector<TimeBreakdown> per_stage;  // every stage's, where asked for (prediction)
   double bubble_fraction = 0;
   Flops model_flops_per_step = 0;     // whole model, global batch (Korthikanti Eq. 7)
   Flops hardware_flops_per_step = 0;  // plus recompute

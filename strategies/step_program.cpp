@@ -142,12 +142,24 @@ sim::TaskGraph to_task_graph(const StepProgram& p) {
 }
 
 ProgramRun replay(const StepProgram& p) {
+  ProgramWorkspace w;
+  replay(p, w);
+  return std::move(w.run);
+}
+
+void replay(const StepProgram& p, ProgramWorkspace& w) {
   const std::size_t n = p.tasks.size();
   // Predecessors: the dependencies and the previous task on the same lane,
   // as a compressed successor list.
-  std::vector<std::int32_t> npred(n, 0), first(n + 1, 0), succ;
-  std::vector<std::int32_t> last(static_cast<std::size_t>(p.stages) * sim::kLaneCount, -1);
-  std::vector<std::int32_t> lane_prev(n, -1);
+  auto& npred = w.npred;
+  auto& first = w.first;
+  auto& succ = w.succ;
+  auto& last = w.last;
+  auto& lane_prev = w.lane_prev;
+  npred.assign(n, 0);
+  first.assign(n + 1, 0);
+  last.assign(static_cast<std::size_t>(p.stages) * sim::kLaneCount, -1);
+  lane_prev.assign(n, -1);
   for (std::size_t i = 0; i < n; ++i) {
     const ProgramTask& t = p.tasks[i];
     auto& l = last[static_cast<std::size_t>(t.stage) * sim::kLaneCount + static_cast<std::size_t>(t.lane)];
@@ -165,15 +177,18 @@ ProgramRun replay(const StepProgram& p) {
   for (std::size_t i = 0; i < n; ++i) first[i + 1] += first[i];
   succ.resize(static_cast<std::size_t>(first[n]));
   {
-    std::vector<std::int32_t> fill(first.begin(), first.end() - 1);
+    auto& fill = w.fill;
+    fill.assign(first.begin(), first.end() - 1);
     for (std::size_t i = 0; i < n; ++i)
       if (lane_prev[i] >= 0) succ[static_cast<std::size_t>(fill[static_cast<std::size_t>(lane_prev[i])]++)] =
           static_cast<std::int32_t>(i);
     for (const auto& [b, a] : p.deps) succ[static_cast<std::size_t>(fill[static_cast<std::size_t>(b)]++)] = a;
   }
-  ProgramRun run;
+  ProgramRun& run = w.run;
+  run.makespan = 0;
   run.tasks.assign(n, {});
-  std::vector<std::int32_t> ready;
+  auto& ready = w.ready;
+  ready.clear();
   ready.reserve(n);
   for (std::size_t i = 0; i < n; ++i)
     if (npred[i] == 0) ready.push_back(static_cast<std::int32_t>(i));
@@ -193,30 +208,41 @@ ProgramRun replay(const StepProgram& p) {
   if (done < n) throw Error("step program: its dependencies and lane order have a cycle");
 
   // Memory: each pool's allocations (at a task's start) and frees (at its
-  // end); at one instant frees come first, as in the engine.
-  struct Event {
-    Time time;
-    std::int32_t pool;  // 2·stage (+1: host)
-    bool alloc;
-    std::int32_t buffer;
-  };
-  std::vector<Event> ev;
-  ev.reserve(p.mem.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const ProgramTask& t = p.tasks[i];
-    for (auto b : p.allocs(t))
-      ev.push_back({run.tasks[i].start, pool_slot(p.buffers[static_cast<std::size_t>(b)]), true, b});
-    for (auto b : p.frees(t))
-      ev.push_back({run.tasks[i].end, pool_slot(p.buffers[static_cast<std::size_t>(b)]), false, b});
+  // end); at one instant frees come first, as in the engine. Events go to
+  // their pool in program order, where one lane (the compute lane) holds
+  // most of them and they come in time order; a pool sorts only if not.
+  using Event = ProgramWorkspace::MemEvent;
+  const std::size_t pools = 2 * static_cast<std::size_t>(p.stages);
+  auto& at = w.at;
+  at.assign(pools + 1, 0);
+  for (const ProgramTask& t : p.tasks)
+    for (std::size_t k = t.mem; k < t.mem + t.allocs + t.frees; ++k)
+      ++at[static_cast<std::size_t>(pool_slot(p.buffers[static_cast<std::size_t>(p.mem[k])])) + 1];
+  for (std::size_t q = 0; q < pools; ++q) at[q + 1] += at[q];
+  auto& ev = w.events;
+  ev.resize(at[pools]);
+  {
+    auto& fill = w.at_fill;
+    fill.assign(at.begin(), at.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const ProgramTask& t = p.tasks[i];
+      for (auto b : p.allocs(t))
+        ev[fill[static_cast<std::size_t>(pool_slot(p.buffers[static_cast<std::size_t>(b)]))]++] = {
+            run.tasks[i].start, true, b};
+      for (auto b : p.frees(t))
+        ev[fill[static_cast<std::size_t>(pool_slot(p.buffers[static_cast<std::size_t>(b)]))]++] = {
+            run.tasks[i].end, false, b};
+    }
   }
   const auto before = [](const Event& a, const Event& b) {
-    if (a.pool != b.pool) return a.pool < b.pool;
     if (a.time != b.time) return a.time < b.time;
     return a.alloc < b.alloc;
   };
-  // Where only the compute lanes hold memory events they come in order.
-  if (!std::is_sorted(ev.begin(), ev.end(), before)) std::sort(ev.begin(), ev.end(), before);
-  const std::size_t pools = 2 * static_cast<std::size_t>(p.stages);
+  for (std::size_t q = 0; q < pools; ++q) {
+    const auto lo = ev.begin() + static_cast<std::ptrdiff_t>(at[q]);
+    const auto hi = ev.begin() + static_cast<std::ptrdiff_t>(at[q + 1]);
+    if (!std::is_sorted(lo, hi, before)) std::sort(lo, hi, before);
+  }
   std::vector<Bytes> live(pools, 0), peak(pools, 0);
   std::vector<sim::TagBytes> live_tag(pools), peak_tag(pools);
   for (const auto& b : p.buffers)
@@ -227,26 +253,27 @@ ProgramRun replay(const StepProgram& p) {
     }
   peak = live;
   peak_tag = live_tag;
-  for (const Event& e : ev) {
-    const auto q = static_cast<std::size_t>(e.pool);
-    const ProgramBuffer& b = p.buffers[static_cast<std::size_t>(e.buffer)];
-    const auto tag = static_cast<std::size_t>(b.tag);
-    if (e.alloc) {
-      live[q] += b.bytes;
-      live_tag[q][tag] += b.bytes;
-      if (live[q] > peak[q]) {
-        peak[q] = live[q];
-        peak_tag[q] = live_tag[q];
+  for (std::size_t q = 0; q < pools; ++q) {
+    for (std::size_t k = at[q]; k < at[q + 1]; ++k) {
+      const Event& e = ev[k];
+      const ProgramBuffer& b = p.buffers[static_cast<std::size_t>(e.buffer)];
+      const auto tag = static_cast<std::size_t>(b.tag);
+      if (e.alloc) {
+        live[q] += b.bytes;
+        live_tag[q][tag] += b.bytes;
+        if (live[q] > peak[q]) {
+          peak[q] = live[q];
+          peak_tag[q] = live_tag[q];
+        }
+      } else {
+        live[q] -= b.bytes;
+        live_tag[q][tag] -= b.bytes;
       }
-    } else {
-      live[q] -= b.bytes;
-      live_tag[q][tag] -= b.bytes;
     }
   }
   run.stages.resize(static_cast<std::size_t>(p.stages));
   for (std::size_t s = 0; s < run.stages.size(); ++s)
     run.stages[s] = {peak[2 * s], peak_tag[2 * s], peak[2 * s + 1]};
-  return run;
 }
 
 ProgramRun from_engine(const StepProgram& p, const sim::RunResult& r) {
@@ -357,20 +384,48 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
   return out;
 }
 
-StepPrediction prediction(const Scenario& sc, const StepProgram& p, const ProgramRun& run) {
+namespace {
+// A stage's compute and recompute time: what attribute gives them, the
+// compute lane's tasks of those categories (one lane runs one at a time).
+Time compute_time(const StepProgram& p, std::size_t lo, std::size_t hi) {
+  const auto counts = [](int cat) {
+    return cat == static_cast<int>(TimeCat::Compute) || cat == static_cast<int>(TimeCat::Recompute);
+  };
+  Time sum = 0;
+  for (std::size_t i = lo; i < hi; ++i) {
+    const ProgramTask& t = p.tasks[i];
+    if (t.lane != sim::Lane::Compute) continue;
+    if (t.merged) {
+      for (std::uint32_t k = t.parts; k < t.parts + t.nparts; ++k)
+        if (counts(p.parts[k].first)) sum += p.parts[k].second;
+    } else if (counts(time_category(t))) {
+      sum += t.duration;
+    }
+  }
+  return sum;
+}
+}  // namespace
+
+StepPrediction prediction(const Scenario& sc, const StepProgram& p, const ProgramRun& run, bool every_stage) {
   StepPrediction pr;
   pr.step_time = run.makespan;
   pr.tasks = p.tasks.size();
   Time most = -1;
+  std::size_t lo = 0;
   for (int s = 0; s < p.stages; ++s) {
-    pr.per_stage.push_back(attribute(p, run, s));
-    const auto& b = pr.per_stage.back();
-    if (b.compute + b.recompute > most) {
-      most = b.compute + b.recompute;
+    std::size_t hi = lo;
+    while (hi < p.tasks.size() && p.tasks[hi].stage == s) ++hi;
+    if (every_stage) pr.per_stage.push_back(attribute(p, run, s));
+    const Time c = every_stage ? pr.per_stage.back().compute + pr.per_stage.back().recompute
+                               : compute_time(p, lo, hi);
+    if (c > most) {
+      most = c;
       pr.critical_stage = s;
     }
+    lo = hi;
   }
-  pr.breakdown = pr.per_stage[static_cast<std::size_t>(pr.critical_stage)];
+  pr.breakdown = every_stage ? pr.per_stage[static_cast<std::size_t>(pr.critical_stage)]
+                             : attribute(p, run, pr.critical_stage);
   pr.bubble_fraction =
       pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
   add_step_flops(sc, p.layers.keeps, pr);

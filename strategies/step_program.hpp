@@ -156,6 +156,25 @@ struct ProgramRun {
 // sweeps each pool's allocations and frees (at one instant, frees first).
 // Throws Error when the dependencies and lane order have a cycle.
 ProgramRun replay(const StepProgram& p);
+
+// Storage for a caller that builds and replays many programs one after
+// another (each of the explorer's scoring threads holds one): the program,
+// its run and replay's working arrays keep their capacity from one plan to
+// the next instead of being allocated and faulted in afresh.
+struct ProgramWorkspace {
+  StepProgram program;
+  ProgramRun run;
+  struct MemEvent {
+    Time time;
+    bool alloc;
+    std::int32_t buffer;
+  };
+  std::vector<std::int32_t> npred, first, succ, last, lane_prev, ready, fill;
+  std::vector<std::size_t> at, at_fill;
+  std::vector<MemEvent> events;
+};
+// replay(p) into w.run, with w's arrays.
+void replay(const StepProgram& p, ProgramWorkspace& w);
 // The same figures from the engine's replay of to_task_graph(p).
 ProgramRun from_engine(const StepProgram& p, const sim::RunResult& run);
 
@@ -164,15 +183,21 @@ ProgramRun from_engine(const StepProgram& p, const sim::RunResult& run);
 // for, else to the pipeline bubble.
 TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage);
 
-// The step's prediction from a replayed program: step time, per-stage
-// breakdown, critical stage, FLOPs.
-StepPrediction prediction(const Scenario& sc, const StepProgram& p, const ProgramRun& run);
+// The step's prediction from a replayed program: step time, critical stage
+// and its breakdown, FLOPs; with `every_stage` each stage's breakdown too
+// (per_stage), else the critical stage (the most compute and recompute) is
+// found from the compute lanes' sums and only it is attributed.
+StepPrediction prediction(const Scenario& sc, const StepProgram& p, const ProgramRun& run,
+                          bool every_stage = true);
 
 // The builder (lower.cpp). `layers`, when given, replaces what plan_layers
 // decides for the plan; `schedule`, when given, is make_schedule's for it
 // (the explorer shares one among the plans that run it).
 StepProgram build_step_program(const Scenario& sc, const StepCosts& costs, Granularity g,
                                const LayerPlan* layers = nullptr, const PipelineSchedule* schedule = nullptr);
+// The same, built into w.program (its vectors cleared, their capacity kept).
+void build_step_program(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
+                        const PipelineSchedule* schedule, ProgramWorkspace& w);
 
 }  // namespace strata::strategies
 
