@@ -441,7 +441,7 @@ std::optional<std::uint64_t> space_index(const strategies::Scenario& sc, const j
 
 // One whole line of a results file, checked and added to `out`.
 void parse_record(std::string_view line, const std::string& where, const RecordCheck* check,
-                  const std::function<bool(std::uint64_t)>& keep_line,
+                  std::optional<strategies::Scenario>& point, const std::function<bool(std::uint64_t)>& keep_line,
                   const std::function<void(std::uint64_t, std::string_view)>& on_line, ResultsFile& out) {
   const json j = json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object())
@@ -476,10 +476,15 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
                             std::to_string(shard) + "/" + std::to_string(check->shard_count) +
                             ", not in this directory's shard " + mine + "/" + std::to_string(check->shard_count));
     }
-    strategies::Scenario pt = *check->scenario;
-    pt.space.reset();
-    if (check->scenario->space) check->scenario->space->apply(*index, pt.plan, pt.batch);
-    if (auto v = strategies::first_violation(pt))
+    // One scenario reused for every record: only its plan and batch change.
+    if (!point) {
+      point = *check->scenario;
+      point->space.reset();
+    }
+    point->plan = check->scenario->plan;
+    point->batch = check->scenario->batch;
+    if (check->scenario->space) check->scenario->space->apply(*index, point->plan, point->batch);
+    if (auto v = strategies::first_violation(*point))
       r.fail_at("plan", "plan " + id_text + " breaks the rule " + v->rule + " (" + v->path + ": " + v->message +
                             "): explore records no such plan");
   }
@@ -502,6 +507,7 @@ ResultsFile read_results(const std::string& path, const std::function<bool(std::
   ResultsFile out;
   if (!fs::exists(path)) return out;
   LineReader in(path);
+  std::optional<strategies::Scenario> point;
   std::string line;
   bool complete = false;
   std::uint64_t line_no = 0, pos = 0;
@@ -514,7 +520,7 @@ ResultsFile read_results(const std::string& path, const std::function<bool(std::
     pos += line.size() + 1;
     if (line.empty()) continue;
     ++out.lines_read;
-    parse_record(line, path + ":" + std::to_string(line_no), check, keep_line, on_line, out);
+    parse_record(line, path + ":" + std::to_string(line_no), check, point, keep_line, on_line, out);
   }
   out.valid_bytes = pos;
   return out;
@@ -523,6 +529,7 @@ ResultsFile read_results(const std::string& path, const std::function<bool(std::
 ResultsFile parse_results(std::string_view text, const std::string& path,
                           const std::function<bool(std::uint64_t)>& keep_line, const RecordCheck* check) {
   ResultsFile out;
+  std::optional<strategies::Scenario> point;
   std::size_t pos = 0;
   std::uint64_t line_no = 0;
   while (pos < text.size()) {
@@ -536,7 +543,7 @@ ResultsFile parse_results(std::string_view text, const std::string& path,
     pos = nl + 1;
     if (line.empty()) continue;
     ++out.lines_read;
-    parse_record(line, path + ":" + std::to_string(line_no), check, keep_line, {}, out);
+    parse_record(line, path + ":" + std::to_string(line_no), check, point, keep_line, {}, out);
   }
   out.valid_bytes = pos;
   return out;
