@@ -11,6 +11,7 @@
 
 #include "report/explore.hpp"
 #include "report/files.hpp"
+#include "report/html_report.hpp"
 #include "sim/error.hpp"
 #include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
@@ -412,6 +413,27 @@ TEST_CASE("explore output: a space over --max-plans is refused before anything i
   o.max_plans = 96;
   o.shard_count = 2;
   CHECK(run_explore(scenario(), o).result.enumerated == 96);
+}
+
+TEST_CASE("report: a scenario copy or summary that is not the manifest's is refused") {
+  // DIR/scenario.json is what report re-simulates the best plan on: an
+  // A100 copy beside H100 records would replay the wrong cluster. The
+  // manifest catches it, and a summary of another model too.
+  TempDir t("report-check");
+  run_explore(scenario_file(t / "h100.json"), options(t / "d", 2));
+  CHECK(load_report_data(t / "d").plans.size() == 144);
+  const std::string copy = read(t / "d/scenario.json");
+  std::ofstream(t / "d/scenario.json") << a100_text();
+  CHECK(testing::input_error_of([&] { load_report_data(t / "d"); }) ==
+        t / "d/manifest.json" + ": cluster.name: the directory holds plans of \"dgx-h100\", " + t /
+            "d/scenario.json" + " has \"dgx-a100-80g\": use the scenario it was explored with, or another directory");
+  std::ofstream(t / "d/scenario.json") << copy;
+  auto s = nlohmann::json::parse(read(t / "d/summary.json"));
+  s["model"] = "llama3-8b";
+  std::ofstream(t / "d/summary.json") << s.dump();
+  CHECK(testing::input_error_of([&] { load_report_data(t / "d"); }) ==
+        t / "d/summary.json" + ": model: is \"llama3-8b\" and " + t / "d/manifest.json" +
+            " says \"gpt2-124m\": the summary is not of the records beside it");
 }
 
 TEST_CASE("results.jsonl: read line by line, the same as from its whole text") {
