@@ -31,8 +31,60 @@ std::string quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 }  // namespace
 
 nlohmann::json parse_json_text(std::string_view text, const std::string& source) {
+  // The parser stops at a NUL byte as at the end: whatever follows it would
+  // be ignored unseen.
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos) {
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    throw InputError(source, "",
+                     "invalid JSON: a NUL byte at line " + std::to_string(line) + " (byte " + std::to_string(nul) +
+                         "); JSON text has none");
+  }
+  // A key given twice would keep its last value silently: refused, with its
+  // path. The frames of the objects and arrays open at this point.
+  struct Frame {
+    bool object = true;
+    std::vector<std::string> keys;  // this object's keys so far
+    std::size_t index = 0;          // this array's element
+  };
+  std::vector<Frame> open;
+  auto path_to = [&open](const std::string& key) {
+    std::string p;
+    for (std::size_t i = 0; i + 1 < open.size(); ++i) {
+      if (open[i].object) {
+        p += (p.empty() ? "" : ".") + open[i].keys.back();
+      } else {
+        p += "[" + std::to_string(open[i].index) + "]";
+      }
+    }
+    return p + (p.empty() ? "" : ".") + key;
+  };
+  auto after_element = [&open] {
+    if (!open.empty() && !open.back().object) ++open.back().index;
+  };
+  const nlohmann::json::parser_callback_t cb = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start: open.push_back({true, {}, 0}); break;
+      case E::array_start: open.push_back({false, {}, 0}); break;
+      case E::key: {
+        auto& keys = open.back().keys;
+        const auto& k = parsed.get_ref<const std::string&>();
+        if (std::find(keys.begin(), keys.end(), k) != keys.end())
+          throw InputError(source, path_to(k), "duplicate key (JSON objects name each key once)");
+        keys.push_back(k);
+        break;
+      }
+      case E::object_end:
+      case E::array_end:
+        open.pop_back();
+        after_element();
+        break;
+      case E::value: after_element(); break;
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text, /*cb=*/nullptr, /*allow_exceptions=*/true,
+    return nlohmann::json::parse(text, cb, /*allow_exceptions=*/true,
                                  /*ignore_comments=*/true);
   } catch (const nlohmann::json::parse_error& e) {
     // Turn the byte offset into line:column.

@@ -31,6 +31,28 @@ TEST_CASE("comments are accepted and syntax errors name line and column") {
   CHECK(msg.find("bad.json: invalid JSON at line 3, column") == 0);
 }
 
+TEST_CASE("a key given twice is an error naming its path") {
+  // nlohmann keeps the last value of a repeated key silently: a scenario
+  // with "tp" twice would run with whichever came last.
+  CHECK(error_of([] { parse_json_text(R"({"tp": 2, "tp": 4})", "s.json"); }) ==
+        "s.json: tp: duplicate key (JSON objects name each key once)");
+  CHECK(error_of([] { parse_json_text(R"({"plan": {"stage_layers": [1], "zero": 1, "zero": 2}})", "s.json"); }) ==
+        "s.json: plan.zero: duplicate key (JSON objects name each key once)");
+  CHECK(error_of([] { parse_json_text(R"({"a": [1, {"b": 1}, {"c": 1, "c": 2}]})", "s.json"); }) ==
+        "s.json: a[2].c: duplicate key (JSON objects name each key once)");
+  // The same key in sibling objects is fine.
+  CHECK(parse_json_text(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 3}, {"x": 4}]})", "s.json")["c"][1]["x"] == 4);
+}
+
+TEST_CASE("bytes after a NUL are not ignored") {
+  // The parser takes a NUL byte for the end of input, so anything after it
+  // was accepted unseen.
+  using namespace std::string_literals;
+  CHECK(error_of([] { parse_json_text("{\"a\": 1}\n\0{\"b\": 2}"s, "n.json"); }) ==
+        "n.json: invalid JSON: a NUL byte at line 2 (byte 9); JSON text has none");
+  CHECK(error_of([] { parse_json_text(R"({"a": 1} trailing)", "t.json"); }).find("t.json: invalid JSON at line 1") == 0);
+}
+
 TEST_CASE("a number beyond double's range is a syntax error, not a crash") {
   // Found by fuzz_calibration: nlohmann throws out_of_range (not parse_error) for 1e3080.
   CHECK(error_of([] { parse_json_text(R"({"a": 1e3080})", "big.json"); }) ==
