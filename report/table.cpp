@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 namespace strata::report {
 
@@ -22,16 +24,57 @@ Align align_of(const Table& t, std::size_t col) {
 
 }  // namespace
 
+namespace {
+
+// The code point of the UTF-8 sequence at s[i] and its length; length 0 for
+// an invalid sequence (a stray continuation byte, a truncated or overlong one).
+std::pair<char32_t, std::size_t> utf8_at(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return {0, 0};
+  char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return {0, 0};
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kLeast[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
+  return {cp, n};
+}
+
+// Characters that change how a terminal or an editor shows the text after
+// them: C0 and C1 controls, DEL, and the bidirectional overrides, embeddings,
+// isolates and marks (which can make text read in another order than it is).
+bool is_control(char32_t cp) {
+  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x200E ||
+         cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+}  // namespace
+
 std::string printable(std::string_view s) {
   std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+  out.reserve(s.size());
+  char buf[16];
+  for (std::size_t i = 0; i < s.size();) {
+    const auto [cp, n] = utf8_at(s, i);
+    if (n == 0) {  // not UTF-8: the byte, escaped (a raw 0x9B is a terminal's CSI)
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i]));
+      out += buf;
+      ++i;
+      continue;
+    }
+    if (is_control(cp)) {
+      if (cp < 0x80)
+        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
+      else
+        std::snprintf(buf, sizeof buf, "\\u{%04x}", static_cast<unsigned>(cp));
       out += buf;
     } else {
-      out += static_cast<char>(c);
+      out.append(s.substr(i, n));
     }
+    i += n;
   }
   return out;
 }
@@ -68,12 +111,44 @@ std::string to_text(const Table& t) {
   return out;
 }
 
+namespace {
+
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+bool is_number(std::string_view v) {
+  std::size_t i = 0;
+  auto digits = [&] {
+    const std::size_t from = i;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < v.size() && v[i] == '-') ++i;
+  if (i < v.size() && v[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == v.size();
+}
+
+}  // namespace
+
 std::string to_csv(const Table& t) {
   auto cell = [](const std::string& s) {
     // Quote when needed; a leading =, +, - or @ would run as a formula in a
     // spreadsheet, so such text cells are quoted and prefixed with '.
-    std::string v = s;
-    const bool numeric = !v.empty() && v.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    // A number is a JSON number (-1.5, 2e-07): `-2+3` or `+1` is text.
+    const bool numeric = is_number(s);
+    // Text cells as on a terminal: no control or bidirectional character raw.
+    std::string v = numeric ? s : printable(s);
     bool quote = v.find_first_of(",\"\n\r") != std::string::npos;
     if (!numeric && !v.empty() && std::string("=+-@\t\r").find(v[0]) != std::string::npos) {
       v = "'" + v;

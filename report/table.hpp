@@ -18,9 +18,14 @@ struct Table {
 };
 
 std::string to_text(const Table& t);
-// Text for a terminal: control characters (ESC, newlines, …) shown as \xNN,
-// so a name from the input cannot move the cursor, recolour or add lines.
+// Text for a terminal: control characters (ESC, newlines, …, DEL) and bytes
+// that are not UTF-8 shown as \xNN, C1 controls and bidirectional controls
+// (overrides, embeddings, isolates, marks) as \u{XXXX}, so a name from the
+// input cannot move the cursor, recolour, add lines or reorder what follows.
 std::string printable(std::string_view s);
+// RFC 4180; a cell is bare only when it is a number by JSON's grammar. Text
+// cells go through printable and, starting with = + - @ (a formula to a
+// spreadsheet), get a leading '.
 std::string to_csv(const Table& t);
 std::string to_markdown(const Table& t);
 

@@ -51,6 +51,31 @@ TEST_CASE("printable: names in terminal text keep to one line and cannot recolou
   CHECK(printable("m\x1b[31mred\nline2\x01 \xc3\x97") == "m\\x1b[31mred\\x0aline2\\x01 \xc3\x97");
 }
 
+TEST_CASE("CSV: only a real number is left bare; arithmetic and controls are neutralised") {
+  // `-2+3` matches no number's grammar: a spreadsheet would compute it, so
+  // it is text, prefixed. Control and bidirectional characters in text
+  // cells are escaped as on a terminal (a right-to-left override would
+  // make a cell read backwards).
+  Table t;
+  t.columns = {"x"};
+  t.add_row({"-2+3"});
+  t.add_row({"+1"});
+  t.add_row({"2e-07"});
+  t.add_row({"a\x1b[31m\nb"});
+  t.add_row({"evil\xe2\x80\xaetxt.exe"});
+  CHECK(to_csv(t) == "x\r\n\"'-2+3\"\r\n\"'+1\"\r\n2e-07\r\na\\x1b[31m\\x0ab\r\nevil\\u{202e}txt.exe\r\n");
+}
+
+TEST_CASE("printable: C1 controls, bidirectional controls and stray bytes are escaped") {
+  // U+009B is a one-character CSI for terminals that take C1 controls; the
+  // isolates and overrides reorder what follows; a byte that is not UTF-8
+  // is shown as its value. Other characters pass (× is U+00D7).
+  CHECK(printable("a\xc2\x9b" "31mb") == "a\\u{009b}31mb");
+  CHECK(printable("x\xe2\x81\xa6y\xe2\x80\x8fz") == "x\\u{2066}y\\u{200f}z");
+  CHECK(printable("\x9b" "2J \xc3") == "\\x9b2J \\xc3");
+  CHECK(printable("\xc3\x97 \xe6\x97\xa5") == "\xc3\x97 \xe6\x97\xa5");
+}
+
 TEST_CASE("number formats") {
   CHECK(si(174.6e9) == "175G");
   CHECK(si(1.2345e9) == "1.23G");
