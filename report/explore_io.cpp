@@ -409,34 +409,46 @@ std::vector<std::size_t> axis_candidates(const strategies::SpaceAxis& ax, const 
   return exact;
 }
 
-// The index in `sc`'s space of the plan whose canonical {batch, plan} is
-// `canonical`, if it is one: each axis's value read from the record, the
-// point rebuilt and its canonical JSON compared (so the answer is exact
-// whatever the axes do to each other).
-std::optional<std::uint64_t> space_index(const strategies::Scenario& sc, const json& batch, const json& plan,
-                                         const std::string& canonical) {
+// Where in `sc`'s space the plan whose canonical {batch, plan} is
+// `canonical` is: each axis's value read from the record, the point rebuilt
+// and its canonical JSON compared (so the answer is exact whatever the axes
+// do to each other). A plan some points share (recompute_k without every_k)
+// has several indices: `found` is the first one `wanted` accepts, else
+// `other` the first one it does not.
+struct SpaceIndex {
+  std::optional<std::uint64_t> found, other;
+};
+SpaceIndex space_index(const strategies::Scenario& sc, const json& batch, const json& plan,
+                       const std::string& canonical, const std::function<bool(std::uint64_t)>& wanted) {
+  SpaceIndex out;
   if (!sc.space) {
-    if (strategies::canonical_json(sc.plan, sc.batch) == canonical) return 0;
-    return std::nullopt;
+    if (strategies::canonical_json(sc.plan, sc.batch) == canonical) (wanted(0) ? out.found : out.other) = 0;
+    return out;
   }
   const auto& axes = sc.space->axes;
   std::vector<std::vector<std::size_t>> cands;
   cands.reserve(axes.size());
   for (const auto& ax : axes) cands.push_back(axis_candidates(ax, batch, plan));
   std::vector<std::size_t> pick(axes.size(), 0);
-  // Ambiguous values (one plan reached from two points) are few: a bounded search.
+  // Ambiguous values (one plan reached from several points) are few: a bounded search.
   for (int attempt = 0; attempt < 256; ++attempt) {
     std::uint64_t index = 0;
     for (std::size_t a = 0; a < axes.size(); ++a) index = index * axes[a].values.size() + cands[a][pick[a]];
     strategies::Plan p = sc.plan;
     strategies::Batch b = sc.batch;
     sc.space->apply(index, p, b);
-    if (strategies::canonical_json(p, b) == canonical) return index;
+    if (strategies::canonical_json(p, b) == canonical) {
+      if (wanted(index)) {
+        out.found = index;
+        return out;
+      }
+      if (!out.other) out.other = index;
+    }
     std::size_t a = axes.size();
     while (a > 0 && ++pick[a - 1] == cands[a - 1].size()) pick[--a] = 0;
     if (a == 0) break;
   }
-  return std::nullopt;
+  return out;
 }
 
 // One whole line of a results file, checked and added to `out`.
@@ -464,12 +476,16 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
     r.fail_at("plan_id", id_text + " is not the id of the record's batch and plan (FNV-1a 64 of them is " +
                              strategies::plan_id_hex(hash) + "): the record was not written by strata explore");
   if (check && check->scenario) {
-    const auto index = space_index(*check->scenario, batch, plan, canonical);
-    if (!index)
+    const auto& mine_shards = check->shard_indices;
+    const auto at = space_index(*check->scenario, batch, plan, canonical, [&](std::uint64_t i) {
+      return std::find(mine_shards.begin(), mine_shards.end(), i % check->shard_count) != mine_shards.end();
+    });
+    if (!at.found && !at.other)
       r.fail_at("plan", "plan " + id_text + " is not a plan of the explored space (" +
                             check->scenario->file + ")");
+    const auto index = at.found ? at.found : at.other;
     const std::uint64_t shard = *index % check->shard_count;
-    if (std::find(check->shard_indices.begin(), check->shard_indices.end(), shard) == check->shard_indices.end()) {
+    if (!at.found) {
       std::string mine;
       for (auto i : check->shard_indices) mine += (mine.empty() ? "" : ",") + std::to_string(i);
       r.fail_at("plan", "plan " + id_text + " is plan " + std::to_string(*index) + " of the space, in shard " +
@@ -844,7 +860,8 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   SummaryHead h;
   std::set<std::uint64_t> seen_shards;
   std::vector<ScoredPlan> plans;
-  std::unordered_map<std::uint64_t, std::size_t> plan_dir;  // the directory that holds each plan
+  std::unordered_map<std::uint64_t, std::size_t> plan_dir;  // plan id -> its place in `plans`
+  std::vector<std::size_t> plan_from;                       // the directory of each plan
   // Plans the shards re-simulated at layer granularity: their records and figures.
   std::map<std::uint64_t, std::string> refined;
   std::unordered_map<std::uint64_t, ScoredPlan> refined_figures;
@@ -968,11 +985,16 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
                        "holds " + std::to_string(rf.plans.size()) + " plans and " + sp + " counts " +
                            std::to_string(scored) + " scored: the shard is incomplete or not its own; finish "
                            "it with explore --resume");
+    // A plan several points of the space share is in each of their shards, the same.
     for (const auto& [id, p] : rf.plans) {
-      auto [it, fresh] = plan_dir.try_emplace(id, d);
-      if (!fresh)
-        throw InputError(rp, "plan " + strategies::plan_id_hex(id), "is also in " + results_path(dirs[it->second]));
-      plans.push_back(p);
+      auto [it, fresh] = plan_dir.try_emplace(id, plans.size());
+      if (fresh) {
+        plans.push_back(p);
+        plan_from.push_back(d);
+      } else if (!(plans[it->second] == p)) {
+        throw InputError(rp, "plan " + strategies::plan_id_hex(id),
+                         "has other results than in " + results_path(dirs[plan_from[it->second]]));
+      }
     }
     const std::string fp = refined_path(dirs[d]);
     const ResultsFile rr = read_results(fp, [](std::uint64_t) { return true; }, &check);

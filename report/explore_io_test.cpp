@@ -312,6 +312,31 @@ TEST_CASE("merge: a forged record is refused by its id, its space or its shard")
   CHECK(!fs::exists(t / "m"));
 }
 
+TEST_CASE("merge and resume: a plan several points share is in each of their shards") {
+  // recompute_k applies only with every_k: with recompute none, k 1 and 2
+  // are one plan (one id) at two indices, one in each shard of 2. Each
+  // shard's record of it is its own, not another shard's.
+  TempDir t("shared-plan");
+  std::string text = kSmall;
+  text.replace(text.find(R"("recompute": ["none", "selective", "full"])"), 42,
+               R"("recompute": ["none", "every_k"], "recompute_k": [1, 2])");
+  const auto sc = scenario_file(t / "k.json", text);
+  REQUIRE(sc.space->size() == 4 * 4 * 4 * 2 * 2);
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    auto o = options(t / ("s" + std::to_string(i)), 1);
+    o.shard_index = i;
+    o.shard_count = 2;
+    run_explore(sc, o);
+    o.resume = true;
+    CHECK(run_explore(sc, o).result.resumed > 0);
+  }
+  const auto m = nlohmann::json::parse(merge_explore({t / "s0", t / "s1"}, t / "m"));
+  CHECK(m["counts"]["scored"].get<int>() > 0);
+  // Each plan once in the merged records.
+  const auto merged = lines_of(read(t / "m/results.jsonl"));
+  CHECK(std::set<std::string>(merged.begin(), merged.end()).size() == merged.size());
+}
+
 TEST_CASE("explore --resume: another cluster is refused before anything is written") {
   // The directory's plans were scored on H100s; resuming with the A100
   // scenario would keep every H100 figure under an A100 summary. The
