@@ -1,10 +1,11 @@
-// strata models | gpus | clusters: the bundled presets.
+// strata models | gpus | clusters | stacks: the bundled presets.
 #include <memory>
 
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
+#include "strategies/stack.hpp"
 
 namespace strata::app {
 
@@ -36,6 +37,14 @@ Command add_gpus(CLI::App& app) {
 Command add_clusters(CLI::App& app) {
   return add_listing(app, "clusters", "List the bundled cluster presets", [](report::Format f) {
     return report::list_clusters(cost::cluster_presets(), f);
+  });
+}
+
+Command add_stacks(CLI::App& app) {
+  return add_listing(app, "stacks", "List the bundled software stacks and their settings", [](report::Format f) {
+    std::vector<strategies::Stack> stacks;
+    for (const auto& n : strategies::stack_names()) stacks.push_back(strategies::bundled_stack(n));
+    return report::list_stacks(stacks, f);
   });
 }
 

@@ -44,6 +44,7 @@ struct Command {
 Command add_models(CLI::App& app);
 Command add_gpus(CLI::App& app);
 Command add_clusters(CLI::App& app);
+Command add_stacks(CLI::App& app);
 Command add_describe(CLI::App& app);
 Command add_simulate(CLI::App& app);
 Command add_tradeoff(CLI::App& app);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
 
   // In this order in `strata --help`.
   const std::vector<Command> commands{
-      add_models(app),   add_gpus(app),     add_clusters(app),        add_describe(app),
+      add_models(app),   add_gpus(app),     add_clusters(app),        add_stacks(app), add_describe(app),
       add_simulate(app), add_tradeoff(app), add_validate_published(app), add_explore(app),
       add_merge(app),    add_report(app),   add_run(app),             add_calibrate(app),
       add_validate(app), add_fit_convergence(app), add_export(app)};

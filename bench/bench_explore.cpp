@@ -47,9 +47,7 @@ const Sweep& sweep() {
     Scenario pt = w.base;
     pt.space.reset();
     for (std::uint64_t i = 0; i < space.size(); ++i) {
-      pt.plan = w.base.plan;
-      pt.batch = w.base.batch;
-      space.apply(i, pt.plan, pt.batch);
+      space_point(w.base, space, i, pt.plan, pt.batch);
       if (first_violation(pt)) continue;
       try {
         if (!estimate_memory(pt).feasible()) continue;

@@ -8,7 +8,7 @@
 namespace strata::cost {
 
 struct PresetFile {
-  std::string_view kind;  // "models", "gpus", "clusters", "calibration" or "convergence"
+  std::string_view kind;  // "models", "gpus", "clusters", "calibration", "convergence" or "stacks"
   std::string_view name;  // file name without .json
   std::string_view path;  // path in the source tree, for error messages
   std::string_view text;  // the JSON text

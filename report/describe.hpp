@@ -16,6 +16,8 @@ namespace strata::report {
 std::string list_models(const std::vector<cost::ModelSpec>& models, Format f);
 std::string list_gpus(const std::vector<cost::GpuSpec>& gpus, Format f);
 std::string list_clusters(const std::vector<cost::ClusterSpec>& clusters, Format f);
+// The bundled software stacks, one row per setting with its source.
+std::string list_stacks(const std::vector<strategies::Stack>& stacks, Format f);
 
 // The whole model (no parallelism) for one microbatch of `options.micro_batch`
 // sequences. JSON: {"model", "params", "flops_per_token", "tokens", "layers":

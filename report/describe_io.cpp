@@ -161,6 +161,27 @@ std::string list_clusters(const std::vector<cost::ClusterSpec>& clusters, Format
   return render(t, f);
 }
 
+std::string list_stacks(const std::vector<strategies::Stack>& stacks, Format f) {
+  if (f == Format::Json) {
+    ordered_json arr = ordered_json::array();
+    for (const auto& s : stacks) {
+      ordered_json settings = ordered_json::object();
+      for (const auto& st : s.settings)
+        settings[std::string(enum_name(st.key))] = {{"value", strategies::setting_text(st)},
+                                                    {"source", st.source}};
+      arr.push_back({{"name", s.name}, {"description", s.description}, {"settings", settings}});
+    }
+    return dump(arr);
+  }
+  Table t;
+  t.columns = {"stack", "setting", "value", "source"};
+  t.align = {Align::Left, Align::Left, Align::Left, Align::Left};
+  for (const auto& s : stacks)
+    for (const auto& st : s.settings)
+      t.add_row({s.name, std::string(enum_name(st.key)), strategies::setting_text(st), st.source});
+  return render(t, f);
+}
+
 namespace {
 
 // A layer-chain model: one row per stage, for one microbatch of

@@ -434,9 +434,9 @@ SpaceIndex space_index(const strategies::Scenario& sc, const json& batch, const 
   for (int attempt = 0; attempt < 256; ++attempt) {
     std::uint64_t index = 0;
     for (std::size_t a = 0; a < axes.size(); ++a) index = index * axes[a].values.size() + cands[a][pick[a]];
-    strategies::Plan p = sc.plan;
-    strategies::Batch b = sc.batch;
-    sc.space->apply(index, p, b);
+    strategies::Plan p;
+    strategies::Batch b;
+    strategies::space_point(sc, *sc.space, index, p, b);
     if (strategies::canonical_json(p, b) == canonical) {
       if (wanted(index)) {
         out.found = index;
@@ -499,7 +499,8 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
     }
     point->plan = check->scenario->plan;
     point->batch = check->scenario->batch;
-    if (check->scenario->space) check->scenario->space->apply(*index, point->plan, point->batch);
+    if (check->scenario->space)
+      strategies::space_point(*check->scenario, *check->scenario->space, *index, point->plan, point->batch);
     if (auto v = strategies::first_violation(*point))
       r.fail_at("plan", "plan " + id_text + " breaks the rule " + v->rule + " (" + v->path + ": " + v->message +
                             "): explore records no such plan");

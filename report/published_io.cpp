@@ -60,23 +60,13 @@ std::vector<Case> cases_of(const json& file) {
     const std::string id = c.at("id").get<std::string>();
     if (fam == "MEG21-T1") {
       // Megatron-LM 2021 Table 1: fp16, full recompute, interleaved
-      // schedule with scatter/gather; microbatch and virtual stages not
-      // stated: microbatch 1, 2 virtual stages. Megatron-LM of 2021 reduced
-      // gradients after the backward pass, not overlapped with it; it had
-      // neither the asynchronous tensor-parallel all-reduce of the input
-      // gradient beside the weight-gradient GEMM (--async-tensor-model-
-      // parallel-allreduce) nor gradient-accumulation fusion
-      // (--gradient-accumulation-fusion): both appear later (by 2022), and
-      // its local DDP added each gradient into the (fp16, its default for
-      // fp16 training) main_grad buffer with a separate kernel per backward.
-      // A setting of the code the family ran, the same for every row.
+      // schedule; microbatch and virtual stages not stated: microbatch 1,
+      // 2 virtual stages. What the code of 2021 did (gradients reduced
+      // after the backward, no asynchronous tensor-parallel all-reduce, no
+      // gradient-accumulation fusion) is its stack's.
       const int pp = st.at("pp").get<int>();
       json plan = {{"tp", st.at("tp")}, {"pp", pp}, {"dp", st.at("dp")}, {"recompute", "full"},
-                   {"precision", "fp16"},
-                   {"implementation", {{"attention", "standard"}, {"pp_scatter_gather", pp > 1},
-                                       {"overlap_grad_reduce", false},
-                                       {"tp_grad_overlap", false},
-                                       {"grad_accumulation_fusion", false}}}};
+                   {"precision", "fp16"}};
       if (pp > 1) {
         plan["schedule"] = "interleaved";
         plan["virtual_stages"] = 2;
@@ -89,7 +79,8 @@ std::vector<Case> cases_of(const json& file) {
       k.scenario = {{"model", gpt_model(m, true)},
                     {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", hw.at("count").get<int>() / 8}}},
                     {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", 1}}},
-                    {"plan", plan}};
+                    {"plan", plan},
+                    {"stack", "megatron-lm-2021"}};
       out.push_back(k);
     } else if (fam == "KOR22" && m.contains("layers") && meas.contains("iteration_time_s_full_recompute")) {
       // Korthikanti et al. 2022 Tables 3 and 5: baseline (TP + PP, full
@@ -99,8 +90,7 @@ std::vector<Case> cases_of(const json& file) {
       for (bool present : {false, true}) {
         json plan = {{"tp", st.at("tp")}, {"pp", st.at("pp")}, {"dp", st.at("dp")},
                      {"precision", "fp16"}, {"sequence_parallel", present},
-                     {"recompute", present ? "selective" : "full"},
-                     {"implementation", {{"attention", "standard"}, {"pp_scatter_gather", true}}}};
+                     {"recompute", present ? "selective" : "full"}};
         if (v.is_number()) {
           plan["schedule"] = "interleaved";
           plan["virtual_stages"] = v;
@@ -112,22 +102,23 @@ std::vector<Case> cases_of(const json& file) {
         k.scenario = {{"model", gpt_model(m, true)},
                       {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", std::max(1, gpus / 8)}}},
                       {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
-                      {"plan", plan}};
+                      {"plan", plan},
+                      {"stack", "megatron-lm-2022"}};
         out.push_back(k);
       }
     } else if (fam == "KOR22" && meas.contains("iteration_time_s") && st.contains("dp")) {
-      // The 530B data-parallel run: gradient all-reduce not overlapped.
+      // The 530B data-parallel run (its stack reduces gradients after the
+      // backward).
       json plan = {{"tp", st.at("tp")}, {"pp", st.at("pp")}, {"dp", st.at("dp")},
                    {"precision", "fp16"}, {"sequence_parallel", true}, {"recompute", "selective"},
-                   {"schedule", "interleaved"}, {"virtual_stages", st.at("interleave_stages_m")},
-                   {"implementation", {{"attention", "standard"}, {"pp_scatter_gather", true},
-                                       {"overlap_grad_reduce", false}}}};
+                   {"schedule", "interleaved"}, {"virtual_stages", st.at("interleave_stages_m")}};
       Case k{id, fam, "step_time_s", "selective + SP, gradient all-reduce not overlapped",
              num(meas, "iteration_time_s"), json::object()};
       k.scenario = {{"model", gpt_model(m, true)},
                     {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", hw.at("count").get<int>() / 8}}},
                     {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
-                    {"plan", plan}};
+                    {"plan", plan},
+                    {"stack", "megatron-lm-2022"}};
       out.push_back(k);
     } else if (fam == "DLPERF" && meas.contains("iteration_latency_ms")) {
       // DLPerf's Megatron-LM runs on V100-SXM2-16GB, 8 per node, one 100 Gb/s
@@ -166,8 +157,8 @@ std::vector<Case> cases_of(const json& file) {
                      {"position_embedding", "alibi"}, {"bias", false}, {"dropout", false}}},
           {"cluster", cluster},
           {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
-          {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", "bf16"},
-                    {"implementation", {{"attention", "flash"}}}}}};
+          {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", "bf16"}}},
+          {"stack", "llm-foundry"}};
       out.push_back(k);
     }
   }

@@ -126,6 +126,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     j["scenario"] = sc.file;
     j["model"] = sc.model.name;
     j["gpus"] = sc.cluster.gpus();
+    if (sc.stack) j["stack"] = sc.stack->name;
     j["feasible"] = mem.feasible();
     if (mem.infeasible)
       j["infeasible_reason"] = {{"pool", mem.infeasible->pool},
@@ -197,6 +198,7 @@ std::string render_simulation(const strategies::Scenario& sc,
   out += "model      " + printable(sc.model.name) + " on " + std::to_string(sc.cluster.gpus()) +
          " x " + printable(sc.cluster.gpu.name) + "\n";
   out += "plan       " + plan_summary(sc) + "\n";
+  if (sc.stack) out += "stack      " + printable(sc.stack->name) + " (" + printable(sc.stack->description) + ")\n";
   out += "batch      " + std::to_string(sc.batch.global) + " sequences of " +
          std::to_string(sc.model.seq_len) + " tokens, microbatch " +
          std::to_string(sc.batch.micro) + " (" +

@@ -325,9 +325,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         const std::uint64_t end = std::min(total, begin + kChunk);
         for (std::uint64_t j = begin; j < end; ++j, checked.fetch_add(1, std::memory_order_relaxed)) {
           const std::uint64_t index = opt.shard_index + j * opt.shard_count;
-          pt.plan = sc.plan;
-          pt.batch = sc.batch;
-          space.apply(index, pt.plan, pt.batch);
+          space_point(sc, space, index, pt.plan, pt.batch);
           if (auto v = first_violation(pt)) {
             ++t.invalid;
             count_rule(t.rejected, v->rule, index, v->path + ": " + v->message);
@@ -380,9 +378,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         const std::uint64_t k = next.fetch_add(1);
         if (k >= candidates.size()) break;
         const Candidate& c = candidates[static_cast<std::size_t>(k)];
-        pt.plan = sc.plan;
-        pt.batch = sc.batch;
-        space.apply(c.index, pt.plan, pt.batch);
+        space_point(sc, space, c.index, pt.plan, pt.batch);
         Score sc_;
         bool ok = false;
         try {
@@ -539,9 +535,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             const std::uint64_t k = next.fetch_add(1);
             if (k >= todo.size()) break;
             const std::uint64_t index = index_of.at(todo[k]);
-            pt.plan = sc.plan;
-            pt.batch = sc.batch;
-            space.apply(index, pt.plan, pt.batch);
+            space_point(sc, space, index, pt.plan, pt.batch);
             const Score score = refine(pt);
             const MemoryEstimate mem = score.memory ? *score.memory : memory_of(pt);
             const double step_s = to_seconds(score.step.step_time);

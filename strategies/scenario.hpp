@@ -10,6 +10,7 @@
 #include "strategies/convergence.hpp"
 #include "strategies/plan.hpp"
 #include "strategies/space.hpp"
+#include "strategies/stack.hpp"
 
 namespace strata::strategies {
 
@@ -32,10 +33,20 @@ struct Scenario {
   std::shared_ptr<const ConvergenceModel> convergence;
   std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path
+  // The software stack that runs the plan ("stack", stack.hpp): its
+  // settings are in plan.implementation wherever the scenario's own
+  // plan.implementation keys (`implementation_keys`) do not set them.
+  std::optional<Stack> stack;
+  ImplKeys implementation_keys;
   // The space `strata explore` searches; `plan` and `batch` are then the
   // template for the axes it does not list.
   std::optional<Space> space;
 };
+
+// Point `index` of `space` (the scenario's, or a copy of it): the
+// scenario's plan and batch with the point's values, the stack's settings
+// resolved for them (stack.cpp).
+void space_point(const Scenario& base, const Space& space, std::uint64_t index, Plan& plan, Batch& batch);
 
 // Reads and validates a scenario file. With a `space`, the plan is a
 // template: it is validated point by point when explored, and by

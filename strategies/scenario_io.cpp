@@ -7,6 +7,7 @@
 #include "sim/limits.hpp"
 #include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
+#include "strategies/stack.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -169,6 +170,14 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
     s.plan = read_plan(*p, s.cluster.gpus());
   } else {
     s.plan.dp = s.cluster.gpus();
+  }
+  if (auto st = r.get("stack")) {
+    s.stack = read_stack(*st, base_dir);
+    if (auto p = r.get("plan"))
+      if (auto im = p->get("implementation"); im && im->is_object())
+        for (const auto& [key, _] : im->json().items())
+          if (auto k = enum_from_name<ImplKey>(key)) s.implementation_keys.add(*k);
+    apply_stack(*s.stack, s.plan, s.implementation_keys);
   }
   if (auto sp = r.get("space")) {
     if (s.model.chain)

@@ -1,0 +1,123 @@
+#pragma once
+// Software stacks as data (docs/stacks.md): what the framework that runs a
+// plan does unless told otherwise — Megatron-LM of a given year, DeepSpeed,
+// llm-foundry, torchtitan — as bundled files (configs/stacks/*.json) of
+// implementation settings, each with its source in the framework's code or
+// documentation. A scenario names its stack ("stack": "deepspeed"); the
+// stack's settings replace Strata's defaults, and the scenario's own
+// plan.implementation keys (and an explored space's implementation axes)
+// override them key by key.
+//
+// A setting may depend on the plan, as the frameworks' own defaults do
+// (DeepSpeed overlaps gradient reduction by default under ZeRO-3 only;
+// Megatron-LM accumulates gradients in fp32 under bf16 only), so it is
+// resolved per plan: apply_stack.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/names.hpp"
+#include "strategies/plan.hpp"
+
+namespace strata {
+class JsonReader;
+}
+
+namespace strata::strategies {
+
+// The settings of plan.implementation a stack can set, one per key of its
+// JSON object (rank_order is the launcher's, not the framework's).
+enum class ImplKey : std::uint8_t {
+  Attention,
+  FusedElementwise,
+  OverlapGradReduce,
+  OverlapParamGather,
+  TpCommOverlap,
+  PpScatterGather,
+  OverlapP2p,
+  Fp32GradAccumulation,
+  TpGradOverlap,
+  GradAccumulationFusion,
+};
+
+}  // namespace strata::strategies
+
+namespace strata {
+template <>
+struct EnumNames<strategies::ImplKey> {
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 10> table{{
+      {strategies::ImplKey::Attention, "attention"},
+      {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
+      {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
+      {strategies::ImplKey::OverlapParamGather, "overlap_param_gather"},
+      {strategies::ImplKey::TpCommOverlap, "tp_comm_overlap"},
+      {strategies::ImplKey::PpScatterGather, "pp_scatter_gather"},
+      {strategies::ImplKey::OverlapP2p, "overlap_p2p"},
+      {strategies::ImplKey::Fp32GradAccumulation, "fp32_grad_accumulation"},
+      {strategies::ImplKey::TpGradOverlap, "tp_grad_overlap"},
+      {strategies::ImplKey::GradAccumulationFusion, "grad_accumulation_fusion"},
+  }};
+};
+}  // namespace strata
+
+namespace strata::strategies {
+
+// A set of ImplKeys: which settings a scenario (or a space) fixes itself.
+class ImplKeys {
+ public:
+  void add(ImplKey k) { bits_ |= bit(k); }
+  bool has(ImplKey k) const { return (bits_ & bit(k)) != 0; }
+  ImplKeys operator|(ImplKeys o) const {
+    ImplKeys r;
+    r.bits_ = bits_ | o.bits_;
+    return r;
+  }
+  bool operator==(const ImplKeys&) const = default;
+
+ private:
+  static_assert(enum_count<ImplKey>() <= 32);
+  static std::uint32_t bit(ImplKey k) { return std::uint32_t{1} << static_cast<unsigned>(k); }
+  std::uint32_t bits_ = 0;
+};
+
+// One setting of a stack: a value, or values by one of the plan's settings.
+struct StackSetting {
+  enum class By : std::uint8_t { Always, Precision, Schedule, Zero };
+  ImplKey key = ImplKey::Attention;
+  By by = By::Always;
+  // (the plan's value of `by` as its enum's number or ZeRO stage, the
+  // setting's value as its enum's number or 0/1)
+  std::vector<std::pair<std::int64_t, std::int64_t>> cases;
+  std::optional<std::int64_t> otherwise;  // Always: the value; else the plans no case names
+  std::string source;                     // where the framework sets it
+};
+
+struct Stack {
+  std::string name;         // the preset's name, or the file it was read from
+  std::string description;  // the framework and version it describes
+  std::vector<StackSetting> settings;
+};
+
+// "standard", "true", or "bf16: true; otherwise false": the setting's
+// values as a person reads them.
+std::string setting_text(const StackSetting& st);
+
+// Sets each of the stack's settings that `fixed` does not hold, for this
+// plan's precision, schedule and ZeRO stage.
+void apply_stack(const Stack& stack, Plan& plan, ImplKeys fixed);
+
+// The settings an explored space sets per point (its implementation axes):
+// a stack does not override them.
+class Space;
+ImplKeys implementation_axes(const Space& space);
+
+// Reading (stack_io.cpp). A stack is a bundled name ("megatron-lm-2021") or
+// a file path; throws InputError naming the file, the JSON path and the rule.
+Stack read_stack(const JsonReader& r, const std::string& base_dir);
+Stack bundled_stack(std::string_view name);
+std::vector<std::string> stack_names();
+
+}  // namespace strata::strategies

@@ -1,0 +1,128 @@
+// Reading software stacks (configs/stacks/*.json, docs/stacks.md):
+//
+//   {"description": "...",
+//    "settings": {
+//      "attention": {"value": "standard", "source": "..."},
+//      "overlap_grad_reduce": {"by": "zero", "cases": {"3": true}, "otherwise": false,
+//                              "source": "..."}}}
+//
+// Every setting names its source; "by" is "precision", "schedule" or "zero"
+// and needs "otherwise" for the plans no case names.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "costmodel/model_io.hpp"
+#include "costmodel/presets.hpp"
+#include "sim/json_reader.hpp"
+#include "strategies/stack.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+std::int64_t read_value(const JsonReader& v, ImplKey k) {
+  switch (k) {
+    case ImplKey::Attention: return static_cast<std::int64_t>(v.as_enum<AttentionKernel>());
+    case ImplKey::TpCommOverlap: return static_cast<std::int64_t>(v.as_enum<TpCommOverlap>());
+    default: return v.as_bool() ? 1 : 0;
+  }
+}
+
+std::int64_t read_case(const JsonReader& c, StackSetting::By by, const std::string& key) {
+  auto bad = [&](const std::string& what) -> std::int64_t {
+    c.fail("\"" + key + "\" is not " + what);
+  };
+  switch (by) {
+    case StackSetting::By::Precision:
+      if (auto p = enum_from_name<Precision>(key)) return static_cast<std::int64_t>(*p);
+      return bad("a precision (" + enum_choices<Precision>() + ")");
+    case StackSetting::By::Schedule:
+      if (auto s = enum_from_name<Schedule>(key)) return static_cast<std::int64_t>(*s);
+      return bad("a schedule (" + enum_choices<Schedule>() + ")");
+    case StackSetting::By::Zero:
+      if (key.size() == 1 && key[0] >= '0' && key[0] <= '3') return key[0] - '0';
+      return bad("a ZeRO stage (0|1|2|3)");
+    case StackSetting::By::Always: break;
+  }
+  return 0;
+}
+
+StackSetting read_setting(const JsonReader& r, ImplKey key) {
+  if (!r.is_object()) r.fail("must be an object with \"source\" and \"value\" or \"by\"");
+  StackSetting st;
+  st.key = key;
+  st.source = r.at("source").as_string();
+  if (st.source.empty()) r.fail_at("source", "must say where the framework sets it");
+  if (auto v = r.get("value")) {
+    for (const char* k : {"by", "cases", "otherwise"})
+      if (r.has(k)) r.fail_at(k, "a setting has either \"value\" or \"by\" with \"cases\"");
+    st.otherwise = read_value(*v, key);
+  } else {
+    const auto by = r.at("by");
+    const std::string b = by.as_string();
+    if (b == "precision") st.by = StackSetting::By::Precision;
+    else if (b == "schedule") st.by = StackSetting::By::Schedule;
+    else if (b == "zero") st.by = StackSetting::By::Zero;
+    else by.fail("must be one of precision|schedule|zero (got \"" + b + "\")");
+    const JsonReader cases = r.at("cases");
+    if (!cases.is_object()) cases.fail("must be an object of values by the plan's setting");
+    for (const auto& [name, _] : cases.json().items()) {
+      const JsonReader c = cases.at(name);
+      st.cases.emplace_back(read_case(c, st.by, name), read_value(c, key));
+    }
+    if (st.cases.empty()) cases.fail("needs at least one case");
+    // Every plan gets a value, so re-resolving a setting for another point
+    // of a space never keeps the previous point's.
+    st.otherwise = read_value(r.at("otherwise"), key);
+  }
+  r.reject_unknown_keys();
+  return st;
+}
+
+Stack read_stack_file(const JsonReader& r, std::string name) {
+  if (!r.is_object()) r.fail("a stack must be a JSON object");
+  Stack s;
+  s.name = std::move(name);
+  s.description = r.at("description").as_string();
+  const JsonReader settings = r.at("settings");
+  if (!settings.is_object()) settings.fail("must be an object of settings by name");
+  for (const auto& [key, _] : settings.json().items()) {
+    const auto k = enum_from_name<ImplKey>(key);
+    if (!k)
+      settings.fail_at(key, "is not a stack setting (one of " + enum_choices<ImplKey>() + ")");
+    s.settings.push_back(read_setting(settings.at(key), *k));
+  }
+  r.reject_unknown_keys();
+  return s;
+}
+
+std::vector<std::string> known() {
+  std::vector<std::string> out;
+  for (const auto& f : cost::presets_of("stacks")) out.emplace_back(f.name);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> stack_names() { return known(); }
+
+Stack bundled_stack(std::string_view name) {
+  const auto* p = cost::find_preset("stacks", name);
+  if (!p) throw InputError("", "", cost::unknown_preset_rule("stack", name, known()));
+  const auto j = parse_json_text(p->text, std::string(p->path));
+  return read_stack_file(JsonReader(j, std::string(p->path)), std::string(name));
+}
+
+Stack read_stack(const JsonReader& r, const std::string& base_dir) {
+  const std::string s = r.as_string();
+  if (cost::names_a_file(s)) {
+    const std::string path = cost::resolve_path(s, base_dir);
+    if (!std::filesystem::exists(path)) r.fail("stack file \"" + s + "\" not found");
+    const auto j = load_json_file(path);
+    return read_stack_file(JsonReader(j, path), s);
+  }
+  if (!cost::find_preset("stacks", s)) r.fail(cost::unknown_preset_rule("stack", s, known()));
+  return bundled_stack(s);
+}
+
+}  // namespace strata::strategies
