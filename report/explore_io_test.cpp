@@ -152,6 +152,34 @@ TEST_CASE("explore output: resume after a kill mid-line loses and duplicates not
   CHECK(read(t / "cut/summary.json") == summary);
 }
 
+TEST_CASE("explore --resume: records of a stacked scenario are its points, the stack resolved per point") {
+  // DeepSpeed overlaps gradient reduction under ZeRO-3 only: each record
+  // carries its own point's setting, and resume finds every record at its
+  // point (the check rebuilds the point with the stack, as explore does).
+  std::string text = kSmall;
+  text.replace(text.find(R"("plan": {"optimizer": "adamw"})"), 30,
+               R"("plan": {"optimizer": "adamw"}, "stack": "deepspeed")");
+  TempDir t("stack");
+  const auto sc = scenario_file(t / "s.json", text);
+  run_explore(sc, options(t / "a", 1));
+  const std::string first = read(t / "a/results.jsonl");
+  int zero3 = 0, others = 0;
+  std::istringstream in(first);
+  for (std::string l; std::getline(in, l);) {
+    const auto j = nlohmann::json::parse(l);
+    const bool overlap = j["plan"]["implementation"]["overlap_grad_reduce"].get<bool>();
+    CHECK(overlap == (j["plan"]["zero"].get<int>() == 3));
+    ++(overlap ? zero3 : others);
+  }
+  CHECK(zero3 > 0);
+  CHECK(others > 0);
+  auto o = options(t / "a", 1);
+  o.resume = true;
+  const auto rep = run_explore(sc, o);
+  CHECK(rep.result.resumed == 144);
+  CHECK(read(t / "a/results.jsonl") == first);
+}
+
 TEST_CASE("explore output: with a goal, records carry the time to train and the top is ranked by it") {
   // 144 plans, each record with time_to_train_s = steps_to_target x step_time_s;
   // the summary's top is in ascending time to train. Resuming the directory
