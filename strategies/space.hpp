@@ -63,7 +63,6 @@ enum class Axis : std::uint8_t {
   OverlapP2p,
   Fp32GradAccumulation,
 };
-inline constexpr std::size_t kAxes = 31;
 
 enum class AxisKind : std::uint8_t { Int, Bool, Enum };
 AxisKind axis_kind(Axis a);
@@ -140,7 +139,8 @@ namespace strata {
 template <>
 struct EnumNames<strategies::Axis> {
   using A = strategies::Axis;
-  static constexpr std::array<std::pair<A, std::string_view>, strategies::kAxes> table{{
+  // Sized by its entries; enum_count checks that they are every axis, in order.
+  static constexpr auto table = std::to_array<std::pair<A, std::string_view>>({
       {A::TP, "tp"},
       {A::PP, "pp"},
       {A::DP, "dp"},
@@ -172,7 +172,7 @@ struct EnumNames<strategies::Axis> {
       {A::PpScatterGather, "implementation.pp_scatter_gather"},
       {A::OverlapP2p, "implementation.overlap_p2p"},
       {A::Fp32GradAccumulation, "implementation.fp32_grad_accumulation"},
-  }};
+  });
 };
 
 template <>
@@ -187,3 +187,7 @@ struct EnumNames<strategies::OffloadChoice> {
 };
 
 }  // namespace strata
+
+namespace strata::strategies {
+inline constexpr std::size_t kAxes = enum_count<Axis>();
+}  // namespace strata::strategies
