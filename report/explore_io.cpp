@@ -619,10 +619,24 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
     if (sc.goal->tokens) goal["tokens"] = *sc.goal->tokens;
     if (sc.goal->target_loss) goal["target_loss"] = *sc.goal->target_loss;
   }
+  // The stack as read (each setting's values), so that another stack, or
+  // the same name with other settings, is a difference; the calibration by
+  // the file it was read from.
+  ordered_json stack;  // null without one
+  if (sc.stack) {
+    ordered_json settings = ordered_json::object();
+    for (const auto& st : sc.stack->settings)
+      settings[std::string(enum_name(st.key))] = strategies::setting_text(st);
+    stack = {{"name", sc.stack->name}, {"settings", settings}};
+  }
   ordered_json j;
   j["strata"] = STRATA_VERSION;
   j["model"] = model;
   j["cluster"] = cluster;
+  // Before the space: the stack sets the template's implementation, so a
+  // changed stack is named as such.
+  j["stack"] = stack;
+  j["calibration"] = sc.calibration ? ordered_json(*sc.calibration) : ordered_json();
   j["space"] = space;
   j["goal"] = goal;
   j["shards"] = {{"count", shard_count}, {"indices", shard_indices}};

@@ -178,6 +178,15 @@ TEST_CASE("explore --resume: records of a stacked scenario are its points, the s
   const auto rep = run_explore(sc, o);
   CHECK(rep.result.resumed == 144);
   CHECK(read(t / "a/results.jsonl") == first);
+  // The directory is bound to its stack: resuming it under another is
+  // refused before anything is written, naming the difference.
+  std::string other = text;
+  other.replace(other.find("deepspeed"), 9, "torchtitan");
+  const auto sc2 = scenario_file(t / "s2.json", other);
+  const std::string refused = testing::input_error_of([&] { run_explore(sc2, o); });
+  CAPTURE(refused);
+  CHECK(refused.find("stack.name") != std::string::npos);
+  CHECK(read(t / "a/results.jsonl") == first);
 }
 
 TEST_CASE("explore output: with a goal, records carry the time to train and the top is ranked by it") {
