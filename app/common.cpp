@@ -12,6 +12,7 @@
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
 #include "backend/cpu/host_info.hpp"
+#include "costmodel/calibration.hpp"
 #include "costmodel/model_io.hpp"
 #include "report/files.hpp"
 #include "report/table.hpp"
@@ -115,9 +116,48 @@ void require_file(const std::string& path) {
   if (!std::filesystem::exists(path)) throw InputError(path, "", "file not found");
 }
 
+namespace {
+
+// A scenario that names no calibration uses the one `strata calibrate`
+// measured and cached for its GPU, where one exists: the bundled curves are
+// estimates, a measurement of the machine is not. Said on stderr.
+void default_to_measured(strategies::Scenario& sc) {
+  if (sc.calibration) return;
+  std::vector<std::string (*)()> caches{backend::cpu::default_calibration_cache_path};
+#if STRATA_HAVE_CUDA
+  caches.push_back(backend::cuda::default_calibration_cache_path);
+#endif
+  for (auto cache : caches) {
+    std::string path;
+    try {
+      path = cache();
+    } catch (const InputError&) {
+      return;  // no cache directory (neither XDG_CACHE_HOME nor HOME)
+    }
+    if (!std::filesystem::is_regular_file(path)) continue;
+    cost::Calibration c;
+    try {
+      c = cost::load_calibration_file(path, cost::ideal_calibration());
+    } catch (const InputError& e) {
+      std::cerr << "strata: warning: the cached calibration " << path << " does not read (" << e.what()
+                << "); using the bundled curves\n";
+      continue;
+    }
+    if (c.gpu.empty() || c.gpu != sc.cluster.gpu.name) continue;
+    sc.calibration = path;
+    std::cerr << "strata: calibration: " << path << ", measured " << c.date << " on " << c.machine << " for "
+              << c.gpu << " (a scenario's \"calibration\" names another)\n";
+    return;
+  }
+}
+
+}  // namespace
+
 strategies::Scenario load_scenario_file(const std::string& path) {
   require_file(path);
-  return strategies::load_scenario(path);
+  auto sc = strategies::load_scenario(path);
+  default_to_measured(sc);
+  return sc;
 }
 
 strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command) {

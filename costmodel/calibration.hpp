@@ -123,6 +123,10 @@ struct Calibration {
   std::string backend;  // "cuda", "cpu" or "estimate"
   std::string date;     // ISO 8601 date of the measurement
   std::string source;   // provenance of every number
+  // The GPU preset whose peaks the efficiencies are fractions of, as
+  // `strata calibrate` measured them ("" when the file does not say): a
+  // measured file is used by default only for scenarios on that GPU.
+  std::string gpu;
 
   // GEMM efficiency (fraction of the dtype's dense peak) over the FLOPs of
   // one GEMM (2·m·n·k), per GemmDtype.

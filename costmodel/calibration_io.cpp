@@ -220,6 +220,7 @@ Calibration read_calibration(const JsonReader& r, const Calibration& base) {
     r.at("backend").fail("must be one of cuda|cpu|estimate (got \"" + c.backend + "\")");
   c.date = r.at("date").as_string();
   c.source = r.at("source").as_string();
+  c.gpu = r.string_or("gpu", "");
   if (auto g = r.get("gemm")) read_gemm(*g, c);
   if (auto m = r.get("memory"))
     c.memory = read_table(*m, TableSpec{"GBps", "peak_GBps", kMaxEfficiency, false});

@@ -712,7 +712,21 @@ std::optional<strategies::Scenario> load_explored_scenario(const std::string& di
   if (!fs::exists(source)) return std::nullopt;
   std::string base = fs::path(original).parent_path().string();
   if (base.empty() || !fs::is_directory(base)) base = dir;
-  return strategies::parse_scenario(read_input_file(source, kMaxJsonFileBytes), source, base);
+  auto sc = strategies::parse_scenario(read_input_file(source, kMaxJsonFileBytes), source, base);
+  // A scenario that named no calibration was explored with the measured one
+  // found for its GPU (strata's default): the manifest records which.
+  const std::string manifest = manifest_path(dir);
+  if (!sc.calibration && fs::exists(manifest)) {
+    const ordered_json m = read_manifest(manifest);
+    if (m.contains("calibration") && m.at("calibration").is_string()) {
+      const std::string cal = m.at("calibration").get<std::string>();
+      if (!fs::is_regular_file(cal))
+        throw InputError(manifest, "calibration",
+                         "the directory was explored with the calibration " + cal + ", which is gone");
+      sc.calibration = cal;
+    }
+  }
+  return sc;
 }
 
 ShardSet manifest_shards(const std::string& path) {

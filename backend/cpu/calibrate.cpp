@@ -44,6 +44,7 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
   j["machine"] = m.machine;
   j["backend"] = "cpu";
   j["date"] = date;
+  j["gpu"] = gpu.name;
 
   // GEMM: m = n = k, 2n^3 FLOPs, the same curve under every dtype.
   std::vector<Point> gemm;

@@ -474,6 +474,7 @@ std::string calibration_json(const CudaMeasurements& m, const cost::ClusterSpec&
   j["machine"] = m.machine;
   j["backend"] = "cuda";
   j["date"] = date;
+  j["gpu"] = gpu.name;
 
   // GEMM: one curve by FLOPs per dtype; shapes of equal FLOPs give their median.
   for (const auto d : {cost::GemmDtype::FP32, cost::GemmDtype::TF32, cost::GemmDtype::BF16, cost::GemmDtype::FP16,

@@ -6,8 +6,12 @@ Each check states the closed form it expects. Usage: check_cli.py STRATA CHECK
 import csv
 import io
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def run(strata, *args):
@@ -56,6 +60,9 @@ def lists(strata):
         check(len(rows) == n + 1, f"{cmd} csv: {len(rows)} rows")
         table = run(strata, cmd).splitlines()
         check(len(table) == n + 2, f"{cmd} table: {len(table)} lines")
+    stacks = json.loads(run(strata, "stacks", "--format", "json"))
+    check(len(stacks) == 6, f"stacks: {len(stacks)}, expected 6")
+    check(all(st["source"] for s in stacks for st in s["settings"].values()), "a stack setting without a source")
     names = {m["name"] for m in json.loads(run(strata, "models", "--format", "json"))}
     check({"gpt3-175b", "llama3-405b", "mixtral-8x7b", "megatron-1t", "resnet50", "resnet1001",
            "vgg19", "unet"} <= names, "missing presets")
@@ -135,6 +142,44 @@ def validate_published(strata):
         check(abs(c["error_pct"] - 100 * abs(c["predicted"] - c["measured"]) / c["measured"]) < 1e-9, "error")
     mean = sum(c["error_pct"] for c in d["cases"]) / len(d["cases"])
     check(abs(d["mape_pct"] - mean) < 1e-9, "mape is the mean error")
+
+
+def measured_calibration(strata):
+    # A scenario naming no calibration uses the one cached for its GPU
+    # (`strata calibrate` writes it with the GPU it measured); a cached file
+    # for another GPU is not used. The cached file here halves every GEMM
+    # efficiency of the bundled a100-80g curves: the GEMM-bound step must
+    # get slower, and the output must say which file it used.
+    scenario, source_root = sys.argv[3], sys.argv[4]
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-cal-")
+    try:
+        env = dict(os.environ, XDG_CACHE_HOME=tmp)
+        os.makedirs(os.path.join(tmp, "strata"))
+        text = open(os.path.join(source_root, "configs/calibration/a100-80g.json")).read()
+        cal = json.loads(re.sub(r"//.*", "", text))
+        for dt in cal["gemm"].values():
+            for p in dt["points"]:
+                for k in list(p):
+                    if k not in ("m", "n", "k"):
+                        p[k] = p[k] / 2
+        cal["backend"] = "cpu"
+
+        def simulate(gpu):
+            cal["gpu"] = gpu
+            with open(os.path.join(tmp, "strata", "cpu-calibration.json"), "w") as f:
+                json.dump(cal, f)
+            p = subprocess.run([strata, "simulate", scenario, "--format", "json"], capture_output=True,
+                               text=True, env=env)
+            check(p.returncode == 0, f"simulate: exit {p.returncode}: {p.stderr}")
+            return json.loads(p.stdout)["step_time_s"], p.stderr
+
+        other, other_err = simulate("a100-80g")
+        mine, mine_err = simulate("cpu-rank-thread")
+        check("calibration:" not in other_err, f"a file for another GPU was used: {other_err}")
+        check("cpu-calibration.json" in mine_err, f"the cached file is not named: {mine_err}")
+        check(mine > other, f"halved GEMM efficiency: step {mine} s, not slower than {other} s")
+    finally:
+        shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
