@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -56,6 +57,11 @@ int main(int argc, char** argv) {
   } catch (const CommandFailure& e) {
     std::cerr << "strata: error: " << e.what() << "\n";
     return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that the system cannot follow (a symlink loop,
+    // no permission, a name too long): bad input, named by the system.
+    print_error(e.path1().string() + ": " + e.code().message());
+    return kExitInput;
   } catch (const std::exception& e) {
     std::cerr << "strata: internal error: " << report::printable(e.what()) << "\n";
     return 1;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "sim/json_reader.hpp"
 #include "sim/limits.hpp"
@@ -9,6 +10,14 @@
 #include "strategies/space.hpp"
 
 namespace strata::strategies {
+
+namespace {
+struct PairHash {
+  std::size_t operator()(const std::pair<std::int64_t, std::int64_t>& p) const {
+    return std::hash<std::int64_t>{}(p.first) * 1000003u ^ std::hash<std::int64_t>{}(p.second);
+  }
+};
+}  // namespace
 
 namespace {
 
@@ -144,10 +153,12 @@ Space read_space(const JsonReader& r, const Scenario& base) {
         if (!entry->is_array()) entry->fail("must be \"auto\" or a list of values");
         const auto elems = entry->elements();
         if (elems.empty()) entry->fail("must list at least one value");
+        // Duplicates by a hash set: a list of any length is checked in linear time.
+        std::unordered_set<std::pair<std::int64_t, std::int64_t>, PairHash> seen;
+        seen.reserve(elems.size());
         for (const auto& e : elems) {
           const AxisValue v = read_value(a, e, coupled, base.plan);
-          if (std::find(values.begin(), values.end(), v) != values.end())
-            e.fail("duplicate value " + value_name(a, v));
+          if (!seen.insert({v.value, v.virtual_stages}).second) e.fail("duplicate value " + value_name(a, v));
           values.push_back(v);
         }
         if (a == Axis::DP) dp_listed = true;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/error.hpp"
+#include "sim/json_reader.hpp"
 
 namespace strata::backend {
 
@@ -74,13 +75,11 @@ void MarkovCorpus::sample(std::span<std::int32_t> tokens, std::span<std::int32_t
 }
 
 ByteCorpus ByteCorpus::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open the training data file");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(path, "", "cannot read the training data file");
-  if (bytes.size() < 2) throw InputError(path, "", "training data needs at least 2 bytes");
-  return ByteCorpus(std::move(bytes));
+  // A regular file of at most kMaxBytes: a FIFO would hang, /dev/zero or a
+  // huge sparse file would fill memory (read_input_file refuses them).
+  const std::string text = read_input_file(path, kMaxBytes);
+  if (text.size() < 2) throw InputError(path, "", "training data needs at least 2 bytes");
+  return ByteCorpus(std::vector<std::uint8_t>(text.begin(), text.end()));
 }
 
 ByteCorpus::ByteCorpus(std::vector<std::uint8_t> bytes) : bytes_(std::move(bytes)) {

@@ -50,6 +50,8 @@ class MarkovCorpus {
 class ByteCorpus {
  public:
   static constexpr std::int64_t kVocab = 256;
+  // The largest --data file read (1 GiB): the whole corpus is held in memory.
+  static constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 30;
   // Reads the whole file; throws InputError (with the path) when it cannot
   // be read or holds fewer than 2 bytes.
   static ByteCorpus from_file(const std::string& path);

@@ -182,5 +182,36 @@ def measured_calibration(strata):
         shutil.rmtree(tmp)
 
 
+def input_bounds(strata):
+    # Paths the system cannot follow and --data files that are not a corpus
+    # are bad input: exit 2, one message naming the file, nothing on stdout.
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-bounds-")
+    try:
+        # The bundled tiny scenario with a byte-level vocabulary (--data needs 256).
+        scenario = os.path.join(tmp, "bytes.json")
+        with open(sys.argv[3]) as f, open(scenario, "w") as out:
+            out.write(f.read().replace('"vocab": 16', '"vocab": 256'))
+        loop = os.path.join(tmp, "loop.json")
+        os.symlink(loop, loop)
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        short = os.path.join(tmp, "short.txt")
+        with open(short, "w") as f:
+            f.write("abc")
+        cases = [
+            (["simulate", loop], loop),
+            (["run", scenario, "--backend", "cpu", "--steps", "1", "--data", fifo], "not a regular file"),
+            (["run", scenario, "--backend", "cpu", "--steps", "1", "--data", tmp], "is a directory"),
+            (["run", scenario, "--backend", "cpu", "--steps", "1", "--data", short], "shorter than one training window"),
+        ]
+        for args, expect in cases:
+            p = subprocess.run([strata, *args], capture_output=True, text=True, timeout=60)
+            check(p.returncode == 2, f"{' '.join(args)}: exit {p.returncode}, expected 2: {p.stderr}")
+            check(expect in p.stderr, f"{' '.join(args)}: {p.stderr!r} does not say {expect!r}")
+            check(p.stdout == "", f"{' '.join(args)}: printed {p.stdout!r}")
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
