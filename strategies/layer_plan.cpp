@@ -1,6 +1,7 @@
 #include "strategies/layer_plan.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <queue>
 #include <tuple>
@@ -197,6 +198,20 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
   LayerPlan out{Keeps(layers, Keep::All), Swaps(layers, swap_all ? Swap::Saved : Swap::None)};
   if (r.full <= 0) return out;
   const std::int64_t most = *std::max_element(model.chunks().begin(), model.chunks().end());
+  // The table is (n + 1)² bytes counts for the n layers of the largest
+  // chunk: refused before it is allocated where it would pass 1 GiB (about
+  // 11,600 layers in one chunk; the deepest models have a few hundred).
+  constexpr double kMaxTableBytes = static_cast<double>(kGiB);
+  const double table_bytes = static_cast<double>(most + 1) * static_cast<double>(most + 1) * sizeof(Bytes);
+  if (table_bytes > kMaxTableBytes) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "the optimal search over the %lld layers of one pipeline chunk needs a %.1f GiB table "
+                  "(Strata allows 1 GiB, about 11,600 layers): use more pipeline stages or a fixed "
+                  "policy (every_k, selective, full)",
+                  static_cast<long long>(most), table_bytes / static_cast<double>(kGiB));
+    throw InputError(model.scenario().file, joint ? "plan.offload.planner" : "plan.recompute", buf);
+  }
   const SegmentTable table(r.full, r.input, most);
   // Selective recompute saves nothing when the attention kernel keeps no
   // scores (flash attention): then it is not a choice.
