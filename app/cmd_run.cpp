@@ -61,6 +61,12 @@ std::string run(const RunArgs& a) {
 #endif
   } else {
     require_cpu_executor(sc, a.scenario);
+    // Ctrl-C or SIGTERM ends the run after the step in flight (the first
+    // step when it comes earlier), with what was measured printed (the CPU
+    // backend's ranks are this process's threads; a CUDA run's ranks would
+    // have to agree on the step).
+    const StopOnSignal stop;
+    options.stop = stop.flag();
     // The prediction printed beside the measurement uses this machine's
     // calibration, as validate does; a build that cannot measure one
     // (no Google Benchmark) predicts with the bundled estimates instead.
@@ -73,6 +79,13 @@ std::string run(const RunArgs& a) {
     }
     backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
     rep = backend::cpu::train(sc, options, progress);
+    if (rep.stopped) {
+      if (tty) std::fputc('\n', stderr);
+      std::string out = a.format == report::Format::Json ? backend::cpu::render_train_json(rep)
+                                                         : backend::cpu::render_train_table(rep);
+      if (!a.trace.empty()) report::write_file_atomically(a.trace, rep.trace);
+      throw Interrupted{std::move(out), stop.signal()};
+    }
   }
   // A multi-GPU run prints one report, rank 0's (every rank holds all measurements).
   if (cuda_rank != 0) return "";

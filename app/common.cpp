@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <utility>
+
+#include <signal.h>
 
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
@@ -22,6 +25,41 @@
 #endif
 
 namespace strata::app {
+
+namespace {
+// The process's one stop request (a signal handler can reach nothing else).
+std::atomic<bool> g_stop{false};
+volatile std::sig_atomic_t g_signal = 0;
+struct sigaction g_old_int, g_old_term;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop.load()) {  // the second one: end now
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_signal = sig;
+  g_stop.store(true);
+}
+}  // namespace
+
+StopOnSignal::StopOnSignal() {
+  g_stop.store(false);
+  g_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+StopOnSignal::~StopOnSignal() {
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+const std::atomic<bool>* StopOnSignal::flag() const { return &g_stop; }
+int StopOnSignal::signal() const { return static_cast<int>(g_signal); }
 
 void print_error(const std::string& message) {
   std::cerr << "strata: error: " << report::printable(message) << "\n";

@@ -6,6 +6,7 @@
 // (DESIGN.md, "Errors").
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -43,6 +44,29 @@ inline constexpr int kExitInput = 2;
 class CommandFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A command a signal stopped early: what it measured so far (`output`, printed
+// as a finished command's is) and the signal; main exits with 128 + signal
+// (130 for SIGINT, 143 for SIGTERM).
+struct Interrupted {
+  std::string output;
+  int signal = 0;
+};
+
+// While alive, SIGINT and SIGTERM set `flag()` instead of ending the
+// process, so a long command can stop at a step boundary and report what it
+// measured; a second signal ends the process at once. The previous handlers
+// come back when it is destroyed. One at a time (the flag a handler sets is
+// necessarily the process's).
+class StopOnSignal {
+ public:
+  StopOnSignal();
+  ~StopOnSignal();
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  const std::atomic<bool>* flag() const;
+  int signal() const;  // 0 until one arrived
 };
 
 // "strata: error: MESSAGE" on stderr, control characters escaped (messages

@@ -54,6 +54,12 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     print_error(e.what());
     return kExitInput;
+  } catch (const Interrupted& e) {
+    // What the command measured before the signal, then 128 + the signal.
+    std::fwrite(e.output.data(), 1, e.output.size(), stdout);
+    std::fflush(stdout);
+    std::cerr << "strata: stopped by signal " << e.signal << "\n";
+    return 128 + e.signal;
   } catch (const CommandFailure& e) {
     std::cerr << "strata: error: " << e.what() << "\n";
     return 1;

@@ -112,6 +112,7 @@ TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainO
   r.tasks_per_step = static_cast<std::int64_t>(ex.lowered().graph.num_tasks());
   r.predicted_step_s = to_seconds(strategies::predict_step(sc).step_time);
   r.memory.resize(static_cast<std::size_t>(r.ranks));
+  r.steps_asked = opts.steps;
 
   const auto n = static_cast<std::size_t>(sc.batch.global * sc.model.seq_len);
   std::vector<std::int32_t> tokens(n), targets(n);
@@ -136,7 +137,12 @@ TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainO
       take_peaks(into.host, m.host);
     }
     if (on_step) on_step(r.steps.back());
-    if (opts.trace && s == opts.steps) r.trace = sim::chrome_trace(ex.lowered().graph, ex.measured(res));
+    const bool stop = s < opts.steps && opts.stop && opts.stop->load();
+    if (opts.trace && (s == opts.steps || stop)) r.trace = sim::chrome_trace(ex.lowered().graph, ex.measured(res));
+    if (stop) {
+      r.stopped = true;
+      break;
+    }
   }
   return r;
 }
@@ -155,6 +161,10 @@ std::string render_train_table(const TrainReport& r) {
   out += "data: " + r.data;
   if (r.best_loss) {
     std::snprintf(buf, sizeof buf, "; best achievable loss (entropy rate) %.4f nats/token", *r.best_loss);
+    out += buf;
+  }
+  if (r.stopped) {
+    std::snprintf(buf, sizeof buf, "\nstopped by a signal after %zu of %d steps", r.steps.size(), r.steps_asked);
     out += buf;
   }
   out += "\n\nstep  loss     step_time_ms\n";
@@ -196,6 +206,8 @@ std::string render_train_json(const TrainReport& r) {
   j["seq_len"] = r.seq_len;
   j["tasks_per_step"] = r.tasks_per_step;
   j["predicted_step_time_s"] = r.predicted_step_s;
+  j["steps_asked"] = r.steps_asked;
+  j["stopped"] = r.stopped;  // by a signal, after the steps below
   auto& steps = j["steps"] = nlohmann::ordered_json::array();
   for (const auto& s : r.steps) steps.push_back({{"step", s.step}, {"loss", s.loss}, {"step_time_s", s.seconds}});
   j["median_step_time_s"] = median_step(r);

@@ -3,6 +3,7 @@
 // scenario's plan on an executor (any StepExecutor), over a byte-level text file or the synthetic
 // Markov corpus (whose entropy rate is the best loss any model can reach),
 // with the loss, wall time and peak memory of every step.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -23,6 +24,9 @@ struct TrainOptions {
   float weight_decay = 0.0f;
   double markov_sharpness = 2.0;
   bool trace = false;          // keep the last step's measured Chrome trace
+  // When set (a signal handler sets it), training ends after the step in
+  // flight: the report holds the steps measured so far (TrainReport::stopped).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct TrainStep {
@@ -47,6 +51,8 @@ struct TrainReport {
   std::int64_t dp = 1, tp = 1, pp = 1;
   std::int64_t global_batch = 0, seq_len = 0;
   std::vector<TrainStep> steps;
+  int steps_asked = 0;
+  bool stopped = false;  // ended early by TrainOptions::stop
   std::vector<TrainRankMemory> memory;  // by rank
   double predicted_step_s = 0;  // the simulator's replay of the same task graph
   std::int64_t tasks_per_step = 0;

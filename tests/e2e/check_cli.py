@@ -213,5 +213,31 @@ def input_bounds(strata):
         shutil.rmtree(tmp)
 
 
+def run_interrupted(strata):
+    # SIGINT or SIGTERM during `strata run` ends it after the step in flight:
+    # exit 128 + the signal, and the steps measured so far printed in full
+    # (the JSON says it stopped, and after how many of the asked steps).
+    import signal
+    import time
+    scenario = sys.argv[3]
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-sig-")
+    try:
+        env = dict(os.environ, XDG_CACHE_HOME=tmp)  # no measuring: the bundled estimates
+        for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            p = subprocess.Popen([strata, "run", scenario, "--backend", "cpu", "--steps", "1000000",
+                                  "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env)
+            time.sleep(4)
+            p.send_signal(sig)
+            out, err = p.communicate(timeout=120)
+            check(p.returncode == code, f"signal {sig}: exit {p.returncode}, expected {code}: {err}")
+            j = json.loads(out)
+            check(j["stopped"] is True, "the report says it stopped")
+            check(1 <= len(j["steps"]) < j["steps_asked"] == 1000000, f"{len(j['steps'])} steps")
+            check("stopped by signal" in err, err)
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
