@@ -788,6 +788,11 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   for (const char* name : {"summary.json", "refined.jsonl", "scenario.json"})
     require_regular_or_missing((fs::path(o.out_dir) / name).string());
 
+  // What a killed run left half-written (its temporaries) goes, once every check
+  // passed; the lock
+  // says no other strata is writing here.
+  remove_stale_temporaries(o.out_dir, {"summary.json", "refined.jsonl", "scenario.json", "manifest.json",
+                                       "results.csv", "report.md", "report.html"});
   write_file_atomically(manifest, manifest_text(sc, o.shard_count, {o.shard_index}));
   if (scenario_text) {
     const std::string copy = scenario_copy_path(o.out_dir);

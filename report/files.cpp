@@ -92,6 +92,26 @@ void require_regular_or_missing(const std::string& path) {
   if (!S_ISREG(st.st_mode)) not_regular(path, st.st_mode);
 }
 
+int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names) {
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string f = entry.path().filename().string();
+    for (const auto& name : names) {
+      // "." + name + "." + 16 hex digits + ".tmp"
+      const std::size_t want = 1 + name.size() + 1 + 16 + 4;
+      if (f.size() != want || f[0] != '.' || f.compare(1, name.size(), name) != 0 || f[1 + name.size()] != '.' ||
+          f.compare(want - 4, 4, ".tmp") != 0)
+        continue;
+      const std::string hex = f.substr(name.size() + 2, 16);
+      if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+      if (!entry.is_regular_file(ec) || entry.is_symlink(ec)) continue;
+      if (fs::remove(entry.path(), ec)) ++removed;
+    }
+  }
+  return removed;
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   require_regular_or_missing(path_);
   const std::string dir = dir_of(path_);

@@ -5,6 +5,7 @@
 // another process could have planted.
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace strata::report {
@@ -64,6 +65,12 @@ class AppendFile {
   std::string path_;
   int fd_ = -1;
 };
+
+// Removes the temporaries an AtomicFile of DIR/NAME leaves when its process
+// is killed (".NAME.<16 hex digits>.tmp", regular files only), for each
+// name; call it holding the directory's DirLock, so no live writer owns
+// them. Returns how many it removed.
+int remove_stale_temporaries(const std::string& dir, const std::vector<std::string>& names);
 
 // An exclusive lock on an output directory, held while the object lives
 // (flock on DIR/strata.lock, so it is released when the process ends,

@@ -45,6 +45,20 @@ std::string listing(const fs::path& dir) {
   return out;
 }
 
+TEST_CASE("remove_stale_temporaries: only a killed writer's temporaries of the named files go") {
+  // A killed AtomicFile of DIR/summary.json leaves ".summary.json.<16 hex>.tmp";
+  // other files, other names, a malformed suffix and a link stay.
+  TempDir t("stale");
+  for (const char* f : {".summary.json.0123456789abcdef.tmp", "summary.json", ".summary.json.0123.tmp",
+                        ".other.json.0123456789abcdef.tmp", ".summary.json.0123456789ABCDEF.tmp"})
+    std::ofstream(t / f) << "x";
+  fs::create_directory_symlink(t.path, t / ".report.md.0123456789abcdef.tmp");
+  CHECK(remove_stale_temporaries(t.path.string(), {"summary.json", "report.md"}) == 1);
+  CHECK(listing(t.path) ==
+        ".other.json.0123456789abcdef.tmp .report.md.0123456789abcdef.tmp .summary.json.0123.tmp "
+        ".summary.json.0123456789ABCDEF.tmp summary.json ");
+}
+
 TEST_CASE("write_file_atomically: a regular file is replaced whole, no temporary is left") {
   TempDir t("plain");
   write_file_atomically(t / "out.json", "first");
