@@ -54,22 +54,20 @@ std::string case_text(StackSetting::By by, std::int64_t when) {
 }  // namespace
 
 std::string setting_text(const StackSetting& st) {
-  if (st.by == StackSetting::By::Always) return st.otherwise ? value_text(st.key, *st.otherwise) : "";
+  if (st.by == StackSetting::By::Always) return value_text(st.key, st.otherwise);
   std::string out;
   for (const auto& [when, v] : st.cases) out += case_text(st.by, when) + ": " + value_text(st.key, v) + "; ";
-  return out + "otherwise " + (st.otherwise ? value_text(st.key, *st.otherwise) : "unchanged");
+  return out + "otherwise " + value_text(st.key, st.otherwise);
 }
 
 void apply_stack(const Stack& stack, Plan& plan, ImplKeys fixed) {
   for (const StackSetting& st : stack.settings) {
     if (fixed.has(st.key)) continue;
-    std::optional<std::int64_t> v = st.otherwise;
-    if (st.by != StackSetting::By::Always) {
-      const std::int64_t mine = plan_value(plan, st.by);
-      for (const auto& [when, value] : st.cases)
-        if (when == mine) v = value;
-    }
-    if (v) set(plan.implementation, st.key, *v);
+    std::int64_t v = st.otherwise;
+    const std::int64_t mine = plan_value(plan, st.by);
+    for (const auto& [when, value] : st.cases)
+      if (when == mine) v = value;
+    set(plan.implementation, st.key, v);
   }
 }
 

@@ -14,7 +14,6 @@
 // resolved per plan: apply_stack.
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,7 +90,7 @@ struct StackSetting {
   // (the plan's value of `by` as its enum's number or ZeRO stage, the
   // setting's value as its enum's number or 0/1)
   std::vector<std::pair<std::int64_t, std::int64_t>> cases;
-  std::optional<std::int64_t> otherwise;  // Always: the value; else the plans no case names
+  std::int64_t otherwise = 0;  // Always: the value; else the plans no case names
   std::string source;                     // where the framework sets it
 };
 
