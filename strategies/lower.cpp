@@ -114,15 +114,7 @@ class StepBuilder : StepLayout {
               StepProgram recycled = {})
       : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
         statics_(estimate_memory(sc, {}, layers_)), out_(std::move(recycled)) {
-    out_.exact = true;
-    out_.stages = 0;
-    for (auto* v : {&out_.gpu_capacity, &out_.host_capacity}) v->clear();
-    out_.tasks.clear();
-    out_.info.clear();
-    out_.buffers.clear();
-    out_.mem.clear();
-    out_.deps.clear();
-    out_.parts.clear();
+    out_.clear();
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     fwd_first_.assign(slots, kNone);
     bwd_first_.assign(slots, kNone);

@@ -111,6 +111,22 @@ struct StepProgram {
   std::vector<Bytes> gpu_capacity, host_capacity;          // per stage
   LayerPlan layers;  // what each layer keeps for its backward, and where
 
+  // Empty, as a new program, with the vectors' capacity kept (a builder
+  // reusing a ProgramWorkspace's program sets the granularity itself).
+  void clear() {
+    exact = true;
+    stages = 0;
+    tasks.clear();
+    info.clear();
+    buffers.clear();
+    mem.clear();
+    deps.clear();
+    parts.clear();
+    gpu_capacity.clear();
+    host_capacity.clear();
+    layers = {};
+  }
+
   std::span<const std::int32_t> allocs(const ProgramTask& t) const { return {mem.data() + t.mem, t.allocs}; }
   std::span<const std::int32_t> frees(const ProgramTask& t) const {
     return {mem.data() + t.mem + t.allocs, t.frees};
