@@ -114,7 +114,7 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& source)
   }
 }
 
-std::string read_input_file(const std::string& path, std::uint64_t max_bytes) {
+std::uint64_t require_input_file(const std::string& path, std::uint64_t max_bytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::status(path, ec);
@@ -122,9 +122,15 @@ std::string read_input_file(const std::string& path, std::uint64_t max_bytes) {
   if (fs::is_directory(st)) throw InputError(path, "", "is a directory, not a file");
   if (!fs::is_regular_file(st)) throw InputError(path, "", "is not a regular file (a FIFO, socket or device)");
   const auto size = fs::file_size(path, ec);
-  if (!ec && size > max_bytes)
+  if (ec) throw InputError(path, "", "cannot read its size: " + ec.message());
+  if (size > max_bytes)
     throw InputError(path, "", "is " + std::to_string(size) + " bytes; Strata reads at most " +
                                    std::to_string(max_bytes));
+  return size;
+}
+
+std::string read_input_file(const std::string& path, std::uint64_t max_bytes) {
+  require_input_file(path, max_bytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open file");
   std::ostringstream ss;

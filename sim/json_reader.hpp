@@ -25,6 +25,9 @@ inline constexpr std::uint64_t kMaxJsonFileBytes = std::uint64_t{64} << 20;
 // missing file, a directory, a FIFO or device (/dev/zero would never end) and
 // a file over the limit.
 std::string read_input_file(const std::string& path, std::uint64_t max_bytes);
+// The same checks without reading: the size of a regular file of at most
+// `max_bytes` (for a file read later, checked before the work it feeds).
+std::uint64_t require_input_file(const std::string& path, std::uint64_t max_bytes);
 
 // Reads a JSON file (read_input_file, at most kMaxJsonFileBytes); `//` and
 // `/* */` comments are accepted. Throws InputError naming the file and the

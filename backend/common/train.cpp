@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "backend/common/corpus.hpp"
 #include "backend/common/out_of_memory.hpp"
 #include "backend/common/rng.hpp"
 #include "sim/error.hpp"
+#include "sim/json_reader.hpp"
 #include "sim/trace.hpp"
 #include "strategies/step_costs.hpp"
 
@@ -42,31 +42,6 @@ std::string mib(Bytes b) {
   return buf;
 }
 
-void require_window(const std::string& path, std::uint64_t bytes, std::int64_t window) {
-  if (bytes < static_cast<std::uint64_t>(window))
-    throw InputError(path, "",
-                     "training data of " + std::to_string(bytes) +
-                         " bytes is shorter than one training window (seq_len + 1 = " + std::to_string(window) +
-                         " bytes)");
-}
-
-// Before anything is built: a regular file (a FIFO would hang, a device
-// never end), at most ByteCorpus::kMaxBytes, at least one window.
-void require_corpus_file(const std::string& path, std::int64_t window) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) throw InputError(path, "", "cannot open the training data file");
-  if (fs::is_directory(st)) throw InputError(path, "", "is a directory, not a training data file");
-  if (!fs::is_regular_file(st)) throw InputError(path, "", "is not a regular file (a FIFO, socket or device)");
-  const auto size = fs::file_size(path, ec);
-  if (ec) throw InputError(path, "", "cannot read the training data file's size: " + ec.message());
-  if (size > ByteCorpus::kMaxBytes)
-    throw InputError(path, "", "is " + std::to_string(size) + " bytes; --data reads at most " +
-                                   std::to_string(ByteCorpus::kMaxBytes));
-  require_window(path, size, window);
-}
-
 }  // namespace
 
 void check_train_options(const strategies::Scenario& sc, const TrainOptions& opts) {
@@ -76,7 +51,15 @@ void check_train_options(const strategies::Scenario& sc, const TrainOptions& opt
     throw InputError(sc.file, "model.vocab",
                      "--data reads byte-level tokens: the model's vocabulary must be 256 (is " +
                          std::to_string(sc.model.vocab) + ")");
-  if (!opts.data.empty()) require_corpus_file(opts.data, sc.model.seq_len + 1);
+  // Before anything is built: a regular file (a FIFO would hang, a device
+  // never end) of at most ByteCorpus::kMaxBytes, holding one window.
+  if (opts.data.empty()) return;
+  const std::uint64_t bytes = require_input_file(opts.data, ByteCorpus::kMaxBytes);
+  if (bytes < static_cast<std::uint64_t>(sc.model.seq_len + 1))
+    throw InputError(opts.data, "",
+                     "training data of " + std::to_string(bytes) +
+                         " bytes is shorter than one training window (seq_len + 1 = " +
+                         std::to_string(sc.model.seq_len + 1) + " bytes)");
 }
 
 TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainOptions& opts,
@@ -104,7 +87,6 @@ TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainO
     r.data = buf;
   } else {
     bytes.emplace(ByteCorpus::from_file(opts.data));
-    require_window(opts.data, static_cast<std::uint64_t>(bytes->size()), sc.model.seq_len + 1);
     r.data = opts.data + " (bytes)";
   }
 
