@@ -80,6 +80,16 @@ ExploreRunOptions options(const std::string& dir, int jobs) {
   return o;
 }
 
+// `sc` explored as shards 0/2 and 1/2 into t/s0 and t/s1.
+void explore_shards(const strategies::Scenario& sc, const TempDir& t) {
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    auto o = options(t / ("s" + std::to_string(i)), 1);
+    o.shard_index = i;
+    o.shard_count = 2;
+    run_explore(sc, o);
+  }
+}
+
 TEST_CASE("explore output: results.jsonl and summary.json") {
   TempDir t("out");
   const auto rep = run_explore(scenario(), options(t / "a", 2));
@@ -224,12 +234,7 @@ TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
   TempDir t("shard");
   const auto sc = scenario_file(t / "small.json");
   run_explore(sc, options(t / "all", 2));
-  for (std::uint64_t i = 0; i < 2; ++i) {
-    auto o = options(t / ("s" + std::to_string(i)), 1);
-    o.shard_index = i;
-    o.shard_count = 2;
-    run_explore(sc, o);
-  }
+  explore_shards(sc, t);
   const std::string merged = merge_explore({t / "s1", t / "s0"}, t / "merged");
   CHECK(merged == read(t / "merged/summary.json"));
   auto a = nlohmann::ordered_json::parse(read(t / "all/summary.json"));
@@ -283,12 +288,7 @@ TEST_CASE("merge: a shard without its results, torn or cut short is refused") {
   // front and top of a part of the space as the whole.
   TempDir t("merge-incomplete");
   const auto sc = scenario_file(t / "small.json");
-  for (std::uint64_t i = 0; i < 2; ++i) {
-    auto o = options(t / ("s" + std::to_string(i)), 1);
-    o.shard_index = i;
-    o.shard_count = 2;
-    run_explore(sc, o);
-  }
+  explore_shards(sc, t);
   const std::string whole = read(t / "s1/results.jsonl");
   fs::remove(t / "s1/results.jsonl");
   CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
@@ -310,12 +310,7 @@ TEST_CASE("merge: a forged record is refused by its id, its space or its shard")
   // with a made-up step time would otherwise top the merged ranking.
   TempDir t("merge-forged");
   const auto sc = scenario_file(t / "small.json");
-  for (std::uint64_t i = 0; i < 2; ++i) {
-    auto o = options(t / ("s" + std::to_string(i)), 1);
-    o.shard_index = i;
-    o.shard_count = 2;
-    run_explore(sc, o);
-  }
+  explore_shards(sc, t);
   const std::string s0 = read(t / "s0/results.jsonl");
   const std::string s1 = read(t / "s1/results.jsonl");
   const std::string first = s1.substr(0, s1.find('\n'));
