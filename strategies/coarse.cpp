@@ -1,6 +1,7 @@
 #include "strategies/coarse.hpp"
 
 #include "strategies/memory_lowering.hpp"
+#include "strategies/steady_state.hpp"
 #include "strategies/step_program.hpp"
 
 namespace strata::strategies {
@@ -9,6 +10,8 @@ namespace {
 ChunkPrediction replayed(const Scenario& sc, const StepCosts& costs, Granularity g, const ReplayOptions& o) {
   ProgramWorkspace own;
   ProgramWorkspace& w = o.workspace ? *o.workspace : own;
+  if (o.steady_state)
+    if (auto steady = predict_steady(sc, costs, g, o, w)) return std::move(*steady);
   build_step_program(sc, costs, g, o.layers, o.schedule, w);
   const StepProgram& p = w.program;
   require_countable_step(sc, serial_ns(p), p.tasks.size());

@@ -28,6 +28,10 @@ struct ReplayOptions {
   // what the explorer records.
   bool every_stage = true;
   ProgramWorkspace* workspace = nullptr;  // storage reused from plan to plan
+  // Long steps from two short programs where the pipeline's steady state
+  // provably repeats (steady_state.hpp); the same figures as the whole
+  // program's replay. False: always the whole program.
+  bool steady_state = true;
 };
 
 // Step time, its per-stage breakdown and the memory timeline's peaks at chunk

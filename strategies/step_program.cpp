@@ -297,20 +297,23 @@ int time_category(const ProgramTask& t) {
   return on_compute ? static_cast<int>(TimeCat::Compute) : comm_cat(CommKind::DP);
 }
 
+std::pair<std::size_t, std::size_t> stage_tasks(const StepProgram& p, int stage) {
+  const auto by_stage = [](const ProgramTask& t, int s) { return t.stage < s; };
+  const auto lo = std::lower_bound(p.tasks.begin(), p.tasks.end(), stage, by_stage);
+  const auto hi = std::lower_bound(lo, p.tasks.end(), stage + 1, by_stage);
+  return {static_cast<std::size_t>(lo - p.tasks.begin()), static_cast<std::size_t>(hi - p.tasks.begin())};
+}
+
 TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) {
   struct Iv {
     Time a, b;
     int cat;
   };
   std::vector<Iv> busy, side;
-  // A stage's tasks are contiguous in the program.
-  const auto by_stage = [](const ProgramTask& t, int s) { return t.stage < s; };
-  const auto lo = std::lower_bound(p.tasks.begin(), p.tasks.end(), stage, by_stage);
-  const auto hi = std::lower_bound(lo, p.tasks.end(), stage + 1, by_stage);
-  busy.reserve(static_cast<std::size_t>(hi - lo));
-  for (auto it = lo; it != hi; ++it) {
-    const auto i = static_cast<std::size_t>(it - p.tasks.begin());
-    const ProgramTask& t = *it;
+  const auto [lo, hi] = stage_tasks(p, stage);
+  busy.reserve(hi - lo);
+  for (std::size_t i = lo; i < hi; ++i) {
+    const ProgramTask& t = p.tasks[i];
     const auto& tm = run.tasks[i];
     if (tm.end <= tm.start) continue;
     if (t.lane != sim::Lane::Compute) {
@@ -384,13 +387,11 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
   return out;
 }
 
-namespace {
-// A stage's compute and recompute time: what attribute gives them, the
-// compute lane's tasks of those categories (one lane runs one at a time).
-Time compute_time(const StepProgram& p, std::size_t lo, std::size_t hi) {
+Time stage_compute_time(const StepProgram& p, int stage) {
   const auto counts = [](int cat) {
     return cat == static_cast<int>(TimeCat::Compute) || cat == static_cast<int>(TimeCat::Recompute);
   };
+  const auto [lo, hi] = stage_tasks(p, stage);
   Time sum = 0;
   for (std::size_t i = lo; i < hi; ++i) {
     const ProgramTask& t = p.tasks[i];
@@ -404,25 +405,20 @@ Time compute_time(const StepProgram& p, std::size_t lo, std::size_t hi) {
   }
   return sum;
 }
-}  // namespace
 
 StepPrediction prediction(const Scenario& sc, const StepProgram& p, const ProgramRun& run, bool every_stage) {
   StepPrediction pr;
   pr.step_time = run.makespan;
   pr.tasks = p.tasks.size();
   Time most = -1;
-  std::size_t lo = 0;
   for (int s = 0; s < p.stages; ++s) {
-    std::size_t hi = lo;
-    while (hi < p.tasks.size() && p.tasks[hi].stage == s) ++hi;
     if (every_stage) pr.per_stage.push_back(attribute(p, run, s));
     const Time c = every_stage ? pr.per_stage.back().compute + pr.per_stage.back().recompute
-                               : compute_time(p, lo, hi);
+                               : stage_compute_time(p, s);
     if (c > most) {
       most = c;
       pr.critical_stage = s;
     }
-    lo = hi;
   }
   pr.breakdown = every_stage ? pr.per_stage[static_cast<std::size_t>(pr.critical_stage)]
                              : attribute(p, run, pr.critical_stage);

@@ -29,6 +29,7 @@
 // program's task graph to the nanosecond and to the byte (tested).
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -188,6 +189,9 @@ struct ProgramWorkspace {
   std::vector<std::int32_t> npred, first, succ, last, lane_prev, ready, fill;
   std::vector<std::size_t> at, at_fill;
   std::vector<MemEvent> events;
+  // A second program and run, for callers that replay two at once
+  // (steady_state.hpp); made on first use.
+  std::unique_ptr<ProgramWorkspace> second;
 };
 // replay(p) into w.run, with w's arrays.
 void replay(const StepProgram& p, ProgramWorkspace& w);
@@ -198,6 +202,11 @@ ProgramRun from_engine(const StepProgram& p, const sim::RunResult& run);
 // the compute lane runs, else to the exposed communication or copy it waits
 // for, else to the pipeline bubble.
 TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage);
+// The tasks [first, last) of stage s (a stage's tasks are contiguous).
+std::pair<std::size_t, std::size_t> stage_tasks(const StepProgram& p, int stage);
+// Stage s's compute and recompute time: what attribute gives them, the sum
+// of those tasks on its compute lane (one lane runs one task at a time).
+Time stage_compute_time(const StepProgram& p, int stage);
 
 // The step's prediction from a replayed program: step time, critical stage
 // and its breakdown, FLOPs; with `every_stage` each stage's breakdown too

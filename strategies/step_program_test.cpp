@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "strategies/coarse.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/step_costs.hpp"
+#include "strategies/steady_state.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -159,6 +161,79 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
   CHECK(n.zero3 >= 100);
   CHECK(n.merged >= 300);
   CHECK(n.folded_err.size() >= 300);
+}
+
+// The steady state's extrapolation against the whole program's replay, at
+// one granularity: equal to the nanosecond and to the byte where it is used.
+struct SteadyCounts {
+  int plans = 0, used = 0, interleaved = 0, folded = 0, layer = 0;
+  std::map<std::string, int> declined;
+};
+bool compare_steady(const Scenario& sc, SteadyCounts& n) {
+  const ModelStepCosts costs(sc);
+  ++n.plans;
+  for (Granularity g : {Granularity::Chunk, Granularity::Layer}) {
+    // The layer level only on every fourth plan: its programs are large.
+    if (g == Granularity::Layer && n.plans % 4 != 0) continue;
+    ProgramWorkspace w;
+    SteadyStats stats;
+    const auto steady = predict_steady(sc, costs, g, {}, w, &stats);
+    if (!steady) {
+      ++n.declined[stats.declined];
+      continue;
+    }
+    REQUIRE(stats.used);
+    const ChunkPrediction whole =
+        g == Granularity::Chunk ? predict_chunks(sc, costs, {.steady_state = false})
+                                : predict_replayed(sc, costs, {.steady_state = false});
+    const StepPrediction& x = steady->step;
+    const StepPrediction& y = whole.step;
+    CHECK(x.step_time == y.step_time);
+    CHECK(x.tasks == y.tasks);
+    CHECK(x.critical_stage == y.critical_stage);
+    REQUIRE(x.per_stage.size() == y.per_stage.size());
+    for (std::size_t s = 0; s < x.per_stage.size(); ++s) {
+      CHECK(x.per_stage[s].compute == y.per_stage[s].compute);
+      CHECK(x.per_stage[s].recompute == y.per_stage[s].recompute);
+      CHECK(x.per_stage[s].exposed_comm == y.per_stage[s].exposed_comm);
+      CHECK(x.per_stage[s].bubble == y.per_stage[s].bubble);
+      CHECK(x.per_stage[s].offload_stall == y.per_stage[s].offload_stall);
+      CHECK(x.per_stage[s].optimizer == y.per_stage[s].optimizer);
+    }
+    CHECK(x.hardware_flops_per_step == y.hardware_flops_per_step);
+    CHECK(steady->memory.peak_bytes == whole.memory.peak_bytes);
+    CHECK(steady->memory.breakdown == whole.memory.breakdown);
+    CHECK(steady->memory.host_bytes_per_node == whole.memory.host_bytes_per_node);
+    CHECK(steady->exact == whole.exact);
+    ++n.used;
+    n.layer += g == Granularity::Layer;
+    n.interleaved += sc.plan.schedule == Schedule::Interleaved;
+    n.folded += !whole.exact;
+  }
+  return true;
+}
+
+TEST_CASE("step program: the steady state extrapolated equals the whole program replayed") {
+  // Where two short programs (m₁ and m₁ + c microbatches) show the
+  // pipeline's blocks repeating on every stage, a step of m microbatches is
+  // the short one with (m − m₁)/c blocks more: step time, tasks, every
+  // stage's breakdown and the memory peaks equal the whole program's replay
+  // exactly, at both granularities, on plans sampled from two auto spaces
+  // with many microbatches (1F1B, interleaved, ZeRO-3 and offload among
+  // them). Where it declines, the caller replays the whole program.
+  SteadyCounts n;
+  const Scenario small = auto_space("gpt3-1.3b", "{\"preset\": \"dgx-a100-80g\", \"nodes\": 1}", 512);
+  const Scenario llama = auto_space("llama3-70b", "{\"preset\": \"dgx-h100\", \"nodes\": 8}", 2048);
+  auto cmp = [&](const Scenario& sc) { return compare_steady(sc, n); };
+  for_plans(small, 7, 1, 200, cmp);
+  for_plans(llama, 389, 3, 120, cmp);
+  MESSAGE("plans: " << n.plans << "; extrapolated: " << n.used << " (" << n.layer << " at layer granularity, "
+                    << n.interleaved << " interleaved, " << n.folded << " with folded passes)");
+  for (const auto& [why, count] : n.declined) MESSAGE("declined (" << why << "): " << count);
+  CHECK(n.used >= 80);
+  CHECK(n.layer >= 15);
+  CHECK(n.interleaved >= 15);
+  CHECK(n.folded >= 15);
 }
 
 TEST_CASE("step program: task ids and buffer ids are rendered from the records") {
