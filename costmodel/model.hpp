@@ -14,13 +14,53 @@
 
 namespace strata::cost {
 
-enum class MlpKind { Gelu, Swiglu };
+// The MLP: GeLU (two matrices), or a gated unit of three matrices whose gate
+// goes through SiLU (SwiGLU: Llama, Mistral, Qwen) or GeLU (GeGLU: Gemma).
+enum class MlpKind { Gelu, Swiglu, Geglu };
 enum class NormKind { LayerNorm, RmsNorm };
 enum class PositionEmbedding { Learned, Rope, Alibi, None };
+// Where a block's norms sit: before attention and MLP (pre: GPT-2, Llama),
+// after them, on their outputs before the residual add (post: OLMo 2), or
+// both (sandwich: Gemma 2 and 3, four norms a block).
+enum class NormPlacement { Pre, Post, Sandwich };
+// Attention and MLP one after the other (sequential), or both reading the
+// block's input and added to it together: with one shared norm (parallel:
+// GPT-J, Falcon-7B) or one norm each (parallel_2norm: GPT-NeoX/Pythia,
+// Falcon-40B and later).
+enum class BlockKind { Sequential, Parallel, Parallel2Norm };
+// Norms on queries and keys before attention: none, one of head_dim
+// features shared by all heads (head: Qwen3, Gemma 3), or one over all
+// heads' features (full: OLMo 2).
+enum class QkNorm { None, Head, Full };
 
 struct MoeSpec {
-  std::int64_t experts = 1;
-  std::int64_t top_k = 1;
+  std::int64_t experts = 1;  // routed experts
+  std::int64_t top_k = 1;    // routed experts each token visits
+  // An expert's MLP width (moe_intermediate_size); the model's ffn_hidden
+  // unless given (ffn_hidden stays the width of the dense layers).
+  std::optional<std::int64_t> expert_ffn;
+  // Shared experts every token visits besides its top_k (DeepSeek, Qwen-MoE),
+  // each of `shared_ffn` width (the expert width unless given).
+  std::int64_t shared_experts = 0;
+  std::optional<std::int64_t> shared_ffn;
+  // A sigmoid gate h → 1 scaling the shared experts' output (Qwen2-MoE).
+  bool shared_gate = false;
+  // The first `first_dense` blocks have a dense MLP of ffn_hidden instead
+  // (DeepSeek's first_k_dense_replace).
+  std::int64_t first_dense = 0;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values come from a
+// shared low-rank latent per token, queries optionally from one too; each
+// head's query and key are a part without positions (qk_nope_head_dim) and
+// a rotary part (qk_rope_head_dim, the key's shared by all heads).
+struct MlaSpec {
+  std::optional<std::int64_t> q_lora_rank;  // none: queries projected from the input
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+  std::int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 // One stage of a layer-chain model (docs/input-format.md, `chain`): a layer
@@ -60,22 +100,55 @@ struct ModelSpec {
   std::int64_t ffn_hidden = 0;  // = 4·hidden by default
   std::int64_t vocab = 0;
   std::int64_t seq_len = 0;
+  // Features per attention head; hidden / heads unless given (Gemma-7B:
+  // 256 with hidden 3072 and 16 heads). Ignored with `mla`.
+  std::optional<std::int64_t> head_size;
   MlpKind mlp = MlpKind::Gelu;
   NormKind norm = NormKind::LayerNorm;
-  bool bias = true;
+  NormPlacement norm_placement = NormPlacement::Pre;
+  BlockKind block = BlockKind::Sequential;
+  QkNorm qk_norm = QkNorm::None;
+  bool bias = true;  // linear layers have biases
+  // The query, key and value projections have biases; `bias` unless given
+  // (Qwen2: only these).
+  std::optional<bool> qkv_bias;
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   bool tied_embeddings = true;
   // Dropout after attention scores, attention output, MLP output and the
   // embedding (Megatron GPT); its masks are saved for backward.
   bool dropout = false;
+  // Rows of the learned position table (GPT-2's n_positions); seq_len
+  // unless given.
+  std::optional<std::int64_t> max_positions;
   std::optional<MoeSpec> moe;
+  std::optional<MlaSpec> mla;
   // A layer-chain model: `layers` is its stage count and the transformer
   // dimensions are 0.
   std::optional<LayerChain> chain;
   std::string source;  // where the numbers come from (presets)
 
-  std::int64_t head_dim() const { return hidden / heads; }
-  std::int64_t kv_hidden() const { return kv_heads * head_dim(); }
+  std::int64_t head_dim() const { return head_size ? *head_size : hidden / heads; }
+  // Query features per token: heads · head_dim (MLA: heads · its query-key
+  // head dimension).
+  std::int64_t q_hidden() const { return heads * (mla ? mla->qk_head_dim() : head_dim()); }
+  // Features per token of one of K and V: kv_heads · head_dim. With MLA,
+  // keys and values differ in width (heads · qk_head_dim and heads ·
+  // v_head_dim) and this is their mean, so 2·kv_hidden() is what a token's K
+  // and V hold together.
+  std::int64_t kv_hidden() const {
+    return mla ? heads * (mla->qk_head_dim() + mla->v_head_dim) / 2 : kv_heads * head_dim();
+  }
+  // Features per token entering the attention output projection.
+  std::int64_t attn_out_hidden() const { return heads * (mla ? mla->v_head_dim : head_dim()); }
+  bool has_qkv_bias() const { return qkv_bias.value_or(bias); }
+  std::int64_t position_rows() const { return max_positions.value_or(seq_len); }
+  // MoE widths (0 without MoE).
+  std::int64_t expert_ffn() const { return moe ? moe->expert_ffn.value_or(ffn_hidden) : 0; }
+  std::int64_t shared_ffn() const {
+    return moe && moe->shared_experts > 0 ? moe->shared_ffn.value_or(expert_ffn()) : 0;
+  }
+  // Blocks whose MLP is the routed experts: all but the first_dense ones.
+  std::int64_t moe_blocks() const { return moe ? layers - moe->first_dense : 0; }
 };
 
 }  // namespace strata::cost
@@ -84,8 +157,8 @@ namespace strata {
 
 template <>
 struct EnumNames<cost::MlpKind> {
-  static constexpr std::array<std::pair<cost::MlpKind, std::string_view>, 2> table{
-      {{cost::MlpKind::Gelu, "gelu"}, {cost::MlpKind::Swiglu, "swiglu"}}};
+  static constexpr std::array<std::pair<cost::MlpKind, std::string_view>, 3> table{
+      {{cost::MlpKind::Gelu, "gelu"}, {cost::MlpKind::Swiglu, "swiglu"}, {cost::MlpKind::Geglu, "geglu"}}};
 };
 template <>
 struct EnumNames<cost::NormKind> {
@@ -99,6 +172,26 @@ struct EnumNames<cost::PositionEmbedding> {
        {cost::PositionEmbedding::Rope, "rope"},
        {cost::PositionEmbedding::Alibi, "alibi"},
        {cost::PositionEmbedding::None, "none"}}};
+};
+
+template <>
+struct EnumNames<cost::NormPlacement> {
+  static constexpr std::array<std::pair<cost::NormPlacement, std::string_view>, 3> table{
+      {{cost::NormPlacement::Pre, "pre"},
+       {cost::NormPlacement::Post, "post"},
+       {cost::NormPlacement::Sandwich, "sandwich"}}};
+};
+template <>
+struct EnumNames<cost::BlockKind> {
+  static constexpr std::array<std::pair<cost::BlockKind, std::string_view>, 3> table{
+      {{cost::BlockKind::Sequential, "sequential"},
+       {cost::BlockKind::Parallel, "parallel"},
+       {cost::BlockKind::Parallel2Norm, "parallel_2norm"}}};
+};
+template <>
+struct EnumNames<cost::QkNorm> {
+  static constexpr std::array<std::pair<cost::QkNorm, std::string_view>, 3> table{
+      {{cost::QkNorm::None, "none"}, {cost::QkNorm::Head, "head"}, {cost::QkNorm::Full, "full"}}};
 };
 
 }  // namespace strata

@@ -104,7 +104,7 @@ TEST_CASE("model errors name the path and the rule") {
   CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "layer": 3})"); }) ==
         "m.json: model.layer: unknown key (did you mean \"layers\"?)");
   CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "mlp": "relu"})"); }) ==
-        "m.json: model.mlp: must be one of gelu|swiglu (got \"relu\")");
+        "m.json: model.mlp: must be one of gelu|swiglu|geglu (got \"relu\")");
   CHECK(error_of([] { model_from(R"({"preset": "gpt2-124m", "layers": 0})"); }) ==
         "m.json: model.layers: must be in [1, 100000], got 0");
   CHECK(error_of([] { model_from(R"({"preset": "mixtral-8x7b", "moe": {"experts": 2, "top_k": 4}})"); }) ==

@@ -66,24 +66,32 @@ Flops LayerChain::bwd_flops() const {
 }
 
 std::int64_t OpChain::params() const {
-  return embedding.params() + blocks * block.params() + head.params();
+  return embedding.params() + (blocks - dense_blocks) * block.params() +
+         dense_blocks * dense_block.params() + head.params();
 }
 Flops OpChain::fwd_flops() const {
-  return embedding.fwd_flops() + static_cast<double>(blocks) * block.fwd_flops() +
-         head.fwd_flops();
+  return embedding.fwd_flops() + static_cast<double>(blocks - dense_blocks) * block.fwd_flops() +
+         static_cast<double>(dense_blocks) * dense_block.fwd_flops() + head.fwd_flops();
 }
 Flops OpChain::bwd_flops() const {
-  return embedding.bwd_flops() + static_cast<double>(blocks) * block.bwd_flops() +
-         head.bwd_flops();
+  return embedding.bwd_flops() + static_cast<double>(blocks - dense_blocks) * block.bwd_flops() +
+         static_cast<double>(dense_blocks) * dense_block.bwd_flops() + head.bwd_flops();
 }
 
 namespace {
+
+// How a linear layer's weight is laid out over the tensor-parallel group:
+// output features split (column), input features split (row), or whole on
+// every rank (replicated: MLA's down projections, as Megatron-Core keeps them).
+enum class Split { Column, Row, Replicated };
 
 // Builds ops with the shape bookkeeping shared by every op of a layer.
 struct Builder {
   const ModelSpec& m;
   const ExpandOptions& o;
   double b, s, s_full, h, t, kvh, f, a, V;
+  // Per token: query, key and value features, and the attention output's.
+  double qw, kw, vw, ow;
   Bytes e, gi;
 
   Builder(const ModelSpec& model, const ExpandOptions& opts)
@@ -98,6 +106,10 @@ struct Builder {
         f(static_cast<double>(model.ffn_hidden)),
         a(static_cast<double>(model.heads)),
         V(static_cast<double>(model.vocab)),
+        qw(static_cast<double>(model.q_hidden())),
+        kw(model.mla ? qw : kvh),
+        vw(model.mla ? static_cast<double>(model.heads * model.mla->v_head_dim) : kvh),
+        ow(static_cast<double>(model.attn_out_hidden())),
         e(activation_bytes(opts.precision)),
         gi(gemm_input_bytes(opts.precision)) {}
 
@@ -110,24 +122,27 @@ struct Builder {
     return static_cast<Bytes>(elems * static_cast<double>(per) + 0.5);
   }
 
-  // A linear layer of `in` → `out` features, column-parallel (output
-  // features split by tp) or row-parallel (input features split). `in_rep`:
+  // A linear layer of `in` → `out` features, laid out per `split`. `in_rep`:
   // its input lies in the replicated region (saved per rep()). `tokens`
   // multiplies the tokens it processes (MoE top-k), `copies` its weights
   // (MoE experts).
-  Op linear(std::string_view name, double in, double out, bool column, bool in_rep,
+  Op linear(std::string_view name, double in, double out, Split split, bool in_rep, bool bias,
             double tokens = 1.0, double copies = 1.0) const {
     Op op;
     op.name = name;
     op.kind = OpKind::Linear;
-    const double w = in * out / t;
-    // Column-parallel bias is split; row-parallel bias is replicated.
-    const double bias = m.bias ? (column ? out / t : out) : 0.0;
-    op.params = static_cast<std::int64_t>(copies * (w + bias));
+    const bool column = split == Split::Column;
+    // A replicated weight runs whole on every rank, over the rank's tokens
+    // (a sequence-parallel rank's share).
+    const double div = split == Split::Replicated ? (o.sequence_parallel ? t : 1.0) : t;
+    const double w = split == Split::Replicated ? in * out : in * out / t;
+    // Column-parallel bias is split; row-parallel and replicated biases are whole.
+    const double bias_n = bias ? (column ? out / t : out) : 0.0;
+    op.params = static_cast<std::int64_t>(copies * (w + bias_n));
     op.matrices = static_cast<std::int64_t>(copies);
-    op.rows = static_cast<std::int64_t>(column ? in : in / t);
+    op.rows = static_cast<std::int64_t>(split == Split::Row ? in / t : in);
     op.cols = static_cast<std::int64_t>(column ? out / t : out);
-    op.fwd_flops = tokens * 2.0 * b * s * in * out / t;
+    op.fwd_flops = tokens * 2.0 * b * s * in * out / div;
     op.bwd_flops = 2.0 * op.fwd_flops;
     const double in_elems = b * s * in;
     const double saved = tokens * (in_rep ? rep(in_elems) : shard(in_elems));
@@ -154,9 +169,13 @@ struct Builder {
     return op;
   }
 
-  Op norm(std::string_view name) const {
-    Op op = elementwise(name, OpKind::Norm, rep(b * s * h), e, rep(b * s * h), rep(b * s * h));
-    op.params = static_cast<std::int64_t>(m.norm == NormKind::LayerNorm ? 2 * h : h);
+  // A norm over `width` features per token of a replicated-region tensor
+  // (the hidden state unless given); it saves its input.
+  Op norm(std::string_view name, double width = 0) const {
+    if (width == 0) width = h;
+    Op op = elementwise(name, OpKind::Norm, rep(b * s * width), e, rep(b * s * width),
+                        rep(b * s * width));
+    op.params = static_cast<std::int64_t>(m.norm == NormKind::LayerNorm ? 2 * width : width);
     return op;
   }
 
@@ -164,83 +183,154 @@ struct Builder {
     return elementwise(name, OpKind::Dropout, elems, 1, elems, elems, core);
   }
 
+  // Queries and keys normalised before attention: saves its input, the
+  // projected Q and K (split by tp with the heads).
+  Op qk_norm() const {
+    const double elems = shard(b * s * (qw + kw));
+    Op op = elementwise("qk_norm", OpKind::Norm, elems, e, elems, elems);
+    const double hd = static_cast<double>(m.head_dim());
+    const double width = m.qk_norm == QkNorm::Head ? 2 * hd : (qw + kw) / t;
+    op.params = static_cast<std::int64_t>(m.norm == NormKind::LayerNorm ? 2 * width : width);
+    return op;
+  }
+
+  // Multi-head latent attention's projections (DeepSeek-V2 Sec. 2.1): the
+  // query from the input or from its own latent, the keys' and values'
+  // latent with the shared rotary key, each latent normalised, then
+  // expanded per head.
+  void mla_projections(std::vector<Op>& ops) const {
+    const MlaSpec& l = *m.mla;
+    const double H = a, kvl = static_cast<double>(l.kv_lora_rank),
+                 rope = static_cast<double>(l.qk_rope_head_dim),
+                 nope = static_cast<double>(l.qk_nope_head_dim),
+                 v = static_cast<double>(l.v_head_dim);
+    const bool qkv_bias = m.has_qkv_bias();
+    if (l.q_lora_rank) {
+      const double ql = static_cast<double>(*l.q_lora_rank);
+      ops.push_back(linear("q_down", h, ql, Split::Replicated, /*in_rep=*/true, qkv_bias));
+      ops.push_back(norm("q_down_norm", ql));
+      ops.push_back(linear("q_up", ql, qw, Split::Column, /*in_rep=*/true, false));
+    } else {
+      ops.push_back(linear("q", h, qw, Split::Column, /*in_rep=*/true, qkv_bias));
+    }
+    // Reads the same input as the query's projection, saved there.
+    Op down = linear("kv_down", h, kvl + rope, Split::Replicated, /*in_rep=*/true, qkv_bias);
+    down.saved_bytes = 0;
+    ops.push_back(down);
+    ops.push_back(norm("kv_down_norm", kvl));
+    ops.push_back(linear("kv_up", kvl, H * (nope + v), Split::Column, /*in_rep=*/true, false));
+  }
+
   void attention(std::vector<Op>& ops) const {
-    const double q = b * s * h, kv = b * s * kvh;
-    // Scores and values each cost 2·b·s·s_full·h (each local query against all
-    // keys of the sequence; s = s_full without context parallelism).
-    const double core_flops = 2.0 * b * s * s_full * h / t;
+    const double q = b * s * qw, k = b * s * kw, v = b * s * vw, out = b * s * ow;
+    // Scores cost 2·b·s·s_full per query feature (heads · query-key head
+    // dim) and values 2·b·s·s_full per output feature (heads · value head
+    // dim), each local query against all keys of the sequence (s = s_full
+    // without context parallelism): 2·b·s·s_full·h each when head_dim is
+    // hidden / heads. Grouped keys and values serve several query heads.
+    const double score_flops = 2.0 * b * s * s_full * qw / t;
+    const double value_flops = 2.0 * b * s * s_full * ow / t;
     if (o.attention == AttentionKernel::Flash) {
       Op op;
       op.name = "attention";
       op.kind = OpKind::Attention;
-      op.fwd_flops = 2.0 * core_flops;
+      op.fwd_flops = score_flops + value_flops;
       op.bwd_flops = 2.0 * op.fwd_flops;
       // Saves Q, K, V (its inputs) and fp32 log-sum-exp per head and query;
       // its output is saved as the projection's input.
-      op.saved_bytes = bytes(shard(q + 2.0 * kv), e) + bytes(shard(a * b * s), 4);
-      op.fwd_bytes = bytes(shard(2.0 * q + 2.0 * kv), e);
-      op.grad_bytes = bytes(shard(q), e);
+      op.saved_bytes = bytes(shard(q + k + v), e) + bytes(shard(a * b * s), 4);
+      op.fwd_bytes = bytes(shard(q + k + v + out), e);
+      op.grad_bytes = bytes(shard(out), e);
       op.bwd_bytes = 2 * op.fwd_bytes;
       ops.push_back(op);
       return;
     }
     const double scores = a * b * s * s_full;  // elements of the score matrix
-    Op qk = elementwise("attn_scores", OpKind::AttnScores, shard(q + kv), e,
-                        shard(q + kv + scores), shard(scores));
-    qk.fwd_flops = core_flops;
-    qk.bwd_flops = 2.0 * core_flops;
+    Op qk = elementwise("attn_scores", OpKind::AttnScores, shard(q + k), e,
+                        shard(q + k + scores), shard(scores));
+    qk.fwd_flops = score_flops;
+    qk.bwd_flops = 2.0 * score_flops;
     ops.push_back(qk);
     ops.push_back(elementwise("softmax", OpKind::Softmax, shard(scores), e, shard(scores),
                               shard(scores), true));
     if (m.dropout) ops.push_back(dropout_mask("attn_dropout", shard(scores), true));
     // Values: saves V, and the dropout output when dropout made a new tensor
     // (otherwise its input is the softmax output, already saved).
-    Op av = elementwise("attn_values", OpKind::AttnValues, shard(kv), e, shard(scores + kv + q),
-                        shard(q));
+    Op av = elementwise("attn_values", OpKind::AttnValues, shard(v), e, shard(scores + v + out),
+                        shard(out));
     if (m.dropout) {
       av.core_saved_bytes = bytes(shard(scores), e);
       av.saved_bytes += av.core_saved_bytes;
     }
-    av.fwd_flops = core_flops;
-    av.bwd_flops = 2.0 * core_flops;
+    av.fwd_flops = value_flops;
+    av.bwd_flops = 2.0 * value_flops;
     ops.push_back(av);
   }
 
-  void mlp(std::vector<Op>& ops) const {
-    const double mult = m.moe ? static_cast<double>(m.moe->top_k) : 1.0;
-    const double experts = m.moe ? static_cast<double>(m.moe->experts) : 1.0;
+  // A gated (SwiGLU, GeGLU) or plain GeLU MLP of width `width`, visited by
+  // `tokens` times the tokens, with `copies` weight sets on this rank.
+  void mlp_of(std::vector<Op>& ops, std::string_view up_name, std::string_view act_name,
+              std::string_view down_name, double width, double tokens, double copies,
+              bool expert) const {
+    const bool gated = m.mlp != MlpKind::Gelu;
+    ops.push_back(linear(up_name, h, gated ? 2 * width : width, Split::Column, /*in_rep=*/true,
+                         m.bias, tokens, copies));
+    ops.back().expert = expert;
+    // GeLU saves its input; a gated unit saves gate and up projections.
+    const double act_saved = tokens * shard(b * s * width) * (gated ? 2.0 : 1.0);
+    const double act_out = tokens * shard(b * s * width);
+    ops.push_back(elementwise(act_name, OpKind::Activation, act_saved, e, act_saved, act_out));
+    ops.push_back(linear(down_name, width, h, Split::Row, /*in_rep=*/false, m.bias, tokens, copies));
+    ops.back().expert = expert;
+  }
+
+  static std::string_view up_name(MlpKind k) { return k == MlpKind::Gelu ? "mlp_up" : "mlp_up_gate"; }
+  static std::string_view act_name(MlpKind k) {
+    return k == MlpKind::Gelu ? "gelu" : k == MlpKind::Swiglu ? "swiglu" : "geglu";
+  }
+
+  void mlp(std::vector<Op>& ops, bool moe_block) const {
+    if (!moe_block) {
+      mlp_of(ops, up_name(m.mlp), act_name(m.mlp), "mlp_down", f, 1.0, 1.0, false);
+      return;
+    }
+    const MoeSpec& x = *m.moe;
+    const double experts = static_cast<double>(x.experts);
+    const double top_k = static_cast<double>(x.top_k);
     // Expert parallelism spreads the experts; tokens still visit top_k each.
     const double local_experts = experts / static_cast<double>(o.ep);
-    if (m.moe) {
-      // The gate is replicated (not split by tp) and keeps fp32 routing
-      // probabilities; its input is the experts' input, saved there.
-      Op router;
-      router.name = "router";
-      router.kind = OpKind::Router;
-      router.params = static_cast<std::int64_t>(h * experts);
-      router.matrices = 1;
-      router.rows = m.hidden;
-      router.cols = m.moe->experts;
-      router.fwd_flops = 2.0 * b * s * h * experts;
-      router.bwd_flops = 2.0 * router.fwd_flops;
-      router.saved_bytes = bytes(b * s * experts, 4);
-      router.fwd_bytes = bytes(router.params, e) + bytes(b * s * (h + experts), e);
-      router.bwd_bytes = 2 * router.fwd_bytes;
-      router.grad_bytes = bytes(b * s * experts, 4);
-      ops.push_back(router);
-    }
+    // The gate is replicated (not split by tp) and keeps fp32 routing
+    // probabilities; its input is the experts' input, saved there.
+    Op router;
+    router.name = "router";
+    router.kind = OpKind::Router;
+    router.params = static_cast<std::int64_t>(h * experts);
+    router.matrices = 1;
+    router.rows = m.hidden;
+    router.cols = x.experts;
+    router.fwd_flops = 2.0 * b * s * h * experts;
+    router.bwd_flops = 2.0 * router.fwd_flops;
+    router.saved_bytes = bytes(b * s * experts, 4);
+    router.fwd_bytes = bytes(router.params, e) + bytes(b * s * (h + experts), e);
+    router.bwd_bytes = 2 * router.fwd_bytes;
+    router.grad_bytes = bytes(b * s * experts, 4);
+    ops.push_back(router);
     // Each token visits top_k experts; the weights exist once per expert.
-    const bool swiglu = m.mlp == MlpKind::Swiglu;
-    ops.push_back(linear(swiglu ? "mlp_up_gate" : "mlp_up", h, swiglu ? 2 * f : f,
-                         /*column=*/true, /*in_rep=*/true, mult, local_experts));
-    ops.back().expert = m.moe.has_value();
-    // GeLU saves its input; SwiGLU saves gate and up projections.
-    const double act_saved = mult * shard(b * s * f) * (swiglu ? 2.0 : 1.0);
-    const double act_out = mult * shard(b * s * f);
-    ops.push_back(elementwise(swiglu ? "swiglu" : "gelu", OpKind::Activation, act_saved, e,
-                              act_saved, act_out));
-    ops.push_back(linear("mlp_down", f, h, /*column=*/false, /*in_rep=*/false, mult, local_experts));
-    ops.back().expert = m.moe.has_value();
+    mlp_of(ops, up_name(m.mlp), act_name(m.mlp), "mlp_down",
+           static_cast<double>(m.expert_ffn()), top_k, local_experts, true);
+    if (x.shared_experts > 0) {
+      // Shared experts: a dense MLP per expert that every token visits,
+      // split by tp like a dense MLP and not spread by ep.
+      const double shared = static_cast<double>(x.shared_experts);
+      mlp_of(ops, m.mlp == MlpKind::Gelu ? "shared_up" : "shared_up_gate", "shared_act",
+             "shared_down", static_cast<double>(m.shared_ffn()), shared, shared, false);
+      if (x.shared_gate) {
+        // h → 1 sigmoid gate on the shared output (its input saved above).
+        Op gate = linear("shared_gate", h, 1, Split::Replicated, /*in_rep=*/true, false);
+        gate.saved_bytes = 0;
+        ops.push_back(gate);
+      }
+    }
   }
 
   Layer embedding() const {
@@ -264,9 +354,10 @@ struct Builder {
       Op pos;
       pos.name = "position_embedding";
       pos.kind = OpKind::Embedding;
-      pos.params = static_cast<std::int64_t>(s_full * h);  // replicated
+      const double rows = static_cast<double>(m.position_rows());
+      pos.params = static_cast<std::int64_t>(rows * h);  // replicated
       pos.matrices = 1;
-      pos.rows = m.seq_len;
+      pos.rows = m.position_rows();
       pos.cols = m.hidden;
       pos.fwd_bytes = bytes(2.0 * b * s * h, e);
       pos.bwd_bytes = 2 * pos.fwd_bytes;
@@ -276,23 +367,45 @@ struct Builder {
     return l;
   }
 
-  Layer block() const {
+  // A transformer block; `moe_block`: its MLP is the routed experts.
+  Layer block(bool moe_block) const {
     Layer l;
     l.name = "block";
     l.kind = LayerKind::Block;
-    l.ops.reserve(18);
+    l.ops.reserve(24);
     l.input_bytes = bytes(rep(b * s * h), e);
     auto& ops = l.ops;
-    ops.push_back(norm("attn_norm"));
-    ops.push_back(linear("qkv", h, h + 2 * kvh, /*column=*/true, /*in_rep=*/true));
+    const bool pre = m.norm_placement != NormPlacement::Post;
+    const bool post = m.norm_placement != NormPlacement::Pre;
+    const bool parallel = m.block != BlockKind::Sequential;
+    if (pre) ops.push_back(norm("attn_norm"));
+    if (m.mla) {
+      mla_projections(ops);
+    } else {
+      ops.push_back(linear("qkv", h, qw + 2 * kvh, Split::Column, /*in_rep=*/true, m.has_qkv_bias()));
+    }
+    if (m.qk_norm != QkNorm::None) ops.push_back(qk_norm());
     attention(ops);
-    ops.push_back(linear("attn_proj", h, h, /*column=*/false, /*in_rep=*/false));
+    ops.push_back(linear("attn_proj", ow, h, Split::Row, /*in_rep=*/false, m.bias));
+    if (post) ops.push_back(norm("attn_post_norm"));
     if (m.dropout) ops.push_back(dropout_mask("attn_out_dropout", rep(b * s * h)));
-    ops.push_back(elementwise("attn_residual", OpKind::Residual, 0.0, e, rep(b * s * h), rep(b * s * h)));
-    ops.push_back(norm("mlp_norm"));
-    mlp(ops);
+    if (!parallel)
+      ops.push_back(elementwise("attn_residual", OpKind::Residual, 0.0, e, rep(b * s * h), rep(b * s * h)));
+    if (pre && m.block != BlockKind::Parallel) {
+      ops.push_back(norm("mlp_norm"));
+      // A parallel block's second norm reads the block's input, which the
+      // first one saved.
+      if (parallel) ops.back().saved_bytes = 0;
+    }
+    const std::size_t mlp_first = ops.size();
+    mlp(ops, moe_block);
+    // With one shared norm, a dense MLP reads the normalised input the QKV
+    // projection saved.
+    if (m.block == BlockKind::Parallel && !moe_block) ops[mlp_first].saved_bytes = 0;
+    if (post) ops.push_back(norm("mlp_post_norm"));
     if (m.dropout) ops.push_back(dropout_mask("mlp_dropout", rep(b * s * h)));
-    ops.push_back(elementwise("mlp_residual", OpKind::Residual, 0.0, e, rep(b * s * h), rep(b * s * h)));
+    ops.push_back(elementwise(parallel ? "residual" : "mlp_residual", OpKind::Residual, 0.0, e,
+                              rep(b * s * h), rep(b * s * h)));
     return l;
   }
 
@@ -303,7 +416,7 @@ struct Builder {
     l.ops.reserve(3);
     l.input_bytes = bytes(rep(b * s * h), e);
     l.ops.push_back(norm("final_norm"));
-    Op logits = linear("logits", h, V, /*column=*/true, /*in_rep=*/true);
+    Op logits = linear("logits", h, V, Split::Column, /*in_rep=*/true, m.bias);
     logits.params = m.tied_embeddings ? 0 : static_cast<std::int64_t>(V * h / t);
     logits.matrices = m.tied_embeddings ? 0 : 1;
     logits.rows = static_cast<std::int64_t>(V / t);
@@ -337,14 +450,57 @@ SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches
   const double L = static_cast<double>(m.layers), h = static_cast<double>(m.hidden),
                a = static_cast<double>(m.heads), f = static_cast<double>(m.ffn_hidden),
                V = static_cast<double>(m.vocab), s = static_cast<double>(m.seq_len),
-               kv = static_cast<double>(m.kv_heads) * h / a,
+               kv = m.head_size || m.mla ? static_cast<double>(m.kv_hidden())
+                                         : static_cast<double>(m.kv_heads) * h / a,
                E = m.moe ? static_cast<double>(m.moe->experts) : 1.0,
                k = m.moe ? static_cast<double>(m.moe->top_k) : 1.0;
+  // What the architecture's options add to a plain block (0 without them),
+  // in parameters and in elements per token: wider or latent attention,
+  // expert widths, shared experts, dense first blocks, q/k norms, post-norms.
+  double extra = 0, extra_act = 0;
+  if (m.head_size || m.mla) {
+    const double qd = static_cast<double>(m.q_hidden()), od = static_cast<double>(m.attn_out_hidden());
+    extra += h * (qd + 2 * kv) + od * h + qd + 2 * kv + h;
+    extra_act += qd + od + 2 * kv;
+    if (m.mla) {
+      const double ql = static_cast<double>(m.mla->q_lora_rank.value_or(0)),
+                   kvl = static_cast<double>(m.mla->kv_lora_rank),
+                   rope = static_cast<double>(m.mla->qk_rope_head_dim),
+                   up = a * static_cast<double>(m.mla->qk_nope_head_dim + m.mla->v_head_dim);
+      extra += h * ql + ql * qd + h * (kvl + rope) + kvl * up + 2 * (ql + kvl + rope);
+      extra_act += ql + kvl + rope + up;
+    }
+  }
+  if (m.moe) {
+    const double fe = static_cast<double>(m.expert_ffn()), fs = static_cast<double>(m.shared_ffn()),
+                 S = static_cast<double>(m.moe->shared_experts);
+    if (m.moe->expert_ffn) {
+      extra += 3 * E * h * fe + 3 * E * fe;
+      extra_act += k * (h + 2 * fe);
+    }
+    if (m.moe->shared_experts > 0) {
+      extra += 3 * S * h * fs + 3 * S * fs + h;
+      extra_act += S * (h + 2 * fs);
+    }
+    if (m.moe->first_dense > 0) {
+      extra += 3 * h * f + 3 * f;
+      extra_act += h + 2 * f;
+    }
+  }
+  if (m.qk_norm != QkNorm::None) {
+    extra += 2 * (static_cast<double>(m.q_hidden()) + 2 * kv);
+    extra_act += static_cast<double>(m.q_hidden()) + 2 * kv;
+  }
+  if (m.norm_placement != NormPlacement::Pre) {
+    extra += 4 * h;
+    extra_act += 2 * h;
+  }
   SizeBound b;
   // Attention (QKV, projection), experts' MLPs (up, gate, down), router,
   // biases and norms; embeddings (token, position) and an untied head.
-  const double block = h * (h + 2 * kv) + h * h + 3 * E * h * f + E * h + 3 * E * f + 2 * kv + 8 * h;
-  b.params = L * block + 2 * V * h + s * h + 4 * h;
+  const double block =
+      h * (h + 2 * kv) + h * h + 3 * E * h * f + E * h + 3 * E * f + 2 * kv + 8 * h + extra;
+  b.params = L * block + 2 * V * h + std::max(s, static_cast<double>(m.position_rows())) * h + 4 * h;
   b.state_bytes = 32 * b.params * gpus_per_node;
   // Per token, 32 bytes per element (4 in fp32: kept, its gradient, and
   // read and written forward and backward): what a block keeps and touches
@@ -352,7 +508,8 @@ SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches
   // inputs and activations, routing, dropout masks, attention statistics or
   // scores), and the head's fp32 logits.
   const double attn = attention == AttentionKernel::Standard ? 32 * 5 * a * s : 32 * a;
-  const double per_block = 32 * (16 * h + 4 * kv + 4 * k * (h + 2 * f) + 4 * E) + attn;
+  const double per_block =
+      32 * (16 * h + 4 * kv + 4 * k * (h + 2 * f) + 4 * E + 4 * extra_act) + attn;
   const double per_token = L * per_block + 128 * V + 128 * h + 32;
   b.activation_bytes = microbatches * micro_batch * s * per_token;
   return b;
@@ -370,10 +527,30 @@ OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
   Builder bld(model, opts);
   OpChain c;
   c.embedding = bld.embedding();
-  c.block = bld.block();
+  c.block = bld.block(model.moe.has_value());
   c.blocks = model.layers;
+  if (model.moe && model.moe->first_dense > 0) {
+    c.dense_block = bld.block(false);
+    c.dense_blocks = model.moe->first_dense;
+  }
   c.head = bld.head();
   return c;
+}
+
+std::int64_t total_params(const ModelSpec& model) {
+  if (model.chain) return model.chain->params();
+  return expand(model).params();
+}
+
+std::int64_t active_params(const ModelSpec& model) {
+  if (model.chain) return model.chain->params();
+  const OpChain c = expand(model);
+  if (!model.moe) return c.params();
+  // A routed-expert op holds `experts` copies; a token visits top_k of them.
+  std::int64_t routed = 0;
+  for (const Op& op : c.block.ops)
+    if (op.expert) routed += op.params / model.moe->experts * (model.moe->experts - model.moe->top_k);
+  return c.params() - model.moe_blocks() * routed;
 }
 
 }  // namespace strata::cost

@@ -93,13 +93,20 @@ struct ExpandOptions {
   AttentionKernel attention = AttentionKernel::Flash;
 };
 
-// The whole model: embedding, one block per transformer layer (all alike),
-// head (final norm, logits, loss).
+// The whole model: embedding, one block per transformer layer, head (final
+// norm, logits, loss). Blocks are alike except that a MoE model's first
+// `dense_blocks` (DeepSeek's first_k_dense_replace) have a dense MLP:
+// `dense_block`; the other blocks - dense_blocks are `block`.
 struct OpChain {
   Layer embedding;
   Layer block;
-  std::int64_t blocks = 0;
+  std::int64_t blocks = 0;  // every transformer block, dense_blocks included
+  Layer dense_block;        // empty unless dense_blocks > 0
+  std::int64_t dense_blocks = 0;
   Layer head;
+
+  // Block i (0-based) of the model.
+  const Layer& block_at(std::int64_t i) const { return i < dense_blocks ? dense_block : block; }
 
   std::int64_t params() const;
   Flops fwd_flops() const;
@@ -109,6 +116,13 @@ struct OpChain {
 };
 
 OpChain expand(const ModelSpec& model, const ExpandOptions& opts = {});
+
+// Parameters of the whole model (no parallelism), and those one token's
+// forward pass uses: all but the routed experts it does not visit (top_k of
+// each MoE block's experts count). Equal for dense models. Embedding and
+// output layer are counted in both (as Mixtral's and Qwen's model cards do).
+std::int64_t total_params(const ModelSpec& model);
+std::int64_t active_params(const ModelSpec& model);
 
 // An upper bound, in doubles, of the bytes Strata counts for a model
 // trained on `microbatches` microbatches of `micro_batch` sequences on nodes
