@@ -1,11 +1,13 @@
 // strata describe MODEL_OR_SCENARIO: parameters, FLOPs and per-op rows.
 #include <filesystem>
+#include <iostream>
 #include <memory>
 
 #include "app/commands.hpp"
 #include "app/common.hpp"
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
+#include "report/table.hpp"
 
 namespace strata::app {
 
@@ -28,7 +30,10 @@ std::string describe(const DescribeArgs& a) {
       options.attention = s.plan.implementation.attention;
       return report::describe(s.model, options, &s, a.format);
     }
-    return report::describe(cost::load_model_file(target), options, nullptr, a.format);
+    std::vector<std::string> notes;
+    const auto model = cost::load_model_file(target, &notes);
+    for (const auto& n : notes) std::cerr << "strata: describe: note: " << report::printable(n) << "\n";
+    return report::describe(model, options, nullptr, a.format);
   }
   return report::describe(cost::model_preset(target), options, nullptr, a.format);
 }

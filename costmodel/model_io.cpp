@@ -1,5 +1,6 @@
 #include "costmodel/model_io.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -14,8 +15,25 @@ constexpr std::int64_t kMaxLayers = 100'000;
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
 constexpr int kMaxIncludeDepth = 8;
 
-ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth);
-ModelSpec load_model_file_at(const std::string& path, int depth);
+// How a model is being read: for a training scenario (a Hugging Face
+// config's sequence length must then be given) or to describe it (Strata's
+// default length is taken, and said in `notes`).
+struct Ctx {
+  bool training = false;
+  std::vector<std::string>* notes = nullptr;
+};
+
+ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth, const Ctx& ctx);
+ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth,
+                               const Ctx& ctx);
+bool is_hf_config(const nlohmann::json& j);
+// A model read from a Hugging Face config, and the context limit it gives.
+struct HfModel {
+  ModelSpec model;
+  std::int64_t max_position_embeddings = 0;
+};
+HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
+                       const std::vector<std::string>& ignore, const JsonReader* ignore_at);
 
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
@@ -28,7 +46,7 @@ ModelSpec preset_at(std::string_view name, const JsonReader& where, int depth) {
   if (!p) where.fail(unknown_preset_rule("model", name, model_names()));
   const std::string file(p->path);
   const auto j = parse_json_text(p->text, file);
-  return read_model_object(JsonReader(j, file), "", depth + 1);
+  return read_model_object(JsonReader(j, file), "", depth + 1, Ctx{});
 }
 
 // The keys a model's cross-field rules name: Strata's, or those of the
@@ -39,7 +57,7 @@ struct ModelKeys {
 
 // Validates the cross-field rules of a complete model.
 void check_model(const ModelSpec& m, const JsonReader& r, const ModelKeys& keys = {}) {
-  if (m.hidden % m.heads != 0)
+  if (!m.head_size && !m.mla && m.hidden % m.heads != 0)
     throw InputError(r.file(), r.child_path(keys.heads),
                      std::to_string(m.heads) + " does not divide hidden=" + std::to_string(m.hidden));
   if (m.kv_heads < 1 || m.heads % m.kv_heads != 0)
@@ -49,6 +67,18 @@ void check_model(const ModelSpec& m, const JsonReader& r, const ModelKeys& keys 
     throw InputError(r.file(), r.child_path(keys.top_k),
                      std::to_string(m.moe->top_k) + " exceeds experts=" +
                          std::to_string(m.moe->experts));
+  if (m.moe && m.moe->first_dense >= m.layers)
+    r.fail_at("moe", "first_dense=" + std::to_string(m.moe->first_dense) +
+                         " leaves no MoE block of layers=" + std::to_string(m.layers));
+  if (m.mla && m.qk_norm != QkNorm::None)
+    r.fail_at("qk_norm", "applies to q/k/v attention; multi-head latent attention (\"mla\") "
+                         "normalises its latents instead");
+  if (m.block != BlockKind::Sequential && m.norm_placement != NormPlacement::Pre)
+    r.fail_at("block", "a parallel block has its norms before attention and MLP "
+                       "(norm_placement \"pre\")");
+  if (m.position_embedding == PositionEmbedding::Learned && m.seq_len > m.position_rows())
+    r.fail_at("seq_len", std::to_string(m.seq_len) + " exceeds the learned position table's " +
+                             std::to_string(m.position_rows()) + " rows (max_positions)");
   // One sequence of seq_len tokens must be countable (scenarios check their
   // batch too: strategies/validate.cpp).
   if (const auto b = size_bound(m, 1, 1, 1, AttentionKernel::Flash); !b.countable())
@@ -110,21 +140,62 @@ LayerChain read_chain(const JsonReader& r) {
 // Transformer dimensions, which a layer-chain model does not have.
 constexpr const char* kTransformerKeys[] = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
-    "bias", "position_embedding", "tied_embeddings", "dropout", "moe"};
+    "bias", "position_embedding", "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias",
+    "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys"};
 
-ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth) {
+// The model a "file" key names: Strata's format or a Hugging Face config
+// (with the object's "ignore_hf_keys"); `hf_max_pos` is set for the latter.
+ModelSpec model_file_at(const JsonReader& r, const JsonReader& f, const std::string& base_dir,
+                        int depth, const Ctx& ctx, std::optional<std::int64_t>& hf_max_pos) {
+  const std::string path = resolve_path(f.as_string(), base_dir);
+  if (depth + 1 > kMaxIncludeDepth) f.fail("presets/files nest more than 8 deep");
+  const auto j = load_json_file(path);
+  const auto ig = r.get("ignore_hf_keys");
+  if (!is_hf_config(j)) {
+    if (ig) ig->fail("applies to a Hugging Face config.json; \"file\" names a Strata model");
+    return model_from_file_json(j, path, depth + 1, ctx);
+  }
+  std::vector<std::string> ignore;
+  if (ig) {
+    if (!ig->is_array()) ig->fail("must be an array of config.json keys");
+    for (const auto& e : ig->elements()) ignore.push_back(e.as_string());
+  }
+  HfModel hf = read_hf_config(JsonReader(j, path), path, ignore, ig ? &*ig : nullptr);
+  hf_max_pos = hf.max_position_embeddings;
+  return hf.model;
+}
+
+// What a Hugging Face config's default sequence length becomes: an error
+// for a training scenario, a note otherwise.
+void hf_seq_len_default(const JsonReader& where, const std::string& what, const ModelSpec& m,
+                        std::int64_t max_pos, const Ctx& ctx) {
+  const std::string limit = "max_position_embeddings=" + std::to_string(max_pos) +
+                            " is the context limit, not a training length";
+  if (ctx.training)
+    where.fail(what + " is a Hugging Face config, which gives no training sequence length (" +
+               limit + "): write the model as {\"file\": ..., \"seq_len\": N}");
+  if (ctx.notes)
+    ctx.notes->push_back(m.source.substr(std::string("Hugging Face config ").size()) + ": seq_len " +
+                         std::to_string(m.seq_len) + ", Strata's default for a Hugging Face config (" +
+                         limit + "); a model object {\"file\": ..., \"seq_len\": N} sets it");
+}
+
+ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth, const Ctx& ctx) {
   if (depth > kMaxIncludeDepth) r.fail("presets/files nest more than 8 deep");
   if (!r.is_object()) r.fail("must be a preset name, a file path or an object");
   ModelSpec m;
   bool based = false;
+  std::optional<std::int64_t> hf_max_pos;  // the base is a Hugging Face config
   if (auto p = r.get("preset")) {
     m = preset_at(p->as_string(), *p, depth);
     based = true;
   }
   if (auto f = r.get("file")) {
     if (based) f->fail("\"file\" and \"preset\" are exclusive");
-    m = load_model_file_at(resolve_path(f->as_string(), base_dir), depth + 1);
+    m = model_file_at(r, *f, base_dir, depth, ctx, hf_max_pos);
     based = true;
+  } else if (auto ig = r.get("ignore_hf_keys")) {
+    ig->fail("applies with \"file\" naming a Hugging Face config.json");
   }
   if (auto c = r.get("chain")) {
     if (based && !m.chain)
@@ -155,6 +226,12 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
   dim("heads", m.heads, kMaxDim);
   dim("vocab", m.vocab, kMaxDim);
   dim("seq_len", m.seq_len, kMaxDim);
+  if (hf_max_pos && !r.has("seq_len")) {
+    if (ctx.training)
+      r.fail_at("seq_len", "required with a Hugging Face config as \"file\" (its max_position_embeddings=" +
+                               std::to_string(*hf_max_pos) + " is the context limit, not a training length)");
+    hf_seq_len_default(r, "", m, *hf_max_pos, ctx);
+  }
   // kv_heads and ffn_hidden follow heads and hidden unless given (or unless
   // the base model set them apart).
   if (auto v = r.get("kv_heads"))
@@ -165,18 +242,44 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
     m.ffn_hidden = v->as_int(1, kMaxDim);
   else if (!based || base.ffn_hidden == 4 * base.hidden)
     m.ffn_hidden = 4 * m.hidden;
+  if (auto v = r.get("head_dim")) m.head_size = v->as_int(1, kMaxDim);
   m.mlp = r.enum_or("mlp", m.mlp);
   m.norm = r.enum_or("norm", m.norm);
+  m.norm_placement = r.enum_or("norm_placement", m.norm_placement);
+  m.block = r.enum_or("block", m.block);
+  m.qk_norm = r.enum_or("qk_norm", m.qk_norm);
   m.bias = r.bool_or("bias", m.bias);
+  if (auto v = r.get("qkv_bias")) m.qkv_bias = v->as_bool();
   m.position_embedding = r.enum_or("position_embedding", m.position_embedding);
+  if (auto v = r.get("max_positions")) m.max_positions = v->as_int(1, kMaxDim);
   m.tied_embeddings = r.bool_or("tied_embeddings", m.tied_embeddings);
   m.dropout = r.bool_or("dropout", based ? m.dropout : true);
   if (auto moe = r.get("moe")) {
     MoeSpec s;
     s.experts = moe->at("experts").as_int(1, 65536);
     s.top_k = moe->int_or("top_k", 1, 1, 65536);
+    if (auto v = moe->get("expert_ffn")) s.expert_ffn = v->as_int(1, kMaxDim);
+    s.shared_experts = moe->int_or("shared_experts", 0, 0, 65536);
+    if (auto v = moe->get("shared_ffn")) {
+      if (s.shared_experts == 0) v->fail("applies with shared_experts >= 1");
+      s.shared_ffn = v->as_int(1, kMaxDim);
+    }
+    s.shared_gate = moe->bool_or("shared_gate", false);
+    if (s.shared_gate && s.shared_experts == 0) moe->fail_at("shared_gate", "applies with shared_experts >= 1");
+    s.first_dense = moe->int_or("first_dense", 0, 0, kMaxLayers);
     moe->reject_unknown_keys();
     m.moe = s;
+  }
+  if (auto mla = r.get("mla")) {
+    MlaSpec l;
+    if (auto q = mla->get("q_lora_rank"); q && !q->is_null()) l.q_lora_rank = q->as_int(1, kMaxDim);
+    l.kv_lora_rank = mla->at("kv_lora_rank").as_int(1, kMaxDim);
+    l.qk_nope_head_dim = mla->at("qk_nope_head_dim").as_int(0, kMaxDim);
+    l.qk_rope_head_dim = mla->at("qk_rope_head_dim").as_int(0, kMaxDim);
+    l.v_head_dim = mla->at("v_head_dim").as_int(1, kMaxDim);
+    if (l.qk_head_dim() < 1) mla->fail("qk_nope_head_dim + qk_rope_head_dim must be >= 1");
+    mla->reject_unknown_keys();
+    m.mla = l;
   }
   m.source = r.string_or("source", m.source);
   r.reject_unknown_keys();
@@ -192,21 +295,174 @@ std::string lower(std::string s) {
 }
 
 bool is_hf_config(const nlohmann::json& j) {
-  return j.is_object() && (j.contains("num_hidden_layers") || j.contains("n_layer"));
+  return j.is_object() && (j.contains("num_hidden_layers") || j.contains("n_layer") ||
+                           (j.contains("text_config") && j.contains("model_type")));
 }
 
-// Reads the first of `keys` that is present.
+// Reads the first of `keys` that is present and not null.
 std::optional<JsonReader> first_of(const JsonReader& r, std::initializer_list<const char*> keys) {
   for (const char* k : keys)
     if (auto v = r.get(k); v && !v->is_null()) return v;
   return std::nullopt;
 }
 
-ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
-  // Hugging Face configs carry many keys Strata does not need: unknown keys
-  // are ignored here, but the keys used are type- and range-checked.
+// Strata's training sequence length for a Hugging Face config, which gives
+// only the context limit (max_position_embeddings): 4,096 tokens, the
+// pre-training length of Llama 2 (Touvron et al. 2023, Sec. 2.2) and OLMo 2
+// (OLMo et al. 2024, "2 OLMo 2 Furious", Sec. 2), or the limit if shorter.
+constexpr std::int64_t kHfTrainingSeqLen = 4096;
+
+// The families Strata reads (transformers' model_type) and the defaults of
+// their configuration classes (transformers v4.51, models/<type>/
+// configuration_<type>.py) for the keys Strata reads, which a config.json
+// may leave out.
+struct HfFamily {
+  std::string_view type;
+  const char* defaults;  // JSON object
+};
+constexpr HfFamily kHfFamilies[] = {
+    {"llama", R"({"hidden_act": "silu", "tie_word_embeddings": false, "attention_bias": false,
+                 "mlp_bias": false})"},
+    {"mistral", R"({"hidden_act": "silu", "tie_word_embeddings": false, "sliding_window": 4096})"},
+    {"mixtral", R"({"hidden_act": "silu", "tie_word_embeddings": false, "num_local_experts": 8,
+                   "num_experts_per_tok": 2})"},
+    {"qwen2", R"({"hidden_act": "silu", "tie_word_embeddings": false, "use_sliding_window": false})"},
+    {"qwen2_moe", R"({"hidden_act": "silu", "tie_word_embeddings": false, "use_sliding_window": false,
+                     "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+                     "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
+                     "num_experts": 60, "mlp_only_layers": []})"},
+    {"qwen3", R"({"hidden_act": "silu", "tie_word_embeddings": false, "head_dim": 128,
+                 "attention_bias": false, "use_sliding_window": false})"},
+    {"qwen3_moe", R"({"hidden_act": "silu", "tie_word_embeddings": false, "head_dim": 128,
+                     "attention_bias": false, "use_sliding_window": false,
+                     "decoder_sparse_step": 1, "moe_intermediate_size": 768,
+                     "num_experts_per_tok": 8, "num_experts": 128, "mlp_only_layers": []})"},
+    {"gemma", R"({"hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": true, "head_dim": 256,
+                 "attention_bias": false})"},
+    {"gemma2", R"({"hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true,
+                  "head_dim": 256, "attention_bias": false, "sliding_window": 4096,
+                  "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0})"},
+    {"gemma3_text", R"({"hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true,
+                       "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+                       "num_hidden_layers": 26, "num_attention_heads": 8,
+                       "num_key_value_heads": 4, "head_dim": 256, "attention_bias": false,
+                       "max_position_embeddings": 131072, "sliding_window": 4096})"},
+    {"phi3", R"({"hidden_act": "silu", "tie_word_embeddings": false})"},
+    {"deepseek_v2", R"({"hidden_act": "silu", "tie_word_embeddings": false, "attention_bias": false,
+                       "first_k_dense_replace": 0, "moe_layer_freq": 1, "kv_lora_rank": 512,
+                       "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                       "v_head_dim": 128, "n_shared_experts": 2, "n_routed_experts": 64,
+                       "moe_intermediate_size": 1407})"},
+    {"deepseek_v3", R"({"hidden_act": "silu", "tie_word_embeddings": false, "attention_bias": false,
+                       "first_k_dense_replace": 3, "moe_layer_freq": 1, "kv_lora_rank": 512,
+                       "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                       "v_head_dim": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+                       "moe_intermediate_size": 2048, "num_experts_per_tok": 8})"},
+    {"gpt2", R"({"activation_function": "gelu_new", "tie_word_embeddings": true, "n_positions": 1024})"},
+    {"gpt_neox", R"({"hidden_act": "gelu", "tie_word_embeddings": false, "use_parallel_residual": true,
+                    "attention_bias": true})"},
+    {"falcon", R"({"tie_word_embeddings": true, "multi_query": true, "parallel_attn": true,
+                  "bias": false, "alibi": false, "new_decoder_architecture": false,
+                  "max_position_embeddings": 2048})"},
+    {"olmo2", R"({"hidden_act": "silu", "tie_word_embeddings": false, "attention_bias": false})"},
+};
+
+std::string hf_family_list() {
+  std::string out;
+  for (const auto& f : kHfFamilies) out += (out.empty() ? "" : ", ") + std::string(f.type);
+  return out;
+}
+
+// Keys that change the architecture and that Strata does not model: an
+// error when the config sets them (not null, not off), unless the model
+// object lists them in "ignore_hf_keys".
+struct Unmodelled {
+  const char* key;
+  const char* what;
+};
+constexpr Unmodelled kUnmodelled[] = {
+    {"sliding_window", "sliding-window attention; Strata prices attention over the whole sequence, "
+                       "exact when seq_len is at most the window"},
+    {"attn_logit_softcapping", "soft-capped attention scores (the attention kernel must support it)"},
+    {"final_logit_softcapping", "soft-capped output logits"},
+    {"num_nextn_predict_layers", "multi-token prediction modules"},
+    {"decoder_sparse_step", "MoE blocks only every k-th layer"},
+    {"mlp_only_layers", "dense MLPs in chosen layers of a MoE model"},
+    {"moe_layer_freq", "MoE blocks only every k-th layer"},
+};
+
+// Whether an unmodelled key is in effect in `c` (the config with its
+// family's defaults).
+bool unmodelled_active(const nlohmann::json& c, std::string_view key) {
+  const auto it = c.find(std::string(key));
+  if (it == c.end() || it->is_null()) return false;
+  if (key == "sliding_window") {
+    const auto use = c.find("use_sliding_window");
+    return !(use != c.end() && use->is_boolean() && !use->get<bool>());
+  }
+  if (key == "decoder_sparse_step" || key == "moe_layer_freq")
+    return !(it->is_number_integer() && it->get<std::int64_t>() == 1);
+  if (key == "mlp_only_layers") return !(it->is_array() && it->empty());
+  if (key == "num_nextn_predict_layers") return !(it->is_number_integer() && it->get<std::int64_t>() == 0);
+  return true;
+}
+
+// `ignore`: the keys of kUnmodelled the user accepts pricing without
+// (ignore_hf_keys), read at `ignore_at`.
+HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
+                       const std::vector<std::string>& ignore, const JsonReader* ignore_at) {
+  // A config.json carries many keys that do not change the architecture
+  // (token ids, initialisation, rope scaling, quantization of the stored
+  // weights): those are not read. Every key that does is either read,
+  // type- and range-checked, or in kUnmodelled.
+  const nlohmann::json* cfg = &file_r.json();
+  std::string prefix;
+  std::string model_type = lower(file_r.string_or("model_type", ""));
+  // Gemma 3's multimodal configs hold the language model in text_config;
+  // Strata reads the language model only.
+  if (model_type == "gemma3") {
+    const JsonReader tc = file_r.at("text_config");
+    if (!tc.is_object()) tc.fail("must be an object (Gemma 3's language model)");
+    cfg = &tc.json();
+    prefix = "text_config";
+    model_type = "gemma3_text";
+  }
+  const HfFamily* fam = nullptr;
+  for (const auto& f : kHfFamilies)
+    if (f.type == model_type) fam = &f;
+  if (!fam && !model_type.empty())
+    file_r.fail_at("model_type", "unknown Hugging Face model_type \"" + model_type +
+                                     "\" (Strata reads " + hf_family_list() + ")");
+  // The config over its family's defaults.
+  nlohmann::json merged = fam ? nlohmann::json::parse(fam->defaults) : nlohmann::json::object();
+  for (const auto& [k, v] : cfg->items()) merged[k] = v;
+  const JsonReader r(merged, path, prefix);
+  const std::string_view type = model_type;
+  auto is = [&](std::initializer_list<std::string_view> types) {
+    for (auto t : types)
+      if (t == type) return true;
+    return false;
+  };
+
+  // Unmodelled keys in effect: errors unless ignored.
+  std::vector<std::string> active;
+  for (const auto& u : kUnmodelled) {
+    if (!unmodelled_active(merged, u.key)) continue;
+    active.emplace_back(u.key);
+    if (std::find(ignore.begin(), ignore.end(), u.key) != ignore.end()) continue;
+    r.fail_at(u.key, std::string(merged.at(u.key).dump()) + " changes the architecture and Strata does not model it (" +
+                         u.what + "); to price the model without it, name it in a model object's "
+                         "\"ignore_hf_keys\": {\"file\": \"" + path + "\", \"ignore_hf_keys\": [\"" + u.key + "\"]}");
+  }
+  for (std::size_t i = 0; i < ignore.size(); ++i)
+    if (std::find(active.begin(), active.end(), ignore[i]) == active.end()) {
+      std::string set;
+      for (const auto& a : active) set += (set.empty() ? "" : ", ") + a;
+      ignore_at->elements()[i].fail("\"" + ignore[i] + "\" is not an unmodelled key this config sets (it sets: " +
+                                    (set.empty() ? "none" : set) + ")");
+    }
+
   ModelSpec m;
-  const std::string model_type = lower(r.string_or("model_type", ""));
   auto req = [&](std::initializer_list<const char*> keys, std::int64_t hi) {
     auto v = first_of(r, keys);
     if (!v) r.fail_at(*keys.begin(), "missing required key (Hugging Face config)");
@@ -216,57 +472,150 @@ ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
   m.hidden = req({"hidden_size", "n_embd"}, kMaxDim);
   m.heads = req({"num_attention_heads", "n_head"}, kMaxDim);
   m.vocab = req({"vocab_size"}, kMaxDim);
-  m.seq_len = req({"max_position_embeddings", "n_positions", "n_ctx"}, kMaxDim);
-  auto kv = first_of(r, {"num_key_value_heads"});
-  m.kv_heads = kv ? kv->as_int(1, kMaxDim) : m.heads;
-  auto ffn = first_of(r, {"intermediate_size", "n_inner"});
+  const std::int64_t max_pos = req({"max_position_embeddings", "n_positions", "n_ctx"}, kMaxDim);
+  m.seq_len = std::min(max_pos, kHfTrainingSeqLen);
+
+  // Key-value heads: Falcon's multi_query (one) or num_kv_heads (its new
+  // decoder architecture); elsewhere num_key_value_heads, all heads if absent.
+  const bool falcon_new = is({"falcon"}) && r.bool_or("new_decoder_architecture", false);
+  if (is({"falcon"})) {
+    if (falcon_new)
+      m.kv_heads = req({"num_kv_heads"}, kMaxDim);
+    else
+      m.kv_heads = r.bool_or("multi_query", true) ? 1 : m.heads;
+  } else {
+    auto kv = first_of(r, {"num_key_value_heads"});
+    m.kv_heads = kv ? kv->as_int(1, kMaxDim) : m.heads;
+  }
+  if (auto hd = first_of(r, {"head_dim"})) m.head_size = hd->as_int(1, kMaxDim);
+  auto ffn = first_of(r, {"intermediate_size", "n_inner", "ffn_hidden_size"});
   m.ffn_hidden = ffn ? ffn->as_int(1, kMaxDim) : 4 * m.hidden;
 
-  const auto act_r = first_of(r, {"hidden_act", "activation_function"});
+  // Gated MLP families (three matrices, gate_proj/up_proj or phi3's fused
+  // gate_up_proj, a layout only) versus GPT-2/NeoX/Falcon's two.
+  const bool gated = fam && !is({"gpt2", "gpt_neox", "falcon"});
+  const auto act_r = first_of(r, {"hidden_activation", "hidden_act", "activation_function"});
   const std::string act = act_r ? lower(act_r->as_string()) : "gelu";
-  if (act == "silu" || act == "swish" || act == "swiglu")
-    m.mlp = MlpKind::Swiglu;
-  else if (act.rfind("gelu", 0) == 0)
+  const bool silu = act == "silu" || act == "swish" || act == "swiglu";
+  const bool gelu = act.rfind("gelu", 0) == 0;
+  if (!silu && !gelu)
+    act_r->fail("unsupported activation \"" + act + "\" (Strata models gelu* and silu/swiglu)");
+  if (!fam)  // no model_type: as the activation says
+    m.mlp = silu ? MlpKind::Swiglu : MlpKind::Gelu;
+  else if (gated)
+    m.mlp = silu ? MlpKind::Swiglu : MlpKind::Geglu;
+  else if (gelu)
     m.mlp = MlpKind::Gelu;
   else
-    act_r->fail("unsupported activation \"" + act + "\" (Strata models gelu* and silu/swiglu)");
+    act_r->fail("\"" + act + "\" in a " + std::string(type) + " model: Strata models its MLP with gelu* only");
 
-  const bool llama_like = model_type == "llama" || model_type == "mistral" ||
-                          model_type == "mixtral" || model_type == "qwen2" ||
-                          model_type == "gemma" || model_type == "qwen2_moe";
-  if (r.has("rms_norm_eps"))
+  if (fam)
+    m.norm = is({"gpt2", "gpt_neox", "falcon"}) ? NormKind::LayerNorm : NormKind::RmsNorm;
+  else if (r.has("rms_norm_eps"))
     m.norm = NormKind::RmsNorm;
-  else if (r.has("layer_norm_eps") || r.has("layer_norm_epsilon"))
+  else
     m.norm = NormKind::LayerNorm;
-  else
-    m.norm = llama_like ? NormKind::RmsNorm : NormKind::LayerNorm;
 
-  if (auto b = first_of(r, {"attention_bias", "bias"}))
-    m.bias = b->as_bool();
-  else
-    m.bias = m.norm == NormKind::LayerNorm;
+  // Biases: q/k/v, the attention output, the MLP.
+  bool qkv_bias = false, out_bias = false, mlp_bias = false;
+  std::string out_key = "attention_bias";
+  if (!fam) {
+    auto b = first_of(r, {"attention_bias", "bias"});
+    qkv_bias = out_bias = mlp_bias = b ? b->as_bool() : m.norm == NormKind::LayerNorm;
+    out_key = r.has("attention_bias") ? "attention_bias" : "bias";
+  } else if (is({"gpt2"})) {
+    qkv_bias = out_bias = mlp_bias = true;  // Conv1D layers with biases
+  } else if (is({"qwen2", "qwen2_moe"})) {
+    qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without; MLPs without
+  } else if (is({"falcon"})) {
+    qkv_bias = out_bias = mlp_bias = r.bool_or("bias", false);
+    out_key = "bias";
+  } else if (is({"gpt_neox"})) {
+    qkv_bias = out_bias = r.bool_or("attention_bias", true);
+    mlp_bias = true;  // GPTNeoXMLP's dense_h_to_4h and dense_4h_to_h
+  } else if (is({"phi3"})) {
+    // Phi3: no biases (qkv_proj, o_proj, gate_up_proj, down_proj).
+  } else if (is({"deepseek_v2", "deepseek_v3"})) {
+    qkv_bias = out_bias = r.bool_or("attention_bias", false);  // q_a/q, kv_a, o
+  } else {
+    // Llama-like attention: attention_bias for q, k, v and o (default false).
+    qkv_bias = out_bias = r.bool_or("attention_bias", false);
+    if (is({"llama"})) mlp_bias = r.bool_or("mlp_bias", false);
+  }
+  if (out_bias != mlp_bias)
+    r.fail_at(out_key, "the attention output has " + std::string(out_bias ? "a bias" : "no bias") +
+                           " and the MLP " + (mlp_bias ? "has" : "has not") +
+                           ": Strata models one bias switch for both (\"bias\")");
+  m.bias = out_bias;
+  if (qkv_bias != out_bias) m.qkv_bias = qkv_bias;
 
+  // Positions: ALiBi when asked (Falcon, BLOOM-style), GPT-2's learned
+  // table, rotary for every other family; without a model_type, rotary when
+  // the config has rope keys.
   if (auto alibi = first_of(r, {"alibi"}); alibi && alibi->as_bool())
     m.position_embedding = PositionEmbedding::Alibi;
-  else if (r.has("rope_theta") || r.has("rope_scaling") || llama_like)
-    m.position_embedding = PositionEmbedding::Rope;
-  else
+  else if (is({"gpt2"}) || (!fam && !r.has("rope_theta") && !r.has("rope_scaling")))
     m.position_embedding = PositionEmbedding::Learned;
+  else
+    m.position_embedding = PositionEmbedding::Rope;
+  if (m.position_embedding == PositionEmbedding::Learned) m.max_positions = max_pos;
 
   auto tie = first_of(r, {"tie_word_embeddings"});
-  m.tied_embeddings = tie ? tie->as_bool() : true;  // Hugging Face's default
+  m.tied_embeddings = tie ? tie->as_bool() : true;  // PretrainedConfig's default
 
   m.dropout = false;
   for (const char* k : {"attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop",
-                        "hidden_dropout_prob"})
+                        "embd_pdrop", "hidden_dropout_prob"})
     if (auto d = first_of(r, {k}); d && d->as_number(0, 1) > 0) m.dropout = true;
 
-  if (auto e = first_of(r, {"num_local_experts", "num_experts"})) {
+  // Block structure.
+  if (is({"gemma2", "gemma3_text"})) m.norm_placement = NormPlacement::Sandwich;
+  if (is({"olmo2"})) m.norm_placement = NormPlacement::Post;
+  if (is({"qwen3", "qwen3_moe", "gemma3_text"})) m.qk_norm = QkNorm::Head;
+  if (is({"olmo2"})) m.qk_norm = QkNorm::Full;
+  if (is({"gpt_neox"}) && r.at("use_parallel_residual").as_bool()) m.block = BlockKind::Parallel2Norm;
+  if (is({"falcon"}) && r.at("parallel_attn").as_bool()) {
+    const std::int64_t norms =
+        falcon_new ? r.int_or("num_ln_in_parallel_attn", 2, 1, 2) : 1;
+    m.block = norms == 2 ? BlockKind::Parallel2Norm : BlockKind::Parallel;
+  }
+
+  // Mixture of experts.
+  if (auto e = first_of(r, {"num_local_experts", "num_experts", "n_routed_experts"})) {
     MoeSpec s;
     s.experts = e->as_int(1, 65536);
     auto k = first_of(r, {"num_experts_per_tok"});
     s.top_k = k ? k->as_int(1, 65536) : 1;
-    if (s.experts > 1) m.moe = s;
+    if (auto w = first_of(r, {"moe_intermediate_size"})) s.expert_ffn = w->as_int(1, kMaxDim);
+    if (is({"qwen2_moe"})) {
+      if (auto w = first_of(r, {"shared_expert_intermediate_size"}); w && w->as_int(0, kMaxDim) > 0) {
+        s.shared_experts = 1;
+        s.shared_ffn = w->as_int(1, kMaxDim);
+        s.shared_gate = true;  // Qwen2MoeSparseMoeBlock.shared_expert_gate
+      }
+    }
+    if (is({"deepseek_v2", "deepseek_v3"})) {
+      if (auto n = first_of(r, {"n_shared_experts"})) s.shared_experts = n->as_int(0, 65536);
+      if (auto k0 = first_of(r, {"first_k_dense_replace"})) {
+        s.first_dense = k0->as_int(0, m.layers);
+        if (s.first_dense == m.layers) k0->fail("makes every layer dense; drop the MoE keys instead");
+      }
+    }
+    if (s.experts > 1 || s.shared_experts > 0) m.moe = s;
+  }
+
+  // Multi-head latent attention.
+  if (is({"deepseek_v2", "deepseek_v3"})) {
+    MlaSpec l;
+    if (auto q = first_of(r, {"q_lora_rank"})) l.q_lora_rank = q->as_int(1, kMaxDim);
+    l.kv_lora_rank = r.at("kv_lora_rank").as_int(1, kMaxDim);
+    l.qk_nope_head_dim = r.at("qk_nope_head_dim").as_int(0, kMaxDim);
+    l.qk_rope_head_dim = r.at("qk_rope_head_dim").as_int(0, kMaxDim);
+    l.v_head_dim = r.at("v_head_dim").as_int(1, kMaxDim);
+    if (l.qk_head_dim() < 1) r.fail_at("qk_nope_head_dim", "qk_nope_head_dim + qk_rope_head_dim must be >= 1");
+    m.mla = l;
+    m.kv_heads = m.heads;
+    m.head_size.reset();
   }
 
   auto name = first_of(r, {"_name_or_path"});
@@ -274,25 +623,31 @@ ModelSpec read_hf_config(const JsonReader& r, const std::string& path) {
   if (m.name.empty()) m.name = model_type.empty() ? "hf-model" : model_type;
   m.source = "Hugging Face config " + path;
   ModelKeys keys;
-  keys.heads = r.json().contains("num_attention_heads") ? "num_attention_heads" : "n_head";
-  keys.kv_heads = r.json().contains("num_key_value_heads") ? "num_key_value_heads" : keys.heads;
+  keys.heads = merged.contains("num_attention_heads") ? "num_attention_heads" : "n_head";
+  keys.kv_heads = merged.contains("num_key_value_heads") ? "num_key_value_heads" : keys.heads;
   keys.top_k = "num_experts_per_tok";
-  check_model(m, r, keys);
-  return m;
+  if (!prefix.empty()) {
+    keys.heads = prefix + "." + keys.heads;
+    keys.kv_heads = prefix + "." + keys.kv_heads;
+    keys.top_k = prefix + "." + keys.top_k;
+  }
+  check_model(m, JsonReader(file_r.json(), path), keys);
+  return {m, max_pos};
 }
 
 // A model file's JSON: Strata's format or a Hugging Face config.json.
-ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth) {
+ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth,
+                               const Ctx& ctx) {
   const JsonReader r(j, path);
   if (!j.is_object())
     r.fail("must be a JSON object (a model, a Hugging Face config.json or a scenario)");
-  if (is_hf_config(j)) return read_hf_config(r, path);
+  if (is_hf_config(j)) {
+    HfModel hf = read_hf_config(r, path, {}, nullptr);
+    hf_seq_len_default(r, "\"" + path + "\"", hf.model, hf.max_position_embeddings, ctx);
+    return hf.model;
+  }
   const auto dir = std::filesystem::path(path).parent_path().string();
-  return read_model_object(r, dir, depth);
-}
-
-ModelSpec load_model_file_at(const std::string& path, int depth) {
-  return model_from_file_json(load_json_file(path), path, depth);
+  return read_model_object(r, dir, depth, ctx);
 }
 
 }  // namespace
@@ -320,17 +675,28 @@ ModelSpec read_model(const JsonReader& value, const std::string& base_dir) {
     if (names_a_file(s)) {
       const std::string path = resolve_path(s, base_dir);
       if (!std::filesystem::exists(path)) value.fail("model file \"" + s + "\" not found");
-      return load_model_file_at(path, 1);
+      const auto j = load_json_file(path);
+      // A training scenario needs the sequence length a Hugging Face config
+      // does not give: named at the scenario's value.
+      if (is_hf_config(j)) {
+        HfModel hf = read_hf_config(JsonReader(j, path), path, {}, nullptr);
+        hf_seq_len_default(value, "\"" + s + "\"", hf.model, hf.max_position_embeddings,
+                           Ctx{.training = true});
+      }
+      return model_from_file_json(j, path, 1, Ctx{.training = true});
     }
     return preset_at(s, value, 0);
   }
-  return read_model_object(value, base_dir, 0);
+  return read_model_object(value, base_dir, 0, Ctx{.training = true});
 }
 
-ModelSpec load_model_file(const std::string& path) { return load_model_file_at(path, 0); }
+ModelSpec load_model_file(const std::string& path, std::vector<std::string>* notes) {
+  return model_from_file_json(load_json_file(path), path, 0, Ctx{.notes = notes});
+}
 
-ModelSpec parse_model_file_text(std::string_view text, const std::string& source) {
-  return model_from_file_json(parse_json_text(text, source), source, 0);
+ModelSpec parse_model_file_text(std::string_view text, const std::string& source,
+                                std::vector<std::string>* notes) {
+  return model_from_file_json(parse_json_text(text, source), source, 0, Ctx{.notes = notes});
 }
 
 ModelSpec model_preset(std::string_view name) {

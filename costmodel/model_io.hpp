@@ -14,11 +14,17 @@
 
 namespace strata::cost {
 
+// A training scenario's model: a Hugging Face config.json needs the
+// training sequence length, given as {"file": ..., "seq_len": N}.
 ModelSpec read_model(const JsonReader& value, const std::string& base_dir);
-ModelSpec load_model_file(const std::string& path);
+// A model file to describe: a Hugging Face config without a sequence
+// length gets Strata's default (4,096 tokens, or its context limit if
+// shorter), which is said in `notes` when given.
+ModelSpec load_model_file(const std::string& path, std::vector<std::string>* notes = nullptr);
 // The same from the file's text (`source` names it in errors and is the
 // directory relative paths in it resolve against).
-ModelSpec parse_model_file_text(std::string_view text, const std::string& source);
+ModelSpec parse_model_file_text(std::string_view text, const std::string& source,
+                                std::vector<std::string>* notes = nullptr);
 ModelSpec model_preset(std::string_view name);
 std::vector<ModelSpec> model_presets();
 

@@ -1,0 +1,192 @@
+// Hugging Face config.json import against the models' published parameter
+// counts: the configs under tests/hf/ are the models' own config.json files.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "costmodel/model_io.hpp"
+#include "costmodel/ops.hpp"
+#include "tests/testing.hpp"
+
+namespace strata::cost {
+namespace {
+
+std::string hf_path(const std::string& file) { return std::string(STRATA_SOURCE_DIR) + "/tests/hf/" + file; }
+
+// The model a training scenario would read: {"file", "seq_len",
+// "ignore_hf_keys"}; 1,024 tokens fit every context here (GPT-2's is 1,024)
+// and parameters do not depend on it.
+ModelSpec import(const std::string& file, const std::vector<std::string>& ignore) {
+  nlohmann::json j = {{"file", hf_path(file)}, {"seq_len", 1024}};
+  if (!ignore.empty()) j["ignore_hf_keys"] = ignore;
+  return read_model(JsonReader(j, "scenario.json", "model"), "");
+}
+
+struct Published {
+  const char* file;
+  std::vector<std::string> ignore;  // architecture keys Strata does not model
+  double total;                     // parameters
+  const char* total_source;
+  // Active parameters per token, as published (MoE only), and the unit of
+  // the published figure's last digit: the cards round to two or three
+  // significant figures, so a figure within one unit matches.
+  double active = 0, active_unit = 0;
+  const char* active_source = "";
+  // The card counts active parameters without the token embedding
+  // (DeepSeek's convention); Strata's active_params includes it.
+  bool active_without_embedding = false;
+};
+
+// Totals are exact sums of the checkpoint's tensors (Hugging Face's
+// safetensors metadata, "Model size" on each repository page) unless said.
+const std::vector<Published> kPublished = {
+    {"llama-3.1-8b.json", {}, 8'030'261'248, "meta-llama/Llama-3.1-8B safetensors: 8,030,261,248"},
+    {"llama-3.1-70b.json", {}, 70'553'706'496, "meta-llama/Llama-3.1-70B safetensors: 70,553,706,496"},
+    {"mistral-7b-v0.1.json", {"sliding_window"}, 7'241'732'096,
+     "mistralai/Mistral-7B-v0.1 safetensors: 7,241,732,096"},
+    {"mistral-nemo-base-2407.json", {}, 12'247'782'400,
+     "mistralai/Mistral-Nemo-Base-2407 safetensors: 12,247,782,400 (card: 12B)"},
+    {"mixtral-8x7b-v0.1.json", {}, 46'702'792'704,
+     "mistralai/Mixtral-8x7B-v0.1 safetensors: 46,702,792,704", 12.9e9, 0.1e9,
+     "Mistral AI, \"Mixtral of experts\" (2023-12-11): 12.9B active parameters"},
+    {"qwen2-72b.json", {}, 72'706'203'648, "Qwen/Qwen2-72B safetensors: 72,706,203,648 (card: 72.7B)"},
+    {"qwen2.5-7b.json", {}, 7'615'616'512, "Qwen/Qwen2.5-7B safetensors: 7,615,616,512 (card: 7.61B)"},
+    {"qwen1.5-moe-a2.7b.json", {}, 14'315'784'192,
+     "Qwen/Qwen1.5-MoE-A2.7B safetensors: 14,315,784,192 (card: 14.3B)", 2.7e9, 0.1e9,
+     "Qwen/Qwen1.5-MoE-A2.7B card: 2.7B activated"},
+    {"qwen3-8b.json", {}, 8'190'735'360, "Qwen/Qwen3-8B safetensors: 8,190,735,360 (card: 8.2B)"},
+    {"qwen3-30b-a3b.json", {}, 30'532'122'624,
+     "Qwen/Qwen3-30B-A3B safetensors: 30,532,122,624 (card: 30.5B)", 3.3e9, 0.1e9,
+     "Qwen/Qwen3-30B-A3B card: 3.3B activated"},
+    {"gemma-7b.json", {}, 8'537'680'896, "google/gemma-7b safetensors: 8,537,680,896 (card: 8.54B)"},
+    {"gemma-2-9b.json", {"sliding_window", "attn_logit_softcapping", "final_logit_softcapping"},
+     9'241'705'984, "google/gemma-2-9b safetensors: 9,241,705,984"},
+    {"gemma-3-1b-pt.json", {"sliding_window"}, 999'885'952,
+     "google/gemma-3-1b-pt safetensors: 999,885,952 (card: 1B)"},
+    {"phi-3-mini-4k-instruct.json", {"sliding_window"}, 3'821'079'552,
+     "microsoft/Phi-3-mini-4k-instruct safetensors: 3,821,079,552 (card: 3.8B)"},
+    {"deepseek-v2-lite.json", {}, 15'706'484'224,
+     "deepseek-ai/DeepSeek-V2-Lite safetensors: 15,706,484,224 (card: 15.7B)", 2.4e9, 0.1e9,
+     "deepseek-ai/DeepSeek-V2-Lite card: 2.4B activated", true},
+    // The card: "685B ... includes 671B of the Main Model weights and 14B of
+    // the Multi-Token Prediction (MTP) Module weights"; Strata does not model
+    // the MTP module (ignored), so the main model's 671B is the figure.
+    {"deepseek-v3.json", {"num_nextn_predict_layers"}, 671e9,
+     "deepseek-ai/DeepSeek-V3 card: 671B main model (685B with the 14B MTP module)", 37e9, 1e9,
+     "deepseek-ai/DeepSeek-V3 card: 37B activated", true},
+    {"gpt2.json", {}, 124'439'808,
+     "openai-community/gpt2: GPT2LMHeadModel's 124,439,808 parameters (the checkpoint's 137M "
+     "counts its causal-mask buffers attn.bias too)"},
+    {"pythia-1.4b.json", {}, 1'414'647'808,
+     "EleutherAI/pythia README, model table: 1,414,647,808 total parameters"},
+    {"olmo-2-1124-7b.json", {}, 7'298'617'344,
+     "allenai/OLMo-2-1124-7B safetensors: 7,298,617,344 (card: 7B)"},
+    {"falcon-7b.json", {}, 6'921'720'704, "tiiuae/falcon-7b safetensors: 6,921,720,704 (card: 7B)"},
+};
+
+TEST_CASE("Hugging Face configs import with their published parameter counts") {
+  // Total parameters within 0.1 % of the checkpoint's (the target); dense
+  // models' active count is their total.
+  CHECK(kPublished.size() >= 15);
+  for (const auto& p : kPublished) {
+    const ModelSpec m = import(p.file, p.ignore);
+    const double total = static_cast<double>(total_params(m));
+    const double active = static_cast<double>(active_params(m));
+    INFO(p.file << " (" << p.total_source << "): total " << std::llround(total) << ", active "
+                << std::llround(active));
+    CHECK(std::abs(total - p.total) <= 0.001 * p.total);
+    if (!m.moe) {
+      CHECK(active == total);
+      continue;
+    }
+    INFO("active: " << p.active_source);
+    REQUIRE(p.active > 0);
+    const double embedding = static_cast<double>(m.vocab) * static_cast<double>(m.hidden);
+    const double counted = p.active_without_embedding ? active - embedding : active;
+    CHECK(std::abs(counted - p.active) <= p.active_unit);
+  }
+}
+
+TEST_CASE("each family's rules come from its model_type") {
+  // Qwen2 always has q/k/v biases (and no other); Gemma's MLP is gated GELU
+  // with tied embeddings and head_dim 256 (q width 4096 > hidden 3072).
+  const ModelSpec qwen = import("qwen2-72b.json", {});
+  CHECK(qwen.has_qkv_bias());
+  CHECK_FALSE(qwen.bias);
+  const ModelSpec gemma = import("gemma-7b.json", {});
+  CHECK(gemma.mlp == MlpKind::Geglu);
+  CHECK(gemma.tied_embeddings);
+  CHECK(gemma.head_dim() == 256);
+  CHECK(gemma.q_hidden() == 4096);
+  // Mistral-Nemo: head_dim 128 with hidden 5120 and 32 heads.
+  CHECK(import("mistral-nemo-base-2407.json", {}).q_hidden() == 4096);
+  // DeepSeek-V3: MLA, 256 routed + 1 shared expert of 2048, first 3 dense.
+  const ModelSpec v3 = import("deepseek-v3.json", {"num_nextn_predict_layers"});
+  REQUIRE(v3.mla);
+  CHECK(v3.mla->q_lora_rank == 1536);
+  REQUIRE(v3.moe);
+  CHECK(v3.moe->first_dense == 3);
+  CHECK(v3.moe->shared_experts == 1);
+  CHECK(v3.expert_ffn() == 2048);
+  CHECK(v3.ffn_hidden == 18432);
+  // Falcon-7B: multi-query attention, one norm shared by the parallel
+  // attention and MLP; Pythia: parallel with two norms; OLMo 2: post-norms
+  // and q/k norms over all heads.
+  const ModelSpec falcon = import("falcon-7b.json", {});
+  CHECK(falcon.kv_heads == 1);
+  CHECK(falcon.block == BlockKind::Parallel);
+  CHECK(import("pythia-1.4b.json", {}).block == BlockKind::Parallel2Norm);
+  const ModelSpec olmo = import("olmo-2-1124-7b.json", {});
+  CHECK(olmo.norm_placement == NormPlacement::Post);
+  CHECK(olmo.qk_norm == QkNorm::Full);
+  // GPT-2's learned position table has n_positions rows whatever seq_len is.
+  CHECK(import("gpt2.json", {}).position_rows() == 1024);
+}
+
+TEST_CASE("unmodelled architecture keys and unknown model types are errors") {
+  // Gemma 2's sliding window is refused, naming the key and the opt-out.
+  const std::string gemma2 = hf_path("gemma-2-9b.json");
+  const std::string err = testing::input_error_of([&] { load_model_file(gemma2); });
+  CHECK(err.rfind(gemma2 + ": sliding_window: 4096 changes the architecture and Strata does not model it", 0) == 0);
+  CHECK(err.find("\"ignore_hf_keys\"") != std::string::npos);
+  // Ignoring one key leaves the next one named.
+  CHECK(testing::input_error_of([&] { import("gemma-2-9b.json", {"sliding_window"}); })
+            .rfind(gemma2 + ": attn_logit_softcapping: 50.0 changes the architecture", 0) == 0);
+  // An ignore entry must name a key the config sets.
+  CHECK(testing::input_error_of([&] { import("llama-3.1-8b.json", {"sliding_window"}); }) ==
+        "scenario.json: model.ignore_hf_keys[0]: \"sliding_window\" is not an unmodelled key this "
+        "config sets (it sets: none)");
+  // Qwen2's sliding_window is off (use_sliding_window false): no error.
+  CHECK_NOTHROW(import("qwen2.5-7b.json", {}));
+  CHECK(testing::input_error_of([] {
+          parse_model_file_text(R"({"model_type": "bloom", "n_layer": 2, "hidden_size": 64,
+                                    "n_head": 4, "vocab_size": 10})",
+                                "b.json");
+        }).rfind("b.json: model_type: unknown Hugging Face model_type \"bloom\" (Strata reads llama, ", 0) == 0);
+}
+
+TEST_CASE("a Hugging Face config's sequence length") {
+  // Describing a config takes 4,096 tokens (or the context limit if
+  // shorter) and says so; a training scenario must give seq_len.
+  std::vector<std::string> notes;
+  const ModelSpec m = load_model_file(hf_path("llama-3.1-8b.json"), &notes);
+  CHECK(m.seq_len == 4096);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].find("seq_len 4096, Strata's default for a Hugging Face config "
+                      "(max_position_embeddings=131072 is the context limit") != std::string::npos);
+  CHECK(load_model_file(hf_path("gpt2.json")).seq_len == 1024);
+  const nlohmann::json s = hf_path("llama-3.1-8b.json");
+  CHECK(testing::input_error_of([&] { read_model(JsonReader(s, "sc.json", "model"), ""); })
+            .find("sc.json: model: \"" + hf_path("llama-3.1-8b.json") +
+                  "\" is a Hugging Face config, which gives no training sequence length") == 0);
+  const nlohmann::json o = {{"file", hf_path("llama-3.1-8b.json")}};
+  CHECK(testing::input_error_of([&] { read_model(JsonReader(o, "sc.json", "model"), ""); }) ==
+        "sc.json: model.seq_len: required with a Hugging Face config as \"file\" (its "
+        "max_position_embeddings=131072 is the context limit, not a training length)");
+}
+
+}  // namespace
+}  // namespace strata::cost
