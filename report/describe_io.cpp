@@ -34,21 +34,49 @@ ordered_json model_json(const cost::ModelSpec& m) {
     j["source"] = m.source;
     return j;
   }
-  j["params"] = cost::expand(m).params();
+  j["params"] = cost::total_params(m);
+  // Per token: every parameter but the routed experts it does not visit.
+  j["active_params"] = cost::active_params(m);
   j["layers"] = m.layers;
   j["hidden"] = m.hidden;
   j["heads"] = m.heads;
   j["kv_heads"] = m.kv_heads;
+  j["head_dim"] = m.head_dim();
   j["ffn_hidden"] = m.ffn_hidden;
   j["vocab"] = m.vocab;
   j["seq_len"] = m.seq_len;
   j["mlp"] = enum_name(m.mlp);
   j["norm"] = enum_name(m.norm);
+  j["norm_placement"] = enum_name(m.norm_placement);
+  j["block"] = enum_name(m.block);
+  j["qk_norm"] = enum_name(m.qk_norm);
   j["bias"] = m.bias;
+  j["qkv_bias"] = m.has_qkv_bias();
   j["position_embedding"] = enum_name(m.position_embedding);
+  if (m.position_embedding == cost::PositionEmbedding::Learned) j["max_positions"] = m.position_rows();
   j["tied_embeddings"] = m.tied_embeddings;
   j["dropout"] = m.dropout;
-  if (m.moe) j["moe"] = {{"experts", m.moe->experts}, {"top_k", m.moe->top_k}};
+  if (m.moe) {
+    ordered_json moe = {{"experts", m.moe->experts},
+                        {"top_k", m.moe->top_k},
+                        {"expert_ffn", m.expert_ffn()}};
+    if (m.moe->shared_experts > 0) {
+      moe["shared_experts"] = m.moe->shared_experts;
+      moe["shared_ffn"] = m.shared_ffn();
+      moe["shared_gate"] = m.moe->shared_gate;
+    }
+    moe["first_dense"] = m.moe->first_dense;
+    j["moe"] = moe;
+  }
+  if (m.mla) {
+    ordered_json mla;
+    mla["q_lora_rank"] = m.mla->q_lora_rank ? ordered_json(*m.mla->q_lora_rank) : ordered_json(nullptr);
+    mla["kv_lora_rank"] = m.mla->kv_lora_rank;
+    mla["qk_nope_head_dim"] = m.mla->qk_nope_head_dim;
+    mla["qk_rope_head_dim"] = m.mla->qk_rope_head_dim;
+    mla["v_head_dim"] = m.mla->v_head_dim;
+    j["mla"] = mla;
+  }
   j["source"] = m.source;
   return j;
 }
@@ -105,7 +133,7 @@ std::string list_models(const std::vector<cost::ModelSpec>& models, Format f) {
       t.add_row(row);
       continue;
     }
-    const double p = static_cast<double>(cost::expand(m).params());
+    const double p = static_cast<double>(cost::total_params(m));
     t.add_row({m.name, f == Format::Csv ? num(p) : count(p), std::to_string(m.layers),
                std::to_string(m.hidden), std::to_string(m.heads), std::to_string(m.kv_heads),
                std::to_string(m.ffn_hidden), std::to_string(m.vocab), std::to_string(m.seq_len),
@@ -265,13 +293,14 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   std::vector<std::pair<std::string, const cost::Layer*>> layers;
   layers.emplace_back(std::string(chain.embedding.name), &chain.embedding);
   for (std::int64_t i = 0; i < chain.blocks; ++i)
-    layers.emplace_back("block." + std::to_string(i), &chain.block);
+    layers.emplace_back("block." + std::to_string(i), &chain.block_at(i));
   layers.emplace_back(std::string(chain.head.name), &chain.head);
 
   if (f == Format::Json) {
     ordered_json j;
     j["model"] = model_json(model);
     j["params"] = chain.params();
+    j["active_params"] = cost::active_params(model);
     j["flops_per_token"] = flops_per_token;
     j["tokens"] = tokens;
     j["basis"] = {{"micro_batch", options.micro_batch},
@@ -323,22 +352,63 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
                  si(op.bwd_flops), bytes_iec(static_cast<double>(op.saved_bytes))});
   };
   add(std::string(chain.embedding.name), chain.embedding);
-  add("block (x" + std::to_string(chain.blocks) + ")", chain.block);
+  if (chain.dense_blocks > 0)
+    add("dense block (x" + std::to_string(chain.dense_blocks) + ")", chain.dense_block);
+  add((chain.dense_blocks > 0 ? "moe block (x" : "block (x") +
+          std::to_string(chain.blocks - chain.dense_blocks) + ")",
+      chain.block);
   add(std::string(chain.head.name), chain.head);
   std::string out;
   out += "model            " + printable(model.name) + "\n";
   out += "parameters       " + count(static_cast<double>(chain.params())) + " (" +
          std::to_string(chain.params()) + ")\n";
+  if (model.moe) {
+    const auto active = cost::active_params(model);
+    out += "active params    " + count(static_cast<double>(active)) + " (" + std::to_string(active) +
+           ") per token: top-" + std::to_string(model.moe->top_k) + " of " +
+           std::to_string(model.moe->experts) + " routed experts" +
+           (model.moe->shared_experts > 0
+                ? " + " + std::to_string(model.moe->shared_experts) + " shared"
+                : "") +
+           "\n";
+  }
   out += "FLOPs per token  " + si(flops_per_token) + " (forward + backward, model FLOPs)\n";
   out += "architecture     " + std::to_string(model.layers) + " layers, hidden " +
          std::to_string(model.hidden) + ", " + std::to_string(model.heads) + " heads (" +
-         std::to_string(model.kv_heads) + " kv), ffn " + std::to_string(model.ffn_hidden) +
-         ", vocab " + std::to_string(model.vocab) + ", seq " + std::to_string(model.seq_len) +
-         ", " + std::string(enum_name(model.mlp)) + ", " + std::string(enum_name(model.norm)) +
+         (model.mla ? std::string("latent kv") : std::to_string(model.kv_heads) + " kv") +
+         (model.head_size ? ", head_dim " + std::to_string(model.head_dim()) : "") + "), ffn " +
+         std::to_string(model.ffn_hidden) + ", vocab " + std::to_string(model.vocab) + ", seq " +
+         std::to_string(model.seq_len) + ", " + std::string(enum_name(model.mlp)) + ", " +
+         std::string(enum_name(model.norm)) +
          (model.moe ? ", " + std::to_string(model.moe->experts) + " experts top-" +
                           std::to_string(model.moe->top_k)
                     : "") +
          "\n";
+  // The options that differ from a GPT/Llama block, one line.
+  std::string features;
+  auto feature = [&](bool on, const std::string& what) {
+    if (on) features += (features.empty() ? "" : ", ") + what;
+  };
+  feature(model.mla.has_value(),
+          model.mla ? "latent attention (kv rank " + std::to_string(model.mla->kv_lora_rank) +
+                          (model.mla->q_lora_rank ? ", q rank " + std::to_string(*model.mla->q_lora_rank) : "") +
+                          ", qk " + std::to_string(model.mla->qk_nope_head_dim) + "+" +
+                          std::to_string(model.mla->qk_rope_head_dim) + " rope, v " +
+                          std::to_string(model.mla->v_head_dim) + ")"
+                    : "");
+  feature(model.moe && model.moe->expert_ffn.has_value(), "expert ffn " + std::to_string(model.expert_ffn()));
+  feature(model.moe && model.moe->shared_experts > 0,
+          model.moe ? std::to_string(model.moe->shared_experts) + " shared expert(s) of " +
+                          std::to_string(model.shared_ffn()) + (model.moe->shared_gate ? ", gated" : "")
+                    : "");
+  feature(model.moe && model.moe->first_dense > 0,
+          model.moe ? "first " + std::to_string(model.moe->first_dense) + " blocks dense" : "");
+  feature(model.has_qkv_bias() != model.bias, model.has_qkv_bias() ? "q/k/v bias only" : "no q/k/v bias");
+  feature(model.qk_norm != cost::QkNorm::None, "qk_norm " + std::string(enum_name(model.qk_norm)));
+  feature(model.norm_placement != cost::NormPlacement::Pre,
+          std::string(enum_name(model.norm_placement)) + " norms");
+  feature(model.block != cost::BlockKind::Sequential, std::string(enum_name(model.block)) + " block");
+  if (!features.empty()) out += "features         " + features + "\n";
   if (scenario) {
     const auto& p = scenario->plan;
     out += "scenario         " + std::to_string(scenario->cluster.gpus()) + " x " +
