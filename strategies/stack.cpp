@@ -2,6 +2,7 @@
 
 #include "strategies/scenario.hpp"
 #include "strategies/space.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::strategies {
 
@@ -60,6 +61,24 @@ std::string setting_text(const StackSetting& st) {
   return out + "otherwise " + value_text(st.key, st.otherwise);
 }
 
+std::int64_t implementation_value(const Implementation& im, ImplKey k) {
+  switch (k) {
+    case ImplKey::Attention: return static_cast<std::int64_t>(im.attention);
+    case ImplKey::FusedElementwise: return im.fused_elementwise;
+    case ImplKey::OverlapGradReduce: return im.overlap_grad_reduce;
+    case ImplKey::OverlapParamGather: return im.overlap_param_gather;
+    case ImplKey::TpCommOverlap: return static_cast<std::int64_t>(im.tp_comm_overlap);
+    case ImplKey::PpScatterGather: return im.pp_scatter_gather;
+    case ImplKey::OverlapP2p: return im.overlap_p2p;
+    case ImplKey::Fp32GradAccumulation: return im.fp32_grad_accumulation;
+    case ImplKey::TpGradOverlap: return im.tp_grad_overlap;
+    case ImplKey::GradAccumulationFusion: return im.grad_accumulation_fusion;
+  }
+  return 0;
+}
+
+std::string implementation_text(ImplKey k, std::int64_t v) { return value_text(k, v); }
+
 void apply_stack(const Stack& stack, Plan& plan, ImplKeys fixed) {
   for (const StackSetting& st : stack.settings) {
     if (fixed.has(st.key)) continue;
@@ -93,6 +112,109 @@ void space_point(const Scenario& base, const Space& space, std::uint64_t index, 
   batch = base.batch;
   space.apply(index, plan, batch);
   if (base.stack) apply_stack(*base.stack, plan, base.implementation_keys | implementation_axes(space));
+}
+
+// --- capabilities (capability.hpp) ---
+
+
+namespace {
+
+std::string field_value_text(PlanField f, std::int64_t v) {
+  switch (f) {
+    case PlanField::Schedule: return std::string(enum_name(static_cast<Schedule>(v)));
+    case PlanField::Recompute: return std::string(enum_name(static_cast<Recompute>(v)));
+    case PlanField::OffloadOptimizer: return std::string(enum_name(static_cast<OffloadTarget>(v)));
+    case PlanField::OffloadPlanner: return std::string(enum_name(static_cast<OffloadPlanner>(v)));
+    case PlanField::Compression: return std::string(enum_name(static_cast<CompressionMethod>(v)));
+    case PlanField::Optimizer: return std::string(enum_name(static_cast<Optimizer>(v)));
+    case PlanField::Precision: return std::string(enum_name(static_cast<Precision>(v)));
+    case PlanField::DpTopology: return std::string(enum_name(static_cast<DpTopology>(v)));
+    default: break;
+  }
+  if (field_kind(f) == FieldKind::Bool) return v != 0 ? "true" : "false";
+  return std::to_string(v);
+}
+
+}  // namespace
+
+FieldKind field_kind(PlanField f) {
+  switch (f) {
+    case PlanField::Dp:
+    case PlanField::Tp:
+    case PlanField::Pp:
+    case PlanField::Cp:
+    case PlanField::Ep:
+    case PlanField::Zero:
+    case PlanField::VirtualStages: return FieldKind::Integer;
+    case PlanField::SequenceParallel:
+    case PlanField::OffloadActivations:
+    case PlanField::OffloadWeights: return FieldKind::Bool;
+    default: return FieldKind::Enum;
+  }
+}
+
+std::int64_t plan_field(const Plan& p, PlanField f) {
+  auto num = [](auto e) { return static_cast<std::int64_t>(e); };
+  switch (f) {
+    case PlanField::Dp: return p.dp;
+    case PlanField::Tp: return p.tp;
+    case PlanField::Pp: return p.pp;
+    case PlanField::Cp: return p.cp;
+    case PlanField::Ep: return p.ep;
+    case PlanField::Zero: return p.zero;
+    case PlanField::VirtualStages: return p.virtual_stages;
+    case PlanField::Schedule: return num(p.schedule);
+    case PlanField::SequenceParallel: return p.sequence_parallel ? 1 : 0;
+    case PlanField::Recompute: return num(p.recompute);
+    case PlanField::OffloadActivations: return p.offload.activations ? 1 : 0;
+    case PlanField::OffloadWeights: return p.offload.weights ? 1 : 0;
+    case PlanField::OffloadOptimizer: return num(p.offload.optimizer);
+    case PlanField::OffloadPlanner: return num(p.offload.planner);
+    case PlanField::Compression: return num(p.compression.method);
+    case PlanField::Optimizer: return num(p.optimizer);
+    case PlanField::Precision: return num(p.precision);
+    case PlanField::DpTopology: return num(p.dp_topology);
+  }
+  return 0;
+}
+
+bool refuses(const CapabilityRule& rule, const Plan& p) {
+  for (const FieldMatch& m : rule.when) {
+    const std::int64_t v = plan_field(p, m.field);
+    if (m.at_least && v < *m.at_least) return false;
+    if (!m.values.empty()) {
+      bool any = false;
+      for (std::int64_t x : m.values) any = any || x == v;
+      if (!any) return false;
+    }
+  }
+  return !rule.when.empty();
+}
+
+std::string when_text(const CapabilityRule& rule) {
+  std::string out;
+  for (const FieldMatch& m : rule.when) {
+    if (!out.empty()) out += ", ";
+    out += std::string(enum_name(m.field));
+    if (m.at_least) {
+      out += " >= " + std::to_string(*m.at_least);
+      continue;
+    }
+    out += " ";
+    for (std::size_t i = 0; i < m.values.size(); ++i)
+      out += (i ? "|" : "") + field_value_text(m.field, m.values[i]);
+  }
+  return out;
+}
+
+std::optional<Violation> launch_violation(const Stack& stack, const Plan& p) {
+  for (const CapabilityRule& rule : stack.capabilities) {
+    if (!refuses(rule, p)) continue;
+    return Violation{stack.name + "/" + rule.name, "plan." + std::string(enum_name(rule.when.front().field)),
+                     stack.name + " cannot launch this plan (" + rule.name + ": " +
+                         when_text(rule) + "): " + rule.message};
+  }
+  return std::nullopt;
 }
 
 }  // namespace strata::strategies

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sim/names.hpp"
+#include "strategies/capability.hpp"
 #include "strategies/plan.hpp"
 
 namespace strata {
@@ -97,7 +98,13 @@ struct StackSetting {
 struct Stack {
   std::string name;         // the preset's name, or the file it was read from
   std::string description;  // the framework and version it describes
+  // The engine family `strata export --to` names ("megatron", "deepspeed",
+  // "torchtitan"), or another framework's name; "" when the file gives none.
+  std::string engine;
   std::vector<StackSetting> settings;
+  // The plans this framework cannot launch (capability.hpp); none listed:
+  // none refused.
+  std::vector<CapabilityRule> capabilities;
 };
 
 // "standard", "true", or "bf16: true; otherwise false": the setting's
@@ -107,6 +114,10 @@ std::string setting_text(const StackSetting& st);
 // Sets each of the stack's settings that `fixed` does not hold, for this
 // plan's precision, schedule and ZeRO stage.
 void apply_stack(const Stack& stack, Plan& plan, ImplKeys fixed);
+
+// A setting's value in `im`, as StackSetting stores it, and as text.
+std::int64_t implementation_value(const Implementation& im, ImplKey k);
+std::string implementation_text(ImplKey k, std::int64_t v);
 
 // The settings an explored space sets per point (its implementation axes):
 // a stack does not override them.

@@ -7,7 +7,14 @@
 //                              "source": "..."}}}
 //
 // Every setting names its source; "by" is "precision", "schedule" or "zero"
-// and needs "otherwise" for the plans no case names.
+// and needs "otherwise" for the plans no case names. "engine" names the
+// engine family; "capabilities" lists the plans it cannot launch
+// (capability.hpp):
+//
+//   "capabilities": [{"rule": "sharded-grads-with-pp",
+//                     "when": {"zero": [2, 3], "pp": {"at_least": 2}},
+//                     "message": "...", "source": "..."}]
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -79,6 +86,75 @@ StackSetting read_setting(const JsonReader& r, ImplKey key) {
   return st;
 }
 
+std::int64_t read_enum_value(const JsonReader& v, PlanField f) {
+  auto num = [](auto e) { return static_cast<std::int64_t>(e); };
+  switch (f) {
+    case PlanField::Schedule: return num(v.as_enum<Schedule>());
+    case PlanField::Recompute: return num(v.as_enum<Recompute>());
+    case PlanField::OffloadOptimizer: return num(v.as_enum<OffloadTarget>());
+    case PlanField::OffloadPlanner: return num(v.as_enum<OffloadPlanner>());
+    case PlanField::Compression: return num(v.as_enum<CompressionMethod>());
+    case PlanField::Optimizer: return num(v.as_enum<Optimizer>());
+    case PlanField::Precision: return num(v.as_enum<Precision>());
+    case PlanField::DpTopology: return num(v.as_enum<DpTopology>());
+    default: break;
+  }
+  v.fail("is not an enum field");
+}
+
+// One field of a rule's "when": an integer, a list of them or {"at_least":
+// n}; an enum's name or a list of names; a boolean.
+FieldMatch read_match(const JsonReader& v, PlanField f) {
+  FieldMatch m;
+  m.field = f;
+  switch (field_kind(f)) {
+    case FieldKind::Integer:
+      if (v.is_object()) {
+        m.at_least = v.at("at_least").as_int(0, std::int64_t{1} << 40);
+        v.reject_unknown_keys();
+      } else if (v.is_array()) {
+        for (const auto& e : v.elements()) m.values.push_back(e.as_int(0, std::int64_t{1} << 40));
+        if (m.values.empty()) v.fail("needs at least one value");
+      } else {
+        m.values.push_back(v.as_int(0, std::int64_t{1} << 40));
+      }
+      break;
+    case FieldKind::Enum:
+      if (v.is_array()) {
+        for (const auto& e : v.elements()) m.values.push_back(read_enum_value(e, f));
+        if (m.values.empty()) v.fail("needs at least one value");
+      } else {
+        m.values.push_back(read_enum_value(v, f));
+      }
+      break;
+    case FieldKind::Bool: m.values.push_back(v.as_bool() ? 1 : 0); break;
+  }
+  return m;
+}
+
+CapabilityRule read_rule(const JsonReader& r) {
+  if (!r.is_object()) r.fail("must be an object with \"rule\", \"when\", \"message\" and \"source\"");
+  CapabilityRule c;
+  c.name = r.at("rule").as_string();
+  if (c.name.empty()) r.fail_at("rule", "must name the rule");
+  const JsonReader when = r.at("when");
+  if (!when.is_object()) when.fail("must be an object of plan fields to match");
+  for (const auto& [key, _] : when.json().items()) {
+    const auto f = enum_from_name<PlanField>(key);
+    if (!f) when.fail_at(key, "is not a plan field a rule can match (one of " + enum_choices<PlanField>() + ")");
+    c.when.push_back(read_match(when.at(key), *f));
+  }
+  if (c.when.empty()) when.fail("needs at least one field: a rule without one would refuse every plan");
+  std::sort(c.when.begin(), c.when.end(),
+            [](const FieldMatch& a, const FieldMatch& b) { return a.field < b.field; });
+  c.message = r.at("message").as_string();
+  if (c.message.empty()) r.fail_at("message", "must say what the engine does instead");
+  c.source = r.at("source").as_string();
+  if (c.source.empty()) r.fail_at("source", "must say where the engine refuses it");
+  r.reject_unknown_keys();
+  return c;
+}
+
 Stack read_stack_file(const JsonReader& r, std::string name) {
   if (!r.is_object()) r.fail("a stack must be a JSON object");
   Stack s;
@@ -91,6 +167,16 @@ Stack read_stack_file(const JsonReader& r, std::string name) {
     if (!k)
       settings.fail_at(key, "is not a stack setting (one of " + enum_choices<ImplKey>() + ")");
     s.settings.push_back(read_setting(settings.at(key), *k));
+  }
+  if (auto e = r.get("engine")) s.engine = e->as_string();
+  if (auto caps = r.get("capabilities")) {
+    const auto rules = caps->elements();
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      CapabilityRule c = read_rule(rules[i]);
+      for (const auto& other : s.capabilities)
+        if (other.name == c.name) rules[i].fail_at("rule", "\"" + c.name + "\" is given twice");
+      s.capabilities.push_back(std::move(c));
+    }
   }
   r.reject_unknown_keys();
   return s;

@@ -5,8 +5,10 @@
 #include <string>
 
 #include "sim/error.hpp"
+#include "strategies/explore.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/stack.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::strategies {
 namespace {
@@ -96,6 +98,11 @@ TEST_CASE("every bundled stack reads, and every setting says where the framework
     CHECK(!s.description.empty());
     CHECK(!s.settings.empty());
     for (const auto& st : s.settings) CHECK(!st.source.empty());
+    for (const auto& c : s.capabilities) {
+      CHECK(!c.when.empty());
+      CHECK(!c.message.empty());
+      CHECK(!c.source.empty());
+    }
   }
 }
 
@@ -126,6 +133,99 @@ TEST_CASE("bad stacks are refused with the file, the JSON path and the rule") {
                                            "source": "s"}}})");
   CHECK(error_of(R"("dp": 8)", ", \"stack\": \"" + bad_case + "\"").find("is not a ZeRO stage") !=
         std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+
+TEST_CASE("a stack's capabilities refuse the plans its engine cannot launch, naming the rule") {
+  // DeepSpeed's pipeline engine asserts ZeRO stage < 2 (configs/stacks/deepspeed.json).
+  CHECK(error_of(R"("dp": 2, "pp": 4, "zero": 2)", R"(, "stack": "deepspeed")") ==
+        "s.json: plan.zero: deepspeed cannot launch this plan (sharded-grads-with-pp: zero 2|3, "
+        "pp >= 2): DeepSpeed's pipeline engine runs with ZeRO stage 0 or 1 only");
+  CHECK_NOTHROW(with(R"("dp": 2, "pp": 4, "zero": 1)", R"(, "stack": "deepspeed")"));
+  CHECK_NOTHROW(with(R"("dp": 8, "zero": 3)", R"(, "stack": "deepspeed")"));
+  // Megatron-Core 0.7 has no sharded gradients at all; the 2025 Megatron-LM
+  // has them in Megatron-FSDP, without pipeline parallelism.
+  CHECK(error_of(R"("dp": 8, "zero": 2)", R"(, "stack": "megatron-core-0.7")").find(
+            "(sharded-grads: zero 2|3)") != std::string::npos);
+  CHECK_NOTHROW(with(R"("dp": 8, "zero": 2)", R"(, "stack": "megatron-lm-2025")"));
+  CHECK(error_of(R"("dp": 4, "pp": 2, "zero": 2)", R"(, "stack": "megatron-lm-2025")").find(
+            "megatron-lm-2025 cannot launch this plan (sharded-grads-with-pp") != std::string::npos);
+  CHECK(error_of(R"("dp": 4, "pp": 2, "offload": {"activations": true})", R"(, "stack": "megatron-lm-2025")")
+            .find("activation-offload-with-pp") != std::string::npos);
+  CHECK(error_of(R"("dp": 8, "recompute": "full", "offload": {"activations": true})",
+                 R"(, "stack": "megatron-lm-2025")")
+            .find("activation-offload-with-recompute") != std::string::npos);
+  CHECK_NOTHROW(with(R"("dp": 8, "offload": {"activations": true})", R"(, "stack": "megatron-lm-2025")"));
+  CHECK(error_of(R"("dp": 8, "zero": 2, "offload": {"activations": true})", R"(, "stack": "torchtitan")")
+            .find("torchtitan cannot launch this plan (activation-offload: offload.activations true)") !=
+        std::string::npos);
+  CHECK(error_of(R"("dp": 4, "tp": 2, "zero": 2)", R"(, "stack": "torchtitan")")
+            .find("tp-without-sequence-parallel") != std::string::npos);
+  // Without a stack no engine is named: every valid plan is accepted.
+  CHECK_NOTHROW(with(R"("dp": 2, "pp": 4, "zero": 2, "offload": {"activations": true})", ""));
+}
+
+TEST_CASE("launch_violation: the first rule whose fields all match") {
+  const Stack ds = bundled_stack("deepspeed");
+  Plan p;
+  p.dp = 2;
+  p.pp = 4;
+  p.zero = 2;
+  const auto v = launch_violation(ds, p);
+  REQUIRE(v);
+  CHECK(v->rule == "deepspeed/sharded-grads-with-pp");
+  CHECK(v->path == "plan.zero");
+  p.pp = 1;  // one field of the rule no longer matches
+  CHECK(!launch_violation(ds, p));
+  p.schedule = Schedule::Interleaved;
+  p.pp = 2;
+  p.zero = 1;
+  p.virtual_stages = 2;
+  CHECK(launch_violation(ds, p)->rule == "deepspeed/schedule-interleaved");
+}
+
+TEST_CASE("explore with a stack searches only the plans it can launch, counting the rest per rule") {
+  // 4 ZeRO stages × pp 1, 2 on 8 GPUs: under DeepSpeed ZeRO-2 and ZeRO-3
+  // with pp 2 are refused (2 plans); 6 remain. Without the stack all 8 are scored.
+  const std::string text = R"({"model": "gpt3-1.3b", "cluster": {"preset": "dgx-a100-80g", "nodes": 1},
+    "batch": {"global": 64, "micro": 1}, "plan": {"optimizer": "adamw"},
+    "space": {"zero": [0, 1, 2, 3], "pp": [1, 2]})";
+  ExploreOptions o;
+  o.scorer = [](const Scenario& sc) {
+    Score s;
+    s.step.step_time = 1'000'000 + sc.plan.zero;
+    return s;
+  };
+  const auto any = explore(parse_scenario(text + "}", "s.json"), o);
+  CHECK(any.invalid == 0);
+  CHECK(any.scored == 8);
+  const auto ds = explore(parse_scenario(text + R"(, "stack": "deepspeed"})", "s.json"), o);
+  CHECK(ds.invalid == 2);
+  CHECK(ds.scored == 6);
+  CHECK(ds.rejected.at("deepspeed/sharded-grads-with-pp").count == 2);
+}
+
+TEST_CASE("bad capability rules are refused with the file, the JSON path and the rule") {
+  const auto dir = std::filesystem::temp_directory_path() / "strata_capability_test";
+  std::filesystem::create_directories(dir);
+  auto error_with = [&](const char* caps) {
+    const auto p = dir / "caps.json";
+    std::ofstream(p) << R"({"description": "x", "settings": {}, "capabilities": )" << caps << "}";
+    return error_of(R"("dp": 8)", ", \"stack\": \"" + p.string() + "\"");
+  };
+  CHECK(error_with(R"([{"rule": "r", "when": {"zer": 2}, "message": "m", "source": "s"}])")
+            .find("capabilities[0].when.zer: is not a plan field a rule can match") != std::string::npos);
+  // An empty condition would refuse every plan.
+  CHECK(error_with(R"([{"rule": "r", "when": {}, "message": "m", "source": "s"}])")
+            .find("capabilities[0].when: needs at least one field") != std::string::npos);
+  CHECK(error_with(R"([{"rule": "r", "when": {"zero": 2}, "message": "m"}])")
+            .find("capabilities[0].source: missing required key") != std::string::npos);
+  CHECK(error_with(R"([{"rule": "r", "when": {"schedule": "zigzag"}, "message": "m", "source": "s"}])")
+            .find("capabilities[0].when.schedule: must be one of") != std::string::npos);
+  CHECK(error_with(R"([{"rule": "r", "when": {"zero": 2}, "message": "m", "source": "s"},
+                       {"rule": "r", "when": {"zero": 3}, "message": "m", "source": "s"}])")
+            .find("capabilities[1].rule: \"r\" is given twice") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

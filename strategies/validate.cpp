@@ -197,6 +197,10 @@ std::optional<Violation> first_violation(const Scenario& s) {
   if (p.offload.optimizer == OffloadTarget::Nvme && c.node.nvme_GiB <= 0)
     return fail("nvme-needed", "plan.offload.optimizer",
                 "offload to NVMe needs a cluster with nvme_GiB > 0");
+
+  // --- what the scenario's stack can launch (its capabilities) ---
+  if (s.stack)
+    if (auto v = launch_violation(*s.stack, p)) return v;
   return std::nullopt;
 }
 

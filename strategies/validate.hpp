@@ -27,4 +27,10 @@ std::optional<Violation> first_violation(const Scenario& s);
 // them first.
 std::optional<Violation> size_violation(const Scenario& s);
 
+// The first of the stack's capability rules (capability.hpp) the plan
+// breaks: rule "STACK/NAME", path the rule's first field, a message naming
+// the stack and the rule. first_violation checks the scenario's stack last,
+// so explore counts these plans per rule like the others.
+std::optional<Violation> launch_violation(const Stack& stack, const Plan& p);
+
 }  // namespace strata::strategies
