@@ -5,10 +5,12 @@
 // one given and maps what it throws to an exit code.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,42 @@
 #include "app/common.hpp"
 #include "report/table.hpp"
 #include "sim/error.hpp"
+
+namespace {
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first word when it names no subcommand: CLI11 would say only that a
+// subcommand is required. Names the closest subcommand instead.
+std::optional<std::string> unknown_subcommand(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  const std::string word = argv[1];
+  std::string best;
+  std::size_t best_d = 4;  // suggest only close names
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == word) return std::nullopt;
+    const std::size_t d = edit_distance(word, sub->get_name());
+    if (d < best_d) best_d = d, best = sub->get_name();
+  }
+  std::string msg = "unknown subcommand \"" + word + "\"";
+  if (!best.empty()) msg += " (did you mean \"" + best + "\"?)";
+  return msg + "; strata --help lists them";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace strata;
@@ -31,6 +69,10 @@ int main(int argc, char** argv) {
       add_merge(app),    add_report(app),   add_run(app),             add_calibrate(app),
       add_validate(app), add_fit_convergence(app), add_export(app)};
 
+  if (auto unknown = unknown_subcommand(app, argc, argv)) {
+    print_error(*unknown);
+    return kExitInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -116,12 +116,58 @@ Rates rates(const strategies::Scenario& sc, const strategies::StepPrediction& p)
   return r;
 }
 
+// A JSON value's scalars as (dotted key, cell) pairs: numbers as JSON
+// writes them, strings as they are, arrays of scalars joined by spaces.
+void flatten(const ordered_json& v, const std::string& key,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (v.is_object()) {
+    for (const auto& [k, x] : v.items()) flatten(x, key.empty() ? k : key + "." + k, out);
+  } else if (v.is_array()) {
+    std::string cell;
+    for (const auto& x : v) cell += (cell.empty() ? "" : " ") + (x.is_string() ? x.get<std::string>() : x.dump());
+    out.emplace_back(key, cell);
+  } else {
+    out.emplace_back(key, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+}
+
+// The CSV: one row per pipeline stage, its own fields (stage.*) after every
+// field of the whole simulation (the JSON output's, which the table shows
+// and more), so each row is complete on its own and all rows are as wide.
+std::string simulation_csv(const strategies::Scenario& sc, const ordered_json& j) {
+  std::vector<std::pair<std::string, std::string>> common;
+  ordered_json whole = j;
+  whole.erase("memory_per_stage");
+  whole.erase("notes");  // prose, not a field of the rows
+  whole["plan"] = plan_summary(sc);
+  whole["batch_global"] = sc.batch.global;
+  whole["batch_micro"] = sc.batch.micro;
+  whole["seq_len"] = sc.model.seq_len;
+  whole["microbatches_per_pipeline"] = strategies::microbatches(sc.plan, sc.batch);
+  flatten(whole, "", common);
+  Table t;
+  for (const auto& [k, _] : common) t.columns.push_back(k);
+  bool first = true;
+  for (const auto& st : j.at("memory_per_stage")) {
+    std::vector<std::pair<std::string, std::string>> own;
+    flatten(st, "stage", own);
+    if (first)
+      for (const auto& [k, _] : own) t.columns.push_back(k);
+    first = false;
+    std::vector<std::string> row;
+    for (const auto& [_, v] : common) row.push_back(v);
+    for (const auto& [_, v] : own) row.push_back(v);
+    t.add_row(std::move(row));
+  }
+  return to_csv(t);
+}
+
 }  // namespace
 
 std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::MemoryEstimate& mem,
                               const strategies::StepPrediction* step, Format f) {
-  if (f == Format::Json) {
+  if (f == Format::Json || f == Format::Csv) {
     ordered_json j;
     j["scenario"] = sc.file;
     j["model"] = sc.model.name;
@@ -167,7 +213,8 @@ std::string render_simulation(const strategies::Scenario& sc,
     j["nvme_bytes"] = mem.nvme_bytes_per_node;
     j["nvme_capacity_bytes"] = mem.nvme_capacity_per_node;
     j["memory_source"] = mem.source;
-    return j.dump(2) + "\n";
+    if (f == Format::Json) return j.dump(2) + "\n";
+    return simulation_csv(sc, j);
   }
 
   Table per_stage;
@@ -191,7 +238,6 @@ std::string render_simulation(const strategies::Scenario& sc,
     }
     per_stage.add_row(std::move(row));
   }
-  if (f == Format::Csv) return to_csv(per_stage);
 
   std::string out;
   out += "scenario   " + printable(sc.file) + "\n";

@@ -160,7 +160,11 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
   if (!r.is_object()) r.fail("a scenario must be a JSON object");
   Scenario s;
   s.file = r.file();
-  r.allow({"name", "description"});
+  // Unknown keys first: a misspelt "model" is named as such (with the
+  // closest key), not reported as a missing "model".
+  r.allow({"name", "description", "model", "cluster", "batch", "plan", "stack", "space", "goal",
+           "convergence", "lr", "calibration"});
+  r.reject_unknown_keys();
   if (auto n = r.get("name")) n->as_string();
   if (auto d = r.get("description")) d->as_string();
   s.model = cost::read_model(r.at("model"), base_dir);
@@ -171,12 +175,14 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
   } else {
     s.plan.dp = s.cluster.gpus();
   }
+  // The implementation keys the scenario sets itself: a stack (and an
+  // export's engine defaults) fill only the others.
+  if (auto p = r.get("plan"))
+    if (auto im = p->get("implementation"); im && im->is_object())
+      for (const auto& [key, _] : im->json().items())
+        if (auto k = enum_from_name<ImplKey>(key)) s.implementation_keys.add(*k);
   if (auto st = r.get("stack")) {
     s.stack = read_stack(*st, base_dir);
-    if (auto p = r.get("plan"))
-      if (auto im = p->get("implementation"); im && im->is_object())
-        for (const auto& [key, _] : im->json().items())
-          if (auto k = enum_from_name<ImplKey>(key)) s.implementation_keys.add(*k);
     apply_stack(*s.stack, s.plan, s.implementation_keys);
   }
   if (auto sp = r.get("space")) {
