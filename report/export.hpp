@@ -38,7 +38,15 @@ struct Exported {
 Exported export_megatron(const strategies::Scenario& sc);
 Exported export_deepspeed(const strategies::Scenario& sc);
 Exported export_torchtitan(const strategies::Scenario& sc);
+// What `strata export` runs: refuses (InputError naming the rule) a plan
+// the engine cannot launch — by the capabilities of the scenario's stack
+// when it is this engine's, else of export_stack_name(target) — then
+// renders the plan with the engine's defaults for every implementation key
+// the scenario does not set itself (each change a note).
 Exported export_plan(const strategies::Scenario& sc, ExportTarget target);
+// The bundled stack each renderer's names were checked against:
+// megatron-lm-2025, deepspeed, torchtitan.
+std::string_view export_stack_name(ExportTarget target);
 
 // The engine's name as the unsupported lines write it ("Megatron-LM",
 // "DeepSpeed", "torchtitan").

@@ -12,6 +12,8 @@
 #include "sim/json_reader.hpp"
 #include "sim/units.hpp"
 #include "strategies/memory.hpp"
+#include "strategies/stack.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::report {
 
@@ -92,6 +94,40 @@ std::string rank_order_text(const Plan& p) {
   for (std::size_t i = 0; i < p.implementation.rank_order.size(); ++i)
     s += (i ? "-" : "") + std::string(enum_name(p.implementation.rank_order[i]));
   return s;
+}
+
+// Rope bases and torchtitan flavors of known models, matched by shape
+// (Strata's model description has no rope base of its own). Llama 3:
+// torchtitan/models/llama3/__init__.py llama3_configs (flavors 8B, 70B,
+// 405B: RoPE theta 500000) and Meta-Llama-3 config.json rope_theta 500000;
+// Llama 2: config.json rope_theta 10000 (Megatron-LM's --rotary-base
+// default); Mixtral 8x7B: config.json rope_theta 1000000.
+struct KnownModel {
+  std::int64_t layers, hidden, heads, kv_heads, ffn, vocab;
+  std::int64_t rope_theta;
+  const char* torchtitan_name;  // "" where torchtitan has no flavor
+  const char* torchtitan_flavor;
+};
+constexpr KnownModel kKnownModels[] = {
+    {32, 4096, 32, 8, 14336, 128256, 500000, "llama3", "8B"},
+    {80, 8192, 64, 8, 28672, 128256, 500000, "llama3", "70B"},
+    {126, 16384, 128, 8, 53248, 128256, 500000, "llama3", "405B"},
+    {32, 4096, 32, 32, 11008, 32000, 10000, "", ""},
+    {40, 5120, 40, 40, 13824, 32000, 10000, "", ""},
+    {80, 8192, 64, 8, 28672, 32000, 10000, "", ""},
+};
+constexpr KnownModel kMixtral8x7b{32, 4096, 32, 8, 14336, 32000, 1000000, "", ""};
+
+const KnownModel* known_model(const cost::ModelSpec& m) {
+  if (m.position_embedding != cost::PositionEmbedding::Rope) return nullptr;
+  auto same = [&](const KnownModel& k) {
+    return k.layers == m.layers && k.hidden == m.hidden && k.heads == m.heads &&
+           k.kv_heads == m.kv_heads && k.ffn == m.ffn_hidden && k.vocab == m.vocab;
+  };
+  if (m.moe) return m.moe->experts == 8 && m.moe->top_k == 2 && same(kMixtral8x7b) ? &kMixtral8x7b : nullptr;
+  for (const auto& k : kKnownModels)
+    if (same(k)) return &k;
+  return nullptr;
 }
 
 // The unsupported items every engine shares: plan axes none of the three
@@ -370,6 +406,13 @@ Exported export_megatron(const Scenario& sc) {
       break;
     case cost::PositionEmbedding::Rope:
       f.add("--position-embedding-type", std::string("rope"));
+      // --rotary-base is an int, default 10000.
+      if (const auto* k = known_model(m)) {
+        if (k->rope_theta != 10000) f.add("--rotary-base", k->rope_theta);
+      } else {
+        notes.push_back("rope base: Strata does not know this model's rope theta; Megatron-LM's "
+                        "--rotary-base defaults to 10000: set it to the model's (Llama 3: 500000)");
+      }
       break;
     case cost::PositionEmbedding::None:
       f.add("--position-embedding-type", std::string("none"));
@@ -692,7 +735,8 @@ Exported export_torchtitan(const Scenario& sc) {
     un.push_back("offload.activations=true (torchtitan's config has no activation offload)");
 
   // --- [model], [optimizer] ---
-  if (p.precision == Precision::FP8) model << "converters = [" << q("float8") << "]\n";
+  std::ostringstream converters;
+  if (p.precision == Precision::FP8) converters << "converters = [" << q("float8") << "]\n";
   switch (p.optimizer) {
     case Optimizer::Adam: opt << "name = " << q("Adam") << "\n"; break;
     case Optimizer::AdamW: opt << "name = " << q("AdamW") << "\n"; break;
@@ -710,28 +754,86 @@ Exported export_torchtitan(const Scenario& sc) {
 
   std::string out = "# torchtitan JobConfig (torchtitan/config/job_config.py): " +
                     plan_summary(sc) + "\n";
-  out += "# [model] name and flavor: the torchtitan flavor with " + str(sc.model.layers) +
-         " layers, hidden " + str(sc.model.hidden) + ", " + str(sc.model.heads) + " heads (" +
-         str(sc.model.kv_heads) + " kv heads), ffn " + str(sc.model.ffn_hidden) + ", vocabulary " +
-         str(sc.model.vocab) + "\n";
+  const auto* known = known_model(sc.model);
+  if (known && *known->torchtitan_name) {
+    // torchtitan/models/llama3/__init__.py: model_registry(flavor), name "llama3".
+    model << "name = " << q(known->torchtitan_name) << "\n";
+    model << "flavor = " << q(known->torchtitan_flavor) << "\n";
+  } else {
+    out += "# [model] name and flavor: the torchtitan flavor with " + str(sc.model.layers) +
+           " layers, hidden " + str(sc.model.hidden) + ", " + str(sc.model.heads) + " heads (" +
+           str(sc.model.kv_heads) + " kv heads), ffn " + str(sc.model.ffn_hidden) + ", vocabulary " +
+           str(sc.model.vocab) + "\n";
+  }
   for (const auto& n : notes) out += "# note: " + comment_safe(n) + "\n";
   for (const auto& u : un) out += "# not expressible in torchtitan: " + comment_safe(u) + "\n";
   out += "\n[parallelism]\n" + par.str();
   out += "\n[training]\n" + train.str();
   out += "\n[activation_checkpoint]\n" + ac.str();
+  model << converters.str();
   if (!model.str().empty()) out += "\n[model]\n" + model.str();
   if (!opt.str().empty()) out += "\n[optimizer]\n" + opt.str();
   ex.text = std::move(out);
   return ex;
 }
 
-Exported export_plan(const Scenario& sc, ExportTarget target) {
+std::string_view export_stack_name(ExportTarget target) {
   switch (target) {
-    case ExportTarget::Megatron: return export_megatron(sc);
-    case ExportTarget::DeepSpeed: return export_deepspeed(sc);
-    case ExportTarget::TorchTitan: return export_torchtitan(sc);
+    // The versions the renderers' names were checked against (docs/export.md).
+    case ExportTarget::Megatron: return "megatron-lm-2025";
+    case ExportTarget::DeepSpeed: return "deepspeed";
+    case ExportTarget::TorchTitan: return "torchtitan";
   }
-  return {};
+  return "";
+}
+
+strategies::Stack engine_stack(const Scenario& sc, ExportTarget target) {
+  if (sc.stack && sc.stack->engine == enum_name(target)) return *sc.stack;
+  return strategies::bundled_stack(export_stack_name(target));
+}
+
+Exported export_plan(const Scenario& sc, ExportTarget target) {
+  const strategies::Stack st = engine_stack(sc, target);
+  if (auto v = strategies::launch_violation(st, sc.plan))
+    throw InputError(sc.file, v->path,
+                     v->message + " [" + v->rule + "; strata export --to " +
+                         std::string(enum_name(target)) + " refuses what the engine cannot run]");
+  // The engine's own defaults for what the scenario does not set itself:
+  // Strata's defaults (or another engine's stack) are not this engine's.
+  Scenario run = sc;
+  std::vector<std::string> defaults;
+  if (!sc.stack || sc.stack->name != st.name) {
+    strategies::apply_stack(st, run.plan, sc.implementation_keys);
+    for (const auto& [key, name] : EnumNames<strategies::ImplKey>::table) {
+      const auto before = strategies::implementation_value(sc.plan.implementation, key);
+      const auto after = strategies::implementation_value(run.plan.implementation, key);
+      if (before != after)
+        defaults.push_back("implementation." + std::string(name) + " = " +
+                           strategies::implementation_text(key, after) + ", " +
+                           std::string(engine_name(target)) + "'s default (the plan had " +
+                           strategies::implementation_text(key, before) +
+                           (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
+                           "; set it in plan.implementation to export it, or simulate with \"stack\": \"" +
+                           st.name + "\" to predict what the engine runs)");
+    }
+  }
+  Exported ex;
+  switch (target) {
+    case ExportTarget::Megatron: ex = export_megatron(run); break;
+    case ExportTarget::DeepSpeed: ex = export_deepspeed(run); break;
+    case ExportTarget::TorchTitan: ex = export_torchtitan(run); break;
+  }
+  if (!defaults.empty()) {
+    // Notes first in the text's comment header as in `notes`.
+    std::string header;
+    if (target != ExportTarget::DeepSpeed)
+      for (const auto& d : defaults) header += "# note: " + comment_safe(d) + "\n";
+    const auto nl = ex.text.find('\n');
+    if (target != ExportTarget::DeepSpeed && nl != std::string::npos)
+      ex.text.insert(nl + 1, header);
+    ex.notes.insert(ex.notes.begin(), defaults.begin(), defaults.end());
+  }
+  return ex;
 }
 
 std::string_view engine_name(ExportTarget target) {

@@ -275,7 +275,12 @@ TEST_CASE("megatron, deepspeed, torchtitan: choices none of them has are listed"
                "compression": {"method": "topk", "ratio": 0.01}}})");
   for (auto target : {ExportTarget::Megatron, ExportTarget::DeepSpeed, ExportTarget::TorchTitan}) {
     CAPTURE(engine_name(target));
-    const auto e = export_plan(sc, target);
+    // strata export refuses them (each engine's capabilities); the
+    // renderers, asked directly, still list every one.
+    CHECK(contains(testing::input_error_of([&] { export_plan(sc, target); }), "cannot launch this plan"));
+    const auto e = target == ExportTarget::Megatron    ? export_megatron(sc)
+                   : target == ExportTarget::DeepSpeed ? export_deepspeed(sc)
+                                                       : export_torchtitan(sc);
     CHECK(unsupported(e, "compression=topk") != "");
     CHECK(unsupported(e, "schedule=pipedream") != "");
     CHECK(unsupported(e, "optimizer=adafactor") != "");
@@ -283,6 +288,100 @@ TEST_CASE("megatron, deepspeed, torchtitan: choices none of them has are listed"
       CHECK(contains(e.text, std::string("# not expressible in ") +
                                  std::string(engine_name(target)) + ": compression=topk"));
   }
+}
+
+// The plan explore found first for Llama-3-70B on 8 DGX H100 (issue 21): dp
+// 16, tp 2, pp 2, ZeRO-2, interleaved with 4 chunks per stage, activation
+// offload. None of the three engines runs it.
+strategies::Scenario llama_issue21() {
+  return scenario(R"({"model": {"preset": "llama3-70b", "seq_len": 4096},
+      "cluster": {"preset": "dgx-h100", "nodes": 8}, "batch": {"global": 512, "micro": 1},
+      "plan": {"dp": 16, "tp": 2, "pp": 2, "zero": 2, "schedule": "interleaved",
+               "virtual_stages": 4, "sequence_parallel": true, "precision": "bf16",
+               "optimizer": "adamw", "offload": {"activations": true}}})");
+}
+
+TEST_CASE("export refuses a plan the engine cannot launch, naming the rule (exit 2)") {
+  const auto sc = llama_issue21();
+  // Megatron-LM: no sharded gradients with pipelining (its first rule that
+  // matches; activation offload with pp > 1 would be the next).
+  CHECK(testing::input_error_of([&] { export_plan(sc, ExportTarget::Megatron); }) ==
+        "test.json: plan.zero: megatron-lm-2025 cannot launch this plan (sharded-grads-with-pp: zero "
+        "2|3, pp >= 2): Megatron-LM shards gradients and parameters only in Megatron-FSDP "
+        "(--use-megatron-fsdp), documented with tensor, context and expert parallelism, not pipeline "
+        "parallelism; its distributed optimizer shards the optimizer state but keeps the whole "
+        "gradient buffer on every rank (zero 1) [megatron-lm-2025/sharded-grads-with-pp; strata "
+        "export --to megatron refuses what the engine cannot run]");
+  CHECK(contains(testing::input_error_of([&] { export_plan(sc, ExportTarget::DeepSpeed); }),
+                 "test.json: plan.zero: deepspeed cannot launch this plan (sharded-grads-with-pp"));
+  CHECK(contains(testing::input_error_of([&] { export_plan(sc, ExportTarget::TorchTitan); }),
+                 "test.json: plan.offload.activations: torchtitan cannot launch this plan "
+                 "(activation-offload: offload.activations true): torchtitan has no activation offload"));
+}
+
+// Golden files: the full text of each engine's export of the bundled
+// Llama-3-70B FSDP scenario (tp 8, ZeRO-3, sequence parallel, full
+// recompute). A change to any flag, key or default shows here whole.
+std::string golden(const std::string& name) {
+  std::ifstream in(std::string(STRATA_SOURCE_DIR) + "/report/testdata/" + name);
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST_CASE("golden: llama3-70b-fsdp-h100 for each engine") {
+  auto sc = strategies::load_scenario(std::string(STRATA_SOURCE_DIR) +
+                                      "/configs/scenarios/llama3-70b-fsdp-h100.json");
+  sc.file = "llama3-70b-fsdp-h100.json";
+  CHECK(export_plan(sc, ExportTarget::Megatron).text == golden("llama3-70b-fsdp-h100.megatron.sh"));
+  CHECK(export_plan(sc, ExportTarget::DeepSpeed).text == golden("llama3-70b-fsdp-h100.deepspeed.json"));
+  CHECK(export_plan(sc, ExportTarget::TorchTitan).text == golden("llama3-70b-fsdp-h100.torchtitan.toml"));
+}
+
+TEST_CASE("export uses the engine's defaults for what the scenario does not set") {
+  // Strata's defaults keep 2-byte bf16 gradients and no pipeline
+  // scatter/gather; Megatron-LM accumulates bf16 gradients in fp32 and
+  // scatters by default, so neither --grad-reduce-in-bf16 nor
+  // --no-scatter-gather-tensors-in-pipeline is printed, and a note says so.
+  const auto plain = scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"tp": 2, "pp": 2, "sequence_parallel": true, "zero": 1, "precision": "bf16"}})");
+  const auto e = export_plan(plain, ExportTarget::Megatron);
+  CHECK_FALSE(has(flags(e), "--grad-reduce-in-bf16"));
+  CHECK_FALSE(has(flags(e), "--no-scatter-gather-tensors-in-pipeline"));
+  CHECK(contains(e.text, "# note: implementation.fp32_grad_accumulation = true, Megatron-LM's default "
+                         "(the plan had false, Strata's default;"));
+  // Llama 3's rope base (torchtitan's llama3 flavors and Meta's config.json: 500000).
+  CHECK(has(flags(e), "--rotary-base 500000"));
+  // Said by the plan itself, it is exported.
+  const auto said = scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"tp": 2, "pp": 2, "sequence_parallel": true, "zero": 1, "precision": "bf16",
+               "implementation": {"fp32_grad_accumulation": false, "pp_scatter_gather": false}}})");
+  const auto f = flags(export_plan(said, ExportTarget::Megatron));
+  CHECK(has(f, "--grad-reduce-in-bf16"));
+  CHECK(has(f, "--no-scatter-gather-tensors-in-pipeline"));
+  // Llama 2 uses Megatron-LM's default base 10000: no flag; an unknown
+  // rope model gets a note instead of a guess.
+  const auto l2 = export_plan(scenario(R"({"model": "llama2-7b", "cluster": "1xh100-sxm",
+      "batch": {"global": 8, "micro": 1}})"), ExportTarget::Megatron);
+  CHECK_FALSE(has_prefix(flags(l2), "--rotary-base"));
+  const auto odd = export_plan(scenario(R"({"model": {"preset": "llama2-7b", "layers": 30},
+      "cluster": "1xh100-sxm", "batch": {"global": 8, "micro": 1}})"), ExportTarget::Megatron);
+  CHECK(contains(odd.text, "# note: rope base: Strata does not know this model's rope theta"));
+}
+
+TEST_CASE("torchtitan: a Llama 3 shape names its model and flavor") {
+  const auto e = export_plan(scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+      "batch": {"global": 64, "micro": 1}, "plan": {"zero": 3, "optimizer": "adamw"}})"),
+                             ExportTarget::TorchTitan);
+  CHECK(contains(e.text, "\n[model]\nname = \"llama3\"\nflavor = \"8B\"\n"));
+  const auto other = export_plan(scenario(R"({"model": "gpt3-1.3b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+      "batch": {"global": 64, "micro": 1}, "plan": {"zero": 3, "optimizer": "adamw"}})"),
+                                 ExportTarget::TorchTitan);
+  CHECK(contains(other.text, "# [model] name and flavor: the torchtitan flavor with 24 layers"));
+  CHECK_FALSE(contains(other.text, "flavor = "));
 }
 
 TEST_CASE("deepspeed: GPT-3 175B batch, ZeRO-1 buckets, bf16") {

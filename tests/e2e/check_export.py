@@ -147,6 +147,31 @@ def bad_input(tmp):
     check("--to: must be one of megatron|deepspeed|torchtitan" in p.stderr, p.stderr)
 
 
+def unlaunchable(tmp):
+    # The plan explore once put first for Llama-3-70B on 8 DGX H100: dp 16,
+    # tp 2, pp 2, ZeRO-2, interleaved 4, activation offload. No engine runs
+    # it: each export exits 2 naming its rule and writes nothing.
+    sc = os.path.join(tmp, "issue21.json")
+    with open(sc, "w") as fh:
+        json.dump({"model": {"preset": "llama3-70b", "seq_len": 4096},
+                   "cluster": {"preset": "dgx-h100", "nodes": 8},
+                   "batch": {"global": 512, "micro": 1},
+                   "plan": {"dp": 16, "tp": 2, "pp": 2, "zero": 2, "schedule": "interleaved",
+                            "virtual_stages": 4, "sequence_parallel": True,
+                            "precision": "bf16", "optimizer": "adamw",
+                            "offload": {"activations": True}}}, fh)
+    rules = {"megatron": "megatron-lm-2025/sharded-grads-with-pp",
+             "deepspeed": "deepspeed/sharded-grads-with-pp",
+             "torchtitan": "torchtitan/activation-offload"}
+    for engine, rule in rules.items():
+        out = os.path.join(tmp, "never." + engine)
+        p = run("export", sc, "--to", engine, "--out", out, rc=2)
+        stack, name = rule.split("/")
+        check(p.stdout == "" and f"{stack} cannot launch this plan ({name}:" in p.stderr
+              and rule in p.stderr, f"{engine}: stderr {p.stderr!r}")
+        check(not os.path.exists(out), f"{engine}: nothing written")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="strata-e2e-export-")
     try:
@@ -155,6 +180,7 @@ def main():
         torchtitan_out(tmp)
         explore_dir(tmp)
         bad_input(tmp)
+        unlaunchable(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("export: all checks passed")
