@@ -121,6 +121,13 @@ class StepBuilder : StepLayout {
     fwd_send_.assign(slots, kNone);
     bwd_send_.assign(slots, kNone);
     out_.granularity = g;
+    cpu_ = sc.kernel_memory == KernelMemory::Cpu && g == Granularity::Layer;
+    if (cpu_) {
+      back_set_.assign(slots, kNone);
+      back_scratch_.assign(slots, kNone);
+      chunk_out_.assign(slots, kNone);
+      cpu_bytes_ = cpu_kernel_bytes(sc);
+    }
     // At Chunk granularity a chunk pass is one task. It is exact when no
     // other task waits on a layer inside it; with ZeRO-3 gathers or offload
     // copies it is the pass's own layers replayed alone (fold_pass).
@@ -237,6 +244,102 @@ class StepBuilder : StepLayout {
   }
   std::int32_t existing(BufKind kind, std::int64_t layer, int mb) const {
     return buffers_.at(code(kind, layer, mb));
+  }
+  // A buffer of model chunk k's pass over microbatch mb.
+  std::int32_t chunk_buffer(BufKind kind, int k, int mb, Bytes bytes, sim::MemTag tag = sim::MemTag::Activations) {
+    const auto id = static_cast<std::int32_t>(out_.buffers.size());
+    out_.buffers.push_back({.stage = stage_, .kind = kind, .tag = tag, .host = false, .layer = -1,
+                            .microbatch = mb, .chunk = k, .bytes = bytes});
+    return id;
+  }
+
+  // --- the CPU backend's kernels (Scenario::kernel_memory Cpu) -------------
+  // What backend/cpu/gpt.cpp holds beside the saved tensors, fp32: one
+  // microbatch's backward buffers (BackwardBuffers: the residual stream's
+  // gradient, a norm's, the attention output's, qkv's, the MLP
+  // activation's, SwiGLU's input's; under sequence parallelism a gathered
+  // and a reduced copy) from the chunk's first backward to its last, and
+  // the attention backward's seq × seq scratch beside them (Workspace).
+  struct CpuKernelBytes {
+    Bytes back = 0, scratch = 0;
+  };
+  static CpuKernelBytes cpu_kernel_bytes(const Scenario& sc) {
+    const auto& m = sc.model;
+    const std::int64_t t = sc.plan.tp;
+    const std::int64_t S = m.seq_len / sc.plan.cp, N = sc.batch.micro * S;
+    const bool split = sc.plan.sequence_parallel && t > 1;
+    const std::int64_t rows = split ? N / t : N;
+    const std::int64_t h = m.hidden, aw = m.heads / t * m.head_dim();
+    const std::int64_t f = (m.ffn_hidden > 0 ? m.ffn_hidden : 4 * h) / t;
+    const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
+    const std::int64_t floats = rows * h + N * h + N * aw + 3 * N * aw + N * f + (swiglu ? N * 2 * f : 0) +
+                                (split ? N * h + rows * h : 0);
+    return {4 * floats, 4 * S * m.seq_len};
+  }
+  // A layer's forward under the CPU kernels holds, at its end, everything
+  // the layer saves (its input included) and its output; then it drops
+  // what its choice does not keep. Beyond what it keeps: full − stored,
+  // and the output (I), which the next layer keeps as its input, the head
+  // as its own, or the chunk's send (`out`: held until then).
+  Bytes cpu_forward_transient(Bytes stored, bool to_send) const {
+    return rule_.full - stored + (to_send ? 0 : rule_.input);
+  }
+  // The chunk's first backward task allocates its backward buffers.
+  std::vector<std::int32_t> cpu_backward_start(int k, int mb) {
+    const std::size_t at = slot(k, mb);
+    back_set_[at] = chunk_buffer(BufKind::Grad, k, mb, cpu_bytes_.back);
+    back_scratch_[at] = chunk_buffer(BufKind::Working, k, mb, cpu_bytes_.scratch, sim::MemTag::Workspace);
+    return {back_set_[at], back_scratch_[at]};
+  }
+  std::vector<std::int32_t> cpu_backward_end(int k, int mb) const {
+    const std::size_t at = slot(k, mb);
+    return {back_set_[at], back_scratch_[at]};
+  }
+  // A buffer only the CPU kernels' declarations have (gathered or fetched
+  // layer weights, flat bucket copies, shards, host copies): named by its
+  // kind and a serial number ("s0:working/c12/mb-1"), since no layer,
+  // microbatch or chunk alone tells it apart.
+  std::int32_t cpu_buffer(BufKind kind, Bytes bytes, sim::MemTag tag, bool host = false) {
+    const auto id = static_cast<std::int32_t>(out_.buffers.size());
+    out_.buffers.push_back({.stage = stage_, .kind = kind, .tag = tag, .host = host, .layer = -1,
+                            .microbatch = -1, .chunk = cpu_serial_++, .bytes = bytes});
+    return id;
+  }
+  // Adds buffers to task t's lists wherever it is in the program (its
+  // lists move to the end of StepProgram::mem).
+  void append_mem(std::int32_t t, const std::vector<std::int32_t>& allocs, const std::vector<std::int32_t>& frees) {
+    ProgramTask& pt = out_.tasks[static_cast<std::size_t>(t)];
+    std::vector<std::int32_t> a(out_.mem.begin() + pt.mem, out_.mem.begin() + pt.mem + pt.allocs);
+    std::vector<std::int32_t> f(out_.mem.begin() + pt.mem + pt.allocs, out_.mem.begin() + pt.mem + pt.allocs + pt.frees);
+    a.insert(a.end(), allocs.begin(), allocs.end());
+    f.insert(f.end(), frees.begin(), frees.end());
+    pt.mem = static_cast<std::uint32_t>(out_.mem.size());
+    pt.allocs = static_cast<std::uint16_t>(a.size());
+    pt.frees = static_cast<std::uint16_t>(f.size());
+    out_.mem.insert(out_.mem.end(), a.begin(), a.end());
+    out_.mem.insert(out_.mem.end(), f.begin(), f.end());
+  }
+  // ZeRO-3's or weight offload's layers under the CPU kernels: a layer's
+  // whole weights are on the device from the first task that needs them
+  // (its gather or fetch, or a segment's recompute before those) to the end
+  // of its pass; a ZeRO-3 gather also holds the flat gathered copy.
+  bool cpu_remote_layers() const { return cpu_ && (zero3() || plan_.offload.weights); }
+  std::int64_t cpu_layer_chunk() const { return (chain_.block.params() + plan_.dp - 1) / plan_.dp; }
+  std::vector<std::int32_t> cpu_bring_layer(std::int64_t layer, std::vector<std::int32_t>& frees) {
+    auto& present = cpu_layer_params_[static_cast<std::size_t>(layer)];
+    if (present != kNone) return {};
+    present = cpu_buffer(BufKind::Working, 4 * chain_.block.params(), sim::MemTag::Params);
+    std::vector<std::int32_t> allocs{present};
+    if (zero3()) {
+      allocs.push_back(cpu_buffer(BufKind::Working, 4 * plan_.dp * cpu_layer_chunk(), sim::MemTag::CommBuffers));
+      frees.push_back(allocs.back());
+    }
+    return allocs;
+  }
+  void cpu_drop_layer(std::int64_t layer, std::vector<std::int32_t>& frees) {
+    auto& present = cpu_layer_params_[static_cast<std::size_t>(layer)];
+    if (present != kNone) frees.push_back(present);
+    present = kNone;
   }
 
   bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
@@ -487,10 +590,18 @@ class StepBuilder : StepLayout {
   void forward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
-    if (k == 0)
+    if (k == 0 && !cpu_)
       compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
               {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}});
+    if (k == 0 && cpu_) {
+      // The token ids it keeps and its output (the first layer's input).
+      const std::int32_t out = buffer(BufKind::Working, -1, mb, rule_.input);
+      compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
+              info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
+              {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes()), out}, {out}});
+    }
+    const bool sends = k + 1 < static_cast<int>(chunks_.size());
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
@@ -499,10 +610,20 @@ class StepBuilder : StepLayout {
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       const std::int32_t f = compute(costs_.layer(chain_.block, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Layer, layer, mb));
-      std::vector<std::int32_t> allocs;
+      std::vector<std::int32_t> allocs, frees;
       if (swapped > 0 && swapped < stored) allocs.push_back(buffer(BufKind::ActKept, layer, mb, stored - swapped));
       if (stored > 0) allocs.push_back(buffer(BufKind::Act, layer, mb, swapped > 0 ? swapped : stored));
-      if (!allocs.empty()) add_mem(allocs, {});
+      if (cpu_) {
+        const bool to_send = sends && i + 1 == n;
+        const Bytes extra = cpu_forward_transient(stored, to_send);
+        if (extra > 0) {
+          allocs.push_back(buffer(BufKind::Working, layer, mb, extra));
+          frees.push_back(allocs.back());
+        }
+        if (to_send) allocs.push_back(chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule_.input));
+        if (cpu_remote_layers()) cpu_drop_layer(layer, frees);
+      }
+      if (!allocs.empty()) add_mem(allocs, frees);
       dep(gather, f);
       dep(fetch, f);
       layer_comm(layer, mb, Pass::Forward);
@@ -524,12 +645,20 @@ class StepBuilder : StepLayout {
   void backward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
-    if (k + 1 == static_cast<int>(chunks_.size())) {
+    const bool last_chunk = k + 1 == static_cast<int>(chunks_.size());
+    if (last_chunk && !cpu_) {
       // The loss's backward holds the logits' gradient and frees the head's
       // saved bytes.
       const auto grad = buffer(BufKind::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
       compute(costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
               CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
+      head_bwd_ = last_compute_;
+    }
+    if (last_chunk && cpu_) {
+      // The CPU kernels turn the logits into their gradient in place in the
+      // forward; the head's backward starts the chunk's backward buffers.
+      compute(costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb));
+      add_mem(cpu_backward_start(k, mb), {existing(BufKind::Head, -1, mb)});
       head_bwd_ = last_compute_;
     }
     const std::span<const Keep> keeps = chunk_keeps(k);
@@ -556,10 +685,24 @@ class StepBuilder : StepLayout {
         // from its first layer's input: its layers' saved bytes live until
         // their backward.
         for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
+          // The CPU kernels: a layer before the segment's last keeps its
+          // output as the next one's input; the last one refills its saved
+          // tensors around the input it has (no output).
+          const Bytes bytes = cpu_ && j == i ? rule_.full - rule_.input : rule_.full;
           const std::int32_t r =
               compute(costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
-                      info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute), CommKind::None,
-                      {{buffer(BufKind::Recomputed, first + j, mb, rule_.full)}, {}});
+                      info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
+          std::vector<std::int32_t> re_frees, re_allocs{buffer(BufKind::Recomputed, first + j, mb, bytes)};
+          // The CPU kernels: a segment's first layer reruns from its input
+          // wherever it is, copying it to the device when it was offloaded
+          // (its prefetch, later, then moves nothing).
+          if (cpu_ && j != i && layer_swapped(k, j) > 0) {
+            re_allocs.push_back(buffer(BufKind::ActBack, first + j, mb, layer_swapped(k, j)));
+            re_frees.push_back(existing(BufKind::ActHost, first + j, mb));
+          }
+          if (cpu_remote_layers())
+            for (std::int32_t b : cpu_bring_layer(first + j, re_frees)) re_allocs.push_back(b);
+          add_mem(re_allocs, re_frees);
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
@@ -570,9 +713,20 @@ class StepBuilder : StepLayout {
       }
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
-      std::vector<std::int32_t> allocs{buffer(BufKind::Grad, layer, mb, rule_.grad)};
+      std::vector<std::int32_t> allocs;
+      if (!cpu_) allocs.push_back(buffer(BufKind::Grad, layer, mb, rule_.grad));
       if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule_.full - rule_.selective));
       std::vector<std::int32_t> frees = allocs;
+      // The CPU kernels: the chunk's first backward task starts its
+      // backward buffers (the last chunk's: the head's).
+      if (cpu_ && !last_chunk && i == n - 1)
+        for (std::int32_t b : cpu_backward_start(k, mb)) allocs.push_back(b);
+      if (cpu_remote_layers()) cpu_drop_layer(layer, frees);
+      // ZeRO-3: the layer's whole gradients from its backward to its
+      // reduce-scatter.
+      std::int32_t layer_grads = kNone;
+      if (cpu_ && zero3())
+        allocs.push_back(layer_grads = cpu_buffer(BufKind::Grad, 4 * chain_.block.params(), sim::MemTag::Grads));
       if (recomputes) frees.push_back(existing(BufKind::Recomputed, layer, mb));
       if (stored > 0) frees.push_back(existing(saved, layer, mb));
       if (swapped > 0 && swapped < stored) frees.push_back(existing(BufKind::ActKept, layer, mb));
@@ -594,6 +748,18 @@ class StepBuilder : StepLayout {
         const std::int32_t rs = task(sim::TaskKind::Collective, sim::Lane::Comm,
                                      costs_.collective(Collective::ReduceScatter, Group::DP, bytes),
                                      sim::Phase::Comm, CommKind::DP, std::move(ri));
+        if (cpu_) {
+          // The flat padded copy and the reduced part, added into the
+          // layer's gradient chunk (made by its first microbatch).
+          const std::int64_t c = cpu_layer_chunk();
+          std::vector<std::int32_t> z{cpu_buffer(BufKind::Working, 4 * plan_.dp * c, sim::MemTag::CommBuffers),
+                                      cpu_buffer(BufKind::Working, 4 * c, sim::MemTag::CommBuffers)};
+          std::vector<std::int32_t> zf = z;
+          zf.push_back(layer_grads);
+          auto& shard = cpu_layer_shard_grad_[static_cast<std::size_t>(layer)];
+          if (shard == kNone) z.push_back(shard = cpu_buffer(BufKind::Grad, 4 * c, sim::MemTag::Grads));
+          add_mem(z, zf);
+        }
         dep(last_compute_, rs);
         zero3_reduced_.push_back(rs);
       }
@@ -602,6 +768,8 @@ class StepBuilder : StepLayout {
       compute(costs_.layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
               info(TaskOp::Backward, Part::Embedding, -1, mb), CommKind::None,
               {{}, {existing(BufKind::Embedding, -1, mb)}});
+      // The CPU kernels: the chunk's backward buffers die with it.
+      if (cpu_) append_mem(last_compute_, {}, cpu_backward_end(k, mb));
       embedding_bwd_ = last_compute_;
     }
   }
@@ -613,6 +781,11 @@ class StepBuilder : StepLayout {
     const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm,
                                 costs_.collective(Collective::AllGather, Group::DP, bytes), sim::Phase::Comm,
                                 CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
+    if (cpu_) {
+      std::vector<std::int32_t> frees;
+      const auto allocs = cpu_bring_layer(layer, frees);
+      add_mem(allocs, frees);
+    }
     // It may start once the compute lane reached the layer before the previous one.
     if (recent_.size() >= 2) dep(recent_[recent_.size() - 2], g);
     recent_.push_back(last_compute_);
@@ -625,6 +798,11 @@ class StepBuilder : StepLayout {
     const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(bytes, CopyDir::ToDevice),
                                 sim::Phase::None, CommKind::None,
                                 info(TaskOp::WeightFetch, Part::Layer, layer, mb, pass));
+    if (cpu_) {
+      std::vector<std::int32_t> frees;
+      const auto allocs = cpu_bring_layer(layer, frees);
+      add_mem(allocs, frees);
+    }
     const std::size_t depth = static_cast<std::size_t>(plan_.offload.prefetch_depth);
     if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], c);
     recent_fetch_.push_back(last_compute_);
@@ -636,9 +814,15 @@ class StepBuilder : StepLayout {
   std::int32_t prefetch_activations(std::int64_t layer, int mb, std::int64_t i, std::int64_t n,
                                     Bytes stored, const std::vector<std::int32_t>& bwd_of) {
     const std::int32_t host = existing(BufKind::ActHost, layer, mb);
-    const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(stored, CopyDir::ToDevice),
-                                sim::Phase::None, CommKind::None, info(TaskOp::Prefetch, Part::Layer, layer, mb),
-                                {{buffer(BufKind::ActBack, layer, mb, stored)}, {host}});
+    // Already back (the CPU kernels' segment recompute brought it): the
+    // copy moves nothing.
+    const bool back = cpu_ && buffers_.count(code(BufKind::ActBack, layer, mb)) > 0;
+    const std::int32_t c =
+        back ? task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None,
+                    CommKind::None, info(TaskOp::Prefetch, Part::Layer, layer, mb))
+             : task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None,
+                    CommKind::None, info(TaskOp::Prefetch, Part::Layer, layer, mb),
+                    {{buffer(BufKind::ActBack, layer, mb, stored)}, {host}});
     dep(offloaded_.at(code(BufKind::ActHost, layer, mb)), c);
     const std::int64_t ahead = i + 1 + plan_.offload.prefetch_depth;
     if (ahead < n) dep(bwd_of[static_cast<std::size_t>(ahead)], c);
@@ -655,12 +839,30 @@ class StepBuilder : StepLayout {
     out_.host_capacity.push_back(statics_.host_capacity_per_node /
                                  std::max<std::int64_t>(1, sc_.cluster.node.gpus_per_node));
     const StageMemory& st = statics_.stages[static_cast<std::size_t>(s)];
+    cpu_static_.fill(kNone);
     for (std::size_t t = 0; t < sim::kMemTagCount; ++t) {
       const auto tag = static_cast<sim::MemTag>(t);
-      if (tag == sim::MemTag::Activations || tag == sim::MemTag::AllocatorReserve || st.bytes[t] == 0) continue;
-      out_.buffers.push_back({.stage = s, .kind = BufKind::Static, .tag = tag, .bytes = st.bytes[t]});
+      if (tag == sim::MemTag::Activations || tag == sim::MemTag::AllocatorReserve) continue;
+      Bytes bytes = st.bytes[t];
+      if (cpu_) {
+        // The CPU backend has no CUDA runtime and no cuBLAS workspace; its
+        // pipeline messages wait in the rank threads' shared mailbox, not
+        // in either stage's pool. The end of the step sets what it
+        // declares otherwise (cpu_statics).
+        if (tag == sim::MemTag::Runtime || tag == sim::MemTag::Workspace) continue;
+        if (tag == sim::MemTag::CommBuffers && p_ > 1) bytes -= 2 * StepLayout::p2p_bytes(sc_);
+        cpu_static_[t] = static_cast<std::int32_t>(out_.buffers.size());
+      } else if (bytes == 0) {
+        continue;
+      }
+      out_.buffers.push_back({.stage = s, .kind = BufKind::Static, .tag = tag, .bytes = std::max<Bytes>(0, bytes)});
     }
     last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
+    if (cpu_) {
+      cpu_layer_params_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
+      cpu_layer_shard_grad_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
+      cpu_first_task_ = static_cast<std::int32_t>(out_.tasks.size());
+    }
     embedding_bwd_ = head_bwd_ = kNone;
     last_compute_ = kNone;
     pending_send_ = kNone;
@@ -678,7 +880,7 @@ class StepBuilder : StepLayout {
     std::vector<int> fine_mb(chunks_.size(), -1);
     if (merge_)
       for (const Step& st : steps)
-        if (st.phase == Phase::Backward)
+        if (st.pass == Pass::Backward)
           fine_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
     chunk_ = -1;
     if (const Time t = costs_.overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
@@ -686,7 +888,7 @@ class StepBuilder : StepLayout {
       const int k = model_chunk(sched, s, st.chunk);
       chunk_ = k;
       step_first_ = kNone;
-      const bool fwd = st.phase == Phase::Forward;
+      const bool fwd = st.pass == Pass::Forward;
       // Without p2p overlap (Megatron-LM's default) a stage waits for its
       // last send before its next step.
       const std::int32_t blocking_send = plan_.implementation.overlap_p2p ? kNone : pending_send_;
@@ -710,6 +912,9 @@ class StepBuilder : StepLayout {
         const std::int32_t t =
             task(sim::TaskKind::P2PSend, sim::Lane::P2P, *p2p, sim::Phase::Comm, CommKind::PP,
                  info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None, -1, st.microbatch));
+        // The CPU kernels: the send frees what it sent (the chunk's output,
+        // or its backward buffers, whose input gradient it sends).
+        if (cpu_) add_mem({}, fwd ? std::vector<std::int32_t>{chunk_out_[at]} : cpu_backward_end(k, st.microbatch));
         dep(last_compute_, t);
         (fwd ? fwd_send_ : bwd_send_)[at] = t;
         pending_send_ = t;
@@ -738,6 +943,13 @@ class StepBuilder : StepLayout {
     const std::int32_t end_of_backward = last_compute_;
     std::vector<std::int32_t> reduced;  // what the optimizer waits for
     const bool dp = plan_.dp > 1;
+    // The CPU kernels' buffers of the gradients' reduction and the step:
+    // declared for plain, ZeRO-1/2 and ZeRO-3 reductions (not for
+    // compression, parameter servers or context parallelism, which keep
+    // the GPU rule's).
+    const bool cpu_dp = cpu_ && plan_.compression.method == CompressionMethod::None &&
+                        plan_.dp_topology != DpTopology::ParameterServer && plan_.cp == 1;
+    cpu_buckets_.clear();
     auto comm = [&](Time d, CommKind kind, TaskInfo i) {
       return task(sim::TaskKind::Collective, sim::Lane::Comm, d, sim::Phase::Comm, kind, std::move(i));
     };
@@ -755,6 +967,19 @@ class StepBuilder : StepLayout {
         const std::int32_t t = comm(costs_.collective(Collective::ReduceScatter, Group::DP,
                                                       static_cast<Bytes>(other * std::min(per_.grads, 4.0))),
                                     CommKind::DP, std::move(i));
+        if (cpu_) {
+          std::int64_t numel = static_cast<std::int64_t>(other);
+          if (s == p_ - 1 && sc_.model.tied_embeddings && p_ > 1) numel += chain_.embedding.ops.front().params;
+          CpuBucket b;
+          b.numel = numel;
+          b.chunk = (numel + plan_.dp - 1) / plan_.dp;
+          b.padded = plan_.dp * b.chunk;
+          const std::int32_t flat = cpu_buffer(BufKind::Working, 4 * b.padded, sim::MemTag::CommBuffers);
+          const std::int32_t part = cpu_buffer(BufKind::Working, 4 * b.chunk, sim::MemTag::CommBuffers);
+          b.shard_grad = cpu_buffer(BufKind::Grad, 4 * b.chunk, sim::MemTag::Grads);
+          add_mem({flat, part, b.shard_grad}, {flat, part});
+          cpu_buckets_.push_back(b);
+        }
         dep(end_of_backward, t);
         reduced.push_back(t);
       }
@@ -777,9 +1002,11 @@ class StepBuilder : StepLayout {
       TaskInfo contents = info(what, Part::None);
       auto flush = [&](double bytes, std::int32_t after) {
         TaskInfo i = std::exchange(contents, info(what, Part::None));
+        const bool head_bucket = i.head;
         i.bucket = bucket_index++;
         const std::int32_t t = comm(costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)), CommKind::DP,
                                     std::move(i));
+        if (cpu_dp) cpu_bucket(static_cast<std::int64_t>(std::llround(bytes / grad_bytes)), head_bucket);
         dep(plan_.implementation.overlap_grad_reduce ? after : end_of_backward, t);
         reduced.push_back(t);
       };
@@ -826,6 +1053,16 @@ class StepBuilder : StepLayout {
       const std::int32_t down = task(sim::TaskKind::Copy, sim::Lane::D2H,
                                      costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost), sim::Phase::Comm,
                                      CommKind::Offload, info(TaskOp::GradsToHost, Part::None));
+      std::int32_t host_grads = kNone;
+      if (cpu_dp && !nvme) {
+        // The gradients the rank steps, copied to the host pool (its
+        // device chunks die).
+        host_grads = cpu_buffer(BufKind::Grad, 4 * cpu_stepped(), sim::MemTag::Grads, true);
+        std::vector<std::int32_t> frees;
+        for (const CpuBucket& b : cpu_buckets_)
+          if (b.shard_grad != kNone) frees.push_back(b.shard_grad);
+        add_mem({host_grads}, frees);
+      }
       dep(end_of_backward, down);
       for (auto r : reduced) dep(r, down);
       std::int32_t before_step = down;
@@ -838,6 +1075,7 @@ class StepBuilder : StepLayout {
       }
       const std::int32_t step = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.optimizer_step(local, true),
                                      sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
+      if (host_grads != kNone) add_mem({}, {host_grads});
       dep(before_step, step);
       if (nvme) {
         const std::int32_t wr = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(states, CopyDir::NvmeWrite),
@@ -847,11 +1085,38 @@ class StepBuilder : StepLayout {
       const std::int32_t up = task(sim::TaskKind::Copy, sim::Lane::H2D,
                                    costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
                                    sim::Phase::Comm, CommKind::Offload, info(TaskOp::WeightsToDevice, Part::None));
+      if (cpu_dp && !nvme && dp && plan_.zero >= 1) {
+        // The updated chunks come back as device chunks, gathered next.
+        std::vector<std::int32_t> allocs;
+        for (CpuBucket& b : cpu_buckets_)
+          allocs.push_back(b.shard_param = cpu_buffer(BufKind::Working, 4 * b.chunk, sim::MemTag::Params));
+        add_mem(allocs, {});
+      }
       dep(step, up);
       stepped = up;
     } else {
       const std::int32_t step = task(sim::TaskKind::Compute, sim::Lane::Compute, costs_.optimizer_step(local, false),
                                      sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
+      if (cpu_dp && dp && plan_.zero >= 1) {
+        // The step updates a copy of this rank's chunk of each bucket (under
+        // ZeRO-3 the layers' chunks are the parameters; the embedding's and
+        // head's chunk is gathered back whole within the step); the
+        // gradient chunks die with it.
+        std::vector<std::int32_t> allocs, frees;
+        for (CpuBucket& b : cpu_buckets_) {
+          allocs.push_back(b.shard_param = cpu_buffer(BufKind::Working, 4 * b.chunk, sim::MemTag::Params));
+          frees.push_back(b.shard_grad);
+          if (zero3()) {
+            frees.push_back(b.shard_param);
+            allocs.push_back(cpu_buffer(BufKind::Working, 4 * b.padded, sim::MemTag::CommBuffers));
+            frees.push_back(allocs.back());
+          }
+        }
+        if (zero3())
+          for (std::int32_t g : cpu_layer_shard_grad_)
+            if (g != kNone) frees.push_back(g);
+        add_mem(allocs, frees);
+      }
       for (auto r : reduced) dep(r, step);
       stepped = step;
     }
@@ -866,8 +1131,114 @@ class StepBuilder : StepLayout {
       const std::int32_t ag = comm(costs_.collective(Collective::AllGather, Group::DP,
                                                      static_cast<Bytes>(params * per_.weights)),
                                    CommKind::DP, info(TaskOp::GatherWeights, Part::None));
+      if (cpu_dp && plan_.offload.optimizer != OffloadTarget::Nvme) {
+        // One flat buffer of the largest bucket; the chunks die after.
+        std::int64_t most = 0;
+        std::vector<std::int32_t> frees;
+        for (const CpuBucket& b : cpu_buckets_) {
+          most = std::max(most, b.padded);
+          frees.push_back(b.shard_param);
+        }
+        const std::int32_t flat = cpu_buffer(BufKind::Working, 4 * most, sim::MemTag::CommBuffers);
+        frees.push_back(flat);
+        add_mem({flat}, frees);
+      }
       dep(stepped, ag);
     }
+    if (cpu_dp) cpu_statics(stage, cpu_dp);
+  }
+
+  // --- the CPU kernels' buffers of the step's end ---------------------------
+  // A bucket as the CPU executor reduces it: packed into a flat copy
+  // (padded to dp equal chunks under ZeRO) for the task, a ring staging
+  // buffer pair of its chunk, and under ZeRO-1/2 the reduced gradient chunk
+  // until the optimizer step (which updates a copy of the parameters'
+  // chunk, freed when the updated chunks are gathered).
+  struct CpuBucket {
+    std::int64_t numel = 0, chunk = 0, padded = 0;
+    std::int32_t shard_grad = kNone, shard_param = kNone;
+  };
+  void cpu_bucket(std::int64_t numel, bool head) {
+    // The last stage's head bucket carries a tied word embedding's copy
+    // (the bucket plan's rule; the lowering's time omits those bytes).
+    if (head && sc_.model.tied_embeddings && p_ > 1 && stage_ == p_ - 1)
+      numel += chain_.embedding.ops.front().params;
+    CpuBucket b;
+    b.numel = numel;
+    b.chunk = (numel + plan_.dp - 1) / plan_.dp;
+    const bool zero = plan_.zero >= 1 && plan_.dp > 1;
+    b.padded = zero ? plan_.dp * b.chunk : numel;
+    const std::int32_t flat = cpu_buffer(BufKind::Working, 4 * b.padded, sim::MemTag::CommBuffers);
+    std::vector<std::int32_t> allocs{flat};
+    if (zero) allocs.push_back(b.shard_grad = cpu_buffer(BufKind::Grad, 4 * b.chunk, sim::MemTag::Grads));
+    add_mem(allocs, {flat});
+    cpu_buckets_.push_back(b);
+  }
+  // Elements of the optimizer's step on this rank: its chunks under ZeRO,
+  // else the stage's parameters.
+  std::int64_t cpu_stepped() const {
+    if (plan_.zero >= 1 && plan_.dp > 1) {
+      std::int64_t chunks = 0;
+      for (const CpuBucket& b : cpu_buckets_) chunks += b.chunk;
+      if (zero3())
+        for (std::int32_t g : cpu_layer_shard_grad_)
+          if (g != kNone) chunks += cpu_layer_chunk();
+      return chunks;
+    }
+    return statics_.stages[static_cast<std::size_t>(stage_)].params;
+  }
+  // The stage's static bytes as the CPU executor holds them: every
+  // gradient whole through the step (ZeRO-1 and -2 alike); under ZeRO-3 the
+  // layers' weight chunks and the embedding's and head's whole weights and
+  // gradients; the optimizer's states on what it steps (padded chunks
+  // under ZeRO), in the host pool with optimizer offload beside the fp32
+  // master copy; with weight offload the layers' weights in the host pool;
+  // the dp ring's staging pair sized for the largest bucket chunk and the
+  // tied embedding ring's for half of it.
+  void cpu_statics(const StageGradients& stage, bool exact) {
+    if (!exact) return;
+    auto set = [&](sim::MemTag tag, double bytes) {
+      const std::int32_t b = cpu_static_[static_cast<std::size_t>(tag)];
+      if (b != kNone) out_.buffers[static_cast<std::size_t>(b)].bytes = static_cast<Bytes>(std::llround(bytes));
+    };
+    const StageMemory& st = statics_.stages[static_cast<std::size_t>(stage_)];
+    const double all = static_cast<double>(st.params);
+    const double layers = static_cast<double>(stage.blocks) * static_cast<double>(chain_.block.params());
+    const double stepped = static_cast<double>(cpu_stepped());
+    const bool zero = plan_.zero >= 1 && plan_.dp > 1;
+    const bool host_states = plan_.offload.optimizer == OffloadTarget::Cpu;
+    double params = per_.weights * all, grads = per_.grads * all;
+    if (zero3()) {
+      params = per_.weights * (all - layers) +
+               4.0 * static_cast<double>(stage.blocks) * static_cast<double>(cpu_layer_chunk());
+      grads = per_.grads * (all - layers);
+    }
+    if (plan_.offload.weights) params = per_.weights * (all - layers);
+    set(sim::MemTag::Params, params);
+    set(sim::MemTag::Grads, grads);
+    const double states = is_factored(plan_.optimizer) ? 0.0 : per_.optimizer * stepped;
+    if (!is_factored(plan_.optimizer) && plan_.offload.optimizer == OffloadTarget::None && (zero || zero3()))
+      set(sim::MemTag::OptimizerStates, states);
+    Bytes comm = 0;
+    if (plan_.dp > 1) {
+      std::int64_t most = zero3() ? cpu_layer_chunk() : 0;
+      for (const CpuBucket& b : cpu_buckets_) most = std::max(most, b.chunk);
+      comm += 2 * 4 * most;
+    }
+    if (p_ > 1 && sc_.model.tied_embeddings && (stage_ == 0 || stage_ == p_ - 1))
+      comm += 2 * 4 * ((chain_.embedding.ops.front().params + 1) / 2);
+    set(sim::MemTag::CommBuffers, static_cast<double>(comm));
+    // Host statics, from the stage's first task on (they outlive the step).
+    std::vector<std::int32_t> host;
+    if (plan_.offload.weights && layers > 0)
+      host.push_back(cpu_buffer(BufKind::Working, static_cast<Bytes>(std::llround(4.0 * layers)), sim::MemTag::Params, true));
+    if (host_states && !is_factored(plan_.optimizer)) {
+      host.push_back(cpu_buffer(BufKind::Working, static_cast<Bytes>(std::llround(4.0 * stepped)), sim::MemTag::Params, true));
+      host.push_back(cpu_buffer(BufKind::Working, static_cast<Bytes>(std::llround(states)),
+                                sim::MemTag::OptimizerStates, true));
+    }
+    if (!host.empty() && cpu_first_task_ < static_cast<std::int32_t>(out_.tasks.size()))
+      append_mem(cpu_first_task_, host, {});
   }
 
   // Compressed gradient exchange: encode on the compute lane, the
@@ -900,6 +1271,17 @@ class StepBuilder : StepLayout {
   StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
+  bool cpu_ = false;        // the CPU backend's kernels' buffers (Scenario::kernel_memory)
+  std::array<std::int32_t, sim::kMemTagCount> cpu_static_{};  // the stage's static buffers by tag (CPU)
+  std::vector<CpuBucket> cpu_buckets_;                        // the stage's buckets (CPU)
+  std::int32_t cpu_serial_ = 0;       // cpu_buffer's numbers
+  std::int32_t cpu_first_task_ = 0;   // the stage's first task (CPU host statics)
+  std::vector<std::int32_t> cpu_layer_params_;      // by layer: its whole weights on the device (CPU)
+  std::vector<std::int32_t> cpu_layer_shard_grad_;  // by layer: its ZeRO-3 gradient chunk (CPU)
+  CpuKernelBytes cpu_bytes_;
+  // The CPU kernels' buffers by (model chunk, microbatch): the backward
+  // buffers and scratch, and a chunk's output until its send.
+  std::vector<std::int32_t> back_set_, back_scratch_, chunk_out_;
   // Per stage state.
   std::int32_t stage_ = 0;
   int chunk_ = -1;  // model chunk of the schedule step being lowered, −1 outside one

@@ -1,6 +1,7 @@
 #pragma once
 // A scenario: one model on one cluster with a batch and a plan, optionally a
 // training goal and a calibration file (DESIGN.md, docs/input-format.md).
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,16 @@ struct Goal {
   std::optional<double> target_loss;
 };
 
+// Whose kernels' buffers the step program declares (lower.cpp). `Gpu`: the
+// GPU stacks' rule (flash attention, fused kernels, cuBLAS's workspace, the
+// CUDA runtime; each backward holds the gradient of the op it
+// differentiates), the one simulate and explore use. `Cpu`: what the CPU
+// backend's fp32 kernels (backend/cpu/gpt.cpp) allocate and free, task by
+// task, so its executor's measured peak checks the declarations
+// (docs/memory-model.md, "The CPU backend's declarations"). Set by the CPU
+// executor and its validate, never read from a file.
+enum class KernelMemory : std::uint8_t { Gpu, Cpu };
+
 struct Scenario {
   std::string file;  // where it was read from ("" when built in code)
   cost::ModelSpec model;
@@ -33,6 +44,7 @@ struct Scenario {
   std::shared_ptr<const ConvergenceModel> convergence;
   std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path
+  KernelMemory kernel_memory = KernelMemory::Gpu;
   // The software stack that runs the plan ("stack", stack.hpp): its
   // settings are in plan.implementation wherever the scenario's own
   // plan.implementation keys (`implementation_keys`) do not set them.

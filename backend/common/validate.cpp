@@ -10,6 +10,7 @@
 #include "sim/engine.hpp"
 #include "sim/error.hpp"
 #include "sim/memory.hpp"
+#include "strategies/memory.hpp"
 #include "strategies/step_costs.hpp"
 
 namespace strata::backend {
@@ -75,6 +76,39 @@ std::pair<Bytes, Bytes> predicted_pool(const sim::TaskGraph& g, const sim::RunRe
   const sim::PoolId host = g.pool("s" + std::to_string(stage) + ".host");
   out.host_peak = run.at(host).peak;
   return {runtime, with_workspace ? 0 : workspace};
+}
+
+// The declared pools of one stage as an executor that runs the stage's
+// tasks one at a time in program order holds them (the CPU executor's rank
+// threads): each task's buffers live from its start, die at its end, and
+// nothing overlaps.
+void program_order_pool(const sim::TaskGraph& g, int stage, RankPeaks& out) {
+  const sim::PoolId gpu = g.pool("s" + std::to_string(stage) + ".gpu");
+  const sim::PoolId host = g.pool("s" + std::to_string(stage) + ".host");
+  sim::TagBytes live{};
+  Bytes host_live = 0;
+  auto apply = [&](sim::BufferId id, Bytes sign) {
+    const sim::Buffer& b = g.at(id);
+    if (b.pool == gpu) live[idx(b.tag)] += sign * b.bytes;
+    if (b.pool == host) host_live += sign * b.bytes;
+  };
+  auto note = [&] {
+    Bytes total = 0;
+    for (sim::MemTag t : kTags) {
+      out.by_tag[idx(t)] = std::max(out.by_tag[idx(t)], live[idx(t)]);
+      total += live[idx(t)];
+    }
+    out.peak = std::max(out.peak, total);
+    out.host_peak = std::max(out.host_peak, host_live);
+  };
+  for (std::size_t b = 0; b < g.num_buffers(); ++b)
+    if (g.at(sim::BufferId{static_cast<std::int32_t>(b)}).live_at_start) apply(sim::BufferId{static_cast<std::int32_t>(b)}, 1);
+  note();
+  for (const sim::Task& t : g.tasks()) {
+    for (sim::BufferId b : t.allocs) apply(b, 1);
+    note();
+    for (sim::BufferId b : t.frees) apply(b, -1);
+  }
 }
 
 void finish_side(ValidateSide& s) {
@@ -200,6 +234,17 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
   std::vector<RankPeaks> stage_peaks(static_cast<std::size_t>(low.stages));
   for (int s = 0; s < low.stages; ++s) {
     stage_peaks[static_cast<std::size_t>(s)].stage = s;
+    if (sc.kernel_memory == strategies::KernelMemory::Cpu) {
+      // The program declares the CPU kernels' buffers, which its executor
+      // allocates task by task in program order: the peaks are those of
+      // that order (no lane overlaps another), and what only a GPU holds
+      // (the CUDA runtime, cuBLAS's workspace) is not declared at all.
+      program_order_pool(low.graph, s, stage_peaks[static_cast<std::size_t>(s)]);
+      const strategies::MemoryRules rules;
+      r.excluded_runtime_bytes = rules.runtime_bytes;
+      r.excluded_workspace_bytes = rules.cublas_workspace_bytes;
+      continue;
+    }
     const auto [rt, ws] = predicted_pool(low.graph, run, s, ex.holds_gpu_workspace(),
                                          stage_peaks[static_cast<std::size_t>(s)]);
     r.excluded_runtime_bytes = std::max(r.excluded_runtime_bytes, rt);

@@ -47,7 +47,7 @@ void GroupState::wake_all() {
 
 // ---- CommWorld --------------------------------------------------------------
 
-CommWorld::CommWorld(int ranks) : ranks_(ranks) {
+CommWorld::CommWorld(int ranks, Allocator* mailbox) : ranks_(ranks), mailbox_(mailbox) {
   if (ranks < 1) throw Error("CommWorld: needs at least one rank");
 }
 
@@ -96,6 +96,12 @@ float* Comm::next_staging(std::int64_t elements) {
   Tensor& t = stage_[phase_ % 2];
   if (t.numel() < elements) t = Tensor(*alloc_, {elements}, MemTag::CommBuffers);
   return t.data();
+}
+
+void Comm::reserve_staging(std::int64_t elements) {
+  if (size() == 1) return;  // a group of one stages nothing
+  for (Tensor& t : stage_)
+    if (t.numel() < elements) t = Tensor(*alloc_, {elements}, MemTag::CommBuffers);
 }
 
 const float* Comm::ring_step(int from, std::int64_t elements_sent) {
@@ -244,7 +250,8 @@ void Comm::send(int peer, std::int64_t tag, std::span<const float> data) {
   if (peer < 0 || peer >= world_->size()) throw Error("send: peer " + std::to_string(peer) + " outside the world");
   CommWorld::Message m;
   m.tag = tag;
-  m.data = Tensor(*alloc_, {static_cast<std::int64_t>(data.size())}, MemTag::CommBuffers);
+  m.data = Tensor(world_->mailbox_ != nullptr ? *world_->mailbox_ : *alloc_,
+                  {static_cast<std::int64_t>(data.size())}, MemTag::CommBuffers);
   copy(m.data.data(), data.data(), static_cast<std::int64_t>(data.size()));
   ++counters_.messages_sent;
   counters_.elements_sent += static_cast<std::int64_t>(data.size());

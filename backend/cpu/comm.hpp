@@ -99,7 +99,11 @@ class GroupState {
 // Shared by the ranks of one run; thread-safe.
 class CommWorld {
  public:
-  explicit CommWorld(int ranks);
+  // `mailbox`, when given, holds every message between its send and its
+  // receive (else the sender's allocator does): an executor that keeps
+  // messages in transit out of the ranks' pools, whose peaks would
+  // otherwise depend on when each receiver takes them.
+  explicit CommWorld(int ranks, Allocator* mailbox = nullptr);
   CommWorld(const CommWorld&) = delete;
   CommWorld& operator=(const CommWorld&) = delete;
   ~CommWorld();
@@ -118,9 +122,10 @@ class CommWorld {
   friend class GroupState;
   struct Message {
     std::int64_t tag = 0;
-    Tensor data;  // staged in the sender's allocator (CommBuffers)
+    Tensor data;  // staged in the mailbox or the sender's allocator (CommBuffers)
   };
   int ranks_;
+  Allocator* mailbox_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable mail_cv_;
   std::atomic<bool> cancelled_{false};
@@ -163,6 +168,12 @@ class Comm {
   // size differs.
   void send(int peer, std::int64_t tag, std::span<const float> data);
   void recv(int peer, std::int64_t tag, std::span<float> data);
+
+  // Both staging buffers with room for `elements` floats from now on (the
+  // ring's chunks of every collective the caller will run, so none grows
+  // one later: what an executor declares for the whole step). Only before
+  // this handle's first collective: a neighbour may read a buffer after.
+  void reserve_staging(std::int64_t elements);
 
   const CommCounters& counters() const { return counters_; }
 

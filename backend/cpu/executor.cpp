@@ -108,7 +108,9 @@ struct Rank {
 
 template <class T>
 void move_to(BasicTensor<T>& t, Allocator& to) {
-  if (!t.empty()) t = t.clone(to, t.tag());
+  // A tensor already there stays (a segment's recompute brought its input
+  // back before the layer's prefetch).
+  if (!t.empty() && t.allocator() != &to) t = t.clone(to, t.tag());
 }
 
 void move_saved(BlockSaved& s, Allocator& to) {
@@ -158,6 +160,9 @@ struct Executor::Impl {
   std::vector<std::int64_t> whole_numel;
   int tok = -1;  // the word embedding
   bool tie = false;  // tied word embedding on two stages
+  // Pipeline messages between their send and their receive (before the
+  // world, which may still hold some when a step fails).
+  TrackingAllocator mailbox;
   std::unique_ptr<CommWorld> world;
   std::vector<std::unique_ptr<Rank>> ranks;
   std::map<std::string, std::vector<float>> captured;
@@ -261,6 +266,8 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     : sc(s), opt(o), table(s.model), names(table.names()) {
   if (auto why = Executor::unsupported(sc)) throw Error("executor: " + *why);
   strategies::require_valid_plan(sc);
+  // The lowering declares what this backend's kernels hold.
+  sc.kernel_memory = strategies::KernelMemory::Cpu;
   const auto& plan = sc.plan;
   low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
   if (low.info.size() != low.graph.num_tasks())
@@ -288,7 +295,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   for (int i = 0; i < table.size(); ++i) whole_numel.push_back(table[i].shape.numel());
 
   const int world_size = dp * pp * tp * cp;
-  world = std::make_unique<CommWorld>(world_size);
+  world = std::make_unique<CommWorld>(world_size, &mailbox);
   const strategies::RankMesh mesh(plan, std::max<std::int64_t>(1, sc.cluster.node.gpus_per_node));
   for (int r = 0; r < world_size; ++r) {
     // The device pool holds what the cluster's GPU holds: beyond it a step
@@ -348,6 +355,12 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
 
   // Buckets: the plan's (the lowering's, by task), with this rank's shards.
   for (const FlatBucket& fb : R.plan->buckets) R.buckets.push_back({&fb, fb.shard(R.dp_index), {}, {}});
+  // The ring staging the lowering declares for the step: the dp ring's
+  // largest chunk of a bucket, the tie's half of the word embedding.
+  std::int64_t most = 0;
+  for (const FlatBucket& fb : R.plan->buckets) most = std::max(most, fb.chunk);
+  R.dp->reserve_staging(most);
+  if (R.tie) R.tie->reserve_staging((model.grads()[static_cast<std::size_t>(tok)].numel() + 1) / 2);
   if (compressed) {
     // The stage's gradients are compressed as one flat vector, in parameter
     // order; a ZeRO-1 rank steps its shard of it.
@@ -646,8 +659,15 @@ void Executor::Impl::recompute(Rank& R, const TaskInfo& t) {
     in = std::move(R.recompute_carry.at(mb));
     R.recompute_carry.erase(mb);
   }
-  Tensor out = R.model->block_forward(L, std::move(in), s);
-  if (!last) R.recompute_carry[mb] = std::move(out);
+  if (!last) {
+    R.recompute_carry[mb] = R.model->block_forward(L, std::move(in), s);
+    return;
+  }
+  // The segment's last layer: its saved tensors around the carried input,
+  // without the output nothing reads.
+  s = BlockSaved{};
+  s.x = std::move(in);
+  R.model->recompute(L, s);
 }
 
 void Executor::Impl::tie_embedding(Rank& R) {
@@ -993,12 +1013,17 @@ void Executor::Impl::gather_whole_buckets(Rank& R) {
 }
 
 void Executor::Impl::gather_weights(Rank& R) {
+  // One flat buffer of the largest bucket for every bucket's gather, the
+  // shards freed once all are gathered: the buffers the lowering declares
+  // for this task.
+  std::int64_t most = 0;
+  for (const auto& b : R.buckets) most = std::max(most, b.plan->padded());
+  Tensor flat(R.device, {most}, MemTag::CommBuffers);
   for (auto& b : R.buckets) {
-    Tensor flat(R.device, {b.plan->padded()}, MemTag::CommBuffers);
-    R.dp->all_gather(b.shard_param.span(), flat.span());
+    R.dp->all_gather(b.shard_param.span(), {flat.data(), static_cast<std::size_t>(b.plan->padded())});
     unpack(R, b, flat.data(), false);
-    b.shard_param.release();
   }
+  for (auto& b : R.buckets) b.shard_param.release();
 }
 
 // ---- Executor ---------------------------------------------------------------

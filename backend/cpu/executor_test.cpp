@@ -648,11 +648,12 @@ TEST_CASE("cpu/executor: a diverged run stops with the step and the loss named")
 
 TEST_CASE("cpu/executor: a device pool smaller than the step needs fails with OutOfMemory, predicted peak beside it") {
   // cpu-local's device pool is its GPU's memory_GiB; at 32 KiB the 4-rank
-  // plan cannot even place its parameters; at 512 KiB it places them and its
-  // first step runs out. Each error names the rank and the pool, and the
-  // report adds the memory model's predicted peak.
+  // plan cannot even place its parameters; at 640 KiB it places them (and
+  // the rings' staging, reserved for the step) and its first step runs out.
+  // Each error names the rank and the pool, and the report adds the memory
+  // model's predicted peak.
   set_blas_threads(1);
-  for (const double kib : {32.0, 512.0}) {
+  for (const double kib : {32.0, 640.0}) {
     CAPTURE(kib);
     Scenario sc = tiny(2, plan_with(2, 2), 8, 2);
     sc.cluster.gpu.memory_GiB = kib / (1024.0 * 1024.0);

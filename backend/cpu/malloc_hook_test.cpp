@@ -164,6 +164,63 @@ TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing larg
   g_aligned64 = 0;
 }
 
+TEST_CASE("cpu/malloc: a pipeline step allocates nothing outside the ranks' pools but its messages") {
+  // dp 2 x pp 2 (1F1B), ZeRO-3, every_k recompute and activation offload,
+  // whose declared buffers the memory matrix checks against the ranks'
+  // trackers: after two warm-up steps, the third step's aligned_alloc(64)
+  // calls are the trackers' allocations plus one per pipeline message (the
+  // run's mailbox holds those), and nothing else of a page or more is
+  // requested on a rank thread. So the trackers' peaks are all the memory
+  // a step uses.
+  set_blas_threads(1);
+  strategies::Plan plan;
+  plan.dp = 2;
+  plan.pp = 2;
+  plan.zero = 3;
+  plan.schedule = strategies::Schedule::OneFOneB;
+  plan.recompute = cost::Recompute::EveryK;
+  plan.recompute_k = 2;
+  plan.offload.activations = true;
+  const strategies::Scenario sc = test::small_gpt({.layers = 4}, plan, 8, 2);
+  Executor ex(sc, {.seed = 1});
+  const MarkovCorpus corpus(sc.model.vocab, 7);
+  Rng rng(5);
+  std::vector<std::int32_t> x(static_cast<std::size_t>(sc.batch.global * sc.model.seq_len)), y(x.size());
+  corpus.sample(x, y, sc.batch.global, sc.model.seq_len, rng);
+  auto tracked = [](const StepResult& r) {
+    std::int64_t n = 0;
+    for (const auto& m : r.memory) n += m.device.allocations + m.host.allocations;
+    return n;
+  };
+  std::int64_t before = 0;
+  g_main_thread = pthread_self();
+  g_split_main = true;
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) g_watch = true;
+    const StepResult r = ex.step(x, y);
+    if (step == 2) {
+      g_watch = false;
+      std::int64_t messages = 0;
+      for (const auto& t : r.tasks) {
+        const auto op = ex.lowered().info[static_cast<std::size_t>(t.task)].op;
+        if (op == strategies::TaskOp::SendActivation || op == strategies::TaskOp::SendGradient) ++messages;
+      }
+      MESSAGE("pipeline step: " << g_aligned64.load() << " aligned_alloc(64) calls, " << tracked(r) - before
+                                << " tracker allocations, " << messages << " messages, " << g_large.load()
+                                << " other large requests");
+      CHECK(messages == 2 * 2 * 2);  // 2 dp ranks x (activation + gradient) x 2 microbatches
+      CHECK(g_large.load() == 0);
+      CHECK(g_aligned64.load() == tracked(r) - before + messages);
+    }
+    before = tracked(r);
+  }
+  g_split_main = false;
+  g_large = 0;
+  g_large_bytes = 0;
+  g_small_bytes = 0;
+  g_aligned64 = 0;
+}
+
 TEST_CASE("cpu/malloc: a training step allocates nothing large outside the tracking allocator") {
   // With malloc, calloc, realloc and the aligned variants counted, a step
   // (forward, backward with recompute and dropout, AdamW) after a warm-up

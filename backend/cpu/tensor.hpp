@@ -56,6 +56,8 @@ class BasicTensor {
   // Bytes held: 0 for an empty (default, moved-from or released) tensor.
   Bytes bytes() const { return data_ ? shape_.numel() * static_cast<Bytes>(sizeof(T)) : 0; }
   MemTag tag() const { return tag_; }
+  // Where the storage came from (null for an empty tensor).
+  Allocator* allocator() const { return alloc_; }
   T* data() { return data_; }
   const T* data() const { return data_; }
   std::span<T> span() { return {data_, static_cast<std::size_t>(numel())}; }
