@@ -14,7 +14,8 @@ namespace strata::report {
 // tokens_per_s_per_gpu, model_tflops_per_gpu, hardware_tflops_per_gpu, mfu,
 // time_breakdown_s, bubble_fraction, peak_memory_bytes,
 // memory_breakdown_bytes, memory_per_stage, host_memory_bytes, nvme_bytes,
-// infeasible_reason {pool, needs_bytes, has_bytes} when infeasible. `step`
+// infeasible_reason {pool, needs_bytes, has_bytes} when infeasible, notes
+// (strategies::plan_notes: what a plan's names amount to) when any. `step`
 // may be null (memory only).
 std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::MemoryEstimate& mem,

@@ -213,6 +213,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     j["nvme_bytes"] = mem.nvme_bytes_per_node;
     j["nvme_capacity_bytes"] = mem.nvme_capacity_per_node;
     j["memory_source"] = mem.source;
+    if (const auto notes = strategies::plan_notes(sc); !notes.empty()) j["notes"] = notes;
     if (f == Format::Json) return j.dump(2) + "\n";
     return simulation_csv(sc, j);
   }
@@ -290,6 +291,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     out += "host       " + gib(mem.host_bytes_per_node) + " of " +
            gib(mem.host_capacity_per_node) + " per node; NVMe " + gib(mem.nvme_bytes_per_node) +
            " of " + gib(mem.nvme_capacity_per_node) + "\n";
+  for (const std::string& n : strategies::plan_notes(sc)) out += "note       " + printable(n) + "\n";
   out += "\nmemory at the peak (stage " + std::to_string(mem.peak_stage) + ")\n";
   Table b;
   b.columns = {"tag", "bytes", "share"};

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/error.hpp"
+#include "sim/names.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/step_costs.hpp"
 
@@ -212,6 +213,19 @@ std::vector<std::int64_t> in_flight_per_chunk(const Plan& plan, std::int64_t m, 
     counts[0] = plan.schedule == Schedule::GPipe ? m : std::min(p - s, m);
   }
   return counts;
+}
+
+std::vector<std::string> plan_notes(const Scenario& sc) {
+  std::vector<std::string> notes;
+  if (sc.plan.recompute == Recompute::Selective && !sc.model.chain) {
+    const ActivationRule rule = ActivationRule::of(cost::expand(sc.model, expand_options(sc)));
+    if (rule.full == rule.selective)
+      notes.push_back("recompute \"selective\" is \"none\" here: the " +
+                      std::string(enum_name(sc.plan.implementation.attention)) +
+                      " attention kernel saves no attention scores, so there is no attention core to drop or "
+                      "rerun (the same memory and step time as recompute \"none\")");
+  }
+  return notes;
 }
 
 cost::ExpandOptions expand_options(const Scenario& sc) {

@@ -191,6 +191,14 @@ class MemoryModel {
 // rules.budget_margin_fraction of it.
 Bytes memory_budget(const Scenario& sc, const MemoryRules& rules);
 
+// Where two of a plan's names mean one thing, what it amounts to, for the
+// reader (`strata simulate` prints them). Selective recompute drops and
+// reruns the attention core (Korthikanti et al. 2022: the softmax's output
+// and its dropout); an attention kernel that saves no core (flash
+// attention keeps only the softmax's row statistics) leaves it nothing to
+// drop or rerun, so the plan is recompute "none" in memory and in time.
+std::vector<std::string> plan_notes(const Scenario& sc);
+
 // Chunk-microbatches alive on `stage` at its peak, per virtual chunk of the
 // stage (index 0..v−1), from the schedules' closed forms: GPipe m; 1F1B and
 // PipeDream min(p − s, m); interleaved Megatron's warm-up (p − s − 1)·2 +

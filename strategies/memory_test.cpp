@@ -37,6 +37,30 @@ std::string gpt(int layers, int hidden, int heads, int seq = 2048, int vocab = 5
          ", \"vocab\": " + std::to_string(vocab) + "}";
 }
 
+TEST_CASE("selective recompute under flash attention is named as no recompute") {
+  // Flash attention saves no attention scores: selective recompute keeps
+  // what none keeps and reruns nothing, in memory and in step time, and
+  // plan_notes says so; with standard attention it drops the core (no note).
+  const std::string cluster = "\"dgx-h100\"", batch = R"({"global": 8, "micro": 1})";
+  auto plan = [](const char* recompute, const char* attention) {
+    return std::string(R"({"dp": 8, "recompute": ")") + recompute + R"(", "implementation": {"attention": ")" +
+           attention + "\"}}";
+  };
+  const Scenario flash = make(gpt(4, 1024, 16), cluster, batch, plan("selective", "flash"));
+  const Scenario flash_none = make(gpt(4, 1024, 16), cluster, batch, plan("none", "flash"));
+  const Scenario standard = make(gpt(4, 1024, 16), cluster, batch, plan("selective", "standard"));
+  REQUIRE(plan_notes(flash).size() == 1);
+  CHECK(plan_notes(flash)[0].find("\"selective\" is \"none\"") != std::string::npos);
+  CHECK(plan_notes(flash_none).empty());
+  CHECK(plan_notes(standard).empty());
+  CHECK(estimate_memory(flash).peak_bytes == estimate_memory(flash_none).peak_bytes);
+  CHECK(estimate_memory(standard).peak_bytes < estimate_memory(make(gpt(4, 1024, 16), cluster, batch,
+                                                                    plan("none", "standard")))
+                                                   .peak_bytes);
+  const ModelStepCosts costs(flash), costs_none(flash_none);
+  CHECK(predict_step(flash, costs).step_time == predict_step(flash_none, costs_none).step_time);
+}
+
 TEST_CASE("ZeRO Table 1: model states per device for stages 0-3") {
   // ZERO Table 1 (Nd = 64, mixed-precision Adam, K = 12): 7.5B → 120 / 31.4 /
   // 16.6 / 1.88 GB; 128B → 2048 / 536 / 284 / 32 GB; 1T → 16000 / 4187 /

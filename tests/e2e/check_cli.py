@@ -99,6 +99,8 @@ def simulate_json(strata):
     check(abs(total - d["step_time_s"]) <= 1e-9 * d["step_time_s"] + 1e-9, f"breakdown {total} != {d['step_time_s']}")
     check(set(b["exposed_comm"]) == {"dp", "tp", "pp", "cp", "ep", "offload"}, f"{b['exposed_comm']}")
     check(0 < d["mfu"] < 1, f"mfu {d['mfu']}")
+    # Selective recompute under flash attention is said to be no recompute.
+    check(any('"selective" is "none"' in n for n in d.get("notes", [])), f"notes {d.get('notes')}")
     # The analytical model agrees with the replayed timeline on this plan.
     a = json.loads(run(strata, "simulate", sys.argv[3], "--analytical", "--format", "json"))
     check(a["peak_memory_bytes"] == d["peak_memory_bytes"], "analytical != timeline")
