@@ -5,6 +5,12 @@
 //   BM_ScoreCoarse   the explorer's scorer (coarse level, one core)
 //   BM_ScoreLayer    the layer level, on every 97th plan (it is ~10⁴ times slower)
 // items_per_second is plans per second per core.
+//   BM_Replay/level/steady  predict_chunks (level 0) or predict_replayed (the
+//                 layer program the explorer refines kept plans with, level 1)
+//                 with the steady-state extrapolation off (0) or on (1), over
+//                 every 61st feasible plan of the Llama-3-70B sweep
+//                 (configs/scenarios/llama3-70b-explore.json); compare the
+//                 pairs' times in one run.
 //
 // With --agreement (before the benchmark flags) it instead re-scores every
 // `stride`-th feasible plan at both levels and prints the relative step-time
@@ -77,6 +83,57 @@ void BM_ScoreCoarse(benchmark::State& state) {
   score_loop(state, coarse_scorer(sweep().base), 1);
 }
 BENCHMARK(BM_ScoreCoarse)->Unit(benchmark::kMicrosecond)->Iterations(38916);
+
+const std::vector<Scenario>& llama_plans() {
+  static const std::vector<Scenario> plans = [] {
+    const Scenario base =
+        load_scenario(std::string(STRATA_SOURCE_DIR) + "/configs/scenarios/llama3-70b-explore.json");
+    Space space = *base.space;
+    space.gpus = base.cluster.gpus();
+    Scenario pt = base;
+    pt.space.reset();
+    std::vector<Scenario> out;
+    std::size_t feasible = 0;
+    for (std::uint64_t i = 0; i < space.size(); ++i) {
+      space_point(base, space, i, pt.plan, pt.batch);
+      if (first_violation(pt)) continue;
+      try {
+        if (!estimate_memory(pt).feasible()) continue;
+      } catch (const strata::InputError&) {
+        continue;
+      }
+      if (feasible++ % 61 == 0) out.push_back(pt);
+    }
+    return out;
+  }();
+  return plans;
+}
+
+void BM_Replay(benchmark::State& state) {
+  const auto& plans = llama_plans();
+  const bool layer = state.range(0) == 1;
+  const ReplayOptions o{.every_stage = false, .steady_state = state.range(1) == 1};
+  std::vector<ModelStepCosts> costs;
+  costs.reserve(plans.size());
+  for (const auto& sc : plans) costs.emplace_back(sc);
+  ProgramWorkspace w;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    ReplayOptions with = o;
+    with.workspace = &w;
+    const ChunkPrediction pr =
+        layer ? predict_replayed(plans[i], costs[i], with) : predict_chunks(plans[i], costs[i], with);
+    benchmark::DoNotOptimize(pr.step.step_time);
+    i = (i + 1) % plans.size();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.counters["plans"] = static_cast<double>(plans.size());
+}
+// One pass over the sampled plans per run (the Iterations are the plan count).
+BENCHMARK(BM_Replay)->ArgNames({"level", "steady"})->Args({0, 0})->Args({0, 1})->Unit(benchmark::kMillisecond)
+    ->Iterations(640);
+BENCHMARK(BM_Replay)->ArgNames({"level", "steady"})->Args({1, 0})->Args({1, 1})->Unit(benchmark::kMillisecond)
+    ->Iterations(640);
 
 void BM_ScoreLayer(benchmark::State& state) {
   score_loop(state, simulator_scorer(sweep().base), 97);

@@ -22,6 +22,7 @@
 #include "sim/task_graph.hpp"
 #include "strategies/layer_plan.hpp"
 #include "strategies/scenario.hpp"
+#include "strategies/schedule.hpp"
 
 namespace strata::strategies {
 // What a communication task is for; the keys of `exposed_comm` in outputs.
@@ -46,7 +47,6 @@ namespace strata::strategies {
 
 inline constexpr std::size_t kCommKinds = enum_count<CommKind>();
 
-enum class Pass : std::uint8_t { Forward, Backward, Recompute };
 // SendRecv: each member sends and receives `bytes` (parameter-server push or pull).
 enum class Collective : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
 // The group a collective runs over.

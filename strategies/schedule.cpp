@@ -16,11 +16,11 @@ using std::to_string;
 
 std::size_t idx(int i) { return static_cast<std::size_t>(i); }
 
-Step forward(int mb, int chunk) { return {mb, chunk, Phase::Forward}; }
-Step backward(int mb, int chunk) { return {mb, chunk, Phase::Backward}; }
+Step forward(int mb, int chunk) { return {mb, chunk, Pass::Forward}; }
+Step backward(int mb, int chunk) { return {mb, chunk, Pass::Backward}; }
 
 std::string step_name(const Step& st) {
-  return (st.phase == Phase::Forward ? "F" : "B") + to_string(st.microbatch) + "." +
+  return (st.pass == Pass::Forward ? "F" : "B") + to_string(st.microbatch) + "." +
          to_string(st.chunk);
 }
 
@@ -120,7 +120,7 @@ void check_structure(const PipelineSchedule& s) {
         throw Error(where + step_name(st) + " is out of range (m=" + to_string(s.m) +
                     ", v=" + to_string(s.v) + ")");
       const std::size_t i = idx(st.microbatch * s.v + st.chunk);
-      if (st.phase == Phase::Forward) {
+      if (st.pass == Pass::Forward) {
         if (fwd_seen[i]) throw Error(where + step_name(st) + " runs twice");
         fwd_seen[i] = 1;
       } else {
@@ -140,9 +140,9 @@ void check_structure(const PipelineSchedule& s) {
 // In-order list simulation; throws on deadlock. Assumes check_structure passed.
 double run(const PipelineSchedule& s, double t_fwd, double t_bwd) {
   const int chunks = s.pp * s.v;
-  // End times by [phase][microbatch][model chunk]; negative: not done yet.
-  const auto at = [&](Phase ph, int mb, int k) {
-    return idx(((ph == Phase::Forward ? 0 : 1) * s.m + mb) * chunks + k);
+  // End times by [pass][microbatch][model chunk]; negative: not done yet.
+  const auto at = [&](Pass ph, int mb, int k) {
+    return idx(((ph == Pass::Forward ? 0 : 1) * s.m + mb) * chunks + k);
   };
   std::vector<double> end(idx(2 * s.m * chunks), -1.0);
   std::vector<std::size_t> next(idx(s.pp), 0);
@@ -158,11 +158,11 @@ double run(const PipelineSchedule& s, double t_fwd, double t_bwd) {
         const int k = st.chunk * s.pp + stage;
         double ready = free_at[idx(stage)];
         std::vector<std::size_t> deps;
-        if (st.phase == Phase::Forward) {
-          if (k > 0) deps.push_back(at(Phase::Forward, st.microbatch, k - 1));
+        if (st.pass == Pass::Forward) {
+          if (k > 0) deps.push_back(at(Pass::Forward, st.microbatch, k - 1));
         } else {
-          deps.push_back(at(Phase::Forward, st.microbatch, k));
-          if (k + 1 < chunks) deps.push_back(at(Phase::Backward, st.microbatch, k + 1));
+          deps.push_back(at(Pass::Forward, st.microbatch, k));
+          if (k + 1 < chunks) deps.push_back(at(Pass::Backward, st.microbatch, k + 1));
         }
         bool ok = true;
         for (std::size_t d : deps) {
@@ -170,8 +170,8 @@ double run(const PipelineSchedule& s, double t_fwd, double t_bwd) {
           ready = std::max(ready, end[d]);
         }
         if (!ok) break;
-        const double done = ready + dur[st.phase == Phase::Forward ? 0 : 1];
-        end[at(st.phase, st.microbatch, k)] = done;
+        const double done = ready + dur[st.pass == Pass::Forward ? 0 : 1];
+        end[at(st.pass, st.microbatch, k)] = done;
         free_at[idx(stage)] = done;
         makespan = std::max(makespan, done);
         ++next[idx(stage)];
@@ -193,7 +193,7 @@ std::vector<Step> replay_to_peak(const PipelineSchedule& s, int stage) {
   check_stage(s, stage);
   std::vector<Step> alive, peak;
   for (const Step& st : s.stages[idx(stage)]) {
-    if (st.phase == Phase::Forward) {
+    if (st.pass == Pass::Forward) {
       alive.push_back(st);
       if (alive.size() > peak.size()) peak = alive;
     } else {

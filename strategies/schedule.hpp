@@ -1,6 +1,6 @@
 #pragma once
 // Pipeline schedules as data (STYLE.md practice 6): for every pipeline stage,
-// the ordered list of (microbatch, chunk, phase) steps it runs in one training
+// the ordered list of (microbatch, chunk, pass) steps it runs in one training
 // step. The simulator lowers these lists to tasks and the executors run them,
 // so both follow the same order.
 //
@@ -43,12 +43,15 @@
 
 namespace strata::strategies {
 
-enum class Phase { Forward, Backward };
+// A pass over a layer or chunk: the one enum for what a step, a task and a
+// cost ask about. A schedule's steps are forwards and backwards; a
+// recompute is a forward the lowering adds before a backward.
+enum class Pass : std::uint8_t { Forward, Backward, Recompute };
 
 struct Step {
   std::int32_t microbatch = 0;  // 0..m-1
   std::int32_t chunk = 0;       // virtual chunk on this stage, 0..v-1
-  Phase phase = Phase::Forward;
+  Pass pass = Pass::Forward;
 
   friend bool operator==(const Step&, const Step&) = default;
 };

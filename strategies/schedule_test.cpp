@@ -170,17 +170,17 @@ TEST_CASE("in_flight_at_peak names the live (microbatch, chunk) pairs") {
   // pp=2 v=2 m=4 stage 0 peaks after F2.0 with 0.0 1.0 0.1 1.1 2.0 alive (5 = pp·v + pp - 1).
   const PipelineSchedule s = make_schedule(Schedule::Interleaved, 2, 2, 4);
   const std::vector<Step> peak = in_flight_at_peak(s, 0);
-  const std::vector<Step> want = {{0, 0, Phase::Forward},
-                                  {1, 0, Phase::Forward},
-                                  {0, 1, Phase::Forward},
-                                  {1, 1, Phase::Forward},
-                                  {2, 0, Phase::Forward}};
+  const std::vector<Step> want = {{0, 0, Pass::Forward},
+                                  {1, 0, Pass::Forward},
+                                  {0, 1, Pass::Forward},
+                                  {1, 1, Pass::Forward},
+                                  {2, 0, Pass::Forward}};
   CHECK(peak == want);
   CHECK(model_chunk(s, 0, 1) == 2);
   CHECK(model_chunk(s, 1, 1) == 3);
   // Stage 1 of 1F1B pp=3 m=4 peaks at 2 with microbatches 0 and 1 alive.
   CHECK(in_flight_at_peak(make_schedule(Schedule::OneFOneB, 3, 1, 4), 1) ==
-        std::vector<Step>{{0, 0, Phase::Forward}, {1, 0, Phase::Forward}});
+        std::vector<Step>{{0, 0, Pass::Forward}, {1, 0, Pass::Forward}});
 }
 
 TEST_CASE("weight versions") {
@@ -204,21 +204,21 @@ TEST_CASE("validate rejects broken schedules") {
   CHECK(error_of(missing) ==
         "pipeline schedule: stage 1: (microbatch 1, chunk 0) lacks a backward");
   PipelineSchedule twice = s;
-  twice.stages[0][1] = {0, 0, Phase::Forward};
+  twice.stages[0][1] = {0, 0, Pass::Forward};
   CHECK(error_of(twice) == "pipeline schedule: stage 0: F0.0 runs twice");
   PipelineSchedule early = s;
   std::swap(early.stages[1][0], early.stages[1][1]);  // B0 before F0 on the last stage
   CHECK(error_of(early) == "pipeline schedule: stage 1: B0.0 runs before its forward");
   // Stage 0 runs B0 before F1; stage 1 runs F1 before B0: each waits for the other.
   PipelineSchedule cycle = s;
-  cycle.stages[0] = {{0, 0, Phase::Forward},
-                     {0, 0, Phase::Backward},
-                     {1, 0, Phase::Forward},
-                     {1, 0, Phase::Backward}};
-  cycle.stages[1] = {{0, 0, Phase::Forward},
-                     {1, 0, Phase::Forward},
-                     {0, 0, Phase::Backward},
-                     {1, 0, Phase::Backward}};
+  cycle.stages[0] = {{0, 0, Pass::Forward},
+                     {0, 0, Pass::Backward},
+                     {1, 0, Pass::Forward},
+                     {1, 0, Pass::Backward}};
+  cycle.stages[1] = {{0, 0, Pass::Forward},
+                     {1, 0, Pass::Forward},
+                     {0, 0, Pass::Backward},
+                     {1, 0, Pass::Backward}};
   CHECK(error_of(cycle) ==
         "pipeline schedule deadlocks: stage 0 waits at B0.0; stage 1 waits at F1.0;");
   PipelineSchedule range = s;
