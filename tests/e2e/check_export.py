@@ -127,13 +127,17 @@ def explore_dir(tmp):
     s["scenario"] = "elsewhere/sweep.json"
     with open(os.path.join(moved, "summary.json"), "w") as fh:
         json.dump(s, fh)
-    p = run("export", moved, "--to", "torchtitan", rc=2)
+    # (DeepSpeed: the best plan is ZeRO-1, which torchtitan cannot launch.)
+    p = run("export", moved, "--to", "deepspeed", rc=2)
     check(p.stdout == "" and "pass --scenario FILE" in p.stderr, f"stderr: {p.stderr!r}")
-    titan = run("export", moved, "--to", "torchtitan", "--scenario", sc).stdout
+    titan = run("export", moved, "--to", "deepspeed", "--scenario", sc).stdout
     # Explore keeps a copy of its scenario in DIR: with it, no --scenario.
     check(os.path.exists(os.path.join(d, "scenario.json")), "explore wrote DIR/scenario.json")
     shutil.copy(os.path.join(d, "scenario.json"), os.path.join(moved, "scenario.json"))
-    check(run("export", moved, "--to", "torchtitan").stdout == titan, "DIR/scenario.json")
+    check(run("export", moved, "--to", "deepspeed").stdout == titan, "DIR/scenario.json")
+    # torchtitan refuses that ZeRO-1 plan, naming the rule.
+    p = run("export", d, "--to", "torchtitan", rc=2)
+    check("torchtitan/zero-1" in p.stderr, f"stderr: {p.stderr!r}")
 
 
 def bad_input(tmp):
