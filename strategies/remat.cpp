@@ -509,32 +509,57 @@ Optimal optimal(const Chain& c, Bytes budget, int levels) {
   return out;
 }
 
-std::vector<FrontierPoint> optimal_frontier(const Chain& c, int levels) {
-  if (c.size() < 1) throw Error("remat: the chain has no stages");
-  if (levels < 1) throw Error("optimal: needs at least one memory level");
-  // No schedule peaks below what every backward holds: a(0), a(i−1), ā(i),
-  // δ(i), δ(i−1) and its working bytes.
+namespace {
+// No schedule peaks below what every backward holds: a(0), a(i−1), ā(i),
+// δ(i), δ(i−1) and its working bytes.
+Bytes backward_floor(const Chain& c) {
   Bytes floor = c.input;
   for (int i = 1; i <= c.size(); ++i)
     floor = std::max(floor, (i > 1 ? c.input : 0) + c.act(i - 1) + c.full(i) + c.grad(i) +
                                 c.grad(i - 1) + c.stage(i).bwd_work);
-  const Schedule none = build(c, store_all(c));
-  const Bytes hi = none.peak;
-  // Keeping everything is the fastest schedule; coarse levels may miss it.
-  std::vector<FrontierPoint> all{{none.peak, none.time, store_all(c)}};
+  return floor;
+}
+
+// The tables optimal_frontier fills: (level size, levels) per top, from
+// store_all's peak halving down to the floor, each rounded two ways.
+template <class Visit>
+void frontier_tables(const Chain& c, int levels, Bytes hi, Visit visit) {
+  const Bytes floor = backward_floor(c);
   for (Bytes top = hi;; top /= 2) {
     const Bytes unit = std::max<Bytes>(1, ceil_div(top, levels));
     for (const Rounding r : {Rounding::Nearest, Rounding::Up}) {
       const int M = static_cast<int>(top / unit) - input_levels(c, unit, r);
-      if (M < 0) continue;
-      const Programme p(c, unit, M, r);
-      corners(c, p, M, [&](Decisions d, const Schedule& s) {
-        all.push_back({s.peak, s.time, std::move(d)});
-        return true;
-      });
+      if (M >= 0) visit(unit, M, r);
     }
     if (unit == 1 || top / 2 < floor) break;
   }
+}
+}  // namespace
+
+double frontier_steps(const Chain& c, int levels) {
+  if (c.size() < 1 || levels < 1) return 0;
+  const double n = c.size();
+  double steps = 0;
+  // Each table: every segment [s, t] tries its t − s split points at each
+  // of its M + 1 levels, about n³/6 · (M + 1).
+  frontier_tables(c, levels, build(c, store_all(c)).peak,
+                  [&](Bytes, int M, Rounding) { steps += n * n * n / 6.0 * (M + 1.0); });
+  return steps;
+}
+
+std::vector<FrontierPoint> optimal_frontier(const Chain& c, int levels) {
+  if (c.size() < 1) throw Error("remat: the chain has no stages");
+  if (levels < 1) throw Error("optimal: needs at least one memory level");
+  const Schedule none = build(c, store_all(c));
+  // Keeping everything is the fastest schedule; coarse levels may miss it.
+  std::vector<FrontierPoint> all{{none.peak, none.time, store_all(c)}};
+  frontier_tables(c, levels, none.peak, [&](Bytes unit, int M, Rounding r) {
+    const Programme p(c, unit, M, r);
+    corners(c, p, M, [&](Decisions d, const Schedule& s) {
+      all.push_back({s.peak, s.time, std::move(d)});
+      return true;
+    });
+  });
   // Pareto: ascending peak, each strictly faster than every smaller one.
   std::sort(all.begin(), all.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
     return a.peak != b.peak ? a.peak < b.peak : a.time < b.time;

@@ -159,6 +159,9 @@ struct FrontierPoint {
   Decisions decisions;
 };
 std::vector<FrontierPoint> optimal_frontier(const Chain& chain, int levels);
+// The inner steps optimal_frontier takes (each table's segments × split
+// points × levels, about n³/6 · levels per table): what its time grows with.
+double frontier_steps(const Chain& chain, int levels);
 
 // The least peak on the frontier: the lowest budget the programme reaches.
 Bytes lowest_budget(const Chain& chain, int levels);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "costmodel/time_model.hpp"
 #include "sim/error.hpp"
@@ -14,6 +15,11 @@
 namespace strata::strategies {
 
 namespace {
+
+// The optimal solver's inner steps a trade-off may take: about 10 s at the
+// rate measured on 200- and 400-stage chains at 100 levels, 0.6–1.2·10⁹
+// steps per second (docs/performance.md).
+constexpr double kMaxFrontierSteps = 1e10;
 
 remat::Chain layer_chain(const Scenario& sc, const ModelStepCosts& costs) {
   const cost::LayerChain& lc = *sc.model.chain;
@@ -156,6 +162,17 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   t.no_savings = t.step_time(t.compute);
   t.gpu_bytes = sc.cluster.gpu.memory_bytes();
 
+  // The optimal solver's tables grow as stages³ × levels: refused, named,
+  // where they would take more than seconds (kMaxFrontierSteps).
+  if (const double steps = remat::frontier_steps(chain, o.levels); steps > kMaxFrontierSteps) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "the optimal solver over %d stages at %d memory levels takes about %.2g steps "
+                  "(Strata allows %.2g, about 10 s; rule tradeoff-size): use fewer levels (--levels) "
+                  "or fewer, coarser stages",
+                  chain.size(), o.levels, steps, kMaxFrontierSteps);
+    throw InputError(sc.file, sc.model.chain ? "model.chain" : "model.layers", buf);
+  }
   const std::vector<remat::FrontierPoint> frontier = remat::optimal_frontier(chain, o.levels);
   const Bytes hi = remat::build(chain, remat::store_all(chain)).peak;
   const Bytes lo = frontier.front().peak;

@@ -78,4 +78,23 @@ rows = list(csv.DictReader(io.StringIO(run("tradeoff", SCENARIO, "--format", "cs
 check(len(rows) == 3 * 5, "csv: a row per budget and policy")
 check({r["feasible"] for r in rows} <= {"true", "false"}, "csv: feasible is a bool")
 run("tradeoff", SCENARIO, "--budgets", "1", rc=2)
+
+# The optimal solver grows as stages³ × levels: a 2,000-stage chain at 100
+# levels (about 1.9e12 steps, hours) is refused at once, named, exit 2; at
+# 2 levels (about 7.7e10) still refused; the same chain's 60 stages run.
+def chain(n):
+    return {"model": {"name": "long", "chain": {"input_bytes": 10**6, "layers": [{"repeat": n, "layers": [
+                {"name": "l", "fwd_flops": 10**9, "params": 1000, "output_bytes": 10**6, "saved_bytes": 5 * 10**5}]}]}},
+            "cluster": {"preset": "dgx-a100-80g", "nodes": 1}, "batch": {"global": 8, "micro": 1}, "plan": {"dp": 8}}
+with tempfile.TemporaryDirectory() as tmp:
+    long = os.path.join(tmp, "long.json")
+    json.dump(chain(2000), open(long, "w"))
+    p = subprocess.run([STRATA, "tradeoff", long], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2, f"2,000 stages: exit {p.returncode}, expected 2")
+    check(f"{long}: model.chain: the optimal solver over 2000 stages" in p.stderr and "rule tradeoff-size" in p.stderr,
+          "the refusal names the file, the path and the rule: " + p.stderr)
+    run("tradeoff", long, "--levels", "2", rc=2)
+    short = os.path.join(tmp, "short.json")
+    json.dump(chain(60), open(short, "w"))
+    check(json.loads(run("tradeoff", short, "--format", "json"))["stages"] == 60, "60 stages are solved")
 print("ok")
