@@ -4,6 +4,7 @@
 
 #include "tests/testing.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -34,10 +35,11 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 TEST_CASE("every bundled preset loads and names itself") {
-  // The issue's preset list: 14 transformers and 4 layer chains, 7 GPUs, 4
-  // clusters (+ 1x<gpu> each).
+  // The issue's preset list: 14 transformers and 4 layer chains, and 9
+  // current open families (Llama 3.1, Qwen 2.5 and 3, DeepSeek-V3, Gemma 3,
+  // Mixtral 8x22B, Phi-4); 7 GPUs, 4 clusters (+ 1x<gpu> each).
   const auto models = model_presets();
-  CHECK(models.size() == 18);
+  CHECK(models.size() == 27);
   for (const auto& m : models) {
     CAPTURE(m.name);
     CHECK(!m.source.empty());
@@ -53,6 +55,39 @@ TEST_CASE("every bundled preset loads and names itself") {
   }
   CHECK(cluster_presets().size() == 4 + 7);
   CHECK(model_preset("gpt3-175b").vocab == 51200);
+}
+
+TEST_CASE("current open-family presets have their published sizes") {
+  // Total and active parameters against each preset's source: within 0.1 %
+  // where the count is exact, within the last published digit otherwise.
+  struct Expect {
+    const char* name;
+    double total, total_unit, active, active_unit;
+  };
+  const Expect cases[] = {
+      {"llama3.1-70b", 70'553'706'496, 0, 0, 0},   // safetensors
+      {"qwen2.5-72b", 72.7e9, 0.1e9, 0, 0},        // card
+      {"qwen3-32b", 32.8e9, 0.1e9, 0, 0},          // card
+      {"qwen3-30b-a3b", 30.5e9, 0.1e9, 3.3e9, 0.1e9},
+      {"qwen3-235b-a22b", 235e9, 1e9, 22e9, 1e9},
+      {"mixtral-8x22b", 141e9, 1e9, 39e9, 1e9},     // Mistral AI's announcement
+      {"phi-4", 14.7e9, 0.1e9, 0, 0},              // safetensors, rounded
+      {"gemma3-27b", 27.0e9, 0.1e9, 0, 0},         // text model of the 27B
+      // DeepSeek's 37B activated leaves the token embedding out.
+      {"deepseek-v3", 671e9, 1e9, 37e9 + 129280.0 * 7168.0, 1e9},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const ModelSpec m = model_preset(c.name);
+    const double total = static_cast<double>(total_params(m));
+    const double active = static_cast<double>(active_params(m));
+    if (c.total_unit == 0)
+      CHECK(std::abs(total - c.total) <= 0.001 * c.total);
+    else
+      CHECK(std::abs(total - c.total) <= c.total_unit);
+    if (c.active > 0) CHECK(std::abs(active - c.active) <= c.active_unit);
+    if (!m.moe) CHECK(active == total);
+  }
 }
 
 TEST_CASE("cluster presets and overrides") {
@@ -94,7 +129,7 @@ TEST_CASE("model objects: preset with overrides, inline with defaults") {
 
 TEST_CASE("model errors name the path and the rule") {
   CHECK(error_of([] { model_from(R"("gpt5")"); }).find(
-            "m.json: model: unknown model preset \"gpt5\" (known: gpt2-124m,") == 0);
+            "m.json: model: unknown model preset \"gpt5\" (known: deepseek-v3,") == 0);
   CHECK(error_of([] { model_from(R"({"layers": 2, "hidden": 64, "heads": 5, "vocab": 10, "seq_len": 8})"); }) ==
         "m.json: model.heads: 5 does not divide hidden=64");
   CHECK(error_of([] { model_from(R"({"preset": "llama3-8b", "kv_heads": 3})"); }) ==

@@ -293,5 +293,174 @@ TEST_CASE("expert parallelism divides expert weights, not attention") {
   CHECK(part.block.fwd_flops() == full.block.fwd_flops());
 }
 
+// A Llama-style block without dropout for the architecture options below.
+ModelSpec llama_like(std::int64_t h, std::int64_t a, std::int64_t kv, std::int64_t f) {
+  ModelSpec m = gpt(2, h, a, 512, 1000);
+  m.kv_heads = kv;
+  m.ffn_hidden = f;
+  m.mlp = MlpKind::Swiglu;
+  m.norm = NormKind::RmsNorm;
+  m.bias = false;
+  m.position_embedding = PositionEmbedding::Rope;
+  m.tied_embeddings = false;
+  m.dropout = false;
+  return m;
+}
+
+const Op& op_named(const Layer& l, std::string_view name) {
+  for (const auto& op : l.ops)
+    if (op.name == name) return op;
+  FAIL("no op " << name);
+  return l.ops.front();
+}
+
+TEST_CASE("head_dim apart from hidden/heads widens q/k/v, the scores and the output projection") {
+  // Gemma-7B's block: hidden 3072, 16 heads of 256 (q width 4096): q, k, v
+  // are 3·h·4096, the output projection 4096·h, and scores and values cost
+  // 2·b·s²·4096 each (not 2·b·s²·h).
+  ModelSpec m = llama_like(3072, 16, 16, 24576);
+  m.head_size = 256;
+  const OpChain c = expand(m);
+  const double q = 16 * 256, h = 3072, s = 512;
+  CHECK(op_named(c.block, "qkv").params == static_cast<std::int64_t>(h * 3 * q));
+  CHECK(op_named(c.block, "attn_proj").params == static_cast<std::int64_t>(q * h));
+  CHECK(op_named(c.block, "attention").fwd_flops == doctest::Approx(2 * 2 * s * s * q));
+  // Flash keeps Q, K, V at their width and fp32 statistics.
+  CHECK(op_named(c.block, "attention").saved_bytes ==
+        static_cast<Bytes>(2 * s * 3 * q + 4 * 16 * s));
+}
+
+TEST_CASE("GeGLU is priced as SwiGLU: three matrices, gate and up saved") {
+  ModelSpec swiglu = llama_like(1024, 16, 16, 2816), geglu = swiglu;
+  geglu.mlp = MlpKind::Geglu;
+  const OpChain a = expand(swiglu), b = expand(geglu);
+  CHECK(a.params() == b.params());
+  CHECK(a.block.fwd_flops() == b.block.fwd_flops());
+  CHECK(a.block.saved_bytes() == b.block.saved_bytes());
+  CHECK(op_named(b.block, "geglu").saved_bytes == op_named(a.block, "swiglu").saved_bytes);
+}
+
+TEST_CASE("q/k/v biases apart from the output and MLP biases (Qwen2)") {
+  // Qwen2: biases on q (h), k and v (kv_hidden each) only.
+  ModelSpec m = llama_like(1024, 16, 4, 2816);
+  const std::int64_t plain = expand(m).block.params();
+  m.qkv_bias = true;
+  CHECK(expand(m).block.params() - plain == 1024 + 2 * 4 * 64);
+}
+
+TEST_CASE("MoE: expert width, shared experts, dense first blocks, active parameters") {
+  // DeepSeek-V2-Lite's MLPs (h 2048): 64 routed experts of 1408, top 6, 2
+  // shared of 1408, the first of 27 blocks dense with 10944; per MoE block
+  // 66 experts of 3·h·1408 and a 64·h router.
+  ModelSpec m = llama_like(2048, 16, 16, 10944);
+  m.layers = 27;
+  m.moe = MoeSpec{.experts = 64, .top_k = 6, .expert_ffn = 1408, .shared_experts = 2, .first_dense = 1};
+  const OpChain c = expand(m);
+  const std::int64_t h = 2048, attn = 4 * h * h + 2 * h, expert = 3 * h * 1408;
+  CHECK(c.dense_blocks == 1);
+  CHECK(c.dense_block.params() == attn + 3 * h * 10944);
+  CHECK(c.block.params() == attn + 66 * expert + 64 * h);
+  CHECK(c.params() == c.embedding.params() + c.dense_block.params() + 26 * c.block.params() +
+                          c.head.params());
+  // A token visits 6 routed and the 2 shared experts.
+  CHECK(active_params(m) == c.params() - 26 * (64 - 6) * expert);
+  // FLOPs: 8 expert MLPs a token in MoE blocks, one wide MLP in the dense one.
+  const double tokens = 512;
+  CHECK(c.block.fwd_flops() - c.dense_block.fwd_flops() ==
+        doctest::Approx(2 * tokens * (8 * expert + 64 * h - 3 * h * 10944)));
+  // Shared experts are not expert-parallel: only the routed ones split by ep.
+  ExpandOptions o;
+  o.ep = 8;
+  CHECK(expand(m, o).block.params() == attn + (8 + 2) * expert + 64 * h);
+}
+
+TEST_CASE("multi-head latent attention: projections, scores and what flash keeps") {
+  // DeepSeek-V3's attention (h 7168, 128 heads): q through a 1536 latent,
+  // k/v through a 512 latent plus a 64 rotary key, heads of 128 + 64 for
+  // q·k and 128 for v.
+  ModelSpec m = llama_like(7168, 128, 128, 18432);
+  m.mla = MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+                  .qk_rope_head_dim = 64, .v_head_dim = 128};
+  const OpChain c = expand(m);
+  const std::int64_t h = 7168, H = 128;
+  const std::int64_t attn_params = h * 1536 + 1536 + 1536 * H * 192 + h * 576 + 512 +
+                                   512 * H * 256 + H * 128 * h;
+  std::int64_t sum = 0;
+  for (const char* n : {"q_down", "q_down_norm", "q_up", "kv_down", "kv_down_norm", "kv_up", "attn_proj"})
+    sum += op_named(c.block, n).params;
+  CHECK(sum == attn_params);  // 187,107,328: DeepSeek-V3's per-layer attention
+  CHECK(sum == 187'107'328);
+  const double s = 512;
+  CHECK(op_named(c.block, "attention").fwd_flops == doctest::Approx(2 * s * s * H * (192 + 128)));
+  CHECK(op_named(c.block, "attention").saved_bytes ==
+        static_cast<Bytes>(2 * s * H * (192 + 192 + 128) + 4 * H * s));
+  // Context parallelism's K/V exchange sees K and V together.
+  CHECK(2 * m.kv_hidden() == H * (192 + 128));
+}
+
+TEST_CASE("parallel blocks: same FLOPs, the MLP's input saved once") {
+  // GPT-J/Falcon: one shared norm; the MLP reads what the QKV projection
+  // saved. NeoX: two norms, the second reads the block's input the first
+  // saved. Either way one residual add instead of two.
+  const ModelSpec seq = llama_like(1024, 16, 16, 4096);
+  ModelSpec par = seq, par2 = seq;
+  par.block = BlockKind::Parallel;
+  par2.block = BlockKind::Parallel2Norm;
+  const OpChain a = expand(seq), b = expand(par), c = expand(par2);
+  CHECK(a.block.fwd_flops() == b.block.fwd_flops());
+  CHECK(a.block.fwd_flops() == c.block.fwd_flops());
+  CHECK(b.block.params() == a.block.params() - 1024);  // one RMSNorm fewer
+  CHECK(c.block.params() == a.block.params());
+  const Bytes x = 2 * 512 * 1024;  // one hidden-state tensor, bf16
+  CHECK(a.block.saved_bytes() - b.block.saved_bytes() == 2 * x);  // mlp_norm's and mlp_up's input
+  CHECK(a.block.saved_bytes() - c.block.saved_bytes() == x);      // mlp_norm's input
+}
+
+TEST_CASE("q/k norms and post- and sandwich norms") {
+  // Qwen3: RMSNorms of head_dim on q and k (2·128 parameters); OLMo 2: over
+  // all heads (q and k widths). Sandwich (Gemma 2) adds two norms a block.
+  ModelSpec m = llama_like(4096, 32, 8, 12288);
+  m.head_size = 128;
+  const std::int64_t plain = expand(m).block.params();
+  m.qk_norm = QkNorm::Head;
+  CHECK(expand(m).block.params() - plain == 2 * 128);
+  m.qk_norm = QkNorm::Full;
+  CHECK(expand(m).block.params() - plain == 4096 + 8 * 128);
+  m.qk_norm = QkNorm::None;
+  m.norm_placement = NormPlacement::Sandwich;
+  CHECK(expand(m).block.params() - plain == 2 * 4096);
+  m.norm_placement = NormPlacement::Post;
+  CHECK(expand(m).block.params() == plain);
+}
+
+TEST_CASE("size_bound stays above the counts of models with every option") {
+  // The bound adds each option's widths; check it on the extreme mixes.
+  ModelSpec m = llama_like(2048, 16, 16, 10944);
+  m.dropout = true;
+  m.moe = MoeSpec{.experts = 64, .top_k = 6, .expert_ffn = 1408, .shared_experts = 2,
+                  .shared_gate = true, .first_dense = 1};
+  m.mla = MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+                  .qk_rope_head_dim = 64, .v_head_dim = 128};
+  m.norm_placement = NormPlacement::Sandwich;
+  ModelSpec g = llama_like(3072, 16, 16, 24576);
+  g.head_size = 256;
+  g.qk_norm = QkNorm::Full;
+  g.dropout = true;
+  for (const ModelSpec& x : {m, g})
+    for (AttentionKernel attention : {AttentionKernel::Flash, AttentionKernel::Standard}) {
+      ExpandOptions o;
+      o.micro_batch = 2;
+      o.precision = Precision::FP32;
+      o.attention = attention;
+      const OpChain c = expand(x, o);
+      const SizeBound b = size_bound(x, 2, 1, 1, attention);
+      CHECK(static_cast<double>(c.params()) <= b.params);
+      double kept = 0;
+      for (std::int64_t i = 0; i < c.blocks; ++i)
+        for (const Op& op : c.block_at(i).ops) kept += static_cast<double>(op.saved_bytes + op.grad_bytes);
+      CHECK(kept <= b.activation_bytes);
+    }
+}
+
 }  // namespace
 }  // namespace strata::cost
