@@ -1166,6 +1166,8 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
            " jobs: " + fixed(r.wall_s > 0 ? static_cast<double>(r.enumerated) / r.wall_s : 0, 0) +
            " plans/s enumerated, " + fixed(r.scoring_s > 0 ? now / r.scoring_s : 0, 1) +
            " plans/s scored (coarse level)";
+    if (r.scored_classes > 0 && static_cast<double>(r.scored_classes) < now)
+      out += ", " + fmt_count(r.scored_classes) + " of them simulated (equivalent plans share one step program)";
     if (!r.refined.empty())
       out += "; the " + fmt_count(r.refined.size()) + " plans kept re-simulated per layer in " +
              fixed(r.refine_s, 2) + " s";

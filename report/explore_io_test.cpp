@@ -157,7 +157,11 @@ TEST_CASE("explore output: resume after a kill mid-line loses and duplicates not
   const auto rep = run_explore(scenario(), o);
   CHECK(rep.torn_bytes > 0);
   CHECK(rep.result.resumed == kept);
-  CHECK(scored == 144 - kept);  // only the plans not finished before
+  // Only the plans not finished before, the scorer once per class of
+  // equivalent plans among them.
+  CHECK(rep.result.scored - rep.result.resumed == 144 - kept);
+  CHECK(scored == rep.result.scored_classes);
+  CHECK(rep.result.scored_classes <= 144 - kept);
   CHECK(lines_of(read(t / "cut/results.jsonl")) == lines_of(full));  // each plan once
   CHECK(read(t / "cut/summary.json") == summary);
 }

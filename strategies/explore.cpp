@@ -157,6 +157,27 @@ Scorer coarse_scorer(const Scenario& base) {
   };
 }
 
+std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
+  Plan p = sc.plan;
+  p.recompute = Recompute::None;
+  p.recompute_k = 1;
+  p.memory_budget_GiB.reset();
+  p.offload.planner = OffloadPlanner::All;
+  if (p.pp == 1) p.implementation.overlap_p2p = false;
+  if (p.dp == 1 && p.cp == 1) p.implementation.overlap_grad_reduce = false;
+  std::string key = canonical_json(p, sc.batch);
+  std::string keeps = keeps_pattern(layers.keeps);
+  if (keeps.find('S') != std::string::npos && !sc.model.chain) {
+    const ActivationRule rule = ActivationRule::of(cost::expand(sc.model, expand_options(sc)));
+    if (rule.full == rule.selective) std::replace(keeps.begin(), keeps.end(), 'S', 'A');
+  }
+  key += '|';
+  key += keeps;
+  key += '|';
+  key += swaps_pattern(layers.swaps);
+  return key;
+}
+
 namespace {
 ScoredPlan ranked_figures(const Scenario& sc, std::uint64_t id, double step_s,
                           const MemoryEstimate& mem, const std::optional<GoalEstimate>& goal) {
@@ -290,6 +311,9 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
     std::uint64_t id;       // plan id: the hash of
     std::string canonical;  // canonical_json(plan, batch), kept for its record
     double cost;
+    std::string key;        // equivalence_key, with share_equivalent
+    LayerPlan layers;       // its layer choices, with share_equivalent
+    std::optional<Bytes> budget;
   };
   std::atomic<std::uint64_t> next{0}, checked{0}, scored_now{0};
   std::atomic<std::uint64_t> to_score{0};
@@ -362,7 +386,13 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           // The step's task graph grows with microbatches × layers.
           const double cost = static_cast<double>(microbatches(pt.plan, pt.batch) + 1) *
                               static_cast<double>(sc.model.layers);
-          out.push_back({index, id, std::move(canonical), cost});
+          Candidate cand{index, id, std::move(canonical), cost, {}, {}, {}};
+          if (opt.share_equivalent) {
+            cand.key = equivalence_key(pt, mem.layers);
+            cand.layers = std::move(mem.layers);
+            cand.budget = mem.budget;
+          }
+          out.push_back(std::move(cand));
         }
       }
     } catch (...) {
@@ -370,25 +400,43 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
     }
   };
 
+  // Candidates by equivalence class (equivalence_key), in the scoring order
+  // of their first member; one class per candidate without share_equivalent.
+  std::vector<std::vector<std::size_t>> groups;
+  std::unordered_map<std::uint64_t, std::size_t> group_of_id;
   auto score = [&](Tally& t) {
     Scenario pt = sc;
     pt.space.reset();
     try {
       while (!stop.load(std::memory_order_relaxed)) {
         const std::uint64_t k = next.fetch_add(1);
-        if (k >= candidates.size()) break;
-        const Candidate& c = candidates[static_cast<std::size_t>(k)];
+        if (k >= groups.size()) break;
+        // The first member's score, given to the rest with their own layer
+        // choices and budget (the figures are equal: equivalence_key).
+        std::optional<Score> shared;
+        for (const std::size_t member : groups[static_cast<std::size_t>(k)]) {
+        const Candidate& c = candidates[member];
         space_point(sc, space, c.index, pt.plan, pt.batch);
         Score sc_;
         bool ok = false;
-        try {
-          sc_ = scorer(pt);
+        if (shared) {
+          sc_ = *shared;
+          if (sc_.memory) {
+            sc_.memory->layers = c.layers;
+            sc_.memory->budget = c.budget;
+          }
           ok = true;
-        } catch (const InputError& e) {
-          not_modelled(t, c.index, e);
-        } catch (const std::exception& e) {
-          ++t.failed;
-          count_rule(t.rejected, "internal-error", c.index, e.what());
+        } else {
+          try {
+            sc_ = scorer(pt);
+            ok = true;
+            if (groups[static_cast<std::size_t>(k)].size() > 1) shared = sc_;
+          } catch (const InputError& e) {
+            not_modelled(t, c.index, e);
+          } catch (const std::exception& e) {
+            ++t.failed;
+            count_rule(t.rejected, "internal-error", c.index, e.what());
+          }
         }
         // The replayed timeline where the scorer gives one: the analytical
         // bound that let the plan through can be below it (offloaded bytes
@@ -421,6 +469,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         }
         scored_now.fetch_add(1, std::memory_order_relaxed);
         cost_done.fetch_add(static_cast<std::uint64_t>(c.cost), std::memory_order_relaxed);
+        }
       }
     } catch (...) {
       fail();
@@ -473,6 +522,17 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
     return a.cost != b.cost ? a.cost > b.cost : a.index < b.index;
   });
   for (const auto& c : candidates) cost_total += c.cost;
+  {
+    std::unordered_map<std::string_view, std::size_t> first;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      std::size_t g = groups.size();
+      if (opt.share_equivalent) g = first.try_emplace(candidates[i].key, groups.size()).first->second;
+      if (g == groups.size()) groups.emplace_back();
+      groups[g].push_back(i);
+      group_of_id.emplace(candidates[i].id, g);
+    }
+  }
+  res.scored_classes = groups.size();
   to_score = candidates.size();
   next = 0;
   scoring_start = Clock::now().time_since_epoch().count();
@@ -526,25 +586,51 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
       ++res.refine_rounds;
       std::vector<ScoredPlan> figures(todo.size());
       std::vector<char> fits(todo.size(), 1);
+      // Equivalent plans are refined once (as they were scored once).
+      std::vector<std::vector<std::size_t>> todo_groups;
+      {
+        std::unordered_map<std::size_t, std::size_t> at_group;
+        for (std::size_t k = 0; k < todo.size(); ++k) {
+          const auto g = group_of_id.find(todo[k]);
+          std::size_t tg = todo_groups.size();
+          if (g != group_of_id.end()) tg = at_group.try_emplace(g->second, todo_groups.size()).first->second;
+          if (tg == todo_groups.size()) todo_groups.emplace_back();
+          todo_groups[tg].push_back(k);
+        }
+      }
       next = 0;
       auto work = [&](std::size_t) {
         Scenario pt = sc;
         pt.space.reset();
         try {
           while (!stop.load(std::memory_order_relaxed)) {
-            const std::uint64_t k = next.fetch_add(1);
-            if (k >= todo.size()) break;
-            const std::uint64_t index = index_of.at(todo[k]);
-            space_point(sc, space, index, pt.plan, pt.batch);
-            const Score score = refine(pt);
-            const MemoryEstimate mem = score.memory ? *score.memory : memory_of(pt);
-            const double step_s = to_seconds(score.step.step_time);
-            const auto goal = estimate_goal(pt);
-            figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
-            // A folded plan whose replayed memory does not fit leaves the ranking.
-            fits[k] = mem.feasible() ? 1 : 0;
-            if (fits[k] && opt.on_refined)
-              opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
+            const std::uint64_t g = next.fetch_add(1);
+            if (g >= todo_groups.size()) break;
+            std::optional<Score> shared;
+            for (const std::size_t k : todo_groups[static_cast<std::size_t>(g)]) {
+              const std::uint64_t index = index_of.at(todo[k]);
+              space_point(sc, space, index, pt.plan, pt.batch);
+              Score score;
+              if (shared) {
+                score = *shared;
+                if (score.memory) {
+                  const MemoryEstimate own = memory_of(pt);
+                  score.memory->layers = own.layers;
+                  score.memory->budget = own.budget;
+                }
+              } else {
+                score = refine(pt);
+                shared = score;
+              }
+              const MemoryEstimate mem = score.memory ? *score.memory : memory_of(pt);
+              const double step_s = to_seconds(score.step.step_time);
+              const auto goal = estimate_goal(pt);
+              figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
+              // A folded plan whose replayed memory does not fit leaves the ranking.
+              fits[k] = mem.feasible() ? 1 : 0;
+              if (fits[k] && opt.on_refined)
+                opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
+            }
           }
         } catch (...) {
           fail();

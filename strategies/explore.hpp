@@ -47,6 +47,15 @@ Scorer exact_scorer(const Scenario& base);
 // default: exact where nothing inside a microbatch needs its own events.
 Scorer coarse_scorer(const Scenario& base);
 
+// The class of plans that lower to one step program, so score alike: the
+// plan's canonical JSON with the settings that cannot act on it dropped —
+// the recompute policy, its budget and the offload planner, replaced by the
+// layer choices they resolved to (`layers`, with Selective read as All where
+// the attention kernel saves no scores), overlap_p2p without pipeline
+// stages, and overlap_grad_reduce with nothing reduced (dp = cp = 1). The
+// test "equivalent plans score alike" holds the lowering to it.
+std::string equivalence_key(const Scenario& sc, const LayerPlan& layers);
+
 // The figures a scored plan is ranked by.
 struct ScoredPlan {
   std::uint64_t plan_id = 0;
@@ -130,6 +139,10 @@ struct ExploreOptions {
   // Called from the calling thread about every `progress_interval_s`, and once at the end.
   std::function<void(const Progress&)> on_progress;
   double progress_interval_s = 1.0;
+  // Score one plan of each equivalence class (equivalence_key) and give its
+  // figures to the rest; false: every plan is scored (a scorer that reads
+  // settings the key drops, in tests).
+  bool share_equivalent = true;
 };
 
 struct ExploreResult {
@@ -141,6 +154,8 @@ struct ExploreResult {
   std::uint64_t failed = 0;      // the scorer failed otherwise (internal error)
   std::uint64_t scored = 0;      // scored now or earlier (resumed)
   std::uint64_t resumed = 0;     // of scored: read from an earlier run
+  // Equivalence classes scored now (each scored once; share_equivalent).
+  std::uint64_t scored_classes = 0;
   std::map<std::string, RuleCount> rejected;  // by rule (not-modelled and internal-error too)
   std::map<std::string, RuleCount> pruned_by_pool;  // "gpu", "host", "nvme"
   std::vector<ScoredPlan> plans;   // every scored plan, by plan id (refined figures where refined)

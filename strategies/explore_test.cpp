@@ -236,6 +236,77 @@ TEST_CASE("explore: a scenario without a space is its one plan") {
   CHECK(r.plans[0].plan_id == plan_id(sc.plan, sc.batch));
 }
 
+TEST_CASE("equivalent plans score alike: one score per equivalence class gives every plan its own figures") {
+  // Spaces with every setting equivalence_key drops: recompute none,
+  // selective (flash attention: keeps what none keeps) and optimal (which
+  // keeps everything where it fits), offload planners, p2p overlap at pp 1
+  // and gradient-reduce overlap at dp 1. Scored plan by plan, the plans of
+  // one class have equal step times and equal memory, stage by stage and tag
+  // by tag; scored one per class, the explorer's figures are the same.
+  const char* scenarios[] = {
+      R"({"model": "gpt3-1.3b", "cluster": "dgx-a100-80g", "batch": {"global": 16, "micro": 1},
+          "plan": {"optimizer": "adamw", "precision": "bf16"},
+          "space": {"tp": [1, 2, 8], "pp": [1, 2], "zero": [0, 1, 3], "recompute": ["none", "selective", "optimal", "full"],
+                    "offload": ["none", "activations"], "offload.planner": ["all", "priority"],
+                    "implementation.overlap_p2p": [false, true],
+                    "implementation.overlap_grad_reduce": [false, true]}})",
+      R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 32, "micro": 2},
+          "plan": {"optimizer": "adamw", "implementation": {"attention": "standard"}},
+          "space": {"tp": [1, 4], "pp": [1, 2, 4], "schedule": ["1f1b", "gpipe"], "recompute": ["none", "selective", "optimal"],
+                    "implementation.overlap_p2p": [false, true],
+                    "implementation.overlap_grad_reduce": [false, true]}})",
+  };
+  for (const char* text : scenarios) {
+    const Scenario sc = parse_scenario(text, "s.json");
+    struct Figures {
+      Time step;
+      Bytes peak;
+      std::vector<Bytes> stages;
+      sim::TagBytes breakdown;
+      bool operator==(const Figures&) const = default;
+    };
+    std::mutex mu;
+    std::map<std::uint64_t, Figures> each;
+    std::map<std::uint64_t, std::string> key_of;
+    auto record = [&](std::map<std::uint64_t, Figures>& into) {
+      return [&](const ScoredOutcome& so) {
+        std::vector<Bytes> stages;
+        for (const auto& st : so.memory.stages) stages.push_back(st.total);
+        std::lock_guard lock(mu);
+        into[so.ranked.plan_id] = {so.score.step.step_time, so.memory.peak_bytes, stages, so.memory.breakdown};
+        key_of[so.ranked.plan_id] = equivalence_key(so.point, so.memory.layers);
+      };
+    };
+    ExploreOptions o;
+    o.jobs = 2;
+    o.refine_kept = false;
+    o.share_equivalent = false;
+    o.on_scored = record(each);
+    const ExploreResult alone = explore(sc, o);
+    std::map<std::uint64_t, Figures> shared_figures;
+    o.share_equivalent = true;
+    o.on_scored = record(shared_figures);
+    const ExploreResult shared = explore(sc, o);
+    REQUIRE(alone.scored > 50);
+    CHECK(alone.scored_classes == alone.scored);
+    // The classes are real: several plans each, on average.
+    CHECK(shared.scored_classes * 2 < shared.scored);
+    std::map<std::string, Figures> of_class;
+    std::size_t twins = 0;
+    for (const auto& [id, f] : each) {
+      CAPTURE(key_of.at(id));
+      const auto [it, fresh] = of_class.try_emplace(key_of.at(id), f);
+      if (!fresh) {
+        ++twins;
+        CHECK((it->second == f));
+      }
+    }
+    CHECK(twins == shared.scored - shared.scored_classes);
+    CHECK(shared.plans == alone.plans);
+    CHECK((shared_figures == each));
+  }
+}
+
 }  // namespace
 }  // namespace strata::strategies
 
@@ -288,6 +359,77 @@ TEST_CASE("explore: the recorded memory of every exact record and every kept pla
       REQUIRE(from.count(p.plan_id) == 1);
       CHECK(p.peak_memory_bytes == from.at(p.plan_id).first);
     }
+}
+
+TEST_CASE("equivalent plans score alike: one score per equivalence class gives every plan its own figures") {
+  // Spaces with every setting equivalence_key drops: recompute none,
+  // selective (flash attention: keeps what none keeps) and optimal (which
+  // keeps everything where it fits), offload planners, p2p overlap at pp 1
+  // and gradient-reduce overlap at dp 1. Scored plan by plan, the plans of
+  // one class have equal step times and equal memory, stage by stage and tag
+  // by tag; scored one per class, the explorer's figures are the same.
+  const char* scenarios[] = {
+      R"({"model": "gpt3-1.3b", "cluster": "dgx-a100-80g", "batch": {"global": 16, "micro": 1},
+          "plan": {"optimizer": "adamw", "precision": "bf16"},
+          "space": {"tp": [1, 2, 8], "pp": [1, 2], "zero": [0, 1, 3], "recompute": ["none", "selective", "optimal", "full"],
+                    "offload": ["none", "activations"], "offload.planner": ["all", "priority"],
+                    "implementation.overlap_p2p": [false, true],
+                    "implementation.overlap_grad_reduce": [false, true]}})",
+      R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 32, "micro": 2},
+          "plan": {"optimizer": "adamw", "implementation": {"attention": "standard"}},
+          "space": {"tp": [1, 4], "pp": [1, 2, 4], "schedule": ["1f1b", "gpipe"], "recompute": ["none", "selective", "optimal"],
+                    "implementation.overlap_p2p": [false, true],
+                    "implementation.overlap_grad_reduce": [false, true]}})",
+  };
+  for (const char* text : scenarios) {
+    const Scenario sc = parse_scenario(text, "s.json");
+    struct Figures {
+      Time step;
+      Bytes peak;
+      std::vector<Bytes> stages;
+      sim::TagBytes breakdown;
+      bool operator==(const Figures&) const = default;
+    };
+    std::mutex mu;
+    std::map<std::uint64_t, Figures> each;
+    std::map<std::uint64_t, std::string> key_of;
+    auto record = [&](std::map<std::uint64_t, Figures>& into) {
+      return [&](const ScoredOutcome& so) {
+        std::vector<Bytes> stages;
+        for (const auto& st : so.memory.stages) stages.push_back(st.total);
+        std::lock_guard lock(mu);
+        into[so.ranked.plan_id] = {so.score.step.step_time, so.memory.peak_bytes, stages, so.memory.breakdown};
+        key_of[so.ranked.plan_id] = equivalence_key(so.point, so.memory.layers);
+      };
+    };
+    ExploreOptions o;
+    o.jobs = 2;
+    o.refine_kept = false;
+    o.share_equivalent = false;
+    o.on_scored = record(each);
+    const ExploreResult alone = explore(sc, o);
+    std::map<std::uint64_t, Figures> shared_figures;
+    o.share_equivalent = true;
+    o.on_scored = record(shared_figures);
+    const ExploreResult shared = explore(sc, o);
+    REQUIRE(alone.scored > 50);
+    CHECK(alone.scored_classes == alone.scored);
+    // The classes are real: several plans each, on average.
+    CHECK(shared.scored_classes * 2 < shared.scored);
+    std::map<std::string, Figures> of_class;
+    std::size_t twins = 0;
+    for (const auto& [id, f] : each) {
+      CAPTURE(key_of.at(id));
+      const auto [it, fresh] = of_class.try_emplace(key_of.at(id), f);
+      if (!fresh) {
+        ++twins;
+        CHECK((it->second == f));
+      }
+    }
+    CHECK(twins == shared.scored - shared.scored_classes);
+    CHECK(shared.plans == alone.plans);
+    CHECK((shared_figures == each));
+  }
 }
 
 }  // namespace
