@@ -60,7 +60,17 @@ std::string validate(const ValidateArgs& a) {
     sc.calibration = cpu_calibration_path(a.calibration, sc);
     warn_if_other_backend(*sc.calibration, sc, "cpu", "CPU");
     backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
-    rep = backend::cpu::validate(sc, a.options);
+    // Ctrl-C or SIGTERM ends the measurement after the step in flight (the
+    // first measured step when it comes earlier), with the comparison of
+    // the steps measured so far printed; exit 128 + the signal.
+    const StopOnSignal stop;
+    auto options = a.options;
+    options.stop = stop.flag();
+    rep = backend::cpu::validate(sc, options);
+    if (rep.stopped)
+      throw Interrupted{a.format == report::Format::Json ? backend::cpu::render_validate_json(rep)
+                                                         : backend::cpu::render_validate_table(rep),
+                        stop.signal()};
   }
   return a.format == report::Format::Json ? backend::cpu::render_validate_json(rep)
                                           : backend::cpu::render_validate_table(rep);

@@ -224,10 +224,16 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
       ++task_runs[i];
       kind_sum[static_cast<std::size_t>(work_kind(low.info[i].op))] += d;
     }
+    if (opts.stop && opts.stop->load() && s + 1 < opts.warmup + opts.steps) {
+      r.stopped = true;
+      break;
+    }
   }
+  r.steps_asked = opts.steps;
   r.measured.step_time_s = median(r.step_times_s);
+  const auto measured_steps = static_cast<double>(r.step_times_s.size());
   for (std::size_t k = 0; k < kWorkKinds; ++k)
-    r.measured.time_by_kind_s[k] = kind_sum[k] / static_cast<double>(opts.steps * r.ranks);
+    r.measured.time_by_kind_s[k] = kind_sum[k] / (measured_steps * r.ranks);
   finish_side(r.measured);
 
   // Predicted per rank (each rank as its stage's representative) and per kind.
@@ -280,10 +286,12 @@ std::string render_validate_table(const ValidateReport& r) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "validate: %s on %s, backend %s: %d %s (dp %lld x tp %lld x pp %lld), %zu measured "
-                "steps\ncalibration: %s\n\n",
+                "steps%s\ncalibration: %s\n\n",
                 r.scenario.c_str(), r.cluster.c_str(), r.backend.c_str(), r.ranks,
                 r.backend == "cpu" ? "rank threads" : "ranks", static_cast<long long>(r.dp), static_cast<long long>(r.tp),
-                static_cast<long long>(r.pp), r.step_times_s.size(), r.calibration.c_str());
+                static_cast<long long>(r.pp), r.step_times_s.size(),
+                r.stopped ? (" of " + std::to_string(r.steps_asked) + " asked (stopped by a signal)").c_str() : "",
+                r.calibration.c_str());
   out += buf;
   out += "                     predicted      measured       error\n";
   std::snprintf(buf, sizeof buf, "step time (ms)       %-14.3f %-14.3f %s\n", r.predicted.step_time_s * 1e3,
@@ -367,6 +375,8 @@ std::string render_validate_json(const ValidateReport& r) {
   j["tp"] = r.tp;
   j["pp"] = r.pp;
   j["steps"] = r.step_times_s.size();
+  j["steps_asked"] = r.steps_asked;
+  j["stopped"] = r.stopped;
   j["excluded_bytes"] = {{"runtime", r.excluded_runtime_bytes}, {"workspace", r.excluded_workspace_bytes}};
   j["predicted"] = side_json(r.predicted);
   j["measured"] = side_json(r.measured);

@@ -16,6 +16,7 @@
 // `warmup` steps; the median step time, each rank's peaks (the largest over
 // the measured steps) and task wall times.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,6 +51,10 @@ struct ValidateOptions {
   int steps = 5;   // measured steps
   int warmup = 1;  // steps run first and not measured (optimizer state, first-touch pages)
   std::uint64_t seed = 1;
+  // Set (a signal): the measurement ends after the step in flight, once one
+  // step has been measured, and the report holds the steps measured so far
+  // (ValidateReport::stopped).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct RankPeaks {
@@ -85,6 +90,8 @@ struct ValidateReport {
   std::int64_t dp = 1, tp = 1, pp = 1;
   ValidateSide predicted, measured;
   std::vector<double> step_times_s;  // every measured step
+  int steps_asked = 0;               // ValidateOptions::steps
+  bool stopped = false;              // ended early by ValidateOptions::stop
   std::vector<TaskRow> tasks;
   // Per rank, left out of the predicted device pool: the CUDA runtime and
   // (for an executor without a GPU library workspace) the cuBLAS workspace

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -87,6 +88,29 @@ TEST_CASE("cpu/validate: the JSON holds predicted and measured with the contract
       if (r.predicted.ranks[k].stage == r.predicted.ranks[i].stage)
         CHECK(r.predicted.ranks[k].peak == r.predicted.ranks[i].peak);
   }
+}
+
+TEST_CASE("cpu/validate: a stop request ends the measurement after one measured step, said in the report") {
+  // The flag a signal sets, already set: the warm-up step runs, then one
+  // measured step (the comparison needs one), then the report of that step
+  // says it stopped after 1 of the 5 asked.
+  set_blas_threads(1);
+  const std::atomic<bool> stop{true};
+  const ValidateReport r = validate(tiny_plan(), {.steps = 5, .warmup = 1, .stop = &stop});
+  CHECK(r.stopped);
+  CHECK(r.steps_asked == 5);
+  REQUIRE(r.step_times_s.size() == 1);
+  CHECK(r.measured.step_time_s == r.step_times_s[0]);
+  const auto j = nlohmann::json::parse(render_validate_json(r));
+  CHECK(j.at("stopped") == true);
+  CHECK(j.at("steps") == 1);
+  CHECK(j.at("steps_asked") == 5);
+  CHECK(render_validate_table(r).find("1 measured steps of 5 asked (stopped by a signal)") != std::string::npos);
+  // Unset, every asked step is measured.
+  const std::atomic<bool> go{false};
+  const ValidateReport all = validate(tiny_plan(), {.steps = 2, .warmup = 1, .stop = &go});
+  CHECK(!all.stopped);
+  CHECK(all.step_times_s.size() == 2);
 }
 
 TEST_CASE("cpu/validate: a compressed exchange reports its encode and decode as compression, its rounds as collectives") {

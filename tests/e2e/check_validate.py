@@ -109,6 +109,26 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run("validate", tiny, "--backend", "cpu", "--calibration", bad)
     check(p.returncode == 2 and p.stdout == "" and "memory.points" in p.stderr,
           f"a calibration above its peak exits 2 naming the JSON path ({p.stderr.strip()})")
+    # SIGINT and SIGTERM end the measurement after the step in flight: exit
+    # 128 + the signal, the comparison of the steps measured so far printed.
+    import signal
+    import time
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        p = subprocess.Popen([strata, "validate", tiny, "--backend", "cpu", "--steps", "1000000",
+                              "--calibration", cal, "--format", "json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == code, f"signal {sig}: exit {p.returncode}, expected {code}: {err}")
+        try:
+            j = json.loads(out)
+            check(j["stopped"] is True and j["steps_asked"] == 1000000 and 1 <= j["steps"] < 1000000,
+                  f"signal {sig}: the report says it stopped after {j['steps']} steps")
+            check(j["measured"]["step_time_s"] > 0, f"signal {sig}: a measured step time")
+        except (ValueError, KeyError) as e:
+            check(False, f"signal {sig}: no report: {e}: {out[:200]!r}")
+        check(f"stopped by signal {int(sig)}" in err, err)
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
