@@ -406,6 +406,12 @@ class StepBuilder : StepLayout {
     pt.merged = true;
     pt.parts = m.parts;
     pt.nparts = m.nparts;
+    // A later layer-by-layer pass's gathers and fetches wait for the compute
+    // lane some layers back (param_gather, weight_fetch): a merged pass is
+    // one entry there, so the first ones of that pass wait for the pass
+    // before it instead of running at the start of the step.
+    if (zero3()) recent_.push_back(t);
+    if (plan_.offload.weights) recent_fetch_.push_back(t);
     return t;
   }
 

@@ -102,7 +102,6 @@ bool periodic_stage(const StepProgram& a, const ProgramRun& ra, Range A, const S
       break;
     ++suffix;
   }
-  if (std::getenv("STEADY_DBG") && prefix + suffix < n + d) { for (std::size_t q = 0; q < n; ++q) { const std::size_t i = A.lo + q, k = B.lo + q; std::fprintf(stderr, "%zu A lane%d dur%ld st%ld | B lane%d dur%ld st%ld | Bs lane%d dur%ld st%ld\n", q, (int)a.tasks[i].lane, (long)a.tasks[i].duration, (long)ra.tasks[i].start, (int)b.tasks[k].lane, (long)b.tasks[k].duration, (long)rb.tasks[k].start, (int)b.tasks[k+d].lane, (long)b.tasks[k+d].duration, (long)rb.tasks[k+d].start - delta); } }
   if (prefix + suffix < n + d) return false;
   // B's tasks [first, first + d) are a block (A's, unmoved); the next d are
   // the same moved by Δ.
