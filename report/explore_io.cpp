@@ -127,6 +127,8 @@ std::string summary_text(const SummaryHead& h, const std::vector<ScoredPlan>& pa
       if (it == lines.end())
         throw Error("explore: no results.jsonl record for plan " + strategies::plan_id_hex(p.plan_id));
       arr.push_back(ordered_json::parse(it->second));
+      // The other scored plans of its class, listed once through it.
+      arr.back()["equivalent_plans"] = p.equivalent;
     }
     return arr;
   };
@@ -207,6 +209,12 @@ Table plans_table(const ordered_json& records, const ordered_json& axes, bool cs
     t.columns.emplace_back(csv ? "train_steps" : "train steps");
     t.columns.emplace_back(csv ? "time_to_train_s" : "time to train");
   }
+  // Plans equivalent to the row's (same figures, listed once): in the CSV
+  // whenever the summary counts them, in the text where any row has some.
+  bool twins = false;
+  for (const auto& r : records)
+    if (r.contains("equivalent_plans") && (csv || r.at("equivalent_plans").get<std::uint64_t>() > 0)) twins = true;
+  if (twins) t.columns.emplace_back(csv ? "equivalent_plans" : "equivalent plans");
   t.align.assign(t.columns.size(), Align::Right);
   int rank = 1;
   for (const auto& r : records) {
@@ -241,6 +249,10 @@ Table plans_table(const ordered_json& records, const ordered_json& axes, bool cs
         row.push_back(ttt.is_null() ? "never" : duration_text(ttt.get<double>()));
       }
     }
+    if (twins) {
+      const auto n = r.contains("equivalent_plans") ? r.at("equivalent_plans").get<std::uint64_t>() : 0;
+      row.push_back(csv ? std::to_string(n) : n > 0 ? "+" + count(static_cast<double>(n)) : "");
+    }
     t.add_row(std::move(row));
   }
   return t;
@@ -258,6 +270,9 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   const double hw_tflops = step_s > 0 ? step.hardware_flops_per_step / step_s / gpus / 1e12 : 0;
   const double peak = sc.cluster.gpu.peak_tflops(sc.plan.precision);
   ordered_json j;
+  // Plans of one class (strategies::equivalence_key) have the same figures;
+  // top and Pareto lists hold one of each.
+  if (o.ranked.class_id != 0) j["class_id"] = strategies::plan_id_hex(o.ranked.class_id);
   j["feasible"] = true;
   j["step_time_s"] = step_s;
   j["tokens_per_s_per_gpu"] = o.ranked.tokens_per_s_per_gpu;
@@ -504,6 +519,14 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
     if (auto v = strategies::first_violation(*point))
       r.fail_at("plan", "plan " + id_text + " breaks the rule " + v->rule + " (" + v->path + ": " + v->message +
                             "): explore records no such plan");
+  }
+  // Its equivalence class (records written before classes have none: a
+  // class of their own).
+  if (auto c = r.get("class_id")) {
+    const auto text = c->as_string();
+    const auto cls = strategies::parse_plan_id(text);
+    if (!cls) r.fail_at("class_id", "must be 16 lower-case hex digits (got \"" + text + "\")");
+    sp.class_id = *cls;
   }
   // With a goal; null: never reached.
   if (auto t = r.get("time_to_train_s"))

@@ -198,7 +198,27 @@ double tokens_per_s_per_gpu(const Scenario& sc, double step_time_s) {
   return tokens / step_time_s / gpus;
 }
 
+std::vector<ScoredPlan> one_per_class(std::vector<ScoredPlan> plans) {
+  std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
+  std::unordered_map<std::uint64_t, std::size_t> first;  // class → its plan in `out`
+  std::vector<ScoredPlan> out;
+  out.reserve(plans.size());
+  for (ScoredPlan& p : plans) {
+    if (p.class_id != 0) {
+      const auto [it, fresh] = first.try_emplace(p.class_id, out.size());
+      if (!fresh) {
+        ++out[it->second].equivalent;
+        continue;
+      }
+    }
+    p.equivalent = 0;
+    out.push_back(p);
+  }
+  return out;
+}
+
 std::vector<ScoredPlan> pareto_front(std::vector<ScoredPlan> plans) {
+  plans = one_per_class(std::move(plans));
   std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) {
     if (a.step_time_s != b.step_time_s) return a.step_time_s < b.step_time_s;
     if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
@@ -229,6 +249,7 @@ std::vector<ScoredPlan> top_plans(std::vector<ScoredPlan> plans, std::size_t k, 
       return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
     return a.plan_id < b.plan_id;
   };
+  plans = one_per_class(std::move(plans));
   k = std::min(k, plans.size());
   std::partial_sort(plans.begin(), plans.begin() + static_cast<std::ptrdiff_t>(k), plans.end(),
                     better);
@@ -311,8 +332,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
     std::uint64_t id;       // plan id: the hash of
     std::string canonical;  // canonical_json(plan, batch), kept for its record
     double cost;
-    std::string key;        // equivalence_key, with share_equivalent
-    LayerPlan layers;       // its layer choices, with share_equivalent
+    std::string key;        // equivalence_key
+    LayerPlan layers;       // its layer choices
     std::optional<Bytes> budget;
   };
   std::atomic<std::uint64_t> next{0}, checked{0}, scored_now{0};
@@ -386,13 +407,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           // The step's task graph grows with microbatches × layers.
           const double cost = static_cast<double>(microbatches(pt.plan, pt.batch) + 1) *
                               static_cast<double>(sc.model.layers);
-          Candidate cand{index, id, std::move(canonical), cost, {}, {}, {}};
-          if (opt.share_equivalent) {
-            cand.key = equivalence_key(pt, mem.layers);
-            cand.layers = std::move(mem.layers);
-            cand.budget = mem.budget;
-          }
-          out.push_back(std::move(cand));
+          std::string key = equivalence_key(pt, mem.layers);
+          out.push_back({index, id, std::move(canonical), cost, std::move(key), std::move(mem.layers), mem.budget});
         }
       }
     } catch (...) {
@@ -460,7 +476,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         }
         if (ok) {
           const double step_s = to_seconds(sc_.step.step_time);
-          const ScoredPlan ranked = ranked_figures(pt, c.id, step_s, mem, goal);
+          ScoredPlan ranked = ranked_figures(pt, c.id, step_s, mem, goal);
+          ranked.class_id = fnv1a64(c.key);
           if (opt.on_scored)
             opt.on_scored(ScoredOutcome{c.index, pt, mem, sc_, ranked, c.canonical, goal ? &*goal : nullptr});
           t.plans.push_back(ranked);
@@ -626,6 +643,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
               const double step_s = to_seconds(score.step.step_time);
               const auto goal = estimate_goal(pt);
               figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
+              figures[k].class_id = res.plans[at.at(todo[k])].class_id;
               // A folded plan whose replayed memory does not fit leaves the ranking.
               fits[k] = mem.feasible() ? 1 : 0;
               if (fits[k] && opt.on_refined)

@@ -64,6 +64,12 @@ struct ScoredPlan {
   double tokens_per_s_per_gpu = 0;
   // With a goal: steps to it times the step time (+inf: never reached); 0 without.
   double time_to_train_s = 0;
+  // Its equivalence class: FNV-1a 64 of equivalence_key (0: unknown, a
+  // class of its own). Plans of one class have the same figures.
+  std::uint64_t class_id = 0;
+  // In top and Pareto lists (one plan per class): how many other scored
+  // plans its class holds.
+  std::uint64_t equivalent = 0;
   bool operator==(const ScoredPlan&) const = default;
 };
 
@@ -177,11 +183,15 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& options);
 // saying how many and how to narrow it. explore() calls it first.
 void check_plan_limit(const Scenario& sc, const ExploreOptions& options);
 
-// Plans no other plan beats in both step time and peak memory (ties in both
-// are all kept), by step time, then memory, then id.
+// One plan per equivalence class (class_id; 0 is a class of its own): the
+// lowest id, its `equivalent` the count of the others, whatever order the
+// plans were scored, resumed or merged in.
+std::vector<ScoredPlan> one_per_class(std::vector<ScoredPlan> plans);
+// Of one_per_class(plans), those no other beats in both step time and peak
+// memory (ties in both are all kept), by step time, then memory, then id.
 std::vector<ScoredPlan> pareto_front(std::vector<ScoredPlan> plans);
-// The `k` best by throughput (tokens/s per GPU, descending) or by time to
-// train (ascending; unreachable last); ties by id.
+// Of one_per_class(plans), the `k` best by throughput (tokens/s per GPU,
+// descending) or by time to train (ascending; unreachable last); ties by id.
 std::vector<ScoredPlan> top_plans(std::vector<ScoredPlan> plans, std::size_t k, RankBy by);
 // rank_by as given, or from the scenario: time to train with a goal.
 RankBy resolve_rank_by(const Scenario& sc, std::optional<RankBy> rank_by);

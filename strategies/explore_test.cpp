@@ -86,6 +86,31 @@ TEST_CASE("pareto front: hand-made set") {
   CHECK(top_plans(all, 100, RankBy::Throughput).size() == all.size());
 }
 
+TEST_CASE("top and Pareto lists hold one plan per equivalence class") {
+  // Class 7: plans 5 and 3 (the same figures, as equivalent plans have);
+  // class 2: plan 8 alone; class 0 is no class: plans 9 and 4 stand alone.
+  auto p = [](std::uint64_t id, std::uint64_t cls, double t, Bytes m) {
+    ScoredPlan x{id, t, m, 1 / t};
+    x.class_id = cls;
+    return x;
+  };
+  const std::vector<ScoredPlan> all = {p(5, 7, 1, 10), p(9, 0, 2, 5), p(3, 7, 1, 10), p(4, 0, 2, 5), p(8, 2, 3, 1)};
+  // The lowest id of a class stands for it, with the count of the others.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> got;
+  for (const auto& x : one_per_class(all)) got.emplace_back(x.plan_id, x.equivalent);
+  CHECK(got == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{3, 1}, {4, 0}, {8, 0}, {9, 0}});
+  // Top 2 by throughput: class 7 once (plan 3), then 4 before 9 (tie, by id);
+  // before, plan 5 would have taken the second place with plan 3's figures.
+  std::vector<std::uint64_t> ids;
+  for (const auto& x : top_plans(all, 2, RankBy::Throughput)) ids.push_back(x.plan_id);
+  CHECK(ids == std::vector<std::uint64_t>{3, 4});
+  // The front: (1, 10) once, the two classless (2, 5) ties both, (3, 1).
+  ids.clear();
+  for (const auto& x : pareto_front(all)) ids.push_back(x.plan_id);
+  CHECK(ids == std::vector<std::uint64_t>{3, 4, 9, 8});
+  CHECK(pareto_front(all).front().equivalent == 1);
+}
+
 TEST_CASE("top plans by time to train: shortest first, never-reached last, ties by id") {
   auto p = [](std::uint64_t id, double tput, double ttt) { return ScoredPlan{id, 1 / tput, 1, tput, ttt}; };
   const double never = std::numeric_limits<double>::infinity();
@@ -304,6 +329,12 @@ TEST_CASE("equivalent plans score alike: one score per equivalence class gives e
     CHECK(twins == shared.scored - shared.scored_classes);
     CHECK(shared.plans == alone.plans);
     CHECK((shared_figures == each));
+    // Every scored plan carries its class; the lists hold each class once.
+    for (const auto& p : shared.plans) CHECK(p.class_id != 0);
+    for (const auto* list : {&shared.top, &shared.pareto}) {
+      std::set<std::uint64_t> classes;
+      for (const auto& p : *list) CHECK(classes.insert(p.class_id).second);
+    }
   }
 }
 
