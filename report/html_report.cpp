@@ -158,6 +158,11 @@ std::size_t preferred_colour_axis(const ReportData& d, bool* found) {
   return 0;
 }
 
+// ", not counting N where it cannot act" (pairs of equivalent plans).
+std::string inert_text(std::size_t inert) {
+  return inert == 0 ? std::string() : ", not counting " + fmt_count(inert) + " where it cannot act";
+}
+
 AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>& ranked,
                             std::size_t a) {
   const SpaceAxis& axis = d.axes[a];
@@ -201,6 +206,7 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
     if (cell == 0 || d.plans[cell - 1].plan_id > p.plan_id) cell = i + 1;
   }
   std::vector<std::vector<double>> step_r(values.size()), peak_r(values.size());
+  std::vector<std::size_t> inert(values.size(), 0);
   for (const auto& [key, g] : groups) {
     if (g[0] == 0) continue;
     const auto& base = d.plans[g[0] - 1];
@@ -208,13 +214,17 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
       if (g[v] == 0) continue;
       const auto& p = d.plans[g[v] - 1];
       if (base.step_time_s <= 0 || base.peak_memory_bytes <= 0) continue;
+      if (!p.class_id.empty() && p.class_id == base.class_id) {
+        ++inert[v];
+        continue;
+      }
       step_r[v].push_back(p.step_time_s / base.step_time_s);
       peak_r[v].push_back(static_cast<double>(p.peak_memory_bytes) /
                           static_cast<double>(base.peak_memory_bytes));
     }
   }
   for (std::size_t v = 1; v < values.size(); ++v)
-    c.paired.push_back({values[v], step_r[v].size(), median(step_r[v]), median(peak_r[v])});
+    c.paired.push_back({values[v], step_r[v].size(), inert[v], median(step_r[v]), median(peak_r[v])});
 
   // The sentence.
   const std::string& base = values[0];
@@ -232,8 +242,10 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
     c.sentence = "Turning on " + axis.name + ": ";
     if (pr.pairs > 0)
       c.sentence += "step time " + change(pr.step_ratio) + ", peak memory " + change(pr.peak_ratio) +
-                    " (median over " + fmt_count(pr.pairs) +
-                    " pairs of plans that differ only in it); ";
+                    " (median over " + fmt_count(pr.pairs) + " pairs of plans that differ only in it" +
+                    inert_text(pr.inert) + "); ";
+    else if (pr.inert > 0)
+      c.sentence += "it cannot act on any plan scored (" + fmt_count(pr.inert) + " pairs of equivalent plans); ";
     c.sentence += best_clause(1) + ".";
   } else {
     c.sentence = axis.name + " against " + base + ": ";
@@ -243,7 +255,9 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
       c.sentence += values[v] + " ";
       if (pr.pairs > 0)
         c.sentence += "step time " + change(pr.step_ratio) + ", peak memory " + change(pr.peak_ratio) +
-                      " (" + fmt_count(pr.pairs) + (pr.pairs == 1 ? " pair" : " pairs") + ")";
+                      " (" + fmt_count(pr.pairs) + (pr.pairs == 1 ? " pair" : " pairs") + inert_text(pr.inert) + ")";
+      else if (pr.inert > 0)
+        c.sentence += "cannot act on any plan scored with it (" + fmt_count(pr.inert) + " pairs of equivalent plans)";
       else if (c.values[v].plans == 0)
         c.sentence += "no plan scored";
       else

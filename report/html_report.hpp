@@ -38,6 +38,7 @@ inline constexpr std::size_t kTimePartCount = std::size(kTimeParts);
 // One scored plan of results.jsonl, flattened.
 struct PlanRecord {
   std::string plan_id;  // 16 hex digits
+  std::string class_id;  // its equivalence class (16 hex digits; empty: a class of its own)
   std::int64_t batch_global = 0, batch_micro = 0;
   std::int64_t dp = 1, tp = 1, pp = 1;
   std::vector<std::string> axes;  // the value of each ReportData::axes entry ("1f1b", "yes", "4")
@@ -144,6 +145,9 @@ struct AxisComparison {
   struct Paired {
     std::string value;
     std::size_t pairs = 0;
+    // Pairs left out: both plans of one equivalence class (the axis cannot
+    // act on them; their ratios would be 1 and say nothing of it).
+    std::size_t inert = 0;
     double step_ratio = 1, peak_ratio = 1;
   };
   std::vector<Paired> paired;

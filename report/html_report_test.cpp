@@ -187,6 +187,25 @@ TEST_CASE("analyse: the winner is the fastest plan that fits; Pareto front; pair
   CHECK(an.axes[1].values[0].plans == 3);  // a0, b0, c0
 }
 
+TEST_CASE("analyse: pairs of equivalent plans say nothing of an axis and are left out") {
+  // a0 and a1 differ only in zero (0 against 1); give them one class, as
+  // the explorer does where ZeRO cannot act: zero 1 against 0 then rests on
+  // b0/b1 alone (1.375 / 1.25 = 1.1), and the sentence counts the pair left out.
+  ReportData d = sample();
+  for (auto& p : d.plans)
+    if (p.plan_id == "00000000000000a0" || p.plan_id == "00000000000000a1") p.class_id = "00000000000000c1";
+  const ReportAnalysis an = analyse(d);
+  REQUIRE(an.axes.size() == 2);
+  REQUIRE(an.axes[1].paired.size() >= 1);
+  CHECK(an.axes[1].paired[0].pairs == 1);
+  CHECK(an.axes[1].paired[0].inert == 1);
+  CHECK(an.axes[1].paired[0].step_ratio == doctest::Approx(1.1));
+  CHECK(an.axes[1].sentence.find("not counting 1 where it cannot act") != std::string::npos);
+  // Without classes every pair counts (the test above: two pairs).
+  CHECK(analyse(sample()).axes[1].paired[0].pairs == 2);
+  CHECK(analyse(sample()).axes[1].paired[0].inert == 0);
+}
+
 TEST_CASE("HTML: input strings are escaped; charts, legend, sorting script and markers are present") {
   ReportData d = sample();
   d.timeline = sample_timeline();

@@ -88,6 +88,7 @@ PlanRecord plan_record(const json& j, const std::string& where, const std::vecto
   const JsonReader r(j, where);
   PlanRecord p;
   p.plan_id = r.at("plan_id").as_string();
+  if (auto c = r.get("class_id")) p.class_id = c->as_string();
   const auto b = r.at("batch");
   p.batch_global = b.at("global").as_int(0, INT64_MAX);
   p.batch_micro = b.at("micro").as_int(0, INT64_MAX);
