@@ -163,23 +163,47 @@ std::string inert_text(std::size_t inert) {
   return inert == 0 ? std::string() : ", not counting " + fmt_count(inert) + " where it cannot act";
 }
 
-AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>& ranked,
+// Every plan's value of every axis as an index into the axis's values
+// (those seen but not listed, which should not happen, last), made once for
+// all the axis comparisons.
+struct AxisCodes {
+  std::vector<std::vector<std::string>> values;  // per axis
+  std::vector<std::uint32_t> code;               // plan-major: code[plan · axes + axis]
+  std::size_t axes = 0;
+  std::uint32_t at(std::size_t plan, std::size_t a) const { return code[plan * axes + a]; }
+};
+AxisCodes axis_codes(const ReportData& d) {
+  AxisCodes c;
+  c.axes = d.axes.size();
+  c.values.resize(c.axes);
+  c.code.resize(d.plans.size() * c.axes);
+  for (std::size_t a = 0; a < c.axes; ++a) {
+    auto& values = c.values[a];
+    values = d.axes[a].values;
+    std::unordered_map<std::string, std::uint32_t> slot;
+    for (std::size_t i = 0; i < values.size(); ++i) slot.emplace(values[i], static_cast<std::uint32_t>(i));
+    for (std::size_t p = 0; p < d.plans.size(); ++p) {
+      const std::string& v = axis_value(d.plans[p], a);
+      auto [it, fresh] = slot.try_emplace(v, static_cast<std::uint32_t>(values.size()));
+      if (fresh) values.push_back(v);
+      c.code[p * c.axes + a] = it->second;
+    }
+  }
+  return c;
+}
+
+AxisComparison compare_axis(const ReportData& d, const AxisCodes& codes, const std::vector<std::size_t>& ranked,
                             std::size_t a) {
   const SpaceAxis& axis = d.axes[a];
   AxisComparison c;
   c.axis = axis.name;
-  std::vector<std::string> values = axis.values;
-  for (const auto& p : d.plans)  // values seen but not listed (should not happen) go last
-    if (std::find(values.begin(), values.end(), axis_value(p, a)) == values.end())
-      values.push_back(axis_value(p, a));
-  std::map<std::string, std::size_t> slot;
-  for (std::size_t i = 0; i < values.size(); ++i) slot.emplace(values[i], i);
+  const std::vector<std::string>& values = codes.values[a];
   c.values.resize(values.size());
   std::vector<std::vector<double>> steps(values.size()), peaks(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) c.values[i].value = values[i];
   for (std::size_t r : ranked) {
     const auto& p = d.plans[r];
-    const std::size_t v = slot.at(axis_value(p, a));
+    const std::size_t v = codes.at(r, a);
     auto& st = c.values[v];
     ++st.plans;
     if (!st.best) st.best = r;
@@ -190,19 +214,26 @@ AxisComparison compare_axis(const ReportData& d, const std::vector<std::size_t>&
     c.values[v].median_step_s = median(steps[v]);
     c.values[v].median_peak_bytes = median(peaks[v]);
   }
-  // Pairs: plans equal in every other axis.
-  std::unordered_map<std::string, std::vector<std::size_t>> groups;  // key -> plan per value (+1)
+  // Pairs: plans equal in every other axis, grouped by those axes' values
+  // as one mixed-radix number (exact: the product of the axes' value
+  // counts is the size of the space).
+  std::vector<std::uint64_t> stride(codes.axes, 0);
+  std::uint64_t radix = 1;
+  for (std::size_t o = 0; o < codes.axes; ++o) {
+    if (o == a) continue;
+    stride[o] = radix;
+    if (__builtin_mul_overflow(radix, static_cast<std::uint64_t>(codes.values[o].size()), &radix))
+      throw Error("report: the space's axes have more value combinations than 2^64");
+  }
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> groups;  // key -> plan per value (+1)
   for (std::size_t i = 0; i < d.plans.size(); ++i) {
     const auto& p = d.plans[i];
-    std::string key;
-    for (std::size_t o = 0; o < d.axes.size(); ++o)
-      if (o != a) {
-        key += axis_value(p, o);
-        key += '\x1f';
-      }
+    std::uint64_t key = 0;
+    for (std::size_t o = 0; o < codes.axes; ++o)
+      if (o != a) key += codes.at(i, o) * stride[o];
     auto& g = groups[key];
     if (g.empty()) g.assign(values.size(), 0);
-    auto& cell = g[slot.at(axis_value(p, a))];
+    auto& cell = g[codes.at(i, a)];
     if (cell == 0 || d.plans[cell - 1].plan_id > p.plan_id) cell = i + 1;
   }
   std::vector<std::vector<double>> step_r(values.size()), peak_r(values.size());
@@ -411,8 +442,9 @@ ReportAnalysis analyse(const ReportData& d) {
       an.why.push_back(fmt_count(not_fit) + " scored plans exceed the GPU's memory.");
   }
 
+  const AxisCodes codes = axis_codes(d);
   for (std::size_t a = 0; a < d.axes.size(); ++a)
-    if (d.axes[a].values.size() > 1) an.axes.push_back(compare_axis(d, an.ranked, a));
+    if (d.axes[a].values.size() > 1) an.axes.push_back(compare_axis(d, codes, an.ranked, a));
 
   // Charted plans: the best eight, the front (sampled, both ends) and the
   // lowest-memory plan, by throughput.
