@@ -661,16 +661,29 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             finished_workers.fetch_add(1);
           },
           [&] { return finished_workers.load() >= static_cast<std::uint64_t>(jobs); });
+      // A refined plan's figures are its whole class's (the lists hold one
+      // plan per class; the next of a class would otherwise come in unrefined
+      // and be replayed in a round of its own), and so is its removal.
+      std::unordered_map<std::uint64_t, std::vector<std::size_t>> members;  // class → positions in res.plans
+      for (std::size_t i = 0; i < res.plans.size(); ++i)
+        if (res.plans[i].class_id != 0) members[res.plans[i].class_id].push_back(i);
       std::unordered_set<std::uint64_t> dropped;
       for (std::size_t k = 0; k < figures.size(); ++k) {
         const auto& f = figures[k];
-        refined.insert(f.plan_id);
-        if (!fits[k]) {
-          dropped.insert(f.plan_id);
-          continue;
+        std::vector<std::size_t> own{at.at(f.plan_id)};
+        const auto it = f.class_id != 0 ? members.find(f.class_id) : members.end();
+        const std::vector<std::size_t>& of_class = it != members.end() ? it->second : own;
+        for (const std::size_t i : of_class) {
+          const std::uint64_t id = res.plans[i].plan_id;
+          refined.insert(id);
+          if (!fits[k]) {
+            dropped.insert(id);
+            continue;
+          }
+          res.plans[i] = f;
+          res.plans[i].plan_id = id;
         }
-        res.plans[at.at(f.plan_id)] = f;
-        res.refined.push_back(f);
+        if (fits[k]) res.refined.push_back(f);
       }
       if (!dropped.empty()) {
         std::erase_if(res.plans, [&](const ScoredPlan& p) { return dropped.count(p.plan_id) > 0; });
