@@ -419,7 +419,6 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   // Candidates by equivalence class (equivalence_key), in the scoring order
   // of their first member; one class per candidate without share_equivalent.
   std::vector<std::vector<std::size_t>> groups;
-  std::unordered_map<std::uint64_t, std::size_t> group_of_id;
   auto score = [&](Tally& t) {
     Scenario pt = sc;
     pt.space.reset();
@@ -546,7 +545,6 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
       if (opt.share_equivalent) g = first.try_emplace(candidates[i].key, groups.size()).first->second;
       if (g == groups.size()) groups.emplace_back();
       groups[g].push_back(i);
-      group_of_id.emplace(candidates[i].id, g);
     }
   }
   res.scored_classes = groups.size();
@@ -603,52 +601,27 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
       ++res.refine_rounds;
       std::vector<ScoredPlan> figures(todo.size());
       std::vector<char> fits(todo.size(), 1);
-      // Equivalent plans are refined once (as they were scored once).
-      std::vector<std::vector<std::size_t>> todo_groups;
-      {
-        std::unordered_map<std::size_t, std::size_t> at_group;
-        for (std::size_t k = 0; k < todo.size(); ++k) {
-          const auto g = group_of_id.find(todo[k]);
-          std::size_t tg = todo_groups.size();
-          if (g != group_of_id.end()) tg = at_group.try_emplace(g->second, todo_groups.size()).first->second;
-          if (tg == todo_groups.size()) todo_groups.emplace_back();
-          todo_groups[tg].push_back(k);
-        }
-      }
+      // The lists hold one plan per class: each is refined once for its class.
       next = 0;
       auto work = [&](std::size_t) {
         Scenario pt = sc;
         pt.space.reset();
         try {
           while (!stop.load(std::memory_order_relaxed)) {
-            const std::uint64_t g = next.fetch_add(1);
-            if (g >= todo_groups.size()) break;
-            std::optional<Score> shared;
-            for (const std::size_t k : todo_groups[static_cast<std::size_t>(g)]) {
-              const std::uint64_t index = index_of.at(todo[k]);
-              space_point(sc, space, index, pt.plan, pt.batch);
-              Score score;
-              if (shared) {
-                score = *shared;
-                if (score.memory) {
-                  const MemoryEstimate own = memory_of(pt);
-                  score.memory->layers = own.layers;
-                  score.memory->budget = own.budget;
-                }
-              } else {
-                score = refine(pt);
-                shared = score;
-              }
-              const MemoryEstimate mem = score.memory ? *score.memory : memory_of(pt);
-              const double step_s = to_seconds(score.step.step_time);
-              const auto goal = estimate_goal(pt);
-              figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
-              figures[k].class_id = res.plans[at.at(todo[k])].class_id;
-              // A folded plan whose replayed memory does not fit leaves the ranking.
-              fits[k] = mem.feasible() ? 1 : 0;
-              if (fits[k] && opt.on_refined)
-                opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
-            }
+            const std::uint64_t k = next.fetch_add(1);
+            if (k >= todo.size()) break;
+            const std::uint64_t index = index_of.at(todo[k]);
+            space_point(sc, space, index, pt.plan, pt.batch);
+            const Score score = refine(pt);
+            const MemoryEstimate mem = score.memory ? *score.memory : memory_of(pt);
+            const double step_s = to_seconds(score.step.step_time);
+            const auto goal = estimate_goal(pt);
+            figures[k] = ranked_figures(pt, todo[k], step_s, mem, goal);
+            figures[k].class_id = res.plans[at.at(todo[k])].class_id;
+            // A folded plan whose replayed memory does not fit leaves the ranking.
+            fits[k] = mem.feasible() ? 1 : 0;
+            if (fits[k] && opt.on_refined)
+              opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
           }
         } catch (...) {
           fail();
@@ -670,9 +643,9 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
       std::unordered_set<std::uint64_t> dropped;
       for (std::size_t k = 0; k < figures.size(); ++k) {
         const auto& f = figures[k];
-        std::vector<std::size_t> own{at.at(f.plan_id)};
-        const auto it = f.class_id != 0 ? members.find(f.class_id) : members.end();
-        const std::vector<std::size_t>& of_class = it != members.end() ? it->second : own;
+        const auto it = members.find(f.class_id);
+        const std::vector<std::size_t> of_class =
+            f.class_id != 0 && it != members.end() ? it->second : std::vector<std::size_t>{at.at(f.plan_id)};
         for (const std::size_t i : of_class) {
           const std::uint64_t id = res.plans[i].plan_id;
           refined.insert(id);
