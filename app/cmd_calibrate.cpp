@@ -53,7 +53,21 @@ std::string calibrate(const CalibrateArgs& a, [[maybe_unused]] bool cluster_give
       throw CommandFailure("calibrate: this build has no Google Benchmark (configure with "
                            "-DSTRATA_BUILD_BENCH=ON)");
     const auto cluster = cost::cluster_preset(a.cluster);
-    const auto m = backend::cpu::measure_cpu(a.options);
+    // Ctrl-C or SIGTERM ends the measurement after the benchmark in flight.
+    // A calibration needs every curve, so a stopped one writes nothing: the
+    // table of what was measured is printed (json: nothing on stdout) and
+    // the exit status is 128 + the signal.
+    const StopOnSignal stop;
+    auto options = a.options;
+    options.stop = stop.flag();
+    const auto m = backend::cpu::measure_cpu(options);
+    if (m.stopped) {
+      std::cerr << "calibrate: stopped after " << m.benchmarks_run << " of " << m.benchmarks
+                << " benchmarks; nothing written (a calibration needs every curve)\n";
+      throw Interrupted{a.format == report::Format::Json ? std::string()
+                                                         : backend::cpu::render_measurements(m),
+                        stop.signal()};
+    }
     json = backend::cpu::calibration_json(m, cluster, today());
     table = backend::cpu::render_measurements(m);
     path = a.out.empty() ? backend::cpu::default_calibration_cache_path() : a.out;

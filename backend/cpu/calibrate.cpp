@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +34,9 @@ using namespace calib;
 
 std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& cluster,
                              const std::string& date) {
+  if (m.stopped)
+    throw Error("calibrate: stopped after " + std::to_string(m.benchmarks_run) + " of " +
+                std::to_string(m.benchmarks) + " benchmarks; a calibration needs every curve");
   const auto& gpu = cluster.gpu;
   const auto& node = cluster.node;
   if (!(gpu.tflops.fp32 > 0) || !(gpu.hbm_GBps > 0) || !(node.pcie_GBps > 0) ||
@@ -183,6 +187,9 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
 
 std::string render_measurements(const CpuMeasurements& m) {
   std::string out = "calibrate: " + m.machine + (m.quick ? " (quick)" : "") + "\n";
+  if (m.stopped)
+    out += "stopped: " + std::to_string(m.benchmarks_run) + " of " + std::to_string(m.benchmarks) +
+           " benchmarks ran; what they measured follows (0: not measured)\n";
   char buf[320];
   auto rows = [&](const char* title, const std::vector<SizeTime>& pts, const char* unit, auto rate) {
     if (pts.empty()) return;
@@ -306,13 +313,19 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
               : std::vector<std::int64_t>{1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20};
 
   RegistryGuard guard;
-  auto tune = [&](benchmark::internal::Benchmark* b, int threads) {
-    b->UseRealTime()->MinTime(min_time)->Repetitions(reps)->Threads(threads);
+  std::vector<std::string> names;  // registered, in order
+  auto reg = [&](const std::string& name, auto fn, int threads) {
+    names.push_back(name);
+    benchmark::RegisterBenchmark(name.c_str(), std::move(fn))
+        ->UseRealTime()
+        ->MinTime(min_time)
+        ->Repetitions(reps)
+        ->Threads(threads);
   };
 
   // GEMM per rank thread, n threads at once.
   for (const auto s : gemm_sizes) {
-    tune(benchmark::RegisterBenchmark(("gemm/" + std::to_string(s)).c_str(),
+    reg("gemm/" + std::to_string(s),
                                       [s](benchmark::State& st) {
                                         TrackingAllocator a;
                                         Tensor A(a, {s, s}, MemTag::Other), B(a, {s, s}, MemTag::Other),
@@ -326,12 +339,12 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                                0.0f, C.data(), s);
                                           benchmark::DoNotOptimize(C.data());
                                         }
-                                      }),
+                                      },
          n);
   }
   // Memory bandwidth: memcpy per rank thread.
   for (const auto s : byte_sizes) {
-    tune(benchmark::RegisterBenchmark(("memory/" + std::to_string(s)).c_str(),
+    reg("memory/" + std::to_string(s),
                                       [s](benchmark::State& st) {
                                         std::vector<char> a(static_cast<std::size_t>(s), 1),
                                             b(static_cast<std::size_t>(s), 2);
@@ -339,11 +352,11 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                           std::memcpy(b.data(), a.data(), a.size());
                                           benchmark::ClobberMemory();
                                         }
-                                      }),
+                                      },
          n);
     // What the cost model prices by bytes: the element-wise kernels of a
     // layer (GeLU, layer norm) and the optimizer's update (Adam).
-    tune(benchmark::RegisterBenchmark(("elementwise/" + std::to_string(s)).c_str(),
+    reg("elementwise/" + std::to_string(s),
                                       [s](benchmark::State& st) {
                                         const std::int64_t n = std::max<std::int64_t>(128, s / 4);
                                         TrackingAllocator a;
@@ -362,10 +375,10 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                           adam.step(P, G);
                                           benchmark::DoNotOptimize(y.data());
                                         }
-                                      }),
+                                      },
          n);
     // Offload: a clone into another pool (allocate, copy) and its free.
-    tune(benchmark::RegisterBenchmark(("copy/" + std::to_string(s)).c_str(),
+    reg("copy/" + std::to_string(s),
                                       [s](benchmark::State& st) {
                                         TrackingAllocator dev, hostpool;
                                         Tensor x(dev, {s / 4}, MemTag::Activations);
@@ -373,11 +386,11 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                           Tensor y = x.clone(hostpool, MemTag::Activations);
                                           benchmark::DoNotOptimize(y.data());
                                         }
-                                      }),
+                                      },
          n);
   }
   // Fixed cost of one op: a 4x4x4 GEMM into a fresh tensor.
-  tune(benchmark::RegisterBenchmark("kernel", [](benchmark::State& st) {
+  reg("kernel", [](benchmark::State& st) {
          TrackingAllocator a;
          Tensor A(a, {4, 4}, MemTag::Other), B(a, {4, 4}, MemTag::Other);
          for (auto _ : st) {
@@ -385,16 +398,16 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
            gemm(false, false, 4, 4, 4, 1.0f, A.data(), 4, B.data(), 4, 0.0f, C.data(), 4);
            benchmark::DoNotOptimize(C.data());
          }
-       }),
+       },
        n);
   // A step starts and joins the rank threads.
-  tune(benchmark::RegisterBenchmark("step", [n](benchmark::State& st) {
+  reg("step", [n](benchmark::State& st) {
          for (auto _ : st) {
            std::vector<std::thread> t;
            for (int i = 0; i < n; ++i) t.emplace_back([] {});
            for (auto& x : t) x.join();
          }
-       }),
+       },
        1);
 
   // Collectives over the executor's rings. Each benchmark thread is a rank.
@@ -402,7 +415,7 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
   auto ring_bench = [&](const std::string& name, int threads, std::int64_t bytes, int op) {
     rings.push_back(std::make_unique<Ring>(threads));
     Ring* r = rings.back().get();
-    tune(benchmark::RegisterBenchmark(name.c_str(),
+    reg(name,
                                       [r, bytes, op, threads](benchmark::State& st) {
                                         const int me = st.thread_index();
                                         Allocator& a = *r->allocs[static_cast<std::size_t>(me)];
@@ -427,7 +440,7 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                             }
                                           }
                                         }
-                                      }),
+                                      },
          threads);
   };
   ring_bench("small_all_reduce_2", 2, 4, 0);
@@ -439,35 +452,49 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
     ring_bench("send_recv/" + std::to_string(s), 2, s, 3);
   }
 
+  // One benchmark at a time, in the order registered, so a stop request is
+  // seen between two of them (a collective's threads cannot leave one
+  // part-way: they wait for each other).
   Capture cap;
-  benchmark::RunSpecifiedBenchmarks(&cap, "");
-  if (!cap.errors.empty()) throw Error("calibrate: " + cap.errors.front());
-
-  auto get = [&](const std::string& name) {
-    const auto it = cap.seconds.find(name);
-    if (it == cap.seconds.end() || it->second.empty())
-      throw Error("calibrate: benchmark " + name + " reported nothing");
-    return median(it->second);
-  };
-  for (const auto s : gemm_sizes)
-    m.gemm.push_back({static_cast<double>(s), get("gemm/" + std::to_string(s))});
-  for (const auto s : byte_sizes) {
-    m.memory.push_back({static_cast<double>(s), get("memory/" + std::to_string(s))});
-    m.copy.push_back({static_cast<double>(s), get("copy/" + std::to_string(s))});
-    m.elementwise.push_back({static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4),
-                             get("elementwise/" + std::to_string(s))});
+  for (const auto& name : names) {
+    if (o.stop && o.stop->load()) {
+      m.stopped = true;
+      break;
+    }
+    benchmark::RunSpecifiedBenchmarks(&cap, "^" + name + "(/|$)");
+    if (!cap.errors.empty()) throw Error("calibrate: " + cap.errors.front());
+    ++m.benchmarks_run;
   }
-  m.kernel_us = get("kernel") * 1e6;
-  m.step_us = get("step") * 1e6;
-  m.small_all_reduce_2 = get("small_all_reduce_2");
-  m.small_all_reduce_n = n > 2 ? get("small_all_reduce_n") : m.small_all_reduce_2;
+  m.benchmarks = static_cast<int>(names.size());
+
+  // A stopped measurement keeps the points it has; a finished one has all.
+  auto get = [&](const std::string& name) -> std::optional<double> {
+    const auto it = cap.seconds.find(name);
+    if (it != cap.seconds.end() && !it->second.empty()) return median(it->second);
+    if (m.stopped) return std::nullopt;
+    throw Error("calibrate: benchmark " + name + " reported nothing");
+  };
+  auto add = [&](std::vector<SizeTime>& to, double size, const std::string& name, double scale = 1) {
+    if (const auto t = get(name)) to.push_back({size, *t * scale});
+  };
+  for (const auto s : gemm_sizes) add(m.gemm, static_cast<double>(s), "gemm/" + std::to_string(s));
+  for (const auto s : byte_sizes) {
+    add(m.memory, static_cast<double>(s), "memory/" + std::to_string(s));
+    add(m.copy, static_cast<double>(s), "copy/" + std::to_string(s));
+    add(m.elementwise, static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4),
+        "elementwise/" + std::to_string(s));
+  }
+  m.kernel_us = get("kernel").value_or(0) * 1e6;
+  m.step_us = get("step").value_or(0) * 1e6;
+  m.small_all_reduce_2 = get("small_all_reduce_2").value_or(0);
+  m.small_all_reduce_n = n > 2 ? get("small_all_reduce_n").value_or(0) : m.small_all_reduce_2;
   for (const auto s : comm_sizes) {
     const auto d = static_cast<double>(s);
-    m.all_reduce.push_back({d, get("all_reduce/" + std::to_string(s))});
-    m.all_gather.push_back({d, get("all_gather/" + std::to_string(s))});
-    m.reduce_scatter.push_back({d, get("reduce_scatter/" + std::to_string(s))});
+    add(m.all_reduce, d, "all_reduce/" + std::to_string(s));
+    add(m.all_gather, d, "all_gather/" + std::to_string(s));
+    add(m.reduce_scatter, d, "reduce_scatter/" + std::to_string(s));
     // One message is half a ping-pong.
-    m.send_recv.push_back({d, get("send_recv/" + std::to_string(s)) / 2.0});
+    add(m.send_recv, d, "send_recv/" + std::to_string(s), 0.5);
   }
   return m;
 }

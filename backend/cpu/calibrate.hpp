@@ -18,6 +18,7 @@
 // (STRATA_BUILD_BENCH=ON); otherwise calibrate_available() is false and
 // measure_cpu() throws Error saying so. calibration_json() needs no
 // benchmark library.
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,10 @@ struct CalibrateOptions {
   // measured: per-rank throughput when this many ranks share the cores
   // (set it to the rank count of the plans to be validated).
   int ranks = 4;
+  // Set (by a signal handler): no benchmark starts after it; the one
+  // running ends its repetitions and measure_cpu returns what was measured,
+  // with `stopped`.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // One measured point: a size (square GEMM edge, or bytes) and the seconds
@@ -63,13 +68,18 @@ struct CpuMeasurements {
   std::vector<SizeTime> send_recv;  // one message of `size` bytes between two threads
   double kernel_us = 0;             // fixed cost of one op call (a 4x4x4 GEMM into a fresh tensor)
   double step_us = 0;               // starting and joining `ranks` threads (one step)
+  // `stop` ended the measurement: only `benchmarks_run` of `benchmarks`
+  // ran, the lists hold the points measured, an unmeasured scalar is 0.
+  // Such measurements cannot make a calibration (calibration_json refuses).
+  bool stopped = false;
+  int benchmarks = 0, benchmarks_run = 0;
 };
 
 // False when this build has no Google Benchmark (STRATA_BUILD_BENCH=OFF).
 bool calibrate_available();
 
 // Runs the microbenchmarks (quick: 2-3 s, full: about 100 s on the 2-core
-// development machine).
+// development machine), one at a time, checking opts.stop before each.
 // Sets OpenBLAS to one thread per call (as `strata run` does). Throws
 // Error when calibrate_available() is false.
 CpuMeasurements measure_cpu(const CalibrateOptions& opts);
@@ -82,12 +92,14 @@ CpuMeasurements measure_cpu(const CalibrateOptions& opts);
 // the small all-reduces. Efficiencies are clamped to the reader's limits
 // (caches make small buffers faster than the spec's DRAM bandwidth) and
 // to its rule that time never falls when the size grows; `source` lists
-// every clamp. `date` is an ISO 8601 date.
+// every clamp. `date` is an ISO 8601 date. Throws Error for stopped
+// measurements (a curve would be missing).
 std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& cluster,
                              const std::string& date);
 
 // What was measured, as a table: per size the time and rate per rank
-// thread (GFLOP/s, GB/s, bus GB/s), the collective latencies and overheads.
+// thread (GFLOP/s, GB/s, bus GB/s), the collective latencies and overheads;
+// for stopped measurements, the benchmarks run and those not.
 std::string render_measurements(const CpuMeasurements& m);
 
 // ${XDG_CACHE_HOME:-$HOME/.cache}/strata/cpu-calibration.json. Throws

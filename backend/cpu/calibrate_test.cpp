@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -116,6 +117,39 @@ TEST_CASE("cpu/calibrate: a cluster without the peaks the file is written agains
   auto cluster = cost::cluster_preset("cpu-local");
   cluster.node.intra_node_GBps = 0;
   CHECK_THROWS_AS(calibration_json(synthetic(), cluster, "2026-11-30"), Error);
+}
+
+TEST_CASE("cpu/calibrate: a stop requested before the first benchmark measures nothing and writes no calibration") {
+  // The flag is checked before each benchmark, so with it already set none
+  // runs: every list is empty, the count of registered benchmarks is kept,
+  // and calibration_json refuses (a curve would be missing).
+  const std::atomic<bool> stop{true};
+  if (!calibrate_available()) {  // a build without Google Benchmark refuses
+    CHECK_THROWS_AS(measure_cpu({.quick = true, .ranks = 2, .stop = &stop}), Error);
+    return;
+  }
+  const auto m = measure_cpu({.quick = true, .ranks = 2, .stop = &stop});
+  CHECK(m.stopped);
+  CHECK(m.benchmarks_run == 0);
+  CHECK(m.benchmarks > 0);
+  CHECK(m.gemm.empty());
+  CHECK(m.all_reduce.empty());
+  CHECK(m.kernel_us == 0);
+  CHECK_THROWS_AS(calibration_json(m, cost::cluster_preset("cpu-local"), "2026-12-03"), Error);
+  CHECK(render_measurements(m).find("stopped: 0 of " + std::to_string(m.benchmarks)) != std::string::npos);
+}
+
+TEST_CASE("cpu/calibrate: synthetic measurements marked stopped are refused with the counts named") {
+  auto m = synthetic();
+  m.stopped = true;
+  m.benchmarks = 40;
+  m.benchmarks_run = 12;
+  try {
+    (void)calibration_json(m, cost::cluster_preset("cpu-local"), "2026-12-03");
+    FAIL("a stopped measurement made a calibration");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("12 of 40") != std::string::npos);
+  }
 }
 
 }  // namespace

@@ -129,6 +129,20 @@ with tempfile.TemporaryDirectory() as tmp:
         except (ValueError, KeyError) as e:
             check(False, f"signal {sig}: no report: {e}: {out[:200]!r}")
         check(f"stopped by signal {int(sig)}" in err, err)
+    # calibrate stops after the benchmark in flight: the table of what it
+    # measured, nothing written (a calibration needs every curve), 128 + the
+    # signal. The full grid runs for minutes, so the signal comes mid-way.
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        out_cal = os.path.join(tmp, f"stopped-{int(sig)}.json")
+        p = subprocess.Popen([strata, "calibrate", "--backend", "cpu", "--ranks", "2", "--out", out_cal],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == code, f"calibrate, signal {sig}: exit {p.returncode}, expected {code}: {err}")
+        check("stopped: " in out and " benchmarks ran" in out, f"calibrate, signal {sig}: the table says it stopped: {out[:300]!r}")
+        check(not os.path.exists(out_cal), f"calibrate, signal {sig}: nothing written")
+        check("nothing written" in err and f"stopped by signal {int(sig)}" in err, err)
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
