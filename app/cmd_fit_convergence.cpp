@@ -29,6 +29,18 @@ struct FitArgs {
   report::Format format = report::Format::Table;
 };
 
+// Writes the fitted file (and plot) and returns what to print; `signal`
+// nonzero: a stopped fit, thrown as Interrupted once written.
+std::string write_fit(const FitArgs& a, const strategies::FitRecord& rec, int signal) {
+  const std::string file = report::fitted_convergence_json(rec);
+  report::write_file_atomically(a.out, file);
+  if (!a.plot.empty()) report::write_file_atomically(a.plot, report::fit_plot_svg(rec));
+  std::cerr << "fit-convergence: wrote " << a.out << (a.plot.empty() ? "" : " and " + a.plot) << "\n";
+  std::string out = a.format == report::Format::Json ? file : report::render_fit(rec, a.format, a.markdown);
+  if (signal != 0) throw Interrupted{std::move(out), signal};
+  return out;
+}
+
 // `cmd`: the parsed subcommand (--quick keeps the options given on the command line).
 std::string fit_convergence(const FitArgs& a, const Subcommand& cmd) {
   auto sc = load_plan_scenario(a.scenario, "fit-convergence");
@@ -59,15 +71,30 @@ std::string fit_convergence(const FitArgs& a, const Subcommand& cmd) {
     backend::cpu::refit(sc, rec, o.base);
   } else {
     backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+    // Ctrl-C or SIGTERM ends the training at the next step: the run in
+    // flight is dropped and the runs finished are fitted and written when
+    // they can be (a note in the file says so); else nothing is written.
+    // Either way the exit status is 128 + the signal.
+    const StopOnSignal stop;
+    o.stop = stop.flag();
     rec = backend::cpu::fit_convergence(sc, o, [](const std::string& line) {
       std::fprintf(stderr, "%s\n", line.c_str());
     });
+    if (rec.stopped) {
+      const auto runs = rec.input.runs.size();
+      try {
+        backend::cpu::refit(sc, rec, o.base);
+      } catch (const Error& e) {
+        std::cerr << "fit-convergence: stopped after " << runs << " run" << (runs == 1 ? "" : "s")
+                  << ", which cannot be fitted (" << e.what() << "); nothing written\n";
+        throw Interrupted{"", stop.signal()};
+      }
+      rec.outcome.notes.push_back("stopped by signal " + std::to_string(stop.signal()) + " after " +
+                                  std::to_string(runs) + " runs: the fit has fewer runs than asked for");
+      return write_fit(a, rec, stop.signal());
+    }
   }
-  const std::string file = report::fitted_convergence_json(rec);
-  report::write_file_atomically(a.out, file);
-  if (!a.plot.empty()) report::write_file_atomically(a.plot, report::fit_plot_svg(rec));
-  std::cerr << "fit-convergence: wrote " << a.out << (a.plot.empty() ? "" : " and " + a.plot) << "\n";
-  return a.format == report::Format::Json ? file : report::render_fit(rec, a.format, a.markdown);
+  return write_fit(a, rec, 0);
 }
 
 std::string default_settings() {

@@ -134,6 +134,9 @@ struct FitRecord {
   double entropy_rate = 0;  // of the corpus: the best expected loss
   std::int64_t eval_sequences = 0;
   std::vector<std::string> skipped;  // settings the executor does not run
+  // A stop request ended the training early: `input.runs` holds the runs
+  // that finished, `outcome` is not fitted. Not part of the file.
+  bool stopped = false;
 };
 
 }  // namespace strata::strategies

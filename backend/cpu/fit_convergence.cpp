@@ -1,6 +1,7 @@
 #include "backend/cpu/fit_convergence.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -75,10 +76,11 @@ std::optional<std::string> cannot_run(const Scenario& r) {
   return Executor::unsupported(r);
 }
 
-// Trains until the held-out loss reaches every target or `cap` steps.
-std::vector<std::optional<double>> steps_to_targets(const Scenario& r, const MarkovCorpus& corpus,
-                                                    const EvalSet& eval, const std::vector<double>& targets,
-                                                    double lr, std::uint64_t seed, std::int64_t cap) {
+// Trains until the held-out loss reaches every target or `cap` steps;
+// nothing when `stop` is set before then (the run is unfinished).
+std::optional<std::vector<std::optional<double>>> steps_to_targets(
+    const Scenario& r, const MarkovCorpus& corpus, const EvalSet& eval, const std::vector<double>& targets,
+    double lr, std::uint64_t seed, std::int64_t cap, const std::atomic<bool>* stop) {
   Executor ex(r, {.seed = seed, .lr = static_cast<float>(lr)});
   TrackingAllocator alloc;
   GptModel judge(r.model, alloc, seed);
@@ -101,6 +103,7 @@ std::vector<std::optional<double>> steps_to_targets(const Scenario& r, const Mar
   double prev_loss = held_out_loss();
   std::int64_t prev_step = 0;
   for (std::int64_t step = 1; step <= cap; ++step) {
+    if (stop && stop->load()) return std::nullopt;
     corpus.sample(tokens, next, batch, r.model.seq_len, rng);
     ex.step(tokens, next);
     if (step % every != 0 && step != cap) continue;
@@ -194,12 +197,20 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
   in.held_out = o.held_out;
 
   const double b0 = static_cast<double>(*std::min_element(o.batches.begin(), o.batches.end()));
+  // After a stop request no run starts and the unfinished one is dropped.
   auto run = [&](const FitSetting& s, std::int64_t b, double lr, std::int64_t cap) {
     const Scenario r = run_scenario(sc, s, b);
-    for (int seed = 1; seed <= o.seeds; ++seed) {
+    for (int seed = 1; seed <= o.seeds && !rec.stopped; ++seed) {
       const auto t0 = Clock::now();
       FitRun fr{s.name, b, lr, static_cast<std::uint64_t>(seed), cap, {}};
-      fr.steps = steps_to_targets(r, corpus, eval, targets, lr, fr.seed, cap);
+      auto steps = steps_to_targets(r, corpus, eval, targets, lr, fr.seed, cap, o.stop);
+      if (!steps) {
+        rec.stopped = true;
+        say("fit-convergence: " + s.name + ", batch " + std::to_string(b) + ", seed " + std::to_string(seed) +
+            ": stopped (dropped)");
+        break;
+      }
+      fr.steps = std::move(*steps);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       say("fit-convergence: " + s.name + ", batch " + std::to_string(b) + ", lr " + fmt("%.3g", lr) +
           ", seed " + std::to_string(seed) + ": " +
@@ -211,6 +222,7 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
 
   const FitSetting& base = in.settings.front();
   for (const auto b : o.batches) {
+    if (rec.stopped) break;
     const double centre = strategies::lr_at_batch({o.lr, o.lr_scaling, 0, {}}, static_cast<double>(b), b0);
     std::vector<double> grid = o.lr_grid;
     std::sort(grid.begin(), grid.end());
@@ -221,12 +233,13 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
       const auto cap = std::isfinite(best) ? std::min<std::int64_t>(o.max_steps, static_cast<std::int64_t>(std::ceil(2 * best)))
                                            : o.max_steps;
       run(base, b, lr, cap);
+      if (rec.stopped) return;
       mean[mult] = strategies::mean_steps_to_target(in, base.name, b, lr);
       best = std::min(best, mean[mult]);
     };
     for (double m : grid) attempt(m);
     // A winner at an end of the grid: one more step of 2x beyond it, twice at most.
-    for (int extra = 0; extra < 2 && grid.size() > 1; ++extra) {
+    for (int extra = 0; extra < 2 && grid.size() > 1 && !rec.stopped; ++extra) {
       const auto win = std::min_element(mean.begin(), mean.end(),
                                         [](const auto& a, const auto& c) { return a.second < c.second; });
       if (!std::isfinite(win->second)) break;
@@ -240,6 +253,7 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
   for (std::size_t i = 1; i < in.settings.size(); ++i) {
     const FitSetting& s = in.settings[i];
     for (const auto b : o.batches) {
+      if (rec.stopped) break;
       const double lr = *strategies::best_lr(in, b);
       const double base_steps = strategies::mean_steps_to_target(in, base.name, b, lr);
       const auto cap = std::isfinite(base_steps)
@@ -248,7 +262,7 @@ strategies::FitRecord fit_convergence(const Scenario& sc, const FitConvergenceOp
       run(s, b, lr * s.lr_multiplier, cap);
     }
   }
-  refit(sc, rec, o.base);
+  if (!rec.stopped) refit(sc, rec, o.base);
   return rec;
 }
 

@@ -17,6 +17,7 @@
 // step of 2x beyond an end of the grid that wins (twice at most), keeping
 // the rate with the fewest mean steps; each setting runs at that rate (times
 // its own @ multiplier). Constant rates, no warmup.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -48,14 +49,19 @@ struct FitConvergenceOptions {
   std::uint64_t corpus_seed = 1;
   double sharpness = 2;
   strategies::ConvergenceModel base;  // penalties of what is not measured
+  // Set (by a signal handler): no run starts after it, the run in flight is
+  // dropped at its next step, and fit_convergence returns the runs finished
+  // with `stopped` set and nothing fitted (the caller may refit them).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // The settings measured when none are given, in this order.
 std::vector<std::string> default_fit_settings();
 
-// Trains and fits. `log` (optional) sees one line per run. Throws
-// InputError for a scenario or setting the executor cannot run, or batches
-// the plan cannot split; Error when the baseline cannot be fitted.
+// Trains and fits (unless stopped: see `stop`). `log` (optional) sees one
+// line per run. Throws InputError for a scenario or setting the executor
+// cannot run, or batches the plan cannot split; Error when the baseline
+// cannot be fitted.
 strategies::FitRecord fit_convergence(const strategies::Scenario& sc, const FitConvergenceOptions& o,
                                       const std::function<void(const std::string&)>& log = {});
 

@@ -8,7 +8,10 @@ Usage: check_fit.py STRATA TINY_FIT_SCENARIO
   same bytes on a second run and with --refit of its measurements;
 - a scenario naming the fitted file with its target loss simulates, and its
   steps_to_target is S_min (1 + B_noise/B) rounded up;
-- bad options are exit 2 with the rule on stderr and no file written.
+- bad options are exit 2 with the rule on stderr and no file written;
+- a signal mid-fit drops the run in flight and writes the fit of the runs
+  finished (with a note), or nothing when they cannot be fitted; exit 128 +
+  the signal.
 """
 import json
 import math
@@ -89,6 +92,48 @@ def main():
             p = run("fit-convergence", SCENARIO, "--quick", "--out", bad, *args, code=2)
             check(rule in p.stderr, f"{args}: expected {rule!r} on stderr, got {p.stderr!r}")
             check(not os.path.exists(bad), f"{args}: nothing written")
+        # SIGINT/SIGTERM end the training at the next step, dropping the run
+        # in flight. A run that never reaches its target (a rate 1e4 times too
+        # small, capped at 1000x the baseline's steps) is in flight once the
+        # four baseline runs are logged: those four are fitted and written,
+        # with a note, and the exit is 128 + the signal.
+        import signal
+        import time
+        stopped = os.path.join(tmp, "stopped.json")
+        p = subprocess.Popen([STRATA, "fit-convergence", SCENARIO, "--quick", "--lr", "0.01", "--settings",
+                              "topk:0.01:noef@0.0001", "--setting-cap", "1000", "--max-steps", "10000000",
+                              "--out", stopped, "--format", "json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err = []
+        for line in p.stderr:
+            err.append(line)
+            if line.startswith("fit-convergence: none, batch 32"):
+                p.send_signal(signal.SIGTERM)
+                break
+        out, rest = p.communicate(timeout=120)
+        err = "".join(err) + rest
+        check(p.returncode == 143, f"SIGTERM mid-fit: exit {p.returncode}, expected 143: {err}")
+        check("stopped (dropped)" in err and "stopped by signal 15" in err, err)
+        with open(stopped) as f:
+            check(f.read() == out, "a stopped fit prints the file it wrote")
+        j = json.loads(out)
+        check(len(j["measurements"]) == 4 and all(m["setting"] == "none" for m in j["measurements"]),
+              f"the four baseline runs measured: {j['measurements']}")
+        check(any("stopped by signal 15 after 4 runs" in n for n in j["fit"]["notes"]), "a note says it stopped")
+        # Stopped before two batch sizes finished (a rate so small that the
+        # first run never reaches its target): nothing can be fitted, nothing
+        # is written.
+        nothing = os.path.join(tmp, "nothing.json")
+        p = subprocess.Popen([STRATA, "fit-convergence", SCENARIO, "--quick", "--lr", "1e-8",
+                              "--max-steps", "10000000", "--out", nothing],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        check(p.returncode == 130, f"SIGINT: exit {p.returncode}, expected 130: {err}")
+        check(out == "" and "cannot be fitted" in err and "nothing written" in err, err)
+        check(not os.path.exists(nothing), "nothing written when the runs cannot be fitted")
+
         print(f"fit-convergence: S_min {fit['S_min_steps']['value']}, B_noise {fit['B_noise_tokens']['value']} "
               f"tokens, held-out error {fit['fit']['held_out_error']['max']}")
     finally:
