@@ -969,48 +969,43 @@ document.documentElement.setAttribute('data-report-ready','1');
 
 // ---------------------------------------------------------------- Markdown --
 
-// Inline Markdown text: characters with a meaning escaped, HTML as entities,
-// control characters shown as \xNN.
+// Each line through printable (report/table.hpp): C0 and C1 controls,
+// bidirectional overrides and bytes that are not UTF-8 shown as \xNN or
+// \u{NNNN}, so a name cannot reorder or hide what a reader sees.
+std::string printable_lines(std::string_view s) {
+  std::string out;
+  for (std::size_t at = 0;;) {
+    const std::size_t nl = s.find('\n', at);
+    out += printable(s.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at));
+    if (nl == std::string_view::npos) return out;
+    out += '\n';
+    at = nl + 1;
+  }
+}
+
+// Inline Markdown text: printable_lines with the line breaks as spaces,
+// characters with a meaning escaped, HTML as entities.
 std::string md(std::string_view s) {
   std::string out;
-  for (unsigned char c : s) {
+  for (const char c : printable_lines(s)) {
     switch (c) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '&': out += "&amp;"; break;
       case '\\': case '`': case '*': case '_': case '[': case ']': case '|': case '#': case '!':
         out += '\\';
-        out += static_cast<char>(c);
+        out += c;
         break;
       case '\n': out += ' '; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\\\x%02x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+      default: out += c;
     }
   }
   return out;
 }
 
-// Table cells: control characters shown as \xNN before to_markdown escapes.
+// Table cells: printable_lines before to_markdown escapes.
 Table visible(Table t) {
-  auto fix = [](std::string& s) {
-    std::string out;
-    for (unsigned char c : s) {
-      if ((c < 0x20 && c != '\n') || c == 0x7f) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\x%02x", c);
-        out += buf;
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
-    s = out;
-  };
+  auto fix = [](std::string& s) { s = printable_lines(s); };
   for (auto& c : t.columns) fix(c);
   for (auto& r : t.rows)
     for (auto& c : r) fix(c);

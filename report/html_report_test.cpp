@@ -236,6 +236,16 @@ TEST_CASE("Markdown and CSV escape input strings") {
   CHECK(markdown.find("<script>") == std::string::npos);
   CHECK(markdown.find("model &lt;script&gt;alert(\"x\")&lt;/script&gt; &amp; 'q'\\\\x07") != std::string::npos);
   CHECK(markdown.find('\x07') == std::string::npos);
+  // A right-to-left override (U+202E) would reorder what follows it, a raw
+  // 0x9b byte is a terminal's CSI: both shown as escapes, in the title and
+  // in the tables.
+  ReportData b = sample();
+  b.model = "m\xe2\x80\xae evil \x9b x";
+  const std::string bidi = report_markdown(b);
+  CHECK(bidi.find("\xe2\x80\xae") == std::string::npos);
+  CHECK(bidi.find('\x9b') == std::string::npos);
+  CHECK(bidi.find("# Strata report: m\\\\u{202e} evil \\\\x9b x") != std::string::npos);
+  CHECK(bidi.find("| model | m\\\\u{202e} evil \\\\x9b x |") != std::string::npos);
 
   ReportData c = sample();
   c.axes[1].name = "=cmd,\"x\"";  // a hostile axis name becomes a CSV heading
