@@ -103,7 +103,18 @@ TEST_CASE("coarse: equal to the layer level wherever nothing inside a microbatch
             CHECK(coarse.breakdown.recompute == layer.breakdown.recompute);
             CHECK(std::abs(static_cast<double>(coarse.breakdown.bubble - layer.breakdown.bubble)) <=
                   0.01 * static_cast<double>(layer.step_time));
-            CHECK(coarse.tasks < layer.tasks);
+            // Each chunk's microbatch whose backward comes last runs per
+            // layer; so does the one of its first forward when ZeRO-1/2's
+            // weight gathers wait in it (overlap_param_gather): the rest
+            // merge. With two microbatches of such a plan nothing does,
+            // unless the two are one (GPipe's last backward is of the
+            // first microbatch).
+            const bool gathers = sc.plan.dp > 1 && sc.plan.zero >= 1 && sc.plan.zero <= 2 &&
+                                 sc.plan.implementation.overlap_param_gather;
+            if (microbatches(sc.plan, sc.batch) > (gathers ? 2 : 1))
+              CHECK(coarse.tasks < layer.tasks);
+            else
+              CHECK(coarse.tasks <= layer.tasks);
             if (sc.plan.recompute == Recompute::Optimal) {
               const std::string keeps = keeps_pattern(plan_layers(sc, costs).keeps);
               mixed += keeps.find('A') != std::string::npos && keeps.find('I') != std::string::npos;
@@ -136,9 +147,12 @@ TEST_CASE("coarse: without a pipeline no send is priced, so a node without an in
 
 TEST_CASE("coarse: ZeRO-3 and activation offload folded in are bounds on the layer level") {
   // A folded pass waits for no transfer queued behind another pass's, so
-  // the chunk level is never slower than the layer level (within 0.5 %: the
-  // last microbatch, run layer by layer, meets the folded ones' transfers);
-  // the explorer replays the plans it keeps per layer.
+  // the chunk level is never slower than the layer level but for what a
+  // folded pass cannot prefetch across its start: the last microbatch, run
+  // layer by layer, meets the folded ones' transfers, and a folded pass's
+  // first ZeRO-3 gather is exposed where the layer level issues it during
+  // the pass before (within 1 % on this matrix); the explorer replays the
+  // plans it keeps per layer.
   double worst = 0, most_optimistic = 0;
   int compared = 0;
   for (const char* pp : {"1", "2", "4"})
@@ -172,7 +186,7 @@ TEST_CASE("coarse: ZeRO-3 and activation offload folded in are bounds on the lay
             const double err = (coarse - layer) / layer;
             worst = std::max(worst, std::abs(err));
             most_optimistic = std::min(most_optimistic, err);
-            CHECK(err <= 0.005);
+            CHECK(err <= 0.01);
             ++compared;
           }
   MESSAGE("folded plans: " << compared << ", worst |error| " << 100 * worst << " %, most optimistic "

@@ -343,6 +343,25 @@ class StepBuilder : StepLayout {
   }
 
   bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
+  // ZeRO-1/2 with implementation.overlap_param_gather (Megatron-LM's
+  // --overlap-param-gather): the all-gather of the weights the optimizer
+  // updated runs during the next step's first forward, each layer's
+  // forward waiting for its own weights (distributed_data_parallel.py's
+  // forward pre-hooks). In the steady state that is the first forward of
+  // each model chunk waiting for gathers issued at the step's start. An
+  // executor's steps do not overlap (Scenario::executed): its program keeps
+  // the gather at the step's end.
+  bool gather_in_forward() const {
+    return !sc_.executed && plan_.dp > 1 && plan_.zero >= 1 && plan_.zero <= 2 &&
+           plan_.implementation.overlap_param_gather;
+  }
+  // The previous step's gather of `params` weights, for the first forward
+  // of a chunk: on the communication lane from the step's start.
+  std::int32_t weight_gather(double params, Part part, std::int64_t layer) {
+    return task(sim::TaskKind::Collective, sim::Lane::Comm,
+                costs_.collective(Collective::AllGather, Group::DP, static_cast<Bytes>(params * per_.weights)),
+                sim::Phase::Comm, CommKind::DP, info(TaskOp::GatherWeights, part, layer));
+  }
 
   // Blocking tensor-, context- and expert-parallel communication of a layer
   // (a recompute reruns the forward's).
@@ -432,6 +451,7 @@ class StepBuilder : StepLayout {
                                       std::move(offloaded_), std::move(buffers_), std::move(last_bwd_of_layer_));
     const bool was_merging = merge_;
     merge_ = false;
+    folding_ = true;
     stage_ = 0;
     out_.stages = 1;
     out_.gpu_capacity = {0};
@@ -473,6 +493,7 @@ class StepBuilder : StepLayout {
     std::tie(stage_, step_first_, last_compute_, embedding_bwd_, head_bwd_) = keep_state;
     std::tie(recent_, recent_fetch_, zero3_reduced_, offloaded_, buffers_, last_bwd_of_layer_) = std::move(keep_lists);
     merge_ = was_merging;
+    folding_ = false;
     cached = sp;
     return *cached;
   }
@@ -596,6 +617,11 @@ class StepBuilder : StepLayout {
   void forward(int k, int mb) {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
+    // The chunk's first forward of the step waits for its weights.
+    const bool gathers = gather_in_forward() && !folding_ && !weights_gathered_[static_cast<std::size_t>(k)];
+    if (gathers) weights_gathered_[static_cast<std::size_t>(k)] = 1;
+    const std::int32_t embedding_weights =
+        k == 0 && gathers ? weight_gather(static_cast<double>(chain_.embedding.params()), Part::Embedding, -1) : kNone;
     if (k == 0 && !cpu_)
       compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
@@ -607,11 +633,13 @@ class StepBuilder : StepLayout {
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
               {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes()), out}, {out}});
     }
+    if (k == 0) dep(embedding_weights, last_compute_);
     const bool sends = k + 1 < static_cast<int>(chunks_.size());
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
       if (zero3()) gather = param_gather(layer, mb, Pass::Forward);
+      if (gathers) gather = weight_gather(static_cast<double>(chain_.block.params()), Part::Layer, layer);
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       const std::int32_t f = compute(costs_.layer(chain_.block, Pass::Forward), sim::Phase::Fwd,
@@ -643,9 +671,14 @@ class StepBuilder : StepLayout {
         offloaded_[code(BufKind::ActHost, layer, mb)] = c;
       }
     }
-    if (k + 1 == static_cast<int>(chunks_.size()))
-      compute(costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd, info(TaskOp::Forward, Part::Head, -1, mb),
-              CommKind::None, {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
+    if (k + 1 == static_cast<int>(chunks_.size())) {
+      const std::int32_t head_weights =
+          gathers ? weight_gather(static_cast<double>(chain_.head.params()), Part::Head, -1) : kNone;
+      const std::int32_t h = compute(costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
+                                     info(TaskOp::Forward, Part::Head, -1, mb), CommKind::None,
+                                     {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
+      dep(head_weights, h);
+    }
   }
 
   void backward(int k, int mb) {
@@ -669,6 +702,11 @@ class StepBuilder : StepLayout {
     }
     const std::span<const Keep> keeps = chunk_keeps(k);
     std::vector<std::int32_t> bwd_of(static_cast<std::size_t>(n), kNone);
+    // ZeRO-3: the gather of the layer whose backward comes next is issued
+    // after this layer's backward and before its reduce-scatter (FSDP and
+    // DeepSpeed prefetch ahead of the reduction), so on the in-order
+    // communication lane it does not queue behind this layer's reduction.
+    std::int32_t next_gather = zero3() && n > 0 ? param_gather(first + n - 1, mb, Pass::Backward) : kNone;
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const std::int64_t layer = first + i;
       const Keep keep = keeps[static_cast<std::size_t>(i)];
@@ -680,7 +718,7 @@ class StepBuilder : StepLayout {
         ready[0] = prefetch_activations(layer, mb, i, n, swapped, bwd_of);
         saved = BufKind::ActBack;
       }
-      if (zero3()) ready[1] = param_gather(layer, mb, Pass::Backward);
+      if (zero3()) ready[1] = next_gather;
       if (plan_.offload.weights) ready[2] = weight_fetch(layer, mb, Pass::Backward);
       auto wait = [&](std::int32_t t) {
         for (auto r : ready) dep(r, t);
@@ -743,6 +781,7 @@ class StepBuilder : StepLayout {
       bwd_of[static_cast<std::size_t>(i)] = b;
       layer_comm(layer, mb, Pass::Backward);
       last_bwd_of_layer_[static_cast<std::size_t>(layer)] = last_compute_;
+      if (zero3() && i > 0) next_gather = param_gather(layer - 1, mb, Pass::Backward);
       if (zero3()) {
         // ZeRO-3 (DeepSpeed, PyTorch FSDP) reduce-scatters each layer's
         // gradients after every microbatch's backward, overlapped with the
@@ -781,7 +820,11 @@ class StepBuilder : StepLayout {
   }
 
   // ZeRO-3: all-gather a layer's parameters on the communication lane, one
-  // layer ahead of its use (prefetch depth 1).
+  // layer ahead of its use (prefetch depth 1) with
+  // implementation.overlap_param_gather; without it (no prefetch: FSDP's
+  // forward_prefetch/backward_prefetch off, DeepSpeed's
+  // stage3_prefetch_bucket_size 0) once the compute lane finished the layer
+  // before, so the gather is exposed.
   std::int32_t param_gather(std::int64_t layer, int mb, Pass pass) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
     const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm,
@@ -794,6 +837,7 @@ class StepBuilder : StepLayout {
     }
     // It may start once the compute lane reached the layer before the previous one.
     if (recent_.size() >= 2) dep(recent_[recent_.size() - 2], g);
+    if (!plan_.implementation.overlap_param_gather) dep(last_compute_, g);
     recent_.push_back(last_compute_);
     return g;
   }
@@ -888,6 +932,15 @@ class StepBuilder : StepLayout {
       for (const Step& st : steps)
         if (st.pass == Pass::Backward)
           fine_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
+    // So does the microbatch of each chunk's first forward when its layers
+    // wait for their weights (gather_in_forward), forward and backward.
+    std::vector<int> gather_mb(chunks_.size(), -1);
+    if (merge_ && gather_in_forward())
+      for (const Step& st : steps) {
+        int& mb = gather_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))];
+        if (st.pass == Pass::Forward && mb < 0) mb = st.microbatch;
+      }
+    weights_gathered_.assign(chunks_.size(), 0);
     chunk_ = -1;
     if (const Time t = costs_.overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
@@ -900,7 +953,8 @@ class StepBuilder : StepLayout {
       const std::int32_t blocking_send = plan_.implementation.overlap_p2p ? kNone : pending_send_;
       pending_send_ = kNone;
       const std::size_t at = slot(k, st.microbatch);
-      const bool whole = merge_ && st.microbatch != fine_mb[static_cast<std::size_t>(k)];
+      const bool whole = merge_ && st.microbatch != fine_mb[static_cast<std::size_t>(k)] &&
+                         st.microbatch != gather_mb[static_cast<std::size_t>(k)];
       // The framework's work before the pass (a merged pass holds it).
       const Time framework = std::max<Time>(0, costs_.overhead_per_microbatch());
       if (framework > 0 && !whole)
@@ -1132,8 +1186,9 @@ class StepBuilder : StepLayout {
                                      CommKind::DP, info(TaskOp::PsPull, Part::None));
       dep(stepped, pull);
     }
-    if (dp && plan_.zero >= 1 && plan_.zero <= 2) {
-      // The distributed optimizer's all-gather of updated weights.
+    if (dp && plan_.zero >= 1 && plan_.zero <= 2 && !gather_in_forward()) {
+      // The distributed optimizer's all-gather of updated weights (with
+      // overlap_param_gather, in the next step's first forward instead).
       const std::int32_t ag = comm(costs_.collective(Collective::AllGather, Group::DP,
                                                      static_cast<Bytes>(params * per_.weights)),
                                    CommKind::DP, info(TaskOp::GatherWeights, Part::None));
@@ -1277,6 +1332,8 @@ class StepBuilder : StepLayout {
   StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
+  bool folding_ = false;    // fold_pass is replaying a pass alone
+  std::vector<char> weights_gathered_;  // by model chunk: its first forward of the stage waited (gather_in_forward)
   bool cpu_ = false;        // the CPU backend's kernels' buffers (Scenario::kernel_memory)
   std::array<std::int32_t, sim::kMemTagCount> cpu_static_{};  // the stage's static buffers by tag (CPU)
   std::vector<CpuBucket> cpu_buckets_;                        // the stage's buckets (CPU)

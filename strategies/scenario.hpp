@@ -45,6 +45,12 @@ struct Scenario {
   std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path
   KernelMemory kernel_memory = KernelMemory::Gpu;
+  // Lowered for an executor (set by the executors and the predictions
+  // beside their measurements, never read from a file): its steps run one
+  // after another, so nothing of a step overlaps the next, and ZeRO-1/2's
+  // weight gather stays at the step's end under
+  // implementation.overlap_param_gather.
+  bool executed = false;
   // The software stack that runs the plan ("stack", stack.hpp): its
   // settings are in plan.implementation wherever the scenario's own
   // plan.implementation keys (`implementation_keys`) do not set them.

@@ -54,7 +54,12 @@ std::string what(const ProgramTask& t, const TaskInfo& i) {
     case TaskOp::OptimizerStep: return "optimizer-step";
     case TaskOp::StatesToNvme: return "states-to-nvme";
     case TaskOp::WeightsToDevice: return "weights-to-device";
-    case TaskOp::GatherWeights: return "dp-gather-weights";
+    case TaskOp::GatherWeights:
+      // At the step's end all of them; in the first forward (overlap_param_gather) per part.
+      if (i.part == Part::Layer) return "dp-gather-weights/L" + std::to_string(i.layer);
+      if (i.part == Part::Embedding) return "dp-gather-weights/embedding";
+      if (i.part == Part::Head) return "dp-gather-weights/head";
+      return "dp-gather-weights";
     case TaskOp::CompressEncode: return "compress-encode";
     case TaskOp::CompressRound: return "dp-compressed/round" + std::to_string(i.round);
     case TaskOp::CompressDecode: return "compress-decode";

@@ -42,8 +42,10 @@ const std::array kTable{
                yes("one process per GPU (mpirun or srun), NCCL")},
     Capability{"zero12", "parallelism", "ZeRO-1 and ZeRO-2 (optimizer states, + gradients sharded)",
                [](const Scenario& s) { return zero(s) && s.plan.zero <= 2; },
-               yes("reduce-scatter, sharded step, all-gather of weights; ZeRO-2 keeps whole gradients through "
-                   "backward, as ZeRO-1"),
+               yes("reduce-scatter, sharded step, all-gather of weights at the step's end (steps run one after "
+                   "another, so overlap_param_gather does not move it into the next forward; the prediction "
+                   "beside the measurement prices it there); ZeRO-2 keeps whole gradients through backward, "
+                   "as ZeRO-1"),
                yes("as on the CPU backend, over NCCL")},
     Capability{"zero3", "parallelism", "ZeRO-3 (parameters sharded, gathered per layer)",
                [](const Scenario& s) { return zero(s) && s.plan.zero >= 3; },

@@ -92,7 +92,9 @@ TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainO
 
   r.ranks = ex.ranks();
   r.tasks_per_step = static_cast<std::int64_t>(ex.lowered().graph.num_tasks());
-  r.predicted_step_s = to_seconds(strategies::predict_step(sc).step_time);
+  strategies::Scenario as_run = sc;  // steps one after another, as the executor runs them
+  as_run.executed = true;
+  r.predicted_step_s = to_seconds(strategies::predict_step(as_run).step_time);
   r.memory.resize(static_cast<std::size_t>(r.ranks));
   r.steps_asked = opts.steps;
 

@@ -168,13 +168,16 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
   r.tp = sc.plan.tp;
   r.pp = sc.plan.pp;
 
-  // Predicted, with the calibration the executor's lowering reads too.
-  const strategies::ModelStepCosts costs(sc);
+  // Predicted, with the calibration the executor's lowering reads too, for
+  // steps run one after another as the executor runs them.
+  strategies::Scenario as_run = sc;
+  as_run.executed = true;
+  const strategies::ModelStepCosts costs(as_run);
   const auto& cal = costs.calibration();
   r.calibration = cal.machine + " (" + cal.backend + ", " + cal.date + ")";
   sim::RunResult run;
   strategies::LoweredStep low;
-  const auto pr = strategies::predict_step(sc, costs, &run, &low);
+  const auto pr = strategies::predict_step(as_run, costs, &run, &low);
   r.predicted.step_time_s = to_seconds(pr.step_time);
 
   // Measured.

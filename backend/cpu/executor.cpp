@@ -268,6 +268,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   strategies::require_valid_plan(sc);
   // The lowering declares what this backend's kernels hold.
   sc.kernel_memory = strategies::KernelMemory::Cpu;
+  sc.executed = true;
   const auto& plan = sc.plan;
   low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
   if (low.info.size() != low.graph.num_tasks())

@@ -273,6 +273,7 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc,
 
 Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     : sc(s), opt(o), dev(o.device) {
+  sc.executed = true;  // its steps run one after another
   const auto& plan = sc.plan;
   low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
   const auto& tasks = low.graph.tasks();
