@@ -264,8 +264,9 @@ TEST_CASE("explore: a scenario without a space is its one plan") {
 TEST_CASE("equivalent plans score alike: one score per equivalence class gives every plan its own figures") {
   // Spaces with every setting equivalence_key drops: recompute none,
   // selective (flash attention: keeps what none keeps) and optimal (which
-  // keeps everything where it fits), offload planners, p2p overlap at pp 1
-  // and gradient-reduce overlap at dp 1. Scored plan by plan, the plans of
+  // keeps everything where it fits), offload planners, p2p overlap at pp 1,
+  // gradient-reduce overlap at dp 1 and parameter-gather overlap without
+  // ZeRO or at dp 1. Scored plan by plan, the plans of
   // one class have equal step times and equal memory, stage by stage and tag
   // by tag; scored one per class, the explorer's figures are the same.
   const char* scenarios[] = {
@@ -274,7 +275,8 @@ TEST_CASE("equivalent plans score alike: one score per equivalence class gives e
           "space": {"tp": [1, 2, 8], "pp": [1, 2], "zero": [0, 1, 3], "recompute": ["none", "selective", "optimal", "full"],
                     "offload": ["none", "activations"], "offload.planner": ["all", "priority"],
                     "implementation.overlap_p2p": [false, true],
-                    "implementation.overlap_grad_reduce": [false, true]}})",
+                    "implementation.overlap_grad_reduce": [false, true],
+                    "implementation.overlap_param_gather": [false, true]}})",
       R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 32, "micro": 2},
           "plan": {"optimizer": "adamw", "implementation": {"attention": "standard"}},
           "space": {"tp": [1, 4], "pp": [1, 2, 4], "schedule": ["1f1b", "gpipe"], "recompute": ["none", "selective", "optimal"],
