@@ -342,7 +342,9 @@ class StepBuilder : StepLayout {
     present = kNone;
   }
 
-  bool zero3() const { return plan_.zero >= 3 && plan_.dp > 1; }
+  // ZeRO shards over dp · cp (zero_shards); the CPU executor runs ZeRO only
+  // with cp 1, where that is dp, so its buffers below count dp.
+  bool zero3() const { return plan_.zero >= 3 && zero_shards(plan_) > 1; }
   // ZeRO-1/2 with implementation.overlap_param_gather (Megatron-LM's
   // --overlap-param-gather): the all-gather of the weights the optimizer
   // updated runs during the next step's first forward, each layer's
@@ -352,7 +354,7 @@ class StepBuilder : StepLayout {
   // executor's steps do not overlap (Scenario::executed): its program keeps
   // the gather at the step's end.
   bool gather_in_forward() const {
-    return !sc_.executed && plan_.dp > 1 && plan_.zero >= 1 && plan_.zero <= 2 &&
+    return !sc_.executed && zero_shards(plan_) > 1 && plan_.zero >= 1 && plan_.zero <= 2 &&
            plan_.implementation.overlap_param_gather;
   }
   // The previous step's gather of `params` weights, for the first forward
@@ -1102,7 +1104,7 @@ class StepBuilder : StepLayout {
       dep(end_of_backward, t);
       reduced.push_back(t);
     }
-    const double shard = plan_.zero >= 1 ? static_cast<double>(plan_.dp) : 1.0;
+    const double shard = plan_.zero >= 1 ? static_cast<double>(zero_shards(plan_)) : 1.0;
     const double local = params / shard;
     const bool on_host = plan_.offload.optimizer != OffloadTarget::None;
     std::int32_t stepped;
@@ -1186,7 +1188,7 @@ class StepBuilder : StepLayout {
                                      CommKind::DP, info(TaskOp::PsPull, Part::None));
       dep(stepped, pull);
     }
-    if (dp && plan_.zero >= 1 && plan_.zero <= 2 && !gather_in_forward()) {
+    if (zero_shards(plan_) > 1 && plan_.zero >= 1 && plan_.zero <= 2 && !gather_in_forward()) {
       // The distributed optimizer's all-gather of updated weights (with
       // overlap_param_gather, in the next step's first forward instead).
       const std::int32_t ag = comm(costs_.collective(Collective::AllGather, Group::DP,

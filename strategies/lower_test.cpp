@@ -4,9 +4,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
+#include "strategies/step_program.hpp"
 #include "strategies/unit_costs_testing.hpp"
 
 namespace strata::strategies {
@@ -151,6 +153,24 @@ TEST_CASE("ZeRO-1 with overlap_param_gather: the weight gather overlaps the firs
   executed.executed = true;
   GatherCosts ex_costs;
   CHECK(predict_step(executed, ex_costs).step_time == off.step_time);
+}
+
+TEST_CASE("ZeRO at dp 1 with cp 8 shards over the cp ranks: the weights are gathered") {
+  // The gradients are reduced over dp · cp = 8 ranks, so ZeRO-1 steps an
+  // eighth and gathers the updated weights (once, after the step, without
+  // overlap_param_gather); ZeRO-3 gathers every layer in the forward and
+  // again in the backward of each of the m = 16 microbatches (global 16 over
+  // dp 1: context parallelism splits sequences, not the batch); ZeRO-0
+  // gathers nothing.
+  const auto gathers = [](const std::string& plan) {
+    const StepProgram p = build_step_program(unit_scenario(plan, 16), UnitCosts{}, Granularity::Layer);
+    return std::count_if(p.info.begin(), p.info.end(), [](const TaskInfo& i) {
+      return i.op == TaskOp::GatherWeights || i.op == TaskOp::Zero3Gather;
+    });
+  };
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 0}") == 0);
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 1, \"implementation\": {\"overlap_param_gather\": false}}") == 1);
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 3}") == 2 * 16 * 16);
 }
 
 TEST_CASE("parameter server: gradients pushed per bucket, weights pulled after the step") {

@@ -349,8 +349,8 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
   const double h = static_cast<double>(model.hidden);
   const double t = static_cast<double>(plan.tp);
 
-  const std::int64_t dp_dense = plan.dp;
-  const std::int64_t dp_expert = std::max<std::int64_t>(1, plan.dp / plan.ep);
+  const std::int64_t dp_dense = zero_shards(plan);
+  const std::int64_t dp_expert = std::max<std::int64_t>(1, zero_shards(plan) / plan.ep);
   const bool opt_offload = plan.offload.optimizer != OffloadTarget::None;
 
   statics_.reserve(static_cast<std::size_t>(p));
@@ -366,7 +366,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     if (model.tied_embeddings && p > 1 && s == p - 1) ps += word_embedding;
     st.params = whole(ps.params());
 
-    // --- model states, ZeRO-sharded (experts over dp / ep) ---
+    // --- model states, ZeRO-sharded over dp · cp (experts over dp · cp / ep) ---
     const ModelStates dense = zero_model_states(ps.dense, per, static_cast<int>(plan.zero), dp_dense);
     const ModelStates expert = zero_model_states(ps.expert, per, static_cast<int>(plan.zero), dp_expert);
     double weights = dense.params + expert.params;
@@ -384,7 +384,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     if (opt_offload) {
       // ZeRO-Offload: fp32 master weights, statistics and fp32 gradients live
       // off the GPU; with ZeRO-2/3 reduced gradient partitions stream out too.
-      const double shard = plan.zero >= 1 ? static_cast<double>(plan.dp) : 1.0;
+      const double shard = plan.zero >= 1 ? static_cast<double>(dp_dense) : 1.0;
       const double off = optimizer + 4.0 * ps.params() / shard;
       (plan.offload.optimizer == OffloadTarget::Cpu ? host : nvme) += off;
       if (plan.offload.optimizer == OffloadTarget::Nvme)

@@ -98,6 +98,24 @@ TEST_CASE("ZeRO stages on a whole scenario shard by the model's own parameter co
   CHECK(psi == doctest::Approx(7.5e9).epsilon(0.05));
 }
 
+TEST_CASE("ZeRO shards over dp x cp: cp 8 at dp 1 shards as dp 8 does") {
+  // Gradients are reduced over dp · cp, and Megatron-LM's distributed
+  // optimizer and torchtitan's FSDP shard over that group: 8 GPUs, dp 1,
+  // cp 8 keep 16Ψ/8 of model states under ZeRO-3 (2 + 14/8 Ψ under ZeRO-2,
+  // 4 + 12/8 Ψ under ZeRO-1), as dp 8 does; ZeRO-0 keeps 16Ψ either way.
+  const std::string model = gpt(24, 2048, 16, 8192);
+  const double want[4] = {16, 4 + 12.0 / 8, 2 + 14.0 / 8, 16.0 / 8};
+  for (int z = 0; z < 4; ++z) {
+    CAPTURE(z);
+    const std::string zero = "\"zero\": " + std::to_string(z);
+    const auto cp = estimate_memory(make(model, "\"dgx-a100-80g\"", "{\"global\": 8}", "{\"cp\": 8, \"dp\": 1, " + zero + "}"));
+    const auto dp = estimate_memory(make(model, "\"dgx-a100-80g\"", "{\"global\": 8}", "{\"dp\": 8, " + zero + "}"));
+    const double psi = static_cast<double>(cp.stages[0].params);
+    CHECK(model_states(cp.stages[0]) == doctest::Approx(want[z] * psi).epsilon(1e-9));
+    CHECK(model_states(cp.stages[0]) == doctest::Approx(model_states(dp.stages[0])).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("optimizer state bytes per parameter") {
   // Mixed precision adds a 4-byte fp32 master copy to each optimizer's state.
   auto k = [](Optimizer o, Precision p = Precision::BF16) { return bytes_per_param(o, p).optimizer; };

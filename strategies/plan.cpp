@@ -27,4 +27,6 @@ std::int64_t microbatches(const Plan& plan, const Batch& batch) {
   return batch.global / (plan.dp * batch.micro);
 }
 
+std::int64_t zero_shards(const Plan& plan) { return plan.dp * plan.cp; }
+
 }  // namespace strata::strategies

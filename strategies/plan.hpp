@@ -115,6 +115,15 @@ std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers);
 // Microbatches per pipeline per step: global / (dp · micro).
 std::int64_t microbatches(const Plan& plan, const Batch& batch);
 
+// The ranks ZeRO shards optimizer state, gradients and weights over: every
+// rank the gradients are reduced over, dp · cp. Megatron-LM's distributed
+// optimizer and Megatron-FSDP shard over the data-parallel group with
+// context parallelism (megatron/core/distributed/distributed_data_parallel.py:
+// intra_dp_cp_group = get_data_parallel_group(with_context_parallel=True));
+// torchtitan's FSDP shards over the flattened dp_shard × cp mesh
+// (parallel_dims.py, "dp_shard_cp").
+std::int64_t zero_shards(const Plan& plan);
+
 }  // namespace strata::strategies
 
 namespace strata {

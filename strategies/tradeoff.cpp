@@ -97,7 +97,7 @@ Bytes fixed_bytes(const Scenario& sc) {
   const PerParam per = bytes_per_param(sc.plan.optimizer, sc.plan.precision,
                                        sc.plan.implementation.fp32_grad_accumulation);
   const double psi = static_cast<double>(sc.model.chain->params());
-  const ModelStates st = zero_model_states(psi, per, static_cast<int>(sc.plan.zero), sc.plan.dp);
+  const ModelStates st = zero_model_states(psi, per, static_cast<int>(sc.plan.zero), zero_shards(sc.plan));
   return static_cast<Bytes>(st.total()) + rules.runtime_bytes + rules.cublas_workspace_bytes;
 }
 
@@ -155,7 +155,7 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
       sc.model.chain ? sc.model.chain->params()
                      : cost::expand(sc.model, expand_options(sc)).params());
   t.optimizer_time = costs.optimizer_step(
-      sc.plan.zero >= 1 ? params / static_cast<double>(sc.plan.dp) : params, false);
+      sc.plan.zero >= 1 ? params / static_cast<double>(zero_shards(sc.plan)) : params, false);
   t.framework_time =
       costs.overhead_per_step() + 2 * t.microbatches * costs.overhead_per_microbatch();
   t.compute = chain.compute();

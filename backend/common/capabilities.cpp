@@ -98,9 +98,9 @@ const std::array kTable{
                no("context parallelism (cp > 1) with dropout is not executed by the CPU backend"),
                moot("context parallelism is refused")},
     Capability{"zero-cp", "parallelism", "ZeRO with context parallelism",
-               [](const Scenario& s) { return s.plan.cp > 1 && zero(s); },
-               no("ZeRO with context parallelism is not executed by the CPU backend (Megatron-LM shards over dp x "
-                  "cp, the memory model over dp)"),
+               [](const Scenario& s) { return s.plan.cp > 1 && s.plan.zero > 0; },
+               no("ZeRO with context parallelism (sharded over dp x cp, as Megatron-LM and torchtitan shard it) is "
+                  "not executed by the CPU backend, whose ZeRO shards over dp"),
                moot("context parallelism is refused")},
     Capability{"pipedream-2bw-zero-offload", "parallelism", "PipeDream-2BW with ZeRO, optimizer offload or weight offload",
                [](const Scenario& s) { return two_bw(s) && (zero(s) || opt_offload(s) || s.plan.offload.weights); },
