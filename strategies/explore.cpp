@@ -165,8 +165,8 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   p.offload.planner = OffloadPlanner::All;
   if (p.pp == 1) p.implementation.overlap_p2p = false;
   if (p.dp == 1 && p.cp == 1) p.implementation.overlap_grad_reduce = false;
-  // Without sharded weights or optimizer over dp there is no gather to overlap.
-  if (p.dp == 1 || p.zero == 0) p.implementation.overlap_param_gather = false;
+  // Without ZeRO, or with one rank to shard over, there is no gather to overlap.
+  if (zero_shards(p) == 1 || p.zero == 0) p.implementation.overlap_param_gather = false;
   std::string key = canonical_json(p, sc.batch);
   std::string keeps = keeps_pattern(layers.keeps);
   if (keeps.find('S') != std::string::npos && !sc.model.chain) {

@@ -266,13 +266,13 @@ TEST_CASE("equivalent plans score alike: one score per equivalence class gives e
   // selective (flash attention: keeps what none keeps) and optimal (which
   // keeps everything where it fits), offload planners, p2p overlap at pp 1,
   // gradient-reduce overlap at dp 1 and parameter-gather overlap without
-  // ZeRO or at dp 1. Scored plan by plan, the plans of
+  // ZeRO or at dp · cp 1. Scored plan by plan, the plans of
   // one class have equal step times and equal memory, stage by stage and tag
   // by tag; scored one per class, the explorer's figures are the same.
   const char* scenarios[] = {
       R"({"model": "gpt3-1.3b", "cluster": "dgx-a100-80g", "batch": {"global": 16, "micro": 1},
           "plan": {"optimizer": "adamw", "precision": "bf16"},
-          "space": {"tp": [1, 2, 8], "pp": [1, 2], "zero": [0, 1, 3], "recompute": ["none", "selective", "optimal", "full"],
+          "space": {"tp": [1, 2, 8], "pp": [1, 2], "cp": [1, 2], "zero": [0, 1, 3], "recompute": ["none", "selective", "optimal", "full"],
                     "offload": ["none", "activations"], "offload.planner": ["all", "priority"],
                     "implementation.overlap_p2p": [false, true],
                     "implementation.overlap_grad_reduce": [false, true],
