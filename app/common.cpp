@@ -208,6 +208,13 @@ strategies::Scenario load_plan_scenario(const std::string& path, const std::stri
 void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path) {
   if (auto why = backend::cpu::Executor::unsupported(sc)) throw InputError(scenario_path, "plan", *why);
   backend::cpu::Executor::require_host_memory(sc, backend::host_info().memory_bytes);
+  print_differences(sc, backend::Backend::Cpu);
+}
+
+void print_differences(const strategies::Scenario& sc, backend::Backend b) {
+  for (const auto& d : backend::differences(sc, b))
+    std::cerr << "strata: note: the " << (b == backend::Backend::Cpu ? "CPU" : "CUDA")
+              << " backend runs this plan otherwise: " << report::printable(d) << "\n";
 }
 
 std::string today() {
@@ -269,6 +276,7 @@ backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::str
   }
   if (auto why = backend::cuda::Executor::unsupported(sc, launch.world))
     throw InputError(scenario_path, "plan", *why);
+  if (launch.rank == 0) print_differences(sc, backend::Backend::Cuda);
   return launch;
 }
 

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/common/capabilities.hpp"
 #include "report/format.hpp"
 #include "sim/error.hpp"
 #include "sim/names.hpp"
@@ -170,7 +171,12 @@ strategies::Scenario load_scenario_file(const std::string& path);
 strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command);
 
 // The CPU executor runs the scenario's plan on this host, or bad input says why not.
+// (Then print_differences for the CPU backend.)
 void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path);
+// "strata: note: ..." on stderr for each thing backend `b` runs otherwise
+// than the plan says (backend::differences: computed in fp32, standard
+// attention for flash, ...).
+void print_differences(const strategies::Scenario& sc, backend::Backend b);
 
 // Today's date, ISO 8601 (UTC), for calibration files.
 std::string today();

@@ -17,6 +17,7 @@ using strategies::Scenario;
 using strategies::Schedule;
 
 constexpr Support yes(std::string_view note = {}) { return {Status::Runs, note}; }
+constexpr Support differs(std::string_view how) { return {Status::Differs, how}; }
 constexpr Support no(std::string_view why) { return {Status::Refused, why}; }
 constexpr Support moot(std::string_view which) { return {Status::NotApplicable, which}; }
 
@@ -143,33 +144,33 @@ const std::array kTable{
     Capability{"fp32", "precision", "fp32", [](const Scenario& s) { return s.plan.precision == Precision::FP32; },
                yes(), yes("cuBLAS without TF32")},
     Capability{"bf16", "precision", "bf16 mixed precision (fp32 gradient accumulation)",
-               [](const Scenario& s) { return s.plan.precision == Precision::BF16; }, yes("computed in fp32"),
+               [](const Scenario& s) { return s.plan.precision == Precision::BF16; }, differs("computed in fp32"),
                yes("bf16 products and activations, fp32 master weights and gradients")},
     Capability{"bf16-zero", "precision", "bf16 with ZeRO",
                [](const Scenario& s) { return s.plan.precision == Precision::BF16 && zero(s); },
-               yes("computed in fp32"),
+               yes("as bf16: computed in fp32"),
                no("bf16 with ZeRO is not executed by the CUDA backend (the bf16 working copies of sharded and "
                   "gathered parameters are not refreshed); bf16 runs with zero 0")},
     Capability{"bf16-grads", "precision", "bf16 gradients (fp32_grad_accumulation false)",
                [](const Scenario& s) {
                  return s.plan.precision == Precision::BF16 && !s.plan.implementation.fp32_grad_accumulation;
                },
-               yes("computed in fp32"),
+               yes("as bf16: computed in fp32"),
                no("bf16 with bf16 gradients is not implemented by the CUDA backend: it accumulates bf16 models' "
                   "gradients in fp32, as Megatron-LM does for bf16; set plan.implementation.fp32_grad_accumulation "
                   "to true (4 bytes a gradient in the memory model)")},
     Capability{"fp16", "precision", "fp16 mixed precision", [](const Scenario& s) { return s.plan.precision == Precision::FP16; },
-               yes("computed in fp32"),
+               differs("computed in fp32"),
                no("fp16 mixed precision is not implemented by the CUDA backend: fp16's 5-bit exponent needs loss "
                   "scaling (dynamic scale, overflow checks and skipped steps), which it does not do; set "
                   "plan.precision to bf16 or fp32")},
     Capability{"fp8", "precision", "fp8", [](const Scenario& s) { return s.plan.precision == Precision::FP8; },
-               yes("computed in fp32"),
+               differs("computed in fp32"),
                no("fp8 is not implemented by the CUDA backend (no per-tensor scaling nor fp8 products): set "
                   "plan.precision to bf16 or fp32")},
     Capability{"flash-attention", "precision", "flash attention (implementation.attention)",
                [](const Scenario& s) { return s.plan.implementation.attention != cost::AttentionKernel::Standard; },
-               yes("computed as standard attention; the graph has no attention-core recompute, so everything is kept"),
+               differs("computed as standard attention; the graph has no attention-core recompute, so everything is kept"),
                no("the CUDA backend computes standard attention (scores materialised) only; flash attention is not "
                   "implemented yet: set plan.implementation.attention to standard")},
     // ---- model ---------------------------------------------------------------------
@@ -203,7 +204,7 @@ const std::array kTable{
                no("only learned positions (or none) are implemented by the CPU backend"),
                no("only learned positions (or none) are implemented by the CUDA backend")},
     Capability{"dropout", "model", "dropout (model.dropout)", [](const Scenario& s) { return s.model.dropout; },
-               yes("the executor's steps run with p = 0 (GptModel's own step applies it)"),
+               differs("the executor's steps run with p = 0 (GptModel's own step applies it)"),
                no("dropout is not implemented by the CUDA backend (set the model's dropout to false)")},
     // ---- optimizers ------------------------------------------------------------------
     Capability{"elementwise-optimizers", "optimizer", "SGD, momentum, Adam, AdamW, 8-bit Adam",
@@ -223,8 +224,8 @@ const std::array kTable{
                [](const Scenario& s) { return zero(s) && norms_or_factors(s.plan.optimizer); },
                no("ZeRO shards the optimizer step, which needs an elementwise optimizer (sgd, momentum, adam, adamw, "
                   "adam8bit); lars, lamb, adafactor and sm3 use whole-tensor norms or factors"),
-               yes("not refused: each rank takes the norms and factors of its shards only, which is not the "
-                   "unsharded update")},
+               differs("each rank takes the norms and factors of its shards only, which is not the unsharded "
+                       "update")},
 };
 #undef STRATA_NOT_ACROSS
 
@@ -232,6 +233,7 @@ std::string cell(const Support& s) {
   std::string out;
   switch (s.status) {
     case Status::Runs: out = "yes"; break;
+    case Status::Differs: out = "differs"; break;
     case Status::Refused: out = "no"; break;
     case Status::NotApplicable: out = "—"; break;
   }
@@ -261,6 +263,13 @@ const Capability* first_refused(const Scenario& sc, Backend b, std::string_view 
     if (c.on(b).status == Status::Refused && c.uses(sc)) return &c;
   }
   return nullptr;
+}
+
+std::vector<std::string> differences(const Scenario& sc, Backend b) {
+  std::vector<std::string> out;
+  for (const auto& c : kTable)
+    if (c.on(b).status == Status::Differs && c.uses(sc)) out.push_back(std::string(c.feature) + ": " + std::string(c.on(b).note));
+  return out;
 }
 
 std::string gpu_mesh_text(const strategies::Plan& p) {

@@ -40,6 +40,32 @@ std::string why(const Scenario& sc, Backend b) {
   return w ? *w : std::string();
 }
 
+TEST_CASE("common/capabilities: what a backend runs otherwise than planned is listed, once per thing") {
+  // fp32 with standard attention runs as planned on the CPU backend; bf16
+  // is computed in fp32 and flash attention as standard attention, one
+  // note each (bf16 with ZeRO adds none: the bf16 row says it).
+  Scenario sc = tiny();
+  CHECK(differences(sc, Backend::Cpu).empty());
+  sc.plan.precision = cost::Precision::BF16;
+  sc.plan.implementation.attention = cost::AttentionKernel::Flash;
+  sc.plan.dp = 2;
+  sc.plan.zero = 1;
+  const auto d = differences(sc, Backend::Cpu);
+  REQUIRE(d.size() == 2);
+  CHECK(d[0].find("bf16") != std::string::npos);
+  CHECK(d[0].find("computed in fp32") != std::string::npos);
+  CHECK(d[1].find("flash attention") != std::string::npos);
+  CHECK(d[1].find("computed as standard attention") != std::string::npos);
+  // The CUDA backend's ZeRO with LAMB steps each shard with its own norms.
+  Scenario lamb = tiny();
+  lamb.plan.dp = 2;
+  lamb.plan.zero = 1;
+  lamb.plan.optimizer = strategies::Optimizer::Lamb;
+  const auto c = differences(lamb, Backend::Cuda);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].find("norms and factors of its shards") != std::string::npos);
+}
+
 TEST_CASE("common/capabilities: every row has an id, a feature and a reason for each refusal") {
   std::set<std::string_view> ids;
   for (const auto& c : capabilities()) {
