@@ -38,6 +38,9 @@ class Option;
 namespace strata::app {
 
 inline constexpr int kExitInput = 2;
+// A plan a backend ran out of memory on (run, validate): the pool, the
+// bytes and the memory model's prediction are in the message.
+inline constexpr int kExitOutOfMemory = 3;
 
 // A failure reported as an error with exit 1, not as an internal one: a run
 // on a device that failed (no GPU, out of device memory, a CUDA error), a

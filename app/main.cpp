@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "backend/common/out_of_memory.hpp"
 #include "app/common.hpp"
 #include "report/table.hpp"
 #include "sim/error.hpp"
@@ -105,6 +106,9 @@ int main(int argc, char** argv) {
   } catch (const CommandFailure& e) {
     std::cerr << "strata: error: " << e.what() << "\n";
     return 1;
+  } catch (const backend::StepOutOfMemory& e) {
+    print_error(e.what());
+    return kExitOutOfMemory;
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the user gave that the system cannot follow (a symlink loop,
     // no permission, a name too long): bad input, named by the system.

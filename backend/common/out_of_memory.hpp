@@ -27,6 +27,15 @@ class OutOfMemory : public Error {
   MemTag tag_;
 };
 
+// A step of `run` or `validate` that ran out of device memory: the
+// executor's OutOfMemory with the memory model's prediction beside it
+// (out_of_memory_report). The CLI exits 3 on it: the plan does not fit,
+// which is neither bad input nor an internal error.
+class StepOutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // The message of a step's OutOfMemory with the memory model's predicted
 // peak for the plan beside it (without the GPU-only runtime and cuBLAS
 // bytes, as `validate` compares), for `run` and `validate` to report.

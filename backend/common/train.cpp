@@ -110,7 +110,7 @@ TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainO
     try {
       res = ex.step(tokens, targets);
     } catch (const OutOfMemory& e) {
-      throw Error("run: step " + std::to_string(s) + ": " + out_of_memory_report(e, sc));
+      throw StepOutOfMemory("run: step " + std::to_string(s) + ": " + out_of_memory_report(e, sc));
     }
     r.steps.push_back({s, res.loss, res.seconds});
     for (const auto& m : res.memory) {

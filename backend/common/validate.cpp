@@ -208,7 +208,7 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
     try {
       res = ex.step(tokens, targets);
     } catch (const OutOfMemory& e) {
-      throw Error("validate: " + out_of_memory_report(e, sc));
+      throw StepOutOfMemory("validate: " + out_of_memory_report(e, sc));
     }
     if (s < opts.warmup) continue;
     r.step_times_s.push_back(res.seconds);

@@ -1,5 +1,7 @@
 #include "backend/cpu/validate.hpp"
 
+#include "backend/common/out_of_memory.hpp"
+
 namespace strata::backend::cpu {
 
 ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& opts) {
@@ -9,8 +11,12 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
   strategies::Scenario cpu = sc;
   cpu.kernel_memory = strategies::KernelMemory::Cpu;
   cpu.executed = true;
-  Executor ex(cpu, {.seed = opts.seed});
-  return backend::validate(cpu, ex, opts);
+  try {
+    Executor ex(cpu, {.seed = opts.seed});
+    return backend::validate(cpu, ex, opts);
+  } catch (const OutOfMemory& e) {  // placing the model (a step's is a StepOutOfMemory already)
+    throw StepOutOfMemory("validate: " + out_of_memory_report(e, cpu));
+  }
 }
 
 }  // namespace strata::backend::cpu

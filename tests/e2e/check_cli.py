@@ -241,5 +241,49 @@ def run_interrupted(strata):
         shutil.rmtree(tmp)
 
 
+def out_of_memory(strata):
+    # The tiny scenario on a device of 0.001 GiB: the model does not fit where it
+    # is placed; on 0.0025 GiB it is placed and a step runs out. Both
+    # exit 3 naming the rank, the pool and the bytes, with the memory
+    # model's predicted peak beside them; nothing on stdout. A plan with bf16
+    # and flash attention is run with a note for each (computed in fp32,
+    # standard attention).
+    with open(sys.argv[3]) as f:
+        sc = json.loads("".join(l for l in f if not l.lstrip().startswith("//")))
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-oom-")
+    try:
+        env = dict(os.environ, XDG_CACHE_HOME=tmp)  # no measuring: the bundled estimates
+        device = {"name": "tiny-device", "hbm_GBps": 10,
+                  "tflops": {"fp32": 0.085, "tf32": 0, "fp16": 0, "bf16": 0, "fp8": 0}}
+        for gib, where in ((0.001, "placing the model"), (0.0025, "run: step ")):
+            sc["cluster"] = {"preset": "cpu-local", "gpus_per_node": 4, "gpu": dict(device, memory_GiB=gib)}
+            path = os.path.join(tmp, "oom.json")
+            with open(path, "w") as f:
+                json.dump(sc, f)
+            for cmd in ("run", "validate"):
+                p = subprocess.run([strata, cmd, path, "--backend", "cpu", "--steps", "2"],
+                                   capture_output=True, text=True, env=env)
+                check(p.returncode == 3, f"{cmd} on {gib} GiB: exit {p.returncode}, expected 3: {p.stderr}")
+                check(p.stdout == "", f"{cmd}: nothing on stdout")
+                check("out of memory" in p.stderr and "device pool" in p.stderr and
+                      "the memory model predicts a peak of" in p.stderr and "internal error" not in p.stderr,
+                      f"{cmd} on {gib} GiB: {p.stderr}")
+                if cmd == "run":
+                    check(where in p.stderr, f"run on {gib} GiB: {where!r} in {p.stderr!r}")
+        sc["cluster"] = {"preset": "cpu-local", "gpus_per_node": 4}
+        sc["plan"]["precision"] = "bf16"
+        sc["plan"]["implementation"] = {"attention": "flash"}
+        path = os.path.join(tmp, "bf16.json")
+        with open(path, "w") as f:
+            json.dump(sc, f)
+        p = subprocess.run([strata, "run", path, "--backend", "cpu", "--steps", "1"],
+                           capture_output=True, text=True, env=env)
+        check(p.returncode == 0, p.stderr)
+        notes = [l for l in p.stderr.splitlines() if l.startswith("strata: note: the CPU backend runs this plan otherwise")]
+        check(len(notes) == 2 and "computed in fp32" in notes[0] and "standard attention" in notes[1], p.stderr)
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
