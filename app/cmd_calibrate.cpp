@@ -1,4 +1,8 @@
 // strata calibrate --backend cpu|cuda: measure this machine for the cost model.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -23,6 +27,40 @@ struct CalibrateArgs {
   std::string cluster = "cpu-local";
   backend::cpu::CalibrateOptions options;
   report::Format format = report::Format::Table;
+};
+
+// The CPU measurement's progress on stderr: one line redrawn in place on a
+// terminal, a plain line at most every 10 s otherwise. The ETA is the mean
+// time per benchmark so far times those left.
+struct BenchmarkProgress {
+  using Clock = std::chrono::steady_clock;
+  bool tty = ::isatty(STDERR_FILENO) != 0;
+  Clock::time_point start = Clock::now(), last = start;
+  bool drawn = false;
+
+  void operator()(int done, int total, const std::string& next) {
+    const auto now = Clock::now();
+    if (!tty && done > 0 && now - last < std::chrono::seconds(10)) return;
+    last = now;
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    char buf[200];
+    if (done > 0)
+      std::snprintf(buf, sizeof buf, "calibrate: %d/%d benchmarks, elapsed %.0f s, ETA %.0f s, next %s", done,
+                    total, elapsed, elapsed / done * (total - done), next.c_str());
+    else
+      std::snprintf(buf, sizeof buf, "calibrate: %d benchmarks, first %s", total, next.c_str());
+    if (tty) {
+      std::fprintf(stderr, "\r%-100s", buf);
+      drawn = true;
+    } else {
+      std::fprintf(stderr, "%s\n", buf);
+    }
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (tty && drawn) std::fputc('\n', stderr);
+    drawn = false;
+  }
 };
 
 // `cluster_given`: --cluster was on the command line (cuda: else the device's preset).
@@ -60,7 +98,10 @@ std::string calibrate(const CalibrateArgs& a, [[maybe_unused]] bool cluster_give
     const StopOnSignal stop;
     auto options = a.options;
     options.stop = stop.flag();
+    BenchmarkProgress progress;
+    options.on_benchmark = [&progress](int done, int total, const std::string& next) { progress(done, total, next); };
     const auto m = backend::cpu::measure_cpu(options);
+    progress.finish();
     if (m.stopped) {
       std::cerr << "calibrate: stopped after " << m.benchmarks_run << " of " << m.benchmarks
                 << " benchmarks; nothing written (a calibration needs every curve)\n";

@@ -461,6 +461,7 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
       m.stopped = true;
       break;
     }
+    if (o.on_benchmark) o.on_benchmark(m.benchmarks_run, static_cast<int>(names.size()), name);
     benchmark::RunSpecifiedBenchmarks(&cap, "^" + name + "(/|$)");
     if (!cap.errors.empty()) throw Error("calibrate: " + cap.errors.front());
     ++m.benchmarks_run;

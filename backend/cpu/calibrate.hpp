@@ -20,6 +20,7 @@
 // benchmark library.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct CalibrateOptions {
   // running ends its repetitions and measure_cpu returns what was measured,
   // with `stopped`.
   const std::atomic<bool>* stop = nullptr;
+  // Called before each benchmark with the number done, the number
+  // registered and the next one's name (for a progress line).
+  std::function<void(int done, int total, const std::string& next)> on_benchmark;
 };
 
 // One measured point: a size (square GEMM edge, or bytes) and the seconds
