@@ -20,7 +20,8 @@ namespace strata::app {
 namespace {
 
 struct RunArgs {
-  std::string scenario;
+  std::string scenario;     // a scenario JSON or an explore output directory
+  std::size_t rank = 0;     // with a directory: the N-th of its top plans (0: not given, the first)
   std::string backend;      // cpu | cuda
   std::string trace;        // the last step's measured trace; empty: none
   std::string calibration;  // for the prediction beside the measurement
@@ -29,9 +30,8 @@ struct RunArgs {
 };
 
 std::string run(const RunArgs& a) {
-  require_file(a.scenario);
   require_table_or_json(a.format, "run");
-  auto sc = load_plan_scenario(a.scenario, "run");
+  auto sc = load_plan_or_explored(a.scenario, a.rank, "run");
   auto options = a.options;
   options.trace = !a.trace.empty();
   int cuda_rank = 0;  // this process's rank in a multi-GPU CUDA run: only rank 0 prints
@@ -102,7 +102,11 @@ Command add_run(CLI::App& app) {
   Subcommand cmd(
       app, "run", "Train the scenario's plan for real on the CPU executor (ranks as threads): loss "
              "and time per step, peak memory per rank");
-  cmd.option("SCENARIO", a->scenario, "A scenario JSON").required();
+  cmd.option("SCENARIO_OR_DIR", a->scenario,
+             "A scenario JSON, or an explore output directory (the plan of its top list's --rank)")
+      .required();
+  cmd.option("--rank", a->rank, "With a DIR: the N-th of its top plans by throughput (default 1)")
+      .range(std::size_t{1}, std::size_t{1000000});
   add_executor_option(cmd, a->backend);
   cmd.option("--steps", a->options.steps, "Training steps (default 50)").range(1, 100000000);
   cmd.option("--data", a->options.data,

@@ -16,7 +16,8 @@ namespace strata::app {
 namespace {
 
 struct ValidateArgs {
-  std::string scenario;
+  std::string scenario;     // a scenario JSON or an explore output directory
+  std::size_t rank = 0;     // with a directory: the N-th of its top plans (0: not given, the first)
   std::string backend;      // cpu | cuda
   std::string calibration;  // empty: the scenario's, else the cached one
   backend::cpu::ValidateOptions options;
@@ -33,9 +34,8 @@ void warn_if_other_backend(const std::string& path, const strategies::Scenario& 
 }
 
 std::string validate(const ValidateArgs& a) {
-  require_file(a.scenario);
   require_table_or_json(a.format, "validate");
-  auto sc = load_plan_scenario(a.scenario, "validate");
+  auto sc = load_plan_or_explored(a.scenario, a.rank, "validate");
   backend::cpu::ValidateReport rep;
   if (a.backend == "cuda") {
 #if STRATA_HAVE_CUDA
@@ -83,7 +83,11 @@ Command add_validate(CLI::App& app) {
   Subcommand cmd(
       app, "validate", "Run the scenario's plan on the CPU executor and compare with the prediction: "
                   "step time, peak memory per rank and tag, time per task kind");
-  cmd.option("SCENARIO", a->scenario, "A scenario JSON").required();
+  cmd.option("SCENARIO_OR_DIR", a->scenario,
+             "A scenario JSON, or an explore output directory (the plan of its top list's --rank)")
+      .required();
+  cmd.option("--rank", a->rank, "With a DIR: the N-th of its top plans by throughput (default 1)")
+      .range(std::size_t{1}, std::size_t{1000000});
   add_executor_option(cmd, a->backend);
   cmd.option("--calibration", a->calibration,
              "Calibration JSON (default: the scenario's, else the cached CPU calibration, "

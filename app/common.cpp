@@ -18,6 +18,7 @@
 #include "costmodel/calibration.hpp"
 #include "costmodel/model_io.hpp"
 #include "report/files.hpp"
+#include "report/export.hpp"
 #include "report/table.hpp"
 #if STRATA_HAVE_CUDA
 #include "backend/cuda/calibrate.hpp"
@@ -203,6 +204,17 @@ strategies::Scenario load_plan_scenario(const std::string& path, const std::stri
   strategies::require_transformer(sc, command);
   if (sc.space) strategies::require_valid_plan(sc);
   return sc;
+}
+
+strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command) {
+  if (std::filesystem::is_directory(path)) {
+    auto sc = report::load_export_scenario(path, rank == 0 ? 1 : rank, "");
+    strategies::require_transformer(sc, command);
+    return sc;
+  }
+  if (rank != 0) throw InputError("--rank", "", "takes an explore output directory, and " + path + " is a file");
+  require_file(path);
+  return load_plan_scenario(path, command);
 }
 
 void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path) {

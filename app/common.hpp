@@ -172,6 +172,11 @@ strategies::Scenario load_scenario_file(const std::string& path);
 // validate, fit-convergence): a transformer, and with a space, a plan that
 // keeps the space's rules.
 strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command);
+// `path` a scenario file (load_plan_scenario; `rank` must be 0, not
+// given), or an explore output directory: the plan of entry `rank` of its
+// top list (0 or 1: the best by throughput) on the explored model and
+// cluster (report::load_export_scenario), for `run` and `validate`.
+strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command);
 
 // The CPU executor runs the scenario's plan on this host, or bad input says why not.
 // (Then print_differences for the CPU backend.)
