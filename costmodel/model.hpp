@@ -113,6 +113,10 @@ struct ModelSpec {
   // (Qwen2: only these).
   std::optional<bool> qkv_bias;
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
+  // The rotary base θ of rope positions (Hugging Face's rope_theta;
+  // Megatron-LM's --rotary-base, default 10000); unset: not known. It
+  // changes no cost, only what an engine is told.
+  std::optional<double> rope_theta;
   bool tied_embeddings = true;
   // Dropout after attention scores, attention output, MLP output and the
   // embedding (Megatron GPT); its masks are saved for backward.

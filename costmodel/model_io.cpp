@@ -141,7 +141,7 @@ LayerChain read_chain(const JsonReader& r) {
 constexpr const char* kTransformerKeys[] = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
     "bias", "position_embedding", "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias",
-    "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys"};
+    "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys", "rope_theta"};
 
 // The model a "file" key names: Strata's format or a Hugging Face config
 // (with the object's "ignore_hf_keys"); `hf_max_pos` is set for the latter.
@@ -251,6 +251,12 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
   m.bias = r.bool_or("bias", m.bias);
   if (auto v = r.get("qkv_bias")) m.qkv_bias = v->as_bool();
   m.position_embedding = r.enum_or("position_embedding", m.position_embedding);
+  if (auto v = r.get("rope_theta")) {
+    if (m.position_embedding != PositionEmbedding::Rope)
+      v->fail("is the base of rope positions, and position_embedding is " +
+              std::string(enum_name(m.position_embedding)));
+    m.rope_theta = v->as_number(1, 1e12);
+  }
   if (auto v = r.get("max_positions")) m.max_positions = v->as_int(1, kMaxDim);
   m.tied_embeddings = r.bool_or("tied_embeddings", m.tied_embeddings);
   m.dropout = r.bool_or("dropout", based ? m.dropout : true);
@@ -559,6 +565,11 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
   else
     m.position_embedding = PositionEmbedding::Rope;
   if (m.position_embedding == PositionEmbedding::Learned) m.max_positions = max_pos;
+  // The config's rotary base (rope_theta; GPT-NeoX: rotary_emb_base). Where
+  // it is absent the family's config class sets it (10000 for Llama, 1e6 for
+  // Mixtral and Gemma 3): not known here, so unset.
+  if (m.position_embedding == PositionEmbedding::Rope)
+    if (auto theta = first_of(r, {"rope_theta", "rotary_emb_base"})) m.rope_theta = theta->as_number(1, 1e12);
 
   auto tie = first_of(r, {"tie_word_embeddings"});
   m.tied_embeddings = tie ? tie->as_bool() : true;  // PretrainedConfig's default

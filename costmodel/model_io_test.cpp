@@ -229,6 +229,9 @@ TEST_CASE("Hugging Face config.json imports as a model") {
   CHECK_FALSE(hf.bias);
   CHECK_FALSE(hf.tied_embeddings);
   CHECK(expand(hf).params() == expand(preset).params());
+  // The rotary base is the config's, and the preset's (from the same file).
+  CHECK(hf.rope_theta == 500000.0);
+  CHECK(preset.rope_theta == 500000.0);
 
   // Mixtral's MoE keys.
   const std::string mix = write_temp("strata_hf_mixtral.json", R"({
@@ -238,6 +241,16 @@ TEST_CASE("Hugging Face config.json imports as a model") {
     "num_local_experts": 8, "num_experts_per_tok": 2, "rms_norm_eps": 1e-05,
     "tie_word_embeddings": false, "vocab_size": 32000})");
   CHECK(expand(load_model_file(mix)).params() == expand(model_preset("mixtral-8x7b")).params());
+  // No rope_theta in the file: the family's config class would set it
+  // (1e6 for Mixtral), so it is not guessed.
+  CHECK_FALSE(load_model_file(mix).rope_theta.has_value());
+  // A learned-position model has no rotary base; Strata's format refuses one.
+  CHECK_FALSE(model_preset("gpt2-124m").rope_theta.has_value());
+  CHECK(error_of([] {
+          parse_model_file_text(R"({"layers": 2, "hidden": 64, "heads": 4, "vocab": 10, "seq_len": 8,
+                                    "position_embedding": "learned", "rope_theta": 10000})",
+                                "r.json");
+        }) == "r.json: rope_theta: is the base of rope positions, and position_embedding is learned");
 
   // GPT-2's older key names.
   const std::string g2 = write_temp("strata_hf_gpt2.json", R"({

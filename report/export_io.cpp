@@ -96,37 +96,27 @@ std::string rank_order_text(const Plan& p) {
   return s;
 }
 
-// Rope bases and torchtitan flavors of known models, matched by shape
-// (Strata's model description has no rope base of its own). Llama 3:
-// torchtitan/models/llama3/__init__.py llama3_configs (flavors 8B, 70B,
-// 405B: RoPE theta 500000) and Meta-Llama-3 config.json rope_theta 500000;
-// Llama 2: config.json rope_theta 10000 (Megatron-LM's --rotary-base
-// default); Mixtral 8x7B: config.json rope_theta 1000000.
+// torchtitan's flavors, matched by shape (torchtitan names a model by
+// flavor, not by its dimensions): torchtitan/models/llama3/__init__.py
+// llama3_configs, flavors 8B, 70B and 405B (RoPE theta 500000).
 struct KnownModel {
   std::int64_t layers, hidden, heads, kv_heads, ffn, vocab;
-  std::int64_t rope_theta;
-  const char* torchtitan_name;  // "" where torchtitan has no flavor
+  double rope_theta;
+  const char* torchtitan_name;
   const char* torchtitan_flavor;
 };
 constexpr KnownModel kKnownModels[] = {
     {32, 4096, 32, 8, 14336, 128256, 500000, "llama3", "8B"},
     {80, 8192, 64, 8, 28672, 128256, 500000, "llama3", "70B"},
     {126, 16384, 128, 8, 53248, 128256, 500000, "llama3", "405B"},
-    {32, 4096, 32, 32, 11008, 32000, 10000, "", ""},
-    {40, 5120, 40, 40, 13824, 32000, 10000, "", ""},
-    {80, 8192, 64, 8, 28672, 32000, 10000, "", ""},
 };
-constexpr KnownModel kMixtral8x7b{32, 4096, 32, 8, 14336, 32000, 1000000, "", ""};
 
 const KnownModel* known_model(const cost::ModelSpec& m) {
-  if (m.position_embedding != cost::PositionEmbedding::Rope) return nullptr;
-  auto same = [&](const KnownModel& k) {
-    return k.layers == m.layers && k.hidden == m.hidden && k.heads == m.heads &&
-           k.kv_heads == m.kv_heads && k.ffn == m.ffn_hidden && k.vocab == m.vocab;
-  };
-  if (m.moe) return m.moe->experts == 8 && m.moe->top_k == 2 && same(kMixtral8x7b) ? &kMixtral8x7b : nullptr;
+  if (m.position_embedding != cost::PositionEmbedding::Rope || m.moe) return nullptr;
   for (const auto& k : kKnownModels)
-    if (same(k)) return &k;
+    if (k.layers == m.layers && k.hidden == m.hidden && k.heads == m.heads && k.kv_heads == m.kv_heads &&
+        k.ffn == m.ffn_hidden && k.vocab == m.vocab && m.rope_theta.value_or(k.rope_theta) == k.rope_theta)
+      return &k;
   return nullptr;
 }
 
@@ -407,11 +397,13 @@ Exported export_megatron(const Scenario& sc) {
     case cost::PositionEmbedding::Rope:
       f.add("--position-embedding-type", std::string("rope"));
       // --rotary-base is an int, default 10000.
-      if (const auto* k = known_model(m)) {
-        if (k->rope_theta != 10000) f.add("--rotary-base", k->rope_theta);
-      } else {
-        notes.push_back("rope base: Strata does not know this model's rope theta; Megatron-LM's "
-                        "--rotary-base defaults to 10000: set it to the model's (Llama 3: 500000)");
+      if (!m.rope_theta) {
+        notes.push_back("rope base: the model gives no rope_theta; Megatron-LM's --rotary-base "
+                        "defaults to 10000: set it to the model's (Llama 3: 500000)");
+      } else if (*m.rope_theta != std::round(*m.rope_theta)) {
+        un.push_back("rope_theta=" + std::to_string(*m.rope_theta) + " (--rotary-base takes an integer)");
+      } else if (*m.rope_theta != 10000) {
+        f.add("--rotary-base", static_cast<std::int64_t>(*m.rope_theta));
       }
       break;
     case cost::PositionEmbedding::None:

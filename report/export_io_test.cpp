@@ -362,14 +362,24 @@ TEST_CASE("export uses the engine's defaults for what the scenario does not set"
   const auto f = flags(export_plan(said, ExportTarget::Megatron));
   CHECK(has(f, "--grad-reduce-in-bf16"));
   CHECK(has(f, "--no-scatter-gather-tensors-in-pipeline"));
-  // Llama 2 uses Megatron-LM's default base 10000: no flag; an unknown
-  // rope model gets a note instead of a guess.
+  // The base is the model's own rope_theta (the presets' from their
+  // config.json). Llama 2 uses Megatron-LM's default base 10000: no flag,
+  // also for a variant of it; a model's own base is exported; a rope model
+  // without one gets a note instead of a guess.
   const auto l2 = export_plan(scenario(R"({"model": "llama2-7b", "cluster": "1xh100-sxm",
       "batch": {"global": 8, "micro": 1}})"), ExportTarget::Megatron);
   CHECK_FALSE(has_prefix(flags(l2), "--rotary-base"));
-  const auto odd = export_plan(scenario(R"({"model": {"preset": "llama2-7b", "layers": 30},
+  const auto variant = export_plan(scenario(R"({"model": {"preset": "llama2-7b", "layers": 30},
       "cluster": "1xh100-sxm", "batch": {"global": 8, "micro": 1}})"), ExportTarget::Megatron);
-  CHECK(contains(odd.text, "# note: rope base: Strata does not know this model's rope theta"));
+  CHECK_FALSE(has_prefix(flags(variant), "--rotary-base"));
+  CHECK_FALSE(contains(variant.text, "rope base"));
+  const auto own = export_plan(scenario(R"({"model": {"preset": "llama2-7b", "rope_theta": 1000000},
+      "cluster": "1xh100-sxm", "batch": {"global": 8, "micro": 1}})"), ExportTarget::Megatron);
+  CHECK(has(flags(own), "--rotary-base 1000000"));
+  const auto unknown = export_plan(scenario(R"({"model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000,
+      "seq_len": 128, "position_embedding": "rope"}, "cluster": "1xh100-sxm", "batch": {"global": 8, "micro": 1}})"),
+                                   ExportTarget::Megatron);
+  CHECK(contains(unknown.text, "# note: rope base: the model gives no rope_theta"));
 }
 
 TEST_CASE("torchtitan: a Llama 3 shape names its model and flavor") {
