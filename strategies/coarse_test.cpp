@@ -146,13 +146,12 @@ TEST_CASE("coarse: without a pipeline no send is priced, so a node without an in
 }
 
 TEST_CASE("coarse: ZeRO-3 and activation offload folded in are bounds on the layer level") {
-  // A folded pass waits for no transfer queued behind another pass's, so
-  // the chunk level is never slower than the layer level but for what a
-  // folded pass cannot prefetch across its start: the last microbatch, run
-  // layer by layer, meets the folded ones' transfers, and a folded pass's
-  // first ZeRO-3 gather is exposed where the layer level issues it during
-  // the pass before (within 1 % on this matrix); the explorer replays the
-  // plans it keeps per layer.
+  // A folded pass waits for no transfer queued behind another pass's (its
+  // first ZeRO-3 gather is done before it, prefetched during the pass
+  // before as at the layer level), so the chunk level is never slower than
+  // the layer level (within 0.5 %: the last microbatch, run layer by layer,
+  // meets the folded ones' transfers); the explorer replays the plans it
+  // keeps per layer.
   double worst = 0, most_optimistic = 0;
   int compared = 0;
   for (const char* pp : {"1", "2", "4"})
@@ -186,7 +185,7 @@ TEST_CASE("coarse: ZeRO-3 and activation offload folded in are bounds on the lay
             const double err = (coarse - layer) / layer;
             worst = std::max(worst, std::abs(err));
             most_optimistic = std::min(most_optimistic, err);
-            CHECK(err <= 0.01);
+            CHECK(err <= 0.005);
             ++compared;
           }
   MESSAGE("folded plans: " << compared << ", worst |error| " << 100 * worst << " %, most optimistic "

@@ -465,9 +465,21 @@ class StepBuilder : StepLayout {
     buffers_.clear();
     last_bwd_of_layer_.assign(static_cast<std::size_t>(sc_.model.layers), kNone);
     last_compute_ = kNone;
-    forward(k, 0);
+    // ZeRO-3: a pass's first gather is prefetched during the pass before
+    // (param_gather), so the folded pass starts with it done.
     std::size_t from = 0;
+    if (zero3()) {
+      prefetched_gather_ = param_gather(first_layer_[static_cast<std::size_t>(k)], 0, Pass::Forward);
+      const auto ready = compute(0, sim::Phase::None, info(TaskOp::Framework, Part::None));
+      dep(prefetched_gather_, ready);
+      from = static_cast<std::size_t>(ready) + 1;
+    }
+    forward(k, 0);
     if (!fwd) {
+      // The backward's first gather, during the forward.
+      if (zero3())
+        prefetched_gather_ = param_gather(first_layer_[static_cast<std::size_t>(k)] + chunks_[static_cast<std::size_t>(k)] - 1,
+                                          0, Pass::Backward);
       // Everything the forward started has ended before the backward begins.
       const auto barrier = compute(0, sim::Phase::None, info(TaskOp::Framework, Part::None));
       for (std::int32_t t = 0; t < barrier; ++t) dep(t, barrier);
@@ -640,7 +652,9 @@ class StepBuilder : StepLayout {
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
-      if (zero3()) gather = param_gather(layer, mb, Pass::Forward);
+      if (zero3())
+        gather = i == 0 && prefetched_gather_ != kNone ? std::exchange(prefetched_gather_, kNone)
+                                                       : param_gather(layer, mb, Pass::Forward);
       if (gathers) gather = weight_gather(static_cast<double>(chain_.block.params()), Part::Layer, layer);
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
@@ -708,7 +722,10 @@ class StepBuilder : StepLayout {
     // after this layer's backward and before its reduce-scatter (FSDP and
     // DeepSpeed prefetch ahead of the reduction), so on the in-order
     // communication lane it does not queue behind this layer's reduction.
-    std::int32_t next_gather = zero3() && n > 0 ? param_gather(first + n - 1, mb, Pass::Backward) : kNone;
+    std::int32_t next_gather = kNone;
+    if (zero3() && n > 0)
+      next_gather = prefetched_gather_ != kNone ? std::exchange(prefetched_gather_, kNone)
+                                                : param_gather(first + n - 1, mb, Pass::Backward);
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const std::int64_t layer = first + i;
       const Keep keep = keeps[static_cast<std::size_t>(i)];
@@ -1335,6 +1352,7 @@ class StepBuilder : StepLayout {
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
   bool folding_ = false;    // fold_pass is replaying a pass alone
+  std::int32_t prefetched_gather_ = kNone;  // fold_pass: a pass's first ZeRO-3 gather, issued before it
   std::vector<char> weights_gathered_;  // by model chunk: its first forward of the stage waited (gather_in_forward)
   bool cpu_ = false;        // the CPU backend's kernels' buffers (Scenario::kernel_memory)
   std::array<std::int32_t, sim::kMemTagCount> cpu_static_{};  // the stage's static buffers by tag (CPU)
