@@ -292,7 +292,7 @@ def out_of_memory(strata):
         sc = json.loads("".join(l for l in f if not l.lstrip().startswith("//")))
     tmp = tempfile.mkdtemp(prefix="strata-e2e-oom-")
     try:
-        env = dict(os.environ, XDG_CACHE_HOME=tmp)  # no measuring: the bundled estimates
+        env = dict(os.environ, XDG_CACHE_HOME=tmp)  # validate measures a quick calibration once
         device = {"name": "tiny-device", "hbm_GBps": 10,
                   "tflops": {"fp32": 0.085, "tf32": 0, "fp16": 0, "bf16": 0, "fp8": 0}}
         for gib, where in ((0.001, "placing the model"), (0.0025, "run: step ")):
@@ -303,6 +303,8 @@ def out_of_memory(strata):
             for cmd in ("run", "validate"):
                 p = subprocess.run([strata, cmd, path, "--backend", "cpu", "--steps", "2"],
                                    capture_output=True, text=True, env=env)
+                if cmd == "validate" and p.returncode == 2 and "cannot measure one" in p.stderr:
+                    continue  # a build without Google Benchmark has no calibration to validate with
                 check(p.returncode == 3, f"{cmd} on {gib} GiB: exit {p.returncode}, expected 3: {p.stderr}")
                 check(p.stdout == "", f"{cmd}: nothing on stdout")
                 check("out of memory" in p.stderr and "device pool" in p.stderr and
