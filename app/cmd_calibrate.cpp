@@ -1,6 +1,4 @@
 // strata calibrate --backend cpu|cuda: measure this machine for the cost model.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -29,18 +27,15 @@ struct CalibrateArgs {
   report::Format format = report::Format::Table;
 };
 
-// The CPU measurement's progress on stderr: one line redrawn in place on a
-// terminal, a plain line at most every 10 s otherwise. The ETA is the mean
-// time per benchmark so far times those left.
-struct BenchmarkProgress {
+// The CPU measurement's progress line, off a terminal at most every 10 s.
+// The ETA is the mean time per benchmark so far times those left.
+struct BenchmarkProgress : StatusLine {
   using Clock = std::chrono::steady_clock;
-  bool tty = ::isatty(STDERR_FILENO) != 0;
   Clock::time_point start = Clock::now(), last = start;
-  bool drawn = false;
 
   void operator()(int done, int total, const std::string& next) {
     const auto now = Clock::now();
-    if (!tty && done > 0 && now - last < std::chrono::seconds(10)) return;
+    if (!tty() && done > 0 && now - last < std::chrono::seconds(10)) return;
     last = now;
     const double elapsed = std::chrono::duration<double>(now - start).count();
     char buf[200];
@@ -49,17 +44,7 @@ struct BenchmarkProgress {
                     total, elapsed, elapsed / done * (total - done), next.c_str());
     else
       std::snprintf(buf, sizeof buf, "calibrate: %d benchmarks, first %s", total, next.c_str());
-    if (tty) {
-      std::fprintf(stderr, "\r%-100s", buf);
-      drawn = true;
-    } else {
-      std::fprintf(stderr, "%s\n", buf);
-    }
-    std::fflush(stderr);
-  }
-  void finish() {
-    if (tty && drawn) std::fputc('\n', stderr);
-    drawn = false;
+    show(buf);
   }
 };
 

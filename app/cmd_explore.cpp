@@ -1,6 +1,5 @@
 // strata explore SCENARIO --out DIR and strata merge DIR... --out DIR: the
 // search of a scenario's space, and the combination of its shards.
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -65,12 +64,8 @@ std::string duration(double s) {
   return buf;
 }
 
-// The explorer's progress on stderr: one line redrawn in place on a
-// terminal, plain lines otherwise (logs, Slurm).
-struct ProgressLine {
-  bool tty = ::isatty(STDERR_FILENO) != 0;
-  bool drawn = false;
-
+// The explorer's progress line.
+struct ProgressLine : StatusLine {
   void operator()(const strategies::Progress& p) {
     char buf[256];
     auto n = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
@@ -92,17 +87,7 @@ struct ProgressLine {
                     p.to_score > 0 ? 100.0 * static_cast<double>(p.scored) / static_cast<double>(p.to_score) : 100.0,
                     rate, duration(p.elapsed_s).c_str(), duration(eta).c_str());
     }
-    if (tty) {
-      std::fprintf(stderr, "\r%-110s", buf);
-      drawn = true;
-    } else {
-      std::fprintf(stderr, "%s\n", buf);
-    }
-    std::fflush(stderr);
-  }
-  void finish() {
-    if (tty && drawn) std::fputc('\n', stderr);
-    drawn = false;
+    show(buf);
   }
 };
 
@@ -121,7 +106,7 @@ std::string explore(const ExploreArgs& a) {
   o.top_k = a.top_k;
   o.rank_by = a.rank_by;
   o.max_plans = a.max_plans;
-  o.progress_interval_s = line.tty ? 0.25 : 10.0;
+  o.progress_interval_s = line.tty() ? 0.25 : 10.0;
   o.on_progress = [&line](const strategies::Progress& p) { line(p); };
   try {
     const auto rep = report::run_explore(sc, o);

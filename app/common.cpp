@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
@@ -43,6 +45,24 @@ extern "C" void on_stop_signal(int sig) {
   g_stop.store(true);
 }
 }  // namespace
+
+StatusLine::StatusLine() : tty_(::isatty(STDERR_FILENO) != 0) {}
+
+void StatusLine::show(const std::string& text) {
+  if (tty_) {
+    // Padded to clear what a longer line before it left.
+    std::fprintf(stderr, "\r%-110s", text.c_str());
+    drawn_ = true;
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void StatusLine::finish() {
+  if (drawn_) std::fputc('\n', stderr);
+  drawn_ = false;
+}
 
 StopOnSignal::StopOnSignal() {
   g_stop.store(false);
@@ -145,6 +165,14 @@ void add_executor_option(Subcommand& cmd, std::string& backend) {
   cmd.option("--backend", backend, "Executor: cpu (rank threads) or cuda (one GPU per process; mpirun -n N for N GPUs)")
       .required()
       .one_of({"cpu", "cuda"});
+}
+
+void add_plan_source_options(Subcommand& cmd, std::string& path, std::size_t& rank) {
+  cmd.option("SCENARIO_OR_DIR", path,
+             "A scenario JSON, or an explore output directory (the plan of its top list's --rank)")
+      .required();
+  cmd.option("--rank", rank, "With a DIR: the N-th of its top plans by throughput (default 1)")
+      .range(std::size_t{1}, std::size_t{1000000});
 }
 
 void require_table_or_json(report::Format format, const std::string& command) {

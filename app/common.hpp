@@ -58,6 +58,20 @@ struct Interrupted {
   int signal = 0;
 };
 
+// A long command's progress on stderr: one line redrawn in place on a
+// terminal, plain lines otherwise (logs, Slurm). `finish` ends a drawn line.
+class StatusLine {
+ public:
+  StatusLine();
+  bool tty() const { return tty_; }
+  void show(const std::string& text);
+  void finish();
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+};
+
 // While alive, SIGINT and SIGTERM set `flag()` instead of ending the
 // process, so a long command can stop at a step boundary and report what it
 // measured; a second signal ends the process at once. The previous handlers
@@ -159,6 +173,9 @@ Option enum_option(Subcommand& cmd, const std::string& name, Into& into, const s
 void add_format_option(Subcommand& cmd, report::Format& format);
 // --backend cpu|cuda (required) of the commands that run a plan.
 void add_executor_option(Subcommand& cmd, std::string& backend);
+// SCENARIO_OR_DIR (required) and --rank of `run` and `validate`, read by
+// load_plan_or_explored (`rank` stays 0 unless given).
+void add_plan_source_options(Subcommand& cmd, std::string& path, std::size_t& rank);
 
 // ------------------------------------------------------------ commands --
 // `command` prints a table or JSON only: --format csv is bad input.
