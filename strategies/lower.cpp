@@ -632,8 +632,7 @@ class StepBuilder : StepLayout {
     const std::int64_t n = chunks_[static_cast<std::size_t>(k)];
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     // The chunk's first forward of the step waits for its weights.
-    const bool gathers = gather_in_forward() && !folding_ && !weights_gathered_[static_cast<std::size_t>(k)];
-    if (gathers) weights_gathered_[static_cast<std::size_t>(k)] = 1;
+    const bool gathers = gather_in_forward() && !folding_ && mb == gather_mb_[static_cast<std::size_t>(k)];
     const std::int32_t embedding_weights =
         k == 0 && gathers ? weight_gather(static_cast<double>(chain_.embedding.params()), Part::Embedding, -1) : kNone;
     if (k == 0 && !cpu_)
@@ -953,13 +952,12 @@ class StepBuilder : StepLayout {
           fine_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
     // So does the microbatch of each chunk's first forward when its layers
     // wait for their weights (gather_in_forward), forward and backward.
-    std::vector<int> gather_mb(chunks_.size(), -1);
-    if (merge_ && gather_in_forward())
+    gather_mb_.assign(chunks_.size(), -1);
+    if (gather_in_forward())
       for (const Step& st : steps) {
-        int& mb = gather_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))];
+        int& mb = gather_mb_[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))];
         if (st.pass == Pass::Forward && mb < 0) mb = st.microbatch;
       }
-    weights_gathered_.assign(chunks_.size(), 0);
     chunk_ = -1;
     if (const Time t = costs_.overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
@@ -973,7 +971,7 @@ class StepBuilder : StepLayout {
       pending_send_ = kNone;
       const std::size_t at = slot(k, st.microbatch);
       const bool whole = merge_ && st.microbatch != fine_mb[static_cast<std::size_t>(k)] &&
-                         st.microbatch != gather_mb[static_cast<std::size_t>(k)];
+                         st.microbatch != gather_mb_[static_cast<std::size_t>(k)];
       // The framework's work before the pass (a merged pass holds it).
       const Time framework = std::max<Time>(0, costs_.overhead_per_microbatch());
       if (framework > 0 && !whole)
@@ -1353,7 +1351,7 @@ class StepBuilder : StepLayout {
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
   bool folding_ = false;    // fold_pass is replaying a pass alone
   std::int32_t prefetched_gather_ = kNone;  // fold_pass: a pass's first ZeRO-3 gather, issued before it
-  std::vector<char> weights_gathered_;  // by model chunk: its first forward of the stage waited (gather_in_forward)
+  std::vector<int> gather_mb_;  // by model chunk: the microbatch of its first forward on the stage (gather_in_forward), else -1
   bool cpu_ = false;        // the CPU backend's kernels' buffers (Scenario::kernel_memory)
   std::array<std::int32_t, sim::kMemTagCount> cpu_static_{};  // the stage's static buffers by tag (CPU)
   std::vector<CpuBucket> cpu_buckets_;                        // the stage's buckets (CPU)
