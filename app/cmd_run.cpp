@@ -102,11 +102,7 @@ Command add_run(CLI::App& app) {
   Subcommand cmd(
       app, "run", "Train the scenario's plan for real on the CPU executor (ranks as threads): loss "
              "and time per step, peak memory per rank");
-  cmd.option("SCENARIO_OR_DIR", a->scenario,
-             "A scenario JSON, or an explore output directory (the plan of its top list's --rank)")
-      .required();
-  cmd.option("--rank", a->rank, "With a DIR: the N-th of its top plans by throughput (default 1)")
-      .range(std::size_t{1}, std::size_t{1000000});
+  add_plan_source_options(cmd, a->scenario, a->rank);
   add_executor_option(cmd, a->backend);
   cmd.option("--steps", a->options.steps, "Training steps (default 50)").range(1, 100000000);
   cmd.option("--data", a->options.data,

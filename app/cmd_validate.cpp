@@ -83,11 +83,7 @@ Command add_validate(CLI::App& app) {
   Subcommand cmd(
       app, "validate", "Run the scenario's plan on the CPU executor and compare with the prediction: "
                   "step time, peak memory per rank and tag, time per task kind");
-  cmd.option("SCENARIO_OR_DIR", a->scenario,
-             "A scenario JSON, or an explore output directory (the plan of its top list's --rank)")
-      .required();
-  cmd.option("--rank", a->rank, "With a DIR: the N-th of its top plans by throughput (default 1)")
-      .range(std::size_t{1}, std::size_t{1000000});
+  add_plan_source_options(cmd, a->scenario, a->rank);
   add_executor_option(cmd, a->backend);
   cmd.option("--calibration", a->calibration,
              "Calibration JSON (default: the scenario's, else the cached CPU calibration, "

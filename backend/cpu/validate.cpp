@@ -10,7 +10,6 @@ ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& o
   // executor's own lowering does.
   strategies::Scenario cpu = sc;
   cpu.kernel_memory = strategies::KernelMemory::Cpu;
-  cpu.executed = true;
   try {
     Executor ex(cpu, {.seed = opts.seed});
     return backend::validate(cpu, ex, opts);
