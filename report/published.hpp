@@ -19,14 +19,23 @@ struct PublishedRow {
   double measured = 0;
   std::optional<double> predicted;  // absent: Strata cannot express or fit it
   double error_pct = 100;           // |predicted − measured| / measured, 100 when absent
-  std::string note;                 // the settings chosen, or why it failed
+  // error_pct with a sign: > 0 when the prediction is faster than the
+  // measurement (a shorter step, a higher throughput or FLOP rate).
+  double faster_pct = 0;
+  bool counted = true;  // false: listed with its reason (note), in no MAPE
+  std::string note;     // the settings chosen, or why it failed or is not counted
 };
 
 struct PublishedReport {
   std::vector<PublishedRow> rows;
   // Mean absolute percentage error by family and over every counted case.
   std::vector<std::pair<std::string, double>> mape_by_family;
+  // Mean of faster_pct by family and over every counted case: > 0, the
+  // family is predicted optimistic on average.
+  std::vector<std::pair<std::string, double>> bias_by_family;
   double mape = 0;
+  double bias = 0;
+  int counted = 0;
 };
 
 // Reads the cases file and predicts every counted case. Throws InputError for

@@ -26,6 +26,9 @@ json merged(const json& defaults, const json& c) {
   return out;
 }
 
+// "+12.3 %", "-4.0 %".
+std::string signed_pct(double v) { return (v >= 0 ? "+" : "") + fixed(v, 1) + " %"; }
+
 double num(const json& j, const char* key) {
   if (!j.contains(key) || !j.at(key).is_number()) throw Error(std::string("missing number ") + key);
   return j.at(key).get<double>();
@@ -36,12 +39,71 @@ json gpt_model(const json& m, bool dropout) {
           {"seq_len", 2048}, {"vocab", 51200}, {"dropout", dropout}};
 }
 
+// A NeMo 24.07 table row's architecture and training settings, from the
+// case where it states them and otherwise from NeMo-Framework-Launcher's
+// training config of the model (launcher_scripts/conf/training/<family>/
+// <model>.yaml): {"model", "recompute", "tp_comm_overlap"}, or a string
+// saying why the row is not counted.
+json nemo_architecture(const json& m) {
+  const std::string name = m.at("name").get<std::string>();
+  // GPT-3 (NeMo's megatron_gpt defaults): GeLU MLP, LayerNorm, biases,
+  // learned positions, tied embeddings, dropout 0.1; GPT-2 BPE vocabulary
+  // (50,257) padded to a multiple of 128 (make_vocab_size_divisible_by).
+  auto gpt3 = [](int layers, int hidden, int heads) {
+    return json{{"layers", layers}, {"hidden", hidden}, {"heads", heads},
+                {"ffn_hidden", 4 * hidden}, {"vocab", 50304}, {"mlp", "gelu"},
+                {"norm", "layernorm"}, {"bias", true}, {"position_embedding", "learned"},
+                {"tied_embeddings", true}, {"dropout", true}};
+  };
+  // Llama 2 / 3 (llama2_*.yaml, llama3_*.yaml at 3dd35614cf43): rmsnorm,
+  // no bias, SwiGLU, rotary, untied output layer, no dropout.
+  auto llama = [&m](int vocab) {
+    return json{{"layers", m.at("layers")}, {"hidden", m.at("hidden")}, {"heads", m.at("heads")},
+                {"kv_heads", m.value("kv_heads", m.at("heads"))}, {"ffn_hidden", m.at("ffn_hidden")},
+                {"vocab", vocab}, {"mlp", "swiglu"}, {"norm", "rmsnorm"}, {"bias", false},
+                {"position_embedding", "rope"}, {"tied_embeddings", false}, {"dropout", false}};
+  };
+  // gpt3/5b.yaml (3dd35614cf43): 24 layers, hidden 4096, 32 heads, no
+  // recompute, no TP overlap. gpt3/20b.yaml and 175b.yaml (056a90edf914,
+  // an older snapshot): 44 x 6144 x 48 and 96 x 12288 x 96, selective
+  // recompute, userbuffers TP overlap.
+  if (name == "GPT3-5B") return {{"model", gpt3(24, 4096, 32)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
+  if (name == "GPT3-20B") return {{"model", gpt3(44, 6144, 48)}, {"recompute", "selective"}, {"tp_comm_overlap", true}};
+  if (name == "GPT3-175B") return {{"model", gpt3(96, 12288, 96)}, {"recompute", "selective"}, {"tp_comm_overlap", true}};
+  // No recompute in any Llama config; userbuffers TP overlap in the 70B
+  // configs (ub_tp_comm_overlap: true), not in 7B, 13B, 8B.
+  if (name == "LLAMA2-7B" || name == "LLAMA2-13B")
+    return {{"model", llama(32000)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
+  if (name == "LLAMA2-70B") return {{"model", llama(32000)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
+  if (name == "LLAMA3-8B") return {{"model", llama(128256)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
+  if (name == "LLAMA3-70B") return {{"model", llama(128256)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
+  // Nemotron (nemotron/nemotron_8b.yaml at 089b90e6849f, nemotron_22b.yaml
+  // and nemotron_340b.yaml at 3dd35614cf43): squared-ReLU MLP of two
+  // matrices (priced as the GeLU MLP: the same weights and GEMMs, a
+  // different element-wise op), LayerNorm1p (a LayerNorm), no bias,
+  // rotary embeddings on half the head dimension (priced on all of it),
+  // untied output layer, the 256,000-token SentencePiece vocabulary
+  // (nemotron_2_256k.model; Nemotron-4 technical report). Selective
+  // recompute in the 340B config only; userbuffers TP overlap in 8B and 22B.
+  auto nemotron = [](int layers, int hidden, int heads, int kv_heads) {
+    return json{{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"kv_heads", kv_heads},
+                {"ffn_hidden", 4 * hidden}, {"vocab", 256000}, {"mlp", "gelu"},
+                {"norm", "layernorm"}, {"bias", false}, {"position_embedding", "rope"},
+                {"tied_embeddings", false}, {"dropout", false}};
+  };
+  if (name == "Nemotron-8B") return {{"model", nemotron(32, 4096, 32, 32)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
+  if (name == "Nemotron-22B") return {{"model", nemotron(40, 6144, 48, 48)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
+  if (name == "Nemotron-340B") return {{"model", nemotron(96, 18432, 96, 8)}, {"recompute", "selective"}, {"tp_comm_overlap", false}};
+  return json("no launcher configuration of " + name + " is transcribed");
+}
+
 // One counted measurement: the scenario, the metric and how to read it off
 // the prediction.
 struct Case {
   std::string id, family, metric, note;
   double measured = 0;
   json scenario;
+  std::string uncounted;  // non-empty: listed with this reason, not predicted nor counted
 };
 
 std::vector<Case> cases_of(const json& file) {
@@ -160,6 +222,73 @@ std::vector<Case> cases_of(const json& file) {
           {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", "bf16"}}},
           {"stack", "llm-foundry"}};
       out.push_back(k);
+    } else if (fam == "TITAN-A100" && meas.contains("tokens_per_s_per_gpu")) {
+      // torchtitan's FSDP2 runs on 64 A100-80GB (docs/performance.md):
+      // fully_shard over all 64 ranks (ZeRO-3), bf16, local batch = the
+      // microbatch. Vocabulary from the public model configs (Llama 3:
+      // 128,256; Llama 2: 32,000); the interconnect is not stated (DGX
+      // A100: eight 200 Gb/s HDR NICs per node). torchtitan's selective
+      // activation checkpointing (every n-th layer, or its op-level policy
+      // that recomputes every second matmul) is not a Strata policy yet:
+      // those rows are listed, not counted.
+      const std::string ac = st.at("recompute").get<std::string>();
+      const int gpus = hw.at("count").get<int>();
+      const bool llama3 = m.at("arch").get<std::string>().rfind("Llama3", 0) == 0;
+      Case k{id, fam, "tokens_per_s_per_gpu",
+             "torchtitan FSDP2 (ZeRO-3 over 64), bf16, recompute " + ac + ", DGX A100 HDR (not stated)",
+             num(meas, "tokens_per_s_per_gpu"), json::object()};
+      if (ac != "none" && ac != "full") {
+        k.uncounted = "torchtitan's '" + ac + "' activation checkpointing has no Strata policy";
+      } else {
+        json model = {{"layers", m.at("layers")}, {"hidden", m.at("hidden")},
+                      {"heads", m.at("heads")}, {"kv_heads", m.value("kv_heads", m.at("heads"))},
+                      {"ffn_hidden", m.at("ffn_hidden")}, {"vocab", llama3 ? 128256 : 32000},
+                      {"seq_len", m.at("seq_len")}, {"mlp", "swiglu"}, {"norm", "rmsnorm"},
+                      {"bias", false}, {"position_embedding", "rope"},
+                      {"tied_embeddings", false}, {"dropout", false}};
+        const int local = st.at("local_batch").get<int>();
+        k.scenario = {{"model", model},
+                      {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", gpus / 8}}},
+                      {"batch", {{"global", local * gpus}, {"micro", local}}},
+                      {"plan", {{"dp", gpus}, {"zero", 3}, {"recompute", ac}, {"precision", "bf16"}}},
+                      {"stack", "torchtitan"}};
+      }
+      out.push_back(k);
+    } else if (fam == "NEMO2407" && meas.contains("tokens_per_s_per_gpu")) {
+      // NeMo 24.07's FP8 pre-training table on DGX H100
+      // (docs/source/performance/performance_summary.md): the stated
+      // parallel layout and batch; everything else from its stack
+      // (configs/stacks/nemo-24.07.json) and the NeMo-Framework-Launcher
+      // training config of each model (nemo_architecture below).
+      const json arch = nemo_architecture(m);
+      const int gpus = hw.at("count").get<int>();
+      const int tp = st.at("tp").get<int>(), pp = st.at("pp").get<int>();
+      const int vp = st.at("vp_interleave").get<int>();
+      Case k{id, fam, "tokens_per_s_per_gpu",
+             "NeMo 24.07: fp8, distributed optimizer, overlapped reduce-scatter and gather, SP with "
+             "TP; recompute and TP overlap per launcher config",
+             num(meas, "tokens_per_s_per_gpu"), json::object()};
+      if (arch.is_string()) {
+        k.uncounted = arch.get<std::string>();
+      } else {
+        json plan = {{"tp", tp}, {"pp", pp}, {"cp", st.at("cp")}, {"dp", st.at("dp")},
+                     {"zero", 1}, {"precision", "fp8"}, {"sequence_parallel", tp > 1},
+                     {"recompute", arch.at("recompute")}};
+        if (arch.at("tp_comm_overlap").get<bool>() && tp > 1)
+          plan["implementation"] = {{"tp_comm_overlap", "ring"}};
+        if (vp > 1) {
+          plan["schedule"] = "interleaved";
+          plan["virtual_stages"] = vp;
+        }
+        json model = arch.at("model");
+        model["seq_len"] = m.at("seq_len");
+        k.scenario = {{"model", model},
+                      {"cluster", {{"preset", "dgx-h100"}, {"nodes", gpus / 8}}},
+                      {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
+                      {"plan", plan},
+                      {"stack", "nemo-24.07"}};
+      }
+      out.push_back(k);
     }
   }
   return out;
@@ -170,9 +299,19 @@ std::vector<Case> cases_of(const json& file) {
 PublishedReport validate_published(const std::string& cases_file) {
   const json file = load_json_file(cases_file);
   PublishedReport r;
-  std::map<std::string, std::pair<double, int>> fam;
+  struct Sums {
+    double abs = 0, faster = 0;
+    int n = 0;
+  };
+  std::map<std::string, Sums> fam;
   for (const Case& c : cases_of(file)) {
-    PublishedRow row{c.id, c.family, c.metric, c.measured, std::nullopt, 100, c.note};
+    PublishedRow row{c.id, c.family, c.metric, c.measured, std::nullopt, 100, 0, true, c.note};
+    if (!c.uncounted.empty()) {
+      row.counted = false;
+      row.note = "not counted: " + c.uncounted;
+      r.rows.push_back(row);
+      continue;
+    }
     try {
       const auto sc = strategies::parse_scenario(c.scenario.dump(), c.id);
       const auto mem = strategies::estimate_memory(sc);
@@ -189,17 +328,29 @@ PublishedReport validate_published(const std::string& cases_file) {
           v = static_cast<double>(sc.batch.global * sc.model.seq_len) / t / gpus;
         row.predicted = v;
         row.error_pct = 100.0 * std::fabs(v - c.measured) / c.measured;
+        const bool faster = c.metric == "step_time_s" ? v < c.measured : v > c.measured;
+        row.faster_pct = faster ? row.error_pct : -row.error_pct;
       }
     } catch (const Error& e) {
       row.note = std::string("cannot express: ") + e.what();
     }
-    fam[c.family].first += row.error_pct;
-    fam[c.family].second += 1;
+    Sums& f = fam[c.family];
+    f.abs += row.error_pct;
+    f.faster += row.faster_pct;
+    f.n += 1;
     r.mape += row.error_pct;
+    r.bias += row.faster_pct;
+    r.counted += 1;
     r.rows.push_back(row);
   }
-  for (const auto& [name, acc] : fam) r.mape_by_family.emplace_back(name, acc.first / acc.second);
-  if (!r.rows.empty()) r.mape /= static_cast<double>(r.rows.size());
+  for (const auto& [name, acc] : fam) {
+    r.mape_by_family.emplace_back(name, acc.abs / acc.n);
+    r.bias_by_family.emplace_back(name, acc.faster / acc.n);
+  }
+  if (r.counted > 0) {
+    r.mape /= r.counted;
+    r.bias /= r.counted;
+  }
   return r;
 }
 
@@ -211,24 +362,36 @@ std::string render_published(const PublishedReport& r, Format f) {
       rows.push_back({{"id", row.id}, {"family", row.family}, {"metric", row.metric},
                       {"measured", row.measured},
                       {"predicted", row.predicted ? nlohmann::ordered_json(*row.predicted) : nullptr},
-                      {"error_pct", row.error_pct}, {"note", row.note}});
+                      {"error_pct", row.counted ? nlohmann::ordered_json(row.error_pct) : nullptr},
+                      {"faster_pct", row.predicted ? nlohmann::ordered_json(row.faster_pct) : nullptr},
+                      {"counted", row.counted}, {"note", row.note}});
     j["cases"] = rows;
     auto fam = nlohmann::ordered_json::object();
     for (const auto& [name, m] : r.mape_by_family) fam[name] = m;
     j["mape_pct_by_family"] = fam;
+    auto bias = nlohmann::ordered_json::object();
+    for (const auto& [name, b] : r.bias_by_family) bias[name] = b;
+    j["faster_pct_by_family"] = bias;
     j["mape_pct"] = r.mape;
+    j["faster_pct"] = r.bias;
+    j["counted"] = r.counted;
     return j.dump(2) + "\n";
   }
   Table t;
-  t.columns = {"case", "metric", "measured", "predicted", "error"};
-  t.align = {Align::Left, Align::Left, Align::Right, Align::Right, Align::Right};
+  t.columns = {"case", "metric", "measured", "predicted", "error", "faster"};
+  t.align = {Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Right};
   for (const auto& row : r.rows)
     t.add_row({row.id, row.metric, fixed(row.measured, 3),
-               row.predicted ? fixed(*row.predicted, 3) : "-", fixed(row.error_pct, 1) + " %"});
+               row.predicted ? fixed(*row.predicted, 3) : "-",
+               row.counted ? fixed(row.error_pct, 1) + " %" : "not counted",
+               row.predicted ? signed_pct(row.faster_pct) : "-"});
   if (f == Format::Csv) return to_csv(t);
-  std::string out = to_text(t) + "\nMAPE by family\n";
-  for (const auto& [name, m] : r.mape_by_family) out += "  " + name + ": " + fixed(m, 1) + " %\n";
-  out += "  all counted cases: " + fixed(r.mape, 1) + " %\n";
+  std::string out = to_text(t) + "\nMAPE by family (mean signed error: + predicted faster)\n";
+  for (std::size_t i = 0; i < r.mape_by_family.size(); ++i)
+    out += "  " + r.mape_by_family[i].first + ": " + fixed(r.mape_by_family[i].second, 1) + " % (" +
+           signed_pct(r.bias_by_family[i].second) + ")\n";
+  out += "  all " + std::to_string(r.counted) + " counted cases: " + fixed(r.mape, 1) + " % (" +
+         signed_pct(r.bias) + ")\n";
   for (const auto& row : r.rows)
     if (!row.predicted) out += "\n" + row.id + ": " + row.note;
   return out + "\n";
@@ -236,14 +399,19 @@ std::string render_published(const PublishedReport& r, Format f) {
 
 std::string published_markdown(const PublishedReport& r) {
   Table t;
-  t.columns = {"case", "metric", "measured", "predicted", "error", "settings"};
-  t.align = {Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Left};
+  t.columns = {"case", "metric", "measured", "predicted", "error", "faster", "settings"};
+  t.align = {Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Left};
   for (const auto& row : r.rows)
     t.add_row({row.id, row.metric, fixed(row.measured, 3),
-               row.predicted ? fixed(*row.predicted, 3) : "-", fixed(row.error_pct, 1) + " %", row.note});
-  std::string out = to_markdown(t) + "\n| family | MAPE |\n|---|---:|\n";
-  for (const auto& [name, m] : r.mape_by_family) out += "| " + name + " | " + fixed(m, 1) + " % |\n";
-  return out + "| all counted | " + fixed(r.mape, 1) + " % |\n";
+               row.predicted ? fixed(*row.predicted, 3) : "-",
+               row.counted ? fixed(row.error_pct, 1) + " %" : "not counted",
+               row.predicted ? signed_pct(row.faster_pct) : "-", row.note});
+  std::string out = to_markdown(t) + "\n| family | MAPE | mean signed (+ faster) |\n|---|---:|---:|\n";
+  for (std::size_t i = 0; i < r.mape_by_family.size(); ++i)
+    out += "| " + r.mape_by_family[i].first + " | " + fixed(r.mape_by_family[i].second, 1) + " % | " +
+           signed_pct(r.bias_by_family[i].second) + " |\n";
+  return out + "| all " + std::to_string(r.counted) + " counted | " + fixed(r.mape, 1) + " % | " +
+         signed_pct(r.bias) + " |\n";
 }
 
 }  // namespace strata::report
