@@ -179,11 +179,18 @@ KernelShape op_kernels(const Op& op, bool backward) {
   return {0, 1};
 }
 
+GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer) {
+  if (p != Precision::FP8) return gemm_dtype(p);
+  const bool attention = op.kind == OpKind::Attention || op.kind == OpKind::AttnScores ||
+                         op.kind == OpKind::AttnValues;
+  return attention || layer != LayerKind::Block ? GemmDtype::BF16 : GemmDtype::FP8;
+}
+
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
-             bool backward) {
+             bool backward, LayerKind layer) {
   KernelShape shape = op_kernels(op, backward);
   if (op.kind == OpKind::Attention) shape.efficiency_scale = cal.attention_fraction;
-  return compute_time(gpu, cal, p, backward ? op.bwd_flops : op.fwd_flops,
+  return compute_time(gpu, cal, op_gemm_dtype(p, op, layer), backward ? op.bwd_flops : op.fwd_flops,
                       backward ? op.bwd_bytes : op.fwd_bytes, shape);
 }
 

@@ -51,9 +51,19 @@ inline Time compute_time(const GpuSpec& gpu, const Calibration& cal, Precision p
 // matmul FLOPs (attention) is one kernel forward and two backward; ops
 // without matmul FLOPs (norms, activations, dropout, …) one kernel each way.
 KernelShape op_kernels(const Op& op, bool backward);
-// compute_time of an op's forward (backward = false) or backward pass.
+// The dtype an op of a layer multiplies in under a training precision.
+// FP8 training runs only the transformer blocks' linear layers in FP8, as
+// Transformer Engine's recipe does: its DotProductAttention computes in
+// 16 bits unless the recipe asks for FP8 attention (fp8_dpa, off by default:
+// transformer_engine/common/recipe/__init__.py, DelayedScaling), and
+// Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear,
+// not a Transformer Engine module (megatron/core/models/gpt/gpt_model.py),
+// so the logits GEMM runs in bf16 too. Every other precision: gemm_dtype.
+GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer);
+// compute_time of an op's forward (backward = false) or backward pass in
+// the layer it belongs to.
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
-             bool backward);
+             bool backward, LayerKind layer = LayerKind::Block);
 
 // Collective algorithms (NCCL's names). Auto takes the fastest that applies.
 enum class CollectiveAlgorithm { Auto, Ring, Tree, Hierarchical };

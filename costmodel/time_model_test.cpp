@@ -338,5 +338,28 @@ TEST_CASE("A100 bf16 GEMM of 8192^3 against the published achievable rate") {
   CHECK(gemm_flops(16384, 16384, 16384) / to_seconds(th) / 1e12 <= 792.1);
 }
 
+TEST_CASE("FP8 training multiplies only the blocks' linear layers in FP8") {
+  // Transformer Engine's recipe: attention in 16 bits (fp8_dpa off), the
+  // output layer outside TE in bf16. GPU: 300 TFLOP/s bf16, 600 fp8, both
+  // at efficiency 0.8 here: a 6e12-FLOP block linear takes 12.5 ms in fp8;
+  // the same FLOPs as attention or in the head take 25 ms (bf16).
+  GpuSpec g = test_gpu();
+  g.tflops.fp8 = 600;
+  Calibration c = test_cal();
+  c.gemm[static_cast<std::size_t>(GemmDtype::FP8)] = EfficiencyCurve::constant(0.8);
+  Op linear;
+  linear.kind = OpKind::Linear;
+  linear.fwd_flops = 6e12;
+  Op attention = linear;
+  attention.kind = OpKind::Attention;
+  CHECK(op_time(g, c, Precision::FP8, linear, false) == 12'500'000);
+  CHECK(op_time(g, c, Precision::FP8, linear, false, LayerKind::Head) == 25'000'000);
+  CHECK(op_time(g, c, Precision::FP8, attention, false) == 25'000'000);
+  CHECK(op_gemm_dtype(Precision::FP8, linear, LayerKind::Block) == GemmDtype::FP8);
+  // Other precisions: every op in the training dtype.
+  CHECK(op_time(g, c, Precision::BF16, linear, false, LayerKind::Head) == 25'000'000);
+  CHECK(op_gemm_dtype(Precision::FP16, attention, LayerKind::Block) == GemmDtype::FP16);
+}
+
 }  // namespace
 }  // namespace strata::cost

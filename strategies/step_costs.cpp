@@ -49,8 +49,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   for (int i = 0; i < 3; ++i) {
     Time f = 0, b = 0;
     for (const auto& op : layers[i]->ops) {
-      f += cost::op_time(gpu, cal_, precision, op, false);
-      b += cost::op_time(gpu, cal_, precision, op, true);
+      f += cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind);
+      b += cost::op_time(gpu, cal_, precision, op, true, layers[i]->kind);
     }
     pass_[static_cast<std::size_t>(i)] = {f, b, f};
   }
