@@ -190,7 +190,9 @@ TEST_CASE("the schema example in docs/cost-model.md reads") {
 
 TEST_CASE("bundled calibrations load and state their provenance") {
   // configs/calibration holds a100-80g, h100-sxm and h200; each is an
-  // estimate with a source, monotone tables and a bf16 plateau of 0.75-0.86.
+  // estimate with a source, monotone tables and a bf16 plateau between
+  // Hopper's sustained matmul rate at 700 W (0.71, MSMF) and the best
+  // published A100 burst (0.86).
   const auto names = calibration_preset_names();
   CHECK(names == std::vector<std::string>{"a100-80g", "h100-sxm", "h200"});
   for (const auto& n : names) {
@@ -201,7 +203,7 @@ TEST_CASE("bundled calibrations load and state their provenance") {
     CHECK(!c.date.empty());
     CHECK(!c.machine.empty());
     const double plateau = c.gemm_curve(GemmDtype::BF16).at(1e16);
-    CHECK(plateau >= 0.75);
+    CHECK(plateau >= 0.70);
     CHECK(plateau <= 0.86);
     CHECK(!c.memory.empty());
     CHECK(c.scope(LinkScope::IntraNode).latency_us > 0);
