@@ -118,6 +118,26 @@ struct CollectiveScope {
   std::int64_t group = 0;      // group size the curves were measured with (0: unknown)
 };
 
+// A collective protocol's latency in NCCL's own cost model (NCCL
+// src/graph/tuning.cc, ncclTopoTuneModel): a base latency per collective
+// plus one hop latency per ring step, that of the node's links for a step
+// between GPUs of one node and that of the network for a step between
+// nodes; a tree pays 2·((r − 1)·intra + log₂N·inter) over r GPUs per node
+// and N nodes. Its bandwidth is `bandwidth_fraction` of the busbw curve
+// (LL sends 8 bytes of data per 16, LL128 120 per 128). A ring or tree
+// collective runs in the fastest protocol for its size and group, as NCCL
+// picks one (ncclTopoGetAlgoTime: latency + bytes / bandwidth).
+struct HopLatency {
+  double base_us = 0;   // per collective
+  double intra_us = 0;  // per step between two GPUs of one node
+  double inter_us = 0;  // per step across the network
+};
+struct CollectiveProtocol {
+  std::string name;
+  double bandwidth_fraction = 1;
+  HopLatency ring, tree;
+};
+
 struct Calibration {
   std::string machine;  // what was measured
   std::string backend;  // "cuda", "cpu" or "estimate"
@@ -139,6 +159,12 @@ struct Calibration {
   std::array<std::array<EfficiencyCurve, 2>, kCopyKinds> copy;
   // Collectives by LinkScope.
   std::array<CollectiveScope, kLinkScopes> collective;
+  // Ring and tree collectives' protocols (above). Empty: a ring or tree pays
+  // its scope's latency_us plus step_latency_us per step, every step in the
+  // scope of the whole group, and the busbw curves carry the small-size
+  // regime themselves (what a measured calibration holds). All-to-all and
+  // send/recv always use the scopes' latencies.
+  std::vector<CollectiveProtocol> protocols;
   Overheads overheads;
   // Fused (flash) attention kernels reach this fraction of what a GEMM of
   // the same FLOPs reaches (forward and backward together); 1 = as a GEMM.

@@ -194,6 +194,34 @@ void read_scope(const JsonReader& r, CollectiveScope& s) {
   r.reject_unknown_keys();
 }
 
+HopLatency read_hops(const JsonReader& r) {
+  HopLatency h;
+  h.base_us = r.at("base_us").as_number(0, kMaxUs);
+  h.intra_us = r.at("intra_hop_us").as_number(0, kMaxUs);
+  h.inter_us = r.at("inter_hop_us").as_number(0, kMaxUs);
+  r.reject_unknown_keys();
+  return h;
+}
+
+std::vector<CollectiveProtocol> read_protocols(const JsonReader& r) {
+  std::vector<CollectiveProtocol> out;
+  for (const JsonReader& p : r.elements()) {
+    CollectiveProtocol c;
+    c.name = p.at("name").as_string();
+    for (const auto& seen : out)
+      if (seen.name == c.name) p.at("name").fail("protocol '" + c.name + "' is listed twice");
+    c.bandwidth_fraction = p.at("bandwidth_fraction").as_number(1e-3, 1.0);
+    c.ring = read_hops(p.at("ring"));
+    c.tree = read_hops(p.at("tree"));
+    p.allow({"source"});
+    if (auto src = p.get("source")) src->as_string();
+    p.reject_unknown_keys();
+    out.push_back(std::move(c));
+  }
+  if (out.empty()) r.fail("must list at least one protocol (leave the key out for none)");
+  return out;
+}
+
 void read_overheads(const JsonReader& r, Overheads& o) {
   o.kernel_launch_us = r.number_or("kernel_launch", o.kernel_launch_us, 0, kMaxUs);
   o.copy_launch_us = r.number_or("copy_launch", o.copy_launch_us, 0, kMaxUs);
@@ -228,6 +256,13 @@ Calibration read_calibration(const JsonReader& r, const Calibration& base) {
   if (auto col = r.get("collectives")) {
     for (const auto& [s, name] : EnumNames<LinkScope>::table)
       if (auto sc = col->get(name)) read_scope(*sc, c.collective[static_cast<std::size_t>(s)]);
+    // Protocols belong to the curves they were written with: curves
+    // measured with their own small-size regime (a file without protocols)
+    // must not pay the base's protocol latencies on top.
+    if (auto p = col->get("protocols"))
+      c.protocols = read_protocols(*p);
+    else
+      c.protocols.clear();
     col->reject_unknown_keys();
   }
   if (auto o = r.get("overheads_us")) read_overheads(*o, c.overheads);

@@ -155,6 +155,39 @@ TEST_CASE("calibration reader: unknown keys and bad units are rejected with thei
         }) == "cal.json: machine: missing required key");
 }
 
+TEST_CASE("calibration reader: collective protocols, and curves without them drop the base's") {
+  const std::string protocols = R"("collectives": {"protocols": [
+      {"name": "simple", "bandwidth_fraction": 1,
+       "ring": {"base_us": 8.4, "intra_hop_us": 3.4, "inter_hop_us": 14},
+       "tree": {"base_us": 0, "intra_hop_us": 28, "inter_hop_us": 28}, "source": "NCCL"},
+      {"name": "ll", "bandwidth_fraction": 0.25,
+       "ring": {"base_us": 6.6, "intra_hop_us": 0.6, "inter_hop_us": 2.7},
+       "tree": {"base_us": 6.8, "intra_hop_us": 0.6, "inter_hop_us": 5}}]})";
+  const Calibration c = parse(protocols);
+  REQUIRE(c.protocols.size() == 2);
+  CHECK(c.protocols[0].name == "simple");
+  CHECK(c.protocols[0].ring.inter_us == 14);
+  CHECK(c.protocols[1].bandwidth_fraction == 0.25);
+  CHECK(c.protocols[1].tree.base_us == 6.8);
+  // A file over that base with its own collective curves and no protocols
+  // (what `strata calibrate` writes: measured curves carry their own
+  // small-size regime) has none; a file without a collectives table keeps them.
+  const Calibration measured = parse_calibration_text(
+      "{" + kHeader + R"(, "collectives": {"intra_node": {"link_GBps": 300, "all_reduce": [
+          {"bytes": 1048576, "busbw_GBps": 100}]}}})",
+      "m.json", c);
+  CHECK(measured.protocols.empty());
+  CHECK(parse_calibration_text("{" + kHeader + R"(, "overheads_us": {"step": 1}})", "m.json", c)
+            .protocols.size() == 2);
+  // The bundled GPU calibrations carry NCCL's protocols.
+  CHECK(calibration_preset("a100-80g").protocols.size() == 3);
+  CHECK(parse_error(R"("collectives": {"protocols": []})") ==
+        "cal.json: collectives.protocols: must list at least one protocol (leave the key out for none)");
+  CHECK(parse_error(R"("collectives": {"protocols": [
+      {"name": "ll", "bandwidth_fraction": 0, "ring": {}, "tree": {}}]})") ==
+        "cal.json: collectives.protocols[0].bandwidth_fraction: must be in [0.001, 1], got 0");
+}
+
 TEST_CASE("calibration reader: fused attention's fraction of the GEMM efficiency") {
   // Absent: 1 (attention priced as a GEMM of its FLOPs); present: (0, 1].
   CHECK(parse("").attention_fraction == 1.0);

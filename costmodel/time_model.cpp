@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "sim/error.hpp"
@@ -62,21 +63,50 @@ const CollectiveScope& latency_scope(const Layout& g, const Calibration& cal) {
   return cal.scope(g.spans() ? LinkScope::InterNode : LinkScope::IntraNode);
 }
 
+// The fastest protocol's time for a latency (µs, given a protocol) and a
+// bandwidth-bound part at full bandwidth (seconds), NCCL's choice.
+template <class Latency>
+double fastest_protocol(const Calibration& cal, double bandwidth_seconds, Latency latency_us) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const CollectiveProtocol& p : cal.protocols)
+    best = std::min(best, latency_us(p) * kUs + bandwidth_seconds / p.bandwidth_fraction);
+  return best;
+}
+
 // Ring all-reduce / all-gather / reduce-scatter over the whole group, seconds.
 double ring_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
                     const Calibration& cal) {
   const double n = static_cast<double>(g.n);
   const double f = op == CollectiveOp::AllReduce ? 2.0 * (n - 1) / n : (n - 1) / n;
   const double steps = op == CollectiveOp::AllReduce ? 2.0 * (n - 1) : n - 1;
-  const CollectiveScope& sc = latency_scope(g, cal);
-  return (sc.latency_us + steps * sc.step_latency_us) * kUs +
-         f * size / group_busbw(g, node, cal, op, size);
+  const double bandwidth = f * size / group_busbw(g, node, cal, op, size);
+  if (cal.protocols.empty()) {
+    const CollectiveScope& sc = latency_scope(g, cal);
+    return (sc.latency_us + steps * sc.step_latency_us) * kUs + bandwidth;
+  }
+  // NCCL's ring (tuning.cc): a step crosses the network once per node
+  // boundary, N − 1 times for all-gather and reduce-scatter, 2(N − 1) for
+  // all-reduce; every other step stays inside a node.
+  const double nodes = static_cast<double>(g.nodes);
+  const double inter = op == CollectiveOp::AllReduce ? 2.0 * (nodes - 1) : nodes - 1;
+  const double intra = steps - inter;
+  return fastest_protocol(cal, bandwidth, [&](const CollectiveProtocol& p) {
+    return p.ring.base_us + intra * p.ring.intra_us + inter * p.ring.inter_us;
+  });
 }
 
 double tree_seconds(double size, const Layout& g, const NodeSpec& node, const Calibration& cal) {
-  const CollectiveScope& sc = latency_scope(g, cal);
-  return (sc.latency_us + 2.0 * ceil_log2(g.n) * sc.step_latency_us) * kUs +
-         2.0 * size / group_busbw(g, node, cal, CollectiveOp::AllReduce, size);
+  const double bandwidth = 2.0 * size / group_busbw(g, node, cal, CollectiveOp::AllReduce, size);
+  if (cal.protocols.empty()) {
+    const CollectiveScope& sc = latency_scope(g, cal);
+    return (sc.latency_us + 2.0 * ceil_log2(g.n) * sc.step_latency_us) * kUs + bandwidth;
+  }
+  // NCCL's double binary tree over nodes, a chain over the r GPUs of each.
+  const double chain = static_cast<double>(g.r - 1);
+  const double levels = ceil_log2(g.nodes);
+  return fastest_protocol(cal, bandwidth, [&](const CollectiveProtocol& p) {
+    return p.tree.base_us + 2.0 * (chain * p.tree.intra_us + levels * p.tree.inter_us);
+  });
 }
 
 // Intra-node phase(s) around an inter-node phase over one GPU per node.

@@ -361,5 +361,70 @@ TEST_CASE("FP8 training multiplies only the blocks' linear layers in FP8") {
   CHECK(op_gemm_dtype(Precision::FP16, attention, LayerKind::Block) == GemmDtype::FP16);
 }
 
+// NCCL's ring/Simple and ring/LL latencies (NCCL src/graph/tuning.cc):
+// Simple 8.4 µs base, 3.4 per NVLink step, 14 per network step, full
+// bandwidth; LL 6.6 base, 0.6 and 2.7 per step, a quarter of the bandwidth.
+CollectiveProtocol simple_protocol() {
+  return {"simple", 1.0, {8.4, 3.4, 14.0}, {0, 28, 28}};
+}
+CollectiveProtocol ll_protocol() { return {"ll", 0.25, {6.6, 0.6, 2.7}, {6.8, 0.6, 5.0}}; }
+
+TEST_CASE("a ring's latency: one step per hop, network hops priced apart (NCCL's model)") {
+  // 4 nodes x 8 GPUs, all-gather: 31 steps, 3 of them across nodes (one
+  // per node boundary), 28 over NVLink: 8.4 + 28 x 3.4 + 3 x 14 = 145.6 µs.
+  // Bandwidth: min(150 intra, 8 x 20 inter) = 150 GB/s; 31/32 of 32 MB
+  // = 206.667 µs.
+  Calibration c = test_cal();
+  c.protocols = {simple_protocol()};
+  const NodeSpec n = test_node();
+  const Time want = seconds_to_time(145.6e-6 + 31e6 / 150e9);
+  CHECK(collective_time(CollectiveOp::AllGather, 32'000'000, 32, 8, n, c,
+                        CollectiveAlgorithm::Ring) == want);
+  CHECK(collective_time(CollectiveOp::ReduceScatter, 32'000'000, 32, 8, n, c,
+                        CollectiveAlgorithm::Ring) == want);
+  // All-reduce: 62 steps, 6 across nodes: 8.4 + 56 x 3.4 + 6 x 14 = 282.8 µs,
+  // plus twice the bandwidth term.
+  CHECK(collective_time(CollectiveOp::AllReduce, 32'000'000, 32, 8, n, c,
+                        CollectiveAlgorithm::Ring) ==
+        seconds_to_time(282.8e-6 + 2 * 31e6 / 150e9));
+  // Inside one node every step is an NVLink step: 8 GPUs, 7 steps:
+  // 8.4 + 7 x 3.4 = 32.2 µs.
+  CHECK(collective_time(CollectiveOp::AllGather, 8'000'000, 8, 8, n, c,
+                        CollectiveAlgorithm::Ring) ==
+        seconds_to_time(32.2e-6 + 7e6 / 150e9));
+  // The latency grows with the group while the bandwidth term does not:
+  // ZeRO-3's gathers over 2,048 GPUs (256 nodes) pay 8.4 + 1792 x 3.4 +
+  // 255 x 14 = 9671.2 µs.
+  const Time big = collective_time(CollectiveOp::AllGather, 32'000'000, 2048, 8, n, c,
+                                   CollectiveAlgorithm::Ring);
+  CHECK(big == seconds_to_time(9671.2e-6 + 2047.0 / 2048 * 32e6 / 150e9));
+}
+
+TEST_CASE("a collective runs in its fastest protocol") {
+  // LL: lower latency, a quarter of the bandwidth. One node, 8 GPUs,
+  // all-reduce (14 steps): Simple 8.4 + 47.6 = 56 µs, LL 6.6 + 8.4 = 15 µs.
+  // 64 kB: bandwidth 2 x 7/8 x 64 kB / 150 GB/s = 0.747 µs, LL 2.99 µs:
+  // LL wins (17.99 < 56.75). 64 MB: Simple 56 + 746.7 = 802.7 µs, LL 15 +
+  // 2986.7: Simple wins.
+  Calibration c = test_cal();
+  c.protocols = {simple_protocol(), ll_protocol()};
+  const NodeSpec n = test_node();
+  const double small_bw = 2.0 * 7 / 8 * 64'000 / 150e9, big_bw = 2.0 * 7 / 8 * 64e6 / 150e9;
+  CHECK(collective_time(CollectiveOp::AllReduce, 64'000, 8, 8, n, c, CollectiveAlgorithm::Ring) ==
+        seconds_to_time(15e-6 + small_bw / 0.25));
+  CHECK(collective_time(CollectiveOp::AllReduce, 64'000'000, 8, 8, n, c,
+                        CollectiveAlgorithm::Ring) == seconds_to_time(56e-6 + big_bw));
+  // A tree over 4 nodes x 8: a chain of 7 in each node, 2 levels across:
+  // LL 6.8 + 2 x (7 x 0.6 + 2 x 5) = 35.2 µs; Simple 0 + 2 x (7 x 28 + 2 x
+  // 28) = 504 µs. Bandwidth: 2 x 64 kB / 150 GB/s.
+  CHECK(collective_time(CollectiveOp::AllReduce, 64'000, 32, 8, n, c, CollectiveAlgorithm::Tree) ==
+        seconds_to_time(35.2e-6 + 2.0 * 64'000 / 150e9 / 0.25));
+  // Without protocols the scope's α and per-step latency apply (test_cal:
+  // 20 µs + 2 µs per step across nodes, here 31 steps).
+  const Calibration plain = test_cal();
+  CHECK(collective_time(CollectiveOp::AllGather, 32'000'000, 32, 8, n, plain,
+                        CollectiveAlgorithm::Ring) == seconds_to_time(82e-6 + 31e6 / 150e9));
+}
+
 }  // namespace
 }  // namespace strata::cost

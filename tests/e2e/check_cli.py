@@ -61,7 +61,7 @@ def lists(strata):
         table = run(strata, cmd).splitlines()
         check(len(table) == n + 2, f"{cmd} table: {len(table)} lines")
     stacks = json.loads(run(strata, "stacks", "--format", "json"))
-    check(len(stacks) == 7, f"stacks: {len(stacks)}, expected 7")
+    check(len(stacks) == 8, f"stacks: {len(stacks)}, expected 8 (configs/stacks)")
     check(all(st["source"] for s in stacks for st in s["settings"].values()), "a stack setting without a source")
     names = {m["name"] for m in json.loads(run(strata, "models", "--format", "json"))}
     check({"gpt3-175b", "llama3-405b", "mixtral-8x7b", "megatron-1t", "resnet50", "resnet1001",
