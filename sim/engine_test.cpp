@@ -399,6 +399,31 @@ TEST_CASE("sim/engine: runs are deterministic, also across threads, down to the 
   CHECK(s1.str() == s2.str());
 }
 
+TEST_CASE_TEMPLATE("sim/engine: replace_time replays other task times over the same schedule", E, Engine, ReferenceEngine) {
+  // a (10) then b (20) on one stream, c (5 latency + 100 bytes at 10 B/ns
+  // = 15) on a link after a: makespan 30. Replaced by 40, 5 and 7 (c moves
+  // no bytes any more): b ends at 45, c at 47, so 47.
+  TaskGraph g;
+  auto s = g.add_stream("r0.compute");
+  auto link = g.add_link("nic", k10BytesPerNs);
+  auto q = g.add_stream("r0.comm");
+  auto a = g.add_task({.id = "a", .resources = {s}, .duration = 10});
+  auto b = g.add_task({.id = "b", .resources = {s}, .duration = 20});
+  auto c = g.add_task({.id = "c", .resources = {q, link}, .duration = 5, .transfer_bytes = 100});
+  g.add_dep(a, c);
+  CHECK(run<E>(g).makespan == 30);
+  TaskGraph h = g;
+  h.replace_time(a, 40);
+  h.replace_time(b, 5);
+  h.replace_time(c, 7);
+  const RunResult r = run<E>(h);
+  CHECK(r.makespan == 47);
+  CHECK(r.at(c).start == 40);
+  CHECK(run<E>(g).makespan == 30);  // the original is untouched
+  CHECK_THROWS_AS(h.replace_time(a, -1), GraphError);
+  CHECK_THROWS_AS(h.replace_time(TaskId{7}, 1), GraphError);
+}
+
 TEST_CASE("sim/engine: every task runs after its dependencies and streams never overlap") {
   // Invariants on a random graph: start(b) >= end(a) for every edge; tasks on
   // one stream do not overlap; total stream busy equals the sum of its tasks.

@@ -275,6 +275,17 @@ TaskId TaskGraph::task(std::string_view id) const {
   return TaskId{lookup(task_by_id_, id, "task")};
 }
 
+void TaskGraph::replace_time(TaskId task, Time t) {
+  if (task.index < 0 || static_cast<std::size_t>(task.index) >= tasks_.size())
+    throw GraphError("replace_time: unknown task index " + std::to_string(task.index));
+  Task& k = tasks_[static_cast<std::size_t>(task.index)];
+  if (t < 0)
+    throw GraphError("task " + quoted(k.id) + ": time must be >= 0, got " + std::to_string(t) + " ns");
+  k.duration = t;
+  k.transfer_bytes = 0;
+  k.latency_after = 0;
+}
+
 std::size_t TaskGraph::num_edges() const { return adj_->edges; }
 
 void TaskGraph::for_each_edge(const EdgeVisitor& fn) const {

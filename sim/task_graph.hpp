@@ -181,6 +181,10 @@ class TaskGraph {
   void add_dep(TaskId before, TaskId after);
   void add_dep(std::string_view before, std::string_view after);
   void add_deps(std::span<const TaskId> before, TaskId after);
+  // The task takes exactly `t` from now on: its duration becomes t and it
+  // moves no bytes over links (what replaying measured task times needs).
+  // Throws GraphError for an unknown task or a negative time.
+  void replace_time(TaskId task, Time t);
 
   // --- lookup (throw GraphError naming the unknown id) ---
   ResourceId resource(std::string_view name) const;
