@@ -1385,14 +1385,33 @@ class StepBuilder : StepLayout {
 }  // namespace
 
 namespace {
+// Scenario::serial_ranks: each stage's tasks run in program order, one at a
+// time, as the executor's thread runs them. The program adds a task only
+// after the tasks it depends on within its stage (BucketPlan checks the
+// same order), so the chain adds no cycle.
+void chain_stages(StepProgram& p) {
+  std::vector<std::int32_t> last(static_cast<std::size_t>(p.stages), -1);
+  for (std::size_t i = 0; i < p.tasks.size(); ++i) {
+    auto& prev = last[static_cast<std::size_t>(p.tasks[i].stage)];
+    if (prev >= 0) p.deps.emplace_back(prev, static_cast<std::int32_t>(i));
+    prev = static_cast<std::int32_t>(i);
+  }
+}
+
 StepProgram build(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
                   const PipelineSchedule* schedule, StepProgram recycled) {
   StepBuilder b(sc, costs, g, layers, std::move(recycled));
-  if (schedule) return std::move(b).build(*schedule);
-  const PipelineSchedule own = make_schedule(sc.plan.schedule, static_cast<int>(sc.plan.pp),
-                                             static_cast<int>(sc.plan.virtual_stages),
-                                             static_cast<int>(microbatches(sc.plan, sc.batch)));
-  return std::move(b).build(own);
+  StepProgram p;
+  if (schedule) {
+    p = std::move(b).build(*schedule);
+  } else {
+    const PipelineSchedule own = make_schedule(sc.plan.schedule, static_cast<int>(sc.plan.pp),
+                                               static_cast<int>(sc.plan.virtual_stages),
+                                               static_cast<int>(microbatches(sc.plan, sc.batch)));
+    p = std::move(b).build(own);
+  }
+  if (sc.serial_ranks) chain_stages(p);
+  return p;
 }
 }  // namespace
 

@@ -111,6 +111,32 @@ TEST_CASE("ZeRO-3 parameter prefetch: with overlap_param_gather the gathers hide
   CHECK(on.step_time <= compute + 6 * c.collective_t);
 }
 
+TEST_CASE("serial ranks: a stage's tasks run one after another, in program order") {
+  // The same ZeRO-3 plan as above, for an executor that runs each rank's
+  // tasks on one thread (Scenario::serial_ranks, the CPU backend): the
+  // gathers cannot hide behind compute any more, so the step is the sum of
+  // every task of the stage, 2 m 16 (tf + tb) + 96 · 300 (a forward gather,
+  // a backward gather and a reduce-scatter per layer and microbatch), and
+  // no task of a stage starts before the one before it in the program ends.
+  UnitCosts c;
+  c.collective_t = 300;
+  Scenario sc = scenario("{\"zero\": 3}", 16, 2048);
+  sc.serial_ranks = true;
+  const LoweredStep low = lower_step(sc, c);
+  const sim::RunResult run = sim::simulate(low.graph);
+  Time sum = 0;
+  Time prev_end = 0;
+  for (std::size_t i = 0; i < low.graph.num_tasks(); ++i) {
+    CHECK(run.tasks[i].start >= prev_end);
+    prev_end = run.tasks[i].end;
+    sum += run.tasks[i].end - run.tasks[i].start;
+  }
+  CHECK(run.makespan == sum);
+  CHECK(sum >= 2 * 16 * (c.tf + c.tb) + 96 * c.collective_t);
+  const auto overlapped = predict_step(scenario("{\"zero\": 3}", 16, 2048), c);
+  CHECK(predict_step(sc, c).step_time > overlapped.step_time);
+}
+
 // All-gathers priced by their bytes (1 ns per 4 kB), every other
 // collective free; the all-gathers asked for are recorded.
 struct GatherCosts : UnitCosts {

@@ -51,6 +51,11 @@ struct Scenario {
   // weight gather stays at the step's end under
   // implementation.overlap_param_gather.
   bool executed = false;
+  // Lowered for an executor that runs each rank's tasks one after another,
+  // in the program's order, on one thread (the CPU backend): nothing of a
+  // rank overlaps, so the program chains each stage's tasks in that order.
+  // Set with `executed` from the executor (StepExecutor::serial_ranks).
+  bool serial_ranks = false;
   // The software stack that runs the plan ("stack", stack.hpp): its
   // settings are in plan.implementation wherever the scenario's own
   // plan.implementation keys (`implementation_keys`) do not set them.

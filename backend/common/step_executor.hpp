@@ -60,6 +60,10 @@ class StepExecutor {
   // lowering's static Workspace buffer stands for it, so validate compares
   // it instead of leaving it out.
   virtual bool holds_gpu_workspace() const { return false; }
+  // Whether each rank runs its tasks one after another in program order on
+  // one thread (Scenario::serial_ranks): a prediction beside this
+  // executor's measurement lowers with the same setting.
+  virtual bool serial_ranks() const { return false; }
 };
 
 }  // namespace strata::backend

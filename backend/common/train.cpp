@@ -94,6 +94,7 @@ TrainReport train(const strategies::Scenario& sc, StepExecutor& ex, const TrainO
   r.tasks_per_step = static_cast<std::int64_t>(ex.lowered().graph.num_tasks());
   strategies::Scenario as_run = sc;  // steps one after another, as the executor runs them
   as_run.executed = true;
+  as_run.serial_ranks = ex.serial_ranks();
   r.predicted_step_s = to_seconds(strategies::predict_step(as_run).step_time);
   r.memory.resize(static_cast<std::size_t>(r.ranks));
   r.steps_asked = opts.steps;

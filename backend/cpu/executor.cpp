@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -101,6 +102,10 @@ struct Rank {
   double loss_sum = 0;
   bool tie_done = false;
   std::vector<TaskTime> times;
+  // When the running task's pipeline receive returned: its wait for the
+  // other stage is the graph's dependency, not the task's own time, so the
+  // task is timed from then (run_rank).
+  std::optional<Clock::time_point> received;
   std::exception_ptr error;
 
   explicit Rank(Bytes device_capacity) : device(device_capacity) {}
@@ -269,6 +274,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   // The lowering declares what this backend's kernels hold.
   sc.kernel_memory = strategies::KernelMemory::Cpu;
   sc.executed = true;
+  sc.serial_ranks = true;
   const auto& plan = sc.plan;
   low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
   if (low.info.size() != low.graph.num_tasks())
@@ -464,9 +470,11 @@ void Executor::Impl::run_rank(Rank& R, std::span<const std::int32_t> tokens,
   }
   auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
   for (const std::int32_t i : R.plan->tasks) {
+    R.received.reset();
     const auto a = Clock::now();
     run_task(R, i, tokens, targets);
-    R.times.push_back({i, R.rank, seconds(a), seconds(Clock::now()),
+    const auto start = R.received ? std::max(a, *R.received) : a;
+    R.times.push_back({i, R.rank, seconds(start), seconds(Clock::now()),
                        R.device.stats().current[static_cast<std::size_t>(MemTag::Activations)]});
   }
   if (!R.saved.empty() || !R.act.empty() || !R.grad.empty() || !R.emb.empty() || !R.head.empty())
@@ -544,6 +552,7 @@ Tensor Executor::Impl::take_activation(Rank& R, int chunk, int mb) {
   if (chunk == 0) throw Error("executor: no input for model chunk 0");
   Tensor x(R.device, {R.model->rows(micro), hidden}, MemTag::Activations);
   R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk - 1) % pp)], p2p_tag(false, chunk - 1, mb), x.span());
+  R.received = Clock::now();
   return x;
 }
 
@@ -554,6 +563,7 @@ BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
   BackwardBuffers b = R.model->backward_buffers(micro);
   R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk + 1) % pp)], p2p_tag(true, chunk + 1, mb),
              b.dres.span());
+  R.received = Clock::now();
   return R.grad.emplace(Key{chunk, mb}, std::move(b)).first->second;
 }
 

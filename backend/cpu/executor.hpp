@@ -80,6 +80,8 @@ class Executor final : public StepExecutor {
   static void require_host_memory(const strategies::Scenario& sc, Bytes host_memory);
 
   std::string_view backend() const override { return "cpu"; }
+  // One thread per rank runs its stage's tasks in graph order.
+  bool serial_ranks() const override { return true; }
   int ranks() const override;
   std::int64_t global_batch() const;  // sequences per step
   std::int64_t seq_len() const;
