@@ -7,6 +7,7 @@
 
 #include "backend/common/out_of_memory.hpp"
 #include "backend/common/rng.hpp"
+#include "costmodel/time_model.hpp"
 #include "sim/engine.hpp"
 #include "sim/error.hpp"
 #include "sim/memory.hpp"
@@ -172,6 +173,7 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
   // steps run one after another as the executor runs them.
   strategies::Scenario as_run = sc;
   as_run.executed = true;
+  as_run.serial_ranks = ex.serial_ranks();
   const strategies::ModelStepCosts costs(as_run);
   const auto& cal = costs.calibration();
   r.calibration = cal.machine + " (" + cal.backend + ", " + cal.date + ")";
@@ -197,6 +199,10 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
   const std::size_t tasks = low.graph.num_tasks();
   std::vector<double> task_sum(tasks, 0.0);
   std::vector<int> task_runs(tasks, 0);
+  // Per measured step, for the schedule replay (below): each task's own time.
+  std::vector<std::vector<double>> own_times;
+  std::vector<double> last_start(tasks), last_end(tasks), step_sum(tasks);
+  std::vector<int> step_runs(tasks);
   std::array<double, kWorkKinds> kind_sum{};
   r.measured.ranks.resize(static_cast<std::size_t>(r.ranks));
   for (int s = 0; s < opts.warmup + opts.steps; ++s) {
@@ -220,12 +226,33 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
       for (std::size_t t = 0; t < sim::kMemTagCount; ++t) into.by_tag[t] = std::max(into.by_tag[t], m.device.peak[t]);
       into.host_peak = std::max(into.host_peak, m.host.peak_total);
     }
+    std::fill(last_start.begin(), last_start.end(), -1.0);
+    std::fill(last_end.begin(), last_end.end(), -1.0);
+    std::fill(step_sum.begin(), step_sum.end(), 0.0);
+    std::fill(step_runs.begin(), step_runs.end(), 0);
     for (const auto& t : res.tasks) {
       const auto i = static_cast<std::size_t>(t.task);
       const double d = t.end - t.start;
       task_sum[i] += d;
       ++task_runs[i];
       kind_sum[static_cast<std::size_t>(work_kind(low.info[i].op))] += d;
+      last_start[i] = std::max(last_start[i], t.start);
+      last_end[i] = std::max(last_end[i], t.end);
+      step_sum[i] += d;
+      ++step_runs[i];
+    }
+    // A task's own time for the schedule replay: a collective or a pipeline
+    // transfer runs once its last participant has arrived, and a rank that
+    // arrived earlier waited inside it for the others — a wait the replayed
+    // graph already has as the dependencies that hold the task back — so
+    // its time is from the last arrival to the last end; any other task
+    // takes its mean time over the ranks that ran it.
+    auto& own = own_times.emplace_back(tasks, 0.0);
+    for (std::size_t i = 0; i < tasks; ++i) {
+      if (step_runs[i] == 0) continue;
+      const WorkKind k = work_kind(low.info[i].op);
+      own[i] = k == WorkKind::Collective || k == WorkKind::P2p ? std::max(0.0, last_end[i] - last_start[i])
+                                                                : step_sum[i] / step_runs[i];
     }
     if (opts.stop && opts.stop->load() && s + 1 < opts.warmup + opts.steps) {
       r.stopped = true;
@@ -281,6 +308,19 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
   // Each stage's representative stands for its dp ranks: the mean over
   // ranks is the mean over stages.
   for (std::size_t k = 0; k < kWorkKinds; ++k) r.predicted.time_by_kind_s[k] = pk[k] / std::max(1, low.stages);
+
+  // The schedule check: the same graph, every task at its time in one
+  // measured step; the median over the steps, as the measured step's.
+  for (std::size_t i = 0; i < tasks; ++i)
+    if (task_runs[i] == 0) ++r.replay_untimed_tasks;
+  sim::TaskGraph replay = low.graph;
+  std::vector<double> replayed;
+  for (const auto& own : own_times) {
+    for (std::size_t i = 0; i < tasks; ++i)
+      replay.replace_time(sim::TaskId{static_cast<std::int32_t>(i)}, cost::seconds_to_time(own[i]));
+    replayed.push_back(to_seconds(sim::simulate(replay).makespan));
+  }
+  r.replayed_step_time_s = median(replayed);
   return r;
 }
 
@@ -305,6 +345,12 @@ std::string render_validate_table(const ValidateReport& r) {
                 pct(static_cast<double>(r.predicted.peak_memory_bytes),
                     static_cast<double>(r.measured.peak_memory_bytes))
                     .c_str());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "schedule replay (ms) %-14s %-14.3f %s   (measured task times through the engine%s)\n",
+                "", r.replayed_step_time_s * 1e3, pct(r.replayed_step_time_s, r.measured.step_time_s).c_str(),
+                r.replay_untimed_tasks > 0
+                    ? (", " + std::to_string(r.replay_untimed_tasks) + " untimed tasks at 0").c_str()
+                    : "");
   out += buf;
   out += "\ntime per step by task kind, per rank (ms)\n";
   out += "kind         predicted      measured       error\n";
@@ -387,6 +433,9 @@ std::string render_validate_json(const ValidateReport& r) {
                  {"peak_memory", rel(static_cast<double>(r.predicted.peak_memory_bytes),
                                      static_cast<double>(r.measured.peak_memory_bytes))}};
   j["step_times_s"] = r.step_times_s;
+  j["replay"] = {{"step_time_s", r.replayed_step_time_s},
+                 {"error", rel(r.replayed_step_time_s, r.measured.step_time_s)},
+                 {"untimed_tasks", r.replay_untimed_tasks}};
   auto& tasks = j["tasks"] = nlohmann::ordered_json::array();
   for (const auto& t : r.tasks)
     tasks.push_back({{"id", t.id},

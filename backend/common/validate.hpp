@@ -93,6 +93,17 @@ struct ValidateReport {
   int steps_asked = 0;               // ValidateOptions::steps
   bool stopped = false;              // ended early by ValidateOptions::stop
   std::vector<TaskRow> tasks;
+  // The schedule check: the prediction's task graph replayed by the engine
+  // with every task taking its time in a measured step instead of the cost
+  // model's (the median over the measured steps)
+  // (a collective's or pipeline transfer's from its last participant's
+  // arrival, since the graph holds the waits before it as dependencies). It checks the schedule — dependencies, lanes, what
+  // overlaps what — independently of the cost model: against the measured
+  // step it differs only by what the graph does not hold (waits the
+  // executor has and the graph lacks, or the reverse). Tasks the executor
+  // did not time take 0 (replay_untimed_tasks counts them).
+  double replayed_step_time_s = 0;
+  int replay_untimed_tasks = 0;
   // Per rank, left out of the predicted device pool: the CUDA runtime and
   // (for an executor without a GPU library workspace) the cuBLAS workspace
   // the GPU memory model adds.
@@ -116,8 +127,9 @@ std::string render_validate_table(const ValidateReport& r);
 // the highest rank's peak of each), memory_per_rank [{rank, stage,
 // peak_bytes, peak_bytes_by_tag, host_peak_bytes}], time_by_kind_s (by
 // WorkKind name)), `errors` (step_time, peak_memory: (predicted −
-// measured) / measured), measured step_times_s, and `tasks` [{id, kind,
-// stage, predicted_s, measured_s}].
+// measured) / measured), measured step_times_s, `replay` {step_time_s,
+// error (against the measured step), untimed_tasks}, and `tasks` [{id,
+// kind, stage, predicted_s, measured_s}].
 std::string render_validate_json(const ValidateReport& r);
 
 // Kendall's rank correlation τ-b of two equally long series (ties counted

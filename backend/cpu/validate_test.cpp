@@ -75,6 +75,13 @@ TEST_CASE("cpu/validate: the JSON holds predicted and measured with the contract
   }
   CHECK(j.at("tasks").size() == r.tasks.size());
   CHECK(!r.tasks.empty());
+  // The schedule replay: the graph with the measured task times, every
+  // task timed by the executor; its error is against the measured step.
+  const auto& replay = j.at("replay");
+  CHECK(replay.at("step_time_s").get<double>() > 0);
+  CHECK(replay.at("untimed_tasks").get<int>() == 0);
+  CHECK(replay.at("error").get<double>() ==
+        doctest::Approx(r.replayed_step_time_s / r.measured.step_time_s - 1));
   // Each rank's measured tasks were all run: every row has a measured time.
   for (const auto& t : r.tasks) CHECK(t.measured_s >= 0);
   // The GPU model's runtime is left out of the CPU prediction and said so.
