@@ -39,6 +39,16 @@ json gpt_model(const json& m, bool dropout) {
           {"seq_len", 2048}, {"vocab", 51200}, {"dropout", dropout}};
 }
 
+// A Llama 2 / 3 architecture from a case's layers, hidden, heads,
+// kv_heads (absent: multi-head) and ffn_hidden: rmsnorm, no bias, SwiGLU,
+// rotary, untied output layer, no dropout.
+json llama_model(const json& m, int vocab) {
+  return {{"layers", m.at("layers")}, {"hidden", m.at("hidden")}, {"heads", m.at("heads")},
+          {"kv_heads", m.value("kv_heads", m.at("heads"))}, {"ffn_hidden", m.at("ffn_hidden")},
+          {"vocab", vocab}, {"mlp", "swiglu"}, {"norm", "rmsnorm"}, {"bias", false},
+          {"position_embedding", "rope"}, {"tied_embeddings", false}, {"dropout", false}};
+}
+
 // A NeMo 24.07 table row's architecture and training settings, from the
 // case where it states them and otherwise from NeMo-Framework-Launcher's
 // training config of the model (launcher_scripts/conf/training/<family>/
@@ -55,14 +65,7 @@ json nemo_architecture(const json& m) {
                 {"norm", "layernorm"}, {"bias", true}, {"position_embedding", "learned"},
                 {"tied_embeddings", true}, {"dropout", true}};
   };
-  // Llama 2 / 3 (llama2_*.yaml, llama3_*.yaml at 3dd35614cf43): rmsnorm,
-  // no bias, SwiGLU, rotary, untied output layer, no dropout.
-  auto llama = [&m](int vocab) {
-    return json{{"layers", m.at("layers")}, {"hidden", m.at("hidden")}, {"heads", m.at("heads")},
-                {"kv_heads", m.value("kv_heads", m.at("heads"))}, {"ffn_hidden", m.at("ffn_hidden")},
-                {"vocab", vocab}, {"mlp", "swiglu"}, {"norm", "rmsnorm"}, {"bias", false},
-                {"position_embedding", "rope"}, {"tied_embeddings", false}, {"dropout", false}};
-  };
+  // Llama 2 / 3: llama2_*.yaml, llama3_*.yaml at 3dd35614cf43.
   // gpt3/5b.yaml (3dd35614cf43): 24 layers, hidden 4096, 32 heads, no
   // recompute, no TP overlap. gpt3/20b.yaml and 175b.yaml (056a90edf914,
   // an older snapshot): 44 x 6144 x 48 and 96 x 12288 x 96, selective
@@ -73,10 +76,10 @@ json nemo_architecture(const json& m) {
   // No recompute in any Llama config; userbuffers TP overlap in the 70B
   // configs (ub_tp_comm_overlap: true), not in 7B, 13B, 8B.
   if (name == "LLAMA2-7B" || name == "LLAMA2-13B")
-    return {{"model", llama(32000)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
-  if (name == "LLAMA2-70B") return {{"model", llama(32000)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
-  if (name == "LLAMA3-8B") return {{"model", llama(128256)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
-  if (name == "LLAMA3-70B") return {{"model", llama(128256)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
+    return {{"model", llama_model(m, 32000)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
+  if (name == "LLAMA2-70B") return {{"model", llama_model(m, 32000)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
+  if (name == "LLAMA3-8B") return {{"model", llama_model(m, 128256)}, {"recompute", "none"}, {"tp_comm_overlap", false}};
+  if (name == "LLAMA3-70B") return {{"model", llama_model(m, 128256)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
   // Nemotron (nemotron/nemotron_8b.yaml at 089b90e6849f, nemotron_22b.yaml
   // and nemotron_340b.yaml at 3dd35614cf43): squared-ReLU MLP of two
   // matrices (priced as the GeLU MLP: the same weights and GEMMs, a
@@ -240,12 +243,8 @@ std::vector<Case> cases_of(const json& file) {
       if (ac != "none" && ac != "full") {
         k.uncounted = "torchtitan's '" + ac + "' activation checkpointing has no Strata policy";
       } else {
-        json model = {{"layers", m.at("layers")}, {"hidden", m.at("hidden")},
-                      {"heads", m.at("heads")}, {"kv_heads", m.value("kv_heads", m.at("heads"))},
-                      {"ffn_hidden", m.at("ffn_hidden")}, {"vocab", llama3 ? 128256 : 32000},
-                      {"seq_len", m.at("seq_len")}, {"mlp", "swiglu"}, {"norm", "rmsnorm"},
-                      {"bias", false}, {"position_embedding", "rope"},
-                      {"tied_embeddings", false}, {"dropout", false}};
+        json model = llama_model(m, llama3 ? 128256 : 32000);
+        model["seq_len"] = m.at("seq_len");
         const int local = st.at("local_batch").get<int>();
         k.scenario = {{"model", model},
                       {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", gpus / 8}}},
