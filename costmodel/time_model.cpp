@@ -247,6 +247,11 @@ CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
       seconds = send_recv_seconds(size, g, node, cal);
       break;
     default: {
+      // Auto is NCCL's own choice, among the algorithms it runs: ring, and
+      // tree for all-reduce (NCCL_ALGO's Tree and Ring; CollNet needs
+      // in-network reduction, NVLS NVLink SHARP, neither modelled).
+      // Hierarchical phases are a framework's choice (Horovod's
+      // hierarchical all-reduce, ZeRO++'s hpZ), priced only when asked for.
       const bool tree_ok = op == CollectiveOp::AllReduce;
       const bool hier_ok = g.spans() && g.r > 1;
       auto price = [&](CollectiveAlgorithm a) {
@@ -263,10 +268,6 @@ CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
         if (tree_ok) {
           const double t = price(CollectiveAlgorithm::Tree);
           if (t < seconds) seconds = t, out.algorithm = CollectiveAlgorithm::Tree;
-        }
-        if (hier_ok) {
-          const double t = price(CollectiveAlgorithm::Hierarchical);
-          if (t < seconds) seconds = t, out.algorithm = CollectiveAlgorithm::Hierarchical;
         }
       } else {
         // An algorithm that does not apply (tree for all-gather, hierarchical

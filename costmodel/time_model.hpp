@@ -65,7 +65,9 @@ GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer);
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
              bool backward, LayerKind layer = LayerKind::Block);
 
-// Collective algorithms (NCCL's names). Auto takes the fastest that applies.
+// Collective algorithms. Auto is NCCL's choice: the faster of ring and (for
+// all-reduce) tree; Hierarchical phases, which NCCL does not run, only when
+// asked for.
 enum class CollectiveAlgorithm { Auto, Ring, Tree, Hierarchical };
 
 struct CollectiveCost {

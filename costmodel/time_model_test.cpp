@@ -215,6 +215,28 @@ TEST_CASE("hierarchical all-reduce over 2 nodes x 8 GPUs is the sum of its three
                    (ring(20, 1, 2, 0.5, 1e9 / 8, 20) + ag)) <= 2);
 }
 
+TEST_CASE("auto prices only the algorithms NCCL runs: never hierarchical phases") {
+  // NCCL picks among ring and tree (all-reduce) by its cost model
+  // (NCCL_ALGO: Tree, Ring, CollNet, NVLS; no hierarchical all-gather or
+  // reduce-scatter). 1 MiB gathered over 16 GPUs on 2 nodes: hierarchical
+  // phases would take 22 µs + 3 µs inter plus 13.5 µs + 6 µs intra, under
+  // the flat ring's 20 + 15 x 2 µs + 6 µs; auto still prices the flat ring.
+  const NodeSpec n = test_node();
+  const Calibration c = test_cal();
+  const Bytes b = 1 << 20;
+  for (CollectiveOp op : {CollectiveOp::AllGather, CollectiveOp::ReduceScatter}) {
+    const std::string name(enum_name(op));
+    CAPTURE(name);
+    const CollectiveCost a = collective_cost(op, b, 16, 8, n, c);
+    CHECK(a.algorithm != CollectiveAlgorithm::Hierarchical);
+    CHECK(collective_time(op, b, 16, 8, n, c, CollectiveAlgorithm::Hierarchical) < a.time);
+  }
+  CHECK(collective_time(CollectiveOp::AllGather, b, 16, 8, n, c) ==
+        collective_time(CollectiveOp::AllGather, b, 16, 8, n, c, CollectiveAlgorithm::Ring));
+  CHECK(collective_cost(CollectiveOp::AllReduce, b, 16, 8, n, c).algorithm !=
+        CollectiveAlgorithm::Hierarchical);
+}
+
 TEST_CASE("all-to-all: (n-1)/n of the buffer, the inter-node share on the NIC") {
   // 8 GPUs in a node: 10 + 7 x 0.5 µs + 7/8 B / 150e9. 16 over 2 nodes:
   // 20 + 15 x 2 µs + max(7/16 B / 150e9, 8/16 B / 20e9) — the NIC dominates.
