@@ -805,7 +805,10 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            std::string(engine_name(target)) + "'s default (the plan had " +
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
-                           "; set it in plan.implementation to export it, or simulate with \"stack\": \"" +
+                           // The host's dispatch cost is the framework's, not a flag.
+                           (key == strategies::ImplKey::HostDispatch
+                                ? "; no flag sets it: simulate with \"stack\": \""
+                                : "; set it in plan.implementation to export it, or simulate with \"stack\": \"") +
                            st.name + "\" to predict what the engine runs)");
     }
   }

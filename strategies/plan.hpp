@@ -53,6 +53,10 @@ inline constexpr std::int64_t kQsgdBucket = 512;
 // 1-bit: consecutive gradients that share one fp32 scale (their mean |x|).
 inline constexpr std::int64_t kOneBitBucket = 512;
 
+// The longest host dispatch per kernel a plan may state (1 ms: a kernel per
+// millisecond is far slower than any framework issues them).
+inline constexpr double kMaxHostDispatchUs = 1000;
+
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;
@@ -78,6 +82,12 @@ struct Implementation {
   // Off: a separate memory-bound kernel per layer and microbatch adds each
   // new gradient into the buffer (step_costs.cpp).
   bool grad_accumulation_fusion = true;
+  // Host time the framework spends issuing one GPU kernel (Python, the
+  // operator dispatcher, autograd and the launch), in microseconds. A pass
+  // takes at least its kernels times this (step_costs.cpp): a GPU that
+  // finishes kernels faster than the host issues them waits for the host.
+  // 0: the host always keeps ahead (Strata's own executors, CUDA graphs).
+  double host_dispatch_us = 0;
   // Order in which ranks are laid out, innermost (fastest varying) first.
   std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                         ParallelDim::PP};

@@ -49,7 +49,8 @@ struct Scenario {
   // beside their measurements, never read from a file): its steps run one
   // after another, so nothing of a step overlaps the next, and ZeRO-1/2's
   // weight gather stays at the step's end under
-  // implementation.overlap_param_gather.
+  // implementation.overlap_param_gather; and no framework issues its
+  // kernels (implementation.host_dispatch_us does not apply).
   bool executed = false;
   // Lowered for an executor that runs each rank's tasks one after another,
   // in the program's order, on one thread (the CPU backend): nothing of a

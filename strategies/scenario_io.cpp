@@ -51,6 +51,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.tp_grad_overlap = r.bool_or("tp_grad_overlap", im.tp_grad_overlap);
   im.grad_accumulation_fusion =
       r.bool_or("grad_accumulation_fusion", im.grad_accumulation_fusion);
+  im.host_dispatch_us = r.number_or("host_dispatch_us", im.host_dispatch_us, 0, kMaxHostDispatchUs);
   if (auto ro = r.get("rank_order")) im.rank_order = read_rank_order(*ro);
   r.reject_unknown_keys();
   return im;

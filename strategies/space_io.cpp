@@ -222,6 +222,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   // Added later: written only when off, so the ids of existing plans stay.
   if (!im.tp_grad_overlap) implementation["tp_grad_overlap"] = false;
   if (!im.grad_accumulation_fusion) implementation["grad_accumulation_fusion"] = false;
+  if (im.host_dispatch_us != 0) implementation["host_dispatch_us"] = im.host_dispatch_us;
   json plan = {{"dp", p.dp},
                {"tp", p.tp},
                {"pp", p.pp},

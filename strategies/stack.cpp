@@ -1,5 +1,7 @@
 #include "strategies/stack.hpp"
 
+#include <cmath>
+
 #include "strategies/scenario.hpp"
 #include "strategies/space.hpp"
 #include "strategies/validate.hpp"
@@ -21,6 +23,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Fp32GradAccumulation: im.fp32_grad_accumulation = on; break;
     case ImplKey::TpGradOverlap: im.tp_grad_overlap = on; break;
     case ImplKey::GradAccumulationFusion: im.grad_accumulation_fusion = on; break;
+    case ImplKey::HostDispatch: im.host_dispatch_us = static_cast<double>(v) / 1000.0; break;
   }
 }
 
@@ -38,6 +41,12 @@ std::string value_text(ImplKey k, std::int64_t v) {
   switch (k) {
     case ImplKey::Attention: return std::string(enum_name(static_cast<AttentionKernel>(v)));
     case ImplKey::TpCommOverlap: return std::string(enum_name(static_cast<TpCommOverlap>(v)));
+    case ImplKey::HostDispatch: {
+      std::string t = std::to_string(static_cast<double>(v) / 1000.0);
+      t.erase(t.find_last_not_of('0') + 1);
+      if (t.back() == '.') t.pop_back();
+      return t + " us";
+    }
     default: return v != 0 ? "true" : "false";
   }
 }
@@ -73,6 +82,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Fp32GradAccumulation: return im.fp32_grad_accumulation;
     case ImplKey::TpGradOverlap: return im.tp_grad_overlap;
     case ImplKey::GradAccumulationFusion: return im.grad_accumulation_fusion;
+    case ImplKey::HostDispatch: return std::llround(im.host_dispatch_us * 1000.0);
   }
   return 0;
 }

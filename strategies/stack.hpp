@@ -41,6 +41,7 @@ enum class ImplKey : std::uint8_t {
   Fp32GradAccumulation,
   TpGradOverlap,
   GradAccumulationFusion,
+  HostDispatch,  // its value in nanoseconds (host_dispatch_us × 1000)
 };
 
 }  // namespace strata::strategies
@@ -48,7 +49,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 10> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 11> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -59,6 +60,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Fp32GradAccumulation, "fp32_grad_accumulation"},
       {strategies::ImplKey::TpGradOverlap, "tp_grad_overlap"},
       {strategies::ImplKey::GradAccumulationFusion, "grad_accumulation_fusion"},
+      {strategies::ImplKey::HostDispatch, "host_dispatch_us"},
   }};
 };
 }  // namespace strata

@@ -15,6 +15,7 @@
 //                     "when": {"zero": [2, 3], "pp": {"at_least": 2}},
 //                     "message": "...", "source": "..."}]
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,7 @@ std::int64_t read_value(const JsonReader& v, ImplKey k) {
   switch (k) {
     case ImplKey::Attention: return static_cast<std::int64_t>(v.as_enum<AttentionKernel>());
     case ImplKey::TpCommOverlap: return static_cast<std::int64_t>(v.as_enum<TpCommOverlap>());
+    case ImplKey::HostDispatch: return std::llround(v.as_number(0, kMaxHostDispatchUs) * 1000.0);
     default: return v.as_bool() ? 1 : 0;
   }
 }

@@ -46,6 +46,14 @@ TEST_CASE("a stack's settings replace Strata's defaults; the plan's own keys ove
   CHECK(!old.plan.implementation.tp_grad_overlap);
   CHECK(!old.plan.implementation.grad_accumulation_fusion);
   CHECK(old.plan.implementation.pp_scatter_gather);
+  // Eager PyTorch: 5 µs of host time per kernel, as text "5 us".
+  CHECK(old.plan.implementation.host_dispatch_us == 5);
+  CHECK(plain.plan.implementation.host_dispatch_us == 0);
+  const Scenario graphs = with(R"("dp": 4, "tp": 2, "precision": "fp16", "implementation": {"host_dispatch_us": 0.5})",
+                               R"(, "stack": "megatron-lm-2021")");
+  CHECK(graphs.plan.implementation.host_dispatch_us == 0.5);
+  CHECK(implementation_text(ImplKey::HostDispatch,
+                            implementation_value(old.plan.implementation, ImplKey::HostDispatch)) == "5 us");
   // One key given by the scenario wins; the others stay the stack's.
   const Scenario mixed = with(R"("dp": 4, "tp": 2, "precision": "fp16",
                                  "implementation": {"overlap_grad_reduce": true})",

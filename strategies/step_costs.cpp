@@ -54,12 +54,25 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     }
     pass_[static_cast<std::size_t>(i)] = {f, b, f};
   }
+  // Kernels each layer's passes launch (forward, backward, recompute), for
+  // the host's dispatch bound below.
+  std::array<std::array<std::int64_t, 3>, 3> launches{};
+  for (int i = 0; i < 3; ++i)
+    for (const auto& op : layers[i]->ops) {
+      const std::int64_t f = cost::op_kernels(op, false).kernels;
+      launches[static_cast<std::size_t>(i)][0] += f;
+      launches[static_cast<std::size_t>(i)][1] += cost::op_kernels(op, true).kernels;
+      launches[static_cast<std::size_t>(i)][2] += f;
+    }
   // Selective recompute redoes the attention core: scores, softmax, dropout, values.
+  std::int64_t core_launches = 0;
   for (const auto& op : chain_.block.ops)
     if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::Softmax ||
         op.kind == cost::OpKind::AttnValues ||
-        (op.kind == cost::OpKind::Dropout && op.core_saved_bytes > 0))
+        (op.kind == cost::OpKind::Dropout && op.core_saved_bytes > 0)) {
       core_ += cost::op_time(gpu, cal_, precision, op, false);
+      core_launches += cost::op_kernels(op, false).kernels;
+    }
 
   // Gradient accumulation without fusion (implementation.grad_accumulation_
   // fusion false): after each layer's backward of a microbatch, a separate
@@ -90,6 +103,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
           shape.kernels += op.matrices;
         }
       if (shape.kernels == 0) continue;
+      launches[static_cast<std::size_t>(i)][1] += shape.kernels;
       pass_[static_cast<std::size_t>(i)][1] += cost::compute_time(
           gpu, cal_, precision, 0, static_cast<Bytes>(params * per_param), shape);
     }
@@ -158,6 +172,12 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // communication exposed.
     if (col_half.empty()) bwd = one;
     tp_[1] = std::max<Time>(0, bwd - hide);
+    // The collectives each block pass launches.
+    const auto cols = static_cast<std::int64_t>(col_half.size());
+    const std::int64_t fwd_launches = p.sequence_parallel ? 4 : 2;
+    launches[1][0] += fwd_launches;
+    launches[1][2] += fwd_launches;
+    launches[1][1] += cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols;
     // Vocabulary-parallel embedding and logits (Megatron-LM): forward, the
     // embedding's partial lookups are summed over the group (reduce-scattered
     // with sequence parallelism) and, with sequence parallelism, the logits'
@@ -171,6 +191,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     head[0] += p.sequence_parallel ? ag : 0;
     head[2] = head[0];
     head[1] += p.sequence_parallel ? rs : ar;
+    ++launches[0][0], ++launches[0][2], ++launches[2][1];
+    if (p.sequence_parallel) ++launches[2][0], ++launches[2][2];
   }
   if (p.cp > 1) {
     // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
@@ -190,6 +212,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     const Time exch = capped_product(p.cp - 1, step);
     cp_[0] = std::max<Time>(0, exch - attn_f);
     cp_[1] = std::max<Time>(0, 2 * exch - attn_b);
+    launches[1][0] += p.cp - 1, launches[1][2] += p.cp - 1, launches[1][1] += 2 * (p.cp - 1);
   }
   if (p.ep > 1 && sc.model.moe) {
     // Dispatch and combine all-to-alls forward, and their gradients backward.
@@ -197,6 +220,28 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
                                             (p.sequence_parallel ? static_cast<double>(p.tp) : 1.0));
     const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_);
     ep_[0] = ep_[1] = 2 * a2a;
+    for (auto& n : launches[1]) n += 2;
+  }
+
+  // The host's dispatch bound (implementation.host_dispatch_us): an eager
+  // framework issues every kernel from Python, one after another, so a pass
+  // takes at least its launches times the host's time per kernel — the GPU
+  // runs ahead only while its kernels are longer. A block's blocking
+  // communication is a task of its own after the pass (layer_comm), issued
+  // by the same host: the pass and that communication together take
+  // max(compute + communication, host), so the pass is charged
+  // max(compute, host − communication). The embedding's and head's passes
+  // hold their communication already. Strata's own executors (executed)
+  // launch from C++ without a framework: their cost per kernel is the
+  // calibration's kernel_launch, already in every kernel's time.
+  if (const double us = sc.executed ? 0.0 : p.implementation.host_dispatch_us; us > 0) {
+    auto host = [&](std::int64_t n) { return cost::seconds_to_time(static_cast<double>(n) * us * 1e-6); };
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < 3; ++j) {
+        const Time comm = i == 1 ? tp_[j == 1 ? 1 : 0] + cp_[j == 1 ? 1 : 0] + ep_[j == 1 ? 1 : 0] : 0;
+        pass_[i][j] = std::max(pass_[i][j], host(launches[i][j]) - comm);
+      }
+    core_ = std::max(core_, host(core_launches));
   }
 }
 
@@ -303,8 +348,12 @@ Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
   shape.kernels = passes * (sc_.plan.implementation.fused_elementwise
                                 ? 1
                                 : std::max<std::int64_t>(1, sc_.model.layers));
-  return capped_sum(launch, cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
-                                               static_cast<Bytes>(params * per_param), shape));
+  const Time gpu = cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
+                                      static_cast<Bytes>(params * per_param), shape);
+  // Each kernel issued by the framework's host (implementation.host_dispatch_us).
+  const double us = sc_.executed ? 0.0 : sc_.plan.implementation.host_dispatch_us;
+  const Time host = cost::seconds_to_time(static_cast<double>(shape.kernels) * us * 1e-6);
+  return capped_sum(launch, std::max(gpu, host));
 }
 
 Time ModelStepCosts::overhead_per_microbatch() const {

@@ -170,6 +170,60 @@ TEST_CASE("optimizer step: the passes of a mixed-precision Adam step over HBM") 
   CHECK(ModelStepCosts(acc, cal).optimizer_step(params, false) == expect(acc, 6 + 8 + 4 + 28 + 6));
 }
 
+// A small model whose block runs in about 2 µs under the ideal
+// calibration, so a host issuing one kernel per microsecond is the bound.
+Scenario small(const std::string& implementation, int tp = 1) {
+  return parse_scenario(
+      "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1024},"
+      " \"cluster\": {\"preset\": \"dgx-a100-80g\"}, \"batch\": {\"global\": 8, \"micro\": 1},"
+      " \"plan\": {\"tp\": " + std::to_string(tp) +
+          ", \"precision\": \"bf16\", \"implementation\": " + implementation + "}}",
+      "t.json");
+}
+
+TEST_CASE("host dispatch: a pass takes at least its kernels times the host's time per kernel") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  const cost::OpChain chain = cost::expand(small("{}").model, expand_options(small("{}")));
+  SUBCASE("no tensor parallelism: the kernels of the block's ops") {
+    // The GPT block's ops: two norms, the QKV, projection and two MLP
+    // linears (one GEMM each forward, two backward), flash attention (one
+    // kernel forward, two backward), the activation, two dropouts and two
+    // residual adds (one kernel each way): 12 kernels forward, 17 backward.
+    const ModelStepCosts c(small(R"({"host_dispatch_us": 10})"), cal);
+    CHECK(chain.block.ops.size() == 12);
+    CHECK(c.layer(chain.block, Pass::Forward, false) == 12 * 10'000);
+    CHECK(c.layer(chain.block, Pass::Backward, false) == 17 * 10'000);
+    CHECK(c.layer(chain.block, Pass::Recompute, false) == 12 * 10'000);
+    // Without it the same pass is the roofline's 2 µs.
+    const ModelStepCosts none(small("{}"), cal);
+    CHECK(none.layer(chain.block, Pass::Forward, false) < 12 * 10'000 / 10);
+  }
+  SUBCASE("tensor parallelism: the pass and its blocking all-reduces take the host's time") {
+    // Two forward all-reduces are launched by the host too (14 launches);
+    // the pass is charged what the host needs beyond the communication, so
+    // pass + communication = 14 launches exactly when the host is the bound.
+    const ModelStepCosts c(small(R"({"host_dispatch_us": 10})", 2), cal);
+    const Time comm = c.layer_comm(CommKind::TP, Pass::Forward);
+    CHECK(comm > 0);
+    CHECK(c.layer(chain.block, Pass::Forward, false) + comm == 14 * 10'000);
+  }
+  SUBCASE("Strata's own executors issue kernels without a framework") {
+    Scenario sc = small(R"({"host_dispatch_us": 10})");
+    sc.executed = true;
+    CHECK(ModelStepCosts(sc, cal).layer(chain.block, Pass::Forward, false) ==
+          ModelStepCosts(small("{}"), cal).layer(chain.block, Pass::Forward, false));
+  }
+  SUBCASE("a GPU slower than the host is not charged") {
+    // The 22B-like layer's forward runs for milliseconds: 12 launches at
+    // 10 µs change nothing.
+    const Scenario slow = gpt(R"({"tp": 8, "precision": "fp16", "implementation": {"host_dispatch_us": 10}})");
+    const Scenario fast = gpt(R"({"tp": 8, "precision": "fp16"})");
+    const cost::OpChain big = cost::expand(slow.model, expand_options(slow));
+    CHECK(ModelStepCosts(slow, cal).layer(big.block, Pass::Forward, false) ==
+          ModelStepCosts(fast, cal).layer(big.block, Pass::Forward, false));
+  }
+}
+
 TEST_CASE("a step longer than 2^56 ns is refused at both levels, not summed past 64 bits") {
   // 1e-12 TFLOP/s and a 1e-300 GB/s NVLink: every kernel and collective
   // saturates at 2^56 ns; at either level the step is an input error.

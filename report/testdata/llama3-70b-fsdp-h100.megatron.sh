@@ -3,6 +3,7 @@
 # note: implementation.overlap_param_gather = false, Megatron-LM's default (the plan had true, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
 # note: implementation.pp_scatter_gather = true, Megatron-LM's default (the plan had false, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
 # note: implementation.fp32_grad_accumulation = true, Megatron-LM's default (the plan had false, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
+# note: implementation.host_dispatch_us = 5 us, Megatron-LM's default (the plan had 0 us, Strata's default; no flag sets it: simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
 # world size 64 = dp 8 x tp 8 x pp 1 x cp 1; add data, tokenizer, learning-rate and checkpoint flags (not part of a plan)
 # note: zero=3: Megatron-FSDP (--use-megatron-fsdp), which needs CUDA_DEVICE_MAX_CONNECTIONS unset or > 1
 # note: vocabulary 128256: comes from the tokenizer (--tokenizer-type, --vocab-size with NullTokenizer; padded to --make-vocab-size-divisible-by)
