@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstdint>
 #include <ctime>
@@ -116,6 +118,28 @@ Option& Option::one_of(std::initializer_list<const char*> values) {
 }
 bool Option::given() const { return o_->count() > 0; }
 
+namespace {
+
+// Every floating-point option's values are finite: "nan", "inf" and
+// overflowing numbers (1e400) are refused by name. CLI::Range alone lets NaN
+// through, since every comparison with it is false. Text that is no number
+// at all is left to CLI11's conversion, which names the option itself.
+template <class T>
+const CLI::Validator& finite_number() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        const char* begin = s.c_str();
+        char* end = nullptr;
+        const T d = std::is_same_v<T, float> ? std::strtof(begin, &end) : std::strtod(begin, &end);
+        if (end == begin || std::isfinite(d)) return {};
+        return "must be a finite number (got " + s + ")";
+      },
+      "");
+  return v;
+}
+
+}  // namespace
+
 Subcommand::Subcommand(CLI::App& app, const std::string& name, const std::string& help)
     : app_(app.add_subcommand(name, help)) {}
 Option Subcommand::option(const std::string& name, std::string& into, const std::string& help) {
@@ -128,10 +152,10 @@ Option Subcommand::option(const std::string& name, std::uint64_t& into, const st
   return Option(app_->add_option(name, into, help));
 }
 Option Subcommand::option(const std::string& name, float& into, const std::string& help) {
-  return Option(app_->add_option(name, into, help));
+  return Option(app_->add_option(name, into, help)->check(finite_number<float>()));
 }
 Option Subcommand::option(const std::string& name, double& into, const std::string& help) {
-  return Option(app_->add_option(name, into, help));
+  return Option(app_->add_option(name, into, help)->check(finite_number<double>()));
 }
 Option Subcommand::option(const std::string& name, std::vector<std::string>& into, const std::string& help) {
   return Option(app_->add_option(name, into, help));
@@ -140,7 +164,7 @@ Option Subcommand::option(const std::string& name, std::vector<std::int64_t>& in
   return Option(app_->add_option(name, into, help));
 }
 Option Subcommand::option(const std::string& name, std::vector<double>& into, const std::string& help) {
-  return Option(app_->add_option(name, into, help));
+  return Option(app_->add_option(name, into, help)->check(finite_number<double>()));
 }
 Option Subcommand::option(const std::string& name, std::function<void(const std::string&)> parse,
                           const std::string& help) {

@@ -137,6 +137,8 @@ class Subcommand {
   Option option(const std::string& name, std::string& into, const std::string& help);
   Option option(const std::string& name, int& into, const std::string& help);
   Option option(const std::string& name, std::uint64_t& into, const std::string& help);
+  // float, double and std::vector<double> options refuse NaN and infinities
+  // (and numbers beyond double's range), before any range() check.
   Option option(const std::string& name, float& into, const std::string& help);
   Option option(const std::string& name, double& into, const std::string& help);
   Option option(const std::string& name, std::vector<std::string>& into, const std::string& help);

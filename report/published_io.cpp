@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -29,33 +30,44 @@ json merged(const json& defaults, const json& c) {
 // "+12.3 %", "-4.0 %".
 std::string signed_pct(double v) { return (v >= 0 ? "+" : "") + fixed(v, 1) + " %"; }
 
-double num(const json& j, const char* key) {
-  if (!j.contains(key) || !j.at(key).is_number()) throw Error(std::string("missing number ") + key);
-  return j.at(key).get<double>();
+// The case's fields are read with their JSON path (cases[3].model.layers),
+// so a missing or mistyped one is bad input naming the file, the path and
+// the rule. Numbers passed on into a scenario are checked here, not only in
+// the scenario built from them, whose errors would name that scenario.
+constexpr std::int64_t kMaxField = std::int64_t{1} << 40;
+json pos_int(const JsonReader& r) { return r.as_int(1, kMaxField); }
+json pos_int_at(const JsonReader& obj, std::string_view key) { return pos_int(obj.at(key)); }
+
+// A measurement: a positive finite number (errors are relative to it).
+double num(const JsonReader& meas, std::string_view key) {
+  return meas.at(key).as_number(std::numeric_limits<double>::min(), std::numeric_limits<double>::max());
 }
 
-json gpt_model(const json& m, bool dropout) {
-  return {{"layers", m.at("layers")}, {"hidden", m.at("hidden")}, {"heads", m.at("heads")},
-          {"seq_len", 2048}, {"vocab", 51200}, {"dropout", dropout}};
+json gpt_model(const JsonReader& m, bool dropout) {
+  return {{"layers", pos_int_at(m, "layers")}, {"hidden", pos_int_at(m, "hidden")},
+          {"heads", pos_int_at(m, "heads")}, {"seq_len", 2048}, {"vocab", 51200}, {"dropout", dropout}};
 }
 
 // A Llama 2 / 3 architecture from a case's layers, hidden, heads,
 // kv_heads (absent: multi-head) and ffn_hidden: rmsnorm, no bias, SwiGLU,
 // rotary, untied output layer, no dropout.
-json llama_model(const json& m, int vocab) {
-  return {{"layers", m.at("layers")}, {"hidden", m.at("hidden")}, {"heads", m.at("heads")},
-          {"kv_heads", m.value("kv_heads", m.at("heads"))}, {"ffn_hidden", m.at("ffn_hidden")},
+json llama_model(const JsonReader& m, int vocab) {
+  const json heads = pos_int_at(m, "heads");
+  return {{"layers", pos_int_at(m, "layers")}, {"hidden", pos_int_at(m, "hidden")}, {"heads", heads},
+          {"kv_heads", m.has("kv_heads") ? pos_int_at(m, "kv_heads") : heads},
+          {"ffn_hidden", pos_int_at(m, "ffn_hidden")},
           {"vocab", vocab}, {"mlp", "swiglu"}, {"norm", "rmsnorm"}, {"bias", false},
           {"position_embedding", "rope"}, {"tied_embeddings", false}, {"dropout", false}};
 }
+
 
 // A NeMo 24.07 table row's architecture and training settings, from the
 // case where it states them and otherwise from NeMo-Framework-Launcher's
 // training config of the model (launcher_scripts/conf/training/<family>/
 // <model>.yaml): {"model", "recompute", "tp_comm_overlap"}, or a string
 // saying why the row is not counted.
-json nemo_architecture(const json& m) {
-  const std::string name = m.at("name").get<std::string>();
+json nemo_architecture(const JsonReader& m) {
+  const std::string name = m.at("name").as_string();
   // GPT-3 (NeMo's megatron_gpt defaults): GeLU MLP, LayerNorm, biases,
   // learned positions, tied embeddings, dropout 0.1; GPT-2 BPE vocabulary
   // (50,257) padded to a multiple of 128 (make_vocab_size_divisible_by).
@@ -109,28 +121,54 @@ struct Case {
   std::string uncounted;  // non-empty: listed with this reason, not predicted nor counted
 };
 
-std::vector<Case> cases_of(const json& file) {
+// An int field of a case (a GPU count, a degree, a batch).
+int int_at(const JsonReader& obj, std::string_view key) {
+  return static_cast<int>(obj.at(key).as_int(1, std::int64_t{1} << 30));
+}
+
+std::vector<Case> cases_of(const json& file, const std::string& path) {
   std::vector<Case> out;
-  const json& families = file.at("family_notes");
-  for (const json& raw : file.at("cases")) {
-    if (!raw.contains("family") || !raw.at("family").is_string()) continue;
-    const std::string fam = raw.at("family").get<std::string>();
-    const json c = merged(families.contains(fam) ? families.at(fam).value("defaults", json::object())
-                                                 : json::object(),
-                          raw);
-    const json& m = c.at("model");
-    const json& st = c.value("strategy", json::object());
-    const json& hw = c.value("hardware", json::object());
-    const json& meas = c.value("measured", json::object());
-    const std::string id = c.at("id").get<std::string>();
+  const JsonReader root(file, path);
+  if (!root.is_object())
+    root.fail("must be a JSON object with \"family_notes\" and \"cases\" (the layout of published_cases.json)");
+  const JsonReader families = root.at("family_notes");
+  if (!families.is_object()) families.fail("must be an object: the notes and defaults of each family");
+  const JsonReader cases = root.at("cases");
+  if (!cases.is_array()) cases.fail("must be an array of cases");
+  static const json kNone = json::object();
+  for (const JsonReader& raw : cases.elements()) {
+    if (!raw.is_object()) raw.fail("must be an object (a published case with \"id\" and \"family\")");
+    const std::string id = raw.at("id").as_string();
+    if (id.empty()) raw.fail_at("id", "must not be empty");
+    // A case of no family (ZeRO, GPipe, ...) states no layout Strata reads: not a row.
+    const auto family = raw.get("family");
+    if (!family) continue;
+    const std::string fam = family->as_string();
+    json defaults = json::object();
+    if (families.has(fam)) {
+      if (const auto d = families.at(fam).get("defaults")) {
+        if (!d->is_object()) d->fail("must be an object: the fields every case of the family shares");
+        defaults = d->json();
+      }
+    }
+    // The case over its family's defaults, read under the case's own path.
+    const json c = merged(defaults, raw.json());
+    const JsonReader cr(c, path, raw.path());
+    auto part = [&](std::string_view key) {
+      return cr.has(key) ? cr.at(key) : JsonReader(kNone, path, cr.child_path(key));
+    };
+    const JsonReader m = cr.at("model");
+    const JsonReader st = part("strategy");
+    const JsonReader hw = part("hardware");
+    const JsonReader meas = part("measured");
     if (fam == "MEG21-T1") {
       // Megatron-LM 2021 Table 1: fp16, full recompute, interleaved
       // schedule; microbatch and virtual stages not stated: microbatch 1,
       // 2 virtual stages. What the code of 2021 did (gradients reduced
       // after the backward, no asynchronous tensor-parallel all-reduce, no
       // gradient-accumulation fusion) is its stack's.
-      const int pp = st.at("pp").get<int>();
-      json plan = {{"tp", st.at("tp")}, {"pp", pp}, {"dp", st.at("dp")}, {"recompute", "full"},
+      const int pp = int_at(st, "pp");
+      json plan = {{"tp", pos_int_at(st, "tp")}, {"pp", pp}, {"dp", pos_int_at(st, "dp")}, {"recompute", "full"},
                    {"precision", "fp16"}};
       if (pp > 1) {
         plan["schedule"] = "interleaved";
@@ -142,23 +180,25 @@ std::vector<Case> cases_of(const json& file) {
              "(not stated)",
              num(meas, "tflops_per_gpu"), json::object()};
       k.scenario = {{"model", gpt_model(m, true)},
-                    {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", hw.at("count").get<int>() / 8}}},
-                    {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", 1}}},
+                    {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", int_at(hw, "count") / 8}}},
+                    {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", 1}}},
                     {"plan", plan},
                     {"stack", "megatron-lm-2021"}};
       out.push_back(k);
-    } else if (fam == "KOR22" && m.contains("layers") && meas.contains("iteration_time_s_full_recompute")) {
+    } else if (fam == "KOR22" && m.has("layers") && meas.has("iteration_time_s_full_recompute")) {
       // Korthikanti et al. 2022 Tables 3 and 5: baseline (TP + PP, full
       // recompute) and present work (sequence parallelism + selective).
-      const json& v = st.at("interleave_stages_m");
-      const int gpus = hw.at("count").get<int>();
+      // A number of virtual stages, or "none".
+      const JsonReader v = st.at("interleave_stages_m");
+      if (!v.json().is_number() && !v.is_string()) v.fail("must be a number of virtual stages or \"none\"");
+      const int gpus = int_at(hw, "count");
       for (bool present : {false, true}) {
-        json plan = {{"tp", st.at("tp")}, {"pp", st.at("pp")}, {"dp", st.at("dp")},
+        json plan = {{"tp", pos_int_at(st, "tp")}, {"pp", pos_int_at(st, "pp")}, {"dp", pos_int_at(st, "dp")},
                      {"precision", "fp16"}, {"sequence_parallel", present},
                      {"recompute", present ? "selective" : "full"}};
-        if (v.is_number()) {
+        if (v.json().is_number()) {
           plan["schedule"] = "interleaved";
-          plan["virtual_stages"] = v;
+          plan["virtual_stages"] = pos_int(v);
         }
         Case k{id + (present ? "/selective+sp" : "/full-recompute"), fam, "step_time_s",
                present ? "sequence parallel + selective recompute" : "full recompute, no SP",
@@ -166,30 +206,30 @@ std::vector<Case> cases_of(const json& file) {
                json::object()};
         k.scenario = {{"model", gpt_model(m, true)},
                       {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", std::max(1, gpus / 8)}}},
-                      {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
+                      {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
                       {"plan", plan},
                       {"stack", "megatron-lm-2022"}};
         out.push_back(k);
       }
-    } else if (fam == "KOR22" && meas.contains("iteration_time_s") && st.contains("dp")) {
+    } else if (fam == "KOR22" && meas.has("iteration_time_s") && st.has("dp")) {
       // The 530B data-parallel run (its stack reduces gradients after the
       // backward).
-      json plan = {{"tp", st.at("tp")}, {"pp", st.at("pp")}, {"dp", st.at("dp")},
+      json plan = {{"tp", pos_int_at(st, "tp")}, {"pp", pos_int_at(st, "pp")}, {"dp", pos_int_at(st, "dp")},
                    {"precision", "fp16"}, {"sequence_parallel", true}, {"recompute", "selective"},
-                   {"schedule", "interleaved"}, {"virtual_stages", st.at("interleave_stages_m")}};
+                   {"schedule", "interleaved"}, {"virtual_stages", pos_int_at(st, "interleave_stages_m")}};
       Case k{id, fam, "step_time_s", "selective + SP, gradient all-reduce not overlapped",
              num(meas, "iteration_time_s"), json::object()};
       k.scenario = {{"model", gpt_model(m, true)},
-                    {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", hw.at("count").get<int>() / 8}}},
-                    {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
+                    {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", int_at(hw, "count") / 8}}},
+                    {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
                     {"plan", plan},
                     {"stack", "megatron-lm-2022"}};
       out.push_back(k);
-    } else if (fam == "DLPERF" && meas.contains("iteration_latency_ms")) {
+    } else if (fam == "DLPERF" && meas.has("iteration_latency_ms")) {
       // DLPerf's Megatron-LM runs on V100-SXM2-16GB, 8 per node, one 100 Gb/s
       // EDR link per node: fp16 with fp32 master weights and gradient copy,
       // Adam, full recompute.
-      const int gpus = hw.at("count").get<int>();
+      const int gpus = int_at(hw, "count");
       Case k{id, fam, "step_time_s",
              "fp16, full recompute, gradient reduction after backward, V100-16GB, EDR 100 Gb/s per node",
              num(meas, "iteration_latency_ms") / 1000.0, json::object()};
@@ -198,34 +238,34 @@ std::vector<Case> cases_of(const json& file) {
           {"cluster", {{"gpu", {{"preset", "v100-32g"}, {"name", "v100-16g"}, {"memory_GiB", 16}}},
                        {"gpus_per_node", std::min(8, gpus)}, {"nodes", std::max(1, gpus / 8)},
                        {"inter_node_GBps_per_gpu", 12.5 / 8}}},
-          {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
-          {"plan", {{"tp", st.at("tp")}, {"pp", st.at("pp")}, {"dp", st.at("dp")}, {"recompute", "full"},
+          {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
+          {"plan", {{"tp", pos_int_at(st, "tp")}, {"pp", pos_int_at(st, "pp")}, {"dp", pos_int_at(st, "dp")}, {"recompute", "full"},
                     {"precision", "fp16"},
                     {"implementation", {{"attention", "standard"}, {"fp32_grad_accumulation", true},
                                         {"overlap_grad_reduce", false}}}}}};
       out.push_back(k);
-    } else if (fam == "MOSAIC" && meas.contains("tokens_per_s_per_gpu")) {
+    } else if (fam == "MOSAIC" && meas.has("tokens_per_s_per_gpu")) {
       // MosaicML llm-foundry MPT runs: FSDP FULL_SHARD (ZeRO-3), flash
       // attention, ALiBi, no bias, no dropout, tied embeddings, bf16.
-      const std::string gpu = hw.at("gpu").get<std::string>();
-      const int gpus = hw.at("count").get<int>();
+      const std::string gpu = hw.at("gpu").as_string();
+      const int gpus = int_at(hw, "count");
       json cluster = gpu.rfind("H100", 0) == 0 ? json{{"preset", "dgx-h100"}}
                      : gpu == "A100-40GB"      ? json{{"gpu", "a100-40g"}}
                                                : json{{"preset", "dgx-a100-80g"}};
       cluster["nodes"] = std::max(1, gpus / 8);
-      const bool ckpt = st.value("activation_checkpointing", false);
+      const bool ckpt = st.bool_or("activation_checkpointing", false);
       Case k{id, fam, "tokens_per_s_per_gpu", "FSDP = ZeRO-3, flash attention, bf16",
              num(meas, "tokens_per_s_per_gpu"), json::object()};
       k.scenario = {
-          {"model", {{"layers", m.at("layers")}, {"hidden", m.at("hidden")}, {"heads", m.at("heads")},
-                     {"seq_len", m.at("seq_len")}, {"vocab", m.value("vocab", 50368)},
+          {"model", {{"layers", pos_int_at(m, "layers")}, {"hidden", pos_int_at(m, "hidden")}, {"heads", pos_int_at(m, "heads")},
+                     {"seq_len", pos_int_at(m, "seq_len")}, {"vocab", m.has("vocab") ? pos_int_at(m, "vocab") : json(50368)},
                      {"position_embedding", "alibi"}, {"bias", false}, {"dropout", false}}},
           {"cluster", cluster},
-          {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
+          {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
           {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", "bf16"}}},
           {"stack", "llm-foundry"}};
       out.push_back(k);
-    } else if (fam == "TITAN-A100" && meas.contains("tokens_per_s_per_gpu")) {
+    } else if (fam == "TITAN-A100" && meas.has("tokens_per_s_per_gpu")) {
       // torchtitan's FSDP2 runs on 64 A100-80GB (docs/performance.md):
       // fully_shard over all 64 ranks (ZeRO-3), bf16, local batch = the
       // microbatch. Vocabulary from the public model configs (Llama 3:
@@ -234,9 +274,9 @@ std::vector<Case> cases_of(const json& file) {
       // activation checkpointing (every n-th layer, or its op-level policy
       // that recomputes every second matmul) is not a Strata policy yet:
       // those rows are listed, not counted.
-      const std::string ac = st.at("recompute").get<std::string>();
-      const int gpus = hw.at("count").get<int>();
-      const bool llama3 = m.at("arch").get<std::string>().rfind("Llama3", 0) == 0;
+      const std::string ac = st.at("recompute").as_string();
+      const int gpus = int_at(hw, "count");
+      const bool llama3 = m.at("arch").as_string().rfind("Llama3", 0) == 0;
       Case k{id, fam, "tokens_per_s_per_gpu",
              "torchtitan FSDP2 (ZeRO-3 over 64), bf16, recompute " + ac + ", DGX A100 HDR (not stated)",
              num(meas, "tokens_per_s_per_gpu"), json::object()};
@@ -244,8 +284,8 @@ std::vector<Case> cases_of(const json& file) {
         k.uncounted = "torchtitan's '" + ac + "' activation checkpointing has no Strata policy";
       } else {
         json model = llama_model(m, llama3 ? 128256 : 32000);
-        model["seq_len"] = m.at("seq_len");
-        const int local = st.at("local_batch").get<int>();
+        model["seq_len"] = pos_int_at(m, "seq_len");
+        const int local = int_at(st, "local_batch");
         k.scenario = {{"model", model},
                       {"cluster", {{"preset", "dgx-a100-80g"}, {"nodes", gpus / 8}}},
                       {"batch", {{"global", local * gpus}, {"micro", local}}},
@@ -253,16 +293,16 @@ std::vector<Case> cases_of(const json& file) {
                       {"stack", "torchtitan"}};
       }
       out.push_back(k);
-    } else if (fam == "NEMO2407" && meas.contains("tokens_per_s_per_gpu")) {
+    } else if (fam == "NEMO2407" && meas.has("tokens_per_s_per_gpu")) {
       // NeMo 24.07's FP8 pre-training table on DGX H100
       // (docs/source/performance/performance_summary.md): the stated
       // parallel layout and batch; everything else from its stack
       // (configs/stacks/nemo-24.07.json) and the NeMo-Framework-Launcher
       // training config of each model (nemo_architecture below).
       const json arch = nemo_architecture(m);
-      const int gpus = hw.at("count").get<int>();
-      const int tp = st.at("tp").get<int>(), pp = st.at("pp").get<int>();
-      const int vp = st.at("vp_interleave").get<int>();
+      const int gpus = int_at(hw, "count");
+      const int tp = int_at(st, "tp"), pp = int_at(st, "pp");
+      const int vp = int_at(st, "vp_interleave");
       Case k{id, fam, "tokens_per_s_per_gpu",
              "NeMo 24.07: fp8, distributed optimizer, overlapped reduce-scatter and gather, SP with "
              "TP; recompute and TP overlap per launcher config",
@@ -270,7 +310,7 @@ std::vector<Case> cases_of(const json& file) {
       if (arch.is_string()) {
         k.uncounted = arch.get<std::string>();
       } else {
-        json plan = {{"tp", tp}, {"pp", pp}, {"cp", st.at("cp")}, {"dp", st.at("dp")},
+        json plan = {{"tp", tp}, {"pp", pp}, {"cp", pos_int_at(st, "cp")}, {"dp", pos_int_at(st, "dp")},
                      {"zero", 1}, {"precision", "fp8"}, {"sequence_parallel", tp > 1},
                      {"recompute", arch.at("recompute")}};
         if (arch.at("tp_comm_overlap").get<bool>() && tp > 1)
@@ -280,10 +320,10 @@ std::vector<Case> cases_of(const json& file) {
           plan["virtual_stages"] = vp;
         }
         json model = arch.at("model");
-        model["seq_len"] = m.at("seq_len");
+        model["seq_len"] = pos_int_at(m, "seq_len");
         k.scenario = {{"model", model},
                       {"cluster", {{"preset", "dgx-h100"}, {"nodes", gpus / 8}}},
-                      {"batch", {{"global", st.at("global_batch_seqs")}, {"micro", st.at("microbatch")}}},
+                      {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
                       {"plan", plan},
                       {"stack", "nemo-24.07"}};
       }
@@ -303,7 +343,7 @@ PublishedReport validate_published(const std::string& cases_file) {
     int n = 0;
   };
   std::map<std::string, Sums> fam;
-  for (const Case& c : cases_of(file)) {
+  for (const Case& c : cases_of(file, cases_file)) {
     PublishedRow row{c.id, c.family, c.metric, c.measured, std::nullopt, 100, 0, true, c.note};
     if (!c.uncounted.empty()) {
       row.counted = false;

@@ -1,0 +1,82 @@
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "report/published.hpp"
+#include "sim/error.hpp"
+#include "tests/testing.hpp"
+
+namespace strata::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The InputError of validate_published on a cases file holding `text`,
+// with the file's path replaced by "F".
+std::string error_of(const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / ("strata-published-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(p) << text;
+  std::string e = testing::input_error_of([&] { validate_published(p.string()); });
+  fs::remove(p);
+  if (e.rfind(p.string(), 0) == 0) e = "F" + e.substr(p.string().size());
+  return e;
+}
+
+// A Korthikanti et al. 2022 case as published_cases.json has it, with
+// `hardware` and the model's layers given.
+std::string kor22(const std::string& hardware, const std::string& layers = "48") {
+  return R"({"family_notes": {"KOR22": {"defaults": {"hardware": {"gpu": "A100-SXM4-80GB"}}}},
+             "cases": [{"id": "K", "family": "KOR22",
+                        "model": {"layers": )" + layers + R"(, "hidden": 6144, "heads": 64},
+                        "hardware": )" + hardware + R"(,
+                        "strategy": {"tp": 8, "pp": 1, "dp": 1, "global_batch_seqs": 4, "microbatch": 4,
+                                     "interleave_stages_m": "none"},
+                        "measured": {"iteration_time_s_full_recompute": 1.42,
+                                     "iteration_time_s_selective_plus_sp": 1.1}}]})";
+}
+
+TEST_CASE("validate-published: a cases file of the wrong shape names the file, the path and the rule") {
+  // Before: nlohmann's type_error escaped as an internal error (exit 1), and
+  // an object or a number where the cases belong was read as no case.
+  CHECK(error_of("[]") ==
+        "F: must be a JSON object with \"family_notes\" and \"cases\" (the layout of published_cases.json)");
+  CHECK(error_of("{}") == "F: family_notes: missing required key");
+  CHECK(error_of(R"({"family_notes": {}})") == "F: cases: missing required key");
+  CHECK(error_of(R"({"family_notes": [], "cases": []})") ==
+        "F: family_notes: must be an object: the notes and defaults of each family");
+  CHECK(error_of(R"({"family_notes": {}, "cases": {}})") == "F: cases: must be an array of cases");
+  CHECK(error_of(R"({"family_notes": {}, "cases": [42]})") ==
+        "F: cases[0]: must be an object (a published case with \"id\" and \"family\")");
+  CHECK(error_of(R"({"family_notes": {}, "cases": [{"family": "KOR22"}]})") == "F: cases[0].id: missing required key");
+  CHECK(error_of(R"({"family_notes": {}, "cases": [{"id": 7}]})") ==
+        "F: cases[0].id: must be a string, got an integer");
+  CHECK(error_of(R"({"family_notes": {"KOR22": {"defaults": 3}}, "cases": [{"id": "K", "family": "KOR22"}]})") ==
+        "F: family_notes.KOR22.defaults: must be an object: the fields every case of the family shares");
+}
+
+TEST_CASE("validate-published: a case's field that is missing, null or mistyped is named with its path") {
+  CHECK(error_of(kor22("null")) == "F: cases[0].hardware: must be an object, got a null");
+  CHECK(error_of(kor22("{}")) == "F: cases[0].hardware.count: missing required key");
+  CHECK(error_of(kor22(R"({"count": "8"})")) == "F: cases[0].hardware.count: must be an integer, got a string");
+  CHECK(error_of(kor22(R"({"count": 8})", "\"48\"")) == "F: cases[0].model.layers: must be an integer, got a string");
+  std::string no_model = kor22(R"({"count": 8})");
+  no_model.replace(no_model.find("\"model\""), 7, "\"modle\"");
+  CHECK(error_of(no_model) == "F: cases[0].model: missing required key");
+  std::string zero = kor22(R"({"count": 8})");
+  zero.replace(zero.find("1.42"), 4, "0");
+  CHECK(error_of(zero).rfind("F: cases[0].measured.iteration_time_s_full_recompute: must be in [", 0) == 0);
+  // The same case well formed is predicted.
+  const fs::path p = fs::temp_directory_path() / ("strata-published-ok-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(p) << kor22(R"({"count": 8})");
+  const auto r = validate_published(p.string());
+  fs::remove(p);
+  REQUIRE(r.rows.size() == 2);
+  CHECK(r.rows[0].id == "K/full-recompute");
+  CHECK(r.rows[0].predicted.has_value());
+}
+
+}  // namespace
+}  // namespace strata::report
