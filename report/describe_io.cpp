@@ -269,7 +269,7 @@ std::string describe_chain(const cost::ModelSpec& model, std::int64_t micro_batc
     i = j;
   }
   std::string out;
-  out += "model            " + model.name + " (layer chain)\n";
+  out += "model            " + printable(model.name) + " (layer chain)\n";
   out += "parameters       " + count(static_cast<double>(c.params())) + " (" +
          std::to_string(c.params()) + ")\n";
   out += "FLOPs per sample " + si(c.fwd_flops() + c.bwd_flops()) +
@@ -277,7 +277,7 @@ std::string describe_chain(const cost::ModelSpec& model, std::int64_t micro_batc
   out += "layers           " + std::to_string(model.layers) + ", input " +
          bytes_iec(static_cast<double>(c.input_bytes) * b) + "\n";
   out += "per layer        one microbatch of " + std::to_string(micro_batch) + " sample(s)\n";
-  out += "source           " + model.source + "\n\n";
+  out += "source           " + printable(model.source) + "\n\n";
   return out + to_text(t);
 }
 

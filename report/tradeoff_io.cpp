@@ -89,7 +89,7 @@ std::string render_tradeoff(const strategies::Tradeoff& t, Format f) {
   }
   tab = tradeoff_table(t);
   std::string out;
-  out += "model        " + t.model + " (" + t.shape + "), " + std::to_string(t.microbatches) +
+  out += "model        " + printable(t.model) + " (" + printable(t.shape) + "), " + std::to_string(t.microbatches) +
          " microbatch(es) per step\n";
   out += "memory       " + gib(t.fixed_bytes) +
          " fixed (weights, gradients, optimizer state, runtime) + activations; GPU " +

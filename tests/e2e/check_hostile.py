@@ -144,6 +144,19 @@ def main():
         out, _ = run(strata, "describe", scenario)
         check_terminal(out, "describe table")
 
+        # A layer-chain model's header line (describe, tradeoff), escaped as
+        # its rows are; a bidirectional override too. Before: printed raw.
+        chain_name = "=HYPERLINK(\"http://x\")\u202e\u001b[2J " + HOSTILE
+        chain = os.path.join(tmp, "chain.json")
+        with open(chain, "w") as f:
+            json.dump({"model": {"name": chain_name, "chain": {"input_bytes": 10**6, "layers": [{"repeat": 4, "layers": [
+                {"name": "l", "fwd_flops": 10**9, "params": 1000, "output_bytes": 10**6, "saved_bytes": 5 * 10**5}]}]}},
+                "cluster": "1xa100-80g", "batch": {"global": 1, "micro": 1}}, f)
+        for args in (("describe", chain), ("tradeoff", chain, "--budgets", "2")):
+            out, _ = run(strata, *args)
+            check_terminal(out, f"{args[0]} of a layer chain")
+            check("\u202e" not in out and "\\u{202e}" in out, f"{args[0]} of a layer chain: the bidi override escaped")
+
         explored = {}
         for fmt in ("table", "csv", "json"):
             d = os.path.join(tmp, "out-" + fmt)
