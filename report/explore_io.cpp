@@ -60,6 +60,41 @@ void make_dir(const std::string& dir) {
                                   (ec ? ": " + ec.message() : std::string()));
 }
 
+// The first entry of `dir` that Strata did not put there for its own use
+// (anything but its lock and the ".NAME.<hex>.tmp" temporaries a killed write
+// leaves), or nothing. `except`, when given, is a file that may be there
+// (the scenario explored, kept in the directory).
+std::optional<std::string> first_foreign_entry(const std::string& dir, const std::string& except = {}) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
+  if (ec) throw InputError(dir, "", "cannot list the directory: " + ec.message());
+  std::sort(names.begin(), names.end());  // the same one named every time
+  for (const auto& n : names) {
+    if (n == "strata.lock") continue;
+    if (n.size() > 5 && n[0] == '.' && n.compare(n.size() - 4, 4, ".tmp") == 0) continue;
+    const fs::path p = fs::path(dir) / n;
+    if (!except.empty() && fs::equivalent(p, except, ec)) continue;
+    return n;
+  }
+  return std::nullopt;
+}
+
+// An existing directory that holds no manifest.json holds no explore: its
+// files are someone's own, and summary.json, scenario.json or report.* would
+// replace them. Refused unless it is empty (but for Strata's lock and
+// temporaries).
+void require_empty_unless_explored(const std::string& dir, const std::string& command,
+                                   const std::string& except = {}) {
+  if (!fs::is_directory(dir)) return;
+  const fs::path manifest = fs::path(dir) / "manifest.json";
+  if (fs::exists(manifest) || fs::is_symlink(manifest)) return;
+  if (const auto n = first_foreign_entry(dir, except))
+    throw InputError(dir, "",
+                     "is not empty (it holds " + *n + ") and is not a strata explore directory (no "
+                     "manifest.json): " + command + " would replace files there; choose a new or empty directory");
+}
+
 ordered_json axis_values_json(strategies::Axis a, const std::vector<strategies::AxisValue>& vs) {
   ordered_json arr = ordered_json::array();
   for (const auto& v : vs) {
@@ -782,16 +817,22 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   if (!sc.file.empty() && fs::is_regular_file(sc.file)) scenario_text = read_input_file(sc.file, kMaxJsonFileBytes);
   if (fs::exists(o.out_dir) && !fs::is_directory(o.out_dir))
     throw InputError(o.out_dir, "", "exists and is not a directory");
+  const std::string results = results_path(o.out_dir);
+  const std::string manifest = manifest_path(o.out_dir);
+  // A directory of someone's own files is refused before the lock is made
+  // there (and again once it is held). One with a results.jsonl is resumed
+  // or refused below.
+  auto results_there = [&] { return fs::exists(results) || fs::is_symlink(results); };
+  if (!results_there()) require_empty_unless_explored(o.out_dir, "explore", sc.file);
   make_dir(o.out_dir);
   // Every check passes before anything but the lock is written: a refused
   // run leaves the directory as it found it.
   const DirLock lock(o.out_dir, "explore");
-  const std::string results = results_path(o.out_dir);
-  const std::string manifest = manifest_path(o.out_dir);
   const ShardSet shards{o.shard_count, {o.shard_index}};
   ExploreReport rep;
   ResultsFile prev;
-  const bool have_results = fs::exists(results) || fs::is_symlink(results);
+  const bool have_results = results_there();
+  if (!have_results) require_empty_unless_explored(o.out_dir, "explore", sc.file);
   if (have_results && !o.resume)
     throw InputError(results, "", "already exists; pass --resume to continue it, or choose another --out");
   require_regular_or_missing(results);
@@ -910,6 +951,11 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   std::vector<std::unique_ptr<DirLock>> locks;
   for (const auto& d : dirs) {
     if (!fs::is_directory(d)) throw InputError(d, "", "not a directory (merge reads the --out directories of strata explore)");
+    std::error_code ec;
+    if (fs::equivalent(d, out_dir, ec))
+      throw InputError(out_dir, "",
+                       "is one of the directories merged: merge writes a new directory (--out), it does not "
+                       "add shards to one of them");
     bool held = false;
     for (std::size_t e = 0; e < locks.size() && !held; ++e) held = fs::equivalent(d, dirs[e]);
     if (!held) locks.push_back(std::make_unique<DirLock>(d, "merge"));
@@ -1075,17 +1121,34 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     for (const auto& p : *set)
       if (const auto it = refined.find(p.plan_id); it != refined.end()) wanted[p.plan_id] = it->second;
 
-  // Every check passed: the output directory, locked unless it is one of the shards.
-  make_dir(out_dir);
-  bool held = false;
-  for (const auto& d : dirs) held = held || fs::equivalent(d, out_dir);
-  std::unique_ptr<DirLock> out_lock;
-  if (!held) out_lock = std::make_unique<DirLock>(out_dir, "merge");
   // The shards' records streamed into one file, in shard order; the kept
   // plans' records picked on the way.
   std::vector<std::size_t> order(dirs.size());
   for (std::size_t d = 0; d < order.size(); ++d) order[d] = d;
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return first_shard[a] < first_shard[b]; });
+  const std::string manifest = manifest_text(scenarios[order.front()], h.shard_count, h.shard_indices);
+  // An existing output directory is written over only when it holds this
+  // very merge (the same manifest: a merge run again); one of another
+  // scenario or shards, or of someone's own files, is refused, as explore
+  // refuses it without --resume. Checked before the lock is made there, and
+  // again once it is held.
+  auto require_same_explore = [&] {
+    if (!fs::is_directory(out_dir)) return;
+    const std::string mp = manifest_path(out_dir);
+    if (fs::exists(mp) || fs::is_symlink(mp)) {
+      if (auto diff = first_difference(read_manifest(mp), ordered_json::parse(manifest), ""))
+        throw InputError(mp, diff->key,
+                         "the directory holds plans of " + diff->a + ", the merge has " + diff->b +
+                             ": merge into a new directory");
+      return;
+    }
+    require_empty_unless_explored(out_dir, "merge");
+  };
+  require_same_explore();
+  // Every check passed: the output directory, locked.
+  make_dir(out_dir);
+  const DirLock out_lock(out_dir, "merge");
+  require_same_explore();
   {
     AtomicFile out(results_path(out_dir));
     std::unordered_set<std::uint64_t> written, kept;
@@ -1109,8 +1172,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     write_file_atomically(refined_path(out_dir), jsonl(refined));
     write_file_atomically(scenario_copy_path(out_dir),
                           read_input_file(scenario_copy_path(dirs[order.front()]), kMaxJsonFileBytes));
-    write_file_atomically(manifest_path(out_dir),
-                          manifest_text(scenarios[order.front()], h.shard_count, h.shard_indices));
+    write_file_atomically(manifest_path(out_dir), manifest);
     out.commit();
     write_file_atomically(summary_path(out_dir), summary);
     return summary;

@@ -453,12 +453,114 @@ TEST_CASE("explore: a results.jsonl link is refused, nothing created where it po
   CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }).find("results.jsonl: is a symbolic link") !=
         std::string::npos);
   CHECK(!fs::exists(t / "outside.jsonl"));
-  // A planted link at a summary's temporary name of old leads nowhere either.
+  // A planted link at a summary's temporary name of old leads nowhere either
+  // (in an explore's own directory: one that is not is refused outright).
   fs::remove(t / "d/results.jsonl");
+  run_explore(scenario(), options(t / "d", 1));
   std::ofstream(t / "victim") << "precious";
   fs::create_symlink(t / "victim", t / "d/summary.json.tmp");
-  run_explore(scenario(), options(t / "d", 1));
+  o = options(t / "d", 1);
+  o.resume = true;
+  run_explore(scenario(), o);
   CHECK(read(t / "victim") == "precious");
+}
+
+TEST_CASE("explore: a directory of someone's own files is refused; an empty one or an explore's is used") {
+  // Only results.jsonl was checked: summary.json, scenario.json and report.*
+  // of a directory that is not an explore's were replaced.
+  TempDir t("foreign");
+  fs::create_directories(t / "e5");
+  std::ofstream(t / "e5/summary.json") << "mine";
+  const std::string refused = t / "e5" +
+                              ": is not empty (it holds summary.json) and is not a strata explore directory (no "
+                              "manifest.json): explore would replace files there; choose a new or empty directory";
+  CHECK(testing::input_error_of([&] { run_explore(scenario(), options(t / "e5", 1)); }) == refused);
+  auto o = options(t / "e5", 1);
+  o.resume = true;
+  CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }) == refused);
+  CHECK(read(t / "e5/summary.json") == "mine");
+  CHECK(!fs::exists(t / "e5/strata.lock"));  // nothing made there either
+  // An empty directory, one holding only the scenario explored, and an
+  // explore's own (with --resume) are used.
+  fs::create_directories(t / "empty");
+  CHECK(run_explore(scenario(), options(t / "empty", 1)).result.scored == 144);
+  const auto sc = scenario_file(t / "own/small.json");
+  CHECK(run_explore(sc, options(t / "own", 1)).result.scored == 144);
+  CHECK(read(t / "own/small.json") == kSmall);
+  o = options(t / "own", 1);
+  o.resume = true;
+  CHECK(run_explore(sc, o).result.resumed == 144);
+}
+
+TEST_CASE("merge: into one of its shards, another explore or someone's own files is refused") {
+  // Before: merge wrote over any directory, another scenario's explore
+  // included, and into a shard it was reading.
+  TempDir t("merge-into");
+  const auto sc = scenario_file(t / "small.json");
+  explore_shards(sc, t);
+  const std::string s0 = read(t / "s0/summary.json");
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "s0"); }) ==
+        t / "s0" + ": is one of the directories merged: merge writes a new directory (--out), it does not add "
+                   "shards to one of them");
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s1", t / "s0"}, t / "s0"); }).find("is one of the") !=
+        std::string::npos);
+  CHECK(read(t / "s0/summary.json") == s0);
+  // An explore of the A100 scenario at the output.
+  run_explore(scenario_file(t / "a100/a100.json", a100_text()), options(t / "a100", 1));
+  const std::string other = read(t / "a100/summary.json");
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "a100"); }) ==
+        t / "a100/manifest.json" +
+            ": cluster.name: the directory holds plans of \"dgx-a100-80g\", the merge has \"dgx-h100\": merge "
+            "into a new directory");
+  CHECK(read(t / "a100/summary.json") == other);
+  // The unsharded explore of the same scenario holds other shards.
+  run_explore(sc, options(t / "all", 1));
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "all"); }) ==
+        t / "all/manifest.json" + ": shards.count: the directory holds plans of 1, the merge has 2: merge into a "
+                                  "new directory");
+  // Someone's own files.
+  fs::create_directories(t / "mine");
+  std::ofstream(t / "mine/summary.json") << "mine";
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "mine"); }) ==
+        t / "mine" + ": is not empty (it holds summary.json) and is not a strata explore directory (no "
+                     "manifest.json): merge would replace files there; choose a new or empty directory");
+  CHECK(read(t / "mine/summary.json") == "mine");
+  CHECK(!fs::exists(t / "mine/strata.lock"));
+  // A new or empty directory, and the same merge again over its own output.
+  fs::create_directories(t / "empty");
+  const std::string merged = merge_explore({t / "s0", t / "s1"}, t / "empty");
+  CHECK(merge_explore({t / "s1", t / "s0"}, t / "empty") == merged);
+  CHECK(merge_explore({t / "s0", t / "s1"}, t / "new") == merged);
+}
+
+TEST_CASE("report: a directory an explore holds is refused, written in place or read for another --out") {
+  // Before: `strata report D` wrote report.* into D while `explore --resume`
+  // held it.
+  TempDir t("report-locked");
+  run_explore(scenario_file(t / "small.json"), options(t / "d", 1));
+  {
+    const DirLock held(t / "d", "explore");
+    const std::string busy = t / "d" + ": is in use by another strata (pid " + std::to_string(::getpid()) +
+                             ", explore); wait for it to finish, or choose another directory";
+    CHECK(testing::input_error_of([&] { write_report(t / "d", t / "d"); }) == busy);
+    CHECK(!fs::exists(t / "d/report.html"));
+    CHECK(testing::input_error_of([&] { write_report(t / "d", t / "r"); }) == busy);
+    CHECK(!fs::exists(t / "r"));
+  }
+  CHECK(write_report(t / "d", t / "d").find("report.html") != std::string::npos);
+  CHECK(fs::exists(t / "d/report.html"));
+  CHECK(write_report(t / "d", t / "r").find("report.html") != std::string::npos);
+  // A report being written in place holds the directory as explore does.
+  {
+    const DirLock reporting(t / "d", "report");
+    auto o = options(t / "d", 1);
+    o.resume = true;
+    CHECK(testing::input_error_of([&] { run_explore(strategies::load_scenario(t / "small.json"), o); })
+              .find("is in use by another strata (pid " + std::to_string(::getpid()) + ", report)") !=
+          std::string::npos);
+  }
+  // A report not in place has no lock file made in a directory of its own.
+  CHECK(!fs::exists(t / "r/strata.lock"));
 }
 
 TEST_CASE("explore output: a space over --max-plans is refused before anything is written") {

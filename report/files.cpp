@@ -210,23 +210,36 @@ void AppendFile::close() {
   if (::close(fd) != 0) throw InputError(path_, "", "cannot write file: " + reason(errno));
 }
 
+namespace {
+
+// flock(`op` | LOCK_NB) on the open lock file `fd` of `dir`; when another
+// process holds it, closes `fd` and throws naming the holder (what an
+// exclusive holder wrote in the file; a reader writes nothing).
+void lock_or_name_holder(int& fd, const std::string& dir, const std::string& path, int op) {
+  if (::flock(fd, op | LOCK_NB) == 0) return;
+  const int err = errno;
+  std::string holder;
+  char buf[256];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n > 0) holder.assign(buf, static_cast<std::size_t>(n));
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+  ::close(fd);
+  fd = -1;
+  if (err != EWOULDBLOCK) throw InputError(path, "", "cannot lock the directory: " + reason(err));
+  throw InputError(dir, "",
+                   "is in use by another strata (" +
+                       (holder.empty() ? std::string("holder unknown: a strata report reading it, or one that did "
+                                                     "not say")
+                                       : holder) +
+                       "); wait for it to finish, or choose another directory");
+}
+
+}  // namespace
+
 DirLock::DirLock(const std::string& dir, const std::string& command) {
   const std::string path = (fs::path(dir) / "strata.lock").string();
   fd_ = open_regular(path, O_RDWR | O_CREAT, "lock the directory");
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::string holder;
-    char buf[256];
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-    if (n > 0) holder.assign(buf, static_cast<std::size_t>(n));
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    ::close(fd_);
-    fd_ = -1;
-    if (err != EWOULDBLOCK) throw InputError(path, "", "cannot lock the directory: " + reason(err));
-    throw InputError(dir, "",
-                     "is in use by another strata (" + (holder.empty() ? std::string("holder unknown") : holder) +
-                         "); wait for it to finish, or choose another directory");
-  }
+  lock_or_name_holder(fd_, dir, path, LOCK_EX);
   const std::string me = "pid " + std::to_string(::getpid()) + ", " + command + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const int err = errno;
@@ -237,7 +250,24 @@ DirLock::DirLock(const std::string& dir, const std::string& command) {
 }
 
 DirLock::~DirLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock; the file stays (unlinking it would race a waiter)
+  if (fd_ < 0) return;
+  // The holder's name goes with the lock, so a reader holding it next is not
+  // taken for this process; the file stays (unlinking it would race a waiter).
+  [[maybe_unused]] const int cut = ::ftruncate(fd_, 0);
+  ::close(fd_);  // releases the flock
+}
+
+DirReadLock::DirReadLock(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "strata.lock").string();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // none there: nothing to wait for
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) return;  // not readable by us: read unlocked
+  lock_or_name_holder(fd_, dir, path, LOCK_SH);
+}
+
+DirReadLock::~DirReadLock() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace strata::report

@@ -87,4 +87,21 @@ class DirLock {
   int fd_ = -1;
 };
 
+// A shared lock on a directory that is read, not written (`strata report
+// DIR --out DIR2`): flock(LOCK_SH) on DIR/strata.lock while the object
+// lives, so no explore or merge writes DIR while it is read; a directory one
+// of them holds is an InputError naming the holder, as DirLock's. Nothing is
+// created: a directory without a lock file (or whose lock file cannot be
+// opened for reading) is read without one.
+class DirReadLock {
+ public:
+  explicit DirReadLock(const std::string& dir);
+  ~DirReadLock();
+  DirReadLock(const DirReadLock&) = delete;
+  DirReadLock& operator=(const DirReadLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace strata::report

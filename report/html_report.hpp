@@ -183,7 +183,9 @@ ReportData load_report_data(const std::string& dir);
 
 // load_report_data, then report.html, report.md and results.csv written
 // atomically into `out_dir` (made when missing). Nothing is written when
-// reading fails. Returns the lines `strata report` prints.
+// reading fails. `dir` is locked while it is read (DirLock when `out_dir` is
+// `dir`, else DirReadLock): one an explore or merge holds is an InputError
+// naming the holder. Returns the lines `strata report` prints.
 std::string write_report(const std::string& dir, const std::string& out_dir);
 
 }  // namespace strata::report

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "report/explore.hpp"
@@ -314,14 +315,36 @@ ReportData load_report_data(const std::string& dir) {
 }
 
 std::string write_report(const std::string& dir, const std::string& out_dir) {
+  // An explore or merge writing DIR (its lock, DIR/strata.lock) is waited
+  // for by nobody: refused, naming it. Written in place, DIR is locked as
+  // explore locks it; read for another --out, it is locked shared, and that
+  // directory too when it is one Strata locks. The checks load_report_data
+  // makes of DIR come first, so no lock file is made in a directory that is
+  // not an explore's.
+  if (!fs::is_directory(dir))
+    throw InputError(dir, "", "not a directory (strata report reads the --out directory of strata explore)");
+  for (const char* name : {"summary.json", "results.jsonl"}) {
+    const std::string p = (fs::path(dir) / name).string();
+    if (!fs::exists(p)) throw InputError(p, "", "file not found (not an explore output directory?)");
+  }
+  std::error_code ec;
+  const bool in_place = fs::equivalent(dir, out_dir, ec);
+  std::optional<DirLock> write_lock;
+  std::optional<DirReadLock> read_lock;
+  if (in_place)
+    write_lock.emplace(dir, "report");
+  else
+    read_lock.emplace(dir);
   const ReportData d = load_report_data(dir);
   const std::string html = report_html(d);
   const std::string markdown = report_markdown(d);
   const std::string csv = results_csv(d);
-  std::error_code ec;
+  ec.clear();
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir))
     throw InputError(out_dir, "", "cannot create the output directory" + (ec ? ": " + ec.message() : std::string()));
+  if (!in_place && fs::is_regular_file(fs::symlink_status(fs::path(out_dir) / "strata.lock")))
+    write_lock.emplace(out_dir, "report");
   const auto path = [&](const char* name) { return (fs::path(out_dir) / name).string(); };
   write_file_atomically(path("report.html"), html);
   write_file_atomically(path("report.md"), markdown);

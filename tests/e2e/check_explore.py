@@ -113,6 +113,14 @@ def main():
         check("--shard" in e.stderr, e.stderr)
         e = run("merge", os.path.join(tmp, "s0"), os.path.join(tmp, "s0"), "--out", m, rc=2)
         check("shard 0 is merged twice" in e.stderr, e.stderr)
+        # Merge writes a new directory: not one of its shards, not another
+        # scenario's explore (nor someone's own files: report/explore_io_test.cpp).
+        before = summary(os.path.join(tmp, "s0"))
+        e = run("merge", os.path.join(tmp, "s0"), os.path.join(tmp, "s1"), "--out", os.path.join(tmp, "s0"), rc=2)
+        check("is one of the directories merged" in e.stderr and e.stdout == "", e.stderr)
+        e = run("merge", os.path.join(tmp, "s0"), os.path.join(tmp, "s1"), "--out", a, rc=2)
+        check("manifest.json: shards.count: the directory holds plans of 1, the merge has 2" in e.stderr, e.stderr)
+        check(summary(os.path.join(tmp, "s0")) == before, "a refused merge writes nothing")
     finally:
         shutil.rmtree(tmp)
 
