@@ -844,9 +844,7 @@ class StepBuilder : StepLayout {
   // stage3_prefetch_bucket_size 0) once the compute lane finished the layer
   // before, so the gather is exposed.
   std::int32_t param_gather(std::int64_t layer, int mb, Pass pass) {
-    const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
-    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm,
-                                costs_.collective(Collective::AllGather, Group::DP, bytes), sim::Phase::Comm,
+    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, layer_gather_time(), sim::Phase::Comm,
                                 CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
     if (cpu_) {
       std::vector<std::int32_t> frees;
@@ -858,6 +856,30 @@ class StepBuilder : StepLayout {
     if (!plan_.implementation.overlap_param_gather) dep(last_compute_, g);
     recent_.push_back(last_compute_);
     return g;
+  }
+
+  // One layer's ZeRO-3 all-gather: the whole layer at once (FSDP), or with
+  // implementation.zero3_gather_per_module one collective per module, one
+  // after another on the lane (DeepSpeed: each linear layer's weight, each
+  // norm's), skipping the tensors below zero3_persistence_threshold, which
+  // every rank keeps whole (an op's vectors count as one tensor). Strata's
+  // executors gather by layer.
+  Time layer_gather_time() const {
+    const auto& im = plan_.implementation;
+    if (!im.zero3_gather_per_module || sc_.executed)
+      return costs_.collective(Collective::AllGather, Group::DP,
+                               static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights));
+    const std::int64_t keep = im.zero3_persistence_threshold;
+    Time t = 0;
+    for (const cost::Op& op : chain_.block.ops) {
+      double gathered = 0;
+      if (op.matrices > 0 && op.rows * op.cols >= keep) gathered += static_cast<double>(op.matrix_params());
+      if (op.vector_params() > 0 && op.vector_params() >= keep) gathered += static_cast<double>(op.vector_params());
+      if (gathered > 0)
+        t = capped_sum(t, costs_.collective(Collective::AllGather, Group::DP,
+                                            static_cast<Bytes>(gathered * per_.weights)));
+    }
+    return t;
   }
 
   // Weight offload: bring a layer's weights to the device ahead of use.

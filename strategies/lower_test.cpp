@@ -111,6 +111,39 @@ TEST_CASE("ZeRO-3 parameter prefetch: with overlap_param_gather the gathers hide
   CHECK(on.step_time <= compute + 6 * c.collective_t);
 }
 
+TEST_CASE("ZeRO-3 gathers per module (DeepSpeed): one collective per module holding parameters, small tensors kept whole") {
+  // The same ZeRO-3 plan on serial ranks, where the step is the sum of its
+  // tasks, with every collective 300 ns. Per layer (FSDP) a layer's gather is
+  // one collective; per module (zero3_gather_per_module) it is one per
+  // module with parameters: the two norms and the QKV, projection, MLP-up
+  // and MLP-down linears (each weight with its bias), 6 collectives. With a
+  // persistence threshold of 100,000 elements the norms' 2·2048 and the
+  // biases stay whole on every rank: only the 4 weight matrices
+  // (2048 x 6144 and larger) are gathered. The step has 2 m 16 = 64 layer
+  // gathers, so it grows by 64 · 5 · 300 and 64 · 3 · 300 ns.
+  UnitCosts c;
+  c.collective_t = 300;
+  auto serial_sum = [&](const std::string& im) {
+    Scenario sc = scenario("{\"zero\": 3, \"implementation\": {" + im + "}}", 16, 2048);
+    sc.serial_ranks = true;
+    return predict_step(sc, c).step_time;
+  };
+  const Time layer = serial_sum("");
+  CHECK(serial_sum("\"zero3_gather_per_module\": true") - layer == 64 * 5 * 300);
+  CHECK(serial_sum("\"zero3_gather_per_module\": true, \"zero3_persistence_threshold\": 100000") - layer ==
+        64 * 3 * 300);
+  // The threshold alone changes nothing: a whole layer is one tensor set.
+  CHECK(serial_sum("\"zero3_persistence_threshold\": 100000") == layer);
+  // Strata's executors gather by layer.
+  Scenario ex = scenario("{\"zero\": 3, \"implementation\": {\"zero3_gather_per_module\": true}}", 16, 2048);
+  ex.serial_ranks = true;
+  ex.executed = true;
+  Scenario ex_layer = scenario("{\"zero\": 3}", 16, 2048);
+  ex_layer.serial_ranks = true;
+  ex_layer.executed = true;
+  CHECK(predict_step(ex, c).step_time == predict_step(ex_layer, c).step_time);
+}
+
 TEST_CASE("serial ranks: a stage's tasks run one after another, in program order") {
   // The same ZeRO-3 plan as above, for an executor that runs each rank's
   // tasks on one thread (Scenario::serial_ranks, the CPU backend): the

@@ -56,6 +56,8 @@ inline constexpr std::int64_t kOneBitBucket = 512;
 // The longest host dispatch per kernel a plan may state (1 ms: a kernel per
 // millisecond is far slower than any framework issues them).
 inline constexpr double kMaxHostDispatchUs = 1000;
+// The largest ZeRO-3 persistence threshold a plan may state, in elements.
+inline constexpr std::int64_t kMaxPersistenceThreshold = std::int64_t{1} << 40;
 
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
@@ -88,6 +90,15 @@ struct Implementation {
   // finishes kernels faster than the host issues them waits for the host.
   // 0: the host always keeps ahead (Strata's own executors, CUDA graphs).
   double host_dispatch_us = 0;
+  // ZeRO-3 all-gathers each module's parameters on its own (DeepSpeed's
+  // PartitionedParameterCoordinator fetches per submodule), one collective
+  // per linear layer and per other module holding parameters; off, one
+  // all-gather of the whole layer (FSDP wrapping each transformer block).
+  bool zero3_gather_per_module = false;
+  // Parameter tensors with fewer elements than this stay whole on every
+  // rank and are never gathered (DeepSpeed's param_persistence_threshold).
+  // Only with zero3_gather_per_module.
+  std::int64_t zero3_persistence_threshold = 0;
   // Order in which ranks are laid out, innermost (fastest varying) first.
   std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                         ParallelDim::PP};

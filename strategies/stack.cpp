@@ -24,6 +24,8 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::TpGradOverlap: im.tp_grad_overlap = on; break;
     case ImplKey::GradAccumulationFusion: im.grad_accumulation_fusion = on; break;
     case ImplKey::HostDispatch: im.host_dispatch_us = static_cast<double>(v) / 1000.0; break;
+    case ImplKey::Zero3GatherPerModule: im.zero3_gather_per_module = on; break;
+    case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
   }
 }
 
@@ -47,6 +49,7 @@ std::string value_text(ImplKey k, std::int64_t v) {
       if (t.back() == '.') t.pop_back();
       return t + " us";
     }
+    case ImplKey::Zero3PersistenceThreshold: return std::to_string(v) + " elements";
     default: return v != 0 ? "true" : "false";
   }
 }
@@ -83,6 +86,8 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::TpGradOverlap: return im.tp_grad_overlap;
     case ImplKey::GradAccumulationFusion: return im.grad_accumulation_fusion;
     case ImplKey::HostDispatch: return std::llround(im.host_dispatch_us * 1000.0);
+    case ImplKey::Zero3GatherPerModule: return im.zero3_gather_per_module;
+    case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
   }
   return 0;
 }

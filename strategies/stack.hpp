@@ -42,6 +42,8 @@ enum class ImplKey : std::uint8_t {
   TpGradOverlap,
   GradAccumulationFusion,
   HostDispatch,  // its value in nanoseconds (host_dispatch_us × 1000)
+  Zero3GatherPerModule,
+  Zero3PersistenceThreshold,
 };
 
 }  // namespace strata::strategies
@@ -49,7 +51,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 11> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 13> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -61,6 +63,8 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::TpGradOverlap, "tp_grad_overlap"},
       {strategies::ImplKey::GradAccumulationFusion, "grad_accumulation_fusion"},
       {strategies::ImplKey::HostDispatch, "host_dispatch_us"},
+      {strategies::ImplKey::Zero3GatherPerModule, "zero3_gather_per_module"},
+      {strategies::ImplKey::Zero3PersistenceThreshold, "zero3_persistence_threshold"},
   }};
 };
 }  // namespace strata
