@@ -169,6 +169,11 @@ struct Calibration {
   // Fused (flash) attention kernels reach this fraction of what a GEMM of
   // the same FLOPs reaches (forward and backward together); 1 = as a GEMM.
   double attention_fraction = 1.0;
+  // Streaming multiprocessors a collective occupies while it runs: NCCL
+  // launches one thread block per channel and a block holds its SM, so a
+  // GEMM beside it runs on the others (docs/cost-model.md, interference).
+  // 0: collectives slow nothing.
+  double collective_sms = 0;
 
   const EfficiencyCurve& gemm_curve(GemmDtype d) const {
     return gemm[static_cast<std::size_t>(d)];

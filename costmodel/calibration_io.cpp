@@ -266,6 +266,12 @@ Calibration read_calibration(const JsonReader& r, const Calibration& base) {
     col->reject_unknown_keys();
   }
   if (auto o = r.get("overheads_us")) read_overheads(*o, c.overheads);
+  if (auto i = r.get("interference")) {
+    c.collective_sms = i->at("collective_sms").as_number(0, 1 << 20);
+    i->allow({"source"});
+    if (auto src = i->get("source")) src->as_string();
+    i->reject_unknown_keys();
+  }
   if (auto a = r.get("attention")) {
     c.attention_fraction = a->at("fraction_of_gemm").as_number(0.01, 1.0);
     a->allow({"source"});

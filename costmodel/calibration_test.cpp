@@ -200,6 +200,18 @@ TEST_CASE("calibration reader: fused attention's fraction of the GEMM efficiency
   CHECK(calibration_preset("h100-sxm").attention_fraction < calibration_preset("a100-80g").attention_fraction);
 }
 
+TEST_CASE("calibration reader: the SMs a running collective holds (interference)") {
+  // Absent: 0 (collectives slow nothing); the bundled GPU files: NCCL's 24
+  // channels of an 8-GPU NVSwitch node, against the presets' SM counts.
+  CHECK(parse("").collective_sms == 0);
+  CHECK(parse(R"("interference": {"collective_sms": 16, "source": "nccl"})").collective_sms == 16);
+  CHECK(parse_error(R"("interference": {"sms": 16})") ==
+        "cal.json: interference.collective_sms: missing required key");
+  for (const char* g : {"a100-80g", "h100-sxm", "h200"}) CHECK(calibration_preset(g).collective_sms == 24);
+  CHECK(gpu_preset("a100-80g").sms == 108);
+  CHECK(gpu_preset("h100-sxm").sms == 132);
+}
+
 TEST_CASE("the schema example in docs/cost-model.md reads") {
   // The first json block of the document parses over the ideal base: 171 of
   // 312 tflops at 1024^3 is 0.548, 231 of 300 GB/s all-reduce busbw 0.77.

@@ -37,6 +37,10 @@ struct GpuSpec {
   double memory_GiB = 0;
   double hbm_GBps = 0;
   PeakTflops tflops;
+  // Streaming multiprocessors (compute units): what a collective's thread
+  // blocks take from the GEMMs beside it (Calibration::collective_sms). 0:
+  // unknown, no interference priced.
+  std::int64_t sms = 0;
   NodeSpec server;  // the GPU's standard server (DGX/HGX), cluster defaults
   std::string source;
 

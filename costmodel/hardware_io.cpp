@@ -64,6 +64,7 @@ GpuSpec read_gpu_object(const JsonReader& r) {
   } else if (!based) {
     r.fail_at("tflops", "missing required key");
   }
+  g.sms = r.int_or("sms", g.sms, 0, 1 << 20);
   if (auto s = r.get("server")) {
     s->allow({"source"});
     g.server.name = s->string_or("name", g.server.name);

@@ -22,7 +22,8 @@ nlohmann::ordered_json breakdown_json(const strategies::TimeBreakdown& b) {
                                 {"exposed_comm", comm},
                                 {"bubble", to_seconds(b.bubble)},
                                 {"offload_stall", to_seconds(b.offload_stall)},
-                                {"optimizer", to_seconds(b.optimizer)}};
+                                {"optimizer", to_seconds(b.optimizer)},
+                                {"interference", to_seconds(b.interference)}};
 }
 
 void add_goal_fields(nlohmann::ordered_json& j, const strategies::Scenario& sc,

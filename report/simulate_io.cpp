@@ -279,6 +279,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     row("pipeline bubble", b.bubble);
     row("offload stall", b.offload_stall);
     row("optimizer", b.optimizer);
+    if (b.interference > 0) row("interference", b.interference);
     out += "\n" + to_text(t) + "\n";
     if (const auto g = strategies::estimate_goal(sc)) out += goal_text(sc, *g, r.step_s);
   }

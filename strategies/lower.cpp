@@ -21,7 +21,7 @@
 namespace strata::strategies {
 
 Time TimeBreakdown::total() const {
-  Time t = compute + recompute + bubble + offload_stall + optimizer;
+  Time t = compute + recompute + bubble + offload_stall + optimizer + interference;
   for (Time c : exposed_comm) t += c;
   return t;
 }
@@ -1433,6 +1433,7 @@ StepProgram build(const Scenario& sc, const StepCosts& costs, Granularity g, con
     p = std::move(b).build(own);
   }
   if (sc.serial_ranks) chain_stages(p);
+  p.interference = costs.interference_fraction();
   return p;
 }
 }  // namespace

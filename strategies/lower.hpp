@@ -78,6 +78,9 @@ class StepCosts {
   // microbatch's chunk, and once per step.
   virtual Time overhead_per_microbatch() const { return 0; }
   virtual Time overhead_per_step() const { return 0; }
+  // The fraction by which compute slows while a collective runs beside it
+  // (the share of the GPU's SMs the collective holds); 0: none.
+  virtual double interference_fraction() const { return 0; }
 };
 
 // The gradients one pipeline stage reduces over dp: its transformer blocks,
@@ -181,6 +184,12 @@ struct TimeBreakdown {
   Time bubble = 0;
   Time offload_stall = 0;
   Time optimizer = 0;
+  // Compute slowed by the collectives beside it (interference_fraction of
+  // the time both ran), less what waits for communication absorb.
+  Time interference = 0;
+  // The compute lane's time while a collective ran beside it (what the
+  // interference is priced from; not a part of the step).
+  Time beside_collectives = 0;
   Time total() const;
 };
 

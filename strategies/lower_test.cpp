@@ -144,6 +144,37 @@ TEST_CASE("ZeRO-3 gathers per module (DeepSpeed): one collective per module hold
   CHECK(predict_step(ex, c).step_time == predict_step(ex_layer, c).step_time);
 }
 
+TEST_CASE("interference: compute beside a collective is slowed by the collective's share of the SMs") {
+  // The ZeRO-3 prefetch plan above: 64 gathers and 32 reduce-scatters of
+  // 300 ns, all but at most 6 hidden behind 1-2 µs of compute. With a
+  // quarter of the SMs held by each collective, the compute that ran beside
+  // them takes a quarter of that time longer: between 0.25 · 90 · 300 less
+  // the at most 6 · 300 ns the compute lane waited for them, and
+  // 0.25 · 96 · 300. It is its own line, and the step grows by exactly it.
+  struct Slowed : UnitCosts {
+    double f = 0.25;
+    double interference_fraction() const override { return f; }
+  };
+  Slowed c;
+  c.collective_t = 300;
+  const Scenario sc = scenario("{\"zero\": 3}", 16, 2048);
+  const auto slowed = predict_step(sc, c);
+  UnitCosts plain;
+  plain.collective_t = 300;
+  const auto alone = predict_step(sc, plain);
+  const Time i = slowed.breakdown.interference;
+  CHECK(alone.breakdown.interference == 0);
+  CHECK(slowed.step_time == alone.step_time + i);
+  CHECK(slowed.breakdown.total() == slowed.step_time);
+  CHECK(i >= static_cast<Time>(0.25 * 90 * 300) - 6 * 300);
+  CHECK(i <= static_cast<Time>(0.25 * 96 * 300));
+  // Communication-bound (each collective 5 µs, longer than any layer's
+  // compute): the compute lane waits for the gathers anyway, and the slower
+  // compute only shortens the wait.
+  c.collective_t = 5000;
+  CHECK(predict_step(sc, c).breakdown.interference == 0);
+}
+
 TEST_CASE("serial ranks: a stage's tasks run one after another, in program order") {
   // The same ZeRO-3 plan as above, for an executor that runs each rank's
   // tasks on one thread (Scenario::serial_ranks, the CPU backend): the

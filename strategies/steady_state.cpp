@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "sim/limits.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/step_layout.hpp"
 
@@ -131,6 +132,7 @@ TimeBreakdown linear(const TimeBreakdown& a, const TimeBreakdown& b, std::int64_
   out.bubble = linear(a.bubble, b.bubble, j);
   out.offload_stall = linear(a.offload_stall, b.offload_stall, j);
   out.optimizer = linear(a.optimizer, b.optimizer, j);
+  out.beside_collectives = linear(a.beside_collectives, b.beside_collectives, j);
   return out;
 }
 
@@ -211,6 +213,10 @@ std::optional<ChunkPrediction> predict_steady(const Scenario& sc, const StepCost
   } else {
     pr.breakdown = linear(attribute(a, ra, pr.critical_stage), attribute(b, rb, pr.critical_stage), j);
   }
+  // Priced from the extrapolated times, as attribute prices a whole program.
+  for (auto& st : pr.per_stage) st.interference = interference_time(a.interference, st);
+  pr.breakdown.interference = interference_time(a.interference, pr.breakdown);
+  pr.step_time = capped_sum(pr.step_time, pr.breakdown.interference);
   pr.bubble_fraction =
       pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
   add_step_flops(sc, layers->keeps, pr);

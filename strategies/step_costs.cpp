@@ -360,6 +360,12 @@ Time ModelStepCosts::overhead_per_microbatch() const {
   return cost::seconds_to_time(cal_.overheads.microbatch_us * 1e-6);
 }
 
+double ModelStepCosts::interference_fraction() const {
+  const auto sms = static_cast<double>(sc_.cluster.gpu.sms);
+  if (sc_.executed || sms <= 0) return 0;
+  return std::min(cal_.collective_sms, sms) / sms;
+}
+
 Time ModelStepCosts::overhead_per_step() const {
   return cost::seconds_to_time(cal_.overheads.step_us * 1e-6);
 }

@@ -28,6 +28,10 @@ class ModelStepCosts final : public StepCosts {
   Time optimizer_step(double params, bool on_host) const override;
   Time overhead_per_microbatch() const override;
   Time overhead_per_step() const override;
+  // Calibration::collective_sms over the GPU's SMs; 0 for Strata's
+  // executors (their steps run one after another, priced as they ran) or
+  // a GPU whose SM count is unknown.
+  double interference_fraction() const override;
 
   // Host memory bandwidth one node's CPU optimizer steps share (ZeRO-Offload):
   // a documented estimate for a two-socket server (docs/cost-model.md).

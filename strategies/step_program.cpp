@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 
 namespace strata::strategies {
 
@@ -360,6 +361,7 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
   if (!std::is_sorted(busy.begin(), busy.end(), earlier)) std::sort(busy.begin(), busy.end(), earlier);
   std::array<int, kTimeCats> active{};
   std::array<Time, kTimeCats + 1> total{};  // last slot: bubble
+  Time beside = 0;  // the compute lane busy while a collective runs
   std::size_t e = 0, c = 0;
   const int bubble = kTimeCats;
   for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
@@ -372,6 +374,13 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
     int cat = bubble;
     if (c < busy.size() && busy[c].a <= a) {
       cat = busy[c].cat;
+      // Collectives hold SMs; offload copies run on the copy engines.
+      for (std::size_t q = 0; q < kCommKinds; ++q)
+        if (static_cast<CommKind>(q) != CommKind::Offload && static_cast<CommKind>(q) != CommKind::None &&
+            active[static_cast<std::size_t>(comm_cat(static_cast<CommKind>(q)))] > 0) {
+          beside += b - a;
+          break;
+        }
     } else {
       // What the compute lane waits for, in the order it wins a tie.
       for (int q : {static_cast<int>(TimeCat::Optimizer), static_cast<int>(TimeCat::OffloadStall)})
@@ -389,7 +398,19 @@ TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) 
   for (std::size_t q = 0; q < kCommKinds; ++q)
     out.exposed_comm[q] = total[static_cast<std::size_t>(comm_cat(static_cast<CommKind>(q)))];
   out.bubble = total[static_cast<std::size_t>(bubble)];
+  // Interference: the compute that ran beside a collective took longer by
+  // the collective's share of the SMs, a first-order term on top of the
+  // replay (which prices each task alone). Where the compute lane waited for
+  // data-parallel communication (exposed, the gathers and reductions that
+  // overlap by design), the slower compute ate into that wait instead.
+  out.beside_collectives = beside;
+  out.interference = interference_time(p.interference, out);
   return out;
+}
+
+Time interference_time(double fraction, const TimeBreakdown& b) {
+  const auto slowed = static_cast<Time>(fraction * static_cast<double>(b.beside_collectives));
+  return std::max<Time>(0, slowed - b.exposed_comm[static_cast<std::size_t>(CommKind::DP)]);
 }
 
 Time stage_compute_time(const StepProgram& p, int stage) {
@@ -427,6 +448,7 @@ StepPrediction prediction(const Scenario& sc, const StepProgram& p, const Progra
   }
   pr.breakdown = every_stage ? pr.per_stage[static_cast<std::size_t>(pr.critical_stage)]
                              : attribute(p, run, pr.critical_stage);
+  pr.step_time = capped_sum(pr.step_time, pr.breakdown.interference);
   pr.bubble_fraction =
       pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
   add_step_flops(sc, p.layers.keeps, pr);

@@ -111,11 +111,15 @@ struct StepProgram {
   std::vector<std::pair<std::int32_t, Time>> parts;         // (TimeCat index, duration)
   std::vector<Bytes> gpu_capacity, host_capacity;          // per stage
   LayerPlan layers;  // what each layer keeps for its backward, and where
+  // StepCosts::interference_fraction: compute beside a collective is slowed
+  // by this fraction of the time both run (attribute).
+  double interference = 0;
 
   // Empty, as a new program, with the vectors' capacity kept (a builder
   // reusing a ProgramWorkspace's program sets the granularity itself).
   void clear() {
     exact = true;
+    interference = 0;
     stages = 0;
     tasks.clear();
     info.clear();
@@ -202,6 +206,9 @@ ProgramRun from_engine(const StepProgram& p, const sim::RunResult& run);
 // the compute lane runs, else to the exposed communication or copy it waits
 // for, else to the pipeline bubble.
 TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage);
+// The interference line from a breakdown's beside_collectives: `fraction`
+// of it, less the exposed data-parallel communication it ate into.
+Time interference_time(double fraction, const TimeBreakdown& b);
 // The tasks [first, last) of stage s (a stage's tasks are contiguous).
 std::pair<std::size_t, std::size_t> stage_tasks(const StepProgram& p, int stage);
 // Stage s's compute and recompute time: what attribute gives them, the sum
