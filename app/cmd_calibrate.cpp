@@ -51,6 +51,15 @@ struct BenchmarkProgress : StatusLine {
 // `cluster_given`: --cluster was on the command line (cuda: else the device's preset).
 std::string calibrate(const CalibrateArgs& a, [[maybe_unused]] bool cluster_given) {
   require_table_or_json(a.format, "calibrate");
+  // --out is checked before measuring (minutes): a path the writer takes
+  // (its directory is made when missing, as below).
+  if (!a.out.empty()) {
+    report::require_regular_or_missing(a.out);
+    if (std::filesystem::is_directory(std::filesystem::path(a.out).parent_path().empty()
+                                          ? std::filesystem::path(".")
+                                          : std::filesystem::path(a.out).parent_path()))
+      report::check_output_target(a.out);
+  }
   std::string json, table, path;
   if (a.backend == "cuda") {
 #if STRATA_HAVE_CUDA

@@ -22,6 +22,11 @@ struct ExportArgs {
 };
 
 std::string export_plan(const ExportArgs& a) {
+  // Not a file read (the scenario, or one of the explore directory's), a path the writer takes.
+  if (!a.out.empty()) {
+    report::require_output_apart(a.out, "--out", {a.input, a.scenario});
+    report::check_output_target(a.out);
+  }
   const auto sc = report::load_export_scenario(a.input, a.rank, a.scenario);
   strategies::require_transformer(sc, "export");
   const auto ex = report::export_plan(sc, a.target);

@@ -33,8 +33,10 @@ struct FitArgs {
 // nonzero: a stopped fit, thrown as Interrupted once written.
 std::string write_fit(const FitArgs& a, const strategies::FitRecord& rec, int signal) {
   const std::string file = report::fitted_convergence_json(rec);
-  report::write_file_atomically(a.out, file);
-  if (!a.plot.empty()) report::write_file_atomically(a.plot, report::fit_plot_svg(rec));
+  // Both or neither.
+  std::vector<std::pair<std::string, std::string>> files{{a.out, file}};
+  if (!a.plot.empty()) files.emplace_back(a.plot, report::fit_plot_svg(rec));
+  report::write_files_atomically(files);
   std::cerr << "fit-convergence: wrote " << a.out << (a.plot.empty() ? "" : " and " + a.plot) << "\n";
   std::string out = a.format == report::Format::Json ? file : report::render_fit(rec, a.format, a.markdown);
   if (signal != 0) throw Interrupted{std::move(out), signal};
@@ -43,6 +45,14 @@ std::string write_fit(const FitArgs& a, const strategies::FitRecord& rec, int si
 
 // `cmd`: the parsed subcommand (--quick keeps the options given on the command line).
 std::string fit_convergence(const FitArgs& a, const Subcommand& cmd) {
+  // The outputs are checked before training (minutes): not an input, not
+  // each other, paths the writer takes.
+  for (const auto* out : {&a.out, &a.plot}) {
+    if (out->empty()) continue;
+    const std::string option = out == &a.out ? "--out" : "--plot";
+    report::require_output_apart(*out, option, {a.scenario, a.base, a.refit, out == &a.plot ? a.out : ""});
+    report::check_output_target(*out);
+  }
   auto sc = load_plan_scenario(a.scenario, "fit-convergence");
   auto o = a.options;
   if (a.quick) {

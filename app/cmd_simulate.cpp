@@ -23,7 +23,13 @@ struct SimulateArgs {
 };
 
 std::string simulate(const SimulateArgs& a) {
+  // The trace's path is checked before any work: not the scenario read, a path the writer takes.
+  if (!a.trace.empty()) {
+    report::require_output_apart(a.trace, "--trace", {a.scenario});
+    report::check_output_target(a.trace);
+  }
   const auto sc = load_plan_scenario(a.scenario, "simulate");
+  if (sc.calibration) report::require_output_apart(a.trace, "--trace", {*sc.calibration});
   if (a.granularity == "chunk") {
     if (!a.trace.empty())
       throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");

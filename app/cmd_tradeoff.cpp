@@ -19,6 +19,10 @@ struct TradeoffArgs {
 };
 
 std::string tradeoff(const TradeoffArgs& a) {
+  if (!a.svg.empty()) {  // checked before the search, which can take seconds
+    report::require_output_apart(a.svg, "--svg", {a.scenario});
+    report::check_output_target(a.svg);
+  }
   const auto sc = load_scenario_file(a.scenario);
   const auto t = strategies::tradeoff(sc, a.options);
   std::string out = report::render_tradeoff(t, a.format);

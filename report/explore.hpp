@@ -83,6 +83,7 @@ struct RecordCheck {
 struct ResultsFile {
   std::unordered_map<std::uint64_t, strategies::ScoredPlan> plans;
   std::unordered_map<std::uint64_t, std::string> lines;  // those keep_line asked for
+  std::unordered_map<std::uint64_t, std::uint64_t> line_numbers;  // of `lines`, from 1
   std::unordered_set<std::uint64_t> inexact;  // records with "exact": false (folded figures)
   std::uint64_t valid_bytes = 0;
   std::uint64_t torn_bytes = 0;
@@ -119,6 +120,33 @@ ShardSet manifest_shards(const std::string& manifest_path);
 // resolved against the directory of `original` (the scenario's path the
 // summary names) when it still exists, else against DIR; nothing without a copy.
 std::optional<strategies::Scenario> load_explored_scenario(const std::string& dir, const std::string& original);
+
+// The figures of records re-scored as explore scores their plans (each
+// plan explored alone: the coarse level, then per layer where explore
+// refines it). For each id of `ids`, its record in `results_path` (and in
+// `refined_path` when that file has one) must be the line explore writes
+// for it; InputError naming the file and line ("DIR/results.jsonl:12"), the
+// first field that differs and both values otherwise. The plans of `sc`'s
+// space; run after read_results checked the records against it.
+void rescore_records(const strategies::Scenario& sc, const std::string& results_path, const std::string& refined_path,
+                     const std::vector<std::uint64_t>& ids);
+// The plans a summary shows of `plans`: its Pareto front and top `top_k` by `by`, by id, once each.
+std::vector<std::uint64_t> shown_plans(const std::vector<strategies::ScoredPlan>& plans, std::size_t top_k,
+                                       strategies::RankBy by);
+
+// What report, export and run check of an explore directory before they
+// trust it: its summary agrees with its manifest, its scenario copy is the
+// manifest's, every record is a plan of the space and shards with an id of
+// its own batch and plan and consistent figures, and the plans the summary
+// shows are re-scored (rescore_records). A directory of an older strata (no
+// manifest) has its records' ids checked only. `lines`: keep every
+// record's line (refined ones in place of the coarse).
+struct CheckedDir {
+  std::optional<strategies::Scenario> explored;  // the scenario copy, when checked against a manifest
+  ResultsFile results;
+  std::vector<strategies::ScoredPlan> pareto, top;  // recomputed from the records (refined figures)
+};
+CheckedDir check_explore_dir(const std::string& dir, bool lines);
 
 // One results.jsonl line (no newline) for a scored plan.
 std::string result_line(const strategies::ScoredOutcome& o);

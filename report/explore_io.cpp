@@ -9,6 +9,7 @@
 #include <optional>
 #include <system_error>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -502,7 +503,7 @@ SpaceIndex space_index(const strategies::Scenario& sc, const json& batch, const 
 }
 
 // One whole line of a results file, checked and added to `out`.
-void parse_record(std::string_view line, const std::string& where, const RecordCheck* check,
+void parse_record(std::string_view line, std::uint64_t line_no, const std::string& where, const RecordCheck* check,
                   std::optional<strategies::Scenario>& point, const std::function<bool(std::uint64_t)>& keep_line,
                   const std::function<void(std::uint64_t, std::string_view)>& on_line, ResultsFile& out) {
   const json j = json::parse(line, nullptr, false);
@@ -514,6 +515,10 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
   if (!id) r.fail_at("plan_id", "must be 16 lower-case hex digits (got \"" + id_text + "\")");
   ScoredPlan sp{*id, r.at("step_time_s").as_number(0, 1e30), r.at("peak_memory_bytes").as_int(0, INT64_MAX),
                 r.at("tokens_per_s_per_gpu").as_number(0, 1e30)};
+  // Explore records scored plans only: a step takes time and memory.
+  if (!(sp.step_time_s > 0)) r.fail_at("step_time_s", "must be above 0 (explore records only plans it scored)");
+  if (sp.peak_memory_bytes <= 0)
+    r.fail_at("peak_memory_bytes", "must be above 0 (explore records only plans it scored)");
   // The id is the hash of the record's own batch and plan: a record edited
   // or made up by hand does not keep it.
   const json& batch = r.at("batch").json();
@@ -554,6 +559,16 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
     if (auto v = strategies::first_violation(*point))
       r.fail_at("plan", "plan " + id_text + " breaks the rule " + v->rule + " (" + v->path + ": " + v->message +
                             "): explore records no such plan");
+    // The figures agree with each other: throughput is the step's tokens over its time.
+    const double want = strategies::tokens_per_s_per_gpu(*point, sp.step_time_s);
+    if (!(std::fabs(sp.tokens_per_s_per_gpu - want) <= 1e-9 * std::max(1.0, std::fabs(want)))) {
+      std::ostringstream os;
+      os.precision(17);
+      os << "is " << sp.tokens_per_s_per_gpu << ", and the record's step time of " << sp.step_time_s
+         << " s gives " << want << " (" << point->batch.global << " sequences of " << point->model.seq_len
+         << " tokens on " << point->cluster.gpus() << " GPUs): the record's figures disagree";
+      r.fail_at("tokens_per_s_per_gpu", os.str());
+    }
   }
   // Its equivalence class (records written before classes have none: a
   // class of their own).
@@ -570,7 +585,7 @@ void parse_record(std::string_view line, const std::string& where, const RecordC
   if (!fresh && !(it->second == sp))
     throw InputError(where, "", "plan " + id_text + " appears twice with different results");
   if (auto e = r.get("exact"); e && !e->as_bool()) out.inexact.insert(*id);
-  if (keep_line && keep_line(*id)) out.lines.try_emplace(*id, line);
+  if (keep_line && keep_line(*id) && out.lines.try_emplace(*id, line).second) out.line_numbers[*id] = line_no;
   if (on_line) on_line(*id, line);
 }
 
@@ -595,7 +610,7 @@ ResultsFile read_results(const std::string& path, const std::function<bool(std::
     pos += line.size() + 1;
     if (line.empty()) continue;
     ++out.lines_read;
-    parse_record(line, path + ":" + std::to_string(line_no), check, point, keep_line, on_line, out);
+    parse_record(line, line_no, path + ":" + std::to_string(line_no), check, point, keep_line, on_line, out);
   }
   out.valid_bytes = pos;
   return out;
@@ -618,7 +633,7 @@ ResultsFile parse_results(std::string_view text, const std::string& path,
     pos = nl + 1;
     if (line.empty()) continue;
     ++out.lines_read;
-    parse_record(line, path + ":" + std::to_string(line_no), check, point, keep_line, {}, out);
+    parse_record(line, line_no, path + ":" + std::to_string(line_no), check, point, keep_line, {}, out);
   }
   out.valid_bytes = pos;
   return out;
@@ -802,6 +817,157 @@ ShardSet manifest_shards(const std::string& path) {
   return s;
 }
 
+namespace {
+
+// The first field where a stored record differs from the re-scored one, in
+// the re-scored record's order (figures compare within a relative 1e-9:
+// the JSON writer rounds nothing, but a last bit is no forgery).
+std::optional<Difference> record_difference(const ordered_json& stored, const ordered_json& want,
+                                            const std::string& at) {
+  if (stored.is_object() && want.is_object()) {
+    for (const auto& [k, v] : want.items()) {
+      const std::string sub = at.empty() ? k : at + "." + k;
+      if (!stored.contains(k)) return Difference{sub, "absent", v.dump()};
+      if (auto d = record_difference(stored.at(k), v, sub)) return d;
+    }
+    for (const auto& [k, v] : stored.items())
+      if (!want.contains(k)) return Difference{at.empty() ? k : at + "." + k, v.dump(), "absent"};
+    return std::nullopt;
+  }
+  if (stored.is_array() && want.is_array() && stored.size() == want.size()) {
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (auto d = record_difference(stored[i], want[i], at + "[" + std::to_string(i) + "]")) return d;
+    return std::nullopt;
+  }
+  if (stored.is_number() && want.is_number() && !stored.is_boolean()) {
+    const double a = stored.get<double>(), b = want.get<double>();
+    if (std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b))) return std::nullopt;
+  }
+  if (stored != want) return Difference{at, stored.dump(), want.dump()};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> shown_plans(const std::vector<ScoredPlan>& plans, std::size_t top_k,
+                                       strategies::RankBy by) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& p : strategies::pareto_front(plans)) ids.push_back(p.plan_id);
+  for (const auto& p : strategies::top_plans(plans, top_k, by)) ids.push_back(p.plan_id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+void rescore_records(const strategies::Scenario& sc, const std::string& results, const std::string& refined,
+                     const std::vector<std::uint64_t>& ids) {
+  if (ids.empty()) return;
+  const std::unordered_set<std::uint64_t> want(ids.begin(), ids.end());
+  const auto keep = [&](std::uint64_t id) { return want.count(id) > 0; };
+  const ResultsFile coarse = read_results(results, keep);
+  ResultsFile fine;
+  if (!refined.empty() && fs::exists(refined)) fine = read_results(refined, keep);
+  strategies::Scenario pt = sc;
+  pt.space.reset();
+  for (const std::uint64_t id : ids) {
+    const auto c = coarse.lines.find(id);
+    const auto f = fine.lines.find(id);
+    if (c == coarse.lines.end() && f == fine.lines.end()) continue;
+    const bool from_coarse = c != coarse.lines.end();
+    const std::string& line = from_coarse ? c->second : f->second;
+    const std::string where = from_coarse ? results + ":" + std::to_string(coarse.line_numbers.at(id))
+                                          : refined + ":" + std::to_string(fine.line_numbers.at(id));
+    // The point of the space the record is of (read_results found it).
+    const json j = json::parse(line);
+    const json& batch = j.at("batch");
+    const json& plan = j.at("plan");
+    const auto at = space_index(sc, batch, plan, json{{"batch", batch}, {"plan", plan}}.dump(),
+                                [](std::uint64_t) { return true; });
+    const auto index = at.found ? at.found : at.other;
+    if (!index) throw InputError(where, "plan", "is not a plan of the explored space (" + sc.file + ")");
+    pt.plan = sc.plan;
+    pt.batch = sc.batch;
+    if (sc.space) strategies::space_point(sc, *sc.space, *index, pt.plan, pt.batch);
+    // The plan explored alone, as explore scores and refines every plan.
+    strategies::ExploreOptions eo;
+    eo.jobs = 1;
+    eo.top_k = 1;
+    eo.progress_interval_s = 1e9;
+    std::string scored, refined_line;
+    eo.on_scored = [&](const strategies::ScoredOutcome& so) { scored = result_line(so); };
+    eo.on_refined = [&](const strategies::ScoredOutcome& so) { refined_line = result_line(so); };
+    strategies::explore(pt, eo);
+    const std::string id_text = strategies::plan_id_hex(id);
+    auto compare = [&](const std::string& stored, const std::string& where_, const std::string& again) {
+      if (again.empty())
+        throw InputError(where_, "",
+                         "plan " + id_text + " re-scored does not fit or is not modelled: explore records no "
+                         "such plan (the record was not written by strata explore)");
+      if (auto d = record_difference(ordered_json::parse(stored), ordered_json::parse(again), ""))
+        throw InputError(where_, d->key,
+                         "is " + d->a + " in the record of plan " + id_text + " and " + d->b +
+                             " re-scored: the record's figures are not what strata explore computes for its plan");
+    };
+    if (from_coarse) compare(line, where, scored);
+    if (f != fine.lines.end()) {
+      const std::string fwhere = refined + ":" + std::to_string(fine.line_numbers.at(id));
+      // A plan explore did not need to refine is refined to its coarse figures' plan alone.
+      compare(f->second, fwhere, refined_line.empty() ? scored : refined_line);
+    }
+  }
+}
+
+CheckedDir check_explore_dir(const std::string& dir, bool lines) {
+  const std::string sp = summary_path(dir), rp = results_path(dir), fp = refined_path(dir);
+  for (const auto& p : {sp, rp})
+    if (!fs::exists(p)) throw InputError(p, "", "file not found (not an explore output directory?)");
+  const json s = load_json_file(sp);
+  const JsonReader r(s, sp);
+  if (!r.is_object()) r.fail("must be a JSON object (explore's summary)");
+  const std::string scenario = r.at("scenario").as_string();
+  const auto top_k = static_cast<std::size_t>(r.int_or("top_k", 10, 0, 1'000'000));
+  const auto rank_by = r.enum_or("rank_by", strategies::RankBy::Throughput);
+  CheckedDir out;
+  RecordCheck check;
+  const std::string mp = manifest_path(dir);
+  if (fs::exists(mp) || fs::is_symlink(mp)) {
+    const json m = load_json_file(mp);
+    const JsonReader mr(m, mp);
+    auto agree = [&](const char* key, const json& summary_value, const json& manifest_value) {
+      if (summary_value != manifest_value)
+        r.fail_at(key, "is " + summary_value.dump() + " and " + mp + " says " + manifest_value.dump() +
+                           ": the summary is not of the records beside it");
+    };
+    agree("model", r.at("model").json(), mr.at("model").at("name").json());
+    agree("gpus", r.at("gpus").json(), mr.at("cluster").at("gpus").json());
+    agree("gpu", r.at("gpu").json(), mr.at("cluster").at("gpu").at("name").json());
+    agree("space", r.at("space").at("size").json(), mr.at("space").at("size").json());
+    const ShardSet shards = manifest_shards(mp);
+    out.explored = load_explored_scenario(dir, scenario);
+    if (out.explored) {
+      check_manifest(mp, *out.explored, scenario_copy_path(dir), &shards);
+      check = {&*out.explored, shards.count, shards.indices};
+    }
+  }
+  const RecordCheck* checking = out.explored ? &check : nullptr;
+  const auto all = [](std::uint64_t) { return true; };
+  out.results = read_results(rp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking);
+  // Plans the explorer re-simulated at layer granularity count with those figures, as in its summary.
+  if (fs::exists(fp)) {
+    ResultsFile rr = read_results(fp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking);
+    for (auto& [id, p] : rr.plans) out.results.plans[id] = p;
+    for (auto& [id, line] : rr.lines) out.results.lines[id] = std::move(line);
+  }
+  std::vector<ScoredPlan> plans;
+  plans.reserve(out.results.plans.size());
+  for (const auto& [id, p] : out.results.plans) plans.push_back(p);
+  std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
+  out.pareto = strategies::pareto_front(plans);
+  out.top = strategies::top_plans(plans, top_k, rank_by);
+  if (out.explored) rescore_records(*out.explored, rp, fp, shown_plans(plans, top_k, rank_by));
+  return out;
+}
+
 ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOptions& o) {
   strategies::ExploreOptions eo;
   eo.jobs = o.jobs;
@@ -848,6 +1014,24 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
                              " a training goal and the scenario now has " + (sc.goal ? "one" : "none") +
                              "; resume with the same scenario, or choose another --out");
     rep.torn_bytes = prev.torn_bytes;
+  }
+  // Records are trusted for their figures only once re-scored: those a
+  // summary of them would show (a plan the final summary shows is among
+  // them, fewer plans competing here), before anything is written.
+  std::unordered_set<std::uint64_t> rescored;
+  auto rescore_kept = [&](const std::vector<std::uint64_t>& ids) {
+    std::vector<std::uint64_t> todo;
+    for (const auto id : ids)
+      if (prev.plans.count(id) && rescored.insert(id).second) todo.push_back(id);
+    rescore_records(sc, results, "", todo);
+  };
+  if (!prev.plans.empty()) {
+    std::vector<ScoredPlan> before;
+    before.reserve(prev.plans.size());
+    for (const auto& [id, p] : prev.plans) before.push_back(p);
+    std::sort(before.begin(), before.end(),
+              [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
+    rescore_kept(shown_plans(before, o.top_k, *eo.rank_by));
   }
   for (const char* name : {"summary.json", "refined.jsonl", "scenario.json"})
     require_regular_or_missing((fs::path(o.out_dir) / name).string());
@@ -909,6 +1093,13 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   }
   out.close();
   rep.jobs = rep.result.jobs;
+  {
+    // Resumed plans the refined ranking let in (rare): re-scored before the summary shows them.
+    std::vector<std::uint64_t> kept;
+    for (const auto* set : {&rep.result.pareto, &rep.result.top})
+      for (const auto& p : *set) kept.push_back(p.plan_id);
+    rescore_kept(kept);
+  }
 
   std::unordered_set<std::uint64_t> wanted;
   for (const auto& p : rep.result.pareto) wanted.insert(p.plan_id);
@@ -968,6 +1159,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   // Plans the shards re-simulated at layer granularity: their records and figures.
   std::map<std::uint64_t, std::string> refined;
   std::unordered_map<std::uint64_t, ScoredPlan> refined_figures;
+  std::unordered_map<std::uint64_t, std::size_t> refined_from;  // the directory of each refined record
   std::vector<strategies::Scenario> scenarios;  // each directory's, read from its copy
   std::vector<std::uint64_t> first_shard(dirs.size());
   ordered_json manifest0;
@@ -1107,15 +1299,31 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
       if (!fresh && it->second != line)
         throw InputError(fp, "plan " + strategies::plan_id_hex(id), "has other results than in another shard");
       refined_figures[id] = rr.plans.at(id);
+      refined_from.try_emplace(id, d);
     }
   }
   for (auto& p : plans)
     if (const auto it = refined_figures.find(p.plan_id); it != refined_figures.end()) p = it->second;
+  std::unordered_map<std::uint64_t, std::size_t> dir_of_plan;  // the first directory holding each plan
+  for (const auto& [id, at] : plan_dir) dir_of_plan.emplace(id, plan_from[at]);
   std::sort(h.shard_indices.begin(), h.shard_indices.end());
   std::sort(plans.begin(), plans.end(),
             [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   const auto pareto = strategies::pareto_front(plans);
   const auto top = strategies::top_plans(plans, h.top_k, h.rank_by);
+  {
+    // The plans the merged summary shows, re-scored in the directories
+    // their records come from, before anything is written.
+    std::map<std::size_t, std::vector<std::uint64_t>> by_dir;
+    for (const auto id : shown_plans(plans, h.top_k, h.rank_by)) {
+      const std::size_t from = dir_of_plan.at(id);
+      by_dir[from].push_back(id);
+      if (const auto it = refined_from.find(id); it != refined_from.end() && it->second != from)
+        by_dir[it->second].push_back(id);
+    }
+    for (const auto& [d, ids] : by_dir)
+      rescore_records(scenarios[d], results_path(dirs[d]), refined_path(dirs[d]), ids);
+  }
   std::unordered_map<std::uint64_t, std::string> wanted;
   for (const auto* set : {&pareto, &top})
     for (const auto& p : *set)

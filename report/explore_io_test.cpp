@@ -4,12 +4,14 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "report/explore.hpp"
+#include "report/export.hpp"
 #include "report/files.hpp"
 #include "report/html_report.hpp"
 #include "sim/error.hpp"
@@ -597,6 +599,126 @@ TEST_CASE("report: a scenario copy or summary that is not the manifest's is refu
   CHECK(testing::input_error_of([&] { load_report_data(t / "d"); }) ==
         t / "d/summary.json" + ": model: is \"llama3-8b\" and " + t / "d/manifest.json" +
             " says \"gpt2-124m\": the summary is not of the records beside it");
+}
+
+// The record of plan `id` in `path` changed by `edit`; its line number (from 1).
+std::size_t edit_record(const std::string& path, const std::string& id,
+                        const std::function<void(nlohmann::ordered_json&)>& edit) {
+  std::istringstream in(read(path));
+  std::string out, l;
+  std::size_t n = 0, at = 0;
+  while (std::getline(in, l)) {
+    ++n;
+    if (l.find("\"plan_id\":\"" + id + "\"") != std::string::npos) {
+      auto j = nlohmann::ordered_json::parse(l);
+      edit(j);
+      l = j.dump();
+      at = n;
+    }
+    out += l + "\n";
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << out;
+  return at;
+}
+
+TEST_CASE("resume, merge and report: a record of a real plan with forged figures is refused") {
+  // The plan id is the record's own and the plan is the space's: only its
+  // figures are made up. A step time alone disagrees with the record's
+  // throughput; both scaled together agree, and the re-score (the plan
+  // explored alone, as explore scores it) refuses them.
+  TempDir t("forged-figures");
+  const auto sc = scenario_file(t / "small.json");
+  run_explore(sc, options(t / "d", 2));
+  const auto s = nlohmann::json::parse(read(t / "d/summary.json"));
+  // The worst of the top list (its record is in results.jsonl, exact).
+  std::string id;
+  for (const auto& r : s["top"])
+    if (r["granularity"] == "chunk") id = r["plan_id"].get<std::string>();
+  REQUIRE(!id.empty());
+  const std::string clean = read(t / "d/results.jsonl");
+  auto resume = [&] {
+    auto o = options(t / "d", 1);
+    o.resume = true;
+    run_explore(sc, o);
+  };
+  const std::string summary = read(t / "d/summary.json");
+
+  // 1. The step time made up: the record's figures disagree with each other.
+  const std::size_t line = edit_record(t / "d/results.jsonl", id, [](auto& j) { j["step_time_s"] = 1e-6; });
+  const std::string where = t / "d/results.jsonl:" + std::to_string(line);
+  for (const auto& msg : {testing::input_error_of(resume), testing::input_error_of([&] { load_report_data(t / "d"); }),
+                          testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); })})
+    CHECK(msg.rfind(where + ": tokens_per_s_per_gpu: is ", 0) == 0);
+  CHECK(read(t / "d/summary.json") == summary);
+
+  // 2. Step time and throughput forged together, the peak too: the re-score refuses them.
+  std::ofstream(t / "d/results.jsonl", std::ios::binary | std::ios::trunc) << clean;
+  edit_record(t / "d/results.jsonl", id, [](auto& j) {
+    j["step_time_s"] = j["step_time_s"].template get<double>() / 1000;
+    j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() * 1000;
+  });
+  for (const auto& msg : {testing::input_error_of(resume), testing::input_error_of([&] { load_report_data(t / "d"); }),
+                          testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); })})
+    CHECK(msg.rfind(where + ": step_time_s: is ", 0) == 0);
+  CHECK(testing::input_error_of(resume).find(" re-scored: the record's figures are not what strata explore computes") !=
+        std::string::npos);
+  CHECK(read(t / "d/summary.json") == summary);
+  std::ofstream(t / "d/results.jsonl", std::ios::binary | std::ios::trunc) << clean;
+  edit_record(t / "d/results.jsonl", id, [](auto& j) { j["peak_memory_bytes"] = 0; });
+  CHECK(testing::input_error_of(resume) == where + ": peak_memory_bytes: must be above 0 (explore records only plans it scored)");
+
+  // 3. Merge: shards with a consistent forgery in one of them.
+  explore_shards(sc, t);
+  const auto s0 = nlohmann::json::parse(read(t / "s0/summary.json"));
+  std::string id0;
+  for (const auto& r : s0["top"])
+    if (r["granularity"] == "chunk") id0 = r["plan_id"].get<std::string>();
+  REQUIRE(!id0.empty());
+  const std::size_t line0 = edit_record(t / "s0/results.jsonl", id0, [](auto& j) {
+    j["step_time_s"] = j["step_time_s"].template get<double>() / 1000;
+    j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() * 1000;
+  });
+  REQUIRE(line0 > 0);
+  const std::string merged_msg = testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); });
+  // Its refined record (where it has one) or its coarse one is named.
+  CHECK(merged_msg.find(": step_time_s: is ") != std::string::npos);
+  CHECK(merged_msg.find(" re-scored: the record's figures are not what strata explore computes") != std::string::npos);
+  CHECK(!fs::exists(t / "m"));
+  // Untouched, every check passes.
+  std::ofstream(t / "d/results.jsonl", std::ios::binary | std::ios::trunc) << clean;
+  CHECK_NOTHROW(resume());
+  CHECK(read(t / "d/summary.json") == summary);
+  CHECK(load_report_data(t / "d").plans.size() == 144);
+}
+
+TEST_CASE("export and run of a directory: checked as report checks it") {
+  // A scenario copy that is not the manifest's, and a summary whose top
+  // plan is not the records', are refused as report refuses them.
+  TempDir t("export-check");
+  run_explore(scenario_file(t / "h100.json"), options(t / "d", 2));
+  CHECK(load_export_scenario(t / "d", 1, "").cluster.name == "dgx-h100");
+  const std::string copy = read(t / "d/scenario.json"), summary = read(t / "d/summary.json");
+  std::ofstream(t / "d/scenario.json") << a100_text();
+  CHECK(testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); }) ==
+        t / "d/manifest.json" + ": cluster.name: the directory holds plans of \"dgx-h100\", " + t /
+            "d/scenario.json" + " has \"dgx-a100-80g\": use the scenario it was explored with, or another directory");
+  std::ofstream(t / "d/scenario.json") << copy;
+  // top[0] replaced by a plan outside the space (microbatch 3), its id made to match.
+  auto s = nlohmann::json::parse(summary);
+  auto& rec = s["top"][0];
+  rec["batch"]["micro"] = 3;
+  rec["plan_id"] = strategies::plan_id_hex(
+      strategies::fnv1a64(nlohmann::json{{"batch", rec["batch"]}, {"plan", rec["plan"]}}.dump()));
+  std::ofstream(t / "d/summary.json") << s.dump();
+  CHECK(testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); })
+            .find(t / "d/summary.json" + ": top[0].plan_id: is " + rec["plan_id"].get<std::string>() +
+                  ", and the directory's records rank plan ") != std::string::npos);
+  // Its id left as it was: not the id of its batch and plan.
+  rec["plan_id"] = nlohmann::json::parse(summary)["top"][0]["plan_id"];
+  std::ofstream(t / "d/summary.json") << s.dump();
+  CHECK(testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); }) ==
+        t / "d/summary.json" + ": top[0].plan_id: is not the id of the record's batch and plan: the summary was "
+                               "not written by strata explore");
 }
 
 TEST_CASE("results.jsonl: read line by line, the same as from its whole text") {

@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "report/explore.hpp"
 #include "report/export.hpp"
+#include "report/files.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/units.hpp"
 #include "strategies/memory.hpp"
@@ -292,6 +294,10 @@ Exported export_megatron(const Scenario& sc) {
                         " layers (ceil(sqrt(layers per chunk)))");
       break;
     }
+    case Recompute::EveryNth:
+      un.push_back("recompute=every_nth (Megatron-LM recomputes uniform segments or the first N "
+                   "layers of a stage, --recompute-method uniform|block, not every n-th layer)");
+      break;
     case Recompute::Optimal:
       un.push_back("recompute=optimal (Megatron-LM has no memory-budget solver; "
                    "--recompute-method block --recompute-num-layers N recomputes the first N "
@@ -535,6 +541,7 @@ Exported export_deepspeed(const Scenario& sc) {
           {"contiguous_memory_optimization", false}};
       std::string what = p.recompute == Recompute::Selective ? "the attention core of each layer"
                          : p.recompute == Recompute::Full     ? "each transformer layer"
+                         : p.recompute == Recompute::EveryNth ? "every " + str(p.recompute_k) + "-th layer"
                                                               : "segments of " +
                                                                     str(recompute_segment(sc)) +
                                                                     " layers";
@@ -711,6 +718,10 @@ Exported export_torchtitan(const Scenario& sc) {
   switch (p.recompute) {
     case Recompute::None: ac << "mode = " << q("none") << "\n"; break;
     case Recompute::Full: ac << "mode = " << q("full") << "\n"; break;
+    case Recompute::EveryNth:
+      ac << "mode = " << q("selective") << "\n";
+      ac << "selective_ac_option = " << q(std::to_string(p.recompute_k)) << "\n";
+      break;
     case Recompute::Selective:
       ac << "mode = " << q("selective") << "\n";
       ac << "selective_ac_option = " << q("op") << "\n";
@@ -872,6 +883,29 @@ strategies::Scenario load_export_scenario(const std::string& path, std::size_t r
     top.fail("holds " + std::to_string(records.size()) + " plans; --rank " +
              std::to_string(rank) + " asks for plan " + std::to_string(rank) +
              " (explore --top K keeps more)");
+  // The directory is checked as `strata report` checks it (manifest,
+  // scenario copy, records, the shown plans re-scored), under a shared lock,
+  // and the summary's top list must be the one its records give: a plan
+  // edited into summary.json is not exported.
+  const DirReadLock lock(path);
+  const CheckedDir checked = check_explore_dir(path, /*lines=*/false);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const JsonReader id_at = records[i].at("plan_id");
+    const std::string id_text = id_at.as_string();
+    const auto id = strategies::parse_plan_id(id_text);
+    const nlohmann::json& b = records[i].at("batch").json();
+    const nlohmann::json& p = records[i].at("plan").json();
+    if (!id || strategies::fnv1a64(nlohmann::json{{"batch", b}, {"plan", p}}.dump()) != *id)
+      id_at.fail("is not the id of the record's batch and plan: the summary was not written by strata explore");
+    if (i >= checked.top.size() || checked.top[i].plan_id != *id)
+      id_at.fail("is " + id_text + ", and the directory's records rank " +
+                 (i < checked.top.size() ? "plan " + strategies::plan_id_hex(checked.top[i].plan_id)
+                                         : std::string("no plan")) +
+                 " there: the summary is not of the records beside it");
+  }
+  if (records.size() != checked.top.size())
+    top.fail("holds " + std::to_string(records.size()) + " plans, and the directory's records give " +
+             std::to_string(checked.top.size()) + ": the summary is not of the records beside it");
   const JsonReader record = records[rank - 1];
   const JsonReader plan = record.at("plan");
   const JsonReader batch = record.at("batch");

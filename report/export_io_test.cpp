@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "report/export.hpp"
+#include "report/explore.hpp"
 #include "sim/error.hpp"
 #include "strategies/scenario.hpp"
 #include "tests/testing.hpp"
@@ -514,13 +515,30 @@ void write(const std::string& path, const std::string& text) {
 
 const std::string kGpt2 = std::string(STRATA_SOURCE_DIR) + "/configs/scenarios/gpt2-124m-1gpu.json";
 
-// An explore summary with two top plans on the bundled GPT-2 scenario.
-std::string summary(const std::string& scenario_path, const std::string& model = "gpt2-124m") {
-  return R"({"scenario": ")" + scenario_path + R"(", "model": ")" + model + R"(", "gpus": 1,
-      "top": [{"plan_id": "1", "batch": {"global": 32, "micro": 8},
-               "plan": {"recompute": "full", "optimizer": "adamw", "precision": "bf16"}},
-              {"plan_id": "2", "batch": {"global": 32, "micro": 4},
-               "plan": {"recompute": "selective", "optimizer": "adamw", "precision": "bf16"}}]})";
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// GPT-2 small on one A100 explored over two recompute policies into DIR
+// (its scenario in DIR/sweep.json): a directory with two top plans.
+nlohmann::json explore_two(const TempDir& d) {
+  const std::string path = d / "sweep.json";
+  write(path, R"({"model": "gpt2-124m", "cluster": "1xa100-80g", "batch": {"global": 32, "micro": 8},
+      "plan": {"optimizer": "adamw", "precision": "bf16"}, "space": {"recompute": ["full", "selective"]}})");
+  ExploreRunOptions o;
+  o.out_dir = d / "out";
+  o.jobs = 1;
+  run_explore(strategies::load_scenario(path), o);
+  auto s = nlohmann::json::parse(read_text(d / "out/summary.json"));
+  REQUIRE(s["top"].size() == 2);
+  return s;
+}
+
+Recompute recompute_of(const nlohmann::json& record) {
+  return record["plan"]["recompute"] == "full" ? Recompute::Full : Recompute::Selective;
 }
 
 TEST_CASE("load_export_scenario: a scenario file, and a directory's top plans by rank") {
@@ -530,37 +548,42 @@ TEST_CASE("load_export_scenario: a scenario file, and a directory's top plans by
   CHECK(sc.batch.micro == 8);
 
   TempDir d("rank");
-  write(d / "summary.json", summary(kGpt2));
+  const auto s = explore_two(d);
   // Rank 1 is the first of `top` (the best by throughput), rank 2 the next.
-  const auto best = load_export_scenario(d.path.string());
-  CHECK(best.plan.recompute == Recompute::Full);
-  CHECK(best.batch.micro == 8);
-  const auto second = load_export_scenario(d.path.string(), 2);
-  CHECK(second.plan.recompute == Recompute::Selective);
-  CHECK(second.batch.micro == 4);
-  CHECK(testing::input_error_of([&] { load_export_scenario(d.path.string(), 3); }) ==
-        d / "summary.json" + ": top: holds 2 plans; --rank 3 asks for plan 3 (explore --top K "
-                             "keeps more)");
+  CHECK(load_export_scenario(d / "out").plan.recompute == recompute_of(s["top"][0]));
+  CHECK(load_export_scenario(d / "out", 2).plan.recompute == recompute_of(s["top"][1]));
+  CHECK(testing::input_error_of([&] { load_export_scenario(d / "out", 3); }) ==
+        d / "out/summary.json" + ": top: holds 2 plans; --rank 3 asks for plan 3 (explore --top K "
+                                 "keeps more)");
 }
 
 TEST_CASE("load_export_scenario: the scenario of a directory: --scenario, DIR/scenario.json, the path") {
+  // A directory of an older strata (no manifest, no scenario copy) whose
+  // recorded scenario path does not resolve.
   TempDir d("moved");
-  write(d / "summary.json", summary("/nonexistent/sweep.json"));
+  auto s = explore_two(d);
+  fs::create_directories(d / "moved");
+  s["scenario"] = "/nonexistent/sweep.json";
+  write(d / "moved/summary.json", s.dump());
+  for (const char* f : {"results.jsonl", "refined.jsonl"})
+    if (fs::exists(d / "out/" + f)) fs::copy_file(d / "out/" + f, d / "moved/" + f);
+  const std::string moved = d / "moved";
   // The directory holds no model or cluster: the error says which flag gives them.
-  const auto err = testing::input_error_of([&] { load_export_scenario(d.path.string()); });
-  CHECK(err == d / "summary.json" + ": scenario: neither " + d / "scenario.json" +
+  const auto err = testing::input_error_of([&] { load_export_scenario(moved); });
+  CHECK(err == d / "moved/summary.json" + ": scenario: neither " + d / "moved/scenario.json" +
                    " nor the explored scenario \"/nonexistent/sweep.json\" is found from here, "
                    "and the summary holds no model or cluster: pass --scenario FILE (the "
                    "explored scenario)");
+  const auto want = recompute_of(s["top"][0]);
   // With --scenario it is read from there…
-  CHECK(load_export_scenario(d.path.string(), 1, kGpt2).plan.recompute == Recompute::Full);
+  CHECK(load_export_scenario(moved, 1, d / "sweep.json").plan.recompute == want);
   // …or from the copy explore keeps beside its results (DIR/scenario.json).
-  fs::copy_file(kGpt2, d / "scenario.json");
-  CHECK(load_export_scenario(d.path.string()).plan.recompute == Recompute::Full);
+  fs::copy_file(d / "sweep.json", d / "moved/scenario.json");
+  CHECK(load_export_scenario(moved).plan.recompute == want);
   // It must be the explored model.
-  TempDir other("other-model");
-  write(other / "summary.json", summary(kGpt2, "llama3-8b"));
-  CHECK(contains(testing::input_error_of([&] { load_export_scenario(other.path.string()); }),
+  s["model"] = "llama3-8b";
+  write(d / "moved/summary.json", s.dump());
+  CHECK(contains(testing::input_error_of([&] { load_export_scenario(moved); }),
                  ": model: the directory explored model \"llama3-8b\""));
 }
 
@@ -570,11 +593,11 @@ TEST_CASE("load_export_scenario: bad input names the file, the path and the rule
   TempDir d("empty");
   CHECK(contains(testing::input_error_of([&] { load_export_scenario(d.path.string()); }),
                  "summary.json: file not found"));
-  // A plan in the record that breaks a rule is named with the record.
+  // A summary without its records is not an explore's.
   write(d / "summary.json", R"({"scenario": ")" + kGpt2 + R"(", "model": "gpt2-124m", "gpus": 1,
       "top": [{"batch": {"global": 32}, "plan": {"tp": 5}}]})");
   CHECK(contains(testing::input_error_of([&] { load_export_scenario(d.path.string()); }),
-                 "top[0] on " + kGpt2));
+                 "results.jsonl: file not found"));
 }
 
 }  // namespace

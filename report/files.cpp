@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <system_error>
 
@@ -178,6 +179,44 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   AtomicFile f(path);
   f.write(text);
   f.commit();
+}
+
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  for (const auto& [path, text] : files) check_output_target(path);
+  std::vector<std::unique_ptr<AtomicFile>> open;
+  for (const auto& [path, text] : files) {
+    open.push_back(std::make_unique<AtomicFile>(path));
+    open.back()->write(text);
+  }
+  for (auto& f : open) f->commit();
+}
+
+void check_output_target(const std::string& path) {
+  if (path.empty()) throw InputError(path, "", "cannot write file: an empty path");
+  require_regular_or_missing(path);
+  const std::string dir = dir_of(path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) throw InputError(path, "", "cannot write file: " + reason(errno));
+  if (!S_ISDIR(st.st_mode)) throw InputError(path, "", "cannot write file: " + reason(ENOTDIR));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw InputError(path, "", "cannot write file: " + reason(errno));
+}
+
+void require_output_apart(const std::string& out, const std::string& option, const std::vector<std::string>& inputs) {
+  if (out.empty()) return;
+  std::error_code ec;
+  const fs::path parent = fs::absolute(fs::path(dir_of(out)), ec);
+  for (const auto& in : inputs) {
+    if (in.empty()) continue;
+    ec.clear();
+    if (fs::equivalent(out, in, ec))
+      throw InputError(out, "",
+                       option + " is the input " + in + ": writing it would replace what is read; choose another path");
+    ec.clear();
+    if (fs::is_directory(in, ec) && fs::equivalent(parent, in, ec))
+      throw InputError(out, "",
+                       option + " is a file in the directory " + in +
+                           " that is read: writing there would change its files; choose a path outside it");
+  }
 }
 
 AppendFile::AppendFile(std::string path) : path_(std::move(path)) {

@@ -5,8 +5,9 @@
 // another process could have planted.
 #include <cstdint>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace strata::report {
 
@@ -44,6 +45,24 @@ class AtomicFile {
 
 // Writes `text` to `path` through an AtomicFile.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+// Several files written as one set: every temporary is created and written
+// first, then each is renamed over its target, so a target refused or a
+// write that fails leaves none of them changed.
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files);
+
+// What AtomicFile checks of a target, checked before any work is done (a
+// command's outputs are all checked up front, so none is refused after
+// minutes of work or after another was written): require_regular_or_missing,
+// and a directory to put it in that exists and is writable. InputError
+// naming the path and the reason otherwise.
+void check_output_target(const std::string& path);
+
+// Refuses (InputError naming `out` and `option`) an output that is one of
+// `inputs` (the same file, fs::equivalent) or a file directly in one of them
+// that is a directory (an explore directory read): writing it would replace
+// what the command reads. Empty paths are skipped.
+void require_output_apart(const std::string& out, const std::string& option, const std::vector<std::string>& inputs);
 
 // A file appended to (results.jsonl): opened with O_APPEND | O_NOFOLLOW and
 // created when missing; refused (InputError) unless it is a regular file.

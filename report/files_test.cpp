@@ -165,5 +165,46 @@ TEST_CASE("DirLock: a second holder is refused, naming the first; released with 
   CHECK(testing::input_error_of([&] { DirLock again(t.path.string(), "merge"); }) == "no error");
 }
 
+TEST_CASE("check_output_target: what the writer would refuse is refused before any work") {
+  TempDir t("target");
+  CHECK_NOTHROW(check_output_target(t / "new.json"));
+  std::ofstream(t / "f.json") << "x";
+  CHECK_NOTHROW(check_output_target(t / "f.json"));
+  fs::create_symlink(t / "f.json", t / "link");
+  CHECK(testing::input_error_of([&] { check_output_target(t / "link"); }).find("is a symbolic link") !=
+        std::string::npos);
+  CHECK(testing::input_error_of([&] { check_output_target(t / "missing/x.json"); }) ==
+        t / "missing/x.json" + ": cannot write file: No such file or directory");
+  CHECK(testing::input_error_of([&] { check_output_target(t / "f.json/x"); }) ==
+        t / "f.json/x" + ": cannot write file: Not a directory");
+  CHECK(read(t / "f.json") == "x");
+}
+
+TEST_CASE("write_files_atomically: one refused target leaves every file unwritten") {
+  TempDir t("set");
+  std::ofstream(t / "a") << "old";
+  fs::create_symlink(t / "a", t / "b");
+  CHECK(testing::input_error_of([&] { write_files_atomically({{t / "a", "new"}, {t / "b", "new"}}); })
+            .find("is a symbolic link") != std::string::npos);
+  CHECK(read(t / "a") == "old");
+  CHECK(listing(t.path) == "a b ");
+  write_files_atomically({{t / "a", "new"}, {t / "c", "c"}});
+  CHECK(read(t / "a") == "new");
+  CHECK(read(t / "c") == "c");
+}
+
+TEST_CASE("require_output_apart: an output that is an input, or in a directory read, is refused") {
+  TempDir t("apart");
+  std::ofstream(t / "in.json") << "{}";
+  fs::create_directories(t / "d");
+  CHECK(testing::input_error_of([&] { require_output_apart(t / "in.json", "--trace", {t / "in.json"}); }) ==
+        t / "in.json" + ": --trace is the input " + t / "in.json" +
+            ": writing it would replace what is read; choose another path");
+  CHECK(testing::input_error_of([&] { require_output_apart(t / "d/summary.json", "--out", {t / "d"}); })
+            .find("--out is a file in the directory " + t / "d" + " that is read") != std::string::npos);
+  CHECK_NOTHROW(require_output_apart(t / "out.json", "--out", {t / "in.json", t / "d", ""}));
+  CHECK_NOTHROW(require_output_apart("", "--out", {t / "in.json"}));
+}
+
 }  // namespace
 }  // namespace strata::report

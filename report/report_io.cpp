@@ -220,39 +220,12 @@ ReportData load_report_data(const std::string& dir) {
 
   // What the directory holds plans of (DIR/manifest.json): the summary and
   // the scenario copy (what the best plan is re-simulated on) must agree
-  // with it, and every record must be a plan of its space and shards. A
-  // directory of an older strata has no manifest: its records' ids are
-  // still checked against their own batch and plan.
-  std::optional<strategies::Scenario> explored;
-  RecordCheck check;
-  const std::string mp = (fs::path(dir) / "manifest.json").string();
-  if (fs::exists(mp) || fs::is_symlink(mp)) {
-    const json m = load_json_file(mp);
-    const JsonReader mr(m, mp);
-    auto agree = [&](const char* key, const json& summary_value, const json& manifest_value) {
-      if (summary_value != manifest_value)
-        r.fail_at(key, "is " + summary_value.dump() + " and " + mp + " says " + manifest_value.dump() +
-                           ": the summary is not of the records beside it");
-    };
-    agree("model", d.model, mr.at("model").at("name").json());
-    agree("gpus", d.gpus, mr.at("cluster").at("gpus").json());
-    agree("gpu", d.gpu, mr.at("cluster").at("gpu").at("name").json());
-    agree("space", d.space_size, mr.at("space").at("size").json());
-    const ShardSet shards = manifest_shards(mp);
-    explored = load_explored_scenario(dir, d.scenario);
-    if (explored) {
-      check_manifest(mp, *explored, (fs::path(dir) / "scenario.json").string(), &shards);
-      check = {&*explored, shards.count, shards.indices};
-    }
-  }
-  const RecordCheck* checking = explored ? &check : nullptr;
-  ResultsFile rf = read_results(rp, [](std::uint64_t) { return true; }, checking);
-  // Plans the explorer re-simulated at layer granularity (DIR/refined.jsonl,
-  // when it has one) count with those figures, as in its summary.
-  const std::string fp = (fs::path(dir) / "refined.jsonl").string();
-  if (fs::exists(fp))
-    for (auto& [id, line] : read_results(fp, [](std::uint64_t) { return true; }, checking).lines)
-      rf.lines[id] = std::move(line);
+  // with it, every record must be a plan of its space and shards, and the
+  // plans the summary shows are re-scored (check_explore_dir). A directory
+  // of an older strata has no manifest: its records' ids are still checked
+  // against their own batch and plan.
+  CheckedDir checked = check_explore_dir(dir, /*lines=*/true);
+  ResultsFile& rf = checked.results;
   std::vector<std::uint64_t> ids;
   for (const auto& [id, line] : rf.lines) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
@@ -329,6 +302,14 @@ std::string write_report(const std::string& dir, const std::string& out_dir) {
   }
   std::error_code ec;
   const bool in_place = fs::equivalent(dir, out_dir, ec);
+  // The three files' paths are checked before the directory is read (a
+  // re-simulation and a trade-off search): none is written when one would be refused.
+  const auto path = [&](const char* name) { return (fs::path(out_dir) / name).string(); };
+  static constexpr const char* kFiles[] = {"report.html", "report.md", "results.csv"};
+  if (fs::exists(fs::symlink_status(out_dir, ec)) && !fs::is_directory(out_dir, ec))
+    throw InputError(out_dir, "", "exists and is not a directory");
+  if (fs::is_directory(out_dir, ec))
+    for (const char* name : kFiles) check_output_target(path(name));
   std::optional<DirLock> write_lock;
   std::optional<DirReadLock> read_lock;
   if (in_place)
@@ -345,10 +326,7 @@ std::string write_report(const std::string& dir, const std::string& out_dir) {
     throw InputError(out_dir, "", "cannot create the output directory" + (ec ? ": " + ec.message() : std::string()));
   if (!in_place && fs::is_regular_file(fs::symlink_status(fs::path(out_dir) / "strata.lock")))
     write_lock.emplace(out_dir, "report");
-  const auto path = [&](const char* name) { return (fs::path(out_dir) / name).string(); };
-  write_file_atomically(path("report.html"), html);
-  write_file_atomically(path("report.md"), markdown);
-  write_file_atomically(path("results.csv"), csv);
+  write_files_atomically({{path("report.html"), html}, {path("report.md"), markdown}, {path("results.csv"), csv}});
   std::string out = "report     " + path("report.html") + " (" + bytes_iec(static_cast<double>(html.size())) + ")\n";
   out += "           " + path("report.md") + " (" + bytes_iec(static_cast<double>(markdown.size())) + ")\n";
   out += "           " + path("results.csv") + " (" + bytes_iec(static_cast<double>(csv.size())) + ", " +

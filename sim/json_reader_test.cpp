@@ -44,6 +44,23 @@ TEST_CASE("a key given twice is an error naming its path") {
   CHECK(parse_json_text(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 3}, {"x": 4}]})", "s.json")["c"][1]["x"] == 4);
 }
 
+TEST_CASE("a document of many objects is built whole, with nesting, numbers and comments kept") {
+  // Built by the reader's own SAX handler, linear in the document (nlohmann's
+  // callback parser took 11 s for these 200,000 objects: docs/reliability.md).
+  std::string text = "[";
+  for (int i = 0; i < 200000; ++i) text += i ? ",{}" : "{}";
+  text += "]";
+  const auto big = parse_json_text(text, "w.json");
+  CHECK(big.size() == 200000);
+  CHECK(big[199999].is_object());
+  const auto j = parse_json_text(R"(// c
+    {"a": [1, -2, 3.5, 18446744073709551615, true, null, "s", {"b": [[], {}]}], /* c */ "z": {}})", "j.json");
+  CHECK(j.dump() == R"({"a":[1,-2,3.5,18446744073709551615,true,null,"s",{"b":[[],{}]}],"z":{}})");
+  CHECK(parse_json_text("7", "n.json") == 7);
+  CHECK(error_of([] { parse_json_text("{} x", "t.json"); }).find("t.json: invalid JSON at line 1, column") == 0);
+  CHECK(error_of([] { parse_json_text("[1e400]", "o.json"); }) == "o.json: invalid JSON: number overflow parsing '1e400'");
+}
+
 TEST_CASE("bytes after a NUL are not ignored") {
   // The parser takes a NUL byte for the end of input, so anything after it
   // was accepted unseen.

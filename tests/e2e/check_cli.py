@@ -342,5 +342,66 @@ def out_of_memory(strata):
         shutil.rmtree(tmp)
 
 
+def output_paths(strata):
+    # Outputs are checked before any work, against the inputs too: an
+    # output that is an input, or a file in the explore directory read, or
+    # a path the writer refuses (a link) is exit 2 with nothing written; an
+    # explore directory whose copy is not its manifest's is refused by
+    # export and run as by report.
+    tiny, explore_scenario, fit_scenario = sys.argv[3], sys.argv[4], sys.argv[5]
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-outputs-")
+    try:
+        t = os.path.join(tmp, "t.json")
+        shutil.copy(tiny, t)
+        d = os.path.join(tmp, "d")
+        run(strata, "explore", explore_scenario, "--out", d)
+        summary = os.path.join(d, "summary.json")
+        with open(summary) as f:
+            summary_text = f.read()
+        target = os.path.join(tmp, "target")
+        with open(target, "w") as f:
+            f.write("mine")
+        link = os.path.join(tmp, "link")
+        os.symlink(target, link)
+        d2 = os.path.join(tmp, "d2")
+        os.mkdir(d2)
+        os.symlink(target, os.path.join(d2, "report.md"))
+        f_json = os.path.join(tmp, "f.json")
+        cases = [
+            (["simulate", t, "--trace", t], "--trace is the input"),
+            (["export", d, "--to", "megatron", "--out", summary], "--out is a file in the directory"),
+            (["fit-convergence", fit_scenario, "--quick", "--out", f_json, "--plot", link], "is a symbolic link"),
+            (["tradeoff", tiny, "--svg", link], "is a symbolic link"),
+            (["calibrate", "--backend", "cpu", "--quick", "--out", link], "is a symbolic link"),
+            (["report", d, "--out", d2], "is a symbolic link"),
+        ]
+        for args, expect in cases:
+            p = subprocess.run([strata, *args], capture_output=True, text=True, timeout=60)
+            check(p.returncode == 2, f"{' '.join(args)}: exit {p.returncode}, expected 2: {p.stderr}")
+            check(expect in p.stderr, f"{' '.join(args)}: {p.stderr!r} does not say {expect!r}")
+        with open(t) as a, open(tiny) as b:
+            check(a.read() == b.read(), "simulate --trace overwrote its scenario")
+        with open(summary) as f:
+            check(f.read() == summary_text, "export --out overwrote the summary")
+        with open(target) as f:
+            check(f.read() == "mine", "a link's target was written")
+        check(not os.path.exists(f_json), "fit-convergence wrote --out before refusing --plot")
+        check(not os.path.exists(os.path.join(d2, "report.html")), "report wrote report.html before refusing report.md")
+        # The scenario copy edited: export and run refuse the directory as report does.
+        copy = os.path.join(d, "scenario.json")
+        with open(copy) as f:
+            text = f.read()
+        with open(copy, "w") as f:
+            f.write(text.replace('"dgx-h100"', '"dgx-a100-80g"'))
+        for args in (["export", d, "--to", "megatron"], ["run", d, "--backend", "cpu", "--steps", "1"],
+                     ["report", d]):
+            p = subprocess.run([strata, *args], capture_output=True, text=True, timeout=60)
+            check(p.returncode == 2, f"{' '.join(args)}: exit {p.returncode}, expected 2: {p.stderr}")
+            check("manifest.json: cluster.name" in p.stderr, f"{' '.join(args)}: {p.stderr!r}")
+            check(p.stdout == "", f"{' '.join(args)}: printed {p.stdout!r}")
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])

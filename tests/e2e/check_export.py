@@ -127,6 +127,11 @@ def explore_dir(tmp):
     s["scenario"] = "elsewhere/sweep.json"
     with open(os.path.join(moved, "summary.json"), "w") as fh:
         json.dump(s, fh)
+    # Its records too (export checks them as report does), not its manifest:
+    # a directory of an older strata.
+    for name in ("results.jsonl", "refined.jsonl"):
+        if os.path.exists(os.path.join(d, name)):
+            shutil.copy(os.path.join(d, name), os.path.join(moved, name))
     p = run("export", moved, "--to", "deepspeed", rc=2)
     check(p.stdout == "" and "pass --scenario FILE" in p.stderr, f"stderr: {p.stderr!r}")
     titan = run("export", moved, "--to", "deepspeed", "--scenario", sc).stdout
