@@ -19,7 +19,10 @@ enum class Precision { FP32, FP16, BF16, FP8 };
 // `Flash` fuses them and saves only the output and fp32 log-sum-exp statistics.
 enum class AttentionKernel { Flash, Standard };
 
-enum class Recompute { None, Selective, Full, EveryK, Sqrt, Optimal };
+// EveryNth (torchtitan's layer-level selective checkpointing): every
+// recompute_k-th layer of a chunk is fully recomputed, alone; the others keep
+// everything.
+enum class Recompute { None, Selective, Full, EveryK, Sqrt, Optimal, EveryNth };
 
 // Bytes per element of a saved activation.
 constexpr Bytes activation_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
@@ -48,13 +51,14 @@ struct EnumNames<cost::AttentionKernel> {
 };
 template <>
 struct EnumNames<cost::Recompute> {
-  static constexpr std::array<std::pair<cost::Recompute, std::string_view>, 6> table{
+  static constexpr std::array<std::pair<cost::Recompute, std::string_view>, 7> table{
       {{cost::Recompute::None, "none"},
        {cost::Recompute::Selective, "selective"},
        {cost::Recompute::Full, "full"},
        {cost::Recompute::EveryK, "every_k"},
        {cost::Recompute::Sqrt, "sqrt"},
-       {cost::Recompute::Optimal, "optimal"}}};
+       {cost::Recompute::Optimal, "optimal"},
+       {cost::Recompute::EveryNth, "every_nth"}}};
 };
 
 }  // namespace strata

@@ -270,17 +270,19 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
       // fully_shard over all 64 ranks (ZeRO-3), bf16, local batch = the
       // microbatch. Vocabulary from the public model configs (Llama 3:
       // 128,256; Llama 2: 32,000); the interconnect is not stated (DGX
-      // A100: eight 200 Gb/s HDR NICs per node). torchtitan's selective
-      // activation checkpointing (every n-th layer, or its op-level policy
-      // that recomputes every second matmul) is not a Strata policy yet:
-      // those rows are listed, not counted.
+      // A100: eight 200 Gb/s HDR NICs per node). torchtitan's "selective
+      // layer" checkpointing is every_nth at its default selective_ac_option
+      // "2" (torchtitan/config/job_config.py ActivationCheckpoint: every 2nd
+      // block wrapped, _apply_layer_sac); its op-level policy (every second
+      // matmul recomputed) is not a Strata policy yet: those rows are
+      // listed, not counted.
       const std::string ac = st.at("recompute").as_string();
       const int gpus = int_at(hw, "count");
       const bool llama3 = m.at("arch").as_string().rfind("Llama3", 0) == 0;
       Case k{id, fam, "tokens_per_s_per_gpu",
              "torchtitan FSDP2 (ZeRO-3 over 64), bf16, recompute " + ac + ", DGX A100 HDR (not stated)",
              num(meas, "tokens_per_s_per_gpu"), json::object()};
-      if (ac != "none" && ac != "full") {
+      if (ac != "none" && ac != "full" && ac != "selective layer") {
         k.uncounted = "torchtitan's '" + ac + "' activation checkpointing has no Strata policy";
       } else {
         json model = llama_model(m, llama3 ? 128256 : 32000);
@@ -291,6 +293,10 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
                       {"batch", {{"global", local * gpus}, {"micro", local}}},
                       {"plan", {{"dp", gpus}, {"zero", 3}, {"recompute", ac}, {"precision", "bf16"}}},
                       {"stack", "torchtitan"}};
+        if (ac == "selective layer") {
+          k.scenario["plan"]["recompute"] = "every_nth";
+          k.scenario["plan"]["recompute_k"] = 2;
+        }
       }
       out.push_back(k);
     } else if (fam == "NEMO2407" && meas.has("tokens_per_s_per_gpu")) {

@@ -61,6 +61,11 @@ Keeps fixed_keeps(const Plan& plan, const std::vector<std::int64_t>& chunk_layer
         for (std::int64_t i = 0; i < n; ++i) out.push_back(i % k == 0 ? Keep::Input : Keep::Nothing);
         break;
       }
+      case Recompute::EveryNth:
+        // torchtitan's _apply_layer_sac counts each model part's blocks from
+        // 1 and wraps those whose count is a multiple of n.
+        for (std::int64_t i = 1; i <= n; ++i) out.push_back(i % plan.recompute_k == 0 ? Keep::Input : Keep::All);
+        break;
       case Recompute::Optimal:
         throw Error("fixed_keeps: optimal recompute is searched (plan_layers)");
     }

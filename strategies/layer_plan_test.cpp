@@ -63,6 +63,13 @@ TEST_CASE("fixed policies as per-layer patterns") {
   // sqrt: ⌈√5⌉ = 3, ⌈√4⌉ = 2.
   p.recompute = Recompute::Sqrt;
   CHECK(keeps_pattern(fixed_keeps(p, chunks)) == "INNIN" "ININ");
+  // every_nth (torchtitan's layer-level selective checkpointing, option "2"):
+  // each chunk's 2nd, 4th, ... block is recomputed alone, the others keep all.
+  p.recompute = Recompute::EveryNth;
+  p.recompute_k = 2;
+  CHECK(keeps_pattern(fixed_keeps(p, chunks)) == "AIAIA" "AIAI");
+  p.recompute_k = 1;
+  CHECK(keeps_pattern(fixed_keeps(p, chunks)) == "IIIII" "IIII");
   p.recompute = Recompute::Optimal;
   CHECK_THROWS(fixed_keeps(p, chunks));
 }

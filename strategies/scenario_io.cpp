@@ -122,8 +122,8 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   p.sequence_parallel = r.bool_or("sequence_parallel", false);
   p.recompute = r.enum_or("recompute", p.recompute);
   if (auto k = r.get("recompute_k")) {
-    if (p.recompute != Recompute::EveryK)
-      k->fail("applies only to recompute \"every_k\"");
+    if (p.recompute != Recompute::EveryK && p.recompute != Recompute::EveryNth)
+      k->fail("applies only to recompute \"every_k\" and \"every_nth\"");
     p.recompute_k = k->as_int(1, 100'000);
   }
   if (auto o = r.get("offload")) p.offload = read_offload(*o);

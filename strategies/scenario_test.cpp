@@ -135,7 +135,7 @@ TEST_CASE("stage_layers must list every chunk and sum to the layers") {
 
 TEST_CASE("keys that apply to other choices are rejected, not ignored") {
   CHECK(error_of(scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_k\": 2")) ==
-        "s.json: plan.recompute_k: applies only to recompute \"every_k\"");
+        "s.json: plan.recompute_k: applies only to recompute \"every_k\" and \"every_nth\"");
   CHECK(error_of(scenario("{\"method\": \"none\"}", "{\"method\": \"qsgd\", \"rank\": 4}")) ==
         "s.json: plan.compression.rank: applies only to method powersgd, not \"qsgd\"");
   CHECK(error_of(scenario("\"optimizer\": \"none\"", "\"optimizer\": \"disk\"")) ==

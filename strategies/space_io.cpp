@@ -243,7 +243,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
                {"dp_topology", nm(p.dp_topology)},
                {"implementation", implementation}};
   if (!p.stage_layers.empty()) plan["stage_layers"] = p.stage_layers;
-  if (p.recompute == Recompute::EveryK) plan["recompute_k"] = p.recompute_k;
+  if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
   if (p.memory_budget_GiB &&
       (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint ||
        p.offload.planner == OffloadPlanner::Priority))
