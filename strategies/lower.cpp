@@ -139,6 +139,7 @@ class StepBuilder : StepLayout {
     if (merge_ && !out_.exact) chunk_host_.assign(slots, kNone);
     if (merge_) folded_.resize(2 * chunks_.size());
     if (merge_) merged_.resize(2 * chunks_.size());
+    if (zero3()) layer_gather_ = layer_gather_time();
   }
 
   StepProgram build(const PipelineSchedule& sched) && {
@@ -844,7 +845,7 @@ class StepBuilder : StepLayout {
   // stage3_prefetch_bucket_size 0) once the compute lane finished the layer
   // before, so the gather is exposed.
   std::int32_t param_gather(std::int64_t layer, int mb, Pass pass) {
-    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, layer_gather_time(), sim::Phase::Comm,
+    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, layer_gather_, sim::Phase::Comm,
                                 CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
     if (cpu_) {
       std::vector<std::int32_t> frees;
@@ -1371,6 +1372,7 @@ class StepBuilder : StepLayout {
   StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
+  Time layer_gather_ = 0;   // ZeRO-3: one layer's all-gather (layer_gather_time)
   bool folding_ = false;    // fold_pass is replaying a pass alone
   std::int32_t prefetched_gather_ = kNone;  // fold_pass: a pass's first ZeRO-3 gather, issued before it
   std::vector<int> gather_mb_;  // by model chunk: the microbatch of its first forward on the stage (gather_in_forward), else -1

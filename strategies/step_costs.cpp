@@ -38,6 +38,10 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc) : ModelStepCosts(sc, calibrat
 ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration)
     : sc_(sc),
       cal_(std::move(calibration)),
+      // Strata's own executors (executed) launch from C++ without a
+      // framework: their cost per kernel is the calibration's kernel_launch,
+      // already in every kernel's time.
+      host_dispatch_us_(sc.executed ? 0.0 : sc.plan.implementation.host_dispatch_us),
       mesh_(sc.plan, sc.cluster.node.gpus_per_node),
       // A layer-chain model has no op chain: its stages are priced by the
       // tradeoff (tradeoff.cpp); collectives, copies and the optimizer step
@@ -231,17 +235,14 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   // by the same host: the pass and that communication together take
   // max(compute + communication, host), so the pass is charged
   // max(compute, host − communication). The embedding's and head's passes
-  // hold their communication already. Strata's own executors (executed)
-  // launch from C++ without a framework: their cost per kernel is the
-  // calibration's kernel_launch, already in every kernel's time.
-  if (const double us = sc.executed ? 0.0 : p.implementation.host_dispatch_us; us > 0) {
-    auto host = [&](std::int64_t n) { return cost::seconds_to_time(static_cast<double>(n) * us * 1e-6); };
+  // hold their communication already.
+  if (host_dispatch_us_ > 0) {
     for (std::size_t i = 0; i < 3; ++i)
       for (std::size_t j = 0; j < 3; ++j) {
         const Time comm = i == 1 ? tp_[j == 1 ? 1 : 0] + cp_[j == 1 ? 1 : 0] + ep_[j == 1 ? 1 : 0] : 0;
-        pass_[i][j] = std::max(pass_[i][j], host(launches[i][j]) - comm);
+        pass_[i][j] = std::max(pass_[i][j], host_time(launches[i][j]) - comm);
       }
-    core_ = std::max(core_, host(core_launches));
+    core_ = std::max(core_, host_time(core_launches));
   }
 }
 
@@ -350,14 +351,15 @@ Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
                                 : std::max<std::int64_t>(1, sc_.model.layers));
   const Time gpu = cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
                                       static_cast<Bytes>(params * per_param), shape);
-  // Each kernel issued by the framework's host (implementation.host_dispatch_us).
-  const double us = sc_.executed ? 0.0 : sc_.plan.implementation.host_dispatch_us;
-  const Time host = cost::seconds_to_time(static_cast<double>(shape.kernels) * us * 1e-6);
-  return capped_sum(launch, std::max(gpu, host));
+  return capped_sum(launch, std::max(gpu, host_time(shape.kernels)));
 }
 
 Time ModelStepCosts::overhead_per_microbatch() const {
   return cost::seconds_to_time(cal_.overheads.microbatch_us * 1e-6);
+}
+
+Time ModelStepCosts::host_time(std::int64_t kernels) const {
+  return cost::seconds_to_time(static_cast<double>(kernels) * host_dispatch_us_ * 1e-6);
 }
 
 double ModelStepCosts::interference_fraction() const {

@@ -41,9 +41,12 @@ class ModelStepCosts final : public StepCosts {
 
  private:
   Time ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const;
+  // The host's time to issue `kernels` (host_dispatch_us_ each).
+  Time host_time(std::int64_t kernels) const;
 
   const Scenario& sc_;
   cost::Calibration cal_;
+  double host_dispatch_us_;  // implementation.host_dispatch_us, 0 when executed
   RankMesh mesh_;
   cost::OpChain chain_;
   // [layer kind][pass]: forward, backward, full recompute (= forward); and
