@@ -169,13 +169,55 @@ struct Builder {
     return op;
   }
 
+  // Eager composites (ExpandOptions::fused_elementwise false) move their
+  // tensor several times. Backward is charged twice the forward's bytes and
+  // kernels, as every op here is.
+  void eager(Op& op, double elems, double bytes_per_elem, std::int64_t kernels) const {
+    op.fwd_bytes = static_cast<Bytes>(elems * bytes_per_elem + 0.5);
+    op.bwd_bytes = 2 * op.fwd_bytes;
+    op.fwd_kernels = kernels;
+    op.bwd_kernels = 2 * kernels;
+  }
+  // The fp32 round trip of the reference modules (x.float() … .type_as(x)):
+  // bytes per element (read e, write 4; read 4, write e) and kernels; none
+  // when activations are fp32 already.
+  double cast_bytes() const { return e == 4 ? 0.0 : 2.0 * (static_cast<double>(e) + 4.0); }
+  std::int64_t cast_kernels() const { return e == 4 ? 0 : 2; }
+
   // A norm over `width` features per token of a replicated-region tensor
   // (the hidden state unless given); it saves its input.
   Op norm(std::string_view name, double width = 0) const {
     if (width == 0) width = h;
-    Op op = elementwise(name, OpKind::Norm, rep(b * s * width), e, rep(b * s * width),
-                        rep(b * s * width));
+    const double elems = rep(b * s * width);
+    Op op = elementwise(name, OpKind::Norm, elems, e, elems, elems);
     op.params = static_cast<std::int64_t>(m.norm == NormKind::LayerNorm ? 2 * width : width);
+    if (!o.fused_elementwise && m.norm == NormKind::RmsNorm) {
+      // The reference RMSNorm (torchtitan models/norms.py RMSNorm, Hugging
+      // Face LlamaRMSNorm, Megatron-LM legacy/model/rms_norm.py): the cast
+      // pair, pow(2) (read and write fp32: 8), mean(-1) (read: 4), + eps
+      // and rsqrt over one value per token, x * rsqrt (8), * weight (2e):
+      // 36 bytes per element and 8 kernels in bf16, against 4 bytes and one
+      // kernel fused. LayerNorm is one native kernel either way
+      // (aten::native_layer_norm).
+      eager(op, elems, cast_bytes() + 8 + 4 + 8 + 2.0 * static_cast<double>(e),
+            cast_kernels() + 6);
+    }
+    return op;
+  }
+
+  // Rotary position embedding on the queries and keys (q_elems, k_elems on
+  // this rank): nothing saved (its backward needs only the rotation), one
+  // kernel per tensor fused (Megatron-Core's fused_apply_rotary_pos_emb,
+  // reads and writes each once). Eager, torchtitan's apply_rotary_emb
+  // (models/llama/model.py): x.float(), the complex product with freqs_cis
+  // (read and write fp32: 8), .type_as(x): 20 bytes per element and 3
+  // kernels per tensor in bf16.
+  Op rotary(double q_elems, double k_elems) const {
+    const double elems = q_elems + k_elems;
+    Op op = elementwise("rope", OpKind::Rotary, 0.0, e, elems, elems);
+    op.fwd_kernels = 2;
+    op.bwd_kernels = 2;
+    if (!o.fused_elementwise) eager(op, elems, cast_bytes() + 8, 2 * (cast_kernels() + 1));
     return op;
   }
 
@@ -280,6 +322,10 @@ struct Builder {
     const double act_saved = tokens * shard(b * s * width) * (gated ? 2.0 : 1.0);
     const double act_out = tokens * shard(b * s * width);
     ops.push_back(elementwise(act_name, OpKind::Activation, act_saved, e, act_saved, act_out));
+    // Eager, a gated unit is the activation of the gate and its product with
+    // the up projection (torchtitan's FeedForward: silu(w1(x)) * w3(x)):
+    // read and write e, read 2e and write e per output element, 2 kernels.
+    if (gated && !o.fused_elementwise) eager(ops.back(), act_out, 5.0 * static_cast<double>(e), 2);
     ops.push_back(linear(down_name, width, h, Split::Row, /*in_rep=*/false, m.bias, tokens, copies));
     ops.back().expert = expert;
   }
@@ -385,6 +431,16 @@ struct Builder {
       ops.push_back(linear("qkv", h, qw + 2 * kvh, Split::Column, /*in_rep=*/true, m.has_qkv_bias()));
     }
     if (m.qk_norm != QkNorm::None) ops.push_back(qk_norm());
+    if (m.position_embedding == PositionEmbedding::Rope) {
+      if (m.mla) {
+        // Only the decoupled rotary dims: per head of the query, and the one
+        // key shared by every head (from the replicated down projection).
+        const double rope = static_cast<double>(m.mla->qk_rope_head_dim);
+        ops.push_back(rotary(shard(b * s * a * rope), rep(b * s * rope)));
+      } else {
+        ops.push_back(rotary(shard(b * s * qw), shard(b * s * kvh)));
+      }
+    }
     attention(ops);
     ops.push_back(linear("attn_proj", ow, h, Split::Row, /*in_rep=*/false, m.bias));
     if (post) ops.push_back(norm("attn_post_norm"));

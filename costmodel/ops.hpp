@@ -24,6 +24,7 @@ enum class OpKind {
   Norm,        // layer norm / RMS norm
   Linear,      // matrix product with a weight (QKV, projections, MLP, logits)
   Attention,   // flash attention: scores, softmax and values fused
+  Rotary,      // rotary position embedding applied to queries and keys
   AttnScores,  // Q·Kᵀ
   Softmax,
   AttnValues,  // softmax(QKᵀ)·V
@@ -56,6 +57,11 @@ struct Op {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   bool expert = false;  // MoE expert weights: split by ep, sharded over dp / ep
+  // Kernels an op without matrix products launches forward and backward: one
+  // fused kernel each way, or an eager composite's several
+  // (ExpandOptions::fused_elementwise).
+  std::int64_t fwd_kernels = 1;
+  std::int64_t bwd_kernels = 1;
 
   std::int64_t matrix_params() const { return matrices * rows * cols; }
   std::int64_t vector_params() const { return params - matrix_params(); }
@@ -91,6 +97,13 @@ struct ExpandOptions {
   std::int64_t ep = 1;  // expert parallel: each rank holds experts / ep experts
   Precision precision = Precision::BF16;
   AttentionKernel attention = AttentionKernel::Flash;
+  // Elementwise ops run as one fused kernel each (Megatron's and Transformer
+  // Engine's fused norms and RoPE, or torch.compile). False: as eager PyTorch
+  // runs the reference Llama modules (torchtitan, Hugging Face, Megatron's
+  // unfused paths), an RMSNorm in fp32 over several kernels, RoPE as an fp32
+  // complex product, a gated unit as an activation and a product
+  // (docs/cost-model.md, eager elementwise ops).
+  bool fused_elementwise = true;
 };
 
 // The whole model: embedding, one block per transformer layer, head (final

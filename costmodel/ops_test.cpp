@@ -462,5 +462,79 @@ TEST_CASE("size_bound stays above the counts of models with every option") {
     }
 }
 
+TEST_CASE("RoPE: one fused kernel per tensor over q and k, saving nothing; none without rotary") {
+  // Llama-3-8B, microbatch 1, seq 8192: q 4096 and k 1024 features per token;
+  // fused, each element is read and written once in bf16 (4 bytes).
+  auto m = model_preset("llama3-8b");
+  m.seq_len = 8192;
+  const auto c = expand(m);
+  const Op& rope = op_named(c.block, "rope");
+  const double elems = 8192.0 * (4096 + 1024);
+  CHECK(rope.kind == OpKind::Rotary);
+  CHECK(rope.fwd_bytes == static_cast<Bytes>(4 * elems));
+  CHECK(rope.bwd_bytes == 2 * rope.fwd_bytes);
+  CHECK(rope.saved_bytes == 0);
+  CHECK(rope.fwd_flops == 0);
+  CHECK(rope.fwd_kernels == 2);
+  // tp 4 splits the heads, so q and k with them.
+  ExpandOptions o;
+  o.tp = 4;
+  CHECK(op_named(expand(m, o).block, "rope").fwd_bytes == static_cast<Bytes>(elems));
+  // GPT's learned positions have no rotary op; nor does the op change a FLOP.
+  for (const auto& op : expand(gpt(2, 256, 4)).block.ops) CHECK(op.kind != OpKind::Rotary);
+  o.tp = 1;
+  o.fused_elementwise = false;
+  CHECK(expand(m, o).model_flops() == c.model_flops());
+}
+
+TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their tensors") {
+  // Llama-3-8B in bf16, one sequence of 8192: N = 8192·4096 hidden elements,
+  // F = 8192·14336 MLP elements.
+  auto m = model_preset("llama3-8b");
+  m.seq_len = 8192;
+  const double N = 8192.0 * 4096, F = 8192.0 * 14336, QK = 8192.0 * (4096 + 1024);
+  ExpandOptions o;
+  o.fused_elementwise = false;
+  const auto eager = expand(m, o);
+  const auto fused = expand(m);
+  // RMSNorm: x.float() 6, pow 8, mean 4, x·rsqrt 8, type_as 6, ·weight 4 =
+  // 36 bytes per element, 8 kernels (two of them over one value per token);
+  // fused: read and write once, 4 bytes, one kernel.
+  const Op& norm = op_named(eager.block, "attn_norm");
+  CHECK(norm.fwd_bytes == static_cast<Bytes>(36 * N));
+  CHECK(norm.fwd_kernels == 8);
+  CHECK(norm.bwd_bytes == 2 * norm.fwd_bytes);
+  CHECK(norm.bwd_kernels == 16);
+  CHECK(op_named(fused.block, "attn_norm").fwd_bytes == static_cast<Bytes>(4 * N));
+  CHECK(op_named(fused.block, "attn_norm").fwd_kernels == 1);
+  // What an op saves does not depend on how it is computed.
+  CHECK(eager.block.saved_bytes() == fused.block.saved_bytes());
+  // RoPE: float 6, complex product 8, type_as 6 = 20 bytes, 3 kernels per tensor.
+  const Op& rope = op_named(eager.block, "rope");
+  CHECK(rope.fwd_bytes == static_cast<Bytes>(20 * QK));
+  CHECK(rope.fwd_kernels == 6);
+  // SwiGLU as silu(gate) · up: 2 + 2 + 4 + 2 = 10 bytes per output element, 2 kernels.
+  const Op& act = op_named(eager.block, "swiglu");
+  CHECK(act.fwd_bytes == static_cast<Bytes>(10 * F));
+  CHECK(act.fwd_kernels == 2);
+  // fp32 activations: no casts (RMSNorm 8 + 4 + 8 + 8 = 28 bytes, 6 kernels;
+  // RoPE 8 bytes, one kernel per tensor).
+  o.precision = Precision::FP32;
+  const auto fp32 = expand(m, o);
+  CHECK(op_named(fp32.block, "attn_norm").fwd_bytes == static_cast<Bytes>(28 * N));
+  CHECK(op_named(fp32.block, "attn_norm").fwd_kernels == 6);
+  CHECK(op_named(fp32.block, "rope").fwd_bytes == static_cast<Bytes>(8 * QK));
+  CHECK(op_named(fp32.block, "rope").fwd_kernels == 2);
+  // LayerNorm and plain GeLU are one native kernel eager too (aten::native_layer_norm, gelu).
+  ExpandOptions g;
+  g.fused_elementwise = false;
+  const auto gpt_eager = expand(gpt(2, 256, 4), g);
+  const auto gpt_fused = expand(gpt(2, 256, 4));
+  for (std::size_t i = 0; i < gpt_fused.block.ops.size(); ++i) {
+    CHECK(gpt_eager.block.ops[i].fwd_bytes == gpt_fused.block.ops[i].fwd_bytes);
+    CHECK(gpt_eager.block.ops[i].fwd_kernels == gpt_fused.block.ops[i].fwd_kernels);
+  }
+}
+
 }  // namespace
 }  // namespace strata::cost

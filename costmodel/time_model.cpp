@@ -206,7 +206,7 @@ KernelShape op_kernels(const Op& op, bool backward) {
     const std::int64_t k = backward ? 2 : 1;
     return {flops / static_cast<double>(k), k};
   }
-  return {0, 1};
+  return {0, backward ? op.bwd_kernels : op.fwd_kernels};
 }
 
 GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer) {

@@ -49,7 +49,8 @@ inline Time compute_time(const GpuSpec& gpu, const Calibration& cal, Precision p
 // GEMM per weight matrix forward and two backward (input gradient and
 // weight gradient), each of the forward GEMM's size; any other op with
 // matmul FLOPs (attention) is one kernel forward and two backward; ops
-// without matmul FLOPs (norms, activations, dropout, …) one kernel each way.
+// without matmul FLOPs (norms, activations, dropout, …) launch their
+// fwd_kernels and bwd_kernels (one each way when fused).
 KernelShape op_kernels(const Op& op, bool backward);
 // The dtype an op of a layer multiplies in under a training precision.
 // FP8 training runs only the transformer blocks' linear layers in FP8, as

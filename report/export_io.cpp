@@ -712,7 +712,10 @@ Exported export_torchtitan(const Scenario& sc) {
                  " (torchtitan's enable_cpu_offload moves parameters, gradients and optimizer "
                  "state to CPU memory together, with FSDP)");
   }
-  if (im.tp_comm_overlap != TpCommOverlap::None) train << "compile = true\n";
+  // Fused elementwise ops are what torch.compile makes of the blocks; eager
+  // (compile off, torchtitan's default) runs the reference composites.
+  if (im.tp_comm_overlap != TpCommOverlap::None || im.fused_elementwise)
+    train << "compile = true\n";
 
   // --- [activation_checkpoint] ---
   switch (p.recompute) {

@@ -395,6 +395,21 @@ TEST_CASE("torchtitan: a Llama 3 shape names its model and flavor") {
   CHECK_FALSE(contains(other.text, "flavor = "));
 }
 
+TEST_CASE("torchtitan: a plan priced with fused elementwise ops compiles; eager does not") {
+  // Fused norms, RoPE and gated units are what torch.compile makes of the
+  // blocks; torchtitan's default (compile off) runs the eager modules, the
+  // plan Strata prices with fused_elementwise false.
+  auto with = [](const char* fused) {
+    return export_plan(scenario(std::string(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+      "batch": {"global": 64, "micro": 1}, "plan": {"zero": 3, "optimizer": "adamw",
+      "implementation": {"fused_elementwise": )") + fused + "}}}"),
+                       ExportTarget::TorchTitan).text;
+  };
+  CHECK(contains(with("true"), "\ncompile = true\n"));
+  CHECK_FALSE(contains(with("false"), "compile = true"));
+  CHECK_FALSE(contains(with("false"), "fused_elementwise"));
+}
+
 TEST_CASE("deepspeed: GPT-3 175B batch, ZeRO-1 buckets, bf16") {
   const auto e = export_deepspeed(gpt3());
   const auto j = nlohmann::json::parse(e.text);  // plain JSON, no comments

@@ -237,6 +237,7 @@ cost::ExpandOptions expand_options(const Scenario& sc) {
   o.ep = sc.plan.ep;
   o.precision = sc.plan.precision;
   o.attention = sc.plan.implementation.attention;
+  o.fused_elementwise = sc.plan.implementation.fused_elementwise;
   return o;
 }
 
