@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <utility>
 
 #include <signal.h>
@@ -209,6 +210,19 @@ void require_file(const std::string& path) {
 
 namespace {
 
+// The calibration cached at `path`, or nothing, said on stderr with what
+// happens `instead`, when it does not read (a torn write, another
+// program's file).
+std::optional<cost::Calibration> read_cached(const std::string& path, const char* instead) {
+  try {
+    return cost::load_calibration_file(path, cost::ideal_calibration());
+  } catch (const InputError& e) {
+    std::cerr << "strata: warning: the cached calibration " << path << " does not read (" << e.what()
+              << "); " << instead << "\n";
+    return std::nullopt;
+  }
+}
+
 // A scenario that names no calibration uses the one `strata calibrate`
 // measured and cached for its GPU, where one exists: the bundled curves are
 // estimates, a measurement of the machine is not. Said on stderr.
@@ -226,14 +240,9 @@ void default_to_measured(strategies::Scenario& sc) {
       return;  // no cache directory (neither XDG_CACHE_HOME nor HOME)
     }
     if (!std::filesystem::is_regular_file(path)) continue;
-    cost::Calibration c;
-    try {
-      c = cost::load_calibration_file(path, cost::ideal_calibration());
-    } catch (const InputError& e) {
-      std::cerr << "strata: warning: the cached calibration " << path << " does not read (" << e.what()
-                << "); using the bundled curves\n";
-      continue;
-    }
+    const auto cached = read_cached(path, "using the bundled curves");
+    if (!cached) continue;
+    const cost::Calibration& c = *cached;
     if (c.gpu.empty() || c.gpu != sc.cluster.gpu.name) continue;
     sc.calibration = path;
     std::cerr << "strata: calibration: " << path << ", measured " << c.date << " on " << c.machine << " for "
@@ -304,8 +313,10 @@ std::optional<std::string> named_or_cached_calibration(const std::string& given,
     return given;
   }
   if (sc.calibration) return *sc.calibration;
-  if (const std::string path = cache(); std::filesystem::exists(path)) return path;
-  return std::nullopt;
+  const std::string path = cache();
+  // A cache that does not read is absent: the CPU's is measured again.
+  if (!std::filesystem::exists(path) || !read_cached(path, "treated as absent")) return std::nullopt;
+  return path;
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ class StepBuilder : StepLayout {
   StepBuilder(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
               StepProgram recycled = {})
       : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
-        statics_(estimate_memory(sc, {}, layers_)), out_(std::move(recycled)) {
+        out_(std::move(recycled)), statics_(estimate_memory(sc, {}, layers_)) {
     out_.clear();
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
     fwd_first_.assign(slots, kNone);

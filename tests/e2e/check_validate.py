@@ -92,6 +92,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check("measuring" in p.stderr, "the first use says it measures")
     p = run("validate", tiny, "--backend", "cpu", "--steps", "1", "--format", "json", env=env)
     check(p.returncode == 0 and "measuring" not in p.stderr, "the second use reads the cache")
+    # A cache that does not read (torn, or written by something else) is
+    # measured again over, with a warning naming it; the run goes on.
+    for torn in ("{\"gpu\": \"cpu\", \"gemm", "not json at all"):
+        with open(cached, "w") as f:
+            f.write(torn)
+        p = run("validate", tiny, "--backend", "cpu", "--steps", "1", "--format", "json", env=env)
+        check(p.returncode == 0, f"a corrupt cache does not fail validate ({p.returncode}: {p.stderr.strip()})")
+        check("does not read" in p.stderr and cached in p.stderr and "measuring" in p.stderr,
+              f"a corrupt cache is named and measured again ({p.stderr.strip()})")
+        json.load(open(cached))  # the cache is whole again
 
     # Bad input: exit 2, message on stderr, nothing on stdout.
     p = run("validate", tiny, "--backend", "cpu", "--calibration", os.path.join(tmp, "missing.json"))
