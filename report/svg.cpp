@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "report/table.hpp"
+
 namespace strata::report::svg {
 
 namespace {
@@ -92,28 +94,26 @@ double legend(std::string& out, const std::vector<LegendEntry>& entries, double 
 }  // namespace
 
 std::string escape_xml(std::string_view s) {
+  // Controls, bidirectional controls and bytes that are not UTF-8 shown as
+  // the terminal output shows them (printable); tabs and newlines kept.
   std::string out;
   out.reserve(s.size());
-  for (unsigned char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      case '\t':
-      case '\n': out += static_cast<char>(c); break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\x%02x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+  for (std::size_t at = 0;;) {
+    const std::size_t ws = s.find_first_of("\t\n", at);
+    for (const char c : printable(s.substr(at, ws == std::string_view::npos ? ws : ws - at))) {
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&quot;"; break;
+        case '\'': out += "&#39;"; break;
+        default: out += c;
+      }
     }
+    if (ws == std::string_view::npos) return out;
+    out += s[ws];
+    at = ws + 1;
   }
-  return out;
 }
 
 std::string num(double v, int decimals) {

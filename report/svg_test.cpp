@@ -18,6 +18,14 @@ TEST_CASE("escape_xml turns markup, quotes and control characters into inert tex
         "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;\\x07");
   CHECK(escape_xml("tab\tand\nnewline") == "tab\tand\nnewline");
   CHECK(escape_xml("") == "");
+  // Bidirectional controls would show a name in another order than it is
+  // (U+202E RIGHT-TO-LEFT OVERRIDE, U+2066 LEFT-TO-RIGHT ISOLATE), C1
+  // controls and bytes that are not UTF-8 are not text: each is shown as
+  // the terminal output shows it (printable, report/table.hpp). Other
+  // non-ASCII text stays as it is.
+  CHECK(escape_xml("plan\u202E<b>\u2066x") == "plan\\u{202e}&lt;b&gt;\\u{2066}x");
+  CHECK(escape_xml("\xff\xc2\x9b" "1") == "\\xff\\u{009b}1");
+  CHECK(escape_xml("Zürich — 東京") == "Zürich — 東京");
 }
 
 TEST_CASE("num prints coordinates without trailing zeros") {
