@@ -35,11 +35,28 @@ Bytes Layer::saved_bytes(Recompute policy) const {
         b += op.saved_bytes - (policy == Recompute::Selective ? op.core_saved_bytes : 0);
       return b;
     }
+    case Recompute::SelectiveOp: {
+      Bytes b = input_bytes;
+      for (const auto& op : ops) b += op.sac_stored_bytes;
+      return b;
+    }
     case Recompute::Full:
       return input_bytes;
     default:
       throw Error("saved_bytes: recompute policy '" + std::string(enum_name(policy)) +
                   "' is a schedule over layers, not a per-layer rule");
+  }
+}
+
+double rerun_share(const Op& op, Recompute selective_policy) {
+  switch (selective_policy) {
+    case Recompute::Selective:
+      return op.kind == OpKind::AttnScores || op.kind == OpKind::Softmax || op.kind == OpKind::AttnValues ||
+                     (op.kind == OpKind::Dropout && op.core_saved_bytes > 0)
+                 ? 1.0
+                 : 0.0;
+    case Recompute::SelectiveOp: return op.sac_rerun;
+    default: return 0.0;
   }
 }
 
@@ -281,6 +298,9 @@ struct Builder {
       // Saves Q, K, V (its inputs) and fp32 log-sum-exp per head and query;
       // its output is saved as the projection's input.
       op.saved_bytes = bytes(shard(q + k + v), e) + bytes(shard(a * b * s), 4);
+      // On torchtitan's save list: its output and log-sum-exp are stored.
+      op.sac_stored_bytes = bytes(shard(out), e) + bytes(shard(a * b * s), 4);
+      op.sac_rerun = 0;
       op.fwd_bytes = bytes(shard(q + k + v + out), e);
       op.grad_bytes = bytes(shard(out), e);
       op.bwd_bytes = 2 * op.fwd_bytes;
@@ -318,6 +338,7 @@ struct Builder {
     ops.push_back(linear(up_name, h, gated ? 2 * width : width, Split::Column, /*in_rep=*/true,
                          m.bias, tokens, copies));
     ops.back().expert = expert;
+    if (gated) ops.back().products = {0.5, 0.5, 0.0};  // w1 (gate), then w3 (up)
     // GeLU saves its input; a gated unit saves gate and up projections.
     const double act_saved = tokens * shard(b * s * width) * (gated ? 2.0 : 1.0);
     const double act_out = tokens * shard(b * s * width);
@@ -429,6 +450,7 @@ struct Builder {
       mla_projections(ops);
     } else {
       ops.push_back(linear("qkv", h, qw + 2 * kvh, Split::Column, /*in_rep=*/true, m.has_qkv_bias()));
+      ops.back().products = {qw / (qw + 2 * kvh), kvh / (qw + 2 * kvh), kvh / (qw + 2 * kvh)};
     }
     if (m.qk_norm != QkNorm::None) ops.push_back(qk_norm());
     if (m.position_embedding == PositionEmbedding::Rope) {
@@ -462,7 +484,38 @@ struct Builder {
     if (m.dropout) ops.push_back(dropout_mask("mlp_dropout", rep(b * s * h)));
     ops.push_back(elementwise(parallel ? "residual" : "mlp_residual", OpKind::Residual, 0.0, e,
                               rep(b * s * h), rep(b * s * h)));
+    save_list(ops);
     return l;
+  }
+
+  // torchtitan's op-level selective checkpointing (torchtitan
+  // models/llama3/infra/parallelize.py, _apply_ac_to_transformer_block,
+  // selective_ac_option "op"; distributed/activation_checkpoint.py later):
+  // within one block, outputs of ops on _save_list are stored (MUST_SAVE)
+  // and all else is rerun (PREFER_RECOMPUTE), except that every second
+  // aten.mm is rerun too (the block's mm count, from 1, even). The attention
+  // kernel is on the list (set in attention()). aten.mm is what a Linear
+  // without bias runs; with a bias it is aten.addmm, and MoE experts run
+  // grouped products: neither is on the list nor counted. The products run
+  // in module order (wq, wk, wv, wo; w1, w3, w2), so a Llama block stores
+  // wq, wv, w1 and w2 and reruns wk, wo and w3.
+  static void save_list(std::vector<Op>& ops) {
+    std::int64_t mm = 0;
+    for (Op& op : ops) {
+      const bool plain_mm = (op.kind == OpKind::Linear || op.kind == OpKind::Router) && !op.expert &&
+                            op.matrices > 0 && op.vector_params() == 0;
+      if (!plain_mm) continue;
+      std::array<double, 3> parts = op.products;
+      if (parts[0] == 0) parts = {1.0, 0.0, 0.0};
+      op.sac_rerun = 0;
+      double stored = 0;
+      for (const double share : parts) {
+        if (share == 0) continue;
+        if (++mm % 2 == 0) op.sac_rerun += share;
+        else stored += share;
+      }
+      op.sac_stored_bytes = bytes(static_cast<double>(op.grad_bytes) * stored, 1);
+    }
   }
 
   Layer head() const {

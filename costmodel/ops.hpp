@@ -8,6 +8,7 @@
 // 1-byte dropout masks; tensors in the tensor-parallel region are split by
 // `tp`, the rest (layer-norm inputs, dropout masks after the block's linear
 // layers) are split only with sequence parallelism.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -57,15 +58,33 @@ struct Op {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   bool expert = false;  // MoE expert weights: split by ep, sharded over dp / ep
+  // The separate matrix products a Linear op stands for where eager modules
+  // run them one by one (torchtitan's and Hugging Face's wq, wk, wv; w1, w3):
+  // each one's share of the output columns, in order; all zero: one product.
+  std::array<double, 3> products{};
   // Kernels an op without matrix products launches forward and backward: one
   // fused kernel each way, or an eager composite's several
   // (ExpandOptions::fused_elementwise).
   std::int64_t fwd_kernels = 1;
   std::int64_t bwd_kernels = 1;
+  // Under torchtitan's op-level selective checkpointing (Recompute::
+  // SelectiveOp): the bytes of this op's outputs the policy stores, and the
+  // share of its forward it reruns before the block's backward (1 off the
+  // save list, 0 for a stored op, between for a Linear op standing for
+  // several products of which some are stored).
+  Bytes sac_stored_bytes = 0;
+  double sac_rerun = 1.0;
 
   std::int64_t matrix_params() const { return matrices * rows * cols; }
   std::int64_t vector_params() const { return params - matrix_params(); }
 };
+
+// The share of an op's forward that a layer kept under a selective policy
+// reruns before its backward: Selective (Megatron-LM) the attention core
+// (scores, softmax, its dropout, values; nothing under flash attention),
+// SelectiveOp (torchtitan) all that its save list does not store. 0 for any
+// other policy.
+double rerun_share(const Op& op, Recompute selective_policy);
 
 enum class LayerKind { Embedding, Block, Head };
 
@@ -81,8 +100,9 @@ struct Layer {
   Flops bwd_flops() const;
   Bytes saved_bytes() const;
   // Bytes saved under a per-layer recompute policy: None keeps everything,
-  // Selective drops the attention core, Full keeps only the layer's input.
-  // Other policies are schedules over many layers; they throw here.
+  // Selective drops the attention core, SelectiveOp keeps the layer's input
+  // and its save list's outputs, Full keeps only the layer's input. Other
+  // policies are schedules over many layers; they throw here.
   Bytes saved_bytes(Recompute policy) const;
   // The largest output gradient of its ops: what one backward holds at once
   // beyond the saved bytes.

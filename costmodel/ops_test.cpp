@@ -536,5 +536,57 @@ TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their
   }
 }
 
+
+TEST_CASE("torchtitan's op-level checkpointing: wq, wv, w1, w2 and attention stored, wk, wo, w3 rerun") {
+  // Llama-3-8B, one sequence of 8192 in bf16: h 4096, kv 1024, f 14336
+  // features per token. The block's aten.mm order is wq, wk, wv, wo, w1, w3,
+  // w2; torchtitan stores the odd ones' outputs and the flash kernel's
+  // output and fp32 log-sum-exp (32 heads), and keeps the block's input.
+  auto m = model_preset("llama3-8b");
+  m.seq_len = 8192;
+  const auto c = expand(m);
+  const double s = 8192, h = 4096, kv = 1024, f = 14336;
+  const Op& qkv = op_named(c.block, "qkv");
+  CHECK(qkv.sac_stored_bytes == static_cast<Bytes>(2 * s * (h + kv)));  // wq, wv
+  CHECK(qkv.sac_rerun == doctest::Approx(kv / (h + 2 * kv)));              // wk
+  CHECK(op_named(c.block, "attn_proj").sac_rerun == 1.0);                  // wo
+  CHECK(op_named(c.block, "attn_proj").sac_stored_bytes == 0);
+  CHECK(op_named(c.block, "mlp_up_gate").sac_stored_bytes == static_cast<Bytes>(2 * s * f));  // w1
+  CHECK(op_named(c.block, "mlp_up_gate").sac_rerun == 0.5);                                  // w3
+  CHECK(op_named(c.block, "mlp_down").sac_stored_bytes == static_cast<Bytes>(2 * s * h));     // w2
+  CHECK(op_named(c.block, "mlp_down").sac_rerun == 0.0);
+  const Op& attn = op_named(c.block, "attention");
+  CHECK(attn.sac_stored_bytes == static_cast<Bytes>(2 * s * h + 4 * 32 * s));
+  CHECK(rerun_share(attn, Recompute::SelectiveOp) == 0.0);
+  // Norms, RoPE, the gated unit and residuals are rerun; none is stored.
+  for (const char* name : {"attn_norm", "rope", "mlp_norm", "swiglu", "attn_residual", "mlp_residual"}) {
+    CAPTURE(name);
+    CHECK(rerun_share(op_named(c.block, name), Recompute::SelectiveOp) == 1.0);
+    CHECK(op_named(c.block, name).sac_stored_bytes == 0);
+  }
+  // Input + wq + wv + attention (+ lse) + w1 + w2 = (4h + kv + f)·2 bytes
+  // per token and the log-sum-exp, below what no recompute keeps.
+  const Bytes stored = c.block.saved_bytes(Recompute::SelectiveOp);
+  CHECK(stored == static_cast<Bytes>(2 * s * (4 * h + kv + f) + 4 * 32 * s));
+  CHECK(stored < c.block.saved_bytes(Recompute::None));
+  CHECK(stored > c.block.saved_bytes(Recompute::Full));
+  // Megatron-LM's policy reruns nothing under flash attention.
+  for (const auto& op : c.block.ops) CHECK(rerun_share(op, Recompute::Selective) == 0.0);
+}
+
+TEST_CASE("torchtitan's op-level checkpointing counts only aten.mm: a biased projection is addmm") {
+  // Qwen2's q/k/v biases make the qkv projections aten.addmm: off the save
+  // list and not counted, so wo is the block's first mm (stored), w1 the
+  // second (rerun), w3 the third (stored), w2 the fourth (rerun).
+  auto m = model_preset("llama3-8b");
+  m.qkv_bias = true;
+  const auto c = expand(m);
+  CHECK(op_named(c.block, "qkv").sac_rerun == 1.0);
+  CHECK(op_named(c.block, "qkv").sac_stored_bytes == 0);
+  CHECK(op_named(c.block, "attn_proj").sac_rerun == 0.0);
+  CHECK(op_named(c.block, "mlp_up_gate").sac_rerun == 0.5);
+  CHECK(op_named(c.block, "mlp_down").sac_rerun == 1.0);
+}
+
 }  // namespace
 }  // namespace strata::cost

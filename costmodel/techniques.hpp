@@ -21,8 +21,12 @@ enum class AttentionKernel { Flash, Standard };
 
 // EveryNth (torchtitan's layer-level selective checkpointing): every
 // recompute_k-th layer of a chunk is fully recomputed, alone; the others keep
-// everything.
-enum class Recompute { None, Selective, Full, EveryK, Sqrt, Optimal, EveryNth };
+// everything. SelectiveOp (torchtitan's op-level selective checkpointing,
+// selective_ac_option "op"): each block keeps its input and the outputs of
+// its save list (every other matrix product, the attention kernel) and reruns
+// the rest before its backward. Selective is Megatron-LM's: each block drops
+// and reruns only the attention core.
+enum class Recompute { None, Selective, Full, EveryK, Sqrt, Optimal, EveryNth, SelectiveOp };
 
 // Bytes per element of a saved activation.
 constexpr Bytes activation_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
@@ -51,14 +55,15 @@ struct EnumNames<cost::AttentionKernel> {
 };
 template <>
 struct EnumNames<cost::Recompute> {
-  static constexpr std::array<std::pair<cost::Recompute, std::string_view>, 7> table{
+  static constexpr std::array<std::pair<cost::Recompute, std::string_view>, 8> table{
       {{cost::Recompute::None, "none"},
        {cost::Recompute::Selective, "selective"},
        {cost::Recompute::Full, "full"},
        {cost::Recompute::EveryK, "every_k"},
        {cost::Recompute::Sqrt, "sqrt"},
        {cost::Recompute::Optimal, "optimal"},
-       {cost::Recompute::EveryNth, "every_nth"}}};
+       {cost::Recompute::EveryNth, "every_nth"},
+       {cost::Recompute::SelectiveOp, "selective_op"}}};
 };
 
 }  // namespace strata

@@ -298,6 +298,10 @@ Exported export_megatron(const Scenario& sc) {
       un.push_back("recompute=every_nth (Megatron-LM recomputes uniform segments or the first N "
                    "layers of a stage, --recompute-method uniform|block, not every n-th layer)");
       break;
+    case Recompute::SelectiveOp:
+      un.push_back("recompute=selective_op (torchtitan's op-level save list; Megatron-LM's "
+                   "--recompute-granularity selective reruns the attention core only)");
+      break;
     case Recompute::Optimal:
       un.push_back("recompute=optimal (Megatron-LM has no memory-budget solver; "
                    "--recompute-method block --recompute-num-layers N recomputes the first N "
@@ -534,6 +538,9 @@ Exported export_deepspeed(const Scenario& sc) {
     if (p.recompute == Recompute::Optimal) {
       un.push_back("recompute=optimal (DeepSpeed checkpoints what the model code wraps in "
                    "deepspeed.checkpointing.checkpoint; it has no memory-budget solver)");
+    } else if (p.recompute == Recompute::SelectiveOp) {
+      un.push_back("recompute=selective_op (torchtitan's op-level save list; "
+                   "deepspeed.checkpointing.checkpoint reruns whole wrapped modules)");
     } else {
       j["activation_checkpointing"] = {
           {"partition_activations", false},
@@ -725,11 +732,21 @@ Exported export_torchtitan(const Scenario& sc) {
       ac << "mode = " << q("selective") << "\n";
       ac << "selective_ac_option = " << q(std::to_string(p.recompute_k)) << "\n";
       break;
-    case Recompute::Selective:
+    case Recompute::SelectiveOp:
       ac << "mode = " << q("selective") << "\n";
       ac << "selective_ac_option = " << q("op") << "\n";
-      notes.push_back("recompute=selective: torchtitan's op-level selective checkpointing "
-                      "chooses the ops to save by its own policy, not the attention core alone");
+      break;
+    case Recompute::Selective:
+      ac << "mode = " << q("none") << "\n";
+      // Megatron-LM's policy drops the attention scores; under flash
+      // attention there are none and it keeps everything, as mode none.
+      if (p.implementation.attention == AttentionKernel::Flash)
+        notes.push_back("recompute=selective: Megatron-LM's attention-core policy keeps "
+                        "everything under flash attention, as mode = \"none\" (torchtitan's "
+                        "op-level policy is recompute selective_op)");
+      else
+        un.push_back("recompute=selective with standard attention (torchtitan reruns no "
+                     "attention core alone; its op-level policy is recompute selective_op)");
       break;
     default:
       ac << "mode = " << q("none") << "\n";

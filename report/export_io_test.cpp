@@ -495,8 +495,23 @@ TEST_CASE("torchtitan: GPT-3 175B, interleaved 1F1B with split points") {
   // With pipelining the local batch is the replica's share: 1536 / 16 = 96.
   CHECK(contains(t, "\n[training]\nlocal_batch_size = 96\nglobal_batch_size = 1536\nseq_len = 2048\n"));
   CHECK(contains(t, "mixed_precision_param = \"bfloat16\"\n"));
-  CHECK(contains(t, "\n[activation_checkpoint]\nmode = \"selective\"\n"));
+  // Megatron-LM's selective policy keeps everything under flash attention:
+  // torchtitan's mode "none", said in a note.
+  CHECK(contains(t, "\n[activation_checkpoint]\nmode = \"none\"\n"));
+  CHECK(std::any_of(e.notes.begin(), e.notes.end(),
+                    [](const std::string& n) { return contains(n, "recompute=selective"); }));
+  CHECK(unsupported(e, "recompute") == "");
   CHECK(contains(t, "\n[optimizer]\nname = \"Adam\"\n"));
+}
+
+TEST_CASE("selective_op is torchtitan's op-level checkpointing: exact there, refused by the others") {
+  strategies::Scenario sc = llama_zero3(1);
+  sc.plan.recompute = cost::Recompute::SelectiveOp;
+  const auto t = export_torchtitan(sc);
+  CHECK(contains(t.text, "\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n"));
+  CHECK(unsupported(t, "recompute") == "");
+  CHECK(unsupported(export_megatron(sc), "recompute=selective_op") != "");
+  CHECK(unsupported(export_deepspeed(sc), "recompute=selective_op") != "");
 }
 
 TEST_CASE("torchtitan: ZeRO-3 with full offload is FSDP resharding after forward") {

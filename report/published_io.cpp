@@ -273,16 +273,16 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
       // A100: eight 200 Gb/s HDR NICs per node). torchtitan's "selective
       // layer" checkpointing is every_nth at its default selective_ac_option
       // "2" (torchtitan/config/job_config.py ActivationCheckpoint: every 2nd
-      // block wrapped, _apply_layer_sac); its op-level policy (every second
-      // matmul recomputed) is not a Strata policy yet: those rows are
-      // listed, not counted.
+      // block wrapped, _apply_layer_sac); "selective op" is selective_op
+      // (its save list, every second matmul rerun). Another mode (the later
+      // "memory_budget") is listed, not counted.
       const std::string ac = st.at("recompute").as_string();
       const int gpus = int_at(hw, "count");
       const bool llama3 = m.at("arch").as_string().rfind("Llama3", 0) == 0;
       Case k{id, fam, "tokens_per_s_per_gpu",
              "torchtitan FSDP2 (ZeRO-3 over 64), bf16, recompute " + ac + ", DGX A100 HDR (not stated)",
              num(meas, "tokens_per_s_per_gpu"), json::object()};
-      if (ac != "none" && ac != "full" && ac != "selective layer") {
+      if (ac != "none" && ac != "full" && ac != "selective layer" && ac != "selective op") {
         k.uncounted = "torchtitan's '" + ac + "' activation checkpointing has no Strata policy";
       } else {
         json model = llama_model(m, llama3 ? 128256 : 32000);
@@ -297,6 +297,7 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
           k.scenario["plan"]["recompute"] = "every_nth";
           k.scenario["plan"]["recompute_k"] = 2;
         }
+        if (ac == "selective op") k.scenario["plan"]["recompute"] = "selective_op";
       }
       out.push_back(k);
     } else if (fam == "NEMO2407" && meas.has("tokens_per_s_per_gpu")) {

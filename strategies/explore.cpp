@@ -170,8 +170,12 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   std::string key = canonical_json(p, sc.batch);
   std::string keeps = keeps_pattern(layers.keeps);
   if (keeps.find('S') != std::string::npos && !sc.model.chain) {
-    const ActivationRule rule = ActivationRule::of(cost::expand(sc.model, expand_options(sc)));
+    const ActivationRule rule =
+        ActivationRule::of(cost::expand(sc.model, expand_options(sc)), selective_policy(sc.plan));
     if (rule.full == rule.selective) std::replace(keeps.begin(), keeps.end(), 'S', 'A');
+    // Layers kept selectively under torchtitan's op policy are not
+    // Megatron-LM's: another plan.
+    else if (selective_policy(sc.plan) == Recompute::SelectiveOp) key += "|op";
   }
   key += '|';
   key += keeps;

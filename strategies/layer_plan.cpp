@@ -53,7 +53,8 @@ Keeps fixed_keeps(const Plan& plan, const std::vector<std::int64_t>& chunk_layer
     const auto all = [&](Keep k) { out.insert(out.end(), static_cast<std::size_t>(n), k); };
     switch (plan.recompute) {
       case Recompute::None: all(Keep::All); break;
-      case Recompute::Selective: all(Keep::Selective); break;
+      case Recompute::Selective:
+      case Recompute::SelectiveOp: all(Keep::Selective); break;
       case Recompute::Full: all(Keep::Input); break;
       case Recompute::EveryK:
       case Recompute::Sqrt: {
@@ -332,7 +333,7 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
 // segment's rerun (at the segment's end) or its attention core.
 Time rerun(std::span<const Keep> chunk, std::int64_t i, const ActivationRule& r, const LayerTimes& t) {
   if (segment_end(chunk, i)) return (i - segment_start(chunk, i) + 1) * t.recompute;
-  if (chunk[static_cast<std::size_t>(i)] == Keep::Selective && r.full != r.selective) return t.core;
+  if (chunk[static_cast<std::size_t>(i)] == Keep::Selective && r.selective_reruns) return t.core;
   return 0;
 }
 

@@ -22,7 +22,9 @@ class StepCosts;
 
 enum class Keep : std::uint8_t {
   All,        // every saved tensor: nothing recomputed
-  Selective,  // all but the attention core, recomputed just before its backward
+  Selective,  // what the plan's selective policy stores (selective_policy: Megatron-LM's
+              // all but the attention core, torchtitan's op policy its save list); the
+              // rest rerun just before its backward
   Input,      // only its input: it begins a segment (alone, full recompute) that is
               // rerun layer by layer before the backward of the segment's last layer
   Nothing,    // nothing: a later layer of the segment begun by the nearest Input before it
@@ -78,7 +80,8 @@ bool segment_end(std::span<const Keep> chunk, std::int64_t i);
 std::int64_t recompute_segment(const Plan& plan, std::int64_t n);
 
 // The fixed policies as patterns, chunk by chunk (`chunk_layers`, in
-// pipeline order): none keeps All, selective Selective, full Input, every_k
+// pipeline order): none keeps All, selective and selective_op Selective,
+// every_nth Input at every n-th layer and All elsewhere, full Input, every_k
 // and sqrt Input at each segment's first layer and Nothing after it. Throws
 // Error for optimal, which the solver decides.
 Keeps fixed_keeps(const Plan& plan, const std::vector<std::int64_t>& chunk_layers);

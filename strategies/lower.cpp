@@ -584,7 +584,7 @@ class StepBuilder : StepLayout {
       level -= g + chain_.head.saved_bytes();
     }
     const Time b = costs_.layer(chain_.block, Pass::Backward), r = costs_.layer(chain_.block, Pass::Recompute);
-    const bool core = rule_.full != rule_.selective;
+    const bool core = rule_.selective_reruns;
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const Keep keep = keeps[static_cast<std::size_t>(i)];
       if (segment_end(keeps, i)) {
@@ -598,7 +598,7 @@ class StepBuilder : StepLayout {
       }
       // Folded offload: the layer's swapped bytes are back for its backward.
       const Bytes swapped = layer_swapped(k, i);
-      const Bytes working = rule_.grad + (keep == Keep::Selective ? rule_.full - rule_.selective : 0) + swapped;
+      const Bytes working = rule_.grad + (keep == Keep::Selective ? rule_.selective_rebuilt() : 0) + swapped;
       hold(working);
       level -= working + layer_stored(k, i) - swapped;
       if (keep == Keep::Input || keep == Keep::Nothing) level -= rule_.full;
@@ -769,7 +769,7 @@ class StepBuilder : StepLayout {
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
-      } else if (keep == Keep::Selective && rule_.full != rule_.selective) {
+      } else if (keep == Keep::Selective && rule_.selective_reruns) {
         TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb, Pass::Recompute);
         core.core_only = true;
         wait(compute(costs_.layer(chain_.block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
@@ -778,7 +778,7 @@ class StepBuilder : StepLayout {
       // attention core recomputed for it.
       std::vector<std::int32_t> allocs;
       if (!cpu_) allocs.push_back(buffer(BufKind::Grad, layer, mb, rule_.grad));
-      if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule_.full - rule_.selective));
+      if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule_.selective_rebuilt()));
       std::vector<std::int32_t> frees = allocs;
       // The CPU kernels: the chunk's first backward task starts its
       // backward buffers (the last chunk's: the head's).
@@ -1478,16 +1478,13 @@ void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) 
   const cost::OpChain whole = cost::expand(sc.model, one);
   const double seqs = static_cast<double>(sc.batch.global);
   pr.model_flops_per_step = whole.model_flops() * seqs;
-  // The attention core's matrix products, when the kernel saved it (flash
-  // attention saves no scores: nothing to recompute).
-  double core = 0;
-  if (whole.block.saved_bytes(Recompute::None) != whole.block.saved_bytes(Recompute::Selective))
-    for (const auto& op : whole.block.ops)
-      if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::AttnValues)
-        core += op.fwd_flops;
+  // The matrix products a selectively kept block reruns (Megatron-LM's
+  // attention core, or all off torchtitan's save list).
+  double rerun = 0;
+  for (const auto& op : whole.block.ops) rerun += cost::rerun_share(op, selective_policy(sc.plan)) * op.fwd_flops;
   const KeepCounts n = count_keeps(keeps);
   const double recompute = static_cast<double>(n.input + n.nothing) * whole.block.fwd_flops() +
-                           static_cast<double>(n.selective) * core;
+                           static_cast<double>(n.selective) * rerun;
   pr.hardware_flops_per_step = pr.model_flops_per_step + recompute * seqs;
 }
 

@@ -59,8 +59,9 @@ class StepCosts {
  public:
   virtual ~StepCosts() = default;
   // One pass of `layer` over one microbatch on this rank (a recompute pass is
-  // a forward over what the policy drops: the whole layer or the attention core).
-  virtual Time layer(const cost::Layer& layer, Pass pass, bool attention_core_only = false) const = 0;
+  // a forward over what the policy drops: the whole layer, or with
+  // `selective_only` what the plan's selective policy reruns, cost::rerun_share).
+  virtual Time layer(const cost::Layer& layer, Pass pass, bool selective_only = false) const = 0;
   // Tensor-, context- and expert-parallel communication one layer blocks on,
   // per microbatch and pass.
   virtual Time layer_comm(CommKind kind, Pass pass) const = 0;

@@ -218,7 +218,8 @@ std::vector<std::int64_t> in_flight_per_chunk(const Plan& plan, std::int64_t m, 
 std::vector<std::string> plan_notes(const Scenario& sc) {
   std::vector<std::string> notes;
   if (sc.plan.recompute == Recompute::Selective && !sc.model.chain) {
-    const ActivationRule rule = ActivationRule::of(cost::expand(sc.model, expand_options(sc)));
+    const ActivationRule rule =
+        ActivationRule::of(cost::expand(sc.model, expand_options(sc)), Recompute::Selective);
     if (rule.full == rule.selective)
       notes.push_back("recompute \"selective\" is \"none\" here: the " +
                       std::string(enum_name(sc.plan.implementation.attention)) +
@@ -241,12 +242,18 @@ cost::ExpandOptions expand_options(const Scenario& sc) {
   return o;
 }
 
-ActivationRule ActivationRule::of(const cost::OpChain& chain) {
+Recompute selective_policy(const Plan& plan) {
+  return plan.recompute == Recompute::SelectiveOp ? Recompute::SelectiveOp : Recompute::Selective;
+}
+
+ActivationRule ActivationRule::of(const cost::OpChain& chain, Recompute selective) {
   Bytes linear = 0;
   for (const auto& op : chain.block.ops)
     if (op.kind == cost::OpKind::Linear) linear += op.saved_bytes;
-  return {chain.block.saved_bytes(Recompute::None), chain.block.saved_bytes(Recompute::Selective),
-          chain.block.input_bytes, chain.block.max_grad_bytes(), linear};
+  ActivationRule r{chain.block.saved_bytes(Recompute::None), chain.block.saved_bytes(selective),
+                   chain.block.input_bytes, chain.block.max_grad_bytes(), linear};
+  for (const auto& op : chain.block.ops) r.selective_reruns |= cost::rerun_share(op, selective) > 0;
+  return r;
 }
 
 Bytes ActivationRule::stored(Keep k) const {
@@ -280,7 +287,7 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const Keep> keeps,
   for (std::size_t i = 0; i < keeps.size(); ++i) {
     const Keep k = keeps[i];
     Bytes holds = grad;
-    if (k == Keep::Selective) holds += full - selective;
+    if (k == Keep::Selective) holds += selective_rebuilt();
     if (k == Keep::Input || k == Keep::Nothing) {
       if (k == Keep::Input) rerun = 0;
       else if (rerun == 0) throw Error("a layer keeps nothing and follows no segment start");
@@ -326,7 +333,7 @@ struct MemoryModel::Statics {
 
 MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     : sc_(sc), rules_(rules), chain_(cost::expand(sc.model, expand_options(sc))),
-      act_(ActivationRule::of(chain_)), chunks_(chunk_layers(sc.plan, sc.model.layers)) {
+      act_(ActivationRule::of(chain_, selective_policy(sc.plan))), chunks_(chunk_layers(sc.plan, sc.model.layers)) {
   const Plan& plan = sc.plan;
   const auto& model = sc.model;
   first_.assign(chunks_.size() + 1, 0);

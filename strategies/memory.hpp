@@ -5,6 +5,7 @@
 // rules and their sources are in docs/memory-model.md. The simulated memory
 // timeline (memory_lowering.hpp) must agree with it where the formulas are
 // exact.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -56,12 +57,21 @@ cost::ExpandOptions expand_options(const Scenario& sc);
 // gradient of the op it differentiates (at most `grad` bytes).
 struct ActivationRule {
   Bytes full = 0;       // a layer's saved bytes without recompute
-  Bytes selective = 0;  // … with the attention core dropped
+  Bytes selective = 0;  // … under the plan's selective policy (selective_policy)
   Bytes input = 0;      // a layer's input: what a segment's first layer keeps
   Bytes grad = 0;       // the largest output gradient of a layer's ops
   Bytes linear_inputs = 0;  // of `full`: the inputs its linear layers keep (vDNN's)
+  // A Keep::Selective layer reruns part of its forward before its backward
+  // (not so for Megatron-LM's policy under flash attention: no core).
+  bool selective_reruns = false;
 
-  static ActivationRule of(const cost::OpChain& chain);
+  // What a Keep::Selective layer's backward rebuilds beyond what it stored:
+  // the saved set less the stored bytes (torchtitan's op policy may store
+  // outputs the backward never reads, more than that set: then nothing).
+  Bytes selective_rebuilt() const { return std::max<Bytes>(0, full - selective); }
+
+  // `selective`: the policy a Keep::Selective layer follows.
+  static ActivationRule of(const cost::OpChain& chain, Recompute selective);
   // What a layer keeps from its forward to its backward, and of that what
   // goes to host memory.
   Bytes stored(Keep k) const;
@@ -79,6 +89,11 @@ struct ActivationRule {
   };
   Chunk chunk(std::span<const Keep> keeps, std::span<const Swap> swaps) const;
 };
+
+// What a Keep::Selective layer of the plan follows: torchtitan's op-level
+// policy for recompute "selective_op", else Megatron-LM's (the attention
+// core; the optimal solver's selective choice too).
+Recompute selective_policy(const Plan& plan);
 
 // Constants of the memory rules (docs/memory-model.md says why each).
 struct MemoryRules {

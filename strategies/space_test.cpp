@@ -48,7 +48,7 @@ TEST_CASE("space: strict parsing names the JSON path") {
   CHECK(error_of(R"({"tp": [1, 0]})") == "s.json: space.tp[1]: must be in [1, 1048576], got 0");
   CHECK(error_of(R"({"zero": [0, 4]})") == "s.json: space.zero[1]: must be in [0, 3], got 4");
   CHECK(error_of(R"({"recompute": ["none", "ful"]})") ==
-        "s.json: space.recompute[1]: must be one of none|selective|full|every_k|sqrt|optimal|every_nth (got \"ful\")");
+        "s.json: space.recompute[1]: must be one of none|selective|full|every_k|sqrt|optimal|every_nth|selective_op (got \"ful\")");
   CHECK(error_of(R"({"implementation.overlap_grad_reduce": [true, 1]})") ==
         "s.json: space.implementation.overlap_grad_reduce[1]: must be true or false, got an integer");
   CHECK(error_of(R"({"batch.micro": [1, 2, 1]})") == "s.json: space.batch.micro[2]: duplicate value 1");

@@ -68,14 +68,16 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       launches[static_cast<std::size_t>(i)][1] += cost::op_kernels(op, true).kernels;
       launches[static_cast<std::size_t>(i)][2] += f;
     }
-  // Selective recompute redoes the attention core: scores, softmax, dropout, values.
-  std::int64_t core_launches = 0;
+  // A selectively kept block reruns its policy's share of each op: the
+  // attention core (Megatron-LM), or all off torchtitan's save list.
+  // Not priced: the sequence-parallel all-gathers torchtitan's rerun of wk
+  // and w3 repeats with tp > 1 (its list stores reduce-scatters only).
+  std::int64_t selective_launches = 0;
+  const cost::Recompute policy = selective_policy(sc.plan);
   for (const auto& op : chain_.block.ops)
-    if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::Softmax ||
-        op.kind == cost::OpKind::AttnValues ||
-        (op.kind == cost::OpKind::Dropout && op.core_saved_bytes > 0)) {
-      core_ += cost::op_time(gpu, cal_, precision, op, false);
-      core_launches += cost::op_kernels(op, false).kernels;
+    if (const double share = cost::rerun_share(op, policy); share > 0) {
+      selective_ += share * cost::op_time(gpu, cal_, precision, op, false);
+      selective_launches += cost::op_kernels(op, false).kernels;
     }
 
   // Gradient accumulation without fusion (implementation.grad_accumulation_
@@ -242,7 +244,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
         const Time comm = i == 1 ? tp_[j == 1 ? 1 : 0] + cp_[j == 1 ? 1 : 0] + ep_[j == 1 ? 1 : 0] : 0;
         pass_[i][j] = std::max(pass_[i][j], host_time(launches[i][j]) - comm);
       }
-    core_ = std::max(core_, host_time(core_launches));
+    selective_ = std::max(selective_, host_time(selective_launches));
   }
 }
 
@@ -251,10 +253,10 @@ Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlaceme
   return cost::collective_time(op, bytes, g.size, g.ranks_per_node, sc_.cluster.node, cal_);
 }
 
-Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool core_only) const {
+Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool selective_only) const {
   // Sums of a layer's op times (each at most kMaxStepTime): capped, so the
   // levels' sums stay in 64 bits until the step is refused.
-  if (pass == Pass::Recompute && core_only) return capped(core_);
+  if (pass == Pass::Recompute && selective_only) return capped(selective_);
   return capped(pass_[static_cast<std::size_t>(layer_index(l))][static_cast<std::size_t>(pass)]);
 }
 

@@ -18,7 +18,7 @@ class ModelStepCosts final : public StepCosts {
   explicit ModelStepCosts(const Scenario& sc);
   ModelStepCosts(const Scenario& sc, cost::Calibration calibration);
 
-  Time layer(const cost::Layer& layer, Pass pass, bool attention_core_only) const override;
+  Time layer(const cost::Layer& layer, Pass pass, bool selective_only) const override;
   Time layer_comm(CommKind kind, Pass pass) const override;
   Time collective(Collective op, Group group, Bytes bytes_per_rank) const override;
   Time p2p(Bytes bytes) const override;
@@ -50,9 +50,9 @@ class ModelStepCosts final : public StepCosts {
   RankMesh mesh_;
   cost::OpChain chain_;
   // [layer kind][pass]: forward, backward, full recompute (= forward); and
-  // the attention core's forward for selective recompute.
+  // the block's rerun under the plan's selective policy.
   std::array<std::array<Time, 3>, 3> pass_{};
-  Time core_ = 0;
+  Time selective_ = 0;
   std::array<Time, 2> tp_{}, cp_{}, ep_{};  // blocking per layer: forward, backward
   GroupPlacement tp_g_, cp_g_, dp_g_, ep_g_, edp_g_, pp_g_;
 };

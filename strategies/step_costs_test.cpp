@@ -224,6 +224,48 @@ TEST_CASE("host dispatch: a pass takes at least its kernels times the host's tim
   }
 }
 
+TEST_CASE("a selectively kept block reruns its policy's share of each op's forward") {
+  // Llama-3-8B, one sequence of 4096 on a DGX H100, ideal calibration.
+  const cost::Calibration cal = cost::ideal_calibration();
+  auto llama = [](const char* recompute, const char* attention) {
+    return parse_scenario(std::string(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100"},
+        "batch": {"global": 8, "micro": 1}, "plan": {"recompute": ")") + recompute +
+                              R"(", "implementation": {"attention": ")" + attention + R"("}}})",
+                          "t.json");
+  };
+  auto forward = [&](const Scenario& sc, const cost::Op& op) {
+    return static_cast<double>(cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, false));
+  };
+  SUBCASE("torchtitan's op policy: wk, wo, w3 and the elementwise ops, not wq, wv, w1, w2 or attention") {
+    const Scenario sc = llama("selective_op", "flash");
+    const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+    double expected = 0, full = 0;
+    for (const auto& op : chain.block.ops) {
+      expected += op.sac_rerun * forward(sc, op);
+      full += forward(sc, op);
+    }
+    const Time rerun = ModelStepCosts(sc, cal).layer(chain.block, Pass::Recompute, true);
+    CHECK(static_cast<double>(rerun) == doctest::Approx(expected).epsilon(1e-6));
+    // About a third of the block's products plus its memory-bound ops.
+    CHECK(rerun > 0);
+    CHECK(static_cast<double>(rerun) < 0.6 * full);
+  }
+  SUBCASE("Megatron-LM's policy: the attention core under standard attention, nothing under flash") {
+    const Scenario sc = llama("selective", "standard");
+    const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+    double core = 0;
+    for (const auto& op : chain.block.ops)
+      if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::Softmax ||
+          op.kind == cost::OpKind::AttnValues)
+        core += forward(sc, op);
+    CHECK(static_cast<double>(ModelStepCosts(sc, cal).layer(chain.block, Pass::Recompute, true)) ==
+          doctest::Approx(core).epsilon(1e-6));
+    const Scenario flash = llama("selective", "flash");
+    CHECK(ModelStepCosts(flash, cal).layer(cost::expand(flash.model, expand_options(flash)).block,
+                                           Pass::Recompute, true) == 0);
+  }
+}
+
 TEST_CASE("a step longer than 2^56 ns is refused at both levels, not summed past 64 bits") {
   // 1e-12 TFLOP/s and a 1e-300 GB/s NVLink: every kernel and collective
   // saturates at 2^56 ns; at either level the step is an input error.

@@ -117,9 +117,15 @@ const std::array kTable{
                no("a parameter server with optimizer offload is not executed by the CPU backend"),
                moot("parameter servers are refused")},
     // ---- memory ------------------------------------------------------------------
-    Capability{"recompute", "memory", "recompute: selective, full, every_k, sqrt, optimal",
-               [](const Scenario& s) { return s.plan.recompute != cost::Recompute::None; },
+    Capability{"recompute", "memory", "recompute: selective, full, every_k, sqrt, every_nth, optimal",
+               [](const Scenario& s) {
+                 return s.plan.recompute != cost::Recompute::None && s.plan.recompute != cost::Recompute::SelectiveOp;
+               },
                yes("the lowering's per-layer choices"), yes("the lowering's per-layer choices")},
+    Capability{"recompute-selective-op", "memory", "recompute selective_op (torchtitan's op-level save list)",
+               [](const Scenario& s) { return s.plan.recompute == cost::Recompute::SelectiveOp; },
+               no("recompute selective_op is not executed by the CPU backend (its blocks keep no save list)"),
+               no("recompute selective_op is not executed by the CUDA backend (its blocks keep no save list)")},
     Capability{"activation-offload", "memory", "activation offload (every planner)",
                [](const Scenario& s) { return s.plan.offload.activations; }, yes("to a separate host pool"),
                yes("to pinned host memory on the copy streams")},

@@ -135,17 +135,18 @@ def simulate_trace(strata):
 def validate_published(strata):
     # Counted cases become rows with a prediction and an error; a case with
     # no stated layout (ZeRO-100B) is not a row; a row whose settings Strata
-    # cannot express (torchtitan's op-level checkpointing) is listed, not
-    # counted. MAPE is the mean error of the counted rows, and faster_pct is
+    # cannot express (torchtitan's memory_budget checkpointing) is listed,
+    # not counted. MAPE is the mean error of the counted rows, and faster_pct is
     # the error with a sign: + when the prediction is faster than measured
     # (shorter step time, higher throughput).
     d = json.loads(run(strata, "validate-published", sys.argv[3], "--format", "json"))
     ids = [c["id"] for c in d["cases"]]
     check(ids == ["KOR22-22B/full-recompute", "KOR22-22B/selective+sp",
                   "DLPERF-MEGATRON-MP_1x1x1_8_768x12", "TITAN-A100-Llama2-13B-bs2-none",
-                  "TITAN-A100-Llama2-13B-bs2-selective_op"], f"rows {ids}")
+                  "TITAN-A100-Llama2-13B-bs2-selective_op", "TITAN-A100-Llama2-13B-bs2-memory_budget"],
+          f"rows {ids}")
     counted = [c for c in d["cases"] if c["counted"]]
-    check(len(counted) == 4 and d["counted"] == 4, "four counted rows")
+    check(len(counted) == 5 and d["counted"] == 5, "five counted rows")
     for c in counted:
         check(c["predicted"] is not None and c["predicted"] > 0, f"{c['id']}: {c['note']}")
         check(abs(c["error_pct"] - 100 * abs(c["predicted"] - c["measured"]) / c["measured"]) < 1e-9, "error")
@@ -154,7 +155,7 @@ def validate_published(strata):
               f"{c['id']}: sign of faster_pct {c['faster_pct']}")
     skipped = d["cases"][-1]
     check(not skipped["counted"] and skipped["predicted"] is None and skipped["error_pct"] is None
-          and "selective op" in skipped["note"], f"uncounted row {skipped}")
+          and "memory_budget" in skipped["note"], f"uncounted row {skipped}")
     mean = sum(c["error_pct"] for c in counted) / len(counted)
     check(abs(d["mape_pct"] - mean) < 1e-9, "mape is the mean error")
     bias = sum(c["faster_pct"] for c in counted) / len(counted)
