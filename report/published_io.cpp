@@ -64,7 +64,8 @@ json llama_model(const JsonReader& m, int vocab) {
 // A NeMo 24.07 table row's architecture and training settings, from the
 // case where it states them and otherwise from NeMo-Framework-Launcher's
 // training config of the model (launcher_scripts/conf/training/<family>/
-// <model>.yaml): {"model", "recompute", "tp_comm_overlap"}, or a string
+// <model>.yaml): {"model", "recompute", "tp_comm_overlap"} and, where the config
+// sets it apart from the stack, "fp32_grad_accumulation"; or a string
 // saying why the row is not counted.
 json nemo_architecture(const JsonReader& m) {
   const std::string name = m.at("name").as_string();
@@ -100,6 +101,9 @@ json nemo_architecture(const JsonReader& m) {
   // untied output layer, the 256,000-token SentencePiece vocabulary
   // (nemotron_2_256k.model; Nemotron-4 technical report). Selective
   // recompute in the 340B config only; userbuffers TP overlap in 8B and 22B.
+  // The 340B config alone reduces gradients in bf16 (optim.grad_sync_dtype:
+  // bf16; NeMo's setup_mcore_distributed_parallel sets Megatron-Core's
+  // grad_reduce_in_fp32 only for "fp32", the default): a bf16 gradient buffer.
   auto nemotron = [](int layers, int hidden, int heads, int kv_heads) {
     return json{{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"kv_heads", kv_heads},
                 {"ffn_hidden", 4 * hidden}, {"vocab", 256000}, {"mlp", "gelu"},
@@ -108,7 +112,9 @@ json nemo_architecture(const JsonReader& m) {
   };
   if (name == "Nemotron-8B") return {{"model", nemotron(32, 4096, 32, 32)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
   if (name == "Nemotron-22B") return {{"model", nemotron(40, 6144, 48, 48)}, {"recompute", "none"}, {"tp_comm_overlap", true}};
-  if (name == "Nemotron-340B") return {{"model", nemotron(96, 18432, 96, 8)}, {"recompute", "selective"}, {"tp_comm_overlap", false}};
+  if (name == "Nemotron-340B")
+    return {{"model", nemotron(96, 18432, 96, 8)}, {"recompute", "selective"}, {"tp_comm_overlap", false},
+            {"fp32_grad_accumulation", false}};
   return json("no launcher configuration of " + name + " is transcribed");
 }
 
@@ -320,8 +326,10 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
         json plan = {{"tp", tp}, {"pp", pp}, {"cp", pos_int_at(st, "cp")}, {"dp", pos_int_at(st, "dp")},
                      {"zero", 1}, {"precision", "fp8"}, {"sequence_parallel", tp > 1},
                      {"recompute", arch.at("recompute")}};
-        if (arch.at("tp_comm_overlap").get<bool>() && tp > 1)
-          plan["implementation"] = {{"tp_comm_overlap", "ring"}};
+        plan["implementation"] = json::object();
+        if (arch.at("tp_comm_overlap").get<bool>() && tp > 1) plan["implementation"]["tp_comm_overlap"] = "ring";
+        if (arch.contains("fp32_grad_accumulation"))
+          plan["implementation"]["fp32_grad_accumulation"] = arch.at("fp32_grad_accumulation");
         if (vp > 1) {
           plan["schedule"] = "interleaved";
           plan["virtual_stages"] = vp;
