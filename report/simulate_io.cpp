@@ -187,6 +187,8 @@ std::string render_simulation(const strategies::Scenario& sc,
       j["mfu"] = r.mfu;
       j["time_breakdown_s"] = breakdown_json(step->breakdown);
       j["bubble_fraction"] = step->bubble_fraction;
+      // A pipeline without flushes fills once per run, not per step.
+      if (step->pipeline_fill > 0) j["pipeline_fill_s"] = to_seconds(step->pipeline_fill);
       j["critical_stage"] = step->critical_stage;
       j["tasks"] = step->tasks;
       if (const auto g = strategies::estimate_goal(sc)) add_goal_fields(j, sc, *g, r.step_s);
@@ -281,6 +283,10 @@ std::string render_simulation(const strategies::Scenario& sc,
     row("optimizer", b.optimizer);
     if (b.interference > 0) row("interference", b.interference);
     out += "\n" + to_text(t) + "\n";
+    if (step->pipeline_fill > 0)
+      out += "fill       " + fixed(to_seconds(step->pipeline_fill), 4) + " s once per run, not per step: " +
+             std::string(enum_name(sc.plan.schedule)) +
+             " runs steps one after another without flushing the pipeline\n";
     if (const auto g = strategies::estimate_goal(sc)) out += goal_text(sc, *g, r.step_s);
   }
   if (mem.budget)

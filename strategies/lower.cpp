@@ -1470,6 +1470,8 @@ LoweredStep lowered_step(const StepProgram& p) {
   return low;
 }
 
+namespace {
+
 void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) {
   // FLOPs of the whole model for the global batch: model FLOPs count each
   // matrix product once (Korthikanti Eq. 7); hardware FLOPs add recompute.
@@ -1486,6 +1488,30 @@ void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) 
   const double recompute = static_cast<double>(n.input + n.nothing) * whole.block.fwd_flops() +
                            static_cast<double>(n.selective) * rerun;
   pr.hardware_flops_per_step = pr.model_flops_per_step + recompute * seqs;
+}
+
+}  // namespace
+
+void finish_prediction(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) {
+  // PipeDream (Narayanan et al. 2019, Sec. 3.2: 1F1B in steady state, no
+  // flush) and PipeDream-2BW (Narayanan et al. 2021, Sec. 3.1: weight
+  // updates double-buffered so the pipeline is never flushed) run step
+  // after step through a full pipeline: in the steady state the critical
+  // stage never waits for the fill and drain that one flushed step shows
+  // as its bubble. The step is what remains; every stage's idle shrinks by
+  // as much. Strata's executors flush (their steps run one after another),
+  // so their predictions keep it.
+  const bool flushless = sc.plan.schedule == Schedule::PipeDream || sc.plan.schedule == Schedule::PipeDream2BW;
+  if (flushless && sc.plan.pp > 1 && !sc.executed) {
+    const Time fill = pr.breakdown.bubble;
+    pr.pipeline_fill = fill;
+    pr.step_time -= fill;
+    pr.breakdown.bubble = 0;
+    for (auto& st : pr.per_stage) st.bubble = std::max<Time>(0, st.bubble - fill);
+  }
+  pr.bubble_fraction =
+      pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
+  add_step_flops(sc, keeps, pr);
 }
 
 void require_countable_step(const Scenario& sc, double serial_ns, std::uint64_t tasks) {

@@ -203,12 +203,20 @@ struct StepPrediction {
   Flops model_flops_per_step = 0;     // whole model, global batch (Korthikanti Eq. 7)
   Flops hardware_flops_per_step = 0;  // plus recompute
   std::uint64_t tasks = 0;
+  // PipeDream and PipeDream-2BW (not executed): the pipeline's fill and
+  // drain, paid once per run rather than per step; not in step_time.
+  Time pipeline_fill = 0;
 };
 
-// Fills model_flops_per_step and hardware_flops_per_step: the whole model
-// for the global batch, each matrix product once (Korthikanti Eq. 7), and
-// that plus what the layers' recompute choices (`keeps`) redo.
-void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr);
+// Completes a prediction whose step_time and breakdowns (with interference)
+// are the replayed program's: a schedule without flushes (PipeDream,
+// PipeDream-2BW) drops the critical stage's fill-and-drain idle from the
+// step (`pipeline_fill`), as steps follow one another through a full
+// pipeline; then bubble_fraction, and model_flops_per_step and
+// hardware_flops_per_step: the whole model for the global batch, each
+// matrix product once (Korthikanti Eq. 7), and that plus what the layers'
+// recompute choices (`keeps`) redo.
+void finish_prediction(const Scenario& sc, const Keeps& keeps, StepPrediction& pr);
 
 // Throws InputError (the scenario's file) when the step's tasks, one after
 // another, take `serial_ns` >= kMaxStepTime (sim/limits.hpp): no schedule of

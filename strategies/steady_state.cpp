@@ -217,9 +217,7 @@ std::optional<ChunkPrediction> predict_steady(const Scenario& sc, const StepCost
   for (auto& st : pr.per_stage) st.interference = interference_time(a.interference, st);
   pr.breakdown.interference = interference_time(a.interference, pr.breakdown);
   pr.step_time = capped_sum(pr.step_time, pr.breakdown.interference);
-  pr.bubble_fraction =
-      pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
-  add_step_flops(sc, layers->keeps, pr);
+  finish_prediction(sc, layers->keeps, pr);
   if (stats) {
     stats->used = true;
     stats->declined = "";

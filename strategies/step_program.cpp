@@ -449,9 +449,7 @@ StepPrediction prediction(const Scenario& sc, const StepProgram& p, const Progra
   pr.breakdown = every_stage ? pr.per_stage[static_cast<std::size_t>(pr.critical_stage)]
                              : attribute(p, run, pr.critical_stage);
   pr.step_time = capped_sum(pr.step_time, pr.breakdown.interference);
-  pr.bubble_fraction =
-      pr.step_time > 0 ? static_cast<double>(pr.breakdown.bubble) / static_cast<double>(pr.step_time) : 0;
-  add_step_flops(sc, p.layers.keeps, pr);
+  finish_prediction(sc, p.layers.keeps, pr);
   return pr;
 }
 

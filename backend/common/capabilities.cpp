@@ -71,7 +71,10 @@ const std::array kTable{
                   "executed by the CPU backend; pipedream-2bw is"),
                moot("pipeline parallelism is refused")},
     Capability{"pipedream-2bw", "parallelism", "PipeDream-2BW (two weight versions, one-step-stale gradients)",
-               [](const Scenario& s) { return two_bw(s); }, yes(), moot("pipeline parallelism is refused")},
+               [](const Scenario& s) { return two_bw(s); },
+               yes("each step flushed (the prediction beside a run keeps the fill, which an unflushed pipeline "
+                   "pays once per run)"),
+               moot("pipeline parallelism is refused")},
     Capability{"ps", "parallelism", "a parameter server (dp_topology: parameter_server)",
                [](const Scenario& s) { return ps(s); }, yes("the server on the first rank of each dp group"),
                no("a parameter server (dp_topology) is not executed by the CUDA backend; all-reduce is")},
