@@ -5,10 +5,6 @@
 #include "app/common.hpp"
 #include "report/files.hpp"
 #include "report/simulate.hpp"
-#include "sim/trace.hpp"
-#include "strategies/coarse.hpp"
-#include "strategies/memory_lowering.hpp"
-#include "strategies/step_costs.hpp"
 
 namespace strata::app {
 
@@ -30,22 +26,10 @@ std::string simulate(const SimulateArgs& a) {
   }
   const auto sc = load_plan_scenario(a.scenario, "simulate");
   if (sc.calibration) report::require_output_apart(a.trace, "--trace", {*sc.calibration});
-  if (a.granularity == "chunk") {
-    if (!a.trace.empty())
-      throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
-    const strategies::ModelStepCosts costs(sc);
-    const auto pr = strategies::predict_chunks(sc, costs);
-    return report::render_simulation(sc, a.analytical ? strategies::estimate_memory(sc) : pr.memory, &pr.step,
-                                     a.format);
-  }
-  sim::RunResult run;
-  strategies::LoweredStep lowered;
-  const auto step = strategies::predict_step(sc, &run, &lowered);
-  const auto mem = a.analytical ? strategies::estimate_memory(sc)
-                                : strategies::memory_from_run(sc, lowered, run);
-  std::string out = report::render_simulation(sc, mem, &step, a.format);
-  if (!a.trace.empty()) report::write_file_atomically(a.trace, sim::chrome_trace(lowered.graph, run));
-  return out;
+  return report::simulate(sc, {.analytical = a.analytical,
+                               .chunk = a.granularity == "chunk",
+                               .trace = a.trace,
+                               .format = a.format});
 }
 
 }  // namespace

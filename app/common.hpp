@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "app/scenarios.hpp"
 #include "backend/common/capabilities.hpp"
 #include "report/format.hpp"
 #include "sim/error.hpp"
@@ -183,35 +184,8 @@ void add_plan_source_options(Subcommand& cmd, std::string& path, std::size_t& ra
 // `command` prints a table or JSON only: --format csv is bad input.
 void require_table_or_json(report::Format format, const std::string& command);
 
-// A missing file is bad input.
-void require_file(const std::string& path);
-// The scenario at `path`; a missing file is bad input.
-strategies::Scenario load_scenario_file(const std::string& path);
-// The same, for a command that lowers the plan itself (simulate, run,
-// validate, fit-convergence): a transformer, and with a space, a plan that
-// keeps the space's rules.
-strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command);
-// `path` a scenario file (load_plan_scenario; `rank` must be 0, not
-// given), or an explore output directory: the plan of entry `rank` of its
-// top list (0 or 1: the best by throughput) on the explored model and
-// cluster (report::load_export_scenario), for `run` and `validate`.
-strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command);
-
-// The CPU executor runs the scenario's plan on this host, or bad input says why not.
-// (Then print_differences for the CPU backend.)
-void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path);
-// "strata: note: ..." on stderr for each thing backend `b` runs otherwise
-// than the plan says (backend::differences: computed in fp32, standard
-// attention for flash, ...).
-void print_differences(const strategies::Scenario& sc, backend::Backend b);
-
-// Today's date, ISO 8601 (UTC), for calibration files.
-std::string today();
-
-// The CPU calibration a prediction uses: --calibration FILE (`given`, which
-// must exist), else the scenario's "calibration", else the cache file; else
-// measured (quickly, with the scenario's rank count) into the cache on first use.
-std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc);
+// Reading scenarios, the executor checks and the CPU calibration:
+// app/scenarios.hpp (shared with the Python module).
 
 #if STRATA_HAVE_CUDA
 // This process's place among the processes mpirun or srun started (one per

@@ -21,4 +21,18 @@ std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::MemoryEstimate& mem,
                               const strategies::StepPrediction* step, Format f);
 
+// What `strata simulate` runs on a scenario read (the plan required,
+// app/scenarios.hpp) and prints: the step lowered per layer (or per chunk,
+// the explorer's level) and replayed, memory from the replay (or the
+// closed form), rendered in `format`; with `trace`, the step's
+// Chrome/Perfetto trace written there (layer level only: InputError
+// otherwise). Shared by the command line and the Python module.
+struct SimulateOptions {
+  bool analytical = false;  // closed-form memory instead of the replayed schedule
+  bool chunk = false;       // --granularity chunk
+  std::string trace;        // empty: none
+  Format format = Format::Json;
+};
+std::string simulate(const strategies::Scenario& sc, const SimulateOptions& o);
+
 }  // namespace strata::report

@@ -8,6 +8,7 @@ packages=(
   cmake g++ ninja-build ccache pkg-config
   libboost-graph-dev nlohmann-json3-dev libcli11-dev doctest-dev
   libbenchmark-dev libopenblas-dev python3
+  python3-dev python3-venv  # the Python module (python/): headers, and scripts/test.sh's venv
   libopenmpi-dev openmpi-bin  # mpirun and MPI for multi-GPU CUDA runs (one process per GPU)
   chromium  # headless browser for the report test (tests/e2e/check_report.py)
   clang libclang-rt-dev  # libFuzzer and the sanitizer runtimes for scripts/fuzz.sh

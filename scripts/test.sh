@@ -28,11 +28,31 @@ fi
 
 "$root/scripts/setup.sh"
 
+# The Python module (python/, docs/python.md) builds against a virtual
+# environment in the build directory holding nanobind, scikit-build-core,
+# pytest and pandas from PyPI; the configure takes its Python
+# (STRATA_PYTHON=AUTO). Without one (no network), everything else still
+# builds and the module's tests are not registered. Not for --sanitize.
+python_args=()
+if [ "$sanitize" = 0 ]; then
+  venv=$build/.venv
+  if ! "$venv/bin/python" -c "import nanobind, scikit_build_core, pytest, pandas" 2>/dev/null; then
+    mkdir -p "$build"
+    if ! { python3 -m venv "$venv" &&
+           "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+             "nanobind>=2.0" "scikit-build-core>=0.10" pytest pandas; }; then
+      echo "test.sh: warning: no Python environment for the module at $venv; building without it" >&2
+      rm -rf "$venv"
+    fi
+  fi
+  if [ -x "$venv/bin/python" ]; then python_args=(-DPython_EXECUTABLE="$venv/bin/python"); fi
+fi
+
 configure=(-S "$root" -B "$build")
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null; then
   configure+=(-G Ninja)
 fi
 # shellcheck disable=SC2086
-cmake "${configure[@]}" ${STRATA_CMAKE_ARGS:-}
+cmake "${configure[@]}" "${python_args[@]}" ${STRATA_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs"

@@ -1,0 +1,61 @@
+// What the command line and the Python module (python/) share: reading a
+// scenario as the commands read it (the measured calibration by default),
+// and the CPU calibration a prediction uses. Built as the library
+// strata_app_scenarios (no CLI11): the `strata` executable and the module
+// both link it. It throws (InputError for bad input); its notes and
+// warnings go to stderr, as the commands' do.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "backend/common/capabilities.hpp"
+#include "strategies/scenario.hpp"
+
+namespace strata::app {
+
+// A missing file is bad input.
+void require_file(const std::string& path);
+// The scenario at `path`; a missing file is bad input.
+strategies::Scenario load_scenario_file(const std::string& path);
+// The same from JSON text (`source` names it in errors; relative paths
+// resolve against `base_dir`).
+strategies::Scenario load_scenario_text(std::string_view text, const std::string& source,
+                                        const std::string& base_dir);
+// What a command that lowers the plan itself (simulate, run, validate,
+// fit-convergence) requires of a scenario read: a transformer, and with a
+// space, a plan that keeps the space's rules.
+void require_plan(const strategies::Scenario& sc, const std::string& command);
+// load_scenario_file, then require_plan.
+strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command);
+// `path` a scenario file (load_plan_scenario; `rank` must be 0, not
+// given), or an explore output directory: the plan of entry `rank` of its
+// top list (0 or 1: the best by throughput) on the explored model and
+// cluster (report::load_export_scenario), for `run` and `validate`.
+strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command);
+
+// The CPU executor runs the scenario's plan on this host, or bad input says why not.
+// (Then print_differences for the CPU backend.)
+void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path);
+// "strata: note: ..." on stderr for each thing backend `b` runs otherwise
+// than the plan says (backend::differences: computed in fp32, standard
+// attention for flash, ...).
+void print_differences(const strategies::Scenario& sc, backend::Backend b);
+
+// Today's date, ISO 8601 (UTC), for calibration files.
+std::string today();
+
+// The calibration file a prediction names or has cached: `given` (which
+// must exist), else the scenario's "calibration", else the cache file when
+// it exists and reads; nothing otherwise. `cache` gives the cache's path,
+// asked only when neither names a file.
+std::optional<std::string> named_or_cached_calibration(const std::string& given, const strategies::Scenario& sc,
+                                                       std::string (*cache)());
+
+// The CPU calibration a prediction uses: --calibration FILE (`given`, which
+// must exist), else the scenario's "calibration", else the cache file; else
+// measured (quickly, with the scenario's rank count) into the cache on first use.
+std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc);
+
+}  // namespace strata::app

@@ -1,0 +1,29 @@
+// report::simulate: the work of `strata simulate` (report/simulate.hpp).
+#include "report/files.hpp"
+#include "report/simulate.hpp"
+#include "sim/error.hpp"
+#include "sim/trace.hpp"
+#include "strategies/coarse.hpp"
+#include "strategies/memory_lowering.hpp"
+#include "strategies/step_costs.hpp"
+
+namespace strata::report {
+
+std::string simulate(const strategies::Scenario& sc, const SimulateOptions& o) {
+  if (o.chunk) {
+    if (!o.trace.empty())
+      throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
+    const strategies::ModelStepCosts costs(sc);
+    const auto pr = strategies::predict_chunks(sc, costs);
+    return render_simulation(sc, o.analytical ? strategies::estimate_memory(sc) : pr.memory, &pr.step, o.format);
+  }
+  sim::RunResult run;
+  strategies::LoweredStep lowered;
+  const auto step = strategies::predict_step(sc, &run, &lowered);
+  const auto mem = o.analytical ? strategies::estimate_memory(sc) : strategies::memory_from_run(sc, lowered, run);
+  std::string out = render_simulation(sc, mem, &step, o.format);
+  if (!o.trace.empty()) write_file_atomically(o.trace, sim::chrome_trace(lowered.graph, run));
+  return out;
+}
+
+}  // namespace strata::report
