@@ -326,6 +326,14 @@ class StepBuilder : StepLayout {
   // of its pass; a ZeRO-3 gather also holds the flat gathered copy.
   bool cpu_remote_layers() const { return cpu_ && (zero3() || plan_.offload.weights); }
   std::int64_t cpu_layer_chunk() const { return (chain_.block.params() + plan_.dp - 1) / plan_.dp; }
+  // The CPU kernels' largest tensor-parallel message: a ring step of the
+  // b·s·h activation (all-reduce, or sequence parallelism's all-gather and
+  // reduce-scatter), ⌈b·s·h / tp⌉ floats; the tp communicator keeps two
+  // (backend/cpu/executor.cpp reserves them at start).
+  std::int64_t cpu_tp_chunk() const {
+    const std::int64_t n = sc_.batch.micro * (sc_.model.seq_len / plan_.cp) * sc_.model.hidden;
+    return (n + plan_.tp - 1) / plan_.tp;
+  }
   std::vector<std::int32_t> cpu_bring_layer(std::int64_t layer, std::vector<std::int32_t>& frees) {
     auto& present = cpu_layer_params_[static_cast<std::size_t>(layer)];
     if (present != kNone) return {};
@@ -1328,6 +1336,7 @@ class StepBuilder : StepLayout {
     }
     if (p_ > 1 && sc_.model.tied_embeddings && (stage_ == 0 || stage_ == p_ - 1))
       comm += 2 * 4 * ((chain_.embedding.ops.front().params + 1) / 2);
+    if (plan_.tp > 1) comm += 2 * 4 * cpu_tp_chunk();
     set(sim::MemTag::CommBuffers, static_cast<double>(comm));
     // Host statics, from the stage's first task on (they outlive the step).
     std::vector<std::int32_t> host;

@@ -368,6 +368,12 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   for (const FlatBucket& fb : R.plan->buckets) most = std::max(most, fb.chunk);
   R.dp->reserve_staging(most);
   if (R.tie) R.tie->reserve_staging((model.grads()[static_cast<std::size_t>(tok)].numel() + 1) / 2);
+  // The tp ring's largest step, a share of the b·s·h activation (the
+  // lowering's cpu_tp_chunk): its staging from the step's start.
+  if (R.tp) {
+    const std::int64_t n = sc.batch.micro * (sc.model.seq_len / cp) * sc.model.hidden;
+    R.tp->reserve_staging((n + tp - 1) / tp);
+  }
   if (compressed) {
     // The stage's gradients are compressed as one flat vector, in parameter
     // order; a ZeRO-1 rank steps its shard of it.

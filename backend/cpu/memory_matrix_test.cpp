@@ -9,6 +9,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/blas.hpp"
@@ -117,6 +118,37 @@ std::vector<Case> matrix() {
   return out;
 }
 
+const sim::MemTag kTags[] = {sim::MemTag::Params,      sim::MemTag::Grads,       sim::MemTag::OptimizerStates,
+                             sim::MemTag::Activations, sim::MemTag::CommBuffers, sim::MemTag::Workspace};
+
+// One plan's measured step against its declarations: each rank's device
+// peak, each tag's own peak and the host pool's peak; "" when they agree,
+// else what differs.
+std::string declaration_gaps(const Scenario& sc, std::set<std::string>& nonzero, int& with_host) {
+  const ValidateReport r = validate(sc, {.steps = 1, .warmup = 1});
+  REQUIRE(r.measured.ranks.size() == r.predicted.ranks.size());
+  std::string gaps;
+  for (std::size_t i = 0; i < r.measured.ranks.size(); ++i) {
+    const RankPeaks& m = r.measured.ranks[i];
+    const RankPeaks& p = r.predicted.ranks[i];
+    const std::string rank = " rank " + std::to_string(m.rank) + ": ";
+    if (p.peak != m.peak)
+      gaps += rank + "peak " + std::to_string(p.peak) + " declared, " + std::to_string(m.peak) + " measured;";
+    for (sim::MemTag t : kTags) {
+      const auto k = static_cast<std::size_t>(t);
+      if (m.by_tag[k] > 0) nonzero.insert(std::string(enum_name(t)));
+      if (p.by_tag[k] != m.by_tag[k])
+        gaps += rank + std::string(enum_name(t)) + " " + std::to_string(p.by_tag[k]) + " declared, " +
+                std::to_string(m.by_tag[k]) + " measured;";
+    }
+    if (p.host_peak != m.host_peak)
+      gaps += rank + "host " + std::to_string(p.host_peak) + " declared, " + std::to_string(m.host_peak) +
+              " measured;";
+    if (m.host_peak > 0) ++with_host;
+  }
+  return gaps;
+}
+
 TEST_CASE("cpu/memory: the measured peak equals the step program's declarations, per rank and tag, over the matrix") {
   // For every plan the CPU executor runs: each rank's device peak (all tags
   // at once), each tag's own peak, and the host pool's peak, measured over
@@ -125,8 +157,6 @@ TEST_CASE("cpu/memory: the measured peak equals the step program's declarations,
   // backend). Plans the capability table refuses are refused, by name.
   set_blas_threads(1);
   const std::vector<Case> cases = matrix();
-  const sim::MemTag tags[] = {sim::MemTag::Params,      sim::MemTag::Grads,     sim::MemTag::OptimizerStates,
-                              sim::MemTag::Activations, sim::MemTag::CommBuffers, sim::MemTag::Workspace};
   int run = 0, refused = 0, with_host = 0;
   std::set<char> keeps;
   std::set<std::string> nonzero;
@@ -140,30 +170,10 @@ TEST_CASE("cpu/memory: the measured peak equals the step program's declarations,
       ++refused;
       continue;
     }
-    const ValidateReport r = validate(c.sc, {.steps = 1, .warmup = 1});
     ++run;
     const std::string pattern = strategies::keeps_pattern(strategies::estimate_memory(c.sc).layers.keeps);
     keeps.insert(pattern.begin(), pattern.end());
-    REQUIRE(r.measured.ranks.size() == r.predicted.ranks.size());
-    std::string gaps;
-    for (std::size_t i = 0; i < r.measured.ranks.size(); ++i) {
-      const RankPeaks& m = r.measured.ranks[i];
-      const RankPeaks& p = r.predicted.ranks[i];
-      const std::string rank = " rank " + std::to_string(m.rank) + ": ";
-      if (p.peak != m.peak)
-        gaps += rank + "peak " + std::to_string(p.peak) + " declared, " + std::to_string(m.peak) + " measured;";
-      for (sim::MemTag t : tags) {
-        const auto k = static_cast<std::size_t>(t);
-        if (m.by_tag[k] > 0) nonzero.insert(std::string(enum_name(t)));
-        if (p.by_tag[k] != m.by_tag[k])
-          gaps += rank + std::string(enum_name(t)) + " " + std::to_string(p.by_tag[k]) + " declared, " +
-                  std::to_string(m.by_tag[k]) + " measured;";
-      }
-      if (p.host_peak != m.host_peak)
-        gaps += rank + "host " + std::to_string(p.host_peak) + " declared, " + std::to_string(m.host_peak) +
-                " measured;";
-      if (m.host_peak > 0) ++with_host;
-    }
+    const std::string gaps = declaration_gaps(c.sc, nonzero, with_host);
     CHECK_MESSAGE(gaps.empty(), c.name << gaps);
   }
   MESSAGE(run << " plans run, " << refused << " refused");
@@ -177,6 +187,52 @@ TEST_CASE("cpu/memory: the measured peak equals the step program's declarations,
   // stages (three), seven policies each.
   CHECK(refused == (1 + 3) * 7 * 3);
   CHECK(run + refused == static_cast<int>(cases.size()));
+}
+
+TEST_CASE("cpu/memory: tensor parallelism, with and without sequence parallelism, holds its declarations too") {
+  // tp 2 alone, beside dp 2 and beside a 2-stage 1F1B pipeline, each with
+  // and without sequence parallelism, under every recompute policy, ZeRO
+  // 0-3 where dp > 1 and each offload: the tp ring's staging (two steps of
+  // b·s·h / tp floats) is declared with the other communication buffers.
+  set_blas_threads(1);
+  const cost::Recompute policies[] = {cost::Recompute::None, cost::Recompute::Selective, cost::Recompute::Full,
+                                      cost::Recompute::EveryK, cost::Recompute::Sqrt};
+  const std::tuple<int, int> layouts[] = {{1, 1}, {2, 1}, {1, 2}};  // (dp, pp)
+  int run = 0, refused = 0, with_host = 0;
+  std::set<std::string> nonzero;
+  for (const auto& [dp, pp] : layouts)
+    for (const bool sp : {false, true})
+      for (const cost::Recompute rc : policies)
+        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+          for (const Offload off : {Offload::None, Offload::Activations, Offload::Weights, Offload::Optimizer}) {
+            Plan p;
+            p.dp = dp;
+            p.pp = pp;
+            p.tp = 2;
+            p.sequence_parallel = sp;
+            p.zero = zero;
+            p.recompute = rc;
+            p.recompute_k = 2;
+            p.offload.activations = off == Offload::Activations;
+            p.offload.weights = off == Offload::Weights;
+            if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+            const Scenario sc = tiny(p);
+            const std::string name = "dp" + std::to_string(dp) + "-pp" + std::to_string(pp) + "-tp2" +
+                                     (sp ? "-sp" : "") + "-zero" + std::to_string(zero) + "/" +
+                                     std::string(enum_name(rc)) + "/" + std::to_string(static_cast<int>(off));
+            CAPTURE(name);
+            if (const auto why = Executor::unsupported(sc)) {
+              MESSAGE(name << ": refused by the CPU executor: " << *why);
+              ++refused;
+              continue;
+            }
+            ++run;
+            const std::string gaps = declaration_gaps(sc, nonzero, with_host);
+            CHECK_MESSAGE(gaps.empty(), name << gaps);
+          }
+  MESSAGE(run << " tensor-parallel plans run, " << refused << " refused");
+  CHECK(run >= 100);
+  CHECK(nonzero.count("comm_buffers") == 1);
 }
 
 }  // namespace
