@@ -234,10 +234,15 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
     } else if (fam == "DLPERF" && meas.has("iteration_latency_ms")) {
       // DLPerf's Megatron-LM runs on V100-SXM2-16GB, 8 per node, one 100 Gb/s
       // EDR link per node: fp16 with fp32 master weights and gradient copy,
-      // Adam, full recompute.
+      // Adam, full recompute. The software is Megatron-LM v2.x, the
+      // megatron-lm-2021 stack: commit 8aa4619f in NGC's PyTorch 20.12
+      // container with NCCL 2.8.3, run with --fp16 --checkpoint-activations
+      // and no overlap or fusion flag (Oneflow-Inc/DLPerf Megatron-LM/README.md
+      // and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh).
       const int gpus = int_at(hw, "count");
       Case k{id, fam, "step_time_s",
-             "fp16, full recompute, gradient reduction after backward, V100-16GB, EDR 100 Gb/s per node",
+             "Megatron-LM v2.x (megatron-lm-2021 stack), fp16, full recompute, gradient reduction after "
+             "backward, V100-16GB, EDR 100 Gb/s per node",
              num(meas, "iteration_latency_ms") / 1000.0, json::object()};
       k.scenario = {
           {"model", gpt_model(m, true)},
@@ -248,7 +253,8 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
           {"plan", {{"tp", pos_int_at(st, "tp")}, {"pp", pos_int_at(st, "pp")}, {"dp", pos_int_at(st, "dp")}, {"recompute", "full"},
                     {"precision", "fp16"},
                     {"implementation", {{"attention", "standard"}, {"fp32_grad_accumulation", true},
-                                        {"overlap_grad_reduce", false}}}}}};
+                                        {"overlap_grad_reduce", false}}}}},
+          {"stack", "megatron-lm-2021"}};
       out.push_back(k);
     } else if (fam == "MOSAIC" && meas.has("tokens_per_s_per_gpu")) {
       // MosaicML llm-foundry MPT runs: FSDP FULL_SHARD (ZeRO-3), flash
