@@ -165,6 +165,10 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   p.offload.planner = OffloadPlanner::All;
   if (p.pp == 1) p.implementation.overlap_p2p = false;
   if (p.dp == 1 && p.cp == 1) p.implementation.overlap_grad_reduce = false;
+  // ZeRO-3 reduces each layer as its backward ends, and a compressed
+  // exchange runs after the backward: either way the flag orders no bucket.
+  const bool compressed = p.dp > 1 && p.compression.method != CompressionMethod::None;
+  if ((p.zero >= 3 && zero_shards(p) > 1) || compressed) p.implementation.overlap_grad_reduce = false;
   // Without ZeRO, or with one rank to shard over, there is no gather to overlap.
   if (zero_shards(p) == 1 || p.zero == 0) p.implementation.overlap_param_gather = false;
   std::string key = canonical_json(p, sc.batch);

@@ -265,7 +265,8 @@ TEST_CASE("equivalent plans score alike: one score per equivalence class gives e
   // Spaces with every setting equivalence_key drops: recompute none,
   // selective (flash attention: keeps what none keeps) and optimal (which
   // keeps everything where it fits), offload planners, p2p overlap at pp 1,
-  // gradient-reduce overlap at dp 1 and parameter-gather overlap without
+  // gradient-reduce overlap at dp 1, under ZeRO-3 (each layer reduced as its
+  // backward ends) or compression (one exchange after the backward), and parameter-gather overlap without
   // ZeRO or at dp · cp 1. Scored plan by plan, the plans of
   // one class have equal step times and equal memory, stage by stage and tag
   // by tag; scored one per class, the explorer's figures are the same.
@@ -281,6 +282,11 @@ TEST_CASE("equivalent plans score alike: one score per equivalence class gives e
           "plan": {"optimizer": "adamw", "implementation": {"attention": "standard"}},
           "space": {"tp": [1, 4], "pp": [1, 2, 4], "schedule": ["1f1b", "gpipe"], "recompute": ["none", "selective", "optimal"],
                     "implementation.overlap_p2p": [false, true],
+                    "implementation.overlap_grad_reduce": [false, true]}})",
+      R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 32, "micro": 2},
+          "plan": {"optimizer": "adamw"},
+          "space": {"tp": [1, 2], "pp": [1, 2], "zero": [0, 1, 3], "compression.method": ["none", "topk", "powersgd"],
+                    "recompute": ["none", "full"], "implementation.overlap_p2p": [false, true],
                     "implementation.overlap_grad_reduce": [false, true]}})",
   };
   for (const char* text : scenarios) {

@@ -8,6 +8,7 @@
 #include "sim/error.hpp"
 
 #include "strategies/scenario.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::strategies {
 
@@ -118,13 +119,24 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
         if (base.batch.global % mb == 0) out.push_back({mb, 0});
       return out;
     }
-    case Axis::Recompute:
+    case Axis::Recompute: {
       // optimal plans within the GPU's memory less the margin
       // (memory_budget): never slower than the fixed policies that fit.
-      return {{static_cast<std::int64_t>(Recompute::None), 0},
-              {static_cast<std::int64_t>(Recompute::Selective), 0},
-              {static_cast<std::int64_t>(Recompute::Full), 0},
-              {static_cast<std::int64_t>(Recompute::Optimal), 0}};
+      std::vector<AxisValue> out = {{static_cast<std::int64_t>(Recompute::None), 0},
+                                    {static_cast<std::int64_t>(Recompute::Selective), 0},
+                                    {static_cast<std::int64_t>(Recompute::Full), 0},
+                                    {static_cast<std::int64_t>(Recompute::Optimal), 0}};
+      // torchtitan's op-level policy, where the scenario's stack can launch
+      // it (its capabilities; a stack that refuses it, or none, searches
+      // Megatron-LM's vocabulary above).
+      if (base.stack) {
+        Plan probe;  // the defaults: only a rule about the policy refuses it
+        probe.recompute = Recompute::SelectiveOp;
+        if (!launch_violation(*base.stack, probe))
+          out.push_back({static_cast<std::int64_t>(Recompute::SelectiveOp), 0});
+      }
+      return out;
+    }
     case Axis::RecomputeK: return {};  // must be listed
     case Axis::Offload:
       return {{static_cast<std::int64_t>(OffloadChoice::None), 0},
