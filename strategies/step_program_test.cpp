@@ -20,10 +20,11 @@
 namespace strata::strategies {
 namespace {
 
-Scenario auto_space(const std::string& model, const std::string& cluster, int global) {
+Scenario auto_space(const std::string& model, const std::string& cluster, int global, const std::string& stack = "") {
   return parse_scenario("{\"model\": \"" + model + "\", \"cluster\": " + cluster +
                             ", \"batch\": {\"global\": " + std::to_string(global) +
-                            "}, \"plan\": {\"precision\": \"bf16\", \"optimizer\": \"adamw\"}, \"space\": \"auto\"}",
+                            "}, \"plan\": {\"precision\": \"bf16\", \"optimizer\": \"adamw\"}, \"space\": \"auto\"" +
+                            (stack.empty() ? "" : ", \"stack\": \"" + stack + "\"") + "}",
                         "auto.json");
 }
 
@@ -170,7 +171,16 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
   const int a = for_plans(small, 13 * share, 3, 800 / share, cmp);
   const int b = for_plans(llama, 601 * share, 11, 200 / share, cmp);
   const int c = for_plans(gpt3, 1499 * share, 5, 100 / share, cmp);
-  MESSAGE("plans compared: " << a << " small GPT, " << b << " Llama-3-70B, " << c << " GPT-3 175B; " << n.offload
+  // torchtitan's auto space adds its op-level selective checkpointing.
+  const Scenario titan = auto_space("llama3-8b", "{\"preset\": \"dgx-h100\", \"nodes\": 2}", 128, "torchtitan");
+  int sac = 0;
+  const int d = for_plans(titan, 89 * share, 7, 120 / share, [&](const Scenario& sc) {
+    if (sc.plan.recompute == Recompute::SelectiveOp) ++sac;
+    return compare(sc, n);
+  });
+  CHECK(sac >= 10 / share);
+  MESSAGE("plans compared: " << a << " small GPT, " << b << " Llama-3-70B, " << c << " GPT-3 175B, " << d
+                             << " Llama-3-8B under torchtitan (" << sac << " selective_op); " << n.offload
                              << " with offload, " << n.zero3 << " with ZeRO-3, " << n.merged << " merged exactly; "
                              << n.folded_err.size() << " folded: step time " << spread(n.folded_err)
                              << "; peak memory " << spread(n.folded_mem));
