@@ -251,5 +251,25 @@ TEST_CASE("a space's template is checked for the sizes it is read with") {
   CHECK(first_violation(big)->rule == "step-size");
 }
 
+TEST_CASE("the vdnn planner is refused with selective_op: the linear layers' inputs are not what it keeps") {
+  // vDNN moves each layer's linear-layer inputs; torchtitan's op-level
+  // policy keeps its save list's outputs instead, so there is nothing of
+  // that kind to move. Planner "all" moves what the layer keeps.
+  auto with = [](const char* planner) {
+    return parse_scenario(std::string(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100"},
+        "batch": {"global": 8, "micro": 1}, "plan": {"recompute": "selective_op",
+        "offload": {"activations": true, "planner": ")") + planner + R"("}}})",
+                          "t.json");
+  };
+  std::string message;
+  try {
+    with("vdnn");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CHECK(message.rfind("t.json: plan.offload.planner: the vdnn planner moves each layer's linear-layer inputs", 0) == 0);
+  CHECK_FALSE(first_violation(with("all")));
+}
+
 }  // namespace
 }  // namespace strata::strategies

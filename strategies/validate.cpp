@@ -194,6 +194,11 @@ std::optional<Violation> first_violation(const Scenario& s) {
     return fail("joint-needs-optimal-recompute", "plan.offload.planner",
                 "the joint planner decides recompute and offload together: it needs recompute "
                 "\"optimal\"");
+  if (p.offload.planner == OffloadPlanner::Vdnn && p.recompute == Recompute::SelectiveOp)
+    return fail("vdnn-not-selective-op", "plan.offload.planner",
+                "the vdnn planner moves each layer's linear-layer inputs, which recompute \"selective_op\" "
+                "does not keep (it keeps torchtitan's save list: outputs of every other matrix product and "
+                "of attention); use planner \"all\" or another recompute policy");
   if (p.offload.optimizer == OffloadTarget::Nvme && c.node.nvme_GiB <= 0)
     return fail("nvme-needed", "plan.offload.optimizer",
                 "offload to NVMe needs a cluster with nvme_GiB > 0");
