@@ -9,6 +9,7 @@
 #include "sim/json_reader.hpp"
 #include "report/table.hpp"
 #include "strategies/convergence_io.hpp"
+#include "sim/text.hpp"
 
 namespace strata::report {
 
@@ -44,8 +45,8 @@ std::string fitted_convergence_json(const strategies::FitRecord& r) {
   const auto& in = r.input;
   const auto& out = r.outcome;
   ordered_json fit;
-  fit["scenario"] = r.scenario;
-  fit["data"] = r.data;
+  fit["scenario"] = sim::utf8_escaped(r.scenario);
+  fit["data"] = sim::utf8_escaped(r.data);
   fit["entropy_rate"] = r.entropy_rate;
   fit["held_out_sequences"] = r.eval_sequences;
   fit["held_out_best_loss"] = in.loss_floor;

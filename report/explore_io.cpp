@@ -28,6 +28,7 @@
 #include "report/files.hpp"
 #include "sim/json_reader.hpp"
 #include "strategies/validate.hpp"
+#include "sim/text.hpp"
 
 namespace strata::report {
 
@@ -709,7 +710,7 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
   // Before the space: the stack sets the template's implementation, so a
   // changed stack is named as such.
   j["stack"] = stack;
-  j["calibration"] = sc.calibration ? ordered_json(*sc.calibration) : ordered_json();
+  j["calibration"] = sc.calibration ? ordered_json(sim::utf8_escaped(*sc.calibration)) : ordered_json();
   j["space"] = space;
   j["goal"] = goal;
   j["shards"] = {{"count", shard_count}, {"indices", shard_indices}};
@@ -1109,7 +1110,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   write_file_atomically(refined_path(o.out_dir), jsonl(refined));
 
   SummaryHead h;
-  h.meta["scenario"] = sc.file;
+  h.meta["scenario"] = sim::utf8_escaped(sc.file);
   h.meta["model"] = sc.model.name;
   h.meta["gpus"] = sc.cluster.gpus();
   h.meta["gpu"] = sc.cluster.gpu.name;

@@ -1,4 +1,5 @@
 #include "report/fields_io.hpp"
+#include "sim/text.hpp"
 
 namespace strata::report {
 
@@ -55,7 +56,7 @@ void add_goal_fields(nlohmann::ordered_json& j, const strategies::Scenario& sc,
                    {"optimizer", g.penalties.optimizer},
                    {"staleness", g.penalties.staleness},
                    {"total", g.penalties.total()}};
-  tr["convergence"] = sc.convergence->file;
+  tr["convergence"] = sim::utf8_escaped(sc.convergence->file);
   j["training"] = tr;
 }
 

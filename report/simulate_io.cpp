@@ -5,6 +5,7 @@
 #include "report/simulate.hpp"
 #include "report/fields_io.hpp"
 #include "report/table.hpp"
+#include "sim/text.hpp"
 
 namespace strata::report {
 
@@ -169,7 +170,7 @@ std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::StepPrediction* step, Format f) {
   if (f == Format::Json || f == Format::Csv) {
     ordered_json j;
-    j["scenario"] = sc.file;
+    j["scenario"] = sim::utf8_escaped(sc.file);
     j["model"] = sc.model.name;
     j["gpus"] = sc.cluster.gpus();
     if (sc.stack) j["stack"] = sc.stack->name;

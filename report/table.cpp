@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "sim/text.hpp"
+
 namespace strata::report {
 
 namespace {
@@ -26,23 +28,6 @@ Align align_of(const Table& t, std::size_t col) {
 
 namespace {
 
-// The code point of the UTF-8 sequence at s[i] and its length; length 0 for
-// an invalid sequence (a stray continuation byte, a truncated or overlong one).
-std::pair<char32_t, std::size_t> utf8_at(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return {0, 0};
-  char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-  for (std::size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return {0, 0};
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  static constexpr char32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kLeast[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
-  return {cp, n};
-}
-
 // Characters that change how a terminal or an editor shows the text after
 // them: C0 and C1 controls, DEL, and the bidirectional overrides, embeddings,
 // isolates and marks (which can make text read in another order than it is).
@@ -58,7 +43,7 @@ std::string printable(std::string_view s) {
   out.reserve(s.size());
   char buf[16];
   for (std::size_t i = 0; i < s.size();) {
-    const auto [cp, n] = utf8_at(s, i);
+    const auto [cp, n] = sim::utf8_at(s, i);
     if (n == 0) {  // not UTF-8: the byte, escaped (a raw 0x9B is a terminal's CSI)
       std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(s[i]));
       out += buf;

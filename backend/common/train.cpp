@@ -11,6 +11,7 @@
 #include "sim/json_reader.hpp"
 #include "sim/trace.hpp"
 #include "strategies/step_costs.hpp"
+#include "sim/text.hpp"
 
 namespace strata::backend {
 
@@ -178,10 +179,10 @@ std::string render_train_table(const TrainReport& r) {
 
 std::string render_train_json(const TrainReport& r) {
   nlohmann::ordered_json j;
-  j["scenario"] = r.scenario;
+  j["scenario"] = sim::utf8_escaped(r.scenario);
   j["cluster"] = r.cluster;
   j["backend"] = r.backend;
-  j["data"] = r.data;
+  j["data"] = sim::utf8_escaped(r.data);
   j["best_loss"] = r.best_loss ? nlohmann::ordered_json(*r.best_loss) : nlohmann::ordered_json(nullptr);
   j["ranks"] = r.ranks;
   j["dp"] = r.dp;

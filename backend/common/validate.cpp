@@ -13,6 +13,7 @@
 #include "sim/memory.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/step_costs.hpp"
+#include "sim/text.hpp"
 
 namespace strata::backend {
 
@@ -415,10 +416,10 @@ double rel(double p, double m) { return m != 0 ? (p - m) / m : 0.0; }
 
 std::string render_validate_json(const ValidateReport& r) {
   nlohmann::ordered_json j;
-  j["scenario"] = r.scenario;
+  j["scenario"] = sim::utf8_escaped(r.scenario);
   j["cluster"] = r.cluster;
   j["backend"] = r.backend;
-  j["calibration"] = r.calibration;
+  j["calibration"] = sim::utf8_escaped(r.calibration);
   j["ranks"] = r.ranks;
   j["dp"] = r.dp;
   j["tp"] = r.tp;

@@ -144,6 +144,21 @@ def main():
         out, _ = run(strata, "describe", scenario)
         check_terminal(out, "describe table")
 
+        # A file name that is not UTF-8 (a Latin-1 name): the JSON outputs
+        # name it with the byte written \xff, as the tables show it; every
+        # command finishes (before: an internal error, and explore left a
+        # directory without summary.json).
+        latin1 = os.path.join(os.fsencode(tmp), b"caf\xe9.json")
+        with open(latin1, "wb") as f, open(scenario, "rb") as g:
+            f.write(g.read())
+        out, _ = run(strata, "simulate", os.fsdecode(latin1), "--format", "json")
+        check(json.loads(out)["scenario"].endswith("caf\\xe9.json"), "simulate json: a Latin-1 file name, escaped")
+        d = os.path.join(tmp, "latin1-out")
+        run(strata, "explore", os.fsdecode(latin1), "--out", d, "--jobs", "1")
+        with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
+            check(json.load(f)["scenario"].endswith("caf\\xe9.json"), "explore of a Latin-1 file name: summary.json")
+        run(strata, "explore", os.fsdecode(latin1), "--out", d, "--resume", "--jobs", "1")
+
         # A layer-chain model's header line (describe, tradeoff), escaped as
         # its rows are; a bidirectional override too. Before: printed raw.
         chain_name = "=HYPERLINK(\"http://x\")\u202e\u001b[2J " + HOSTILE
