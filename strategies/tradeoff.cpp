@@ -20,6 +20,11 @@ namespace {
 // rate measured on 200- and 400-stage chains at 100 levels, 0.6–1.2·10⁹
 // steps per second (docs/performance.md).
 constexpr double kMaxFrontierSteps = 1e10;
+// A transformer plan's trade-off: (budgets + 2) optimal-recompute tables of
+// (layers per chunk)² cells each, about 1.5·10⁷ cells a second measured
+// (gpt2-124m widths at 4,000 and 10,000 layers over 2 stages, 16 budgets:
+// 3.9 and 32 s with a build beside it); 2·10⁸ is about 10 s.
+constexpr double kMaxPlanTableCells = 2e8;
 
 remat::Chain layer_chain(const Scenario& sc, const ModelStepCosts& costs) {
   const cost::LayerChain& lc = *sc.model.chain;
@@ -228,6 +233,21 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
     const LayerPlan layers = plan_layers(x, costs);
     return Measured{estimate_memory(x, {}, layers), predict_step_coarse(x, costs).step_time};
   };
+  // The optimal solver runs once per budget (and for the least memory),
+  // each over a table of (layers of the longest chunk)² cells: refused,
+  // named, where that takes more than seconds (kMaxPlanTableCells).
+  std::int64_t most = 0;
+  for (const std::int64_t n : chunk_layers(sc.plan, sc.model.layers)) most = std::max(most, n);
+  if (const double cells = static_cast<double>(o.budgets + 2) * static_cast<double>(most) * static_cast<double>(most);
+      cells > kMaxPlanTableCells) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "the trade-off solves optimal recompute %d times over chunks of up to %lld layers, about "
+                  "%.2g table cells (Strata allows %.2g, about 10 s; rule tradeoff-size): use more pipeline "
+                  "stages or fewer budgets (--budgets)",
+                  o.budgets + 2, static_cast<long long>(most), cells, kMaxPlanTableCells);
+    throw InputError(sc.file, "model.layers", buf);
+  }
   const Measured none = measure(Recompute::None, 1, std::nullopt);
   Tradeoff t;
   t.model = sc.model.name;
@@ -247,10 +267,15 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   // The least optimal recompute reaches: its choices within no budget at all.
   const Measured least = measure(Recompute::Optimal, 1, Bytes{1});
   t.budgets = sweep(point(none, "").peak, point(least, "").peak, o.budgets);
-  std::int64_t most = 0;
-  for (const std::int64_t n : chunk_layers(sc.plan, sc.model.layers)) most = std::max(most, n);
+  // Segments of every length up to 64 layers, then lengths 1.25 times
+  // apart up to the longest chunk (its whole length last): each point is
+  // a replay over the layers, so trying every length grew as layers² (a
+  // 6,000-layer plan took 36 s); at most 64 + 50 points at 100,000 layers.
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t k = 1; k <= most; k = k < 64 ? k + 1 : (k * 5 + 3) / 4) lengths.push_back(k);
+  if (lengths.back() != most) lengths.push_back(most);
   std::vector<TradeoffPoint> every;
-  for (std::int64_t k = 1; k <= most; ++k)
+  for (const std::int64_t k : lengths)
     every.push_back(point(measure(Recompute::EveryK, k, std::nullopt), "k=" + std::to_string(k)));
   std::vector<TradeoffPoint> optimal = {point(least, "")};
   for (const Bytes b : t.budgets) optimal.push_back(point(measure(Recompute::Optimal, 1, t.fixed_bytes + b), ""));

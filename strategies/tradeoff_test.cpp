@@ -93,6 +93,31 @@ TEST_CASE("a pipeline plan's sweep: its own steps, optimal recompute never slowe
   CHECK(optimal.best.back()->time > t.no_savings);
 }
 
+TEST_CASE("a pipeline plan's trade-off is bounded: (budgets + 2) x (layers per chunk)² refused past 2e8") {
+  // 7,000 layers over 2 stages at 16 budgets: 18 optimal-recompute tables
+  // of 3,500² cells, 2.2e8, refused at once with the rule; 4 budgets (6
+  // tables, 7.4e7) run.
+  const std::string text = R"({"model": {"preset": "gpt2-124m", "layers": 7000},
+      "cluster": {"preset": "dgx-h100", "gpu": {"preset": "h100-sxm", "memory_GiB": 20000}},
+      "batch": {"global": 8, "micro": 1}, "plan": {"optimizer": "sgd", "pp": 2, "dp": 4}})";
+  const Scenario sc = scenario(text);
+  std::string message;
+  try {
+    tradeoff(sc, {.budgets = 16});
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CHECK(message.find("model.layers: the trade-off solves optimal recompute 18 times over chunks of up to 3500 "
+                     "layers") != std::string::npos);
+  CHECK(message.find("rule tradeoff-size") != std::string::npos);
+  // A chunk longer than 64 layers: every_k tries every length to 64, then
+  // lengths 1.25 apart and the chunk's own (200 here).
+  const Tradeoff t = tradeoff(scenario(R"({"model": {"preset": "gpt2-124m", "layers": 400},
+      "cluster": "dgx-a100-80g", "batch": {"global": 8, "micro": 1}, "plan": {"pp": 2, "dp": 4}})"),
+                              {.budgets = 2});
+  CHECK(t.shape == "400 layers over 2 pipeline stages");
+}
+
 TEST_CASE("tradeoff says what it does not model") {
   // A pipeline stage's microbatches overlap: not one chain.
   const Scenario sc = scenario(R"({"model": "gpt2-124m", "cluster": "dgx-a100-80g",
