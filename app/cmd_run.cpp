@@ -32,9 +32,10 @@ struct RunArgs {
 std::string run(const RunArgs& a) {
   require_table_or_json(a.format, "run");
   // The trace's path is checked before training: not the scenario (or a
-  // file of the explore directory) read, a path the writer takes.
+  // file of the explore directory), the calibration or the corpus read, a
+  // path the writer takes.
   if (!a.trace.empty()) {
-    report::require_output_apart(a.trace, "--trace", {a.scenario, a.calibration});
+    report::require_output_apart(a.trace, "--trace", {a.scenario, a.calibration, a.options.data});
     report::check_output_target(a.trace);
   }
   auto sc = load_plan_or_explored(a.scenario, a.rank, "run");
