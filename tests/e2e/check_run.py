@@ -83,6 +83,15 @@ def main(strata, scenario):
             json.dump(sc, f)
         b = json.loads(run(strata, "run", path, "--backend", "cpu", "--steps", "3", "--data", __file__,
                            "--format", "json").stdout)
+        # The corpus is an input: as the trace's target it is refused, intact.
+        corpus = os.path.join(tmp, "corpus.bin")
+        with open(corpus, "wb") as f:
+            f.write(bytes(range(256)) * 64)
+        same = run(strata, "run", path, "--backend", "cpu", "--steps", "1", "--data", corpus, "--trace", corpus,
+                   expect=2)
+        with open(corpus, "rb") as f:
+            check(f.read() == bytes(range(256)) * 64 and "--trace is the input" in same.stderr,
+                  f"--trace onto the --data corpus: {same.stderr}")
     check(b["best_loss"] is None and abs(b["steps"][0]["loss"] - math.log(256)) < 0.1,
           f"byte-level first loss {b['steps'][0]['loss']}")
     # What the executor does not run is bad input naming the rule.
