@@ -246,11 +246,9 @@ class ExploreResult:
         return self.summary._repr_html_()
 
     def __repr__(self) -> str:
-        s = self.summary
-        return (
-            f"<strata.ExploreResult {self.out}: {s.get('total', '?')} plans, "
-            f"{s.get('scored', '?')} scored, best {s.get('top', [{}])[0].get('plan_id', '-') if s.get('top') else '-'}>"
-        )
+        counts = self.summary.get("counts", {})
+        best = self.top[0].get("plan_id", "-") if self.top else "-"
+        return f"<strata.ExploreResult {self.out}: counts {counts}, best {best}>"
 
 
 # ------------------------------------------------------------------ calls --

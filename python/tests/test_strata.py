@@ -103,6 +103,19 @@ def test_input_error_carries_file_path_rule(root, cli, tmp_path):
     assert d.value.file == "<dict>" and d.value.path == "plan.tensor_parallel"
 
 
+def test_worker_thread_errors_raise_input_error(root, tmp_path):
+    # explore and validate run on a worker thread: bad input found there
+    # still arrives as strata.InputError with its fields.
+    bad = json.loads(json.dumps(GPT2_DICT))
+    bad["space"] = {"tp": [1, 2], "zero_stage": [1]}
+    with pytest.raises(strata.InputError) as e:
+        strata.explore(bad, out=tmp_path / "x")
+    assert e.value.file == "<dict>" and e.value.path == "space.zero_stage"
+    with pytest.raises(strata.InputError) as v:
+        strata.validate(str(tmp_path / "missing.json"))
+    assert v.value.file == str(tmp_path / "missing.json") and v.value.rule == "file not found"
+
+
 def test_missing_file_and_bad_arguments_raise(root, cli):
     # Never a crash: a missing file is the CLI's InputError, a wrong type a
     # TypeError, a bad option value an InputError naming it.
