@@ -28,6 +28,7 @@ std::string export_plan(const ExportArgs& a) {
     report::check_output_target(a.out);
   }
   const auto sc = report::load_export_scenario(a.input, a.rank, a.scenario);
+  report::require_output_apart(a.out, "--out", scenario_inputs(sc));
   strategies::require_transformer(sc, "export");
   const auto ex = report::export_plan(sc, a.target);
   // DeepSpeed's JSON has no comments: its notes go to stderr; every

@@ -54,6 +54,8 @@ std::string fit_convergence(const FitArgs& a, const Subcommand& cmd) {
     report::check_output_target(*out);
   }
   auto sc = load_plan_scenario(a.scenario, "fit-convergence");
+  for (const auto* out : {&a.out, &a.plot})
+    report::require_output_apart(*out, out == &a.out ? "--out" : "--plot", scenario_inputs(sc));
   auto o = a.options;
   if (a.quick) {
     if (!cmd.given("--batches")) o.batches = {4, 8, 16, 32};

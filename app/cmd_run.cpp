@@ -39,6 +39,7 @@ std::string run(const RunArgs& a) {
     report::check_output_target(a.trace);
   }
   auto sc = load_plan_or_explored(a.scenario, a.rank, "run");
+  report::require_output_apart(a.trace, "--trace", scenario_inputs(sc));
   auto options = a.options;
   options.trace = !a.trace.empty();
   int cuda_rank = 0;  // this process's rank in a multi-GPU CUDA run: only rank 0 prints

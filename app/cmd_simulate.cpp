@@ -25,7 +25,9 @@ std::string simulate(const SimulateArgs& a) {
     report::check_output_target(a.trace);
   }
   const auto sc = load_plan_scenario(a.scenario, "simulate");
-  if (sc.calibration) report::require_output_apart(a.trace, "--trace", {*sc.calibration});
+  // Nor a file the scenario names (its model, cluster, stack, convergence
+  // model, calibration).
+  report::require_output_apart(a.trace, "--trace", scenario_inputs(sc));
   return report::simulate(sc, {.analytical = a.analytical,
                                .chunk = a.granularity == "chunk",
                                .trace = a.trace,

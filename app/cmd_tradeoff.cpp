@@ -24,6 +24,7 @@ std::string tradeoff(const TradeoffArgs& a) {
     report::check_output_target(a.svg);
   }
   const auto sc = load_scenario_file(a.scenario);
+  report::require_output_apart(a.svg, "--svg", scenario_inputs(sc));
   const auto t = strategies::tradeoff(sc, a.options);
   std::string out = report::render_tradeoff(t, a.format);
   if (!a.svg.empty()) report::write_file_atomically(a.svg, report::tradeoff_svg(t));

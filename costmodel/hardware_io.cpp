@@ -110,7 +110,8 @@ ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir
     if (based) f->fail("\"file\" and \"preset\" are exclusive");
     const std::string path = resolve_path(f->as_string(), base_dir);
     const auto j = load_json_file(path);
-    c = read_cluster_object(JsonReader(j, path),
+    f->read_file(path);
+    c = read_cluster_object(f->reading(j, path),
                             std::filesystem::path(path).parent_path().string(), depth + 1);
     based = true;
   }
@@ -186,7 +187,8 @@ ClusterSpec read_cluster(const JsonReader& value, const std::string& base_dir) {
       const std::string path = resolve_path(s, base_dir);
       if (!std::filesystem::exists(path)) value.fail("cluster file \"" + s + "\" not found");
       const auto j = load_json_file(path);
-      return read_cluster_object(JsonReader(j, path),
+      value.read_file(path);
+      return read_cluster_object(value.reading(j, path),
                                  std::filesystem::path(path).parent_path().string(), 1);
     }
     return cluster_preset_at(s, value, 0);

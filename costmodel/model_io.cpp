@@ -24,8 +24,9 @@ struct Ctx {
 };
 
 ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth, const Ctx& ctx);
+// `from`: the reader that names the file (its list of files read), or none.
 ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth,
-                               const Ctx& ctx);
+                               const Ctx& ctx, const JsonReader* from = nullptr);
 bool is_hf_config(const nlohmann::json& j);
 // A model read from a Hugging Face config, and the context limit it gives.
 struct HfModel {
@@ -150,10 +151,11 @@ ModelSpec model_file_at(const JsonReader& r, const JsonReader& f, const std::str
   const std::string path = resolve_path(f.as_string(), base_dir);
   if (depth + 1 > kMaxIncludeDepth) f.fail("presets/files nest more than 8 deep");
   const auto j = load_json_file(path);
+  f.read_file(path);
   const auto ig = r.get("ignore_hf_keys");
   if (!is_hf_config(j)) {
     if (ig) ig->fail("applies to a Hugging Face config.json; \"file\" names a Strata model");
-    return model_from_file_json(j, path, depth + 1, ctx);
+    return model_from_file_json(j, path, depth + 1, ctx, &f);
   }
   std::vector<std::string> ignore;
   if (ig) {
@@ -648,8 +650,8 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
 
 // A model file's JSON: Strata's format or a Hugging Face config.json.
 ModelSpec model_from_file_json(const nlohmann::json& j, const std::string& path, int depth,
-                               const Ctx& ctx) {
-  const JsonReader r(j, path);
+                               const Ctx& ctx, const JsonReader* from) {
+  const JsonReader r = from ? from->reading(j, path) : JsonReader(j, path);
   if (!j.is_object())
     r.fail("must be a JSON object (a model, a Hugging Face config.json or a scenario)");
   if (is_hf_config(j)) {
@@ -687,6 +689,7 @@ ModelSpec read_model(const JsonReader& value, const std::string& base_dir) {
       const std::string path = resolve_path(s, base_dir);
       if (!std::filesystem::exists(path)) value.fail("model file \"" + s + "\" not found");
       const auto j = load_json_file(path);
+      value.read_file(path);
       // A training scenario needs the sequence length a Hugging Face config
       // does not give: named at the scenario's value.
       if (is_hf_config(j)) {
@@ -694,7 +697,7 @@ ModelSpec read_model(const JsonReader& value, const std::string& base_dir) {
         hf_seq_len_default(value, "\"" + s + "\"", hf.model, hf.max_position_embeddings,
                            Ctx{.training = true});
       }
-      return model_from_file_json(j, path, 1, Ctx{.training = true});
+      return model_from_file_json(j, path, 1, Ctx{.training = true}, &value);
     }
     return preset_at(s, value, 0);
   }

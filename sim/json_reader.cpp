@@ -218,12 +218,16 @@ bool JsonReader::has(std::string_view key) const {
 
 JsonReader JsonReader::at(std::string_view key) const {
   if (!has(key)) fail_at(key, "missing required key");
-  return JsonReader(value_->at(std::string(key)), file_, child_path(key));
+  JsonReader r(value_->at(std::string(key)), file_, child_path(key));
+  r.files_ = files_;
+  return r;
 }
 
 std::optional<JsonReader> JsonReader::get(std::string_view key) const {
   if (!has(key)) return std::nullopt;
-  return JsonReader(value_->at(std::string(key)), file_, child_path(key));
+  JsonReader r(value_->at(std::string(key)), file_, child_path(key));
+  r.files_ = files_;
+  return r;
 }
 
 void JsonReader::allow(std::initializer_list<std::string_view> keys) const {
@@ -318,8 +322,10 @@ std::vector<JsonReader> JsonReader::elements() const {
   if (!value_->is_array()) fail("must be an array, got " + type_name());
   std::vector<JsonReader> out;
   out.reserve(value_->size());
-  for (std::size_t i = 0; i < value_->size(); ++i)
+  for (std::size_t i = 0; i < value_->size(); ++i) {
     out.emplace_back((*value_)[i], file_, path_ + "[" + std::to_string(i) + "]");
+    out.back().files_ = files_;
+  }
   return out;
 }
 

@@ -42,6 +42,24 @@ class JsonReader {
 
   const std::string& file() const { return file_; }
   const std::string& path() const { return path_; }
+
+  // The files a document read through this reader names (a model, cluster,
+  // stack or convergence file), for outputs to stay apart from them: a
+  // list the caller owns, shared by every reader made from this one.
+  // `files_read` sets it; `read_file` records one (nothing without a list);
+  // `reading` gives a reader of a loaded file the same list.
+  JsonReader& files_read(std::vector<std::string>* list) {
+    files_ = list;
+    return *this;
+  }
+  void read_file(const std::string& path) const {
+    if (files_) files_->push_back(path);
+  }
+  JsonReader reading(const nlohmann::json& value, std::string file) const {
+    JsonReader r(value, std::move(file));
+    r.files_ = files_;
+    return r;
+  }
   const nlohmann::json& json() const { return *value_; }
 
   bool is_object() const;
@@ -103,6 +121,7 @@ class JsonReader {
   std::string file_;
   std::string path_;
   mutable std::vector<std::string> allowed_;
+  std::vector<std::string>* files_ = nullptr;
 };
 
 }  // namespace strata

@@ -242,6 +242,7 @@ ConvergenceModel read_scenario_convergence(const JsonReader& r, const std::strin
     if (cost::names_a_file(s)) {
       const std::string path = cost::resolve_path(s, base_dir);
       if (!std::filesystem::exists(path)) v.fail("convergence file \"" + s + "\" not found");
+      v.read_file(path);
       return load_convergence_file(path);
     }
     if (!cost::find_preset("convergence", s)) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "costmodel/hardware.hpp"
 #include "costmodel/model.hpp"
@@ -44,6 +45,10 @@ struct Scenario {
   std::shared_ptr<const ConvergenceModel> convergence;
   std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path
+  // The files the scenario named and read, besides itself: its model's,
+  // cluster's, stack's and convergence model's, nested ones included
+  // (outputs must not replace them).
+  std::vector<std::string> files;
   KernelMemory kernel_memory = KernelMemory::Gpu;
   // Lowered for an executor (set by the executors and the predictions
   // beside their measurements, never read from a file): its steps run one

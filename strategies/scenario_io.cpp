@@ -160,10 +160,11 @@ Goal read_goal(const JsonReader& r) {
   return g;
 }
 
-Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
+Scenario read_scenario(JsonReader r, const std::string& base_dir) {
   if (!r.is_object()) r.fail("a scenario must be a JSON object");
   Scenario s;
   s.file = r.file();
+  r.files_read(&s.files);
   // Unknown keys first: a misspelt "model" is named as such (with the
   // closest key), not reported as a missing "model".
   r.allow({"name", "description", "model", "cluster", "batch", "plan", "stack", "space", "goal",
@@ -220,6 +221,7 @@ Scenario read_scenario(const JsonReader& r, const std::string& base_dir) {
       c->fail("calibration file \"" + c->as_string() + "\" not found");
     s.calibration = path;
   }
+  r.files_read(nullptr);  // `s` is returned: no reader keeps its list
   r.reject_unknown_keys();
   if (!s.space) {
     require_valid_plan(s);

@@ -1,7 +1,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <unistd.h>
 
 #include "sim/error.hpp"
 #include "strategies/scenario.hpp"
@@ -269,6 +272,37 @@ TEST_CASE("the vdnn planner is refused with selective_op: the linear layers' inp
   }
   CHECK(message.rfind("t.json: plan.offload.planner: the vdnn planner moves each layer's linear-layer inputs", 0) == 0);
   CHECK_FALSE(first_violation(with("all")));
+}
+
+TEST_CASE("a scenario lists the files it read: model (and the file it names), cluster, stack, convergence") {
+  // Outputs are checked against these (app's scenario_inputs): a trace
+  // written over the model file would break the scenario.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata-files-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  auto write = [&](const fs::path& p, const std::string& text) { std::ofstream(p) << text; };
+  write(dir / "base.json", R"({"preset": "gpt2-124m"})");
+  write(dir / "sub" / "model.json", R"({"file": "../base.json", "layers": 4})");
+  write(dir / "cluster.json", R"({"preset": "dgx-a100-80g"})");
+  fs::copy_file(std::string(STRATA_SOURCE_DIR) + "/configs/convergence/default.json", dir / "conv.json");
+  const std::string stack = std::string(STRATA_SOURCE_DIR) + "/configs/stacks/torchtitan.json";
+  write(dir / "s.json", R"({"model": "sub/model.json", "cluster": {"file": "cluster.json"},
+      "batch": {"global": 8, "micro": 1}, "plan": {"zero": 3}, "stack": ")" + stack + R"(",
+      "goal": {"tokens": 1e9}, "convergence": "conv.json"})");
+  Scenario sc;
+  std::string error;
+  try {
+    sc = load_scenario((dir / "s.json").string());
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  REQUIRE_MESSAGE(error.empty(), error);
+  std::vector<std::string> names;
+  for (const auto& f : sc.files) names.push_back(fs::path(f).lexically_normal().filename().string());
+  CHECK(names == std::vector<std::string>{"model.json", "base.json", "cluster.json", stack.substr(stack.rfind('/') + 1),
+                                          "conv.json"});
+  fs::remove_all(dir);
 }
 
 }  // namespace

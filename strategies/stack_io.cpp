@@ -208,6 +208,7 @@ Stack read_stack(const JsonReader& r, const std::string& base_dir) {
     const std::string path = cost::resolve_path(s, base_dir);
     if (!std::filesystem::exists(path)) r.fail("stack file \"" + s + "\" not found");
     const auto j = load_json_file(path);
+    r.read_file(path);
     return read_stack_file(JsonReader(j, path), s);
   }
   if (!cost::find_preset("stacks", s)) r.fail(cost::unknown_preset_rule("stack", s, known()));
