@@ -918,6 +918,80 @@ void rescore_records(const strategies::Scenario& sc, const std::string& results,
   }
 }
 
+namespace {
+
+// A summary's counts: one partition of its shards' plans.
+struct Counts {
+  std::uint64_t enumerated = 0, invalid = 0, pruned = 0, not_modelled = 0, failed = 0, scored = 0;
+  std::map<std::string, strategies::RuleCount> rejected, by_pool;
+};
+
+// Reads `counts`, `rejected_by_rule` and `pruned_by_pool` of summary `r`
+// and checks that they add up: every plan enumerated is invalid, pruned,
+// not modelled, failed or scored, and the per-rule and per-pool counts sum
+// to their totals (a record dropped with a count moved by hand does not).
+Counts read_counts(const JsonReader& r) {
+  const auto c = r.at("counts");
+  c.allow({"pareto", "dominated"});
+  auto n = [&](const char* key) { return static_cast<std::uint64_t>(c.at(key).as_int(0, INT64_MAX)); };
+  Counts k;
+  k.enumerated = n("enumerated");
+  k.invalid = n("invalid");
+  k.pruned = n("pruned_by_memory");
+  k.not_modelled = n("not_modelled");
+  k.failed = n("failed");
+  k.scored = n("scored");
+  c.reject_unknown_keys();
+  k.rejected = rules_from(r.at("rejected_by_rule"));
+  k.by_pool = rules_from(r.at("pruned_by_pool"));
+  auto total = [](const std::map<std::string, strategies::RuleCount>& m) {
+    std::uint64_t t = 0;
+    for (const auto& [rule, rc] : m) t += rc.count;
+    return t;
+  };
+  const std::string forged = ": the summary's counts are not explore's";
+  const std::uint64_t parts = k.invalid + k.pruned + k.not_modelled + k.failed + k.scored;
+  if (parts != k.enumerated)
+    c.fail("invalid + pruned_by_memory + not_modelled + failed + scored is " + std::to_string(parts) +
+           ", not enumerated = " + std::to_string(k.enumerated) + forged);
+  if (total(k.rejected) != k.invalid)
+    r.fail_at("rejected_by_rule", "adds up to " + std::to_string(total(k.rejected)) +
+                                      " plans, not counts.invalid = " + std::to_string(k.invalid) + forged);
+  if (total(k.by_pool) != k.pruned)
+    r.fail_at("pruned_by_pool", "adds up to " + std::to_string(total(k.by_pool)) +
+                                    " plans, not counts.pruned_by_memory = " + std::to_string(k.pruned) + forged);
+  return k;
+}
+
+// The counts against the space explored: as many plans enumerated as the
+// shards hold of it (plan i is in shard i % count), and as many invalid as
+// its rules refuse there, checked again (about a microsecond a plan): a
+// valid plan dropped from the records and counted invalid is found.
+void check_counts(const JsonReader& r, const Counts& k, const strategies::Scenario& sc, const ShardSet& shards) {
+  if (!sc.space) return;
+  const auto c = r.at("counts");
+  const std::uint64_t size = sc.space->size();
+  std::uint64_t expected = 0;
+  for (const std::uint64_t i : shards.indices) expected += i < size ? (size - i + shards.count - 1) / shards.count : 0;
+  if (k.enumerated != expected)
+    c.fail_at("enumerated", "is " + std::to_string(k.enumerated) + "; the space's " + std::to_string(size) +
+                                " plans give this directory's shards " + std::to_string(expected) +
+                                ": the summary's counts are not explore's");
+  strategies::Scenario pt = sc;
+  pt.space.reset();
+  std::uint64_t refused = 0;
+  for (const std::uint64_t i : shards.indices)
+    for (std::uint64_t index = i; index < size; index += shards.count) {
+      strategies::space_point(sc, *sc.space, index, pt.plan, pt.batch);
+      if (strategies::first_violation(pt)) ++refused;
+    }
+  if (refused != k.invalid)
+    c.fail_at("invalid", "is " + std::to_string(k.invalid) + "; the space's rules refuse " + std::to_string(refused) +
+                             " of the shards' plans: the summary's counts are not explore's");
+}
+
+}  // namespace
+
 CheckedDir check_explore_dir(const std::string& dir, bool lines) {
   const std::string sp = summary_path(dir), rp = results_path(dir), fp = refined_path(dir);
   for (const auto& p : {sp, rp})
@@ -948,6 +1022,7 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines) {
     if (out.explored) {
       check_manifest(mp, *out.explored, scenario_copy_path(dir), &shards);
       check = {&*out.explored, shards.count, shards.indices};
+      if (r.has("counts")) check_counts(r, read_counts(r), *out.explored, shards);
     }
   }
   const RecordCheck* checking = out.explored ? &check : nullptr;
@@ -1216,23 +1291,16 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     if (mine.indices.empty()) shards.fail_at("indices", "names no shard");
     first_shard[d] = *std::min_element(mine.indices.begin(), mine.indices.end());
     shards.reject_unknown_keys();
-    const auto c = r.at("counts");
-    c.allow({"pareto", "dominated"});
-    std::uint64_t scored = 0, pruned = 0;
-    auto add = [&](const char* key, std::uint64_t& to) {
-      const auto n = static_cast<std::uint64_t>(c.at(key).as_int(0, INT64_MAX));
-      to += n;
-      return n;
-    };
-    add("enumerated", h.enumerated);
-    add("invalid", h.invalid);
-    pruned = add("pruned_by_memory", h.pruned);
-    add("not_modelled", h.not_modelled);
-    add("failed", h.failed);
-    scored = add("scored", h.scored);
-    c.reject_unknown_keys();
-    strategies::merge_rule_counts(h.rejected, rules_from(r.at("rejected_by_rule")));
-    strategies::merge_rule_counts(h.pruned_by_pool, rules_from(r.at("pruned_by_pool")));
+    const Counts counts = read_counts(r);
+    h.enumerated += counts.enumerated;
+    h.invalid += counts.invalid;
+    h.pruned += counts.pruned;
+    h.not_modelled += counts.not_modelled;
+    h.failed += counts.failed;
+    h.scored += counts.scored;
+    const std::uint64_t scored = counts.scored, pruned = counts.pruned;
+    strategies::merge_rule_counts(h.rejected, counts.rejected);
+    strategies::merge_rule_counts(h.pruned_by_pool, counts.by_pool);
     r.reject_unknown_keys();
 
     // What the directory holds plans of: its manifest, the same for every
@@ -1263,6 +1331,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
                        "file not found: merge checks every record against the space explored, read from the "
                        "copy of the scenario explore keeps there");
     check_manifest(mp, *sc, scenario_copy_path(dirs[d]), &mine);
+    check_counts(r, counts, *sc, mine);
     scenarios.push_back(std::move(*sc));
     const RecordCheck check{&scenarios.back(), count, mine.indices};
 

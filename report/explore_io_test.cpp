@@ -691,6 +691,45 @@ TEST_CASE("resume, merge and report: a record of a real plan with forged figures
   CHECK(load_report_data(t / "d").plans.size() == 144);
 }
 
+TEST_CASE("merge, report and export: a summary's counts must be a partition of its space, checked again") {
+  // A record dropped and counted invalid by hand (a forgery that would
+  // hide the best plan): the totals no longer add up, or, with a rule's
+  // count raised too, the space's own rules refuse one plan fewer.
+  TempDir t("forged-counts");
+  const auto sc = scenario_file(t / "small.json");
+  explore_shards(sc, t);
+  auto edit = [&](auto&& f) {
+    auto s = nlohmann::json::parse(read(t / "s1/summary.json"));
+    f(s);
+    std::ofstream(t / "s1/summary.json", std::ios::binary | std::ios::trunc) << s.dump(2) << "\n";
+  };
+  const std::string clean = read(t / "s1/summary.json");
+  edit([](auto& s) {
+    s["counts"]["scored"] = s["counts"]["scored"].template get<int>() - 1;
+    s["counts"]["invalid"] = s["counts"]["invalid"].template get<int>() + 1;
+  });
+  const std::string sp = t / "s1/summary.json";
+  const std::string msg = testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); });
+  CHECK(msg.rfind(sp + ": rejected_by_rule: adds up to ", 0) == 0);
+  CHECK(!fs::exists(t / "m"));
+  edit([](auto& s) {
+    auto& r = s["rejected_by_rule"];
+    auto& first = r.begin().value();
+    first["count"] = first["count"].template get<int>() + 1;
+  });
+  for (const auto& m : {testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }),
+                        testing::input_error_of([&] { load_report_data(t / "s1"); }),
+                        testing::input_error_of([&] { load_export_scenario(t / "s1", 1, ""); })})
+    CHECK(m.find(sp + ": counts.invalid: is ") == 0);
+  CHECK(!fs::exists(t / "m"));
+  // Counts that do not partition the plans enumerated.
+  std::ofstream(t / "s1/summary.json", std::ios::binary | std::ios::trunc) << clean;
+  edit([](auto& s) { s["counts"]["enumerated"] = s["counts"]["enumerated"].template get<int>() + 1; });
+  CHECK(testing::input_error_of([&] { load_report_data(t / "s1"); }).rfind(sp + ": counts: invalid + ", 0) == 0);
+  std::ofstream(t / "s1/summary.json", std::ios::binary | std::ios::trunc) << clean;
+  CHECK_NOTHROW(merge_explore({t / "s0", t / "s1"}, t / "m"));
+}
+
 TEST_CASE("export and run of a directory: checked as report checks it") {
   // A scenario copy that is not the manifest's, and a summary whose top
   // plan is not the records', are refused as report refuses them.
