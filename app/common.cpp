@@ -204,12 +204,6 @@ void require_table_or_json(report::Format format, const std::string& command) {
   if (format == report::Format::Csv) throw InputError("--format", "", command + " prints table or json");
 }
 
-std::vector<std::string> scenario_inputs(const strategies::Scenario& sc) {
-  std::vector<std::string> files = sc.files;
-  if (sc.calibration) files.push_back(*sc.calibration);
-  return files;
-}
-
 #if STRATA_HAVE_CUDA
 backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::string& scenario_path) {
   backend::cuda::Launch launch;

@@ -184,10 +184,6 @@ void add_plan_source_options(Subcommand& cmd, std::string& path, std::size_t& ra
 // `command` prints a table or JSON only: --format csv is bad input.
 void require_table_or_json(report::Format format, const std::string& command);
 
-// The files a loaded scenario read besides itself (Scenario::files and its
-// calibration): what an output must not replace (report::require_output_apart).
-std::vector<std::string> scenario_inputs(const strategies::Scenario& sc);
-
 // Reading scenarios, the executor checks and the CPU calibration:
 // app/scenarios.hpp (shared with the Python module).
 

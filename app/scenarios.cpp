@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "backend/cpu/calibrate.hpp"
 #include "backend/cpu/executor.hpp"
@@ -105,6 +107,12 @@ strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t 
   if (rank != 0) throw InputError("--rank", "", "takes an explore output directory, and " + path + " is a file");
   require_file(path);
   return load_plan_scenario(path, command);
+}
+
+std::vector<std::string> scenario_inputs(const strategies::Scenario& sc) {
+  std::vector<std::string> files = sc.files;
+  if (sc.calibration) files.push_back(*sc.calibration);
+  return files;
 }
 
 void require_cpu_executor(const strategies::Scenario& sc, const std::string& scenario_path) {

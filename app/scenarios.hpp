@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/common/capabilities.hpp"
 #include "strategies/scenario.hpp"
@@ -34,6 +35,10 @@ strategies::Scenario load_plan_scenario(const std::string& path, const std::stri
 // top list (0 or 1: the best by throughput) on the explored model and
 // cluster (report::load_export_scenario), for `run` and `validate`.
 strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command);
+
+// The files a loaded scenario read besides itself (Scenario::files and its
+// calibration): what an output must not replace (report::require_output_apart).
+std::vector<std::string> scenario_inputs(const strategies::Scenario& sc);
 
 // The CPU executor runs the scenario's plan on this host, or bad input says why not.
 // (Then print_differences for the CPU backend.)

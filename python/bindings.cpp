@@ -142,12 +142,13 @@ std::string simulate(const Source& s, bool analytical, const std::string& granul
   if (granularity != "layer" && granularity != "chunk")
     throw InputError("granularity", "", "must be layer or chunk (got \"" + granularity + "\")");
   if (!trace.empty()) {
-    if (s.path) report::require_output_apart(trace, "trace", {*s.path});
+    if (s.path) report::require_output_apart(trace, "--trace", {*s.path});
     report::check_output_target(trace);
   }
   auto sc = load(s);
   app::require_plan(sc, "simulate");
-  if (sc.calibration) report::require_output_apart(trace, "trace", {*sc.calibration});
+  // Nor a file the scenario names (its model, cluster, stack, convergence model, calibration).
+  report::require_output_apart(trace, "--trace", app::scenario_inputs(sc));
   return report::simulate(sc, {.analytical = analytical, .chunk = granularity == "chunk", .trace = trace, .format = f});
 }
 

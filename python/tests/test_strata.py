@@ -73,6 +73,24 @@ def test_trace_is_the_clis(root, cli, tmp_path):
     assert "ui.perfetto.dev" in strata.perfetto_html(mine)
 
 
+def test_trace_never_replaces_an_input(root, cli, tmp_path):
+    # As --trace: the scenario itself, and a file it names (here its model),
+    # are refused as the trace's target with the CLI's message, and left as they were.
+    model = tmp_path / "model.json"
+    model.write_bytes((root / "configs" / "models" / "gpt2-124m.json").read_bytes())
+    sc = json.loads(json.dumps(GPT2_DICT))
+    sc["model"] = str(model)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(sc))
+    for target in (f, model):
+        before = target.read_bytes()
+        with pytest.raises(strata.InputError) as e:
+            strata.simulate(str(f), trace=target)
+        assert target.read_bytes() == before
+        p = cli("simulate", f, "--trace", target, check=False)
+        assert p.returncode == 2 and p.stderr == f"strata: error: {e.value}\n"
+
+
 def test_repr_html_is_a_summary_table(root):
     # A notebook shows the result as a table holding its figures.
     r = strata.simulate(str(root / MEGATRON))
