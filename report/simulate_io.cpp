@@ -38,7 +38,8 @@ std::string plan_summary(const strategies::Scenario& sc) {
 std::string gib(Bytes b) { return fixed(to_GiB(b), 2) + " GiB"; }
 
 // What each layer of stage s keeps (keeps_pattern: A, S, I, N) or moves
-// to the host (swaps_pattern: -, H, L), its model chunks separated by "|";
+// to the host (swaps_pattern: -, H, L), its model chunks separated by "|"
+// (a chunk holding only the embedding or the head: "0");
 // `runs` writes runs as "3I 2S 1A".
 template <class T>
 std::string stage_layers(const strategies::Scenario& sc, const std::vector<T>& choices, int s,
@@ -48,7 +49,11 @@ std::string stage_layers(const strategies::Scenario& sc, const std::vector<T>& c
   for (std::size_t k = 0; k < chunks.size(); ++k) first[k + 1] = first[k] + chunks[k];
   std::string out;
   for (std::size_t k = static_cast<std::size_t>(s); k < chunks.size(); k += static_cast<std::size_t>(sc.plan.pp)) {
-    if (!out.empty()) out += runs ? " | " : "|";
+    if (k != static_cast<std::size_t>(s)) out += runs ? " | " : "|";
+    if (chunks[k] == 0) {
+      out += '0';
+      continue;
+    }
     const auto part = std::span<const T>(choices).subspan(static_cast<std::size_t>(first[k]),
                                                           static_cast<std::size_t>(chunks[k]));
     std::string p;

@@ -171,6 +171,13 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   if ((p.zero >= 3 && zero_shards(p) > 1) || compressed) p.implementation.overlap_grad_reduce = false;
   // Without ZeRO, or with one rank to shard over, there is no gather to overlap.
   if (zero_shards(p) == 1 || p.zero == 0) p.implementation.overlap_param_gather = false;
+  // A layout that splits the blocks as the balanced one does (one chunk, or
+  // a remainder that lands alike) is the balanced plan.
+  if (p.pipeline_layout != PipelineLayout::Balanced && p.stage_layers.empty()) {
+    Plan balanced = p;
+    balanced.pipeline_layout = PipelineLayout::Balanced;
+    if (chunk_layers(p, sc.model.layers) == chunk_layers(balanced, sc.model.layers)) p = balanced;
+  }
   std::string key = canonical_json(p, sc.batch);
   std::string keeps = keeps_pattern(layers.keeps);
   if (keeps.find('S') != std::string::npos && !sc.model.chain) {

@@ -477,7 +477,8 @@ class StepBuilder : StepLayout {
     // ZeRO-3: a pass's first gather is prefetched during the pass before
     // (param_gather), so the folded pass starts with it done.
     std::size_t from = 0;
-    if (zero3()) {
+    const bool layers = chunks_[static_cast<std::size_t>(k)] > 0;  // not an embedding- or head-only chunk
+    if (zero3() && layers) {
       prefetched_gather_ = param_gather(first_layer_[static_cast<std::size_t>(k)], 0, Pass::Forward);
       const auto ready = compute(0, sim::Phase::None, info(TaskOp::Framework, Part::None));
       dep(prefetched_gather_, ready);
@@ -486,7 +487,7 @@ class StepBuilder : StepLayout {
     forward(k, 0);
     if (!fwd) {
       // The backward's first gather, during the forward.
-      if (zero3())
+      if (zero3() && layers)
         prefetched_gather_ = param_gather(first_layer_[static_cast<std::size_t>(k)] + chunks_[static_cast<std::size_t>(k)] - 1,
                                           0, Pass::Backward);
       // Everything the forward started has ended before the backward begins.
@@ -648,15 +649,19 @@ class StepBuilder : StepLayout {
       compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
               {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}});
+    const bool sends = k + 1 < static_cast<int>(chunks_.size());
     if (k == 0 && cpu_) {
-      // The token ids it keeps and its output (the first layer's input).
-      const std::int32_t out = buffer(BufKind::Working, -1, mb, rule_.input);
+      // The token ids it keeps and its output (the first layer's input, or
+      // an embedding-only chunk's send, held until then).
+      const bool to_send = sends && n == 0;
+      const std::int32_t out = to_send ? (chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule_.input))
+                                       : buffer(BufKind::Working, -1, mb, rule_.input);
       compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
-              info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
-              {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes()), out}, {out}});
+              info(TaskOp::Forward, Part::Embedding, -1, mb));
+      add_mem({buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes()), out},
+              to_send ? std::vector<std::int32_t>{} : std::vector<std::int32_t>{out});
     }
     if (k == 0) dep(embedding_weights, last_compute_);
-    const bool sends = k + 1 < static_cast<int>(chunks_.size());
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t layer = first + i;
       std::int32_t gather = kNone, fetch = kNone;
@@ -837,9 +842,12 @@ class StepBuilder : StepLayout {
       }
     }
     if (k == 0) {
+      // The CPU kernels: an embedding-only chunk's backward buffers (the
+      // gradient it receives) are made by the embedding's backward.
       compute(costs_.layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
-              info(TaskOp::Backward, Part::Embedding, -1, mb), CommKind::None,
-              {{}, {existing(BufKind::Embedding, -1, mb)}});
+              info(TaskOp::Backward, Part::Embedding, -1, mb));
+      add_mem(cpu_ && n == 0 && !last_chunk ? cpu_backward_start(k, mb) : std::vector<std::int32_t>{},
+              {existing(BufKind::Embedding, -1, mb)});
       // The CPU kernels: the chunk's backward buffers die with it.
       if (cpu_) append_mem(last_compute_, {}, cpu_backward_end(k, mb));
       embedding_bwd_ = last_compute_;

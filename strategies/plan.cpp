@@ -8,12 +8,21 @@ namespace strata::strategies {
 std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers) {
   if (!plan.stage_layers.empty()) return plan.stage_layers;
   const std::int64_t chunks = plan.pp * plan.virtual_stages;
-  std::vector<std::int64_t> out(static_cast<std::size_t>(chunks), layers / chunks);
+  const bool counted = plan.pipeline_layout == PipelineLayout::EmbeddingHeadAsLayers;
+  // Under EmbeddingHeadAsLayers the embedding and the head are two more units.
+  const std::int64_t units = layers + (counted ? 2 : 0);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(chunks), units / chunks);
   // The remainder goes to the middle chunks: the first and last stages also
   // hold the embedding and the head.
-  const std::int64_t extra = layers % chunks;
+  const std::int64_t extra = units % chunks;
   const std::int64_t start = (chunks - extra) / 2;
   for (std::int64_t i = 0; i < extra; ++i) out[static_cast<std::size_t>(start + i)] += 1;
+  if (counted) {
+    // The first and last units are the embedding and the head (one chunk
+    // holds both at pp · v = 1).
+    out.front() -= 1;
+    out.back() -= 1;
+  }
   return out;
 }
 

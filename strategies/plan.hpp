@@ -28,6 +28,16 @@ enum class Optimizer { Sgd, Momentum, Adam, AdamW, Adam8bit, Adam4bit, Adafactor
 enum class DpTopology { AllReduce, ParameterServer };
 enum class TpCommOverlap { None, Bulk, Ring };
 enum class ParallelDim { TP, CP, DP, PP };
+// How balanced pipeline chunks share the model (without stage_layers):
+// Balanced spreads the transformer blocks evenly, the embedding riding in
+// the first chunk and the output layer and loss in the last;
+// EmbeddingHeadAsLayers counts the embedding and the output layer with its
+// loss as one block each while balancing, so the first and last chunks hold
+// one block fewer, none where blocks + 2 = chunks (Llama 3 405B: 126 blocks,
+// 128 chunks). The latter is torchtitan's split (generate_llm_fqn_per_model_part,
+// input_weight = output_weight = 1) and Megatron-Core's
+// --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split.
+enum class PipelineLayout : std::uint8_t { Balanced, EmbeddingHeadAsLayers };
 
 struct Offload {
   bool activations = false;
@@ -109,7 +119,11 @@ struct Plan {
   std::int64_t zero = 0;
   Schedule schedule = Schedule::OneFOneB;
   std::int64_t virtual_stages = 1;
-  std::vector<std::int64_t> stage_layers;  // empty: balanced
+  // Transformer blocks per chunk, given; empty: split by pipeline_layout.
+  // Only the first and the last chunk may hold none (the embedding, or the
+  // output layer and loss, alone).
+  std::vector<std::int64_t> stage_layers;
+  PipelineLayout pipeline_layout = PipelineLayout::Balanced;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
   std::int64_t recompute_k = 1;                  // every_k
@@ -130,7 +144,9 @@ struct Batch {
 };
 
 // Layers per pipeline chunk (pp · virtual_stages chunks, in pipeline order):
-// the plan's `stage_layers`, or balanced sizes that differ by at most one.
+// the plan's `stage_layers`, or the pipeline_layout's balanced split (sizes
+// that differ by at most one, counting the embedding and head as layers
+// under EmbeddingHeadAsLayers; the remainder goes to the middle chunks).
 std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers);
 
 // Microbatches per pipeline per step: global / (dp · micro).
@@ -188,6 +204,9 @@ STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce,
 STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},
                   {strategies::TpCommOverlap::Bulk, "bulk"},
                   {strategies::TpCommOverlap::Ring, "ring"});
+STRATA_ENUM_NAMES(strategies::PipelineLayout, 2,
+                  {strategies::PipelineLayout::Balanced, "balanced"},
+                  {strategies::PipelineLayout::EmbeddingHeadAsLayers, "embedding_head_as_layers"});
 STRATA_ENUM_NAMES(strategies::ParallelDim, 4, {strategies::ParallelDim::TP, "tp"},
                   {strategies::ParallelDim::CP, "cp"}, {strategies::ParallelDim::DP, "dp"},
                   {strategies::ParallelDim::PP, "pp"});

@@ -118,7 +118,12 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   p.virtual_stages =
       r.int_or("virtual_stages", p.schedule == Schedule::Interleaved ? 2 : 1, 1, 4096);
   if (auto sl = r.get("stage_layers"))
-    for (const auto& e : sl->elements()) p.stage_layers.push_back(e.as_int(1, 100'000));
+    for (const auto& e : sl->elements()) p.stage_layers.push_back(e.as_int(0, 100'000));
+  if (auto layout = r.get("pipeline_layout")) {
+    p.pipeline_layout = layout->as_enum<PipelineLayout>();
+    if (!p.stage_layers.empty() && p.pipeline_layout != PipelineLayout::Balanced)
+      layout->fail("applies only without stage_layers (stage_layers gives every chunk's blocks)");
+  }
   p.sequence_parallel = r.bool_or("sequence_parallel", false);
   p.recompute = r.enum_or("recompute", p.recompute);
   if (auto k = r.get("recompute_k")) {

@@ -133,7 +133,50 @@ TEST_CASE("stage_layers must list every chunk and sum to the layers") {
   CHECK(with("[12, 12, 12, 12, 12, 12, 12, 11]") ==
         "s.json: plan.stage_layers: sums to 95; must equal layers=96");
   CHECK(with("[12, 12, 12, 0, 12, 12, 12, 12]") ==
-        "s.json: plan.stage_layers[3]: must be in [1, 100000], got 0");
+        "s.json: plan.stage_layers[3]: is 0: only the first chunk (the embedding alone) and the last "
+        "(the output layer and loss alone) may hold no transformer layer");
+  // The first chunk may hold the embedding alone, the last the head alone.
+  CHECK(with("[0, 16, 16, 16, 16, 16, 16, 0]") == "no error");
+  CHECK(with("[-1, 16, 16, 16, 16, 16, 16, 1]") == "s.json: plan.stage_layers[0]: must be in [0, 100000], got -1");
+}
+
+TEST_CASE("pipeline_layout: the embedding and the head counted as layers") {
+  // 96 layers + 2 over 8 chunks: 12 units each, 2 left for the middle
+  // chunks 3 and 4; the first and last give one unit to the embedding and
+  // the head.
+  Plan p;
+  p.pp = 8;
+  CHECK(chunk_layers(p, 96) == std::vector<std::int64_t>(8, 12));
+  p.pipeline_layout = PipelineLayout::EmbeddingHeadAsLayers;
+  CHECK(chunk_layers(p, 96) == std::vector<std::int64_t>{11, 12, 12, 13, 13, 12, 12, 11});
+  // Llama 3 405B's published layout: 126 layers over pp 16 with v 8, the
+  // first chunk the embedding alone, the last the output layer and loss.
+  p.pp = 16;
+  p.virtual_stages = 8;
+  std::vector<std::int64_t> llama(128, 1);
+  llama.front() = llama.back() = 0;
+  CHECK(chunk_layers(p, 126) == llama);
+  // One chunk holds everything.
+  p.pp = p.virtual_stages = 1;
+  CHECK(chunk_layers(p, 96) == std::vector<std::int64_t>{96});
+
+  const std::string base = scenario("\"schedule\": \"interleaved\", \"virtual_stages\": 3",
+                                    "\"schedule\": \"interleaved\", \"virtual_stages\": V, \"pipeline_layout\": L");
+  auto with = [&](const std::string& v, const std::string& layout) {
+    std::string s = base;
+    s.replace(s.find("V,"), 1, v);
+    s.replace(s.find(": L"), 3, ": " + layout);
+    return error_of(s);
+  };
+  // pp 8: 98 chunks hold 96 layers, the embedding and the head; 104 cannot.
+  CHECK(with("12", "\"embedding_head_as_layers\"") == "no error");
+  CHECK(with("13", "\"embedding_head_as_layers\"") ==
+        "s.json: plan.pp: pp·virtual_stages = 104 pipeline chunks exceed layers=96 + 2 (the embedding and "
+        "the head count as layers; each chunk needs one)");
+  CHECK(with("13", "\"balanced\"") ==
+        "s.json: plan.pp: pp·virtual_stages = 104 pipeline chunks exceed layers=96 (each chunk needs at "
+        "least one layer)");
+  CHECK(with("3", "\"sideways\"").find("plan.pipeline_layout") != std::string::npos);
 }
 
 TEST_CASE("keys that apply to other choices are rejected, not ignored") {

@@ -19,6 +19,7 @@ template <class F>
 auto visit_enum(Axis a, F&& f) {
   switch (a) {
     case Axis::Schedule: return f(Schedule{});
+    case Axis::PipelineLayout: return f(PipelineLayout{});
     case Axis::Recompute: return f(Recompute{});
     case Axis::Offload: return f(OffloadChoice{});
     case Axis::OffloadOptimizer: return f(OffloadTarget{});
@@ -112,6 +113,7 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
       return out;
     }
     case Axis::VirtualStages: return ints({1, 2, 3, 4});
+    case Axis::PipelineLayout: return all_of<PipelineLayout>();
     case Axis::Global: return {};  // must be listed
     case Axis::Micro: {
       std::vector<AxisValue> out;
@@ -211,6 +213,7 @@ void Space::apply(std::uint64_t index, Plan& p, Batch& b) const {
         if (v.virtual_stages > 0) p.virtual_stages = v.virtual_stages;
         break;
       case Axis::VirtualStages: p.virtual_stages = v.value; break;
+      case Axis::PipelineLayout: p.pipeline_layout = as<PipelineLayout>(v); break;
       case Axis::Global: b.global = v.value; break;
       case Axis::Micro: b.micro = v.value; break;
       case Axis::SequenceParallel: p.sequence_parallel = on; break;

@@ -39,6 +39,7 @@ enum class Axis : std::uint8_t {
   Zero,
   Schedule,
   VirtualStages,
+  PipelineLayout,
   Global,  // batch.global: changes what is trained; never in "auto"
   Micro,   // batch.micro
   SequenceParallel,
@@ -149,6 +150,7 @@ struct EnumNames<strategies::Axis> {
       {A::Zero, "zero"},
       {A::Schedule, "schedule"},
       {A::VirtualStages, "virtual_stages"},
+      {A::PipelineLayout, "pipeline_layout"},
       {A::Global, "batch.global"},
       {A::Micro, "batch.micro"},
       {A::SequenceParallel, "sequence_parallel"},

@@ -39,6 +39,7 @@ std::int64_t enum_value(const JsonReader& e) {
 
 std::int64_t read_enum(Axis a, const JsonReader& e) {
   switch (a) {
+    case Axis::PipelineLayout: return enum_value<PipelineLayout>(e);
     case Axis::Recompute: return enum_value<Recompute>(e);
     case Axis::Offload: return enum_value<OffloadChoice>(e);
     case Axis::OffloadOptimizer: return enum_value<OffloadTarget>(e);
@@ -174,7 +175,8 @@ Space read_space(const JsonReader& r, const Scenario& base) {
   const bool degree = sp.find(Axis::TP) || sp.find(Axis::PP) || sp.find(Axis::CP);
   sp.derive_dp = !dp_listed && degree;
   sp.balance_stages = !base.plan.stage_layers.empty() &&
-                      (sp.find(Axis::PP) || sp.find(Axis::VirtualStages) || sp.find(Axis::Schedule));
+                      (sp.find(Axis::PP) || sp.find(Axis::VirtualStages) || sp.find(Axis::Schedule) ||
+                       sp.find(Axis::PipelineLayout));
 
   // The count must fit an index.
   std::uint64_t n = 1;
@@ -243,6 +245,8 @@ std::string canonical_json(const Plan& p, const Batch& b) {
                {"dp_topology", nm(p.dp_topology)},
                {"implementation", implementation}};
   if (!p.stage_layers.empty()) plan["stage_layers"] = p.stage_layers;
+  // Only where it is not the default, so plans without it keep their ids.
+  if (p.pipeline_layout != PipelineLayout::Balanced) plan["pipeline_layout"] = nm(p.pipeline_layout);
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
   if (p.memory_budget_GiB &&
       (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint ||

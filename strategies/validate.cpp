@@ -130,15 +130,33 @@ std::optional<Violation> first_violation(const Scenario& s) {
   if (interleaved && p.pp < 2)
     return fail("interleaved-needs-pp", "plan.schedule", "the interleaved schedule needs pp > 1");
   const std::int64_t chunks = p.pp * p.virtual_stages;
-  if (chunks > m.layers)
-    return fail("chunks-exceed-layers", "plan.pp",
-                "pp·virtual_stages = " + str(chunks) + " pipeline chunks exceed layers=" +
-                    str(m.layers) + " (each chunk needs at least one layer)");
-  if (!p.stage_layers.empty()) {
+  if (p.stage_layers.empty()) {
+    // Balanced: every chunk needs a layer; counting the embedding and the
+    // head as layers, the first and last chunks may hold only them.
+    const bool counted = p.pipeline_layout == PipelineLayout::EmbeddingHeadAsLayers;
+    if (chunks > m.layers + (counted ? 2 : 0))
+      return fail("chunks-exceed-layers", "plan.pp",
+                  "pp·virtual_stages = " + str(chunks) + " pipeline chunks exceed layers=" +
+                      str(m.layers) +
+                      (counted ? " + 2 (the embedding and the head count as layers; each chunk needs one)"
+                       : chunks <= m.layers + 2
+                           ? " (each chunk needs at least one layer; pipeline_layout "
+                             "\"embedding_head_as_layers\" lets the first and last hold only the "
+                             "embedding and the head)"
+                           : " (each chunk needs at least one layer)"));
+  } else {
     if (static_cast<std::int64_t>(p.stage_layers.size()) != chunks)
       return fail("stage-layers-count", "plan.stage_layers",
                   "has " + str(static_cast<std::int64_t>(p.stage_layers.size())) +
                       " entries; needs pp·virtual_stages = " + str(chunks));
+    // A chunk without blocks holds the embedding or the head: only the
+    // first and the last chunk may (one chunk holding neither would only
+    // pass its input on).
+    for (std::int64_t k = 1; k + 1 < chunks; ++k)
+      if (p.stage_layers[static_cast<std::size_t>(k)] == 0)
+        return fail("stage-layers-empty-chunk", "plan.stage_layers[" + str(k) + "]",
+                    "is 0: only the first chunk (the embedding alone) and the last (the output layer "
+                    "and loss alone) may hold no transformer layer");
     const std::int64_t sum =
         std::accumulate(p.stage_layers.begin(), p.stage_layers.end(), std::int64_t{0});
     if (sum != m.layers)
