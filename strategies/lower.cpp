@@ -1338,7 +1338,8 @@ class StepBuilder : StepLayout {
       set(sim::MemTag::OptimizerStates, states);
     Bytes comm = 0;
     if (plan_.dp > 1) {
-      std::int64_t most = zero3() ? cpu_layer_chunk() : 0;
+      // Under ZeRO-3 a layer's chunk too (none on a stage without layers).
+      std::int64_t most = zero3() && stage.blocks > 0 ? cpu_layer_chunk() : 0;
       for (const CpuBucket& b : cpu_buckets_) most = std::max(most, b.chunk);
       comm += 2 * 4 * most;
     }

@@ -143,6 +143,9 @@ const Case kCases[] = {
     {"plan/virtual_stages", R"({"plan": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2}})",
      R"({"plan": {"virtual_stages": 4}})", Effect::Changes},
     {"plan/stage_layers", R"({"plan": {"pp": 2}})", R"({"plan": {"stage_layers": [2, 6]}})", Effect::Changes},
+    // 8 layers over 4 chunks: [2, 2, 2, 2] against [1, 3, 3, 1].
+    {"plan/pipeline_layout", R"({"plan": {"pp": 4}})", R"({"plan": {"pipeline_layout": "embedding_head_as_layers"}})",
+     Effect::Changes},
     {"plan/sequence_parallel", R"({"plan": {"tp": 2}})", R"({"plan": {"sequence_parallel": true}})",
      Effect::PeakDown},
     {"plan/recompute", "{}", R"({"plan": {"recompute": "full"}})", Effect::PeakDown},

@@ -20,10 +20,11 @@
 namespace strata::strategies {
 namespace {
 
-Scenario auto_space(const std::string& model, const std::string& cluster, int global, const std::string& stack = "") {
+Scenario auto_space(const std::string& model, const std::string& cluster, int global, const std::string& stack = "",
+                    const std::string& space = "\"auto\"") {
   return parse_scenario("{\"model\": \"" + model + "\", \"cluster\": " + cluster +
                             ", \"batch\": {\"global\": " + std::to_string(global) +
-                            "}, \"plan\": {\"precision\": \"bf16\", \"optimizer\": \"adamw\"}, \"space\": \"auto\"" +
+                            "}, \"plan\": {\"precision\": \"bf16\", \"optimizer\": \"adamw\"}, \"space\": " + space +
                             (stack.empty() ? "" : ", \"stack\": \"" + stack + "\"") + "}",
                         "auto.json");
 }
@@ -179,8 +180,25 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
     return compare(sc, n);
   });
   CHECK(sac >= 10 / share);
+  // The embedding and the head counted as layers: GPT-3 1.3B's 24 layers
+  // over 24 or 12 chunks put the embedding and the head alone in the
+  // first and last chunks (pp 8 with v 3, pp 4 with v 3 ...).
+  const Scenario layout =
+      auto_space("gpt3-1.3b", "{\"preset\": \"dgx-a100-80g\", \"nodes\": 1}", 64, "",
+                 "{\"system\": \"auto\", \"pipeline_layout\": [\"embedding_head_as_layers\"]}");
+  int alone = 0;
+  // A stride that spans the space (its pipeline axes vary slowest).
+  const std::uint64_t stride = layout.space->size() / 397 * share + 1;
+  const int e = for_plans(layout, stride, 5, 160 / share, [&](const Scenario& sc) {
+    const auto chunks = chunk_layers(sc.plan, sc.model.layers);
+    if (chunks.front() == 0 || chunks.back() == 0) ++alone;
+    return compare(sc, n);
+  });
+  CHECK(alone >= 10 / share);
   MESSAGE("plans compared: " << a << " small GPT, " << b << " Llama-3-70B, " << c << " GPT-3 175B, " << d
-                             << " Llama-3-8B under torchtitan (" << sac << " selective_op); " << n.offload
+                             << " Llama-3-8B under torchtitan (" << sac << " selective_op), " << e
+                             << " small GPT with the embedding and head counted as layers (" << alone
+                             << " with a chunk of their own); " << n.offload
                              << " with offload, " << n.zero3 << " with ZeRO-3, " << n.merged << " merged exactly; "
                              << n.folded_err.size() << " folded: step time " << spread(n.folded_err)
                              << "; peak memory " << spread(n.folded_mem));

@@ -63,7 +63,8 @@ const std::array kTable{
     Capability{"ep", "parallelism", "expert parallelism (ep > 1)", [](const Scenario& s) { return s.plan.ep > 1; },
                no("expert parallelism (ep > 1) is not executed by the CPU backend yet"), no(STRATA_NOT_ACROSS("expert")),
                true},
-    Capability{"pp", "parallelism", "pipeline parallelism (pp > 1): GPipe, 1F1B, interleaved",
+    Capability{"pp", "parallelism", "pipeline parallelism (pp > 1): GPipe, 1F1B, interleaved; uneven chunks, the "
+               "embedding or the output layer and loss in a chunk of its own",
                [](const Scenario& s) { return s.plan.pp > 1; }, yes(), no(STRATA_NOT_ACROSS("pipeline")), true},
     Capability{"pipedream", "parallelism", "the asynchronous PipeDream schedule",
                [](const Scenario& s) { return pipedream(s); },

@@ -235,5 +235,71 @@ TEST_CASE("cpu/memory: tensor parallelism, with and without sequence parallelism
   CHECK(nonzero.count("comm_buffers") == 1);
 }
 
+TEST_CASE("cpu/memory: chunks holding only the embedding or only the head hold their declarations too") {
+  // The first chunk the embedding alone (it sends the embedding's output
+  // and receives the gradient its backward needs), the last the output
+  // layer and loss alone: as stage_layers with 0 at either end, and as the
+  // embedding_head_as_layers layout (4 layers + 2 over 4 interleaved chunks:
+  // [0, 2, 2, 0]); alone and beside dp 2 with ZeRO 0-3, under four policies
+  // and each offload the executor runs.
+  set_blas_threads(1);
+  struct Layout {
+    const char* name;
+    int pp;
+    Schedule schedule;
+    std::vector<std::int64_t> stage_layers;
+  };
+  const Layout layouts[] = {{"E|4|H", 3, Schedule::OneFOneB, {0, 4, 0}},
+                            {"E|4|H-gpipe", 3, Schedule::GPipe, {0, 4, 0}},
+                            {"E|4", 2, Schedule::OneFOneB, {0, 4}},
+                            {"4|H", 2, Schedule::OneFOneB, {4, 0}},
+                            {"interleaved-counted", 2, Schedule::Interleaved, {}}};
+  const cost::Recompute policies[] = {cost::Recompute::None, cost::Recompute::Selective, cost::Recompute::Full,
+                                      cost::Recompute::EveryK};
+  int run = 0, refused = 0, with_host = 0, alone = 0;
+  std::set<std::string> nonzero;
+  for (const Layout& l : layouts)
+    for (const int dp : {1, 2})
+      for (const cost::Recompute rc : policies)
+        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero)
+          for (const Offload off : {Offload::None, Offload::Activations, Offload::Optimizer}) {
+            Plan p;
+            p.dp = dp;
+            p.pp = l.pp;
+            p.schedule = l.schedule;
+            p.stage_layers = l.stage_layers;
+            if (l.schedule == Schedule::Interleaved) {
+              p.virtual_stages = 2;
+              p.pipeline_layout = strategies::PipelineLayout::EmbeddingHeadAsLayers;
+            }
+            p.zero = zero;
+            p.recompute = rc;
+            p.recompute_k = 2;
+            p.offload.activations = off == Offload::Activations;
+            if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+            const Scenario sc = tiny(p);
+            const auto chunks = strategies::chunk_layers(sc.plan, sc.model.layers);
+            const std::string name = std::string(l.name) + "-dp" + std::to_string(dp) + "-zero" +
+                                     std::to_string(zero) + "/" + std::string(enum_name(rc)) + "/" +
+                                     std::to_string(static_cast<int>(off));
+            CAPTURE(name);
+            REQUIRE((chunks.front() == 0 || chunks.back() == 0));
+            if (const auto why = Executor::unsupported(sc)) {
+              MESSAGE(name << ": refused by the CPU executor: " << *why);
+              ++refused;
+              continue;
+            }
+            ++run;
+            alone += chunks.front() == 0 && chunks.back() == 0;
+            const std::string gaps = declaration_gaps(sc, nonzero, with_host);
+            CHECK_MESSAGE(gaps.empty(), name << gaps);
+          }
+  MESSAGE(run << " plans with embedding- or head-only chunks run, " << refused << " refused");
+  CHECK(refused == 0);
+  CHECK(run == 5 * (4 + 16) * 3);
+  CHECK(alone == 3 * (4 + 16) * 3);
+  CHECK(with_host > 0);
+}
+
 }  // namespace
 }  // namespace strata::backend::cpu
