@@ -68,6 +68,24 @@ std::vector<std::int64_t> chunks(const Scenario& sc) {
   return strategies::chunk_layers(sc.plan, sc.model.layers);
 }
 
+// Megatron-Core's --pipeline-model-parallel-layout for the chunks, in
+// pipeline order: "E" the embedding, "t" a transformer layer ("t*3" three),
+// "L" the output layer and loss, chunks split by "|" (Megatron-LM
+// docs/api-guide/pipeline_parallel_layout.md; arguments.py's help: "E, L, t,
+// m denotes embedding, loss, transformer decoder layer, and mtp layer ...
+// Stages are split by '|'"). The virtual stages follow from the chunk count.
+std::string megatron_layout(const std::vector<std::int64_t>& c) {
+  std::string s;
+  for (std::size_t k = 0; k < c.size(); ++k) {
+    if (k > 0) s += '|';
+    if (k == 0) s += 'E';
+    if (c[k] == 1) s += 't';
+    if (c[k] > 1) s += "t*" + str(c[k]);
+    if (k + 1 == c.size()) s += 'L';
+  }
+  return s;
+}
+
 bool all_equal(const std::vector<std::int64_t>& v, std::size_t from, std::size_t to) {
   for (std::size_t i = from; i < to; ++i)
     if (v[i] != v[from]) return false;
@@ -168,16 +186,20 @@ Exported export_megatron(const Scenario& sc) {
   if (p.schedule == Schedule::GPipe && p.pp > 1)
     un.push_back("schedule=gpipe (Megatron-LM runs 1F1B: all forwards then all backwards is "
                  "not a schedule it offers; the flags below give 1F1B)");
+  // Chunks Megatron-LM's even split and its first/last-stage flags do not
+  // give, the embedding or the head alone among them: the layout flag.
+  const bool layout = p.pp > 1 && !all_equal(c, 0, c.size()) &&
+                      (p.schedule == Schedule::Interleaved || c.front() == 0 || c.back() == 0 ||
+                       !(c.size() == 2 || all_equal(c, 1, c.size() - 1)));
+  if (layout) {
+    // Quoted: "|" and "*" are the shell's.
+    f.add("--pipeline-model-parallel-layout", "'" + megatron_layout(c) + "'");
+    notes.push_back("--pipeline-model-parallel-layout gives each of the " + str(static_cast<std::int64_t>(c.size())) +
+                    " chunks its layers (an experimental Megatron-Core flag of 2025; older releases split "
+                    "the layers evenly)");
+  }
   if (p.schedule == Schedule::Interleaved) {
-    if (all_equal(c, 0, c.size())) {
-      f.add("--num-layers-per-virtual-pipeline-stage", c[0]);
-    } else {
-      un.push_back("layers per chunk [" + join(c) +
-                   "] (Megatron-LM's interleaved schedule splits the layers evenly: "
-                   "--num-layers-per-virtual-pipeline-stage; an uneven split needs a "
-                   "hand-written --pipeline-model-parallel-layout)");
-      f.add("--num-virtual-stages-per-pipeline-rank", p.virtual_stages);
-    }
+    if (all_equal(c, 0, c.size())) f.add("--num-layers-per-virtual-pipeline-stage", c[0]);
     if (!im.overlap_p2p) {
       // Megatron-LM overlaps pipeline sends by default in the interleaved
       // schedule and needs pp > 2 without it.
@@ -189,15 +211,9 @@ Exported export_megatron(const Scenario& sc) {
                      "emitted with its default overlap)");
     }
   } else if (p.pp > 1) {
-    if (!all_equal(c, 0, c.size())) {
-      if (c.size() == 2 || all_equal(c, 1, c.size() - 1)) {
-        f.add("--decoder-first-pipeline-num-layers", c.front());
-        f.add("--decoder-last-pipeline-num-layers", c.back());
-      } else {
-        un.push_back("layers per stage [" + join(c) +
-                     "] (Megatron-LM sets only the first and last stage apart from an even "
-                     "split; write --pipeline-model-parallel-layout by hand)");
-      }
+    if (!all_equal(c, 0, c.size()) && !layout) {
+      f.add("--decoder-first-pipeline-num-layers", c.front());
+      f.add("--decoder-last-pipeline-num-layers", c.back());
     }
     if (im.overlap_p2p)
       un.push_back("implementation.overlap_p2p=true (Megatron-LM overlaps pipeline sends only "
@@ -600,6 +616,9 @@ Exported export_deepspeed(const Scenario& sc) {
     if (!p.stage_layers.empty())
       notes.push_back("stage_layers [" + join(p.stage_layers) +
                       "]: give PipelineModule partition_method=\"type:...\" or split by hand");
+    else if (p.pipeline_layout == strategies::PipelineLayout::EmbeddingHeadAsLayers)
+      notes.push_back("pipeline_layout embedding_head_as_layers: PipelineModule(partition_method=\"uniform\") "
+                      "over a layer list holding the embedding and the head as layers of their own");
   }
   if (p.cp > 1)
     un.push_back("cp=" + str(p.cp) + " (DeepSpeed's sequence parallelism is Ulysses all-to-all, "
@@ -660,15 +679,38 @@ Exported export_torchtitan(const Scenario& sc) {
                            : p.schedule == Schedule::Interleaved ? "Interleaved1F1B"
                                                                  : "1F1B";
     par << "pipeline_parallel_schedule = " << q(schedule) << "\n";
-    // Split points: the first layer of every chunk but the first.
     const auto c = chunks(sc);
-    par << "pipeline_parallel_split_points = [";
-    std::int64_t at = 0;
-    for (std::size_t i = 0; i + 1 < c.size(); ++i) {
-      at += c[i];
-      par << (i ? ", " : "") << q("layers." + str(at));
+    if (c.back() > 0) {
+      // Split points: the first layer of every chunk but the first.
+      par << "pipeline_parallel_split_points = [";
+      std::int64_t at = 0;
+      for (std::size_t i = 0; i + 1 < c.size(); ++i) {
+        at += c[i];
+        par << (i ? ", " : "") << q("layers." + str(at));
+      }
+      par << "]\n";
+    } else {
+      // The output layer alone in the last chunk has no layer to split
+      // before: every chunk's modules by name (ParallelismConfig's
+      // module_fqns_per_model_part; torchtitan's Llama modules
+      // tok_embeddings, layers.<i>, norm, output).
+      par << "module_fqns_per_model_part = [";
+      std::int64_t at = 0;
+      for (std::size_t k = 0; k < c.size(); ++k) {
+        par << (k ? ", " : "") << "[";
+        std::vector<std::string> names;
+        if (k == 0) names.push_back("tok_embeddings");
+        for (std::int64_t i = 0; i < c[k]; ++i) names.push_back("layers." + str(at + i));
+        at += c[k];
+        if (k + 1 == c.size()) {
+          names.push_back("norm");
+          names.push_back("output");
+        }
+        for (std::size_t i = 0; i < names.size(); ++i) par << (i ? ", " : "") << q(names[i]);
+        par << "]";
+      }
+      par << "]\n";
     }
-    par << "]\n";
     par << "pipeline_parallel_microbatch_size = " << sc.batch.micro << "\n";
   }
   par << "context_parallel_degree = " << p.cp << "\n";

@@ -259,12 +259,44 @@ TEST_CASE("megatron, torchtitan: uneven pipeline stages") {
   const auto t = export_torchtitan(sc).text;
   CHECK(contains(t, "pipeline_parallel_split_points = [\"layers.2\", \"layers.6\", \"layers.10\"]\n"));
   CHECK(contains(t, "pipeline_parallel_schedule = \"1F1B\"\n"));
-  // 1, 4, 5, 2: the middle stages differ from each other → listed.
+  // 1, 4, 5, 2: the middle stages differ from each other → the layout
+  // flag (E embedding, t layers, L output layer and loss, "|" between chunks).
   const auto odd = export_megatron(scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
       "batch": {"global": 64, "micro": 1},
       "plan": {"pp": 4, "stage_layers": [1, 4, 5, 2]}})"));
-  CHECK(unsupported(odd, "layers per stage [1, 4, 5, 2]") != "");
+  CHECK(has(flags(odd), "--pipeline-model-parallel-layout 'Et|t*4|t*5|t*2L'"));
+  CHECK(odd.unsupported.empty());
   CHECK_FALSE(has_prefix(flags(odd), "--decoder-first-pipeline-num-layers"));
+}
+
+TEST_CASE("megatron, torchtitan, deepspeed: the embedding and the head in chunks of their own") {
+  // 12 layers + the embedding and the head over 2 stages × 2 virtual: 14
+  // units, [3, 4, 4, 3] less one at each end = [2, 4, 4, 2]; over pp 7 with
+  // v 2 (14 chunks): [0, 1, …, 1, 0], the embedding and the head alone.
+  auto sc = scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100",
+      "batch": {"global": 56, "micro": 1},
+      "plan": {"pp": 2, "schedule": "interleaved", "virtual_stages": 2,
+               "pipeline_layout": "embedding_head_as_layers"}})");
+  auto m = export_megatron(sc);
+  CHECK(has(flags(m), "--pipeline-model-parallel-layout 'Et*2|t*4|t*4|t*2L'"));
+  CHECK_FALSE(has_prefix(flags(m), "--num-layers-per-virtual-pipeline-stage"));
+  CHECK(unsupported(m, "layers per chunk") == "");
+  const auto ds = export_deepspeed(sc);
+  CHECK(std::any_of(ds.notes.begin(), ds.notes.end(),
+                    [](const std::string& n) { return contains(n, "partition_method=\"uniform\""); }));
+  sc.plan.pp = 7;
+  sc.cluster.nodes = 2;
+  const auto alone = chunk_layers(sc.plan, sc.model.layers);
+  REQUIRE(alone.size() == 14);
+  m = export_megatron(sc);
+  CHECK(has(flags(m), "--pipeline-model-parallel-layout 'E|t|t|t|t|t|t|t|t|t|t|t|t|L'"));
+  // torchtitan: no layer to split before the head-only chunk, so every
+  // chunk's modules by name.
+  sc.plan.zero = 3;
+  const auto t = export_torchtitan(sc).text;
+  CHECK_FALSE(contains(t, "pipeline_parallel_split_points"));
+  CHECK(contains(t, "module_fqns_per_model_part = [[\"tok_embeddings\"], [\"layers.0\"], [\"layers.1\"], "));
+  CHECK(contains(t, "[\"layers.11\"], [\"norm\", \"output\"]]\n"));
 }
 
 TEST_CASE("megatron, deepspeed, torchtitan: choices none of them has are listed") {

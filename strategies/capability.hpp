@@ -32,6 +32,7 @@ enum class PlanField : std::uint8_t {
   Zero,
   Schedule,
   VirtualStages,
+  PipelineLayout,
   OffloadActivations,
   OffloadWeights,
   OffloadOptimizer,
@@ -55,10 +56,11 @@ namespace strata {
 template <>
 struct EnumNames<strategies::PlanField> {
   using F = strategies::PlanField;
-  static constexpr std::array<std::pair<F, std::string_view>, 18> table{{
+  static constexpr std::array<std::pair<F, std::string_view>, 19> table{{
       {F::Zero, "zero"},
       {F::Schedule, "schedule"},
       {F::VirtualStages, "virtual_stages"},
+      {F::PipelineLayout, "pipeline_layout"},
       {F::OffloadActivations, "offload.activations"},
       {F::OffloadWeights, "offload.weights"},
       {F::OffloadOptimizer, "offload.optimizer"},

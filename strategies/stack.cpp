@@ -137,6 +137,7 @@ namespace {
 std::string field_value_text(PlanField f, std::int64_t v) {
   switch (f) {
     case PlanField::Schedule: return std::string(enum_name(static_cast<Schedule>(v)));
+    case PlanField::PipelineLayout: return std::string(enum_name(static_cast<PipelineLayout>(v)));
     case PlanField::Recompute: return std::string(enum_name(static_cast<Recompute>(v)));
     case PlanField::OffloadOptimizer: return std::string(enum_name(static_cast<OffloadTarget>(v)));
     case PlanField::OffloadPlanner: return std::string(enum_name(static_cast<OffloadPlanner>(v)));
@@ -179,6 +180,7 @@ std::int64_t plan_field(const Plan& p, PlanField f) {
     case PlanField::Zero: return p.zero;
     case PlanField::VirtualStages: return p.virtual_stages;
     case PlanField::Schedule: return num(p.schedule);
+    case PlanField::PipelineLayout: return num(p.pipeline_layout);
     case PlanField::SequenceParallel: return p.sequence_parallel ? 1 : 0;
     case PlanField::Recompute: return num(p.recompute);
     case PlanField::OffloadActivations: return p.offload.activations ? 1 : 0;

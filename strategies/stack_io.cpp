@@ -93,6 +93,7 @@ std::int64_t read_enum_value(const JsonReader& v, PlanField f) {
   auto num = [](auto e) { return static_cast<std::int64_t>(e); };
   switch (f) {
     case PlanField::Schedule: return num(v.as_enum<Schedule>());
+    case PlanField::PipelineLayout: return num(v.as_enum<PipelineLayout>());
     case PlanField::Recompute: return num(v.as_enum<Recompute>());
     case PlanField::OffloadOptimizer: return num(v.as_enum<OffloadTarget>());
     case PlanField::OffloadPlanner: return num(v.as_enum<OffloadPlanner>());
