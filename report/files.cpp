@@ -126,6 +126,10 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     if (fd >= 0) {
       fd_ = fd;
       tmp_ = std::move(tmp);
+      // A file replaced keeps its permission bits (a new one gets the umask's).
+      struct stat st {};
+      if (::lstat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(fd_, st.st_mode & 07777) != 0)
+        fail("cannot write file", errno);
       return;
     }
     if (errno != EEXIST) throw InputError(path_, "", "cannot write file: " + reason(errno));

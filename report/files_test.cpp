@@ -67,6 +67,23 @@ TEST_CASE("write_file_atomically: a regular file is replaced whole, no temporary
   CHECK(listing(t.path) == "out.json ");
 }
 
+TEST_CASE("write_file_atomically: a replaced file keeps its permission bits") {
+  // 0640 before, 0640 after (not the umask's 0644); a new file the umask's.
+  TempDir t("mode");
+  write_file_atomically(t / "out.json", "first");
+  REQUIRE(::chmod((t / "out.json").c_str(), 0640) == 0);
+  write_file_atomically(t / "out.json", "second");
+  struct stat st {};
+  REQUIRE(::stat((t / "out.json").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  const mode_t mask = ::umask(022);
+  write_file_atomically(t / "new.json", "x");
+  ::umask(mask);
+  REQUIRE(::stat((t / "new.json").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0644);
+  CHECK(read(t / "out.json") == "second");
+}
+
 TEST_CASE("write_file_atomically: a symbolic link is refused, its target untouched") {
   // Renaming over PATH would replace the link; writing through it would
   // overwrite whatever it points to. Either is refused before any byte.
