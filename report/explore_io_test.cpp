@@ -552,6 +552,14 @@ TEST_CASE("report: a directory an explore holds is refused, written in place or 
   CHECK(write_report(t / "d", t / "d").find("report.html") != std::string::npos);
   CHECK(fs::exists(t / "d/report.html"));
   CHECK(write_report(t / "d", t / "r").find("report.html") != std::string::npos);
+  // Another explore's directory as --out: refused, its report untouched.
+  run_explore(scenario_file(t / "small.json"), options(t / "e", 1));
+  write_report(t / "e", t / "e");
+  const auto before = fs::last_write_time(t / "e/report.html");
+  CHECK(testing::input_error_of([&] { write_report(t / "d", t / "e"); }) ==
+        t / "e" + ": is another explore output directory (it holds summary.json): a report of " + t / "d" +
+            " there would replace its own; choose another --out");
+  CHECK(fs::last_write_time(t / "e/report.html") == before);
   // A report being written in place holds the directory as explore does.
   {
     const DirLock reporting(t / "d", "report");

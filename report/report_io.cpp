@@ -308,6 +308,14 @@ std::string write_report(const std::string& dir, const std::string& out_dir) {
   static constexpr const char* kFiles[] = {"report.html", "report.md", "results.csv"};
   if (fs::exists(fs::symlink_status(out_dir, ec)) && !fs::is_directory(out_dir, ec))
     throw InputError(out_dir, "", "exists and is not a directory");
+  // Another explore's directory would get a report of DIR's plans beside
+  // its own summary: one directory, one sweep.
+  if (!in_place)
+    for (const char* name : {"summary.json", "results.jsonl"})
+      if (fs::exists(fs::symlink_status(fs::path(out_dir) / name, ec)))
+        throw InputError(out_dir, "",
+                         "is another explore output directory (it holds " + std::string(name) +
+                             "): a report of " + dir + " there would replace its own; choose another --out");
   if (fs::is_directory(out_dir, ec))
     for (const char* name : kFiles) check_output_target(path(name));
   std::optional<DirLock> write_lock;
