@@ -1217,8 +1217,9 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
 
 std::string merge_explore(const std::vector<std::string>& dirs, const std::string& out_dir) {
   if (dirs.empty()) throw InputError("", "", "merge needs at least one directory");
-  // No explore or merge writes a shard while it is read.
-  std::vector<std::unique_ptr<DirLock>> locks;
+  // No explore or merge writes a shard while it is read: each is locked
+  // shared (a read-only shard merges; two merges may read one shard).
+  std::vector<std::unique_ptr<DirReadLock>> locks;
   for (const auto& d : dirs) {
     if (!fs::is_directory(d)) throw InputError(d, "", "not a directory (merge reads the --out directories of strata explore)");
     std::error_code ec;
@@ -1228,7 +1229,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
                        "add shards to one of them");
     bool held = false;
     for (std::size_t e = 0; e < locks.size() && !held; ++e) held = fs::equivalent(d, dirs[e]);
-    if (!held) locks.push_back(std::make_unique<DirLock>(d, "merge"));
+    if (!held) locks.push_back(std::make_unique<DirReadLock>(d));
   }
   SummaryHead h;
   std::set<std::uint64_t> seen_shards;

@@ -528,6 +528,20 @@ TEST_CASE("merge: into one of its shards, another explore or someone's own files
                      "manifest.json): merge would replace files there; choose a new or empty directory");
   CHECK(read(t / "mine/summary.json") == "mine");
   CHECK(!fs::exists(t / "mine/strata.lock"));
+  // Shards are read under a shared lock: another reader of a shard (a
+  // report for another --out) does not stop the merge, an explore writing
+  // one does, naming it.
+  {
+    const DirReadLock reading(t / "s0");
+    CHECK(merge_explore({t / "s0", t / "s1"}, t / "shared") == merge_explore({t / "s0", t / "s1"}, t / "shared2"));
+    CHECK(fs::exists(t / "shared/summary.json"));
+  }
+  {
+    const DirLock writing(t / "s1", "explore");
+    CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "held"); })
+              .find(t / "s1" + ": is in use by another strata") == 0);
+    CHECK(!fs::exists(t / "held/summary.json"));
+  }
   // A new or empty directory, and the same merge again over its own output.
   fs::create_directories(t / "empty");
   const std::string merged = merge_explore({t / "s0", t / "s1"}, t / "empty");
