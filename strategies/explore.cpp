@@ -50,6 +50,12 @@ std::string gib(Bytes b) {
   return buf;
 }
 
+// A plan memory pruned: counted under its pool, with the first plan's figures.
+void count_pruned(std::map<std::string, RuleCount>& by_pool, const Infeasible& why, std::uint64_t index) {
+  count_rule(by_pool, why.pool, index,
+             why.pool + " memory: needs " + gib(why.needs) + " GiB, has " + gib(why.has) + " GiB");
+}
+
 }  // namespace
 
 namespace {
@@ -402,10 +408,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           }
           if (!mem.feasible()) {
             ++t.pruned;
-            const auto& why = *mem.infeasible;
-            count_rule(t.pruned_by_pool, why.pool, index,
-                       why.pool + " memory: needs " + gib(why.needs) + " GiB, has " +
-                           gib(why.has) + " GiB");
+            count_pruned(t.pruned_by_pool, *mem.infeasible, index);
             continue;
           }
           std::string canonical = canonical_json(pt.plan, pt.batch);
@@ -477,9 +480,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
         if (ok && !mem.feasible()) {
           ok = false;
           ++t.pruned;
-          const auto& why = *mem.infeasible;
-          count_rule(t.pruned_by_pool, why.pool, c.index,
-                     why.pool + " memory: needs " + gib(why.needs) + " GiB, has " + gib(why.has) + " GiB");
+          count_pruned(t.pruned_by_pool, *mem.infeasible, c.index);
         }
         std::optional<GoalEstimate> goal;
         if (ok) {
@@ -618,6 +619,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
       ++res.refine_rounds;
       std::vector<ScoredPlan> figures(todo.size());
       std::vector<char> fits(todo.size(), 1);
+      std::vector<std::optional<Infeasible>> why(todo.size());  // of those that do not fit
       // The lists hold one plan per class: each is refined once for its class.
       next = 0;
       auto work = [&](std::size_t) {
@@ -637,6 +639,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
             figures[k].class_id = res.plans[at.at(todo[k])].class_id;
             // A folded plan whose replayed memory does not fit leaves the ranking.
             fits[k] = mem.feasible() ? 1 : 0;
+            why[k] = mem.infeasible;
             if (fits[k] && opt.on_refined)
               opt.on_refined(ScoredOutcome{index, pt, mem, score, figures[k], {}, goal ? &*goal : nullptr});
           }
@@ -667,7 +670,8 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           const std::uint64_t id = res.plans[i].plan_id;
           refined.insert(id);
           if (!fits[k]) {
-            dropped.insert(id);
+            // Pruned by memory, in its pool's count as the scoring pass's are.
+            if (dropped.insert(id).second) count_pruned(res.pruned_by_pool, *why[k], index_of.at(id));
             continue;
           }
           res.plans[i] = f;

@@ -400,5 +400,36 @@ TEST_CASE("explore: the recorded memory of every exact record and every kept pla
     }
 }
 
+TEST_CASE("explore: plans dropped on refinement are counted under their pool") {
+  // A refining scorer whose replay finds every tp 2 plan out of GPU memory:
+  // those kept plans leave the lists, and the per-pool counts still add up
+  // to pruned_by_memory (before, refinement's drops were missing from them,
+  // and report refused the directory's own summary).
+  const auto sc = parse_scenario(R"({"model": "gpt3-1.3b", "cluster": "dgx-a100-80g",
+      "batch": {"global": 32, "micro": 1}, "plan": {"optimizer": "adamw", "precision": "bf16"},
+      "space": {"tp": [1, 2], "pp": [1, 2], "recompute": ["none", "full"]}})", "s.json");
+  const Scorer coarse = coarse_scorer(sc);
+  ExploreOptions o;
+  o.jobs = 2;
+  o.top_k = 4;
+  o.refine = [&](const Scenario& pt) {
+    Score s = coarse(pt);
+    if (!s.memory) s.memory = estimate_memory(pt);
+    if (pt.plan.tp == 2) s.memory->infeasible = Infeasible{"gpu", 100 * kGiB, 80 * kGiB};
+    return s;
+  };
+  const auto r = explore(sc, o);
+  std::uint64_t by_pool = 0;
+  for (const auto& [pool, rc] : r.pruned_by_pool) by_pool += rc.count;
+  CHECK(r.pruned > 0);
+  CHECK(r.pruned_by_pool.count("gpu") == 1);
+  CHECK(by_pool == r.pruned);
+  for (const auto& p : r.plans) CHECK(p.peak_memory_bytes > 0);
+  for (const auto* list : {&r.top, &r.pareto})
+    for (const auto& p : *list) CHECK(std::find_if(r.plans.begin(), r.plans.end(), [&](const ScoredPlan& q) {
+                                        return q.plan_id == p.plan_id;
+                                      }) != r.plans.end());
+}
+
 }  // namespace
 }  // namespace strata::strategies
