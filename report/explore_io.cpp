@@ -510,9 +510,16 @@ SpaceIndex space_index(const strategies::Scenario& sc, const json& batch, const 
 void parse_record(std::string_view line, std::uint64_t line_no, const std::string& where, const RecordCheck* check,
                   std::optional<strategies::Scenario>& point, const std::function<bool(std::uint64_t)>& keep_line,
                   const std::function<void(std::uint64_t, std::string_view)>& on_line, ResultsFile& out) {
-  const json j = json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
+  // The strict parser: a key twice in one record is refused (a plain parse
+  // keeps the last, so an appended key could override what was scored).
+  json j;
+  try {
+    j = parse_json_text(line, where);
+  } catch (const InputError& e) {
+    if (!e.path().empty()) throw;  // a key twice, named by its path
     throw InputError(where, "", "not a JSON object (results.jsonl holds one per line)");
+  }
+  if (!j.is_object()) throw InputError(where, "", "not a JSON object (results.jsonl holds one per line)");
   const JsonReader r(j, where);
   const auto id_text = r.at("plan_id").as_string();
   const auto id = strategies::parse_plan_id(id_text);
@@ -523,6 +530,22 @@ void parse_record(std::string_view line, std::uint64_t line_no, const std::strin
   if (!(sp.step_time_s > 0)) r.fail_at("step_time_s", "must be above 0 (explore records only plans it scored)");
   if (sp.peak_memory_bytes <= 0)
     r.fail_at("peak_memory_bytes", "must be above 0 (explore records only plans it scored)");
+  // The breakdowns as report reads them (seconds and bytes, none below 0),
+  // so merge and export keep no record report would refuse.
+  const auto time_parts = r.at("time_breakdown_s");
+  if (!time_parts.is_object()) time_parts.fail("must be an object of seconds by part");
+  for (const auto& [part, v] : time_parts.json().items()) {
+    const auto x = time_parts.at(part);
+    if (part != "exposed_comm") {
+      x.as_number(0, 1e30);
+      continue;
+    }
+    if (!x.is_object()) x.fail("must be an object of seconds by kind of communication");
+    for (const auto& [kind, s] : v.items()) x.at(kind).as_number(0, 1e30);
+  }
+  const auto memory_parts = r.at("memory_breakdown_bytes");
+  if (!memory_parts.is_object()) memory_parts.fail("must be an object of bytes by tag");
+  for (const auto& [tag, v] : memory_parts.json().items()) memory_parts.at(tag).as_int(0, INT64_MAX);
   // The id is the hash of the record's own batch and plan: a record edited
   // or made up by hand does not keep it.
   const json& batch = r.at("batch").json();

@@ -347,6 +347,24 @@ TEST_CASE("merge: a forged record is refused by its id, its space or its shard")
   CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
         line + ": plan_id: 00000000000000ab is not the id of the record's batch and plan (FNV-1a 64 of them is " +
             id + "): the record was not written by strata explore");
+  // 4. A breakdown figure report would refuse (below 0), in a record of
+  //    the shard's own: merge and export refuse it too.
+  const std::string own = s0.substr(0, s0.find('\n'));
+  auto mine = nlohmann::json::parse(own);
+  REQUIRE(mine["time_breakdown_s"].contains("compute"));
+  mine["time_breakdown_s"]["compute"] = -1.0;
+  forge(mine.dump());
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); })
+            .find(line + ": time_breakdown_s.compute: ") == 0);
+  mine = nlohmann::json::parse(own);
+  mine["memory_breakdown_bytes"]["activations"] = -5;
+  forge(mine.dump());
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); })
+            .find(line + ": memory_breakdown_bytes.activations: ") == 0);
+  // 5. A key twice: a plain parse keeps the last (the made-up step time).
+  forge(own.substr(0, own.size() - 1) + ", \"step_time_s\": 1e-6}");
+  CHECK(testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); }) ==
+        line + ": step_time_s: duplicate key (JSON objects name each key once)");
   CHECK(!fs::exists(t / "m"));
 }
 
