@@ -27,6 +27,7 @@
 #include "report/fields_io.hpp"
 #include "report/files.hpp"
 #include "sim/json_reader.hpp"
+#include "strategies/convergence_io.hpp"
 #include "strategies/validate.hpp"
 #include "sim/text.hpp"
 
@@ -691,6 +692,7 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
       {"gpu", {{"name", g.name},
                {"memory_GiB", g.memory_GiB},
                {"hbm_GBps", g.hbm_GBps},
+               {"sms", g.sms},
                {"tflops",
                 {{"fp32", g.tflops.fp32}, {"tf32", g.tflops.tf32}, {"fp16", g.tflops.fp16},
                  {"bf16", g.tflops.bf16}, {"fp8", g.tflops.fp8}}}}},
@@ -718,6 +720,19 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
     goal = ordered_json::object();
     if (sc.goal->tokens) goal["tokens"] = *sc.goal->tokens;
     if (sc.goal->target_loss) goal["target_loss"] = *sc.goal->target_loss;
+    // What the time to train is read from: the convergence model as read
+    // (its file, and FNV-1a 64 of the model with the scenario's overrides)
+    // and the learning-rate rule.
+    if (sc.convergence)
+      goal["convergence"] = {
+          {"file", sim::utf8_escaped(sc.convergence->file)},
+          {"fnv1a64", strategies::plan_id_hex(strategies::fnv1a64(strategies::convergence_json(*sc.convergence)))}};
+    if (sc.lr) {
+      goal["lr"] = {{"base", sc.lr->base},
+                    {"scaling", enum_name(sc.lr->scaling)},
+                    {"warmup_steps", sc.lr->warmup_steps},
+                    {"reference_batch", sc.lr->reference_batch ? ordered_json(*sc.lr->reference_batch) : ordered_json()}};
+    }
   }
   // The stack as read (each setting's values), so that another stack, or
   // the same name with other settings, is a difference; the calibration by

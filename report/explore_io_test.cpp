@@ -231,9 +231,23 @@ TEST_CASE("explore output: with a goal, records carry the time to train and the 
   }
   auto o = options(t / "g", 2);
   o.resume = true;
+  const std::string convergence = "{\"file\":\"" + sc.convergence->file + "\",\"fnv1a64\":\"" +
+                                  strategies::plan_id_hex(strategies::fnv1a64(strategies::convergence_json(*sc.convergence))) +
+                                  "\"}";
   CHECK(testing::input_error_of([&] { run_explore(scenario(), o); }) ==
-        t / "g/manifest.json" + ": goal: the directory holds plans of {\"target_loss\":2.5}, the scenario has "
-                                "null: use the scenario it was explored with, or another directory");
+        t / "g/manifest.json" + ": goal: the directory holds plans of {\"target_loss\":2.5,\"convergence\":" +
+            convergence + "}, the scenario has null: use the scenario it was explored with, or another directory");
+  // Another convergence model (its B_noise changed) changes every time to
+  // train: named by its key, not taken for forged records.
+  auto other = sc;
+  auto changed = *sc.convergence;
+  changed.b_noise_tokens.value *= 2;
+  other.convergence = std::make_shared<const strategies::ConvergenceModel>(changed);
+  CHECK(testing::input_error_of([&] { run_explore(other, o); }).find(t / "g/manifest.json: goal.convergence.fnv1a64: ") == 0);
+  // So does the GPU's count of streaming multiprocessors (interference).
+  other = sc;
+  other.cluster.gpu.sms += 1;
+  CHECK(testing::input_error_of([&] { run_explore(other, o); }).find(t / "g/manifest.json: cluster.gpu.sms: ") == 0);
 }
 
 TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
