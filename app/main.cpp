@@ -54,6 +54,17 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app, int argc, cha
   return msg + "; strata --help lists them";
 }
 
+// A command line the parser refused: one prefixed line, its text escaped
+// as every other message is (an option's value may hold control
+// characters), and where the options are listed.
+int parse_failure(const CLI::ParseError& e, const std::vector<strata::app::Command>& commands) {
+  std::string help = "strata --help";
+  for (const auto& c : commands)
+    if (*c.cmd) help = "strata " + c.cmd->get_name() + " --help";
+  strata::app::print_error(std::string(e.what()) + " (" + help + " lists the options)");
+  return strata::app::kExitInput;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,8 +90,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitInput;
+    return parse_failure(e, commands);
   }
 
   try {
@@ -92,8 +102,7 @@ int main(int argc, char** argv) {
     return std::fflush(stdout) == 0 ? 0 : 1;
   } catch (const CLI::ParseError& e) {
     // An option's value the command checks itself (explore --shard).
-    app.exit(e);
-    return kExitInput;
+    return parse_failure(e, commands);
   } catch (const InputError& e) {
     print_error(e.what());
     return kExitInput;

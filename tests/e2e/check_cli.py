@@ -404,5 +404,24 @@ def output_paths(strata):
         shutil.rmtree(tmp)
 
 
+def option_errors(strata):
+    # A command line the parser refuses: exit 2, nothing on stdout, one line
+    # on stderr prefixed like every other error, control characters in the
+    # value escaped (\x1b, not the raw byte that recolours a terminal), and
+    # the subcommand whose --help lists the options.
+    cases = [
+        (["simulate", "--granularity", "x\x1b[31mred", sys.argv[3]],
+         "strata: error: --granularity: x\\x1b[31mred not in {layer,chunk} (strata simulate --help lists the options)\n"),
+        (["simulate"], "strata: error: SCENARIO is required (strata simulate --help lists the options)\n"),
+        (["explore", sys.argv[3]], "strata: error: --out is required (strata explore --help lists the options)\n"),
+        ([], "strata: error: A subcommand is required (strata --help lists the options)\n"),
+    ]
+    for args, expect in cases:
+        p = subprocess.run([strata, *args], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 2, f"{args!r}: exit {p.returncode}, expected 2")
+        check(p.stdout == "", f"{args!r}: printed {p.stdout!r}")
+        check(p.stderr == expect, f"{args!r}: {p.stderr!r}, expected {expect!r}")
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
