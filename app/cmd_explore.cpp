@@ -1,6 +1,7 @@
 // strata explore SCENARIO --out DIR and strata merge DIR... --out DIR: the
 // search of a scenario's space, and the combination of its shards.
 
+#include <functional>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +31,7 @@ struct ExploreArgs {
   std::optional<strategies::RankBy> rank_by;
   std::uint64_t max_plans = strategies::kDefaultMaxPlans;
   report::Format format = report::Format::Table;
+  bool quiet = false;
 };
 
 // "i/n" with 0 <= i < n.
@@ -51,21 +53,9 @@ std::pair<std::uint64_t, std::uint64_t> parse_shard(const std::string& s) {
   return {i, n};
 }
 
-std::string duration(double s) {
-  if (!(s >= 0) || s > 1e8) return "?";
-  const auto t = static_cast<long long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600)
-    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
-  else if (t >= 60)
-    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%llds", t);
-  return buf;
-}
-
 // The explorer's progress line.
 struct ProgressLine : StatusLine {
+  using StatusLine::StatusLine;
   void operator()(const strategies::Progress& p) {
     char buf[256];
     auto n = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
@@ -96,7 +86,7 @@ std::string explore(const ExploreArgs& a) {
   if (!a.shard.empty()) shard = parse_shard(a.shard);
   const auto sc = load_scenario_file(a.scenario);
   strategies::require_transformer(sc, "explore");
-  ProgressLine line;
+  ProgressLine line(a.quiet);
   report::ExploreRunOptions o;
   o.out_dir = a.out_dir;
   o.resume = a.resume;
@@ -115,8 +105,10 @@ std::string explore(const ExploreArgs& a) {
     // The comparison report beside the results (docs/report.md); the
     // results stand without it, so a failure here is only a warning.
     try {
-      report::write_report(a.out_dir, a.out_dir);
-      std::cerr << "explore: report in " << (std::filesystem::path(a.out_dir) / "report.html").string()
+      PhaseLine report_line("explore: report", a.quiet);
+      report::write_report(a.out_dir, a.out_dir, std::ref(report_line));
+      report_line.finish();
+      if (!a.quiet) std::cerr << "explore: report in " << (std::filesystem::path(a.out_dir) / "report.html").string()
                 << "\n";
     } catch (const std::exception& e) {
       std::cerr << "strata: warning: explore: no report: " << report::printable(e.what()) << "\n";
@@ -150,6 +142,7 @@ Command add_explore(CLI::App& app) {
   cmd.option("--out", a->out_dir, "Output directory").required().type_name("DIR");
   cmd.option("--jobs", a->jobs, "Worker threads (default: hardware threads)").range(1, 4096);
   cmd.flag("--resume", a->resume, "Continue DIR/results.jsonl: plans already there are not simulated again");
+  cmd.flag("--quiet", a->quiet, "No progress lines on standard error");
   cmd.option("--shard", a->shard, "Explore plans with index % n == i only").type_name("i/n");
   cmd.option("--top", a->top_k, "Keep the K best plans by the --rank-by key (default 10)").range(0, 1000000);
   enum_option<strategies::RankBy>(cmd, "--rank-by", a->rank_by,

@@ -1,4 +1,5 @@
 // strata report DIR: the comparison report of an explore output directory.
+#include <functional>
 #include <memory>
 
 #include "app/commands.hpp"
@@ -12,9 +13,20 @@ namespace {
 struct ReportArgs {
   std::string dir;
   std::string out;  // empty: DIR
+  bool quiet = false;
 };
 
-std::string write_report(const ReportArgs& a) { return report::write_report(a.dir, a.out.empty() ? a.dir : a.out); }
+std::string write_report(const ReportArgs& a) {
+  PhaseLine line("report", a.quiet);
+  try {
+    std::string out = report::write_report(a.dir, a.out.empty() ? a.dir : a.out, std::ref(line));
+    line.finish();
+    return out;
+  } catch (...) {
+    line.finish();
+    throw;
+  }
+}
 
 }  // namespace
 
@@ -25,6 +37,7 @@ Command add_report(CLI::App& app) {
                  "report.md and results.csv");
   cmd.option("DIR", a->dir, "An explore output directory").required();
   cmd.option("--out", a->out, "Write the files there instead of DIR").type_name("DIR2");
+  cmd.flag("--quiet", a->quiet, "No progress lines on standard error");
   return {cmd.cli(), [a] { return write_report(*a); }};
 }
 

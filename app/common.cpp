@@ -49,9 +49,10 @@ extern "C" void on_stop_signal(int sig) {
 }
 }  // namespace
 
-StatusLine::StatusLine() : tty_(::isatty(STDERR_FILENO) != 0) {}
+StatusLine::StatusLine(bool quiet) : tty_(::isatty(STDERR_FILENO) != 0), quiet_(quiet) {}
 
 void StatusLine::show(const std::string& text) {
+  if (quiet_) return;
   if (tty_) {
     // Padded to clear what a longer line before it left.
     std::fprintf(stderr, "\r%-110s", text.c_str());
@@ -65,6 +66,52 @@ void StatusLine::show(const std::string& text) {
 void StatusLine::finish() {
   if (drawn_) std::fputc('\n', stderr);
   drawn_ = false;
+}
+
+std::string duration(double s) {
+  if (!(s >= 0) || s > 1e8) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
+namespace {
+double monotonic_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace
+
+PhaseLine::PhaseLine(std::string who, bool quiet) : StatusLine(quiet), who_(std::move(who)) {}
+
+void PhaseLine::operator()(const std::string& phase, std::uint64_t done, std::uint64_t total) {
+  const double now = monotonic_s();
+  const bool fresh = phase != phase_;
+  if (fresh) {
+    phase_ = phase;
+    phase_start_ = now;
+  } else if (now - last_shown_ < (tty() ? 0.25 : 10.0)) {
+    return;
+  }
+  last_shown_ = now;
+  const double elapsed = now - phase_start_;
+  const double share = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 0;
+  // One step (a re-simulation): only how long it has run.
+  if (total <= 1) {
+    show(who_ + ": " + report::printable(phase) + ", elapsed " + duration(elapsed));
+    return;
+  }
+  const double eta = share > 0 ? elapsed * (1 - share) / share : -1;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ": %.0f %%, elapsed ", 100 * share);
+  show(who_ + ": " + report::printable(phase) + buf + duration(elapsed) + ", ETA " + duration(eta));
 }
 
 StopOnSignal::StopOnSignal() {

@@ -61,16 +61,34 @@ struct Interrupted {
 
 // A long command's progress on stderr: one line redrawn in place on a
 // terminal, plain lines otherwise (logs, Slurm). `finish` ends a drawn line.
+// `quiet` (the commands' --quiet) shows nothing.
 class StatusLine {
  public:
-  StatusLine();
+  explicit StatusLine(bool quiet = false);
   bool tty() const { return tty_; }
   void show(const std::string& text);
   void finish();
 
  private:
   bool tty_;
+  bool quiet_;
   bool drawn_ = false;
+};
+
+// "42s", "3m05s", "1h02m"; "?" for a negative or absurd time.
+std::string duration(double seconds);
+
+// report::PhaseProgress as a status line: "WHO: PHASE 45 %, elapsed 3s,
+// ETA 4s", the ETA the phase's own (its rate so far), redrawn at most every
+// 0.25 s on a terminal and every 10 s otherwise, and at each new phase.
+class PhaseLine : public StatusLine {
+ public:
+  PhaseLine(std::string who, bool quiet);
+  void operator()(const std::string& phase, std::uint64_t done, std::uint64_t total);
+
+ private:
+  std::string who_, phase_;
+  double phase_start_ = 0, last_shown_ = -1;
 };
 
 // While alive, SIGINT and SIGTERM set `flag()` instead of ending the

@@ -24,6 +24,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "report/progress.hpp"
 #include "report/format.hpp"
 #include "strategies/explore.hpp"
 
@@ -89,11 +90,13 @@ struct ResultsFile {
   std::uint64_t torn_bytes = 0;
   std::uint64_t lines_read = 0;  // whole non-empty lines
 };
-// `on_line`, when given, is called with every whole record, in file order.
+// `on_line`, when given, is called with every whole record, in file order;
+// `progress` with the bytes read of the file's, every thousand records.
 ResultsFile read_results(const std::string& path,
                          const std::function<bool(std::uint64_t)>& keep_line = {},
                          const RecordCheck* check = nullptr,
-                         const std::function<void(std::uint64_t, std::string_view)>& on_line = {});
+                         const std::function<void(std::uint64_t, std::string_view)>& on_line = {},
+                         const PhaseProgress& progress = {});
 // The same from the file's text (`path` names it in errors).
 ResultsFile parse_results(std::string_view text, const std::string& path,
                           const std::function<bool(std::uint64_t)>& keep_line = {},
@@ -129,7 +132,7 @@ std::optional<strategies::Scenario> load_explored_scenario(const std::string& di
 // first field that differs and both values otherwise. The plans of `sc`'s
 // space; run after read_results checked the records against it.
 void rescore_records(const strategies::Scenario& sc, const std::string& results_path, const std::string& refined_path,
-                     const std::vector<std::uint64_t>& ids);
+                     const std::vector<std::uint64_t>& ids, const PhaseProgress& progress = {});
 // The plans a summary shows of `plans`: its Pareto front and top `top_k` by `by`, by id, once each.
 std::vector<std::uint64_t> shown_plans(const std::vector<strategies::ScoredPlan>& plans, std::size_t top_k,
                                        strategies::RankBy by);
@@ -146,7 +149,7 @@ struct CheckedDir {
   ResultsFile results;
   std::vector<strategies::ScoredPlan> pareto, top;  // recomputed from the records (refined figures)
 };
-CheckedDir check_explore_dir(const std::string& dir, bool lines);
+CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress = {});
 
 // One results.jsonl line (no newline) for a scored plan.
 std::string result_line(const strategies::ScoredOutcome& o);

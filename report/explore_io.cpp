@@ -621,10 +621,14 @@ void parse_record(std::string_view line, std::uint64_t line_no, const std::strin
 
 ResultsFile read_results(const std::string& path, const std::function<bool(std::uint64_t)>& keep_line,
                          const RecordCheck* check,
-                         const std::function<void(std::uint64_t, std::string_view)>& on_line) {
+                         const std::function<void(std::uint64_t, std::string_view)>& on_line,
+                         const PhaseProgress& progress) {
   ResultsFile out;
   if (!fs::exists(path)) return out;
   LineReader in(path);
+  std::error_code ec;
+  const std::uint64_t size = progress ? fs::file_size(path, ec) : 0;
+  const std::string phase = progress ? "checking " + sim::utf8_escaped(path) : "";
   std::optional<strategies::Scenario> point;
   std::string line;
   bool complete = false;
@@ -639,7 +643,9 @@ ResultsFile read_results(const std::string& path, const std::function<bool(std::
     if (line.empty()) continue;
     ++out.lines_read;
     parse_record(line, line_no, path + ":" + std::to_string(line_no), check, point, keep_line, on_line, out);
+    if (progress && out.lines_read % 1000 == 0) progress(phase, pos, std::max(size, pos));
   }
+  if (progress) progress(phase, pos, pos);
   out.valid_bytes = pos;
   return out;
 }
@@ -902,8 +908,10 @@ std::vector<std::uint64_t> shown_plans(const std::vector<ScoredPlan>& plans, std
 }
 
 void rescore_records(const strategies::Scenario& sc, const std::string& results, const std::string& refined,
-                     const std::vector<std::uint64_t>& ids) {
+                     const std::vector<std::uint64_t>& ids, const PhaseProgress& progress) {
   if (ids.empty()) return;
+  const std::string phase = "re-scoring the " + std::to_string(ids.size()) + " plans the summary shows";
+  std::uint64_t done = 0;
   const std::unordered_set<std::uint64_t> want(ids.begin(), ids.end());
   const auto keep = [&](std::uint64_t id) { return want.count(id) > 0; };
   const ResultsFile coarse = read_results(results, keep);
@@ -912,6 +920,7 @@ void rescore_records(const strategies::Scenario& sc, const std::string& results,
   strategies::Scenario pt = sc;
   pt.space.reset();
   for (const std::uint64_t id : ids) {
+    if (progress) progress(phase, done++, ids.size());
     const auto c = coarse.lines.find(id);
     const auto f = fine.lines.find(id);
     if (c == coarse.lines.end() && f == fine.lines.end()) continue;
@@ -1033,7 +1042,7 @@ void check_counts(const JsonReader& r, const Counts& k, const strategies::Scenar
 
 }  // namespace
 
-CheckedDir check_explore_dir(const std::string& dir, bool lines) {
+CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress) {
   const std::string sp = summary_path(dir), rp = results_path(dir), fp = refined_path(dir);
   for (const auto& p : {sp, rp})
     if (!fs::exists(p)) throw InputError(p, "", "file not found (not an explore output directory?)");
@@ -1068,10 +1077,10 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines) {
   }
   const RecordCheck* checking = out.explored ? &check : nullptr;
   const auto all = [](std::uint64_t) { return true; };
-  out.results = read_results(rp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking);
+  out.results = read_results(rp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
   // Plans the explorer re-simulated at layer granularity count with those figures, as in its summary.
   if (fs::exists(fp)) {
-    ResultsFile rr = read_results(fp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking);
+    ResultsFile rr = read_results(fp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
     for (auto& [id, p] : rr.plans) out.results.plans[id] = p;
     for (auto& [id, line] : rr.lines) out.results.lines[id] = std::move(line);
   }
@@ -1081,7 +1090,7 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines) {
   std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   out.pareto = strategies::pareto_front(plans);
   out.top = strategies::top_plans(plans, top_k, rank_by);
-  if (out.explored) rescore_records(*out.explored, rp, fp, shown_plans(plans, top_k, rank_by));
+  if (out.explored) rescore_records(*out.explored, rp, fp, shown_plans(plans, top_k, rank_by), progress);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "report/progress.hpp"
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
 #include "sim/units.hpp"
@@ -179,13 +180,15 @@ std::string results_csv(const ReportData& d);
 // scenario path the summary names) for its timeline and its recompute
 // trade-off (12 budgets). Throws InputError
 // naming the file for a directory that is not an explore output.
-ReportData load_report_data(const std::string& dir);
+// `progress` follows the checks (explore.hpp's PhaseProgress) and the best
+// plan's re-simulation and trade-off search.
+ReportData load_report_data(const std::string& dir, const PhaseProgress& progress = {});
 
 // load_report_data, then report.html, report.md and results.csv written
 // atomically into `out_dir` (made when missing). Nothing is written when
 // reading fails. `dir` is locked while it is read (DirLock when `out_dir` is
 // `dir`, else DirReadLock): one an explore or merge holds is an InputError
 // naming the holder. Returns the lines `strata report` prints.
-std::string write_report(const std::string& dir, const std::string& out_dir);
+std::string write_report(const std::string& dir, const std::string& out_dir, const PhaseProgress& progress = {});
 
 }  // namespace strata::report

@@ -179,7 +179,7 @@ Timeline replay(const strategies::Scenario& scenario, const std::string& plan_id
 
 }  // namespace
 
-ReportData load_report_data(const std::string& dir) {
+ReportData load_report_data(const std::string& dir, const PhaseProgress& progress) {
   if (!fs::is_directory(dir))
     throw InputError(dir, "", "not a directory (strata report reads the --out directory of strata explore)");
   const std::string sp = (fs::path(dir) / "summary.json").string();
@@ -224,7 +224,7 @@ ReportData load_report_data(const std::string& dir) {
   // plans the summary shows are re-scored (check_explore_dir). A directory
   // of an older strata has no manifest: its records' ids are still checked
   // against their own batch and plan.
-  CheckedDir checked = check_explore_dir(dir, /*lines=*/true);
+  CheckedDir checked = check_explore_dir(dir, /*lines=*/true, progress);
   ResultsFile& rf = checked.results;
   std::vector<std::uint64_t> ids;
   for (const auto& [id, line] : rf.lines) ids.push_back(id);
@@ -271,12 +271,14 @@ ReportData load_report_data(const std::string& dir) {
     const auto id = strategies::parse_plan_id(best.plan_id);
     std::optional<strategies::Scenario> sc;
     try {
+      if (progress) progress("re-simulating the best plan " + best.plan_id + " per layer", 0, 1);
       sc = best_scenario(dir, d.scenario, rf.lines.at(*id), best.plan_id);
       d.timeline = replay(*sc, best.plan_id);
     } catch (const std::exception& e) {
       d.timeline_note = std::string("re-simulating plan ") + best.plan_id + " failed: " + e.what();
     }
     try {
+      if (progress && sc) progress("the recompute trade-off of the best plan", 0, 1);
       if (sc) d.tradeoff = strategies::plan_tradeoff(*sc, {.budgets = 12});
     } catch (const std::exception& e) {
       d.tradeoff_note = std::string("the recompute trade-off of plan ") + best.plan_id + ": " + e.what();
@@ -287,7 +289,7 @@ ReportData load_report_data(const std::string& dir) {
   return d;
 }
 
-std::string write_report(const std::string& dir, const std::string& out_dir) {
+std::string write_report(const std::string& dir, const std::string& out_dir, const PhaseProgress& progress) {
   // An explore or merge writing DIR (its lock, DIR/strata.lock) is waited
   // for by nobody: refused, naming it. Written in place, DIR is locked as
   // explore locks it; read for another --out, it is locked shared, and that
@@ -324,7 +326,7 @@ std::string write_report(const std::string& dir, const std::string& out_dir) {
     write_lock.emplace(dir, "report");
   else
     read_lock.emplace(dir);
-  const ReportData d = load_report_data(dir);
+  const ReportData d = load_report_data(dir, progress);
   const std::string html = report_html(d);
   const std::string markdown = report_markdown(d);
   const std::string csv = results_csv(d);

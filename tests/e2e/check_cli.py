@@ -423,5 +423,30 @@ def option_errors(strata):
         check(p.stderr == expect, f"{args!r}: {p.stderr!r}, expected {expect!r}")
 
 
+def report_progress(strata):
+    # strata report prints its phases on stderr (checking the records, re-
+    # scoring the plans the summary shows, re-simulating the best plan, its
+    # trade-off), one line each off a terminal; --quiet prints nothing there,
+    # explore --quiet neither; stdout is the same either way.
+    tmp = tempfile.mkdtemp()
+    try:
+        d = os.path.join(tmp, "d")
+        p = subprocess.run([strata, "explore", sys.argv[3], "--out", d, "--quiet"], capture_output=True, text=True,
+                           timeout=300)
+        check(p.returncode == 0 and p.stderr == "", f"explore --quiet: exit {p.returncode}, stderr {p.stderr!r}")
+        loud = subprocess.run([strata, "report", d], capture_output=True, text=True, timeout=300)
+        quiet = subprocess.run([strata, "report", d, "--quiet"], capture_output=True, text=True, timeout=300)
+        check(loud.returncode == 0 and quiet.returncode == 0, f"report: {loud.stderr!r} {quiet.stderr!r}")
+        check(quiet.stderr == "", f"report --quiet wrote {quiet.stderr!r}")
+        check(loud.stdout == quiet.stdout, "report's stdout depends on --quiet")
+        lines = loud.stderr.splitlines()
+        for phase in ("report: checking " + os.path.join(d, "results.jsonl") + ": 100 %",
+                      "report: re-scoring the ", "report: re-simulating the best plan ",
+                      "report: the recompute trade-off of the best plan"):
+            check(any(l.startswith(phase) for l in lines), f"no {phase!r} line in {lines!r}")
+    finally:
+        shutil.rmtree(tmp)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[2]](sys.argv[1])
