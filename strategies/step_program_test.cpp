@@ -15,6 +15,7 @@
 #include "strategies/memory_lowering.hpp"
 #include "strategies/step_costs.hpp"
 #include "strategies/steady_state.hpp"
+#include "strategies/step_layout.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -66,7 +67,9 @@ int for_plans(const Scenario& base, std::uint64_t stride, std::uint64_t offset, 
 }
 
 struct Counts {
-  int plans = 0, offload = 0, zero3 = 0, merged = 0;
+  int plans = 0, offload = 0, zero3 = 0, merged = 0, wrong_prunes = 0;
+  std::vector<double> over;  // analytical above the timeline, relative
+  std::string over_example;
   std::vector<double> folded_err, folded_mem;  // chunk − layer, relative
 };
 
@@ -119,6 +122,18 @@ bool compare(const Scenario& sc, Counts& n) {
   // where it folds passes (ZeRO-3, offload), its step time is compared.
   const ChunkPrediction chunk = predict_chunks(sc, costs);
   ++n.plans;
+  // The analytical model the explorer prunes with, as the explorer calls
+  // it: a plan whose timeline fits must not be pruned. Where the analytical
+  // peak is above the timeline's (a pruning bound should be below it), by
+  // how much, reported.
+  {
+    const MemoryEstimate bound = needs_solver(sc.plan) ? estimate_memory(sc, {}, plan_layers(sc, costs)) : estimate_memory(sc);
+    if (bound.peak_bytes > lmem.peak_bytes) {
+      n.over.push_back(static_cast<double>(bound.peak_bytes - lmem.peak_bytes) / static_cast<double>(lmem.peak_bytes));
+      if (n.over.back() >= *std::max_element(n.over.begin(), n.over.end())) n.over_example = canonical_json(sc.plan, sc.batch) + " " + sc.model.name;
+    }
+    if (!bound.feasible() && lmem.feasible()) ++n.wrong_prunes;
+  }
   n.offload += sc.plan.offload.activations || sc.plan.offload.weights;
   n.zero3 += sc.plan.zero >= 3 && sc.plan.dp > 1;
   if (!chunk.exact) {
@@ -202,6 +217,9 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
                              << " with offload, " << n.zero3 << " with ZeRO-3, " << n.merged << " merged exactly; "
                              << n.folded_err.size() << " folded: step time " << spread(n.folded_err)
                              << "; peak memory " << spread(n.folded_mem));
+  MESSAGE("the explorer's analytical memory above the timeline on " << n.over.size() << " plans: " << spread(n.over)
+                                                                     << "; the most: " << n.over_example);
+  CHECK(n.wrong_prunes == 0);
   CHECK(n.plans >= 1000 / share);
   CHECK(n.offload >= 100 / share);
   CHECK(n.zero3 >= 100 / share);
