@@ -211,9 +211,8 @@ std::string axis_cell(const ordered_json& r, const std::string& axis) {
     return out.empty() ? "none" : out;
   }
   if (axis.rfind("batch.", 0) == 0) return text(r.at("batch").at(axis.substr(6)));
-  // Written only where it is not the default (canonical_json).
-  if (axis == "pipeline_layout" && !p.contains(axis))
-    return std::string(enum_name(strategies::PipelineLayout::Balanced));
+  // A key canonical_json writes only where it is not the default.
+  if (const auto dflt = strategies::omitted_default(axis); dflt && !p.contains(axis)) return std::string(*dflt);
   const ordered_json* v = &p;
   std::size_t from = 0;
   for (std::size_t dot; (dot = axis.find('.', from)) != std::string::npos; from = dot + 1)

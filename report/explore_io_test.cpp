@@ -250,6 +250,36 @@ TEST_CASE("explore output: with a goal, records carry the time to train and the 
   CHECK(testing::input_error_of([&] { run_explore(other, o); }).find(t / "g/manifest.json: cluster.gpu.sms: ") == 0);
 }
 
+TEST_CASE("explore output: the pipeline layout axis reads back, its default included") {
+  // GPT-2's 12 layers over pp 4 (interleaved v 2 and 1F1B): the balanced
+  // plans' records leave pipeline_layout out (their ids as before); the
+  // tables and results.csv still show "balanced" for them, and a resume
+  // finds every record in the space.
+  TempDir t("layout");
+  const std::string text = R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 64},
+      "plan": {"optimizer": "adamw", "pp": 4},
+      "space": {"schedule": ["1f1b", "interleaved:2"],
+                "pipeline_layout": ["balanced", "embedding_head_as_layers"]}})";
+  const auto sc = scenario_file(t / "layout.json", text);
+  run_explore(sc, options(t / "d", 1));
+  write_report(t / "d", t / "d");
+  const std::string csv = read(t / "d/results.csv");
+  CHECK(csv.find(",balanced,") != std::string::npos);
+  CHECK(csv.find(",embedding_head_as_layers,") != std::string::npos);
+  CHECK(csv.find(",'-,") == std::string::npos);
+  std::istringstream in(read(t / "d/results.jsonl"));
+  int balanced = 0, counted = 0;
+  for (std::string l; std::getline(in, l);) {
+    const auto j = nlohmann::json::parse(l);
+    (j.at("plan").contains("pipeline_layout") ? counted : balanced) += 1;
+  }
+  CHECK(balanced == 2);
+  CHECK(counted == 2);
+  auto o = options(t / "d", 1);
+  o.resume = true;
+  CHECK(run_explore(sc, o).result.resumed == 4);
+}
+
 TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
   TempDir t("shard");
   const auto sc = scenario_file(t / "small.json");

@@ -12,6 +12,7 @@
 #include "report/html_report.hpp"
 #include "report/table.hpp"
 #include "sim/json_reader.hpp"
+#include "strategies/space.hpp"
 #include "strategies/step_costs.hpp"
 
 namespace strata::report {
@@ -42,6 +43,8 @@ std::string value_text(const ordered_json& v) {
 // tables print them), "-" for a key the plan does not have.
 std::string axis_cell(const json& rec, const std::string& axis) {
   const json& p = rec.at("plan");
+  // A key canonical_json writes only where it is not the default.
+  if (const auto dflt = strategies::omitted_default(axis); dflt && !p.contains(axis)) return std::string(*dflt);
   if (axis == "schedule") {
     std::string s = p.at("schedule").get<std::string>();
     if (p.contains("virtual_stages") && p.at("virtual_stages").get<std::int64_t>() > 1)

@@ -194,6 +194,11 @@ const SpaceAxis* Space::find(Axis a) const {
   return nullptr;
 }
 
+std::optional<std::string_view> omitted_default(std::string_view axis) {
+  if (enum_from_name<Axis>(axis) == Axis::PipelineLayout) return enum_name(PipelineLayout::Balanced);
+  return std::nullopt;
+}
+
 void Space::apply(std::uint64_t index, Plan& p, Batch& b) const {
   // Mixed radix, last axis fastest.
   for (auto it = axes.rbegin(); it != axes.rend(); ++it) {

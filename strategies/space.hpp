@@ -121,6 +121,11 @@ std::string value_name(Axis a, const AxisValue& v);
 // (`space.tp[2]`). `base` holds the model, cluster, batch and plan already read.
 Space read_space(const JsonReader& r, const Scenario& base);
 
+// What a record means by an axis's key that canonical_json leaves out where
+// it holds the default ("balanced" for pipeline_layout); nothing for an
+// axis canonical_json always writes (or that does not apply: "-").
+std::optional<std::string_view> omitted_default(std::string_view axis);
+
 // The canonical JSON of a point: `{"batch":{…},"plan":{…}}` with every plan
 // key (only those that apply: `recompute_k` with every_k, compression keys of
 // its method), keys sorted, no spaces. A scenario's `plan` and `batch` read
