@@ -224,7 +224,8 @@ std::tuple<std::string, std::string> explore(const Source& s, const std::string&
     std::string out = report::render_explore(rep.summary_json, &rep, f);
     std::string warning;
     try {
-      report::write_report(out_dir, out_dir);
+      // As the CLI's explore: of the records just written, not verified again.
+      report::write_report(out_dir, out_dir, {}, /*verify=*/false);
     } catch (const std::exception& e) {
       warning = std::string("explore: no report: ") + e.what();
     }

@@ -149,7 +149,12 @@ struct CheckedDir {
   ResultsFile results;
   std::vector<strategies::ScoredPlan> pareto, top;  // recomputed from the records (refined figures)
 };
-CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress = {});
+// `verify` false: the records are only read (their ids, figures and
+// breakdowns as every read checks them), not placed in the space, ruled or
+// re-scored: for the report explore writes of the records it has just
+// written itself.
+CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress = {},
+                             bool verify = true);
 
 // One results.jsonl line (no newline) for a scored plan.
 std::string result_line(const strategies::ScoredOutcome& o);

@@ -1041,7 +1041,7 @@ void check_counts(const JsonReader& r, const Counts& k, const strategies::Scenar
 
 }  // namespace
 
-CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress) {
+CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress, bool verify) {
   const std::string sp = summary_path(dir), rp = results_path(dir), fp = refined_path(dir);
   for (const auto& p : {sp, rp})
     if (!fs::exists(p)) throw InputError(p, "", "file not found (not an explore output directory?)");
@@ -1074,7 +1074,7 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProg
       if (r.has("counts")) check_counts(r, read_counts(r), *out.explored, shards);
     }
   }
-  const RecordCheck* checking = out.explored ? &check : nullptr;
+  const RecordCheck* checking = out.explored && verify ? &check : nullptr;
   const auto all = [](std::uint64_t) { return true; };
   out.results = read_results(rp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
   // Plans the explorer re-simulated at layer granularity count with those figures, as in its summary.
@@ -1089,7 +1089,7 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProg
   std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   out.pareto = strategies::pareto_front(plans);
   out.top = strategies::top_plans(plans, top_k, rank_by);
-  if (out.explored) rescore_records(*out.explored, rp, fp, shown_plans(plans, top_k, rank_by), progress);
+  if (out.explored && verify) rescore_records(*out.explored, rp, fp, shown_plans(plans, top_k, rank_by), progress);
   return out;
 }
 

@@ -182,13 +182,16 @@ std::string results_csv(const ReportData& d);
 // naming the file for a directory that is not an explore output.
 // `progress` follows the checks (explore.hpp's PhaseProgress) and the best
 // plan's re-simulation and trade-off search.
-ReportData load_report_data(const std::string& dir, const PhaseProgress& progress = {});
+// `verify` false: for explore's own report of what it has just written
+// (check_explore_dir's `verify`).
+ReportData load_report_data(const std::string& dir, const PhaseProgress& progress = {}, bool verify = true);
 
 // load_report_data, then report.html, report.md and results.csv written
 // atomically into `out_dir` (made when missing). Nothing is written when
 // reading fails. `dir` is locked while it is read (DirLock when `out_dir` is
 // `dir`, else DirReadLock): one an explore or merge holds is an InputError
 // naming the holder. Returns the lines `strata report` prints.
-std::string write_report(const std::string& dir, const std::string& out_dir, const PhaseProgress& progress = {});
+std::string write_report(const std::string& dir, const std::string& out_dir, const PhaseProgress& progress = {},
+                         bool verify = true);
 
 }  // namespace strata::report

@@ -182,7 +182,7 @@ Timeline replay(const strategies::Scenario& scenario, const std::string& plan_id
 
 }  // namespace
 
-ReportData load_report_data(const std::string& dir, const PhaseProgress& progress) {
+ReportData load_report_data(const std::string& dir, const PhaseProgress& progress, bool verify) {
   if (!fs::is_directory(dir))
     throw InputError(dir, "", "not a directory (strata report reads the --out directory of strata explore)");
   const std::string sp = (fs::path(dir) / "summary.json").string();
@@ -227,7 +227,7 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   // plans the summary shows are re-scored (check_explore_dir). A directory
   // of an older strata has no manifest: its records' ids are still checked
   // against their own batch and plan.
-  CheckedDir checked = check_explore_dir(dir, /*lines=*/true, progress);
+  CheckedDir checked = check_explore_dir(dir, /*lines=*/true, progress, verify);
   ResultsFile& rf = checked.results;
   std::vector<std::uint64_t> ids;
   for (const auto& [id, line] : rf.lines) ids.push_back(id);
@@ -292,7 +292,8 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   return d;
 }
 
-std::string write_report(const std::string& dir, const std::string& out_dir, const PhaseProgress& progress) {
+std::string write_report(const std::string& dir, const std::string& out_dir, const PhaseProgress& progress,
+                         bool verify) {
   // An explore or merge writing DIR (its lock, DIR/strata.lock) is waited
   // for by nobody: refused, naming it. Written in place, DIR is locked as
   // explore locks it; read for another --out, it is locked shared, and that
@@ -329,7 +330,7 @@ std::string write_report(const std::string& dir, const std::string& out_dir, con
     write_lock.emplace(dir, "report");
   else
     read_lock.emplace(dir);
-  const ReportData d = load_report_data(dir, progress);
+  const ReportData d = load_report_data(dir, progress, verify);
   const std::string html = report_html(d);
   const std::string markdown = report_markdown(d);
   const std::string csv = results_csv(d);

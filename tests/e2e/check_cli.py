@@ -434,7 +434,13 @@ def report_progress(strata):
         p = subprocess.run([strata, "explore", sys.argv[3], "--out", d, "--quiet"], capture_output=True, text=True,
                            timeout=300)
         check(p.returncode == 0 and p.stderr == "", f"explore --quiet: exit {p.returncode}, stderr {p.stderr!r}")
+        # explore's own report (of the records it has just written, read but
+        # not verified again) is the one `strata report` writes after
+        # verifying them.
+        own = {f: open(os.path.join(d, f), "rb").read() for f in ("report.html", "report.md", "results.csv")}
         loud = subprocess.run([strata, "report", d], capture_output=True, text=True, timeout=300)
+        for f, data in own.items():
+            check(open(os.path.join(d, f), "rb").read() == data, f"strata report rewrote {f} otherwise than explore")
         quiet = subprocess.run([strata, "report", d, "--quiet"], capture_output=True, text=True, timeout=300)
         check(loud.returncode == 0 and quiet.returncode == 0, f"report: {loud.stderr!r} {quiet.stderr!r}")
         check(quiet.stderr == "", f"report --quiet wrote {quiet.stderr!r}")
