@@ -163,6 +163,11 @@ Scorer coarse_scorer(const Scenario& base) {
   };
 }
 
+MemoryEstimate pruning_memory(const Scenario& sc, const StepCosts& costs) {
+  if (!needs_solver(sc.plan)) return estimate_memory(sc);
+  return estimate_memory(sc, {}, plan_layers(sc, costs));
+}
+
 std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   Plan p = sc.plan;
   p.recompute = Recompute::None;
@@ -340,10 +345,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   // Optimal recompute's layer choices depend on the layers' times: the
   // memory bound times them with the calibration the scorers use.
   const auto cal = calibration_once(sc);
-  const auto memory_of = [&cal](const Scenario& pt) {
-    if (!needs_solver(pt.plan)) return estimate_memory(pt);
-    return estimate_memory(pt, {}, plan_layers(pt, ModelStepCosts(pt, *cal)));
-  };
+  const auto memory_of = [&cal](const Scenario& pt) { return pruning_memory(pt, ModelStepCosts(pt, *cal)); };
   int jobs = opt.jobs > 0 ? opt.jobs : static_cast<int>(std::thread::hardware_concurrency());
   jobs = std::max(1, jobs);
   if (static_cast<std::uint64_t>(jobs) > total) jobs = static_cast<int>(std::max<std::uint64_t>(1, total));

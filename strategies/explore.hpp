@@ -47,6 +47,12 @@ Scorer exact_scorer(const Scenario& base);
 // default: exact where nothing inside a microbatch needs its own events.
 Scorer coarse_scorer(const Scenario& base);
 
+// The memory the explorer prunes a plan with before scoring it: the
+// analytical model, with optimal recompute's layer choices timed by `costs`
+// (the calibration the scorers use). It must never say "does not fit" of a
+// plan whose timeline fits (the step-program sample checks it).
+MemoryEstimate pruning_memory(const Scenario& sc, const StepCosts& costs);
+
 // The class of plans that lower to one step program, so score alike: the
 // plan's canonical JSON with the settings that cannot act on it dropped —
 // the recompute policy, its budget and the offload planner, replaced by the

@@ -14,8 +14,8 @@
 #include "strategies/coarse.hpp"
 #include "strategies/memory_lowering.hpp"
 #include "strategies/step_costs.hpp"
+#include "strategies/explore.hpp"
 #include "strategies/steady_state.hpp"
-#include "strategies/step_layout.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -127,10 +127,12 @@ bool compare(const Scenario& sc, Counts& n) {
   // peak is above the timeline's (a pruning bound should be below it), by
   // how much, reported.
   {
-    const MemoryEstimate bound = needs_solver(sc.plan) ? estimate_memory(sc, {}, plan_layers(sc, costs)) : estimate_memory(sc);
+    const MemoryEstimate bound = pruning_memory(sc, costs);
     if (bound.peak_bytes > lmem.peak_bytes) {
-      n.over.push_back(static_cast<double>(bound.peak_bytes - lmem.peak_bytes) / static_cast<double>(lmem.peak_bytes));
-      if (n.over.back() >= *std::max_element(n.over.begin(), n.over.end())) n.over_example = canonical_json(sc.plan, sc.batch) + " " + sc.model.name;
+      const double over = static_cast<double>(bound.peak_bytes - lmem.peak_bytes) / static_cast<double>(lmem.peak_bytes);
+      if (n.over.empty() || over > *std::max_element(n.over.begin(), n.over.end()))
+        n.over_example = canonical_json(sc.plan, sc.batch) + " " + sc.model.name;
+      n.over.push_back(over);
     }
     if (!bound.feasible() && lmem.feasible()) ++n.wrong_prunes;
   }
