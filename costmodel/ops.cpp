@@ -532,11 +532,27 @@ struct Builder {
     logits.cols = m.hidden;
     l.ops.push_back(logits);
     // Cross-entropy keeps fp32 logits (vocabulary-parallel) for backward.
-    // Its backward turns the saved fp32 softmax into the gradient in place
-    // (Megatron-LM's vocab-parallel cross-entropy) and casts it back to the
-    // activation type: that cast is the gradient it holds.
-    l.ops.push_back(elementwise("loss", OpKind::Loss, shard(b * s * V), 4, shard(b * s * V),
-                                shard(b * s * V)));
+    // In place (Megatron-LM's vocab-parallel cross-entropy) its backward
+    // turns the saved fp32 softmax into the gradient and casts it back to
+    // the activation type: that cast is the gradient it holds.
+    const double n = shard(b * s * V);
+    Op loss = elementwise("loss", OpKind::Loss, n, 4, n, n);
+    if (o.cross_entropy == CrossEntropy::Unfused) {
+      // PyTorch's F.cross_entropy of pred.float(): the cast (none in fp32),
+      // log_softmax (saves its fp32 output) and nll_loss forward; backward,
+      // nll_loss's fp32 gradient (a filled tensor and a scatter) and
+      // log_softmax's fp32 gradient held at once above the saved output,
+      // then the cast back. Bytes: each kernel reads and writes its tensor
+      // once.
+      const double cast = e == 4 ? 0.0 : static_cast<double>(e) + 4.0;
+      loss.grad_bytes = bytes(n, 8);
+      loss.fwd_bytes = static_cast<Bytes>(n * (cast + 8.0) + 0.5);
+      loss.bwd_bytes = static_cast<Bytes>(n * (cast + 16.0) + 0.5);
+      const std::int64_t casts = e == 4 ? 0 : 1;
+      loss.fwd_kernels = casts + 2;  // cast, log_softmax, nll_loss
+      loss.bwd_kernels = casts + 3;  // fill and scatter, log_softmax backward, cast
+    }
+    l.ops.push_back(loss);
     return l;
   }
 };

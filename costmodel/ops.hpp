@@ -124,6 +124,7 @@ struct ExpandOptions {
   // complex product, a gated unit as an activation and a product
   // (docs/cost-model.md, eager elementwise ops).
   bool fused_elementwise = true;
+  CrossEntropy cross_entropy = CrossEntropy::InPlace;
 };
 
 // The whole model: embedding, one block per transformer layer, head (final

@@ -536,6 +536,44 @@ TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their
   }
 }
 
+TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gradients beside it") {
+  // Llama-3-8B, two sequences of 8192 in bf16: N = 16384 · 128256 logits.
+  auto m = model_preset("llama3-8b");
+  m.seq_len = 8192;
+  const double N = 2.0 * 8192 * 128256;
+  ExpandOptions o;
+  o.micro_batch = 2;
+  const auto in_place_chain = expand(m, o);
+  const Op in_place = op_named(in_place_chain.head, "loss");
+  o.cross_entropy = CrossEntropy::Unfused;
+  const auto unfused_chain = expand(m, o);
+  const Op unfused = op_named(unfused_chain.head, "loss");
+  // Both save the fp32 softmax (or log-softmax): 4 bytes per logit.
+  CHECK(in_place.saved_bytes == static_cast<Bytes>(4 * N));
+  CHECK(unfused.saved_bytes == in_place.saved_bytes);
+  // In place, the backward holds the gradient cast to bf16 (2 bytes); unfused,
+  // nll_loss's and log_softmax's fp32 gradients at once (8 bytes).
+  CHECK(in_place.grad_bytes == static_cast<Bytes>(2 * N));
+  CHECK(unfused.grad_bytes == static_cast<Bytes>(8 * N));
+  CHECK(unfused_chain.head.max_grad_bytes() == static_cast<Bytes>(8 * N));
+  // Traffic: cast (read 2, write 4) and log_softmax (read 4, write 4)
+  // forward, 3 kernels with nll_loss; backward the fill (4), log_softmax's
+  // backward (read 4 + 4, write 4) and the cast back (read 4, write 2), 4 kernels.
+  CHECK(unfused.fwd_bytes == static_cast<Bytes>(14 * N));
+  CHECK(unfused.bwd_bytes == static_cast<Bytes>(22 * N));
+  CHECK(unfused.fwd_kernels == 3);
+  CHECK(unfused.bwd_kernels == 4);
+  // Nothing else in the model changes.
+  CHECK(unfused_chain.block.saved_bytes() == in_place_chain.block.saved_bytes());
+  CHECK(unfused_chain.head.saved_bytes() == in_place_chain.head.saved_bytes());
+  // fp32 training has no casts: 8 and 16 bytes per logit, 2 and 3 kernels.
+  o.precision = Precision::FP32;
+  const Op fp32 = op_named(expand(m, o).head, "loss");
+  CHECK(fp32.fwd_bytes == static_cast<Bytes>(8 * N));
+  CHECK(fp32.bwd_bytes == static_cast<Bytes>(16 * N));
+  CHECK(fp32.fwd_kernels == 2);
+  CHECK(fp32.grad_bytes == static_cast<Bytes>(8 * N));
+}
 
 TEST_CASE("torchtitan's op-level checkpointing: wq, wv, w1, w2 and attention stored, wk, wo, w3 rerun") {
   // Llama-3-8B, one sequence of 8192 in bf16: h 4096, kv 1024, f 14336

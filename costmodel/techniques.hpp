@@ -19,6 +19,18 @@ enum class Precision { FP32, FP16, BF16, FP8 };
 // `Flash` fuses them and saves only the output and fp32 log-sum-exp statistics.
 enum class AttentionKernel { Flash, Standard };
 
+// How the loss's cross-entropy runs over the logits (docs/memory.md, the
+// loss). `InPlace`: Megatron-LM's vocabulary-parallel cross-entropy
+// (megatron/core/tensor_parallel/cross_entropy.py) computes the softmax of
+// fp32 logits in place, saves it, and its backward turns that buffer into
+// the gradient in place: 4 bytes per logit saved, the gradient cast back to
+// the activation type. `Unfused`: PyTorch's F.cross_entropy on an fp32 copy
+// of the logits (torchtitan's cross_entropy_loss, torchtitan/components/
+// loss.py: cross_entropy(pred.float(), labels)): log_softmax saves its fp32
+// output, and the backward holds nll_loss's fp32 gradient and
+// log_softmax's fp32 gradient beside it, 8 bytes per logit more.
+enum class CrossEntropy { InPlace, Unfused };
+
 // EveryNth (torchtitan's layer-level selective checkpointing): every
 // recompute_k-th layer of a chunk is fully recomputed, alone; the others keep
 // everything. SelectiveOp (torchtitan's op-level selective checkpointing,
@@ -52,6 +64,11 @@ template <>
 struct EnumNames<cost::AttentionKernel> {
   static constexpr std::array<std::pair<cost::AttentionKernel, std::string_view>, 2> table{
       {{cost::AttentionKernel::Flash, "flash"}, {cost::AttentionKernel::Standard, "standard"}}};
+};
+template <>
+struct EnumNames<cost::CrossEntropy> {
+  static constexpr std::array<std::pair<cost::CrossEntropy, std::string_view>, 2> table{
+      {{cost::CrossEntropy::InPlace, "in_place"}, {cost::CrossEntropy::Unfused, "unfused"}}};
 };
 template <>
 struct EnumNames<cost::Recompute> {

@@ -264,6 +264,10 @@ Exported export_megatron(const Scenario& sc) {
   // above, already turns it off).
   if (!im.grad_accumulation_fusion && !(p.zero >= 2 && p.pp == 1))
     f.add("--no-gradient-accumulation-fusion");
+  if (im.cross_entropy != strategies::CrossEntropy::InPlace)
+    un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
+                 " (Megatron-LM's loss is its vocabulary-parallel cross-entropy, which computes the "
+                 "softmax in place and turns it into the gradient in place: cross_entropy=in_place)");
   if (!im.tp_grad_overlap && p.tp > 1)
     un.push_back("implementation.tp_grad_overlap=false (Megatron-LM always launches the "
                  "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
@@ -812,6 +816,10 @@ Exported export_torchtitan(const Scenario& sc) {
   if (im.attention != AttentionKernel::Flash)
     un.push_back("implementation.attention=standard (torchtitan's models use fused scaled "
                  "dot-product attention)");
+  if (im.cross_entropy != strategies::CrossEntropy::Unfused)
+    un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
+                 " (torchtitan's loss is PyTorch's cross_entropy of the fp32 logits: "
+                 "cross_entropy=unfused)");
   if (p.zero == 0 && (p.tp > 1 || p.pp > 1 || p.cp > 1) && p.dp > 1)
     notes.push_back("zero=0 with tp, pp or cp: torchtitan's DDP is one-dimensional; with other "
                     "parallelisms use zero 2 or 3 (FSDP)");
@@ -878,8 +886,9 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            std::string(engine_name(target)) + "'s default (the plan had " +
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
-                           // The host's dispatch cost is the framework's, not a flag.
-                           (key == strategies::ImplKey::HostDispatch
+                           // The host's dispatch cost and the loss kernel are
+                           // the framework's own, not flags.
+                           (key == strategies::ImplKey::HostDispatch || key == strategies::ImplKey::CrossEntropy
                                 ? "; no flag sets it: simulate with \"stack\": \""
                                 : "; set it in plan.implementation to export it, or simulate with \"stack\": \"") +
                            st.name + "\" to predict what the engine runs)");

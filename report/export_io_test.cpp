@@ -547,7 +547,11 @@ TEST_CASE("selective_op is torchtitan's op-level checkpointing: exact there, ref
 }
 
 TEST_CASE("torchtitan: ZeRO-3 with full offload is FSDP resharding after forward") {
-  const auto e = export_torchtitan(llama_zero3(1));
+  // The loss as torchtitan computes it (export_plan gives a plan the
+  // stack's settings it does not fix itself; this calls the exporter alone).
+  strategies::Scenario sc = llama_zero3(1);
+  sc.plan.implementation.cross_entropy = cost::CrossEntropy::Unfused;
+  const auto e = export_torchtitan(sc);
   const auto& t = e.text;
   CHECK(contains(t, "data_parallel_shard_degree = 8\n"));
   CHECK(contains(t, "fsdp_reshard_after_forward = \"always\"\n"));
@@ -557,6 +561,9 @@ TEST_CASE("torchtitan: ZeRO-3 with full offload is FSDP resharding after forward
   // Without pipelining the local batch is one microbatch: 1.
   CHECK(contains(t, "local_batch_size = 1\n"));
   CHECK(e.unsupported.empty());
+  // Megatron-LM's in-place loss is not torchtitan's, nor torchtitan's Megatron-LM's.
+  CHECK(unsupported(export_torchtitan(llama_zero3(1)), "implementation.cross_entropy=in_place") != "");
+  CHECK(unsupported(export_megatron(sc), "implementation.cross_entropy=unfused") != "");
 }
 
 // A fresh directory per test case (test cases may run in parallel processes).

@@ -239,6 +239,7 @@ cost::ExpandOptions expand_options(const Scenario& sc) {
   o.precision = sc.plan.precision;
   o.attention = sc.plan.implementation.attention;
   o.fused_elementwise = sc.plan.implementation.fused_elementwise;
+  o.cross_entropy = sc.plan.implementation.cross_entropy;
   return o;
 }
 

@@ -427,6 +427,32 @@ TEST_CASE("analytical memory equals the simulated timeline") {
   }
 }
 
+TEST_CASE("torchtitan's unfused loss holds 6 bytes per logit more at the peak, the allocator's 20 % on top") {
+  // Llama 3.1 8B as torchtitan runs it (docs/accuracy.md): two sequences of
+  // 8192 tokens, vocabulary 128256, no tensor parallelism.
+  const Scenario sc = load_scenario(std::string(STRATA_SOURCE_DIR) +
+                                    "/configs/scenarios/llama3-8b-torchtitan-h100.json");
+  REQUIRE(sc.plan.implementation.cross_entropy == CrossEntropy::Unfused);  // the stack's
+  Scenario in_place = sc;
+  in_place.plan.implementation.cross_entropy = CrossEntropy::InPlace;
+  const double logits = 2.0 * 8192 * 128256;
+  for (const bool timeline : {false, true}) {
+    CAPTURE(timeline);
+    const MemoryEstimate u = timeline ? simulate_memory(sc) : estimate_memory(sc);
+    const MemoryEstimate i = timeline ? simulate_memory(in_place) : estimate_memory(in_place);
+    // The peak is the backward's start: nll_loss's and log_softmax's fp32
+    // gradients (8 bytes per logit) where the in-place kernel holds one
+    // bf16 gradient (2); everything else is the same.
+    const double more = 6 * logits;
+    CHECK(static_cast<double>(tag(u.stages[0], MemTag::Activations) - tag(i.stages[0], MemTag::Activations)) ==
+          doctest::Approx(more).epsilon(1e-9));
+    CHECK(static_cast<double>(tag(u.stages[0], MemTag::AllocatorReserve) -
+                              tag(i.stages[0], MemTag::AllocatorReserve)) ==
+          doctest::Approx(0.2 * more).epsilon(1e-6));
+    CHECK(model_states(u.stages[0]) == model_states(i.stages[0]));
+  }
+}
+
 TEST_CASE("the step graph carries every stage's buffers") {
   // 1F1B, 4 stages (dp 1), 16 microbatches, 4 layers per stage, full
   // recompute: each stage's GPU pool holds its static bytes from the start

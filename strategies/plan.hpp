@@ -17,6 +17,7 @@
 namespace strata::strategies {
 
 using cost::AttentionKernel;
+using cost::CrossEntropy;
 using cost::Precision;
 using cost::Recompute;
 
@@ -72,6 +73,9 @@ inline constexpr std::int64_t kMaxPersistenceThreshold = std::int64_t{1} << 40;
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
   bool fused_elementwise = true;
+  // The loss's cross-entropy kernel (costmodel/techniques.hpp): Megatron-LM's
+  // in place, or PyTorch's unfused one on fp32 logits (torchtitan).
+  CrossEntropy cross_entropy = CrossEntropy::InPlace;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::None;

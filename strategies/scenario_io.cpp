@@ -42,6 +42,7 @@ Implementation read_implementation(const JsonReader& r) {
   Implementation im;
   im.attention = r.enum_or("attention", im.attention);
   im.fused_elementwise = r.bool_or("fused_elementwise", im.fused_elementwise);
+  im.cross_entropy = r.enum_or("cross_entropy", im.cross_entropy);
   im.overlap_grad_reduce = r.bool_or("overlap_grad_reduce", im.overlap_grad_reduce);
   im.overlap_param_gather = r.bool_or("overlap_param_gather", im.overlap_param_gather);
   im.tp_comm_overlap = r.enum_or("tp_comm_overlap", im.tp_comm_overlap);

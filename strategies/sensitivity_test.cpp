@@ -191,6 +191,10 @@ const Case kCases[] = {
      R"({"plan": {"implementation": {"overlap_p2p": true}}})", Effect::Changes},
     {"plan.implementation/fp32_grad_accumulation", "{}",
      R"({"plan": {"implementation": {"fp32_grad_accumulation": true}}})", Effect::PeakUp},
+    // Two fp32 gradients of the logits held in the loss's backward, and more
+    // bytes moved.
+    {"plan.implementation/cross_entropy", "{}", R"({"plan": {"implementation": {"cross_entropy": "unfused"}}})",
+     Effect::PeakUp},
     {"plan.implementation/tp_grad_overlap", R"({"plan": {"tp": 8}})",
      R"({"plan": {"implementation": {"tp_grad_overlap": false}}})", Effect::StepUp},
     {"plan.implementation/host_dispatch_us", "{}", R"({"plan": {"implementation": {"host_dispatch_us": 100}}})",

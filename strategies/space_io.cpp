@@ -228,6 +228,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (im.zero3_gather_per_module) implementation["zero3_gather_per_module"] = true;
   if (im.zero3_persistence_threshold != 0)
     implementation["zero3_persistence_threshold"] = im.zero3_persistence_threshold;
+  if (im.cross_entropy != CrossEntropy::InPlace) implementation["cross_entropy"] = nm(im.cross_entropy);
   json plan = {{"dp", p.dp},
                {"tp", p.tp},
                {"pp", p.pp},

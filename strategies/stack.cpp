@@ -26,6 +26,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::HostDispatch: im.host_dispatch_us = static_cast<double>(v) / 1000.0; break;
     case ImplKey::Zero3GatherPerModule: im.zero3_gather_per_module = on; break;
     case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
+    case ImplKey::CrossEntropy: im.cross_entropy = static_cast<CrossEntropy>(v); break;
   }
 }
 
@@ -43,6 +44,7 @@ std::string value_text(ImplKey k, std::int64_t v) {
   switch (k) {
     case ImplKey::Attention: return std::string(enum_name(static_cast<AttentionKernel>(v)));
     case ImplKey::TpCommOverlap: return std::string(enum_name(static_cast<TpCommOverlap>(v)));
+    case ImplKey::CrossEntropy: return std::string(enum_name(static_cast<CrossEntropy>(v)));
     case ImplKey::HostDispatch: {
       std::string t = std::to_string(static_cast<double>(v) / 1000.0);
       t.erase(t.find_last_not_of('0') + 1);
@@ -88,6 +90,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::HostDispatch: return std::llround(im.host_dispatch_us * 1000.0);
     case ImplKey::Zero3GatherPerModule: return im.zero3_gather_per_module;
     case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
+    case ImplKey::CrossEntropy: return static_cast<std::int64_t>(im.cross_entropy);
   }
   return 0;
 }

@@ -44,6 +44,7 @@ enum class ImplKey : std::uint8_t {
   HostDispatch,  // its value in nanoseconds (host_dispatch_us × 1000)
   Zero3GatherPerModule,
   Zero3PersistenceThreshold,
+  CrossEntropy,
 };
 
 }  // namespace strata::strategies
@@ -51,7 +52,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 13> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 14> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -65,6 +66,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::HostDispatch, "host_dispatch_us"},
       {strategies::ImplKey::Zero3GatherPerModule, "zero3_gather_per_module"},
       {strategies::ImplKey::Zero3PersistenceThreshold, "zero3_persistence_threshold"},
+      {strategies::ImplKey::CrossEntropy, "cross_entropy"},
   }};
 };
 }  // namespace strata

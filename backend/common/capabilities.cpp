@@ -183,6 +183,13 @@ const std::array kTable{
                differs("computed as standard attention; the graph has no attention-core recompute, so everything is kept"),
                no("the CUDA backend computes standard attention (scores materialised) only; flash attention is not "
                   "implemented yet: set plan.implementation.attention to standard")},
+    Capability{"unfused-cross-entropy", "precision", "PyTorch's unfused cross-entropy on fp32 logits "
+               "(implementation.cross_entropy unfused)",
+               [](const Scenario& s) { return s.plan.implementation.cross_entropy == cost::CrossEntropy::Unfused; },
+               no("the CPU kernels compute the cross-entropy in place (the softmax turned into the gradient), "
+                  "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place"),
+               no("the CUDA backend computes the cross-entropy in place (the softmax turned into the gradient), "
+                  "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place")},
     // ---- model ---------------------------------------------------------------------
     Capability{"moe", "model", "mixture-of-experts models", [](const Scenario& s) { return static_cast<bool>(s.model.moe); },
                no("mixture-of-experts models are not implemented by the CPU backend"),
