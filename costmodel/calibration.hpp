@@ -207,7 +207,8 @@ Calibration parse_calibration_text(std::string_view text, const std::string& sou
 std::vector<std::string> calibration_preset_names();
 Calibration calibration_preset(std::string_view name);
 
-// The bundled curves for a GPU preset (by GpuSpec::name); for any other GPU
+// The bundled curves for a GPU preset (by GpuSpec::preset, the preset a GPU
+// object was built from, else by GpuSpec::name); for any other GPU
 // the a100-80g curves with every size axis scaled by the ratio of this
 // GPU's (or its server's) peak to the A100's, so a faster device needs
 // proportionally larger work for the same efficiency (docs/cost-model.md).

@@ -305,7 +305,9 @@ Calibration calibration_preset(std::string_view name) {
 }
 
 Calibration default_calibration(const GpuSpec& gpu) {
-  if (find_preset("calibration", gpu.name)) return calibration_preset(gpu.name);
+  // A GPU built from a preset keeps the preset's curves under another name.
+  for (const std::string* key : {&gpu.preset, &gpu.name})
+    if (!key->empty() && find_preset("calibration", *key)) return calibration_preset(*key);
   // Generic: the A100-80G curves, sizes scaled by this GPU's peaks.
   const GpuSpec ref = gpu_preset("a100-80g");
   Calibration c = calibration_preset("a100-80g");

@@ -10,6 +10,9 @@
 #include <string>
 
 #include "costmodel/model_io.hpp"
+#include "sim/json_reader.hpp"
+
+#include <nlohmann/json.hpp>
 #include "costmodel/presets.hpp"
 
 namespace strata::cost {
@@ -284,6 +287,22 @@ TEST_CASE("default calibration: bundled curves per GPU preset, generic scaled cu
   // fp8 (the A100 has none) takes the 16-bit curve, scaled by 4500/312.
   CHECK(b200.gemm_curve(GemmDtype::FP8).at(1e12 * 4500.0 / 312.0) ==
         doctest::Approx(a100.gemm_curve(GemmDtype::BF16).at(1e12)));
+  // A GPU object built from a preset keeps the preset's curves under its own
+  // name and changed figures (an H100 with HBM2e is still an H100); one
+  // without a preset gets the generic curves.
+  const auto gpu_of = [](const char* text) {
+    const auto j = nlohmann::json::parse(text);
+    return read_cluster(JsonReader(j, "test.json"), ".").gpu;
+  };
+  const GpuSpec renamed =
+      gpu_of(R"({"gpu": {"preset": "h100-sxm", "name": "h100-96g", "memory_GiB": 89.4, "hbm_GBps": 2400}})");
+  CHECK(renamed.name == "h100-96g");
+  CHECK(default_calibration(renamed).machine == calibration_preset("h100-sxm").machine);
+  CHECK(default_calibration(renamed).attention_fraction == calibration_preset("h100-sxm").attention_fraction);
+  const GpuSpec custom = gpu_of(
+      R"({"gpu": {"name": "h100-sxm-like", "memory_GiB": 80, "hbm_GBps": 3350, "tflops": {"bf16": 989.4}}})");
+  CHECK(custom.preset.empty());
+  CHECK(default_calibration(custom).machine.find("generic") != std::string::npos);
   // Every GPU preset gets a usable calibration.
   for (const auto& g : gpu_presets()) {
     CAPTURE(g.name);

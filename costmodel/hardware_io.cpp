@@ -82,7 +82,9 @@ GpuSpec gpu_preset_at(std::string_view name, const JsonReader& where) {
   if (!p) where.fail(unknown_preset_rule("GPU", name, names_of("gpus")));
   const std::string file(p->path);
   const auto j = parse_json_text(p->text, file);
-  return read_gpu_object(JsonReader(j, file));
+  GpuSpec g = read_gpu_object(JsonReader(j, file));
+  g.preset = std::string(name);
+  return g;
 }
 
 ClusterSpec cluster_from_gpu(const GpuSpec& g) {
