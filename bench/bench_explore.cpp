@@ -18,12 +18,19 @@
 // plans whose chunk passes are merged and for those replayed layer by layer
 // (ZeRO-3, offload), as docs/performance.md reports it:
 //   bench_explore --agreement [stride]
+// With --profile it times the explorer's scoring (predict_chunks, one core)
+// of every `stride`-th feasible plan alone and prints the share of the time
+// per schedule, pp, virtual stages, ZeRO-3 and what the steady-state
+// extrapolation did ("steady", or why not), most first:
+//   bench_explore --profile [stride]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +39,7 @@
 #include "strategies/explore.hpp"
 #include "strategies/memory.hpp"
 #include "strategies/space.hpp"
+#include "strategies/steady_state.hpp"
 #include "strategies/step_costs.hpp"
 #include "strategies/validate.hpp"
 
@@ -205,11 +213,50 @@ int agreement(std::size_t stride) {
   return 0;
 }
 
+int profile(std::size_t stride) {
+  const auto& w = sweep();
+  std::map<std::string, std::pair<double, int>> groups;  // key -> (ms, plans)
+  double total = 0;
+  ProgramWorkspace ws;
+  for (std::size_t i = 0; i < w.feasible.size(); i += stride) {
+    const Scenario& sc = w.feasible[i];
+    const ModelStepCosts costs(sc);
+    SteadyStats st;
+    // What predict_chunks does, with the extrapolation's outcome kept.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto pr = predict_steady(sc, costs, Granularity::Chunk, {.every_stage = false}, ws, &st);
+    if (!pr) pr = predict_chunks(sc, costs, {.every_stage = false, .workspace = &ws, .steady_state = false});
+    benchmark::DoNotOptimize(pr->step.step_time);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    total += ms;
+    char key[128];
+    std::snprintf(key, sizeof key, "%-12s pp %3lld v %lld zero3 %d %-8s",
+                  std::string(strata::enum_name(sc.plan.schedule)).c_str(), static_cast<long long>(sc.plan.pp),
+                  static_cast<long long>(sc.plan.virtual_stages), sc.plan.zero >= 3 ? 1 : 0,
+                  st.used ? "steady" : st.declined);
+    auto& g = groups[key];
+    g.first += ms;
+    ++g.second;
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [k, v] : groups) {
+    char line[192];
+    std::snprintf(line, sizeof line, "%s  plans %4d  %7.3f ms each", k.c_str(), v.second, v.first / v.second);
+    rows.emplace_back(v.first, line);
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::printf("%.0f ms over every %zu-th of %zu feasible plans (one core; classes not shared)\n", total, stride,
+              w.feasible.size());
+  for (const auto& [ms, line] : rows) std::printf("%5.1f %%  %s\n", 100 * ms / total, line.c_str());
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--agreement") == 0)
     return agreement(argc >= 3 ? static_cast<std::size_t>(std::stoul(argv[2])) : 50);
+  if (argc >= 2 && std::strcmp(argv[1], "--profile") == 0)
+    return profile(argc >= 3 ? static_cast<std::size_t>(std::stoul(argv[2])) : 7);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
