@@ -250,14 +250,17 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
         const double in = static_cast<double>(in_flight[c]);
         bl.stored += in * stored;
         bl.working = std::max(bl.working, w);
+        double swapped = 0;
         if (swap_all) {
-          bl.swapped += in * stored;
+          swapped = stored;
           bl.largest_swapped = std::max({bl.largest_swapped, rest > 0 || k.swap > 0 ? F : 0.0,
                                          k.alpha > 0 ? S : 0.0, k.beta > 0 ? I : 0.0});
         } else if (k.swap > 0) {
-          bl.swapped += in * sw;
+          swapped = sw;
           bl.largest_swapped = F;
         }
+        bl.swapped += in * swapped;
+        bl.add({stored, w, swapped});
       }
       return bl;
     };

@@ -150,6 +150,90 @@ ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, 
   return best;
 }
 
+// The peak of a stage of Megatron-LM's interleaved schedule whose chunks
+// keep different bytes, backward start by backward start: at each, the
+// chunk-microbatches in flight per virtual chunk, the working set of the
+// chunk whose backward starts, and the embedding's and head's bytes as
+// extras_peak holds them. The starts where the peak can be: the steady
+// state's, one period of p·v steps (forward warmup + k + 1 has run when
+// backward k starts), and the cool-down's first period (every forward has
+// run; later periods hold p fewer of every chunk). Forwards go in groups of
+// p microbatches through chunks 0, 1, …, v − 1, backwards through v − 1, …, 0.
+// `resident`: with activation offload, what the blocks keep of the swapped
+// bytes (the layer being copied and those prefetched). Returns the blocks'
+// bytes on the GPU at the peak and the rest of it (working set and extras).
+std::pair<double, double> interleaved_peak(const Plan& plan, std::int64_t m, int stage, double emb, double head,
+                                           double head_grad, const MemoryModel::Blocks& blocks, double resident) {
+  const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage, pv = p * v;
+  const bool first = s == 0, last = s == p - 1;
+  const auto& chunks = blocks.chunks;
+  // The chunk of the n-th forward and backward (0-based), and how many of
+  // chunk c's are among the first n.
+  const auto forward_chunk = [&](std::int64_t n) { return static_cast<std::size_t>(n % pv / p); };
+  const auto backward_chunk = [&](std::int64_t n) { return static_cast<std::size_t>(v - 1 - n % pv / p); };
+  const auto clamp = [p](std::int64_t x) { return std::clamp<std::int64_t>(x, 0, p); };
+  const auto forwards = [&](std::int64_t n, std::int64_t c) { return n / pv * p + clamp(n % pv - c * p); };
+  const auto backwards = [&](std::int64_t n, std::int64_t c) {
+    return n / pv * p + clamp(n % pv - (v - 1 - c) * p);
+  };
+  // The blocks' bytes and swapped bytes in flight, and the chunk-microbatches
+  // of the first and last chunk (the embedding's and head's), kept as
+  // forwards and backwards run.
+  double stored = 0, swapped = 0, lead = 0, tail = 0;
+  const auto reset = [&](std::int64_t done_forwards, std::int64_t done_backwards) {
+    stored = swapped = 0;
+    for (std::int64_t c = 0; c < v; ++c) {
+      const auto n = static_cast<double>(forwards(done_forwards, c) - backwards(done_backwards, c));
+      stored += n * chunks[static_cast<std::size_t>(c)].stored;
+      swapped += n * chunks[static_cast<std::size_t>(c)].swapped;
+      if (c == 0) lead = n;
+      if (c == v - 1) tail = n;
+    }
+  };
+  const auto move = [&](std::size_t c, double n) {
+    stored += n * chunks[c].stored;
+    swapped += n * chunks[c].swapped;
+    if (c == 0) lead += n;
+    if (c == static_cast<std::size_t>(v - 1)) tail += n;
+  };
+  double best = -1, best_stored = 0;
+  // Backward `n` starts now.
+  const auto consider = [&](std::int64_t n) {
+    const double on_gpu = swapped > 0 ? std::min(stored, stored - swapped + resident) : stored;
+    const double extras = (first ? emb * lead : 0) + (last ? head * tail : 0);
+    const std::size_t starting = backward_chunk(n);
+    const double w = chunks[starting].working;
+    // On the last stage the last chunk's backward starts with the loss's,
+    // which frees one microbatch's head bytes before the layers' backward.
+    const double rest = last && starting == static_cast<std::size_t>(v - 1)
+                            ? std::max(extras + head_grad, extras - head + w)
+                            : extras + w;
+    if (on_gpu + rest > best) {
+      best = on_gpu + rest;
+      best_stored = on_gpu;
+    }
+  };
+  const std::int64_t steps = m * v;
+  const std::int64_t warmup = std::min(2 * (p - s - 1) + (v - 1) * p, steps);
+  const std::int64_t steady = steps - warmup;  // backwards with a forward just before them
+  const std::int64_t steady_end = std::min(pv, steady);
+  if (steady_end > 0) reset(warmup + 1, 0);
+  for (std::int64_t k = 0; k < steady_end; ++k) {
+    if (k > 0) {  // forward warmup + k, then backward k − 1 ended
+      move(forward_chunk(warmup + k), 1);
+      move(backward_chunk(k - 1), -1);
+    }
+    consider(k);
+  }
+  const std::int64_t cool_end = std::min(steady + pv, steps);
+  if (steady < cool_end) reset(steps, steady);
+  for (std::int64_t k = steady; k < cool_end; ++k) {
+    if (k > steady) move(backward_chunk(k - 1), -1);
+    consider(k);
+  }
+  return {best_stored, best - best_stored};
+}
+
 }  // namespace
 
 PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accumulation) {
@@ -465,12 +549,22 @@ MemoryModel::Blocks MemoryModel::blocks(int s, const LayerPlan& layers) const {
     out.working = std::max(out.working, static_cast<double>(chunk.working));
     out.swapped += in * static_cast<double>(chunk.swapped);
     out.largest_swapped = std::max(out.largest_swapped, static_cast<double>(chunk.largest_swapped));
+    out.add({static_cast<double>(chunk.stored), static_cast<double>(chunk.working),
+             static_cast<double>(chunk.swapped)});
   }
   return out;
 }
 
 std::pair<double, double> MemoryModel::on_gpu(int s, const Blocks& blocks) const {
   const Plan& plan = sc_.plan;
+  // Chunks that keep different bytes: backward by backward (alike, the
+  // warm-up's mix and any chunk's working set are the peak's).
+  if (plan.schedule == Schedule::Interleaved &&
+      blocks.chunks.size() == static_cast<std::size_t>(plan.virtual_stages) && plan.virtual_stages > 1)
+    return interleaved_peak(plan, microbatches(plan, sc_.batch), s, static_cast<double>(chain_.embedding.saved_bytes()),
+                            static_cast<double>(chain_.head.saved_bytes()),
+                            static_cast<double>(chain_.head.max_grad_bytes()), blocks,
+                            static_cast<double>(1 + plan.offload.prefetch_depth) * blocks.largest_swapped);
   // What stays, and what was swapped for the layers in flight: the one
   // being copied and prefetch_depth brought back (the copies assumed to keep
   // pace; the timeline knows better).

@@ -171,6 +171,29 @@ class MemoryModel {
   // goes to host memory, and the most one layer moves there.
   struct Blocks {
     double stored = 0, working = 0, swapped = 0, largest_swapped = 0;
+    // Per virtual chunk of the stage: what one microbatch in flight keeps
+    // and moves to the host, and its backward's working set. Where the
+    // chunks differ (interleaved, with optimal recompute, offload planners
+    // or uneven chunks) the peak is found backward by backward: the chunk
+    // whose backward starts brings its own working set, at the moment's mix
+    // of chunks in flight.
+    struct Chunk {
+      double stored = 0, working = 0, swapped = 0;
+      bool operator==(const Chunk&) const = default;
+    };
+    // Every chunk, in order, once two differ; empty while all are alike
+    // (nothing allocated for the common case).
+    std::vector<Chunk> chunks;
+    void add(const Chunk& c) {
+      if (added_ == 0) first_ = c;
+      else if (chunks.empty() && !(c == first_)) chunks.assign(added_, first_);
+      if (!chunks.empty()) chunks.push_back(c);
+      ++added_;
+    }
+
+   private:
+    Chunk first_;
+    std::size_t added_ = 0;
   };
   Blocks blocks(int stage, const LayerPlan& layers) const;
   StageMemory stage(int stage, const Blocks& blocks) const;

@@ -68,7 +68,11 @@ int for_plans(const Scenario& base, std::uint64_t stride, std::uint64_t offset, 
 
 struct Counts {
   int plans = 0, offload = 0, zero3 = 0, merged = 0, wrong_prunes = 0;
-  std::vector<double> over;  // analytical above the timeline, relative
+  std::vector<double> over;   // analytical above the timeline, relative
+  std::vector<double> under;  // analytical below it
+  int under_resident = 0;     // by more than 1 % without offload
+  double under_resident_most = 0;
+  std::string under_resident_example;
   std::string over_example;
   std::vector<double> folded_err, folded_mem;  // chunk − layer, relative
 };
@@ -133,6 +137,19 @@ bool compare(const Scenario& sc, Counts& n) {
       if (n.over.empty() || over > *std::max_element(n.over.begin(), n.over.end()))
         n.over_example = canonical_json(sc.plan, sc.batch) + " " + sc.model.name;
       n.over.push_back(over);
+    } else if (bound.peak_bytes < lmem.peak_bytes) {
+      const double under = static_cast<double>(lmem.peak_bytes - bound.peak_bytes) /
+                           static_cast<double>(lmem.peak_bytes);
+      n.under.push_back(under);
+      // Activation offload: the analytical model assumes the copies keep
+      // pace with the compute (docs/memory-model.md), the timeline knows.
+      if (under > 0.01 && !sc.plan.offload.activations && !sc.plan.offload.weights) {
+        ++n.under_resident;
+        if (under > n.under_resident_most) {
+          n.under_resident_most = under;
+          n.under_resident_example = canonical_json(sc.plan, sc.batch) + " " + sc.model.name;
+        }
+      }
     }
     if (!bound.feasible() && lmem.feasible()) ++n.wrong_prunes;
   }
@@ -221,6 +238,10 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
                              << "; peak memory " << spread(n.folded_mem));
   MESSAGE("the explorer's analytical memory above the timeline on " << n.over.size() << " plans: " << spread(n.over)
                                                                      << "; the most: " << n.over_example);
+  MESSAGE("the explorer's analytical memory below the timeline on " << n.under.size() << " plans: "
+                                                                     << spread(n.under) << "; by more than 1 % without offload on "
+                                                                     << n.under_resident << ", at most " << 100 * n.under_resident_most
+                                                                     << " %: " << n.under_resident_example);
   CHECK(n.wrong_prunes == 0);
   CHECK(n.plans >= 1000 / share);
   CHECK(n.offload >= 100 / share);
