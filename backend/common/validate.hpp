@@ -69,7 +69,9 @@ struct ValidateSide {
   Bytes peak_memory_bytes = 0;  // the highest rank's device peak
   sim::TagBytes peak_by_tag{};  // the highest rank's peak of each tag
   std::vector<RankPeaks> ranks;  // by global rank
-  // Seconds per step spent in tasks of each kind by one rank, averaged over ranks.
+  // Seconds per step spent in tasks of each kind by one rank, averaged over
+  // ranks. Measured, a collective or pipeline transfer counts from its last
+  // participant's arrival (ValidateReport::measured_peer_wait_s has the rest).
   std::array<double, kWorkKinds> time_by_kind_s{};
 };
 
@@ -104,6 +106,11 @@ struct ValidateReport {
   // did not time take 0 (replay_untimed_tasks counts them).
   double replayed_step_time_s = 0;
   int replay_untimed_tasks = 0;
+  // Seconds per step and rank the ranks spent inside collectives and
+  // pipeline transfers before their last participant arrived: the skew
+  // between ranks, which the prediction (every rank of a stage alike) has
+  // not. Left out of the measured time by kind.
+  double measured_peer_wait_s = 0;
   // Per rank, left out of the predicted device pool: the CUDA runtime and
   // (for an executor without a GPU library workspace) the cuBLAS workspace
   // the GPU memory model adds.
@@ -128,7 +135,7 @@ std::string render_validate_table(const ValidateReport& r);
 // peak_bytes, peak_bytes_by_tag, host_peak_bytes}], time_by_kind_s (by
 // WorkKind name)), `errors` (step_time, peak_memory: (predicted −
 // measured) / measured), measured step_times_s, `replay` {step_time_s,
-// error (against the measured step), untimed_tasks}, and `tasks` [{id,
+// error (against the measured step), untimed_tasks}, measured_peer_wait_s, and `tasks` [{id,
 // kind, stage, predicted_s, measured_s}].
 std::string render_validate_json(const ValidateReport& r);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/blas.hpp"
+#include "backend/cpu/executor.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
 
@@ -95,6 +96,67 @@ TEST_CASE("cpu/validate: the JSON holds predicted and measured with the contract
       if (r.predicted.ranks[k].stage == r.predicted.ranks[i].stage)
         CHECK(r.predicted.ranks[k].peak == r.predicted.ranks[i].peak);
   }
+}
+
+// The CPU executor's tasks, each given 1 ms; the first rank to run each
+// collective or pipeline transfer enters it 0.5 ms before the others.
+class SkewedExecutor final : public StepExecutor {
+ public:
+  explicit SkewedExecutor(const Scenario& sc) : real_(sc) {}
+  std::string_view backend() const override { return real_.backend(); }
+  int ranks() const override { return real_.ranks(); }
+  const strategies::LoweredStep& lowered() const override { return real_.lowered(); }
+  bool serial_ranks() const override { return real_.serial_ranks(); }
+  sim::RunResult measured(const StepResult& r) const override { return real_.measured(r); }
+  StepResult step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
+    StepResult r = real_.step(tokens, targets);
+    std::vector<bool> seen(lowered().graph.num_tasks(), false);
+    for (TaskTime& t : r.tasks) {
+      const WorkKind k = work_kind(lowered().info[static_cast<std::size_t>(t.task)].op);
+      const bool comm = k == WorkKind::Collective || k == WorkKind::P2p;
+      t.start = comm && !seen[static_cast<std::size_t>(t.task)] ? -0.5e-3 : 0.0;
+      t.end = 1e-3;
+      seen[static_cast<std::size_t>(t.task)] = true;
+    }
+    r.seconds = 0.1;
+    return r;
+  }
+
+ private:
+  Executor real_;
+};
+
+TEST_CASE("cpu/validate: a collective or transfer counts from its last participant; the earlier ones waited") {
+  // Closed form over the scripted times: every run of a task is 1 ms of its
+  // own; a collective or transfer run by several ranks adds 0.5 ms of peer
+  // wait (its first rank's early entry), one run by a single rank is all
+  // its own (nobody to wait for: 1.5 ms).
+  set_blas_threads(1);
+  Scenario sc = tiny_plan();
+  sc.kernel_memory = strategies::KernelMemory::Cpu;
+  SkewedExecutor ex(sc);
+  const ValidateReport r = backend::validate(sc, ex, {.steps = 2, .warmup = 0});
+  std::array<double, kWorkKinds> own{};
+  double wait = 0;
+  std::vector<int> runs(ex.lowered().graph.num_tasks(), 0);
+  StepResult one = ex.step(std::vector<std::int32_t>(64, 0), std::vector<std::int32_t>(64, 0));
+  for (const TaskTime& t : one.tasks) ++runs[static_cast<std::size_t>(t.task)];
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i] == 0) continue;
+    const WorkKind k = work_kind(ex.lowered().info[i].op);
+    const bool comm = k == WorkKind::Collective || k == WorkKind::P2p;
+    own[static_cast<std::size_t>(k)] += runs[i] * 1e-3 + (comm && runs[i] == 1 ? 0.5e-3 : 0.0);
+    if (comm && runs[i] > 1) wait += 0.5e-3;
+  }
+  CHECK(wait > 0);  // the plan has collectives several ranks run
+  for (std::size_t k = 0; k < kWorkKinds; ++k) {
+    CAPTURE(k);
+    CHECK(r.measured.time_by_kind_s[k] == doctest::Approx(own[k] / r.ranks));
+  }
+  CHECK(r.measured_peer_wait_s == doctest::Approx(wait / r.ranks));
+  const auto j = nlohmann::json::parse(render_validate_json(r));
+  CHECK(j.at("measured_peer_wait_s").get<double>() == doctest::Approx(wait / r.ranks));
+  CHECK(render_validate_table(r).find("peer wait") != std::string::npos);
 }
 
 TEST_CASE("cpu/validate: a stop request ends the measurement after one measured step, said in the report") {
