@@ -38,16 +38,32 @@ void ByteCounter::reset_peaks() {
   s_.reset_peaks();
 }
 
+namespace {
+// aligned_alloc wants a multiple of the alignment, and at least one.
+std::size_t rounded_size(Bytes bytes) {
+  return (static_cast<std::size_t>(std::max<Bytes>(bytes, 1)) + kAlignment - 1) / kAlignment * kAlignment;
+}
+constexpr bool kCache = TrackingAllocator::kCachesBlocks;
+}  // namespace
+
 // Leaks are the owner's bug, not a reason to abort: the counts stay readable
 // up to destruction and the storage itself is reclaimed with the process.
-TrackingAllocator::~TrackingAllocator() = default;
+TrackingAllocator::~TrackingAllocator() {
+  for (auto& [size, blocks] : cache_)
+    for (void* p : blocks) std::free(p);
+}
 
 void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
   counts_.add(bytes, tag);
-  // aligned_alloc wants a multiple of the alignment, and at least one.
-  const auto rounded =
-      (static_cast<std::size_t>(std::max<Bytes>(bytes, 1)) + kAlignment - 1) / kAlignment *
-      kAlignment;
+  const std::size_t rounded = rounded_size(bytes);
+  if (kCache) {
+    std::lock_guard lock(cache_mu_);
+    if (const auto it = cache_.find(rounded); it != cache_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      return p;
+    }
+  }
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) {
     counts_.remove(bytes, tag);
@@ -57,8 +73,16 @@ void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
 }
 
 void TrackingAllocator::deallocate(void* p, Bytes bytes, MemTag tag) noexcept {
-  std::free(p);
   counts_.remove(bytes, tag);
+  if (kCache) {
+    try {
+      std::lock_guard lock(cache_mu_);
+      cache_[rounded_size(bytes)].push_back(p);
+      return;
+    } catch (...) {  // no room to remember it: give it back
+    }
+  }
+  std::free(p);
 }
 
 }  // namespace strata::backend::cpu

@@ -5,6 +5,8 @@
 // pool and one for the host.
 #include <cstddef>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "backend/common/memory_stats.hpp"
 #include "backend/common/out_of_memory.hpp"
@@ -50,6 +52,17 @@ class ByteCounter {
 // Heap memory with byte counts: current and peak, by tag and in total.
 // Thread-safe. With a capacity, an allocation that would take the live total
 // above it throws Error (a pool of fixed size).
+//
+// Freed blocks are kept for the next allocation of the same rounded size
+// (as PyTorch's caching allocator keeps device memory) and given back to the
+// heap when the allocator is destroyed: a training step allocates and frees
+// the same buffers every microbatch, and handing large blocks back to the
+// operating system each time (glibc unmaps blocks above its mmap threshold)
+// made each reuse pay system calls and page faults inside whichever task
+// freed or touched it (a pipeline send that frees a microbatch's backward
+// buffers measured 85–550 µs instead of 5). The counts are of live bytes,
+// cached blocks not included. Under AddressSanitizer every block is freed at
+// once, so a use after free is still caught.
 class TrackingAllocator final : public Allocator {
  public:
   explicit TrackingAllocator(Bytes capacity = 0) : counts_(capacity) {}  // 0: unlimited
@@ -60,12 +73,27 @@ class TrackingAllocator final : public Allocator {
   void* allocate(Bytes bytes, MemTag tag) override;
   void deallocate(void* p, Bytes bytes, MemTag tag) noexcept override;
 
+  // Whether freed blocks are kept for reuse (not under AddressSanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr bool kCachesBlocks = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  static constexpr bool kCachesBlocks = false;
+#else
+  static constexpr bool kCachesBlocks = true;
+#endif
+#else
+  static constexpr bool kCachesBlocks = true;
+#endif
+
   MemoryStats stats() const { return counts_.stats(); }
   // Peaks restart from the live bytes (to measure one phase of a run).
   void reset_peaks() { counts_.reset_peaks(); }
 
  private:
   ByteCounter counts_;
+  std::mutex cache_mu_;
+  std::unordered_map<std::size_t, std::vector<void*>> cache_;  // rounded size -> free blocks
 };
 
 }  // namespace strata::backend::cpu

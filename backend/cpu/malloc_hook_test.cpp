@@ -112,9 +112,10 @@ class MarkedAllocator final : public Allocator {
 TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing large outside the ranks' trackers") {
   // dp 2 x tp 2 with sequence parallelism, ZeRO-1, selective recompute and
   // activation offload (every rank's device and host trackers): after two
-  // warm-up steps, every aligned_alloc(64) of the third step is one of the
-  // trackers' allocations (their counts match), and no other heap request
-  // of a page or more happens on any rank thread. The calling thread only
+  // warm-up steps the third step's tracker allocations all reuse blocks
+  // the trackers keep (no aligned_alloc(64) at all: the step allocates the
+  // same buffers every time), and no other heap request of a page or more
+  // happens on any rank thread. The calling thread only
   // assembles the step's result (the per-task times): bounded by twice
   // their size.
   static_assert(kAlignment == 64);
@@ -151,7 +152,8 @@ TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing larg
                                 << g_main_large_bytes.load() << " bytes for " << r.tasks.size()
                                 << " task times");
       CHECK(g_large.load() == 0);
-      CHECK(g_aligned64.load() == tracked(r) - before);
+      CHECK(tracked(r) - before > 0);
+      CHECK(g_aligned64.load() == 0);
       CHECK(g_main_large_bytes.load() <=
             2 * static_cast<std::int64_t>(r.tasks.size() * sizeof(TaskTime)));
     }
@@ -167,11 +169,11 @@ TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing larg
 TEST_CASE("cpu/malloc: a pipeline step allocates nothing outside the ranks' pools but its messages") {
   // dp 2 x pp 2 (1F1B), ZeRO-3, every_k recompute and activation offload,
   // whose declared buffers the memory matrix checks against the ranks'
-  // trackers: after two warm-up steps, the third step's aligned_alloc(64)
-  // calls are the trackers' allocations plus one per pipeline message (the
-  // run's mailbox holds those), and nothing else of a page or more is
-  // requested on a rank thread. So the trackers' peaks are all the memory
-  // a step uses.
+  // trackers: after two warm-up steps, the third step's allocations (the
+  // trackers' and the run's mailbox's, one per pipeline message) all reuse
+  // blocks the trackers keep (no aligned_alloc(64)), and nothing else of a
+  // page or more is requested on a rank thread. So the trackers' peaks are
+  // all the memory a step uses.
   set_blas_threads(1);
   strategies::Plan plan;
   plan.dp = 2;
@@ -210,7 +212,8 @@ TEST_CASE("cpu/malloc: a pipeline step allocates nothing outside the ranks' pool
                                 << " other large requests");
       CHECK(messages == 2 * 2 * 2);  // 2 dp ranks x (activation + gradient) x 2 microbatches
       CHECK(g_large.load() == 0);
-      CHECK(g_aligned64.load() == tracked(r) - before + messages);
+      CHECK(tracked(r) - before > 0);
+      CHECK(g_aligned64.load() == 0);
     }
     before = tracked(r);
   }
