@@ -1076,10 +1076,20 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProg
   }
   const RecordCheck* checking = out.explored && verify ? &check : nullptr;
   const auto all = [](std::uint64_t) { return true; };
+  // A torn last line is a record the run was writing when it was killed:
+  // reporting without it would show a top and a front the summary does not.
+  const auto whole = [](const std::string& path, const ResultsFile& f) {
+    if (f.torn_bytes > 0)
+      throw InputError(path, "",
+                       "ends in a torn line (the run was killed while writing it): finish the run with explore "
+                       "--resume before reporting it");
+  };
   out.results = read_results(rp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
+  whole(rp, out.results);
   // Plans the explorer re-simulated at layer granularity count with those figures, as in its summary.
   if (fs::exists(fp)) {
     ResultsFile rr = read_results(fp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
+    whole(fp, rr);
     for (auto& [id, p] : rr.plans) out.results.plans[id] = p;
     for (auto& [id, line] : rr.lines) out.results.lines[id] = std::move(line);
   }

@@ -332,6 +332,23 @@ TEST_CASE("merge: a shard of another cluster is refused, naming what differs") {
   CHECK(!fs::exists(t / "m"));
 }
 
+TEST_CASE("report: a torn last line is refused, not left out") {
+  // The record being written when the run was killed is missing from the
+  // file but not from the summary: a report without it would show another
+  // top and front. explore --resume cuts it and scores the plan again.
+  TempDir t("report-torn");
+  const auto sc = scenario_file(t / "small.json");
+  explore_shards(sc, t);
+  const std::string whole = read(t / "s0/results.jsonl");
+  std::ofstream(t / "s0/results.jsonl", std::ios::binary) << whole.substr(0, whole.size() - 10);
+  CHECK(testing::input_error_of([&] { write_report(t / "s0", t / "r"); }) ==
+        t / "s0/results.jsonl" + ": ends in a torn line (the run was killed while writing it): finish the run "
+                                  "with explore --resume before reporting it");
+  CHECK(!fs::exists(t / "r"));
+  std::ofstream(t / "s0/results.jsonl", std::ios::binary) << whole;
+  CHECK(write_report(t / "s0", t / "r").find("report.html") != std::string::npos);
+}
+
 TEST_CASE("merge: a shard without its results, torn or cut short is refused") {
   // A shard whose summary counts 72 scored plans must hold 72 records:
   // anything less was lost or never written, and merging it would report a
