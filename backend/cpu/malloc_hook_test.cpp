@@ -169,11 +169,12 @@ TEST_CASE("cpu/malloc: an executor step on 4 rank threads allocates nothing larg
 TEST_CASE("cpu/malloc: a pipeline step allocates nothing outside the ranks' pools but its messages") {
   // dp 2 x pp 2 (1F1B), ZeRO-3, every_k recompute and activation offload,
   // whose declared buffers the memory matrix checks against the ranks'
-  // trackers: after two warm-up steps, the third step's allocations (the
-  // trackers' and the run's mailbox's, one per pipeline message) all reuse
-  // blocks the trackers keep (no aligned_alloc(64)), and nothing else of a
-  // page or more is requested on a rank thread. So the trackers' peaks are
-  // all the memory a step uses.
+  // trackers: after two warm-up steps, the third step's allocations reuse
+  // blocks the trackers keep — the ranks' all of them; the run's mailbox
+  // (one block per pipeline message) may need a new one when more messages
+  // are in transit at once than in the steps before, which thread timing
+  // decides — and nothing else of a page or more is requested on a rank
+  // thread. So the trackers' peaks are all the memory a step uses.
   set_blas_threads(1);
   strategies::Plan plan;
   plan.dp = 2;
@@ -213,7 +214,7 @@ TEST_CASE("cpu/malloc: a pipeline step allocates nothing outside the ranks' pool
       CHECK(messages == 2 * 2 * 2);  // 2 dp ranks x (activation + gradient) x 2 microbatches
       CHECK(g_large.load() == 0);
       CHECK(tracked(r) - before > 0);
-      CHECK(g_aligned64.load() == 0);
+      CHECK(g_aligned64.load() <= messages);
     }
     before = tracked(r);
   }
