@@ -91,6 +91,13 @@ double compression_bytes(const Compression& c, double p, double rows_cols, std::
   return 0;
 }
 
+// Megatron-LM's interleaved schedule: the forwards stage `s` runs before its
+// first backward, (p − s − 1)·2 + (v − 1)·p, at most all m·v of them.
+std::int64_t interleaved_warmup(const Plan& plan, std::int64_t m, int s) {
+  const std::int64_t p = plan.pp, v = plan.virtual_stages;
+  return std::min(2 * (p - s - 1) + (v - 1) * p, m * v);
+}
+
 // The embedding's and head's activations and one backward's working set w
 // at their joint peak on a stage: max(fixed, with_working + w).
 struct ExtrasPeak {
@@ -124,7 +131,7 @@ ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, 
   std::int64_t warmup;
   switch (plan.schedule) {
     case Schedule::GPipe: warmup = m; break;
-    case Schedule::Interleaved: warmup = std::min(2 * (p - s - 1) + (v - 1) * p, m * v); break;
+    case Schedule::Interleaved: warmup = interleaved_warmup(plan, m, stage); break;
     default: warmup = std::min(p - s - 1, m); break;
   }
   const std::int64_t steps = m * v;
@@ -214,7 +221,7 @@ std::pair<double, double> interleaved_peak(const Plan& plan, std::int64_t m, int
     }
   };
   const std::int64_t steps = m * v;
-  const std::int64_t warmup = std::min(2 * (p - s - 1) + (v - 1) * p, steps);
+  const std::int64_t warmup = interleaved_warmup(plan, m, stage);
   const std::int64_t steady = steps - warmup;  // backwards with a forward just before them
   const std::int64_t steady_end = std::min(pv, steady);
   if (steady_end > 0) reset(warmup + 1, 0);
@@ -283,7 +290,7 @@ std::vector<std::int64_t> in_flight_per_chunk(const Plan& plan, std::int64_t m, 
   const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage;
   std::vector<std::int64_t> counts(static_cast<std::size_t>(v), 0);
   if (plan.schedule == Schedule::Interleaved) {
-    std::int64_t n = std::min(2 * (p - s - 1) + (v - 1) * p + 1, m * v);
+    std::int64_t n = std::min(interleaved_warmup(plan, m, stage) + 1, m * v);
     // Forward order: groups of p microbatches, each through chunk 0, 1, …
     for (std::int64_t g = 0; n > 0 && g < m; g += p) {
       const std::int64_t group = std::min(p, m - g);
