@@ -303,6 +303,14 @@ TEST_CASE("default calibration: bundled curves per GPU preset, generic scaled cu
       R"({"gpu": {"name": "h100-sxm-like", "memory_GiB": 80, "hbm_GBps": 3350, "tflops": {"bf16": 989.4}}})");
   CHECK(custom.preset.empty());
   CHECK(default_calibration(custom).machine.find("generic") != std::string::npos);
+  // A preset built on another keeps the chip's calibration: the H800 is an
+  // H100 with less NVLink.
+  const GpuSpec h800 = gpu_preset("h800");
+  CHECK(h800.name == "h800");
+  CHECK(h800.preset == "h100-sxm");
+  CHECK(h800.server.intra_node_GBps == 200);
+  CHECK(h800.tflops.bf16 == gpu_preset("h100-sxm").tflops.bf16);
+  CHECK(default_calibration(h800).machine == calibration_preset("h100-sxm").machine);
   // Every GPU preset gets a usable calibration.
   for (const auto& g : gpu_presets()) {
     CAPTURE(g.name);

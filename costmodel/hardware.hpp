@@ -43,9 +43,10 @@ struct GpuSpec {
   std::int64_t sms = 0;
   NodeSpec server;  // the GPU's standard server (DGX/HGX), cluster defaults
   std::string source;
-  // The GPU preset it was built from ("" for a GPU object without one):
-  // its bundled calibration (default_calibration) applies whatever the
-  // object renames or changes, as the same chip's efficiencies.
+  // The GPU preset it was built from, the innermost where presets build on
+  // presets (h800 on h100-sxm); "" for a GPU object without one. Its
+  // bundled calibration (default_calibration) applies whatever the object
+  // renames or changes, as the same chip's efficiencies.
   std::string preset;
 
   Bytes memory_bytes() const { return static_cast<Bytes>(memory_GiB * static_cast<double>(kGiB)); }

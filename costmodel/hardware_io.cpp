@@ -83,7 +83,8 @@ GpuSpec gpu_preset_at(std::string_view name, const JsonReader& where) {
   const std::string file(p->path);
   const auto j = parse_json_text(p->text, file);
   GpuSpec g = read_gpu_object(JsonReader(j, file));
-  g.preset = std::string(name);
+  // A preset built on another (h800 on h100-sxm) keeps that chip's.
+  if (g.preset.empty()) g.preset = std::string(name);
   return g;
 }
 

@@ -37,7 +37,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 TEST_CASE("every bundled preset loads and names itself") {
   // The preset list: 14 transformers and 4 layer chains, and 9
   // current open families (Llama 3.1, Qwen 2.5 and 3, DeepSeek-V3, Gemma 3,
-  // Mixtral 8x22B, Phi-4); 7 GPUs, 4 clusters (+ 1x<gpu> each).
+  // Mixtral 8x22B, Phi-4); 8 GPUs, 4 clusters (+ 1x<gpu> each).
   const auto models = model_presets();
   CHECK(models.size() == 27);
   for (const auto& m : models) {
@@ -46,14 +46,14 @@ TEST_CASE("every bundled preset loads and names itself") {
     CHECK(find_preset("models", m.name) != nullptr);
   }
   const auto gpus = gpu_presets();
-  CHECK(gpus.size() == 7);
+  CHECK(gpus.size() == 8);
   for (const auto& g : gpus) {
     CAPTURE(g.name);
     CHECK(!g.source.empty());
     CHECK(g.peak_tflops(Precision::FP16) > 0);
     CHECK(g.server.gpus_per_node >= 8);
   }
-  CHECK(cluster_presets().size() == 4 + 7);
+  CHECK(cluster_presets().size() == 4 + 8);
   CHECK(model_preset("gpt3-175b").vocab == 51200);
 }
 
