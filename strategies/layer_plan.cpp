@@ -247,9 +247,6 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
         if (k.alpha > 0) w = std::max(w, F - S + g - rest * F);
         if (k.beta > 0) w = std::max(w, static_cast<double>(table.least(k.beta, k.q)) + g - later_seg);
         if (k.swap > 0) w = std::max(w, g - (stored - sw));
-        const double in = static_cast<double>(in_flight[c]);
-        bl.stored += in * stored;
-        bl.working = std::max(bl.working, w);
         double swapped = 0;
         if (swap_all) {
           swapped = stored;
@@ -259,8 +256,7 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
           swapped = sw;
           bl.largest_swapped = F;
         }
-        bl.swapped += in * swapped;
-        bl.add({stored, w, swapped});
+        bl.add({stored, w, swapped}, static_cast<double>(in_flight[c]));
       }
       return bl;
     };

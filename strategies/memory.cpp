@@ -98,6 +98,21 @@ std::int64_t interleaved_warmup(const Plan& plan, std::int64_t m, int s) {
   return std::min(2 * (p - s - 1) + (v - 1) * p, m * v);
 }
 
+// The order of a stage's passes in Megatron-LM's schedules: forwards in
+// groups of p microbatches through the stage's chunks 0, 1, …, v − 1,
+// backwards through v − 1, …, 0 (one chunk: microbatch order).
+struct ChunkOrder {
+  std::int64_t p = 1, v = 1;
+  // Of the first n forwards (backwards), those of local chunk c.
+  std::int64_t forwards(std::int64_t n, std::int64_t c) const {
+    return n / (p * v) * p + std::clamp<std::int64_t>(n % (p * v) - c * p, 0, p);
+  }
+  std::int64_t backwards(std::int64_t n, std::int64_t c) const { return forwards(n, v - 1 - c); }
+  // The local chunk of forward (backward) n, counted from 0.
+  std::size_t forward_chunk(std::int64_t n) const { return static_cast<std::size_t>(n % (p * v) / p); }
+  std::size_t backward_chunk(std::int64_t n) const { return static_cast<std::size_t>(v - 1) - forward_chunk(n); }
+};
+
 // The embedding's and head's activations and one backward's working set w
 // at their joint peak on a stage: max(fixed, with_working + w).
 struct ExtrasPeak {
@@ -120,14 +135,7 @@ ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, 
   const bool first = s == 0, last = s == p - 1;
   ExtrasPeak best;
   if (!first && !last) return best;
-  const std::int64_t pv = p * v;
-  // Steps of the stage's first and last local chunk among the first n
-  // forwards or backwards: forwards go in groups of p microbatches chunk by
-  // chunk (0, 1, …, v − 1), backwards visit the chunks in reverse.
-  const auto leading = [&](std::int64_t n) { return n / pv * p + std::min(p, n % pv); };
-  const auto trailing = [&](std::int64_t n) {
-    return n / pv * p + std::max<std::int64_t>(0, n % pv - (v - 1) * p);
-  };
+  const ChunkOrder order{p, v};
   std::int64_t warmup;
   switch (plan.schedule) {
     case Schedule::GPipe: warmup = m; break;
@@ -136,9 +144,10 @@ ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, 
   }
   const std::int64_t steps = m * v;
   bool any = false;
+  // The first and the last local chunk's microbatches in flight.
   const auto consider = [&](std::int64_t forwards, std::int64_t backwards, bool frees_head) {
-    const double c_first = static_cast<double>(leading(forwards) - trailing(backwards));
-    const double c_last = static_cast<double>(trailing(forwards) - leading(backwards));
+    const double c_first = static_cast<double>(order.forwards(forwards, 0) - order.backwards(backwards, 0));
+    const double c_last = static_cast<double>(order.forwards(forwards, v - 1) - order.backwards(backwards, v - 1));
     const double extras = (first ? emb * c_first : 0) + (last ? head * c_last : 0);
     const double with = last && frees_head ? extras - head : extras;
     if (last && frees_head) best.fixed = std::max(best.fixed, extras + head_grad);
@@ -151,9 +160,9 @@ ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, 
     return best;
   }
   // Steady steps k: forward warmup + k has run, backward k starts.
-  const std::int64_t period = v == 1 ? 1 : pv;
+  const std::int64_t period = v == 1 ? 1 : p * v;
   for (std::int64_t k = 0; k < std::min(period, steps - warmup); ++k)
-    consider(warmup + k + 1, k, leading(k + 1) - leading(k) == 1);
+    consider(warmup + k + 1, k, order.backward_chunk(k) == static_cast<std::size_t>(v - 1));
   return best;
 }
 
@@ -164,8 +173,7 @@ ExtrasPeak extras_peak(const Plan& plan, std::int64_t m, int stage, double emb, 
 // extras_peak holds them. The starts where the peak can be: the steady
 // state's, one period of p·v steps (forward warmup + k + 1 has run when
 // backward k starts), and the cool-down's first period (every forward has
-// run; later periods hold p fewer of every chunk). Forwards go in groups of
-// p microbatches through chunks 0, 1, …, v − 1, backwards through v − 1, …, 0.
+// run; later periods hold p fewer of every chunk), in ChunkOrder.
 // `resident`: with activation offload, what the blocks keep of the swapped
 // bytes (the layer being copied and those prefetched). Returns the blocks'
 // bytes on the GPU at the peak and the rest of it (working set and extras).
@@ -174,15 +182,7 @@ std::pair<double, double> interleaved_peak(const Plan& plan, std::int64_t m, int
   const std::int64_t p = plan.pp, v = plan.virtual_stages, s = stage, pv = p * v;
   const bool first = s == 0, last = s == p - 1;
   const auto& chunks = blocks.chunks;
-  // The chunk of the n-th forward and backward (0-based), and how many of
-  // chunk c's are among the first n.
-  const auto forward_chunk = [&](std::int64_t n) { return static_cast<std::size_t>(n % pv / p); };
-  const auto backward_chunk = [&](std::int64_t n) { return static_cast<std::size_t>(v - 1 - n % pv / p); };
-  const auto clamp = [p](std::int64_t x) { return std::clamp<std::int64_t>(x, 0, p); };
-  const auto forwards = [&](std::int64_t n, std::int64_t c) { return n / pv * p + clamp(n % pv - c * p); };
-  const auto backwards = [&](std::int64_t n, std::int64_t c) {
-    return n / pv * p + clamp(n % pv - (v - 1 - c) * p);
-  };
+  const ChunkOrder order{p, v};
   // The blocks' bytes and swapped bytes in flight, and the chunk-microbatches
   // of the first and last chunk (the embedding's and head's), kept as
   // forwards and backwards run.
@@ -190,7 +190,7 @@ std::pair<double, double> interleaved_peak(const Plan& plan, std::int64_t m, int
   const auto reset = [&](std::int64_t done_forwards, std::int64_t done_backwards) {
     stored = swapped = 0;
     for (std::int64_t c = 0; c < v; ++c) {
-      const auto n = static_cast<double>(forwards(done_forwards, c) - backwards(done_backwards, c));
+      const auto n = static_cast<double>(order.forwards(done_forwards, c) - order.backwards(done_backwards, c));
       stored += n * chunks[static_cast<std::size_t>(c)].stored;
       swapped += n * chunks[static_cast<std::size_t>(c)].swapped;
       if (c == 0) lead = n;
@@ -208,7 +208,7 @@ std::pair<double, double> interleaved_peak(const Plan& plan, std::int64_t m, int
   const auto consider = [&](std::int64_t n) {
     const double on_gpu = swapped > 0 ? std::min(stored, stored - swapped + resident) : stored;
     const double extras = (first ? emb * lead : 0) + (last ? head * tail : 0);
-    const std::size_t starting = backward_chunk(n);
+    const std::size_t starting = order.backward_chunk(n);
     const double w = chunks[starting].working;
     // On the last stage the last chunk's backward starts with the loss's,
     // which frees one microbatch's head bytes before the layers' backward.
@@ -227,15 +227,15 @@ std::pair<double, double> interleaved_peak(const Plan& plan, std::int64_t m, int
   if (steady_end > 0) reset(warmup + 1, 0);
   for (std::int64_t k = 0; k < steady_end; ++k) {
     if (k > 0) {  // forward warmup + k, then backward k − 1 ended
-      move(forward_chunk(warmup + k), 1);
-      move(backward_chunk(k - 1), -1);
+      move(order.forward_chunk(warmup + k), 1);
+      move(order.backward_chunk(k - 1), -1);
     }
     consider(k);
   }
   const std::int64_t cool_end = std::min(steady + pv, steps);
   if (steady < cool_end) reset(steps, steady);
   for (std::int64_t k = steady; k < cool_end; ++k) {
-    if (k > steady) move(backward_chunk(k - 1), -1);
+    if (k > steady) move(order.backward_chunk(k - 1), -1);
     consider(k);
   }
   return {best_stored, best - best_stored};
@@ -551,13 +551,10 @@ MemoryModel::Blocks MemoryModel::blocks(int s, const LayerPlan& layers) const {
     const auto n = static_cast<std::size_t>(chunks_[k]);
     const auto at = static_cast<std::size_t>(first_[k]);
     const auto chunk = act_.chunk({layers.keeps.data() + at, n}, {layers.swaps.data() + at, n});
-    const double in = static_cast<double>(counts[c]);
-    out.stored += in * static_cast<double>(chunk.stored);
-    out.working = std::max(out.working, static_cast<double>(chunk.working));
-    out.swapped += in * static_cast<double>(chunk.swapped);
-    out.largest_swapped = std::max(out.largest_swapped, static_cast<double>(chunk.largest_swapped));
     out.add({static_cast<double>(chunk.stored), static_cast<double>(chunk.working),
-             static_cast<double>(chunk.swapped)});
+             static_cast<double>(chunk.swapped)},
+            static_cast<double>(counts[c]));
+    out.largest_swapped = std::max(out.largest_swapped, static_cast<double>(chunk.largest_swapped));
   }
   return out;
 }

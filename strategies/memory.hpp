@@ -184,7 +184,13 @@ class MemoryModel {
     // Every chunk, in order, once two differ; empty while all are alike
     // (nothing allocated for the common case).
     std::vector<Chunk> chunks;
-    void add(const Chunk& c) {
+    // The stage's next chunk, with `in_flight` of its microbatches at the
+    // warm-up's end: into the sums and the list (largest_swapped is the
+    // caller's).
+    void add(const Chunk& c, double in_flight) {
+      stored += in_flight * c.stored;
+      working = std::max(working, c.working);
+      swapped += in_flight * c.swapped;
       if (added_ == 0) first_ = c;
       else if (chunks.empty() && !(c == first_)) chunks.assign(added_, first_);
       if (!chunks.empty()) chunks.push_back(c);

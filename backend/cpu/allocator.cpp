@@ -43,7 +43,6 @@ namespace {
 std::size_t rounded_size(Bytes bytes) {
   return (static_cast<std::size_t>(std::max<Bytes>(bytes, 1)) + kAlignment - 1) / kAlignment * kAlignment;
 }
-constexpr bool kCache = TrackingAllocator::kCachesBlocks;
 }  // namespace
 
 // Leaks are the owner's bug, not a reason to abort: the counts stay readable
@@ -56,7 +55,7 @@ TrackingAllocator::~TrackingAllocator() {
 void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
   counts_.add(bytes, tag);
   const std::size_t rounded = rounded_size(bytes);
-  if (kCache) {
+  if (kCachesBlocks) {
     std::lock_guard lock(cache_mu_);
     if (const auto it = cache_.find(rounded); it != cache_.end() && !it->second.empty()) {
       void* p = it->second.back();
@@ -74,7 +73,7 @@ void* TrackingAllocator::allocate(Bytes bytes, MemTag tag) {
 
 void TrackingAllocator::deallocate(void* p, Bytes bytes, MemTag tag) noexcept {
   counts_.remove(bytes, tag);
-  if (kCache) {
+  if (kCachesBlocks) {
     try {
       std::lock_guard lock(cache_mu_);
       cache_[rounded_size(bytes)].push_back(p);
