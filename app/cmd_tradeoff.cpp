@@ -5,7 +5,7 @@
 #include "app/common.hpp"
 #include "report/files.hpp"
 #include "report/tradeoff.hpp"
-#include "strategies/tradeoff.hpp"
+#include "explorer/tradeoff.hpp"
 
 namespace strata::app {
 

@@ -35,12 +35,12 @@
 #include <vector>
 
 #include "report/explore.hpp"
-#include "strategies/coarse.hpp"
-#include "strategies/explore.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/coarse.hpp"
+#include "explorer/explore.hpp"
+#include "lowering/memory.hpp"
 #include "strategies/space.hpp"
-#include "strategies/steady_state.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/steady_state.hpp"
+#include "lowering/step_costs.hpp"
 #include "strategies/validate.hpp"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "costmodel/model_io.hpp"
-#include "strategies/memory.hpp"
-#include "strategies/memory_lowering.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/memory_lowering.hpp"
 #include "strategies/validate.hpp"
 
 namespace {

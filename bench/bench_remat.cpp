@@ -10,7 +10,7 @@
 #include "costmodel/model_io.hpp"
 #include "strategies/remat.hpp"
 #include "strategies/scenario.hpp"
-#include "strategies/tradeoff.hpp"
+#include "explorer/tradeoff.hpp"
 
 namespace {
 

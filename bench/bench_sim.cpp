@@ -18,7 +18,7 @@
 #include <benchmark/benchmark.h>
 
 #include "costmodel/model_io.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/step_costs.hpp"
 
 #include <memory>
 #include <random>

@@ -26,7 +26,7 @@
 
 #include "report/progress.hpp"
 #include "report/format.hpp"
-#include "strategies/explore.hpp"
+#include "explorer/explore.hpp"
 
 namespace strata::report {
 

@@ -13,7 +13,7 @@
 #include "report/files.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/units.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 #include "strategies/stack.hpp"
 #include "strategies/validate.hpp"
 
@@ -102,7 +102,7 @@ std::int64_t recompute_segment(const Scenario& sc) {
 bool is_mixed(const Plan& p) { return p.precision != Precision::FP32; }
 
 // Bytes of one element of the gradient bucket being reduced (as
-// strategies/memory.cpp counts gradient bytes): fp32 without mixed precision
+// lowering/memory.cpp counts gradient bytes): fp32 without mixed precision
 // or with an fp32 accumulation buffer, else 16 bits.
 Bytes reduced_grad_bytes(const Plan& p) {
   if (!is_mixed(p) || p.implementation.fp32_grad_accumulation) return 4;

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/task_graph.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::report {

@@ -17,7 +17,7 @@
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
 #include "sim/units.hpp"
-#include "strategies/tradeoff.hpp"
+#include "explorer/tradeoff.hpp"
 
 namespace strata::report {
 
@@ -98,7 +98,7 @@ struct Timeline {
 };
 
 // Lanes of the replay of a lowered step, by the role of each task's first
-// queue (sim::Role, set by strategies/step_program.cpp): its stage (none: the
+// queue (sim::Role, set by lowering/step_program.cpp): its stage (none: the
 // task's) and lane (the copy engines share one; a queue of no lane has one
 // of its own, by name). Same-kind tasks that touch merge into one span;
 // when a lane would still hold more than `columns` / 2 spans, its time is cut

@@ -6,8 +6,8 @@
 #include "report/published.hpp"
 #include "report/table.hpp"
 #include "sim/json_reader.hpp"
-#include "strategies/memory.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::report {
 

@@ -13,7 +13,7 @@
 #include "report/table.hpp"
 #include "sim/json_reader.hpp"
 #include "strategies/space.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::report {
 

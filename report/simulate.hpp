@@ -4,8 +4,8 @@
 #include <string>
 
 #include "report/format.hpp"
-#include "strategies/lower.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/lower.hpp"
+#include "lowering/memory.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::report {

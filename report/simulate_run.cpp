@@ -3,9 +3,9 @@
 #include "report/simulate.hpp"
 #include "sim/error.hpp"
 #include "sim/trace.hpp"
-#include "strategies/coarse.hpp"
-#include "strategies/memory_lowering.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/coarse.hpp"
+#include "lowering/memory_lowering.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::report {
 

@@ -5,7 +5,7 @@
 
 #include "report/format.hpp"
 #include "report/table.hpp"
-#include "strategies/tradeoff.hpp"
+#include "explorer/tradeoff.hpp"
 
 namespace strata::report {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "sim/error.hpp"
-#include "strategies/explore.hpp"
+#include "explorer/explore.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/stack.hpp"
 #include "strategies/validate.hpp"

@@ -22,8 +22,8 @@
 
 #include "backend/common/param_table.hpp"
 #include "backend/common/shape.hpp"
-#include "strategies/layer_plan.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/layer_plan.hpp"
+#include "lowering/lower.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::backend {

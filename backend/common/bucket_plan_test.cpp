@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "costmodel/model_io.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::backend {
 namespace {

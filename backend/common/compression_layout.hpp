@@ -10,7 +10,7 @@
 
 #include "backend/common/shape.hpp"
 #include "sim/units.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 #include "strategies/plan.hpp"
 
 namespace strata::backend {

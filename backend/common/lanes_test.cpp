@@ -2,7 +2,7 @@
 
 #include <doctest/doctest.h>
 
-#include "strategies/step_costs.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::backend {
 namespace {

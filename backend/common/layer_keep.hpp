@@ -4,7 +4,7 @@
 // one (gpt.hpp) and the CUDA one (backend/cuda/gpt.hpp) share the rule, each
 // with its own BlockSaved and drop_for_recompute.
 #include "costmodel/ops.hpp"
-#include "strategies/layer_plan.hpp"
+#include "lowering/layer_plan.hpp"
 
 namespace strata::backend {
 

@@ -1,8 +1,8 @@
 #include "backend/common/out_of_memory.hpp"
 
-#include "strategies/step_layout.hpp"
-#include "strategies/memory.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/step_layout.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::backend {
 

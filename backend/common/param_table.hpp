@@ -27,7 +27,7 @@
 
 #include "backend/common/shape.hpp"
 #include "costmodel/model.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 
 namespace strata::backend {
 

@@ -12,7 +12,7 @@
 
 #include "backend/common/memory_stats.hpp"
 #include "sim/engine.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 
 namespace strata::backend {
 

@@ -10,7 +10,7 @@
 #include "sim/error.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/trace.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/step_costs.hpp"
 #include "sim/text.hpp"
 
 namespace strata::backend {

@@ -11,8 +11,8 @@
 #include "sim/engine.hpp"
 #include "sim/error.hpp"
 #include "sim/memory.hpp"
-#include "strategies/memory.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/step_costs.hpp"
 #include "sim/text.hpp"
 
 namespace strata::backend {

@@ -26,7 +26,7 @@
 #include "backend/common/step_executor.hpp"
 #include "costmodel/calibration.hpp"
 #include "sim/task_graph.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::backend {

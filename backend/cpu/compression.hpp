@@ -29,7 +29,7 @@
 // group (same seed on every rank), QSGD's rounding from one per rank,
 // PowerSGD's initial Q from the shared seed. Buffers (residuals, messages,
 // P and Q) come from the rank's allocator under MemTag::CommBuffers, where
-// the memory model counts compression state (strategies/memory.cpp).
+// the memory model counts compression state (lowering/memory.cpp).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -40,7 +40,7 @@
 #include "backend/cpu/allocator.hpp"
 #include "backend/cpu/comm.hpp"
 #include "backend/cpu/tensor.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 #include "strategies/plan.hpp"
 
 namespace strata::backend::cpu {

@@ -19,8 +19,8 @@
 #include "backend/cpu/test_util.hpp"
 #include "backend/cpu/train.hpp"
 #include "costmodel/model_io.hpp"
-#include "strategies/memory.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::backend::cpu {
 namespace {

@@ -23,10 +23,10 @@
 #include "backend/cpu/tensor.hpp"
 #include "costmodel/ops.hpp"
 #include "sim/error.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 #include "strategies/rank_mesh.hpp"
-#include "strategies/step_costs.hpp"
-#include "strategies/step_layout.hpp"
+#include "lowering/step_costs.hpp"
+#include "lowering/step_layout.hpp"
 
 namespace strata::backend::cpu {
 

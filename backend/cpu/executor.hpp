@@ -40,7 +40,7 @@
 #include "backend/common/step_executor.hpp"
 #include "backend/cpu/allocator.hpp"
 #include "sim/engine.hpp"
-#include "strategies/lower.hpp"
+#include "lowering/lower.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::backend::cpu {

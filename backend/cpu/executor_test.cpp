@@ -16,8 +16,8 @@
 #include "backend/cpu/test_scenario.hpp"
 #include "backend/cpu/test_util.hpp"
 #include "costmodel/model_io.hpp"
-#include "strategies/memory.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/step_costs.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend::cpu {

@@ -18,7 +18,7 @@
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
 #include "sim/names.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 
 namespace strata::backend::cpu {
 namespace {

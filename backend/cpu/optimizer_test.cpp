@@ -13,7 +13,7 @@
 #include "backend/common/rng.hpp"
 #include "costmodel/ops.hpp"
 #include "sim/error.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 
 namespace strata::backend::cpu {
 namespace {

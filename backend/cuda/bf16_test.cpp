@@ -21,7 +21,7 @@
 #include "backend/cuda/tensor.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 
 namespace strata::backend::cuda {
 namespace {
@@ -80,7 +80,7 @@ TEST_CASE("cuda/bf16: a bf16 step of the tiny GPT equals the fp32 CPU executor w
 }
 
 TEST_CASE("cuda/bf16: bytes by tag are the memory model's: bf16 weights, fp32 gradients, fp32 master + states") {
-  // Memory model (strategies/memory.cpp, bytes_per_param): bf16 weights 2 B,
+  // Memory model (lowering/memory.cpp, bytes_per_param): bf16 weights 2 B,
   // fp32-accumulated gradients 4 B, optimizer states momentum 4 B + fp32
   // master weights 4 B per parameter. The executor's pools must hold exactly
   // those under Params, Grads and OptimizerStates; activations are bf16 but

@@ -24,9 +24,9 @@
 #include "backend/cuda/process_group.hpp"
 #include "costmodel/ops.hpp"
 #include "sim/error.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 #include "strategies/rank_mesh.hpp"
-#include "strategies/step_costs.hpp"
+#include "lowering/step_costs.hpp"
 
 namespace strata::backend::cuda {
 

@@ -18,7 +18,7 @@
 #include "backend/cuda/test_scenario.hpp"
 #include "costmodel/model_io.hpp"
 #include "sim/error.hpp"
-#include "strategies/memory.hpp"
+#include "lowering/memory.hpp"
 
 namespace strata::backend::cuda {
 namespace {

@@ -1,0 +1,344 @@
+// Step-time lowering checked with closed-form costs: layers take fixed
+// times, communication is free unless a test prices it.
+#include "lowering/lower.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "lowering/step_program.hpp"
+#include "lowering/unit_costs_testing.hpp"
+
+namespace strata::strategies {
+namespace {
+
+Scenario scenario(const std::string& plan, int global = 16, int hidden = 256) {
+  return unit_scenario(plan, global, hidden);
+}
+
+TEST_CASE("1F1B and GPipe: step (m + p − 1)·(tf + tb) per stage, bubble (p − 1)/(m + p − 1)") {
+  // 16 layers over p = 4 stages (4 each), m = 8 microbatches (dp 2), free comm.
+  for (const char* sched : {"1f1b", "gpipe"}) {
+    CAPTURE(sched);
+    const auto sc = scenario(std::string("{\"pp\": 4, \"schedule\": \"") + sched + "\"}");
+    const UnitCosts c;
+    const auto pr = predict_step(sc, c);
+    const Time per_mb = 4 * (c.tf + c.tb);
+    CHECK(pr.step_time == (8 + 4 - 1) * per_mb);
+    CHECK(pr.bubble_fraction == doctest::Approx(3.0 / 11.0));
+    CHECK(pr.breakdown.compute == 8 * per_mb);
+    CHECK(pr.breakdown.total() == pr.step_time);
+    CHECK(pr.pipeline_fill == 0);
+  }
+}
+
+TEST_CASE("PipeDream and 2BW without flushes: step m·(tf + tb) per stage, the fill once per run") {
+  // The same pipeline: steps follow one another through a full pipeline,
+  // so the (p − 1)·(tf + tb) of fill and drain is paid once per run, not
+  // per step: throughput (m + p − 1)/m = 11/8 of 1F1B's (Narayanan et al.
+  // 2019 Sec. 3.2; 2021 Sec. 3.1).
+  const UnitCosts c;
+  const Time per_mb = 4 * (c.tf + c.tb);
+  const auto flushed = predict_step(scenario(R"({"pp": 4, "schedule": "1f1b"})"), c);
+  for (const char* sched : {"pipedream", "pipedream-2bw"}) {
+    CAPTURE(sched);
+    const auto sc = scenario(std::string("{\"pp\": 4, \"schedule\": \"") + sched + "\"}");
+    const auto pr = predict_step(sc, c, nullptr, nullptr);
+    CHECK(pr.step_time == 8 * per_mb);
+    CHECK(pr.pipeline_fill == 3 * per_mb);
+    CHECK(pr.bubble_fraction == 0);
+    CHECK(pr.breakdown.compute == 8 * per_mb);
+    CHECK(pr.breakdown.total() == pr.step_time);
+    CHECK(static_cast<double>(flushed.step_time) / static_cast<double>(pr.step_time) ==
+          doctest::Approx(11.0 / 8.0));
+    // Strata's executors flush between steps: their prediction keeps it.
+    Scenario executed = sc;
+    executed.executed = true;
+    CHECK(predict_step(executed, c).step_time == 11 * per_mb);
+  }
+}
+
+TEST_CASE("interleaved: bubble (p − 1)/(v·m + p − 1)") {
+  // p = 4, v = 2, m = 8: the bubble shrinks by v (Megatron Sec 2.2.2).
+  const auto sc = scenario("{\"pp\": 4, \"schedule\": \"interleaved\", \"virtual_stages\": 2}");
+  const UnitCosts c;
+  const auto pr = predict_step(sc, c);
+  const Time per_mb = 4 * (c.tf + c.tb);
+  CHECK(pr.step_time == 8 * per_mb + 3 * per_mb / 2);
+  CHECK(pr.bubble_fraction == doctest::Approx(3.0 / (2 * 8 + 3)));
+  CHECK(pr.breakdown.total() == pr.step_time);
+}
+
+TEST_CASE("full recompute adds one forward per layer; selective adds the attention core") {
+  const UnitCosts c;
+  const auto none = predict_step(scenario("{\"pp\": 4}"), c);
+  const auto full = predict_step(scenario("{\"pp\": 4, \"recompute\": \"full\"}"), c);
+  CHECK(full.step_time == none.step_time / (c.tf + c.tb) * (2 * c.tf + c.tb));
+  CHECK(full.breakdown.recompute == 8 * 4 * c.tf);
+  // Selective needs a kernel that saved the core: standard attention.
+  const auto sel = predict_step(
+      scenario("{\"pp\": 4, \"recompute\": \"selective\", \"implementation\": {\"attention\": \"standard\"}}"), c);
+  CHECK(sel.step_time == none.step_time / (c.tf + c.tb) * (c.tf + c.tb + c.tc));
+  // With flash attention there is nothing to recompute.
+  CHECK(predict_step(scenario("{\"pp\": 4, \"recompute\": \"selective\"}"), c).step_time ==
+        none.step_time);
+  // Hardware FLOPs add one forward of every block with full recompute.
+  CHECK(full.hardware_flops_per_step > full.model_flops_per_step);
+  CHECK(none.hardware_flops_per_step == none.model_flops_per_step);
+}
+
+TEST_CASE("tensor-parallel communication blocks the compute stream") {
+  // tp 2 with 50 ns per layer and pass: forward and backward each grow by it.
+  UnitCosts c;
+  c.tp = 50;
+  const auto pr = predict_step(scenario("{\"tp\": 2}", 8), c);  // dp 4, m 2
+  CHECK(pr.step_time == 2 * 16 * (c.tf + c.tb + 2 * c.tp));
+  CHECK(pr.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::TP)] == 2 * 16 * 2 * c.tp);
+}
+
+TEST_CASE("data-parallel reduction hides behind backward when overlapped") {
+  // dp 8, one stage, 16 layers of 100 MB of gradients: one 25 MiB+ bucket
+  // per layer, each all-reduce 1 µs. Overlapped, only the last bucket (the
+  // first layer's) is exposed; not overlapped, all 16 are.
+  UnitCosts c;
+  c.collective_t = 1000;
+  const auto on = predict_step(scenario("{}", 8, 2048), c);
+  const auto off =
+      predict_step(scenario("{\"implementation\": {\"overlap_grad_reduce\": false}}", 8, 2048), c);
+  const Time compute = 16 * (c.tf + c.tb);
+  CHECK(on.step_time == compute + 2 * c.collective_t);  // the first layer's and the embedding's buckets
+  CHECK(off.step_time == compute + 18 * c.collective_t);  // + head and embedding buckets
+  CHECK(off.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::DP)] == off.step_time - compute);
+  CHECK(on.breakdown.total() == on.step_time);
+}
+
+TEST_CASE("ZeRO-3 parameter prefetch: with overlap_param_gather the gathers hide behind compute, without it each is exposed") {
+  // dp 8, one stage, m 2, 16 layers; every collective 300 ns, shorter than
+  // a layer's forward (1 µs) and backward (2 µs). Without prefetch a layer's
+  // all-gather starts only when the layer before has finished, so each of
+  // the 2 m 16 = 64 gathers (forward and backward) adds its 300 ns to the
+  // compute lane: at least 16 m (tf + tb) + 64 · 300. With prefetch (depth
+  // 1) the next layer's gather runs during this layer's compute, in the
+  // backward too (issued before this layer's reduce-scatter), so only
+  // collectives at a microbatch's boundaries show: at most 3 per
+  // microbatch (its first forward gather, the reduce-scatter queued ahead
+  // of it, the last layer's reduce-scatter), 6 for m 2.
+  UnitCosts c;
+  c.collective_t = 300;
+  const auto on = predict_step(scenario("{\"zero\": 3}", 16, 2048), c);
+  const auto off = predict_step(
+      scenario("{\"zero\": 3, \"implementation\": {\"overlap_param_gather\": false}}", 16, 2048), c);
+  const Time compute = 2 * 16 * (c.tf + c.tb);
+  const auto dp = static_cast<std::size_t>(CommKind::DP);
+  CHECK(off.step_time >= compute + 64 * c.collective_t);
+  CHECK(off.breakdown.exposed_comm[dp] >= 64 * c.collective_t);
+  CHECK(on.breakdown.exposed_comm[dp] <= 6 * c.collective_t);
+  CHECK(on.step_time <= compute + 6 * c.collective_t);
+}
+
+TEST_CASE("ZeRO-3 gathers per module (DeepSpeed): one collective per module holding parameters, small tensors kept whole") {
+  // The same ZeRO-3 plan on serial ranks, where the step is the sum of its
+  // tasks, with every collective 300 ns. Per layer (FSDP) a layer's gather is
+  // one collective; per module (zero3_gather_per_module) it is one per
+  // module with parameters: the two norms and the QKV, projection, MLP-up
+  // and MLP-down linears (each weight with its bias), 6 collectives. With a
+  // persistence threshold of 100,000 elements the norms' 2·2048 and the
+  // biases stay whole on every rank: only the 4 weight matrices
+  // (2048 x 6144 and larger) are gathered. The step has 2 m 16 = 64 layer
+  // gathers, so it grows by 64 · 5 · 300 and 64 · 3 · 300 ns.
+  UnitCosts c;
+  c.collective_t = 300;
+  auto serial_sum = [&](const std::string& im) {
+    Scenario sc = scenario("{\"zero\": 3, \"implementation\": {" + im + "}}", 16, 2048);
+    sc.serial_ranks = true;
+    return predict_step(sc, c).step_time;
+  };
+  const Time layer = serial_sum("");
+  CHECK(serial_sum("\"zero3_gather_per_module\": true") - layer == 64 * 5 * 300);
+  CHECK(serial_sum("\"zero3_gather_per_module\": true, \"zero3_persistence_threshold\": 100000") - layer ==
+        64 * 3 * 300);
+  // The threshold alone changes nothing: a whole layer is one tensor set.
+  CHECK(serial_sum("\"zero3_persistence_threshold\": 100000") == layer);
+  // Strata's executors gather by layer.
+  Scenario ex = scenario("{\"zero\": 3, \"implementation\": {\"zero3_gather_per_module\": true}}", 16, 2048);
+  ex.serial_ranks = true;
+  ex.executed = true;
+  Scenario ex_layer = scenario("{\"zero\": 3}", 16, 2048);
+  ex_layer.serial_ranks = true;
+  ex_layer.executed = true;
+  CHECK(predict_step(ex, c).step_time == predict_step(ex_layer, c).step_time);
+}
+
+TEST_CASE("interference: compute beside a collective is slowed by the collective's share of the SMs") {
+  // The ZeRO-3 prefetch plan above: 64 gathers and 32 reduce-scatters of
+  // 300 ns, all but at most 6 hidden behind 1-2 µs of compute. With a
+  // quarter of the SMs held by each collective, the compute that ran beside
+  // them takes a quarter of that time longer: between 0.25 · 90 · 300 less
+  // the at most 6 · 300 ns the compute lane waited for them, and
+  // 0.25 · 96 · 300. It is its own line, and the step grows by exactly it.
+  struct Slowed : UnitCosts {
+    double f = 0.25;
+    double interference_fraction() const override { return f; }
+  };
+  Slowed c;
+  c.collective_t = 300;
+  const Scenario sc = scenario("{\"zero\": 3}", 16, 2048);
+  const auto slowed = predict_step(sc, c);
+  UnitCosts plain;
+  plain.collective_t = 300;
+  const auto alone = predict_step(sc, plain);
+  const Time i = slowed.breakdown.interference;
+  CHECK(alone.breakdown.interference == 0);
+  CHECK(slowed.step_time == alone.step_time + i);
+  CHECK(slowed.breakdown.total() == slowed.step_time);
+  CHECK(i >= static_cast<Time>(0.25 * 90 * 300) - 6 * 300);
+  CHECK(i <= static_cast<Time>(0.25 * 96 * 300));
+  // Communication-bound (each collective 5 µs, longer than any layer's
+  // compute): the compute lane waits for the gathers anyway, and the slower
+  // compute only shortens the wait.
+  c.collective_t = 5000;
+  CHECK(predict_step(sc, c).breakdown.interference == 0);
+}
+
+TEST_CASE("serial ranks: a stage's tasks run one after another, in program order") {
+  // The same ZeRO-3 plan as above, for an executor that runs each rank's
+  // tasks on one thread (Scenario::serial_ranks, the CPU backend): the
+  // gathers cannot hide behind compute any more, so the step is the sum of
+  // every task of the stage, 2 m 16 (tf + tb) + 96 · 300 (a forward gather,
+  // a backward gather and a reduce-scatter per layer and microbatch), and
+  // no task of a stage starts before the one before it in the program ends.
+  UnitCosts c;
+  c.collective_t = 300;
+  Scenario sc = scenario("{\"zero\": 3}", 16, 2048);
+  sc.serial_ranks = true;
+  const LoweredStep low = lower_step(sc, c);
+  const sim::RunResult run = sim::simulate(low.graph);
+  Time sum = 0;
+  Time prev_end = 0;
+  for (std::size_t i = 0; i < low.graph.num_tasks(); ++i) {
+    CHECK(run.tasks[i].start >= prev_end);
+    prev_end = run.tasks[i].end;
+    sum += run.tasks[i].end - run.tasks[i].start;
+  }
+  CHECK(run.makespan == sum);
+  CHECK(sum >= 2 * 16 * (c.tf + c.tb) + 96 * c.collective_t);
+  const auto overlapped = predict_step(scenario("{\"zero\": 3}", 16, 2048), c);
+  CHECK(predict_step(sc, c).step_time > overlapped.step_time);
+}
+
+// All-gathers priced by their bytes (1 ns per 4 kB), every other
+// collective free; the all-gathers asked for are recorded.
+struct GatherCosts : UnitCosts {
+  mutable std::vector<Bytes> gathers;
+  Time collective(Collective op, Group, Bytes b) const override {
+    if (op != Collective::AllGather) return 0;
+    gathers.push_back(b);
+    return b / 4000;
+  }
+};
+
+TEST_CASE("ZeRO-1 with overlap_param_gather: the weight gather overlaps the first forward, each layer waiting for its own") {
+  // dp 8, one stage, one microbatch. A layer's weights (790 k parameters in
+  // bf16, 1.6 MB) gather in about 395 ns, under a layer's forward (1 µs).
+  // Without the overlap the one all-gather of every weight follows the
+  // optimizer step, exposed: compute + t(all). With it the gathers run per
+  // part from the step's start (the previous step's, in the steady state):
+  // the embedding's, each layer's, the head's; the embedding's and the
+  // first layer's are exposed, the rest hide behind the layers' forwards:
+  // compute + t(embedding) + t(layer 0). The bytes are the same.
+  const Time compute = 16 * (1000 + 2000);
+  GatherCosts off_costs;
+  const auto off = predict_step(
+      scenario("{\"zero\": 1, \"implementation\": {\"overlap_param_gather\": false}}", 8), off_costs);
+  REQUIRE(off_costs.gathers.size() == 1);
+  CHECK(off.step_time == compute + off_costs.gathers[0] / 4000);
+  GatherCosts on_costs;
+  const auto on = predict_step(scenario("{\"zero\": 1}", 8), on_costs);
+  REQUIRE(on_costs.gathers.size() == 18);  // embedding, 16 layers, head
+  const auto& g = on_costs.gathers;
+  CHECK(g[1] / 4000 < 1000);
+  CHECK(on.step_time == compute + g[0] / 4000 + g[1] / 4000);
+  Bytes all = 0;
+  for (const Bytes b : g) all += b;
+  CHECK(std::llabs(all - off_costs.gathers[0]) <= 18);  // each part's bytes rounded down
+  const auto dp = static_cast<std::size_t>(CommKind::DP);
+  CHECK(on.breakdown.exposed_comm[dp] == g[0] / 4000 + g[1] / 4000);
+  // An executor's steps run one after another: the gather stays at the end.
+  Scenario executed = scenario("{\"zero\": 1}", 8);
+  executed.executed = true;
+  GatherCosts ex_costs;
+  CHECK(predict_step(executed, ex_costs).step_time == off.step_time);
+}
+
+TEST_CASE("ZeRO at dp 1 with cp 8 shards over the cp ranks: the weights are gathered") {
+  // The gradients are reduced over dp · cp = 8 ranks, so ZeRO-1 steps an
+  // eighth and gathers the updated weights (once, after the step, without
+  // overlap_param_gather); ZeRO-3 gathers every layer in the forward and
+  // again in the backward of each of the m = 16 microbatches (global 16 over
+  // dp 1: context parallelism splits sequences, not the batch); ZeRO-0
+  // gathers nothing.
+  const auto gathers = [](const std::string& plan) {
+    const StepProgram p = build_step_program(unit_scenario(plan, 16), UnitCosts{}, Granularity::Layer);
+    return std::count_if(p.info.begin(), p.info.end(), [](const TaskInfo& i) {
+      return i.op == TaskOp::GatherWeights || i.op == TaskOp::Zero3Gather;
+    });
+  };
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 0}") == 0);
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 1, \"implementation\": {\"overlap_param_gather\": false}}") == 1);
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 3}") == 2 * 16 * 16);
+}
+
+TEST_CASE("parameter server: gradients pushed per bucket, weights pulled after the step") {
+  // dp 8, one stage, overlap off: 18 bucket pushes after backward, the step,
+  // then one pull of all weights, each 1 µs.
+  UnitCosts c;
+  c.collective_t = 1000;
+  const auto ps = predict_step(scenario("{\"dp_topology\": \"parameter_server\", \"implementation\": {\"overlap_grad_reduce\": false}}", 8, 2048), c);
+  CHECK(ps.step_time == 16 * (c.tf + c.tb) + 18 * c.collective_t + c.collective_t);
+}
+
+TEST_CASE("every plan axis lowers and simulates") {
+  // One plan per axis and a few mixed ones: the graph replays without error
+  // and the breakdown sums to the step time.
+  const char* plans[] = {
+      "{\"zero\": 1}", "{\"zero\": 2}", "{\"zero\": 3}",
+      "{\"tp\": 2, \"sequence_parallel\": true}", "{\"dp\": 4, \"cp\": 2}",
+      "{\"recompute\": \"every_k\", \"recompute_k\": 4}", "{\"recompute\": \"sqrt\"}",
+      "{\"offload\": {\"activations\": true, \"prefetch_depth\": 2}}",
+      "{\"offload\": {\"weights\": true}}", "{\"zero\": 2, \"offload\": {\"optimizer\": \"cpu\"}}",
+      "{\"zero\": 2, \"offload\": {\"optimizer\": \"nvme\"}}",
+      "{\"compression\": {\"method\": \"topk\", \"ratio\": 0.01}}",
+      "{\"compression\": {\"method\": \"randomk\", \"ratio\": 0.1}}",
+      "{\"compression\": {\"method\": \"qsgd\", \"bits\": 4}}",
+      "{\"compression\": {\"method\": \"onebit\"}}", "{\"compression\": {\"method\": \"powersgd\", \"rank\": 2}}",
+      "{\"optimizer\": \"sgd\", \"precision\": \"fp32\"}", "{\"dp_topology\": \"parameter_server\"}",
+      "{\"pp\": 2, \"tp\": 2, \"zero\": 1, \"recompute\": \"full\", \"schedule\": \"interleaved\"}",
+      "{\"pp\": 4, \"zero\": 3, \"offload\": {\"activations\": true}, \"recompute\": \"selective\"}",
+  };
+  UnitCosts c;
+  c.collective_t = 3000;
+  c.p2p_t = 200;
+  c.copy_t = 700;
+  c.optimizer = 5000;
+  c.tp = c.cp = c.ep = 40;
+  for (const char* p : plans) {
+    SUBCASE(p) {
+      const auto pr = predict_step(scenario(p), c);
+      CHECK(pr.step_time > 0);
+      CHECK(pr.breakdown.total() == pr.step_time);
+    }
+  }
+  // Expert parallelism needs a MoE model.
+  const auto moe = parse_scenario(
+      "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000,"
+      " \"moe\": {\"experts\": 8, \"top_k\": 2}}, \"cluster\": {\"preset\": \"dgx-h100\"},"
+      " \"batch\": {\"global\": 16}, \"plan\": {\"ep\": 4}}",
+      "t.json");
+  const auto pr = predict_step(moe, c);
+  CHECK(pr.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::EP)] == 2 * 4 * 2 * c.ep);
+}
+
+}  // namespace
+}  // namespace strata::strategies

@@ -1,0 +1,254 @@
+#pragma once
+// Analytical per-GPU memory: the fast bound the explorer prunes with, and the
+// "does it fit?" answer of `strata simulate`. Every term is a free function
+// of integers (byte counts per parameter, per layer, per microbatch); the
+// rules and their sources are in docs/memory-model.md. The simulated memory
+// timeline (memory_lowering.hpp) must agree with it where the formulas are
+// exact.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "costmodel/ops.hpp"
+#include "sim/task_graph.hpp"
+#include "lowering/layer_plan.hpp"
+#include "strategies/scenario.hpp"
+
+namespace strata::strategies {
+
+// Bytes per parameter of weights, gradients and optimizer state for an
+// element-wise optimizer (ZeRO Sec. 3.1: 2 + 2 + K with K = 12 for
+// mixed-precision Adam). For factored optimizers (Adafactor, SM3),
+// `optimizer` holds only the fp32 master copy; their statistics depend on
+// matrix shapes (factored_state_bytes).
+struct PerParam {
+  double weights = 0;
+  double grads = 0;
+  double optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accumulation = false);
+bool is_factored(Optimizer opt);
+// Adafactor (factored second moment) and SM3 (row and column covers): 4·(m +
+// n) bytes per m×n matrix, 4 bytes per vector entry (no first moment).
+double factored_state_bytes(const cost::Op& op);
+
+// Model states of `psi` parameters on one of `dp` ranks under ZeRO stage
+// `zero` (ZeRO Sec. 5): stage 1 shards optimizer state, 2 also gradients, 3
+// also parameters.
+struct ModelStates {
+  double params = 0;
+  double grads = 0;
+  double optimizer = 0;
+  double total() const { return params + grads + optimizer; }
+};
+ModelStates zero_model_states(double psi, const PerParam& b, int zero, std::int64_t dp);
+
+// The op-chain options of a scenario's ranks (microbatch, tp, sp, cp, ep,
+// precision, attention kernel).
+cost::ExpandOptions expand_options(const Scenario& sc);
+
+// A block's activation bytes per microbatch, and what each per-layer choice
+// (layer_plan.hpp) keeps and holds. Every backward also holds the
+// gradient of the op it differentiates (at most `grad` bytes).
+struct ActivationRule {
+  Bytes full = 0;       // a layer's saved bytes without recompute
+  Bytes selective = 0;  // … under the plan's selective policy (selective_policy)
+  Bytes input = 0;      // a layer's input: what a segment's first layer keeps
+  Bytes grad = 0;       // the largest output gradient of a layer's ops
+  Bytes linear_inputs = 0;  // of `full`: the inputs its linear layers keep (vDNN's)
+  // A Keep::Selective layer reruns part of its forward before its backward
+  // (not so for Megatron-LM's policy under flash attention: no core).
+  bool selective_reruns = false;
+
+  // What a Keep::Selective layer's backward rebuilds beyond what it stored:
+  // the saved set less the stored bytes (torchtitan's op policy may store
+  // outputs the backward never reads, more than that set: then nothing).
+  Bytes selective_rebuilt() const { return std::max<Bytes>(0, full - selective); }
+
+  // `selective`: the policy a Keep::Selective layer follows.
+  static ActivationRule of(const cost::OpChain& chain, Recompute selective);
+  // What a layer keeps from its forward to its backward, and of that what
+  // goes to host memory.
+  Bytes stored(Keep k) const;
+  Bytes swapped(Keep k, Swap s) const;
+  // A chunk's layers in forward order: what one microbatch's forward keeps,
+  // the most one of its backwards holds beyond what the microbatches in
+  // flight keep when the chunk's backward starts, what goes to host memory
+  // and the most one layer moves there. Layer i's backward holds the gradient, plus (Selective) the
+  // attention core or (a segment) the layers of its segment up to i, rerun
+  // from the segment's input; by then the layers after i have freed what
+  // they kept, so the working set is max over i of (what i's backward holds
+  // − what layers i+1… kept). Throws Error for Nothing outside a segment.
+  struct Chunk {
+    Bytes stored = 0, working = 0, swapped = 0, largest_swapped = 0;
+  };
+  Chunk chunk(std::span<const Keep> keeps, std::span<const Swap> swaps) const;
+};
+
+// What a Keep::Selective layer of the plan follows: torchtitan's op-level
+// policy for recompute "selective_op", else Megatron-LM's (the attention
+// core; the optimal solver's selective choice too).
+Recompute selective_policy(const Plan& plan);
+
+// Constants of the memory rules (docs/memory-model.md says why each).
+struct MemoryRules {
+  Bytes runtime_bytes = 512 * kMiB;          // CUDA context and library handles
+  Bytes cublas_workspace_bytes = 32 * kMiB;  // cuBLAS workspace on Hopper
+  Bytes grad_bucket_bytes = 25 * kMiB;       // PyTorch DDP bucket_cap_mb = 25
+  // The caching allocator holds freed blocks of the buffers that come and go
+  // within a step; reserve = this fraction of those transient bytes.
+  double allocator_reserve_fraction = 0.2;
+  // Optimal recompute and the priority and joint offload planners without
+  // memory_budget_GiB plan within the GPU's memory less this fraction:
+  // headroom for what the model does not see.
+  double budget_margin_fraction = 0.05;
+};
+
+// One pipeline stage's representative rank at its peak.
+struct StageMemory {
+  int stage = 0;
+  std::int64_t params = 0;     // parameters of this rank's layers (before ZeRO-3)
+  sim::TagBytes bytes{};       // by tag, at the peak
+  Bytes total = 0;
+  std::int64_t in_flight = 0;  // chunk-microbatches whose activations are alive
+  Bytes activations_stored = 0;   // kept from forward for backward
+  Bytes activations_working = 0;  // recomputed for one layer's backward
+  Bytes host_bytes = 0;        // this rank's bytes in host memory
+  Bytes host_activation_bytes = 0;  // of host_bytes: offloaded activations
+  Bytes nvme_bytes = 0;        // this rank's bytes on NVMe
+};
+
+struct Infeasible {
+  std::string pool;  // "gpu", "host" or "nvme"
+  Bytes needs = 0;
+  Bytes has = 0;
+};
+
+struct MemoryEstimate {
+  std::vector<StageMemory> stages;  // one per pipeline stage
+  int peak_stage = 0;
+  Bytes peak_bytes = 0;
+  sim::TagBytes breakdown{};  // the peak stage's bytes by tag (they sum to peak_bytes)
+  Bytes gpu_capacity = 0;
+  Bytes host_bytes_per_node = 0;
+  Bytes host_capacity_per_node = 0;
+  Bytes nvme_bytes_per_node = 0;
+  Bytes nvme_capacity_per_node = 0;
+  std::optional<Infeasible> infeasible;
+  std::string source = "analytical";  // or "timeline" (simulate_memory)
+  LayerPlan layers;                   // what each layer keeps, and where (the plan's policies, resolved)
+  std::optional<Bytes> budget;        // a searched plan's (needs_solver): the budget it planned within
+  bool feasible() const { return !infeasible.has_value(); }
+};
+
+// Sets peak_stage, peak_bytes, breakdown and infeasible from the stages and
+// capacities (shared by the analytical and the timeline estimates).
+void finish_estimate(MemoryEstimate& est);
+
+// The analytical estimate of a plan. With recompute "optimal" or an offload
+// planner that weighs times, the layers' choices are timed by the cost model
+// (ModelStepCosts, plan_layers); pass the lowering's `layers` to estimate
+// the step it lowered.
+MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules = {});
+MemoryEstimate estimate_memory(const Scenario& s, const MemoryRules& rules, const LayerPlan& layers);
+
+// The analytical model of one plan, stage by stage: everything but the
+// blocks' activations follows from the plan and is computed once; `stage`
+// adds the activations of the layers' choices (what the planners search).
+class MemoryModel {
+ public:
+  MemoryModel(const Scenario& sc, const MemoryRules& rules);
+  ~MemoryModel();
+
+  // A stage's blocks under some choices: Σ over its chunks of the
+  // microbatches in flight × what one keeps, the largest working set of one
+  // backward (ActivationRule::chunk), Σ of the microbatches in flight × what
+  // goes to host memory, and the most one layer moves there.
+  struct Blocks {
+    double stored = 0, working = 0, swapped = 0, largest_swapped = 0;
+    // Per virtual chunk of the stage: what one microbatch in flight keeps
+    // and moves to the host, and its backward's working set. Where the
+    // chunks differ (interleaved, with optimal recompute, offload planners
+    // or uneven chunks) the peak is found backward by backward: the chunk
+    // whose backward starts brings its own working set, at the moment's mix
+    // of chunks in flight.
+    struct Chunk {
+      double stored = 0, working = 0, swapped = 0;
+      bool operator==(const Chunk&) const = default;
+    };
+    // Every chunk, in order, once two differ; empty while all are alike
+    // (nothing allocated for the common case).
+    std::vector<Chunk> chunks;
+    // The stage's next chunk, with `in_flight` of its microbatches at the
+    // warm-up's end: into the sums and the list (largest_swapped is the
+    // caller's).
+    void add(const Chunk& c, double in_flight) {
+      stored += in_flight * c.stored;
+      working = std::max(working, c.working);
+      swapped += in_flight * c.swapped;
+      if (added_ == 0) first_ = c;
+      else if (chunks.empty() && !(c == first_)) chunks.assign(added_, first_);
+      if (!chunks.empty()) chunks.push_back(c);
+      ++added_;
+    }
+
+   private:
+    Chunk first_;
+    std::size_t added_ = 0;
+  };
+  Blocks blocks(int stage, const LayerPlan& layers) const;
+  StageMemory stage(int stage, const Blocks& blocks) const;
+  // The activation bytes on the GPU at the stage's peak (blocks, embedding,
+  // head, working set): the stage's total grows with them, all else fixed.
+  double activations(int stage, const Blocks& blocks) const;
+
+  const Scenario& scenario() const { return sc_; }
+  const MemoryRules& rules() const { return rules_; }
+  const cost::OpChain& chain() const { return chain_; }
+  const ActivationRule& rule() const { return act_; }
+  const std::vector<std::int64_t>& chunks() const { return chunks_; }  // layers per model chunk
+  std::int64_t first_layer(std::size_t chunk) const { return first_[chunk]; }
+  // Chunk-microbatches in flight at the stage's peak, per virtual chunk.
+  const std::vector<std::int64_t>& in_flight(int stage) const;
+
+ private:
+  struct Statics;
+  // What the blocks keep on the GPU (activation offload leaves the layer in
+  // flight and prefetch_depth more) and the working set with the embedding
+  // and head activations.
+  std::pair<double, double> on_gpu(int stage, const Blocks& blocks) const;
+  const Scenario& sc_;
+  MemoryRules rules_;
+  cost::OpChain chain_;
+  ActivationRule act_;
+  std::vector<std::int64_t> chunks_, first_;
+  std::vector<Statics> statics_;
+};
+
+// The budget that optimal recompute and the priority and joint offload
+// planners plan within: memory_budget_GiB, or the GPU's memory less
+// rules.budget_margin_fraction of it.
+Bytes memory_budget(const Scenario& sc, const MemoryRules& rules);
+
+// Where two of a plan's names mean one thing, what it amounts to, for the
+// reader (`strata simulate` prints them). Selective recompute drops and
+// reruns the attention core (Korthikanti et al. 2022: the softmax's output
+// and its dropout); an attention kernel that saves no core (flash
+// attention keeps only the softmax's row statistics) leaves it nothing to
+// drop or rerun, so the plan is recompute "none" in memory and in time.
+std::vector<std::string> plan_notes(const Scenario& sc);
+
+// Chunk-microbatches alive on `stage` at its peak, per virtual chunk of the
+// stage (index 0..v−1), from the schedules' closed forms: GPipe m; 1F1B and
+// PipeDream min(p − s, m); interleaved Megatron's warm-up (p − s − 1)·2 +
+// (v − 1)·p plus one, taken in forward order (groups of p microbatches, chunk
+// by chunk).
+std::vector<std::int64_t> in_flight_per_chunk(const Plan& plan, std::int64_t microbatches,
+                                              int stage);
+
+}  // namespace strata::strategies

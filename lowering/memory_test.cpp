@@ -1,0 +1,533 @@
+// Per-GPU memory: published numbers (../shared/validation/published_cases.json,
+// quoted here with their sources), closed forms for every plan axis, and
+// agreement between the analytical model and the replayed timeline.
+#include "lowering/memory.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "lowering/memory_lowering.hpp"
+#include "lowering/step_costs.hpp"
+#include "sim/engine.hpp"
+#include "lowering/schedule.hpp"
+
+namespace strata::strategies {
+namespace {
+
+using sim::MemTag;
+
+Bytes tag(const StageMemory& st, MemTag t) { return st.bytes[static_cast<std::size_t>(t)]; }
+double model_states(const StageMemory& st) {
+  return static_cast<double>(tag(st, MemTag::Params) + tag(st, MemTag::Grads) +
+                             tag(st, MemTag::OptimizerStates));
+}
+
+// A scenario from JSON text, with `plan` and `batch` spliced in.
+Scenario make(const std::string& model, const std::string& cluster, const std::string& batch,
+              const std::string& plan) {
+  return parse_scenario("{\"model\": " + model + ", \"cluster\": " + cluster +
+                            ", \"batch\": " + batch + ", \"plan\": " + plan + "}",
+                        "test.json");
+}
+
+std::string gpt(int layers, int hidden, int heads, int seq = 2048, int vocab = 51200) {
+  return "{\"layers\": " + std::to_string(layers) + ", \"hidden\": " + std::to_string(hidden) +
+         ", \"heads\": " + std::to_string(heads) + ", \"seq_len\": " + std::to_string(seq) +
+         ", \"vocab\": " + std::to_string(vocab) + "}";
+}
+
+TEST_CASE("selective recompute under flash attention is named as no recompute") {
+  // Flash attention saves no attention scores: selective recompute keeps
+  // what none keeps and reruns nothing, in memory and in step time, and
+  // plan_notes says so; with standard attention it drops the core (no note).
+  const std::string cluster = "\"dgx-h100\"", batch = R"({"global": 8, "micro": 1})";
+  auto plan = [](const char* recompute, const char* attention) {
+    return std::string(R"({"dp": 8, "recompute": ")") + recompute + R"(", "implementation": {"attention": ")" +
+           attention + "\"}}";
+  };
+  const Scenario flash = make(gpt(4, 1024, 16), cluster, batch, plan("selective", "flash"));
+  const Scenario flash_none = make(gpt(4, 1024, 16), cluster, batch, plan("none", "flash"));
+  const Scenario standard = make(gpt(4, 1024, 16), cluster, batch, plan("selective", "standard"));
+  REQUIRE(plan_notes(flash).size() == 1);
+  CHECK(plan_notes(flash)[0].find("\"selective\" is \"none\"") != std::string::npos);
+  CHECK(plan_notes(flash_none).empty());
+  CHECK(plan_notes(standard).empty());
+  CHECK(estimate_memory(flash).peak_bytes == estimate_memory(flash_none).peak_bytes);
+  CHECK(estimate_memory(standard).peak_bytes < estimate_memory(make(gpt(4, 1024, 16), cluster, batch,
+                                                                    plan("none", "standard")))
+                                                   .peak_bytes);
+  const ModelStepCosts costs(flash), costs_none(flash_none);
+  CHECK(predict_step(flash, costs).step_time == predict_step(flash_none, costs_none).step_time);
+}
+
+TEST_CASE("ZeRO Table 1: model states per device for stages 0-3") {
+  // ZERO Table 1 (Nd = 64, mixed-precision Adam, K = 12): 7.5B → 120 / 31.4 /
+  // 16.6 / 1.88 GB; 128B → 2048 / 536 / 284 / 32 GB; 1T → 16000 / 4187 /
+  // 2218 / 250 GB (decimal GB, as the paper rounds them).
+  const PerParam adam = bytes_per_param(Optimizer::Adam, Precision::FP16);
+  CHECK(adam.total() == 16);
+  struct Row {
+    double psi;
+    double gb[4];
+  };
+  for (const Row& r : {Row{7.5e9, {120, 31.4, 16.6, 1.88}}, Row{128e9, {2048, 536, 284, 32}},
+                       Row{1e12, {16000, 4187, 2218, 250}}}) {
+    for (int z = 0; z < 4; ++z) {
+      CAPTURE(r.psi);
+      CAPTURE(z);
+      CHECK(zero_model_states(r.psi, adam, z, 64).total() / 1e9 ==
+            doctest::Approx(r.gb[z]).epsilon(0.003));
+    }
+  }
+}
+
+TEST_CASE("ZeRO stages on a whole scenario shard by the model's own parameter count") {
+  // A 7.5B-class GPT on 64 GPUs: model states are 16Ψ, 4Ψ + 12Ψ/64,
+  // 2Ψ + 14Ψ/64 and 16Ψ/64 of its own Ψ.
+  const std::string model = gpt(36, 4096, 32);
+  double psi = 0;
+  const double want[4] = {16, 4 + 12.0 / 64, 2 + 14.0 / 64, 16.0 / 64};
+  for (int z = 0; z < 4; ++z) {
+    const auto sc = make(model, "{\"preset\": \"dgx-a100-80g\", \"nodes\": 8}",
+                         "{\"global\": 64}", "{\"zero\": " + std::to_string(z) + "}");
+    const auto est = estimate_memory(sc);
+    psi = static_cast<double>(est.stages[0].params);
+    CHECK(model_states(est.stages[0]) == doctest::Approx(want[z] * psi).epsilon(1e-9));
+  }
+  CHECK(psi == doctest::Approx(7.5e9).epsilon(0.05));
+}
+
+TEST_CASE("ZeRO shards over dp x cp: cp 8 at dp 1 shards as dp 8 does") {
+  // Gradients are reduced over dp · cp, and Megatron-LM's distributed
+  // optimizer and torchtitan's FSDP shard over that group: 8 GPUs, dp 1,
+  // cp 8 keep 16Ψ/8 of model states under ZeRO-3 (2 + 14/8 Ψ under ZeRO-2,
+  // 4 + 12/8 Ψ under ZeRO-1), as dp 8 does; ZeRO-0 keeps 16Ψ either way.
+  const std::string model = gpt(24, 2048, 16, 8192);
+  const double want[4] = {16, 4 + 12.0 / 8, 2 + 14.0 / 8, 16.0 / 8};
+  for (int z = 0; z < 4; ++z) {
+    CAPTURE(z);
+    const std::string zero = "\"zero\": " + std::to_string(z);
+    const auto cp = estimate_memory(make(model, "\"dgx-a100-80g\"", "{\"global\": 8}", "{\"cp\": 8, \"dp\": 1, " + zero + "}"));
+    const auto dp = estimate_memory(make(model, "\"dgx-a100-80g\"", "{\"global\": 8}", "{\"dp\": 8, " + zero + "}"));
+    const double psi = static_cast<double>(cp.stages[0].params);
+    CHECK(model_states(cp.stages[0]) == doctest::Approx(want[z] * psi).epsilon(1e-9));
+    CHECK(model_states(cp.stages[0]) == doctest::Approx(model_states(dp.stages[0])).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("optimizer state bytes per parameter") {
+  // Mixed precision adds a 4-byte fp32 master copy to each optimizer's state.
+  auto k = [](Optimizer o, Precision p = Precision::BF16) { return bytes_per_param(o, p).optimizer; };
+  CHECK(k(Optimizer::Sgd) == 4);
+  CHECK(k(Optimizer::Sgd, Precision::FP32) == 0);
+  CHECK(k(Optimizer::Momentum) == 8);
+  CHECK(k(Optimizer::Lars) == 8);
+  CHECK(k(Optimizer::Adam) == 12);
+  CHECK(k(Optimizer::AdamW) == 12);
+  CHECK(k(Optimizer::Lamb) == 12);
+  CHECK(k(Optimizer::Adam, Precision::FP32) == 8);
+  // 8-bit Adam (DETTMERS): 32-bit Adam's 8 bytes of state become 2, plus one
+  // fp32 absmax per 2048-entry block and moment: saves 6 of 8 bytes.
+  CHECK(k(Optimizer::Adam, Precision::FP32) - k(Optimizer::Adam8bit, Precision::FP32) ==
+        doctest::Approx(6 - 8.0 / 2048));
+  CHECK(k(Optimizer::Adam4bit, Precision::FP32) == doctest::Approx(1 + 8.0 / 128));
+  // fp32 gradient accumulation: fp16 keeps 2 + 4 bytes of gradient (20 bytes
+  // per parameter in all), bf16 4 (18) — Megatron-LM's distributed-optimizer table.
+  CHECK(bytes_per_param(Optimizer::Adam, Precision::FP16, true).total() == 20);
+  CHECK(bytes_per_param(Optimizer::Adam, Precision::BF16, true).total() == 18);
+}
+
+TEST_CASE("Adafactor and SM3 keep Θ(m + n) statistics per matrix") {
+  // A 1024×4096 matrix: 4·(1024 + 4096) bytes instead of Adam's 8·1024·4096.
+  cost::Op op;
+  op.params = 1024 * 4096 + 4096;
+  op.matrices = 1;
+  op.rows = 1024;
+  op.cols = 4096;
+  CHECK(factored_state_bytes(op) == 4.0 * (1024 + 4096) + 4.0 * 4096);
+  // On a whole model: statistics far below Adam's.
+  const auto adafactor = estimate_memory(make("\"gpt2-124m\"", "\"1xa100-80g\"", "{\"global\": 8}",
+                                              "{\"optimizer\": \"adafactor\"}"));
+  const auto adam = estimate_memory(make("\"gpt2-124m\"", "\"1xa100-80g\"", "{\"global\": 8}", "{}"));
+  const double psi = static_cast<double>(adam.stages[0].params);
+  const double stats = static_cast<double>(tag(adafactor.stages[0], MemTag::OptimizerStates)) - 4 * psi;
+  CHECK(stats > 0);
+  CHECK(stats < 0.01 * 8 * psi);
+  CHECK(static_cast<double>(tag(adam.stages[0], MemTag::OptimizerStates)) == 12 * psi);
+}
+
+// Korthikanti et al. 2022, Table 3 configurations: (layers, hidden, heads,
+// tp, pp, microbatch) and the activation totals on the first stage derived
+// with their Eq. 5 (no recompute, TP + SP), Eq. 6 (selective + SP) and 2sbhL
+// (full recompute, no SP), in GB (published_cases.json, KOR22-*.derived).
+struct Kor {
+  const char* name;
+  int l, h, a, t, p, b;
+  double eq5_gb, eq6_gb, full_gb;
+};
+constexpr Kor kKor[] = {
+    {"22B", 48, 6144, 64, 8, 1, 4, 42.5, 10.3, 4.8},
+    {"175B", 96, 12288, 96, 8, 8, 1, 34.4, 10.3, 4.8},
+    {"530B", 105, 20480, 128, 8, 35, 1, 53.9, 18.7, 8.8},
+    {"1T", 128, 25600, 160, 8, 64, 1, 82.2, 28.5, 13.4},
+};
+
+Scenario kor(const Kor& k, const std::string& recompute, bool sp, const std::string& schedule = "1f1b",
+             int v = 1) {
+  const int gpus = k.t * k.p;
+  const int m = k.p * 3;  // enough microbatches for the pipeline to fill
+  return make(gpt(k.l, k.h, k.a),
+              "{\"preset\": \"dgx-a100-80g\", \"nodes\": " + std::to_string(gpus / 8) + "}",
+              "{\"global\": " + std::to_string(m * k.b) + ", \"micro\": " + std::to_string(k.b) + "}",
+              "{\"tp\": " + std::to_string(k.t) + ", \"pp\": " + std::to_string(k.p) +
+                  ", \"sequence_parallel\": " + (sp ? "true" : "false") + ", \"recompute\": \"" +
+                  recompute + "\", \"schedule\": \"" + schedule + "\", \"virtual_stages\": " +
+                  std::to_string(v) + ", \"implementation\": {\"attention\": \"standard\"}}");
+}
+
+TEST_CASE("Korthikanti Eq. 5/6: activations on the first pipeline stage") {
+  // The first stage holds p microbatches of L/p layers: L layers' worth.
+  // Eq. 5 (TP + SP, no recompute): s·b·h·L/t·(34 + 5as/h); Eq. 6 (selective
+  // + SP): 34·s·b·h·L/t; full recompute: 2·s·b·h·L. Embedding and logits
+  // terms are excluded, as in the derived values.
+  for (const Kor& k : kKor) {
+    CAPTURE(k.name);
+    const double s = 2048, b = k.b, h = k.h, a = k.a, L = k.l, t = k.t;
+    // 530B: 105 layers over 35 stages; the first stage holds 35 microbatches of 3.
+    const double eq5 = s * b * h * L / t * (34 + 5 * a * s / h);
+    const double eq6 = 34 * s * b * h * L / t;
+    const double full = 2 * s * b * h * L;
+    const auto none = estimate_memory(kor(k, "none", true)).stages[0];
+    const auto sel = estimate_memory(kor(k, "selective", true)).stages[0];
+    const auto ful = estimate_memory(kor(k, "full", false)).stages[0];
+    CHECK(static_cast<double>(none.activations_stored) == doctest::Approx(eq5).epsilon(1e-9));
+    CHECK(static_cast<double>(sel.activations_stored) == doctest::Approx(eq6).epsilon(1e-9));
+    CHECK(static_cast<double>(ful.activations_stored) == doctest::Approx(full).epsilon(1e-9));
+    {  // the published derived values, 3 significant digits
+      CHECK(eq5 / 1e9 == doctest::Approx(k.eq5_gb).epsilon(0.005));
+      CHECK(eq6 / 1e9 == doctest::Approx(k.eq6_gb).epsilon(0.005));
+      CHECK(full / 1e9 == doctest::Approx(k.full_gb).epsilon(0.01));
+    }
+  }
+}
+
+TEST_CASE("interleaving multiplies first-stage activations by 1 + (p-1)/(p·v)") {
+  // Korthikanti Sec. 4.2.3 / Megatron: stage 0 holds p·v + p − 1 chunks of
+  // L/(p·v) layers against 1F1B's p microbatches of L/p layers.
+  const Kor& k = kKor[1];  // 175B: p = 8, with v = 3 as in the paper
+  const double base = static_cast<double>(estimate_memory(kor(k, "selective", true)).stages[0].activations_stored);
+  const double inter = static_cast<double>(
+      estimate_memory(kor(k, "selective", true, "interleaved", 3)).stages[0].activations_stored);
+  CHECK(inter / base == doctest::Approx(1 + 7.0 / 24).epsilon(1e-12));
+}
+
+TEST_CASE("in-flight microbatches: GPipe m, 1F1B p − s") {
+  // GPipe stashes all m microbatches; 1F1B at most p − s on stage s (MEG21 Sec 2.2.1).
+  const auto g = estimate_memory(kor(kKor[1], "full", false, "gpipe"));
+  const auto f = estimate_memory(kor(kKor[1], "full", false, "1f1b"));
+  for (int s = 0; s < 8; ++s) {
+    CHECK(g.stages[static_cast<std::size_t>(s)].in_flight == 24);
+    CHECK(f.stages[static_cast<std::size_t>(s)].in_flight == 8 - s);
+  }
+}
+
+TEST_CASE("every_k and sqrt keep one checkpoint per segment and recompute a segment") {
+  // 16 layers on one stage, k = 4: 4 checkpoints (2sbh each) stored; 4 layers
+  // recomputed at once in backward. sqrt: ⌈√16⌉ = 4, the same.
+  const std::string model = gpt(16, 1024, 16, 1024, 1000);
+  auto est = [&](const std::string& plan) {
+    return estimate_memory(make(model, "\"1xa100-80g\"", "{\"global\": 1}", plan)).stages[0];
+  };
+  const auto none = est("{\"implementation\": {\"attention\": \"standard\"}}");
+  const auto every4 = est("{\"recompute\": \"every_k\", \"recompute_k\": 4, \"implementation\": {\"attention\": \"standard\"}}");
+  const auto sqrt = est("{\"recompute\": \"sqrt\", \"implementation\": {\"attention\": \"standard\"}}");
+  const double input = 2.0 * 1024 * 1024;  // s·b·h·2 bytes
+  const double layer = static_cast<double>(none.activations_stored) / 16;
+  CHECK(static_cast<double>(every4.activations_stored) == 4 * input);
+  CHECK(static_cast<double>(sqrt.activations_stored) == 4 * input);
+  // Working set: 4 layers recomputed, plus the head's fp32 logits which the
+  // loss frees before the first backward of a layer, so the larger wins.
+  CHECK(static_cast<double>(every4.activations_working) >= 4 * layer);
+}
+
+TEST_CASE("PipeDream stashes p − s weight versions, PipeDream-2BW two") {
+  const auto one = estimate_memory(kor(kKor[1], "full", false, "1f1b"));
+  const auto pd = estimate_memory(kor(kKor[1], "full", false, "pipedream"));
+  const auto bw = estimate_memory(kor(kKor[1], "full", false, "pipedream-2bw"));
+  for (int s = 0; s < 8; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    CHECK(tag(pd.stages[i], MemTag::Params) == (8 - s) * tag(one.stages[i], MemTag::Params));
+    CHECK(tag(bw.stages[i], MemTag::Params) == 2 * tag(one.stages[i], MemTag::Params));
+  }
+}
+
+TEST_CASE("tied embeddings: the last stage keeps a copy of the word embedding") {
+  // GPT-3 175B, pp 8: stage 0 holds 12 layers + the V×h/t embedding + s×h
+  // positions; stage 7 holds 12 layers + final norm + its own V×h/t copy.
+  const auto est = estimate_memory(kor(kKor[1], "full", false));
+  const std::int64_t h = 12288, V = 51200, t = 8;
+  const std::int64_t block = 12 * h * h / t + 7 * h / t + 2 * h + 4 * h;
+  CHECK(est.stages[0].params == 12 * block + V * h / t + 2048 * h);
+  CHECK(est.stages[3].params == 12 * block);
+  CHECK(est.stages[7].params == 12 * block + 2 * h + V * h / t);
+}
+
+TEST_CASE("offload moves bytes to the host; the GPU keeps a working set") {
+  const std::string model = "\"gpt3-1.3b\"";
+  auto est = [&](const std::string& plan) {
+    return estimate_memory(make(model, "\"1xa100-80g\"", "{\"global\": 4}", plan));
+  };
+  const auto base = est("{}");
+  const auto opt = est("{\"zero\": 2, \"offload\": {\"optimizer\": \"cpu\"}}");
+  const double psi = static_cast<double>(base.stages[0].params);
+  // ZeRO-Offload: fp32 master, moments and fp32 gradients (16 bytes/param) on the host.
+  CHECK(tag(opt.stages[0], MemTag::OptimizerStates) == 0);
+  CHECK(tag(opt.stages[0], MemTag::Grads) == 0);
+  CHECK(static_cast<double>(opt.stages[0].host_bytes) == doctest::Approx(16 * psi));
+  CHECK(opt.host_bytes_per_node == opt.stages[0].host_bytes);  // one GPU per node
+  const auto act = est("{\"offload\": {\"activations\": true}}");
+  CHECK(act.stages[0].activations_stored < base.stages[0].activations_stored);
+  CHECK(act.stages[0].host_bytes == base.stages[0].activations_stored);
+  const auto w = est("{\"offload\": {\"weights\": true, \"prefetch_depth\": 1}}");
+  CHECK(tag(w.stages[0], MemTag::Params) < tag(base.stages[0], MemTag::Params) / 10);
+  const auto nvme = est("{\"zero\": 2, \"offload\": {\"optimizer\": \"nvme\"}}");
+  CHECK(static_cast<double>(nvme.stages[0].nvme_bytes) == doctest::Approx(16 * psi));
+}
+
+TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and compression") {
+  auto comm = [](const Scenario& sc) {
+    return tag(estimate_memory(sc).stages[0], MemTag::CommBuffers);
+  };
+  const std::string dgx = "{\"preset\": \"dgx-h100\", \"nodes\": 2}";
+  const Bytes dp = comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{}"));
+  CHECK(dp == 2 * 25 * kMiB);  // two 25 MiB gradient buckets
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"zero\": 3}")) > dp);
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}",
+                  "{\"compression\": {\"method\": \"topk\", \"ratio\": 0.01}}")) > dp);
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 8, \"cp\": 2}")) > dp);
+  CHECK(comm(make("\"mixtral-8x7b\"", dgx, "{\"global\": 16}", "{\"ep\": 8}")) > 0);
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"pp\": 4}")) > 0);
+}
+
+TEST_CASE("an out-of-memory plan is a result with the numbers") {
+  // GPT-3 175B on 8 A100-80GB with plain data parallelism cannot hold
+  // 16 bytes × 175 B parameters.
+  const auto est = estimate_memory(make("\"gpt3-175b\"", "{\"preset\": \"dgx-a100-80g\"}",
+                                        "{\"global\": 8}", "{}"));
+  REQUIRE_FALSE(est.feasible());
+  CHECK(est.infeasible->pool == "gpu");
+  CHECK(est.infeasible->has == 80 * kGiB);
+  CHECK(est.infeasible->needs == est.peak_bytes);
+  CHECK(static_cast<double>(est.peak_bytes) > 16 * 174.6e9);
+}
+
+TEST_CASE("DeepSpeed ZeRO tutorial: 1.5B GPT-2 on 8 V100-32GB") {
+  // DS_ZTUT: Adam state of a 1.5B model is 18 GB (12 bytes/param); ZeRO-1 over 8
+  // ranks leaves 2.25 GB per device; without ZeRO it runs out of memory,
+  // with ZeRO-1 it trains. DeepSpeed's fp16 optimizer keeps fp32 gradients
+  // (fp32_grad_accumulation); sequence 1024 and no recompute as in the
+  // tutorial's script (microbatch 1).
+  auto sc = [](int zero) {
+    return make(gpt(48, 1600, 16, 1024, 50257), "{\"gpu\": \"v100-32g\", \"gpus_per_node\": 8}",
+                "{\"global\": 8}",
+                "{\"zero\": " + std::to_string(zero) +
+                    ", \"precision\": \"fp16\", \"implementation\": {\"fp32_grad_accumulation\": true}}");
+  };
+  const auto z0 = estimate_memory(sc(0));
+  const auto z1 = estimate_memory(sc(1));
+  const double psi = static_cast<double>(z0.stages[0].params);
+  CHECK(psi == doctest::Approx(1.5e9).epsilon(0.05));
+  CHECK(static_cast<double>(tag(z0.stages[0], MemTag::OptimizerStates)) == 12 * psi);
+  CHECK(static_cast<double>(tag(z1.stages[0], MemTag::OptimizerStates)) == 12 * psi / 8);
+  CHECK(static_cast<double>(tag(z1.stages[0], MemTag::OptimizerStates)) / 1e9 ==
+        doctest::Approx(2.25).epsilon(0.05));
+  CHECK_FALSE(z0.feasible());
+  CHECK(z1.feasible());
+}
+
+TEST_CASE("ZeRO fits and limits: DDP near 1.4B, 13B with ZeRO-2 on 128 V100s, ZeRO-Offload 10B on one") {
+  // ZERO Sec 10.4: plain data parallelism tops out near 1.4B parameters on
+  // 32 GB V100s; ZeRO-2 trains 13B on 128 of them. DS_ZOFFTUT: ZeRO-Offload
+  // trains 10B (50 × 4096) on one V100-32GB with batch 10 and checkpointing.
+  // Model shapes are chosen here (the paper's Table 4 is not transcribed):
+  // GPT-2-like, sequence 1024, microbatch 1, full recompute, fp16 with
+  // DeepSpeed's fp32 gradient copy.
+  const std::string fp16 =
+      "\"precision\": \"fp16\", \"recompute\": \"full\", \"implementation\": {\"fp32_grad_accumulation\": true}";
+  auto fits = [&](const std::string& model, int nodes, const std::string& extra) {
+    const auto sc = make(model, "{\"gpu\": \"v100-32g\", \"gpus_per_node\": 16, \"nodes\": " + std::to_string(nodes) + "}",
+                         "{\"global\": " + std::to_string(16 * nodes) + "}", "{" + fp16 + extra + "}");
+    return estimate_memory(sc).feasible();
+  };
+  CHECK(fits(gpt(48, 1536, 16, 1024, 50257), 2, ""));         // 1.44B, DDP
+  CHECK_FALSE(fits(gpt(48, 1792, 16, 1024, 50257), 2, ""));   // 1.94B, DDP
+  CHECK(fits(gpt(40, 5120, 40, 1024, 50257), 8, ", \"zero\": 2"));  // 12.9B, ZeRO-2, 128 GPUs
+  CHECK_FALSE(fits(gpt(40, 5120, 40, 1024, 50257), 8, ""));
+  const auto offload = make(gpt(50, 4096, 32, 1024, 50257), "\"1xv100-32g\"",
+                            "{\"global\": 10, \"micro\": 10}",
+                            "{" + fp16 + ", \"zero\": 2, \"offload\": {\"optimizer\": \"cpu\"}}");
+  CHECK(estimate_memory(offload).feasible());
+  const auto no_offload = make(gpt(50, 4096, 32, 1024, 50257), "\"1xv100-32g\"",
+                               "{\"global\": 10, \"micro\": 10}", "{" + fp16 + ", \"zero\": 2}");
+  CHECK_FALSE(estimate_memory(no_offload).feasible());
+}
+
+// The analytical model against the replayed timeline, stage by stage, for
+// every schedule and per-layer recompute policy (optimal recompute within a
+// budget halfway between no and full recompute's peaks), on balanced
+// pipelines: they must agree exactly.
+TEST_CASE("analytical memory equals the simulated timeline") {
+  const char* schedules[] = {"gpipe", "1f1b", "interleaved", "pipedream", "pipedream-2bw"};
+  // every_k2 and every_k3: every_k with k = 2 and 3.
+  const char* policies[] = {"none", "selective", "full", "every_k2", "sqrt", "every_k3", "optimal"};
+  for (const char* sched : schedules) {
+    for (const char* pol : policies) {
+      for (bool tied : {true, false}) {
+        const std::string sched_name = sched, policy = pol;
+        CAPTURE(sched_name);
+        CAPTURE(policy);
+        CAPTURE(tied);
+        const bool inter = std::string(sched) == "interleaved";
+        // 16 layers over 4 stages (× 2 chunks when interleaved): chunks of 4
+        // or 2 layers; every_k with k = 2 and sqrt (√4 = 2, √2 → 2) divide
+        // them, k = 3 leaves a short last segment.
+        const std::string model =
+            "{\"layers\": 16, \"hidden\": 512, \"heads\": 8, \"seq_len\": 256, \"vocab\": 5000, "
+            "\"tied_embeddings\": " + std::string(tied ? "true" : "false") + "}";
+        auto with = [&](const std::string& rec) {
+          const bool every = rec.rfind("every_k", 0) == 0;
+          const std::string plan = std::string("{\"pp\": 4, \"tp\": 2, \"schedule\": \"") + sched +
+                                   "\", \"virtual_stages\": " + (inter ? "2" : "1") +
+                                   ", \"recompute\": \"" + (every ? "every_k" : rec) + "\"" +
+                                   (every ? ", \"recompute_k\": " + rec.substr(7) : "") +
+                                   ", \"implementation\": {\"attention\": \"standard\"}}";
+          return make(model, "{\"preset\": \"dgx-h100\"}", "{\"global\": 8}", plan);
+        };
+        auto sc = with(pol);
+        if (sc.plan.recompute == Recompute::Optimal) {
+          const double none = static_cast<double>(estimate_memory(with("none")).peak_bytes);
+          const double full = static_cast<double>(estimate_memory(with("full")).peak_bytes);
+          sc.plan.memory_budget_GiB = (none + full) / 2 / static_cast<double>(kGiB);
+        }
+        const auto a = estimate_memory(sc);
+        const auto t = simulate_memory(sc);
+        CHECK(t.source == "timeline");
+        CHECK(t.layers == a.layers);
+        REQUIRE(a.stages.size() == t.stages.size());
+        for (std::size_t s = 0; s < a.stages.size(); ++s) {
+          CAPTURE(s);
+          CHECK(tag(t.stages[s], MemTag::Activations) == tag(a.stages[s], MemTag::Activations));
+          CHECK(t.stages[s].total == a.stages[s].total);
+        }
+        CHECK(t.peak_bytes == a.peak_bytes);
+        if (a.budget) CHECK(a.peak_bytes <= *a.budget);
+      }
+    }
+  }
+}
+
+TEST_CASE("torchtitan's unfused loss holds 6 bytes per logit more at the peak, the allocator's 20 % on top") {
+  // Llama 3.1 8B as torchtitan runs it (docs/accuracy.md): two sequences of
+  // 8192 tokens, vocabulary 128256, no tensor parallelism.
+  const Scenario sc = load_scenario(std::string(STRATA_SOURCE_DIR) +
+                                    "/configs/scenarios/llama3-8b-torchtitan-h100.json");
+  REQUIRE(sc.plan.implementation.cross_entropy == CrossEntropy::Unfused);  // the stack's
+  Scenario in_place = sc;
+  in_place.plan.implementation.cross_entropy = CrossEntropy::InPlace;
+  const double logits = 2.0 * 8192 * 128256;
+  for (const bool timeline : {false, true}) {
+    CAPTURE(timeline);
+    const MemoryEstimate u = timeline ? simulate_memory(sc) : estimate_memory(sc);
+    const MemoryEstimate i = timeline ? simulate_memory(in_place) : estimate_memory(in_place);
+    // The peak is the backward's start: nll_loss's and log_softmax's fp32
+    // gradients (8 bytes per logit) where the in-place kernel holds one
+    // bf16 gradient (2); everything else is the same.
+    const double more = 6 * logits;
+    CHECK(static_cast<double>(tag(u.stages[0], MemTag::Activations) - tag(i.stages[0], MemTag::Activations)) ==
+          doctest::Approx(more).epsilon(1e-9));
+    CHECK(static_cast<double>(tag(u.stages[0], MemTag::AllocatorReserve) -
+                              tag(i.stages[0], MemTag::AllocatorReserve)) ==
+          doctest::Approx(0.2 * more).epsilon(1e-6));
+    CHECK(model_states(u.stages[0]) == model_states(i.stages[0]));
+  }
+}
+
+TEST_CASE("the step graph carries every stage's buffers") {
+  // 1F1B, 4 stages (dp 1), 16 microbatches, 4 layers per stage, full
+  // recompute: each stage's GPU pool holds its static bytes from the start
+  // and one checkpoint per layer and microbatch is allocated and freed.
+  const auto sc = make("{\"layers\": 16, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000}",
+                       "{\"preset\": \"dgx-h100\"}", "{\"global\": 16}",
+                       "{\"pp\": 4, \"tp\": 2, \"recompute\": \"full\"}");
+  const ModelStepCosts costs(sc);
+  const auto low = lower_step(sc, costs);
+  const auto run = sim::simulate(low.graph);
+  for (int s = 0; s < 4; ++s) {
+    const auto& pool = run.at(low.graph.pool("s" + std::to_string(s) + ".gpu"));
+    CHECK(pool.end_live == pool.timeline.front().live);  // every activation freed
+  }
+  CHECK(low.graph.at(low.graph.buffer("s1:act/L4/mb15")).bytes == 2 * 128 * 256);  // s·b·h·2 bytes, no SP
+}
+
+TEST_CASE("activation offload: the timeline knows when PCIe cannot keep up") {
+  // The analytical model assumes copies keep pace and leaves (1 + depth)
+  // layers on the GPU; in the replayed step, forward produces a GPT layer's
+  // activations faster than PCIe drains them, so the GPU holds more than that
+  // — but never more than without offload — and the host pool holds the rest.
+  const std::string dgx = "{\"preset\": \"dgx-h100\"}";
+  const auto sc = make("\"gpt3-1.3b\"", dgx, "{\"global\": 16}",
+                       "{\"pp\": 2, \"tp\": 2, \"offload\": {\"activations\": true, \"prefetch_depth\": 1}}");
+  const auto base = make("\"gpt3-1.3b\"", dgx, "{\"global\": 16}", "{\"pp\": 2, \"tp\": 2}");
+  const auto timeline = simulate_memory(sc);
+  const auto analytical = estimate_memory(sc);
+  const auto none = simulate_memory(base);
+  CHECK(timeline.source == "timeline");
+  const Bytes t = tag(timeline.stages[0], MemTag::Activations);
+  CHECK(t > tag(analytical.stages[0], MemTag::Activations));
+  CHECK(t <= tag(none.stages[0], MemTag::Activations));
+  CHECK(timeline.stages[0].host_bytes > 0);
+  CHECK(timeline.stages[0].host_bytes <= analytical.stages[0].host_bytes);
+}
+
+TEST_CASE("Llama 3 405B's layout: the embedding and the output layer in chunks of their own") {
+  // 126 layers over pp 16 with 8 virtual stages (128 chunks), the first
+  // chunk holding only the embedding and the last only the output layer
+  // and loss (Dubey et al. 2024, Sec. 3.3.2; the layout embedding_head_as_layers
+  // gives). Stage 0 holds 7 blocks and the embedding, stages 1-14 8 blocks,
+  // stage 15 7 blocks and the head, so the first and last stages are the
+  // light ones, by one block less its embedding or head, in parameters and
+  // in activations; the timeline and the analytical model agree.
+  const std::string plan = R"({"dp": 64, "tp": 8, "pp": 16, "schedule": "interleaved", "virtual_stages": 8,
+      "sequence_parallel": true, "recompute": "full", "zero": 1, "pipeline_layout": "embedding_head_as_layers"})";
+  const Scenario sc = make("\"llama3-405b\"", R"({"preset": "dgx-h100", "nodes": 1024})",
+                           R"({"global": 2048, "micro": 1})", plan);
+  const auto chunks = chunk_layers(sc.plan, sc.model.layers);
+  REQUIRE(chunks.size() == 128);
+  CHECK(chunks.front() == 0);
+  CHECK(chunks.back() == 0);
+  const cost::OpChain chain = cost::expand(sc.model, {.micro_batch = 1, .tp = 8, .sequence_parallel = true});
+  const MemoryEstimate a = estimate_memory(sc);
+  const MemoryEstimate t = simulate_memory(sc);
+  REQUIRE(t.stages.size() == 16);
+  const std::int64_t block = chain.block.params();
+  CHECK(t.stages[0].params == 7 * block + chain.embedding.params());
+  for (int s = 1; s < 15; ++s) CHECK(t.stages[static_cast<std::size_t>(s)].params == 8 * block);
+  CHECK(t.stages[15].params == 7 * block + chain.head.params());
+  CHECK(t.stages[0].total < t.stages[1].total);
+  CHECK(t.stages[15].total < t.stages[14].total);
+  for (std::size_t s = 0; s < 16; ++s) {
+    CAPTURE(s);
+    CHECK(a.stages[s].params == t.stages[s].params);
+    // The analytical model pairs the blocks' peak with the embedding's
+    // token ids of the microbatches then in flight through chunk 0; with
+    // no blocks in chunk 0 the timeline's peak comes when one of them has
+    // already gone back: at most one microbatch's ids apart, never below.
+    const Bytes diff = tag(a.stages[s], MemTag::Activations) - tag(t.stages[s], MemTag::Activations);
+    CHECK(diff >= 0);
+    CHECK(diff <= (s == 0 ? chain.embedding.saved_bytes() : 0));
+  }
+}
+
+}  // namespace
+}  // namespace strata::strategies

@@ -1,0 +1,382 @@
+#include "lowering/step_costs.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "costmodel/time_model.hpp"
+#include "sim/limits.hpp"
+#include "lowering/memory.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+cost::Calibration calibration_of(const Scenario& sc) {
+  const cost::Calibration base = cost::default_calibration(sc.cluster.gpu);
+  return sc.calibration ? cost::load_calibration_file(*sc.calibration, base) : base;
+}
+
+cost::CollectiveOp op_of(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return cost::CollectiveOp::AllReduce;
+    case Collective::AllGather: return cost::CollectiveOp::AllGather;
+    case Collective::ReduceScatter: return cost::CollectiveOp::ReduceScatter;
+    case Collective::AllToAll: return cost::CollectiveOp::AllToAll;
+    case Collective::SendRecv: return cost::CollectiveOp::SendRecv;
+  }
+  return cost::CollectiveOp::AllReduce;
+}
+
+int layer_index(const cost::Layer& l) {
+  return l.kind == cost::LayerKind::Embedding ? 0 : l.kind == cost::LayerKind::Block ? 1 : 2;
+}
+
+}  // namespace
+
+ModelStepCosts::ModelStepCosts(const Scenario& sc) : ModelStepCosts(sc, calibration_of(sc)) {}
+
+ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration)
+    : sc_(sc),
+      cal_(std::move(calibration)),
+      // Strata's own executors (executed) launch from C++ without a
+      // framework: their cost per kernel is the calibration's kernel_launch,
+      // already in every kernel's time.
+      host_dispatch_us_(sc.executed ? 0.0 : sc.plan.implementation.host_dispatch_us),
+      mesh_(sc.plan, sc.cluster.node.gpus_per_node),
+      // A layer-chain model has no op chain: its stages are priced by the
+      // tradeoff (tradeoff.cpp); collectives, copies and the optimizer step
+      // are answered here as for any model.
+      chain_(sc.model.chain ? cost::OpChain{} : cost::expand(sc.model, expand_options(sc))) {
+  const auto& gpu = sc.cluster.gpu;
+  const auto precision = sc.plan.precision;
+  const cost::Layer* layers[3] = {&chain_.embedding, &chain_.block, &chain_.head};
+  for (int i = 0; i < 3; ++i) {
+    Time f = 0, b = 0;
+    for (const auto& op : layers[i]->ops) {
+      f += cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind);
+      b += cost::op_time(gpu, cal_, precision, op, true, layers[i]->kind);
+    }
+    pass_[static_cast<std::size_t>(i)] = {f, b, f};
+  }
+  // Kernels each layer's passes launch (forward, backward, recompute), for
+  // the host's dispatch bound below.
+  std::array<std::array<std::int64_t, 3>, 3> launches{};
+  for (int i = 0; i < 3; ++i)
+    for (const auto& op : layers[i]->ops) {
+      const std::int64_t f = cost::op_kernels(op, false).kernels;
+      launches[static_cast<std::size_t>(i)][0] += f;
+      launches[static_cast<std::size_t>(i)][1] += cost::op_kernels(op, true).kernels;
+      launches[static_cast<std::size_t>(i)][2] += f;
+    }
+  // A selectively kept block reruns its policy's share of each op: the
+  // attention core (Megatron-LM), or all off torchtitan's save list.
+  // Not priced: the sequence-parallel all-gathers torchtitan's rerun of wk
+  // and w3 repeats with tp > 1 (its list stores reduce-scatters only).
+  std::int64_t selective_launches = 0;
+  const cost::Recompute policy = selective_policy(sc.plan);
+  for (const auto& op : chain_.block.ops)
+    if (const double share = cost::rerun_share(op, policy); share > 0) {
+      selective_ += share * cost::op_time(gpu, cal_, precision, op, false);
+      selective_launches += cost::op_kernels(op, false).kernels;
+    }
+
+  // Gradient accumulation without fusion (implementation.grad_accumulation_
+  // fusion false): after each layer's backward of a microbatch, a separate
+  // memory-bound kernel per weight matrix adds the new gradient into the
+  // gradient buffer (Megatron-LM's DDP hook, main_grad.add_(grad); PyTorch's
+  // AccumulateGrad without one). Bytes per parameter: read the new gradient
+  // (16-bit with mixed precision, else 4), read and write the buffer — fp32
+  // when gradients accumulate in fp32 (fp32_grad_accumulation, or fp32
+  // training), else 16-bit as the gradient: 2 + 4 + 4 = 10 or 2 + 2 + 2 = 6.
+  // The pass is charged whatever the buffer's precision because the kernel
+  // runs whatever it is; fused, the weight-gradient GEMM accumulates in its
+  // epilogue and the pass is free (Megatron-LM fuses only into an fp32
+  // buffer: a plan that accumulates in 16 bits on Megatron-LM says false).
+  // Only the linear layers' weight matrices: that is what the GEMM fusion
+  // covers; biases, norms and the embedding lookup's gradient are accumulated
+  // by small separate kernels either way (not charged).
+  if (!sc.plan.implementation.grad_accumulation_fusion) {
+    const bool mixed = precision != Precision::FP32;
+    const bool fp32_buffer = !mixed || sc.plan.implementation.fp32_grad_accumulation;
+    const double per_param = (mixed ? 2.0 : 4.0) + 2.0 * (fp32_buffer ? 4.0 : 2.0);
+    for (int i = 0; i < 3; ++i) {
+      double params = 0;
+      cost::KernelShape shape;
+      shape.kernels = 0;
+      for (const auto& op : layers[i]->ops)
+        if (op.kind == cost::OpKind::Linear && op.matrices > 0) {
+          params += static_cast<double>(op.matrix_params());
+          shape.kernels += op.matrices;
+        }
+      if (shape.kernels == 0) continue;
+      launches[static_cast<std::size_t>(i)][1] += shape.kernels;
+      pass_[static_cast<std::size_t>(i)][1] += cost::compute_time(
+          gpu, cal_, precision, 0, static_cast<Bytes>(params * per_param), shape);
+    }
+  }
+
+  const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
+  tp_g_ = mesh_.placement(rep, MeshDim::TP);
+  cp_g_ = mesh_.placement(rep, MeshDim::CP);
+  dp_g_ = mesh_.placement(rep, sc.plan.cp > 1 ? MeshDim::DataWithContext : MeshDim::DP);
+  ep_g_ = mesh_.placement(rep, MeshDim::EP);
+  edp_g_ = mesh_.placement(rep, MeshDim::ExpertDP);
+  pp_g_ = mesh_.placement(rep, MeshDim::PP);
+
+  // Blocking communication per layer and microbatch.
+  const auto& p = sc.plan;
+  const double e = static_cast<double>(cost::activation_bytes(precision));
+  const double b = static_cast<double>(sc.batch.micro);
+  const double s = static_cast<double>(sc.model.seq_len / p.cp);
+  const double h = static_cast<double>(sc.model.hidden);
+  const Bytes act = static_cast<Bytes>(b * s * h * e);
+  if (p.tp > 1) {
+    // Megatron: two all-reduces forward and two backward; with sequence
+    // parallelism two all-gathers and two reduce-scatters each way (the same
+    // volume; Korthikanti et al. Sec. 4.2.2).
+    const Time ag = ring(cost::CollectiveOp::AllGather, act, tp_g_);
+    const Time rs = ring(cost::CollectiveOp::ReduceScatter, act, tp_g_);
+    const Time ar = ring(cost::CollectiveOp::AllReduce, act, tp_g_);
+    const Time one = p.sequence_parallel ? 2 * (ag + rs) : 2 * ar;
+    // Transformer Engine's overlap (tp_comm_overlap) also hides forward
+    // communication behind the layer's GEMMs: bulk behind half of them, ring
+    // behind all.
+    Time gemm = 0;
+    std::vector<Time> col_half;  // column-parallel linears' backward GEMM (dgrad = wgrad)
+    for (const auto& op : chain_.block.ops) {
+      if (op.kind != cost::OpKind::Linear) continue;
+      gemm += cost::op_time(gpu, cal_, precision, op, false);
+      if (op.name == "qkv" || op.name == "mlp_up" || op.name == "mlp_up_gate")
+        col_half.push_back(cost::op_time(gpu, cal_, precision, op, true) / 2);
+    }
+    const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
+                      : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
+                                                                                : 0;
+    tp_[0] = std::max<Time>(0, one - hide);
+    // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
+    // Communication). Without sequence parallelism both backward all-reduces
+    // are the column-parallel linears' (QKV, MLP up) input gradients, each
+    // launched beside that linear's weight-gradient GEMM (Korthikanti et al.
+    // 2022, Table 4's note); the row-parallel linears have none. With sequence
+    // parallelism the row-parallel linears' output gradients are all-gathered
+    // before their GEMMs (exposed), and each column-parallel linear gathers
+    // its input again for its weight gradient ("an extra all-gather in the
+    // back-propagation", Sec. 4.2.2) beside its input-gradient GEMM, then
+    // reduce-scatters the input gradient beside its weight-gradient GEMM.
+    // Without that overlap (implementation.tp_grad_overlap false: Megatron-LM
+    // of 2021, before --async-tensor-model-parallel-allreduce) each
+    // communication waits for the GEMM before it: all of it is exposed.
+    const bool overlap = p.implementation.tp_grad_overlap;
+    Time bwd = p.sequence_parallel ? 2 * ag : 0;
+    for (const Time col : col_half) {
+      const Time half = overlap ? col : 0;
+      bwd += p.sequence_parallel
+                 ? std::max<Time>(0, ag - half) + std::max<Time>(0, rs - half)
+                 : std::max<Time>(0, ar - half);
+    }
+    // A chain without recognised column-parallel linears keeps its backward
+    // communication exposed.
+    if (col_half.empty()) bwd = one;
+    tp_[1] = std::max<Time>(0, bwd - hide);
+    // The collectives each block pass launches.
+    const auto cols = static_cast<std::int64_t>(col_half.size());
+    const std::int64_t fwd_launches = p.sequence_parallel ? 4 : 2;
+    launches[1][0] += fwd_launches;
+    launches[1][2] += fwd_launches;
+    launches[1][1] += cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols;
+    // Vocabulary-parallel embedding and logits (Megatron-LM): forward, the
+    // embedding's partial lookups are summed over the group (reduce-scattered
+    // with sequence parallelism) and, with sequence parallelism, the logits'
+    // input is all-gathered; backward, the logits' input gradient is
+    // all-reduced (reduce-scattered). Blocking, before and after the head's
+    // and embedding's own kernels.
+    auto& emb = pass_[0];
+    auto& head = pass_[2];
+    emb[0] += p.sequence_parallel ? rs : ar;
+    emb[2] = emb[0];
+    head[0] += p.sequence_parallel ? ag : 0;
+    head[2] = head[0];
+    head[1] += p.sequence_parallel ? rs : ar;
+    ++launches[0][0], ++launches[0][2], ++launches[2][1];
+    if (p.sequence_parallel) ++launches[2][0], ++launches[2][2];
+  }
+  if (p.cp > 1) {
+    // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
+    // their gradients backward), overlapped with the attention of the chunk
+    // in hand; only what exceeds it is exposed.
+    const Bytes kv = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
+                                        static_cast<double>(p.tp) * e);
+    Time attn_f = 0, attn_b = 0;
+    for (const auto& op : chain_.block.ops)
+      if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
+          op.kind == cost::OpKind::AttnValues) {
+        attn_f += cost::op_time(gpu, cal_, precision, op, false);
+        attn_b += cost::op_time(gpu, cal_, precision, op, true);
+      }
+    const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,
+                                            cp_g_.intra_node() ? 2 : 1, sc.cluster.node, cal_);
+    const Time exch = capped_product(p.cp - 1, step);
+    cp_[0] = std::max<Time>(0, exch - attn_f);
+    cp_[1] = std::max<Time>(0, 2 * exch - attn_b);
+    launches[1][0] += p.cp - 1, launches[1][2] += p.cp - 1, launches[1][1] += 2 * (p.cp - 1);
+  }
+  if (p.ep > 1 && sc.model.moe) {
+    // Dispatch and combine all-to-alls forward, and their gradients backward.
+    const Bytes tokens = static_cast<Bytes>(static_cast<double>(sc.model.moe->top_k) * b * s * h * e /
+                                            (p.sequence_parallel ? static_cast<double>(p.tp) : 1.0));
+    const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_);
+    ep_[0] = ep_[1] = 2 * a2a;
+    for (auto& n : launches[1]) n += 2;
+  }
+
+  // The host's dispatch bound (implementation.host_dispatch_us): an eager
+  // framework issues every kernel from Python, one after another, so a pass
+  // takes at least its launches times the host's time per kernel — the GPU
+  // runs ahead only while its kernels are longer. A block's blocking
+  // communication is a task of its own after the pass (layer_comm), issued
+  // by the same host: the pass and that communication together take
+  // max(compute + communication, host), so the pass is charged
+  // max(compute, host − communication). The embedding's and head's passes
+  // hold their communication already.
+  if (host_dispatch_us_ > 0) {
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < 3; ++j) {
+        const Time comm = i == 1 ? tp_[j == 1 ? 1 : 0] + cp_[j == 1 ? 1 : 0] + ep_[j == 1 ? 1 : 0] : 0;
+        pass_[i][j] = std::max(pass_[i][j], host_time(launches[i][j]) - comm);
+      }
+    selective_ = std::max(selective_, host_time(selective_launches));
+  }
+}
+
+Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const {
+  if (g.size <= 1) return 0;
+  return cost::collective_time(op, bytes, g.size, g.ranks_per_node, sc_.cluster.node, cal_);
+}
+
+Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool selective_only) const {
+  // Sums of a layer's op times (each at most kMaxStepTime): capped, so the
+  // levels' sums stay in 64 bits until the step is refused.
+  if (pass == Pass::Recompute && selective_only) return capped(selective_);
+  return capped(pass_[static_cast<std::size_t>(layer_index(l))][static_cast<std::size_t>(pass)]);
+}
+
+Time ModelStepCosts::layer_comm(CommKind kind, Pass pass) const {
+  const std::size_t i = pass == Pass::Backward ? 1 : 0;
+  switch (kind) {
+    case CommKind::TP: return capped(tp_[i]);
+    case CommKind::CP: return capped(cp_[i]);
+    case CommKind::EP: return capped(ep_[i]);
+    default: return 0;
+  }
+}
+
+Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
+  switch (group) {
+    case Group::TP: return ring(op_of(op), bytes, tp_g_);
+    case Group::CP: return ring(op_of(op), bytes, cp_g_);
+    case Group::DP: return ring(op_of(op), bytes, dp_g_);
+    case Group::EP: return ring(op_of(op), bytes, ep_g_);
+    case Group::ExpertDP: return ring(op_of(op), bytes, edp_g_);
+    case Group::EmbeddingTie: {
+      // The first and last pipeline stages: on one node only if the whole
+      // pipeline group is.
+      const GroupPlacement pair{2, pp_g_.intra_node() ? 1 : 2, pp_g_.intra_node() ? 2 : 1, true};
+      return ring(op_of(op), bytes, pair);
+    }
+  }
+  return 0;
+}
+
+Time ModelStepCosts::p2p(Bytes bytes) const {
+  // Neighbouring stages share a node when the pipeline group does.
+  const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, bytes, 2,
+                                          pp_g_.ranks_per_node >= 2 ? 2 : 1, sc_.cluster.node, cal_);
+  // Scatter/gather (Narayanan et al. 2021, Sec. 4.1): each tensor-parallel
+  // rank sends 1/t of the activation and the receivers all-gather it over
+  // NVLink before use. With sequence parallelism the tensor is already
+  // split by sequence and stays so.
+  const auto& p = sc_.plan;
+  if (p.implementation.pp_scatter_gather && !p.sequence_parallel && p.tp > 1)
+    return capped_sum(send, ring(cost::CollectiveOp::AllGather, bytes * p.tp, tp_g_));
+  return send;
+}
+
+Time ModelStepCosts::copy(Bytes bytes, CopyDir dir) const {
+  const cost::CopyKind kind = dir == CopyDir::ToHost     ? cost::CopyKind::D2H
+                              : dir == CopyDir::ToDevice ? cost::CopyKind::H2D
+                              : dir == CopyDir::NvmeRead ? cost::CopyKind::NvmeRead
+                                                         : cost::CopyKind::NvmeWrite;
+  return cost::copy_time(bytes, kind, /*pinned=*/true, sc_.cluster.node, cal_);
+}
+
+Time ModelStepCosts::elementwise(Bytes bytes) const {
+  return cost::compute_time(sc_.cluster.gpu, cal_, sc_.plan.precision, 0, bytes);
+}
+
+Time ModelStepCosts::gemm(Flops flops) const {
+  return cost::compute_time(sc_.cluster.gpu, cal_, sc_.plan.precision, flops, 0);
+}
+
+Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
+  const PerParam per = bytes_per_param(sc_.plan.optimizer, sc_.plan.precision,
+                                       sc_.plan.implementation.fp32_grad_accumulation);
+  const Time launch = cost::seconds_to_time(cal_.overheads.optimizer_step_us * 1e-6);
+  if (on_host) {
+    // Memory-bound: read gradients, weights and state, write weights and
+    // state; the host's memory bandwidth shared by the node's GPUs' steps.
+    const double bytes = params * (per.grads + 2 * (per.weights + per.optimizer));
+    const double per_gpu = kHostOptimizerGBps * kGB /
+                           static_cast<double>(sc_.cluster.node.gpus_per_node);
+    return capped_sum(launch, cost::seconds_to_time(bytes / per_gpu));
+  }
+  // On the GPU, the passes over the parameters a mixed-precision step makes
+  // (Micikevicius et al. 2018; Megatron-LM's Float16OptimizerWithFloat16Params
+  // .step and zero_grad), each memory-bound, in bytes per parameter:
+  const Precision prec = sc_.plan.precision;
+  const bool mixed = prec != Precision::FP32;
+  const bool grads16 = mixed && !sc_.plan.implementation.fp32_grad_accumulation;
+  double per_param = 0;
+  int passes = 0;
+  auto pass = [&](double b) { per_param += b, ++passes; };
+  pass(per.grads);  // zero the gradient buffer(s) for the next step
+  if (grads16) pass(2 + 4);  // 16-bit gradients into the fp32 main gradients
+  if (prec == Precision::FP16 || prec == Precision::FP8)
+    pass(4 + 4);  // loss scaling: unscale the main gradients, check for inf/NaN
+  pass(mixed ? 4 : per.grads);  // gradient norm (clipping)
+  // The update: read the gradient, read and write weights (master) and state.
+  pass((mixed ? 4 : per.grads) + 2 * (per.optimizer + (mixed ? 0 : per.weights)));
+  if (mixed) pass(4 + per.weights);  // fp32 master weights to the model's copy
+  // One fused multi-tensor kernel per pass when fused, else one per layer.
+  cost::KernelShape shape;
+  shape.kernels = passes * (sc_.plan.implementation.fused_elementwise
+                                ? 1
+                                : std::max<std::int64_t>(1, sc_.model.layers));
+  const Time gpu = cost::compute_time(sc_.cluster.gpu, cal_, prec, 0,
+                                      static_cast<Bytes>(params * per_param), shape);
+  return capped_sum(launch, std::max(gpu, host_time(shape.kernels)));
+}
+
+Time ModelStepCosts::overhead_per_microbatch() const {
+  return cost::seconds_to_time(cal_.overheads.microbatch_us * 1e-6);
+}
+
+Time ModelStepCosts::host_time(std::int64_t kernels) const {
+  return cost::seconds_to_time(static_cast<double>(kernels) * host_dispatch_us_ * 1e-6);
+}
+
+double ModelStepCosts::interference_fraction() const {
+  const auto sms = static_cast<double>(sc_.cluster.gpu.sms);
+  if (sc_.executed || sms <= 0) return 0;
+  return std::min(cal_.collective_sms, sms) / sms;
+}
+
+Time ModelStepCosts::overhead_per_step() const {
+  return cost::seconds_to_time(cal_.overheads.step_us * 1e-6);
+}
+
+StepPrediction predict_step(const Scenario& sc, sim::RunResult* run, LoweredStep* lowered) {
+  const ModelStepCosts costs(sc);
+  return predict_step(sc, costs, run, lowered);
+}
+
+}  // namespace strata::strategies

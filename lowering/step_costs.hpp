@@ -1,0 +1,64 @@
+#pragma once
+// The cost model's answers to the lowering (lower.hpp): layer passes from
+// the op chain priced by costmodel/time_model.hpp, collectives from the
+// group's size and placement in the rank mesh, copies over PCIe/NVMe.
+#include <array>
+
+#include "costmodel/calibration.hpp"
+#include "costmodel/ops.hpp"
+#include "lowering/lower.hpp"
+#include "strategies/rank_mesh.hpp"
+
+namespace strata::strategies {
+
+class ModelStepCosts final : public StepCosts {
+ public:
+  // Uses the scenario's calibration file when it names one, else the bundled
+  // curves for its GPU.
+  explicit ModelStepCosts(const Scenario& sc);
+  ModelStepCosts(const Scenario& sc, cost::Calibration calibration);
+
+  Time layer(const cost::Layer& layer, Pass pass, bool selective_only) const override;
+  Time layer_comm(CommKind kind, Pass pass) const override;
+  Time collective(Collective op, Group group, Bytes bytes_per_rank) const override;
+  Time p2p(Bytes bytes) const override;
+  Time copy(Bytes bytes, CopyDir dir) const override;
+  Time elementwise(Bytes bytes) const override;
+  Time gemm(Flops flops) const override;
+  Time optimizer_step(double params, bool on_host) const override;
+  Time overhead_per_microbatch() const override;
+  Time overhead_per_step() const override;
+  // Calibration::collective_sms over the GPU's SMs; 0 for Strata's
+  // executors (their steps run one after another, priced as they ran) or
+  // a GPU whose SM count is unknown.
+  double interference_fraction() const override;
+
+  // Host memory bandwidth one node's CPU optimizer steps share (ZeRO-Offload):
+  // a documented estimate for a two-socket server (docs/cost-model.md).
+  static constexpr double kHostOptimizerGBps = 100.0;
+
+  const cost::Calibration& calibration() const { return cal_; }
+
+ private:
+  Time ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const;
+  // The host's time to issue `kernels` (host_dispatch_us_ each).
+  Time host_time(std::int64_t kernels) const;
+
+  const Scenario& sc_;
+  cost::Calibration cal_;
+  double host_dispatch_us_;  // implementation.host_dispatch_us, 0 when executed
+  RankMesh mesh_;
+  cost::OpChain chain_;
+  // [layer kind][pass]: forward, backward, full recompute (= forward); and
+  // the block's rerun under the plan's selective policy.
+  std::array<std::array<Time, 3>, 3> pass_{};
+  Time selective_ = 0;
+  std::array<Time, 2> tp_{}, cp_{}, ep_{};  // blocking per layer: forward, backward
+  GroupPlacement tp_g_, cp_g_, dp_g_, ep_g_, edp_g_, pp_g_;
+};
+
+// predict_step with ModelStepCosts.
+StepPrediction predict_step(const Scenario& sc, sim::RunResult* run = nullptr,
+                            LoweredStep* lowered = nullptr);
+
+}  // namespace strata::strategies

@@ -1,0 +1,286 @@
+// ModelStepCosts against closed forms: with the ideal calibration (every
+// efficiency 1, no latency or overhead) each price is bytes or FLOPs over a
+// datasheet peak, so the tests can spell out what is charged.
+#include "lowering/step_costs.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "costmodel/time_model.hpp"
+#include "sim/limits.hpp"
+#include "lowering/coarse.hpp"
+#include "lowering/memory.hpp"
+#include "tests/testing.hpp"
+
+namespace strata::strategies {
+namespace {
+
+// A 22B-like layer (Korthikanti et al. Table 3) on one DGX A100: tp 8, b 4.
+Scenario gpt(const std::string& plan, int pp = 1) {
+  return parse_scenario(
+      "{\"model\": {\"layers\": 48, \"hidden\": 6144, \"heads\": 64, \"seq_len\": 2048, "
+      "\"vocab\": 51200},"
+      " \"cluster\": {\"preset\": \"dgx-a100-80g\", \"nodes\": " +
+          std::to_string(pp) + "}, \"batch\": {\"global\": 4, \"micro\": 4}, \"plan\": " + plan + "}",
+      "t.json");
+}
+
+constexpr Bytes kAct = 4LL * 2048 * 6144 * 2;  // b·s·h, fp16
+
+Time coll(const Scenario& sc, const cost::Calibration& cal, cost::CollectiveOp op, Bytes bytes) {
+  return cost::collective_time(op, bytes, 8, 8, sc.cluster.node, cal);
+}
+
+TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps it") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  SUBCASE("without sequence parallelism") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");
+    const ModelStepCosts c(sc, cal);
+    const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * ar);
+    // Both backward all-reduces run beside the QKV and MLP-up weight-gradient
+    // GEMMs, each longer than an all-reduce of b·s·h here: nothing exposed.
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 0);
+  }
+  SUBCASE("with sequence parallelism") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true})");
+    const ModelStepCosts c(sc, cal);
+    const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, kAct);
+    const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * (ag + rs));
+    // The row-parallel linears' output-gradient all-gathers stay exposed; the
+    // extra input all-gathers and the reduce-scatters hide behind GEMMs.
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ag);
+  }
+}
+
+TEST_CASE("tensor parallelism without the backward overlap (tp_grad_overlap false)") {
+  // Megatron-LM of 2021 waited for each input-gradient all-reduce before the
+  // weight-gradient GEMM: all of the backward communication is exposed.
+  const cost::Calibration cal = cost::ideal_calibration();
+  SUBCASE("without sequence parallelism: both all-reduces") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16",
+                            "implementation": {"tp_grad_overlap": false}})");
+    const ModelStepCosts c(sc, cal);
+    const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ar);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * ar);  // forward unchanged
+  }
+  SUBCASE("with sequence parallelism: the output-gradient all-gathers, and per "
+          "column-parallel linear the input all-gather and the reduce-scatter") {
+    const auto sc = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true,
+                            "implementation": {"tp_grad_overlap": false}})");
+    const ModelStepCosts c(sc, cal);
+    const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, kAct);
+    const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, kAct);
+    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ag + 2 * (ag + rs));
+  }
+}
+
+TEST_CASE("gradient accumulation without fusion: a pass over the weight gradients per microbatch") {
+  // 12·h²/t weight-matrix parameters per block on each rank (QKV 3h², output
+  // h², MLP 8h²). Without fusion each layer's backward adds a memory-bound
+  // pass: read the 16-bit gradient, read and write the buffer — 2 + 2 + 2
+  // bytes per parameter into a 16-bit buffer, 2 + 4 + 4 into an fp32 one.
+  const cost::Calibration cal = cost::ideal_calibration();
+  const double params = 12.0 * 6144 * 6144 / 8;
+  auto pass = [&](const Scenario& sc, double per) {
+    return cost::seconds_to_time(static_cast<double>(static_cast<Bytes>(params * per)) /
+                                 (sc.cluster.gpu.hbm_GBps * kGB));
+  };
+  const auto fused = gpt(R"({"tp": 8, "precision": "fp16"})");
+  const cost::OpChain chain = cost::expand(fused.model, expand_options(fused));
+  const ModelStepCosts base(fused, cal);
+  auto added = [&](const Scenario& sc, Pass p) {
+    return ModelStepCosts(sc, cal).layer(chain.block, p, false) - base.layer(chain.block, p, false);
+  };
+  const auto fp16 = gpt(R"({"tp": 8, "precision": "fp16",
+                            "implementation": {"grad_accumulation_fusion": false}})");
+  CHECK(added(fp16, Pass::Backward) == pass(fp16, 6));
+  CHECK(added(fp16, Pass::Forward) == 0);
+  CHECK(added(fp16, Pass::Recompute) == 0);
+  // Strict like every implementation key: a boolean or an error.
+  CHECK_THROWS_AS(gpt(R"({"implementation": {"grad_accumulation_fusion": 0}})"), InputError);
+  CHECK_THROWS_AS(gpt(R"({"implementation": {"tp_grad_overlap": "no"}})"), InputError);
+  const auto fp32_acc = gpt(R"({"tp": 8, "precision": "fp16",
+                                "implementation": {"grad_accumulation_fusion": false,
+                                                   "fp32_grad_accumulation": true}})");
+  const cost::OpChain acc_chain = cost::expand(fp32_acc.model, expand_options(fp32_acc));
+  CHECK(ModelStepCosts(fp32_acc, cal).layer(acc_chain.block, Pass::Backward, false) -
+            ModelStepCosts(gpt(R"({"tp": 8, "precision": "fp16",
+                                   "implementation": {"fp32_grad_accumulation": true}})"),
+                           cal)
+                .layer(acc_chain.block, Pass::Backward, false) ==
+        pass(fp32_acc, 10));
+}
+
+TEST_CASE("vocabulary-parallel embedding and logits communicate over the group") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");
+  const ModelStepCosts c(sc, cal);
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  auto ops = [&](const cost::Layer& l, bool bwd) {
+    Time t = 0;
+    for (const auto& op : l.ops) t += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, bwd);
+    return t;
+  };
+  const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
+  CHECK(c.layer(chain.embedding, Pass::Forward, false) == ops(chain.embedding, false) + ar);
+  CHECK(c.layer(chain.embedding, Pass::Backward, false) == ops(chain.embedding, true));
+  CHECK(c.layer(chain.head, Pass::Forward, false) == ops(chain.head, false));
+  CHECK(c.layer(chain.head, Pass::Backward, false) == ops(chain.head, true) + ar);
+}
+
+TEST_CASE("scatter/gather: a pipeline send is 1/t of the tensor plus the receivers' all-gather") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  const auto sc = gpt(R"({"tp": 8, "pp": 2, "precision": "fp16",
+                          "implementation": {"pp_scatter_gather": true}})",
+                      2);
+  const ModelStepCosts c(sc, cal);
+  const Bytes part = kAct / 8;
+  const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, part, 2, 1, sc.cluster.node, cal);
+  CHECK(c.p2p(part) == send + coll(sc, cal, cost::CollectiveOp::AllGather, kAct));
+  // With sequence parallelism the tensor stays split: the send alone.
+  const auto sp = gpt(R"({"tp": 8, "pp": 2, "precision": "fp16", "sequence_parallel": true,
+                          "implementation": {"pp_scatter_gather": true}})",
+                      2);
+  CHECK(ModelStepCosts(sp, cal).p2p(part) == send);
+}
+
+TEST_CASE("optimizer step: the passes of a mixed-precision Adam step over HBM") {
+  // Bytes per parameter: zero the gradients (their bytes), 16-bit gradients
+  // into fp32 (6), fp16's unscale and inf check (8), the norm (4), the update
+  // (4 + 2·12) and the master weights back (4 + 2): fp16 54, bf16 46; fp32
+  // training: zero 4, norm 4, update 4 + 2·(4 + 8) = 36.
+  const cost::Calibration cal = cost::ideal_calibration();
+  const double params = 1e9;
+  auto expect = [&](const Scenario& sc, double per) {
+    return cost::seconds_to_time(params * per / (sc.cluster.gpu.hbm_GBps * kGB));
+  };
+  const auto fp16 = gpt(R"({"tp": 8, "precision": "fp16"})");
+  CHECK(ModelStepCosts(fp16, cal).optimizer_step(params, false) == expect(fp16, 54));
+  const auto bf16 = gpt(R"({"tp": 8, "precision": "bf16"})");
+  CHECK(ModelStepCosts(bf16, cal).optimizer_step(params, false) == expect(bf16, 46));
+  const auto fp32 = gpt(R"({"tp": 8, "precision": "fp32"})");
+  CHECK(ModelStepCosts(fp32, cal).optimizer_step(params, false) == expect(fp32, 36));
+  // fp32 gradient accumulation (fp16): 6 bytes of gradients to zero, no copy.
+  const auto acc = gpt(R"({"tp": 8, "precision": "fp16",
+                           "implementation": {"fp32_grad_accumulation": true}})");
+  CHECK(ModelStepCosts(acc, cal).optimizer_step(params, false) == expect(acc, 6 + 8 + 4 + 28 + 6));
+}
+
+// A small model whose block runs in about 2 µs under the ideal
+// calibration, so a host issuing one kernel per microsecond is the bound.
+Scenario small(const std::string& implementation, int tp = 1) {
+  return parse_scenario(
+      "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1024},"
+      " \"cluster\": {\"preset\": \"dgx-a100-80g\"}, \"batch\": {\"global\": 8, \"micro\": 1},"
+      " \"plan\": {\"tp\": " + std::to_string(tp) +
+          ", \"precision\": \"bf16\", \"implementation\": " + implementation + "}}",
+      "t.json");
+}
+
+TEST_CASE("host dispatch: a pass takes at least its kernels times the host's time per kernel") {
+  const cost::Calibration cal = cost::ideal_calibration();
+  const cost::OpChain chain = cost::expand(small("{}").model, expand_options(small("{}")));
+  SUBCASE("no tensor parallelism: the kernels of the block's ops") {
+    // The GPT block's ops: two norms, the QKV, projection and two MLP
+    // linears (one GEMM each forward, two backward), flash attention (one
+    // kernel forward, two backward), the activation, two dropouts and two
+    // residual adds (one kernel each way): 12 kernels forward, 17 backward.
+    const ModelStepCosts c(small(R"({"host_dispatch_us": 10})"), cal);
+    CHECK(chain.block.ops.size() == 12);
+    CHECK(c.layer(chain.block, Pass::Forward, false) == 12 * 10'000);
+    CHECK(c.layer(chain.block, Pass::Backward, false) == 17 * 10'000);
+    CHECK(c.layer(chain.block, Pass::Recompute, false) == 12 * 10'000);
+    // Without it the same pass is the roofline's 2 µs.
+    const ModelStepCosts none(small("{}"), cal);
+    CHECK(none.layer(chain.block, Pass::Forward, false) < 12 * 10'000 / 10);
+  }
+  SUBCASE("tensor parallelism: the pass and its blocking all-reduces take the host's time") {
+    // Two forward all-reduces are launched by the host too (14 launches);
+    // the pass is charged what the host needs beyond the communication, so
+    // pass + communication = 14 launches exactly when the host is the bound.
+    const ModelStepCosts c(small(R"({"host_dispatch_us": 10})", 2), cal);
+    const Time comm = c.layer_comm(CommKind::TP, Pass::Forward);
+    CHECK(comm > 0);
+    CHECK(c.layer(chain.block, Pass::Forward, false) + comm == 14 * 10'000);
+  }
+  SUBCASE("Strata's own executors issue kernels without a framework") {
+    Scenario sc = small(R"({"host_dispatch_us": 10})");
+    sc.executed = true;
+    CHECK(ModelStepCosts(sc, cal).layer(chain.block, Pass::Forward, false) ==
+          ModelStepCosts(small("{}"), cal).layer(chain.block, Pass::Forward, false));
+  }
+  SUBCASE("a GPU slower than the host is not charged") {
+    // The 22B-like layer's forward runs for milliseconds: 12 launches at
+    // 10 µs change nothing.
+    const Scenario slow = gpt(R"({"tp": 8, "precision": "fp16", "implementation": {"host_dispatch_us": 10}})");
+    const Scenario fast = gpt(R"({"tp": 8, "precision": "fp16"})");
+    const cost::OpChain big = cost::expand(slow.model, expand_options(slow));
+    CHECK(ModelStepCosts(slow, cal).layer(big.block, Pass::Forward, false) ==
+          ModelStepCosts(fast, cal).layer(big.block, Pass::Forward, false));
+  }
+}
+
+TEST_CASE("a selectively kept block reruns its policy's share of each op's forward") {
+  // Llama-3-8B, one sequence of 4096 on a DGX H100, ideal calibration.
+  const cost::Calibration cal = cost::ideal_calibration();
+  auto llama = [](const char* recompute, const char* attention) {
+    return parse_scenario(std::string(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100"},
+        "batch": {"global": 8, "micro": 1}, "plan": {"recompute": ")") + recompute +
+                              R"(", "implementation": {"attention": ")" + attention + R"("}}})",
+                          "t.json");
+  };
+  auto forward = [&](const Scenario& sc, const cost::Op& op) {
+    return static_cast<double>(cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, false));
+  };
+  SUBCASE("torchtitan's op policy: wk, wo, w3 and the elementwise ops, not wq, wv, w1, w2 or attention") {
+    const Scenario sc = llama("selective_op", "flash");
+    const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+    double expected = 0, full = 0;
+    for (const auto& op : chain.block.ops) {
+      expected += op.sac_rerun * forward(sc, op);
+      full += forward(sc, op);
+    }
+    const Time rerun = ModelStepCosts(sc, cal).layer(chain.block, Pass::Recompute, true);
+    CHECK(static_cast<double>(rerun) == doctest::Approx(expected).epsilon(1e-6));
+    // About a third of the block's products plus its memory-bound ops.
+    CHECK(rerun > 0);
+    CHECK(static_cast<double>(rerun) < 0.6 * full);
+  }
+  SUBCASE("Megatron-LM's policy: the attention core under standard attention, nothing under flash") {
+    const Scenario sc = llama("selective", "standard");
+    const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+    double core = 0;
+    for (const auto& op : chain.block.ops)
+      if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::Softmax ||
+          op.kind == cost::OpKind::AttnValues)
+        core += forward(sc, op);
+    CHECK(static_cast<double>(ModelStepCosts(sc, cal).layer(chain.block, Pass::Recompute, true)) ==
+          doctest::Approx(core).epsilon(1e-6));
+    const Scenario flash = llama("selective", "flash");
+    CHECK(ModelStepCosts(flash, cal).layer(cost::expand(flash.model, expand_options(flash)).block,
+                                           Pass::Recompute, true) == 0);
+  }
+}
+
+TEST_CASE("a step longer than 2^56 ns is refused at both levels, not summed past 64 bits") {
+  // 1e-12 TFLOP/s and a 1e-300 GB/s NVLink: every kernel and collective
+  // saturates at 2^56 ns; at either level the step is an input error.
+  const auto sc = parse_scenario(
+      R"({"model": "gpt2-124m", "batch": {"global": 64, "micro": 1},
+          "cluster": {"preset": "dgx-a100-80g", "intra_node_GBps": 1e-300,
+                      "gpu": {"preset": "a100-80g", "tflops": {"bf16": 1e-12}}}})",
+      "slow.json");
+  const ModelStepCosts costs(sc);
+  const std::string expect = "slow.json: the step's ";
+  CHECK(testing::input_error_of([&] { predict_step(sc, costs); }).rfind(expect, 0) == 0);
+  CHECK(testing::input_error_of([&] { predict_step_coarse(sc, costs); }).rfind(expect, 0) == 0);
+  CHECK(cost::seconds_to_time(1e300) == kMaxStepTime);
+  CHECK(cost::seconds_to_time(-1e300) == -kMaxStepTime);
+}
+
+}  // namespace
+}  // namespace strata::strategies

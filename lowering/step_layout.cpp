@@ -1,0 +1,49 @@
+#include "lowering/step_layout.hpp"
+
+namespace strata::strategies {
+
+LayerPlan plan_layers(const Scenario& sc, const StepCosts& costs, const MemoryRules& rules) {
+  if (!needs_solver(sc.plan)) return fixed_layers(sc.plan, chunk_layers(sc.plan, sc.model.layers));
+  return plan_layers(MemoryModel(sc, rules), costs);
+}
+
+StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
+    : chain_(cost::expand(sc.model, expand_options(sc))),
+      rule_(ActivationRule::of(chain_, selective_policy(sc.plan))),
+      chunks_(chunk_layers(sc.plan, sc.model.layers)),
+      p_(static_cast<int>(sc.plan.pp)),
+      v_(static_cast<int>(sc.plan.virtual_stages)),
+      m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
+      per_(bytes_per_param(sc.plan.optimizer, sc.plan.precision,
+                           sc.plan.implementation.fp32_grad_accumulation)),
+      layers_(layers ? *layers : plan_layers(sc, costs)) {
+  first_layer_.assign(chunks_.size() + 1, 0);
+  for (std::size_t k = 0; k < chunks_.size(); ++k) first_layer_[k + 1] = first_layer_[k] + chunks_[k];
+}
+
+std::span<const Keep> StepLayout::chunk_keeps(int k) const {
+  const auto at = static_cast<std::size_t>(k);
+  return {layers_.keeps.data() + first_layer_[at], static_cast<std::size_t>(chunks_[at])};
+}
+
+Bytes StepLayout::layer_stored(int k, std::int64_t i) const {
+  return rule_.stored(chunk_keeps(k)[static_cast<std::size_t>(i)]);
+}
+
+Bytes StepLayout::layer_swapped(int k, std::int64_t i) const {
+  const auto layer = static_cast<std::size_t>(first_layer_[static_cast<std::size_t>(k)] + i);
+  return rule_.swapped(layers_.keeps[layer], layers_.swaps[layer]);
+}
+
+Bytes StepLayout::p2p_bytes(const Scenario& sc) const {
+  const auto& plan = sc.plan;
+  const double e = static_cast<double>(cost::activation_bytes(plan.precision));
+  const double split = (plan.sequence_parallel || plan.implementation.pp_scatter_gather)
+                           ? static_cast<double>(plan.tp)
+                           : 1.0;
+  return static_cast<Bytes>(static_cast<double>(sc.batch.micro) *
+                            static_cast<double>(sc.model.seq_len / plan.cp) *
+                            static_cast<double>(sc.model.hidden) * e / split);
+}
+
+}  // namespace strata::strategies

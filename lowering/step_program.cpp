@@ -1,0 +1,462 @@
+#include "lowering/step_program.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "sim/error.hpp"
+#include "sim/limits.hpp"
+
+namespace strata::strategies {
+
+namespace {
+
+std::string layer_mb(std::int32_t layer, std::int32_t mb) {
+  return "/L" + std::to_string(layer) + "/mb" + std::to_string(mb);
+}
+std::string chunk_mb(std::int32_t chunk, std::int32_t mb) {
+  return "/c" + std::to_string(chunk) + "/mb" + std::to_string(mb);
+}
+const char* pass_tag(Pass p) { return p == Pass::Forward ? "fwd" : p == Pass::Backward ? "bwd" : "re"; }
+
+std::string what(const ProgramTask& t, const TaskInfo& i) {
+  const std::string mb = "/mb" + std::to_string(i.microbatch);
+  auto part = [&](const char* pass) {
+    if (t.merged) return pass + chunk_mb(i.chunk, i.microbatch);
+    switch (i.part) {
+      case Part::Embedding: return std::string(pass) + "/embedding" + mb;
+      case Part::Head: return std::string(pass) + "/head" + mb;
+      default: return pass + layer_mb(i.layer, i.microbatch);
+    }
+  };
+  switch (i.op) {
+    case TaskOp::Framework:
+      return i.microbatch < 0 ? "framework/step"
+                              : std::string("framework/") + pass_tag(i.pass) + chunk_mb(i.chunk, i.microbatch);
+    case TaskOp::Forward: return part("fwd");
+    case TaskOp::Backward: return part("bwd");
+    case TaskOp::Recompute: return "recompute" + layer_mb(i.layer, i.microbatch);
+    case TaskOp::LayerComm:
+      return std::string(enum_name(t.comm)) + "-" + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
+    case TaskOp::SendActivation: return "send-act" + chunk_mb(i.chunk, i.microbatch);
+    case TaskOp::SendGradient: return "send-grad" + chunk_mb(i.chunk, i.microbatch);
+    case TaskOp::DpReduce: return "dp-reduce/bucket" + std::to_string(i.bucket);
+    case TaskOp::PsPush: return "ps-push/bucket" + std::to_string(i.bucket);
+    case TaskOp::PsPull: return "ps-pull-weights";
+    case TaskOp::EmbeddingTie: return "embedding-tie";
+    case TaskOp::Zero3Gather: return std::string("zero3-gather-") + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
+    case TaskOp::Zero3Reduce:
+      return i.layer >= 0 ? "zero3-reduce" + layer_mb(i.layer, i.microbatch) : "zero3-reduce/embedding-head";
+    case TaskOp::WeightFetch:
+      return std::string("fetch-weights-") + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
+    case TaskOp::Offload: return "offload" + layer_mb(i.layer, i.microbatch);
+    case TaskOp::Prefetch: return "prefetch" + layer_mb(i.layer, i.microbatch);
+    case TaskOp::GradsToHost: return "grads-to-host";
+    case TaskOp::StatesFromNvme: return "states-from-nvme";
+    case TaskOp::OptimizerStep: return "optimizer-step";
+    case TaskOp::StatesToNvme: return "states-to-nvme";
+    case TaskOp::WeightsToDevice: return "weights-to-device";
+    case TaskOp::GatherWeights:
+      // At the step's end all of them; in the first forward (overlap_param_gather) per part.
+      if (i.part == Part::Layer) return "dp-gather-weights/L" + std::to_string(i.layer);
+      if (i.part == Part::Embedding) return "dp-gather-weights/embedding";
+      if (i.part == Part::Head) return "dp-gather-weights/head";
+      return "dp-gather-weights";
+    case TaskOp::CompressEncode: return "compress-encode";
+    case TaskOp::CompressRound: return "dp-compressed/round" + std::to_string(i.round);
+    case TaskOp::CompressDecode: return "compress-decode";
+  }
+  return "?";
+}
+
+constexpr const char* kBufName[] = {"static", "act",      "act-host", "act-back", "recomputed", "grad",
+                                    "core",   "act/head", "grad/head", "act/embedding", "act-kept", "working"};
+static_assert(std::size(kBufName) == static_cast<std::size_t>(BufKind::Working) + 1);
+
+int pool_slot(const ProgramBuffer& b) { return 2 * b.stage + (b.host ? 1 : 0); }
+
+}  // namespace
+
+std::string lane_name(int stage, sim::Lane lane) {
+  return "s" + std::to_string(stage) + "." + std::string(enum_name(lane));
+}
+
+std::string task_id(const StepProgram& p, std::size_t i) {
+  const ProgramTask& t = p.tasks[i];
+  if (p.info.size() != p.tasks.size()) throw Error("step program: task ids need the layer granularity's task descriptions");
+  return "s" + std::to_string(t.stage) + ":" + what(t, p.info[i]);
+}
+
+std::string buffer_id(const StepProgram& p, std::size_t i) {
+  const ProgramBuffer& b = p.buffers[i];
+  std::string name;
+  if (b.kind == BufKind::Static)
+    name = std::string(enum_name(b.tag));
+  else if (b.chunk >= 0)
+    name = std::string(kBufName[static_cast<int>(b.kind)]) + chunk_mb(b.chunk, b.microbatch);
+  else if (b.layer >= 0)
+    name = kBufName[static_cast<int>(b.kind)] + layer_mb(b.layer, b.microbatch);
+  else
+    name = std::string(kBufName[static_cast<int>(b.kind)]) + "/mb" + std::to_string(b.microbatch);
+  return "s" + std::to_string(b.stage) + ":" + name;
+}
+
+sim::TaskGraph to_task_graph(const StepProgram& p) {
+  sim::TaskGraph g;
+  g.reserve(p.tasks.size(), p.buffers.size());
+  // Per stage, in this order: its lanes, then its GPU and host pools
+  // (gpu_pool_of, host_pool_of).
+  std::vector<sim::ResourceId> lanes(static_cast<std::size_t>(p.stages) * sim::kLaneCount);
+  for (int s = 0; s < p.stages; ++s) {
+    auto at = [&](sim::Lane l) -> sim::ResourceId& {
+      return lanes[static_cast<std::size_t>(s) * sim::kLaneCount + static_cast<std::size_t>(l)];
+    };
+    at(sim::Lane::Compute) = g.add_stream(lane_name(s, sim::Lane::Compute), {s, sim::Lane::Compute});
+    at(sim::Lane::Comm) = g.add_stream(lane_name(s, sim::Lane::Comm), {s, sim::Lane::Comm});
+    at(sim::Lane::P2P) = g.add_stream(lane_name(s, sim::Lane::P2P), {s, sim::Lane::P2P});
+    at(sim::Lane::D2H) = g.add_copy_engine(lane_name(s, sim::Lane::D2H), {s, sim::Lane::D2H});
+    at(sim::Lane::H2D) = g.add_copy_engine(lane_name(s, sim::Lane::H2D), {s, sim::Lane::H2D});
+    at(sim::Lane::Cpu) = g.add_worker_pool(lane_name(s, sim::Lane::Cpu), 1, {s, sim::Lane::Cpu});
+    const std::string n = "s" + std::to_string(s);
+    g.add_pool(n + ".gpu", p.gpu_capacity[static_cast<std::size_t>(s)]);
+    g.add_pool(n + ".host", p.host_capacity[static_cast<std::size_t>(s)]);
+  }
+  for (std::size_t b = 0; b < p.buffers.size(); ++b) {
+    const ProgramBuffer& pb = p.buffers[b];
+    g.add_buffer({.id = buffer_id(p, b),
+                  .pool = pb.host ? host_pool_of(pb.stage) : gpu_pool_of(pb.stage),
+                  .bytes = pb.bytes,
+                  .tag = pb.tag,
+                  .live_at_start = pb.kind == BufKind::Static});
+  }
+  for (std::size_t i = 0; i < p.tasks.size(); ++i) {
+    const ProgramTask& t = p.tasks[i];
+    sim::Task task;
+    task.id = task_id(p, i);
+    task.kind = t.kind;
+    task.resources = {lanes[static_cast<std::size_t>(t.stage) * sim::kLaneCount + static_cast<std::size_t>(t.lane)]};
+    task.duration = t.duration;
+    for (auto b : p.allocs(t)) task.allocs.push_back(sim::BufferId{b});
+    for (auto b : p.frees(t)) task.frees.push_back(sim::BufferId{b});
+    task.label.stage = t.stage;
+    task.label.phase = t.phase;
+    if (p.info[i].layer >= 0) task.label.layer = p.info[i].layer;
+    if (p.info[i].microbatch >= 0) task.label.microbatch = p.info[i].microbatch;
+    g.add_task(std::move(task));
+  }
+  for (const auto& [before, after] : p.deps) g.add_dep(sim::TaskId{before}, sim::TaskId{after});
+  return g;
+}
+
+ProgramRun replay(const StepProgram& p) {
+  ProgramWorkspace w;
+  replay(p, w);
+  return std::move(w.run);
+}
+
+void replay(const StepProgram& p, ProgramWorkspace& w) {
+  const std::size_t n = p.tasks.size();
+  // Predecessors: the dependencies and the previous task on the same lane,
+  // as a compressed successor list.
+  auto& npred = w.npred;
+  auto& first = w.first;
+  auto& succ = w.succ;
+  auto& last = w.last;
+  auto& lane_prev = w.lane_prev;
+  npred.assign(n, 0);
+  first.assign(n + 1, 0);
+  last.assign(static_cast<std::size_t>(p.stages) * sim::kLaneCount, -1);
+  lane_prev.assign(n, -1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const ProgramTask& t = p.tasks[i];
+    auto& l = last[static_cast<std::size_t>(t.stage) * sim::kLaneCount + static_cast<std::size_t>(t.lane)];
+    if (l >= 0) {
+      lane_prev[i] = l;
+      ++first[static_cast<std::size_t>(l) + 1];
+      ++npred[i];
+    }
+    l = static_cast<std::int32_t>(i);
+  }
+  for (const auto& [b, a] : p.deps) {
+    ++first[static_cast<std::size_t>(b) + 1];
+    ++npred[static_cast<std::size_t>(a)];
+  }
+  for (std::size_t i = 0; i < n; ++i) first[i + 1] += first[i];
+  succ.resize(static_cast<std::size_t>(first[n]));
+  {
+    auto& fill = w.fill;
+    fill.assign(first.begin(), first.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+      if (lane_prev[i] >= 0) succ[static_cast<std::size_t>(fill[static_cast<std::size_t>(lane_prev[i])]++)] =
+          static_cast<std::int32_t>(i);
+    for (const auto& [b, a] : p.deps) succ[static_cast<std::size_t>(fill[static_cast<std::size_t>(b)]++)] = a;
+  }
+  ProgramRun& run = w.run;
+  run.makespan = 0;
+  run.tasks.assign(n, {});
+  auto& ready = w.ready;
+  ready.clear();
+  ready.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (npred[i] == 0) ready.push_back(static_cast<std::int32_t>(i));
+  std::size_t done = 0;
+  // `run.tasks[i].start` holds the latest end among i's predecessors until i runs.
+  while (done < ready.size()) {
+    const auto t = static_cast<std::size_t>(ready[done++]);
+    auto& tm = run.tasks[t];
+    tm.end = tm.start + p.tasks[t].duration;
+    run.makespan = std::max(run.makespan, tm.end);
+    for (std::int32_t e = first[t]; e < first[t + 1]; ++e) {
+      const auto s = static_cast<std::size_t>(succ[static_cast<std::size_t>(e)]);
+      run.tasks[s].start = std::max(run.tasks[s].start, tm.end);
+      if (--npred[s] == 0) ready.push_back(static_cast<std::int32_t>(s));
+    }
+  }
+  if (done < n) throw Error("step program: its dependencies and lane order have a cycle");
+
+  // Memory: each pool's allocations (at a task's start) and frees (at its
+  // end); at one instant frees come first, as in the engine. Events go to
+  // their pool in program order, where one lane (the compute lane) holds
+  // most of them and they come in time order; a pool sorts only if not.
+  using Event = ProgramWorkspace::MemEvent;
+  const std::size_t pools = 2 * static_cast<std::size_t>(p.stages);
+  auto& at = w.at;
+  at.assign(pools + 1, 0);
+  for (const ProgramTask& t : p.tasks)
+    for (std::size_t k = t.mem; k < t.mem + t.allocs + t.frees; ++k)
+      ++at[static_cast<std::size_t>(pool_slot(p.buffers[static_cast<std::size_t>(p.mem[k])])) + 1];
+  for (std::size_t q = 0; q < pools; ++q) at[q + 1] += at[q];
+  auto& ev = w.events;
+  ev.resize(at[pools]);
+  {
+    auto& fill = w.at_fill;
+    fill.assign(at.begin(), at.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const ProgramTask& t = p.tasks[i];
+      for (auto b : p.allocs(t))
+        ev[fill[static_cast<std::size_t>(pool_slot(p.buffers[static_cast<std::size_t>(b)]))]++] = {
+            run.tasks[i].start, true, b};
+      for (auto b : p.frees(t))
+        ev[fill[static_cast<std::size_t>(pool_slot(p.buffers[static_cast<std::size_t>(b)]))]++] = {
+            run.tasks[i].end, false, b};
+    }
+  }
+  const auto before = [](const Event& a, const Event& b) {
+    if (a.time != b.time) return a.time < b.time;
+    return a.alloc < b.alloc;
+  };
+  for (std::size_t q = 0; q < pools; ++q) {
+    const auto lo = ev.begin() + static_cast<std::ptrdiff_t>(at[q]);
+    const auto hi = ev.begin() + static_cast<std::ptrdiff_t>(at[q + 1]);
+    if (!std::is_sorted(lo, hi, before)) std::sort(lo, hi, before);
+  }
+  std::vector<Bytes> live(pools, 0), peak(pools, 0);
+  std::vector<sim::TagBytes> live_tag(pools), peak_tag(pools);
+  for (const auto& b : p.buffers)
+    if (b.kind == BufKind::Static) {
+      const auto q = static_cast<std::size_t>(pool_slot(b));
+      live[q] += b.bytes;
+      live_tag[q][static_cast<std::size_t>(b.tag)] += b.bytes;
+    }
+  peak = live;
+  peak_tag = live_tag;
+  for (std::size_t q = 0; q < pools; ++q) {
+    for (std::size_t k = at[q]; k < at[q + 1]; ++k) {
+      const Event& e = ev[k];
+      const ProgramBuffer& b = p.buffers[static_cast<std::size_t>(e.buffer)];
+      const auto tag = static_cast<std::size_t>(b.tag);
+      if (e.alloc) {
+        live[q] += b.bytes;
+        live_tag[q][tag] += b.bytes;
+        if (live[q] > peak[q]) {
+          peak[q] = live[q];
+          peak_tag[q] = live_tag[q];
+        }
+      } else {
+        live[q] -= b.bytes;
+        live_tag[q][tag] -= b.bytes;
+      }
+    }
+  }
+  run.stages.resize(static_cast<std::size_t>(p.stages));
+  for (std::size_t s = 0; s < run.stages.size(); ++s)
+    run.stages[s] = {peak[2 * s], peak_tag[2 * s], peak[2 * s + 1]};
+}
+
+ProgramRun from_engine(const StepProgram& p, const sim::RunResult& r) {
+  ProgramRun run;
+  run.makespan = r.makespan;
+  run.tasks = r.tasks;
+  for (int s = 0; s < p.stages; ++s) {
+    const auto& gpu = r.at(gpu_pool_of(s));
+    run.stages.push_back({gpu.peak, gpu.peak_by_tag, r.at(host_pool_of(s)).peak});
+  }
+  return run;
+}
+
+int time_category(const ProgramTask& t) {
+  const bool on_compute = t.lane == sim::Lane::Compute;
+  if (t.phase == sim::Phase::Optim) return static_cast<int>(TimeCat::Optimizer);
+  if (t.comm != CommKind::None) return comm_cat(t.comm);
+  if (t.kind == sim::TaskKind::Copy) return static_cast<int>(TimeCat::OffloadStall);
+  if (t.phase == sim::Phase::Recompute) return static_cast<int>(TimeCat::Recompute);
+  if (t.phase == sim::Phase::Comm) return comm_cat(CommKind::DP);  // compression
+  return on_compute ? static_cast<int>(TimeCat::Compute) : comm_cat(CommKind::DP);
+}
+
+std::pair<std::size_t, std::size_t> stage_tasks(const StepProgram& p, int stage) {
+  const auto by_stage = [](const ProgramTask& t, int s) { return t.stage < s; };
+  const auto lo = std::lower_bound(p.tasks.begin(), p.tasks.end(), stage, by_stage);
+  const auto hi = std::lower_bound(lo, p.tasks.end(), stage + 1, by_stage);
+  return {static_cast<std::size_t>(lo - p.tasks.begin()), static_cast<std::size_t>(hi - p.tasks.begin())};
+}
+
+TimeBreakdown attribute(const StepProgram& p, const ProgramRun& run, int stage) {
+  struct Iv {
+    Time a, b;
+    int cat;
+  };
+  std::vector<Iv> busy, side;
+  const auto [lo, hi] = stage_tasks(p, stage);
+  busy.reserve(hi - lo);
+  for (std::size_t i = lo; i < hi; ++i) {
+    const ProgramTask& t = p.tasks[i];
+    const auto& tm = run.tasks[i];
+    if (tm.end <= tm.start) continue;
+    if (t.lane != sim::Lane::Compute) {
+      side.push_back({tm.start, tm.end, time_category(t)});
+    } else if (t.merged) {
+      // A merged pass's stretches in turn; which comes first does not
+      // change the sums.
+      Time a = tm.start;
+      for (std::uint32_t k = t.parts; k < t.parts + t.nparts; ++k) {
+        const auto& [cat, d] = p.parts[k];
+        busy.push_back({a, a + d, cat});
+        a += d;
+      }
+    } else {
+      busy.push_back({tm.start, tm.end, time_category(t)});
+    }
+  }
+  // The compute lane's intervals are in time order already (one lane, in
+  // program order); only the other lanes' need sorting, then both merge.
+  std::vector<Time> mine, others = {0, run.makespan};
+  mine.reserve(2 * busy.size());
+  others.reserve(2 * side.size() + 2);
+  for (const auto& v : busy) mine.insert(mine.end(), {v.a, v.b});
+  for (const auto& v : side) others.insert(others.end(), {v.a, v.b});
+  if (!std::is_sorted(mine.begin(), mine.end())) std::sort(mine.begin(), mine.end());
+  std::sort(others.begin(), others.end());
+  std::vector<Time> cuts(mine.size() + others.size());
+  std::merge(mine.begin(), mine.end(), others.begin(), others.end(), cuts.begin());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  // Side activity per category as +1/−1 events.
+  std::vector<std::pair<Time, int>> ev;  // (time, cat + 1 or −(cat + 1))
+  ev.reserve(2 * side.size());
+  for (const auto& v : side) {
+    ev.push_back({v.a, v.cat + 1});
+    ev.push_back({v.b, -(v.cat + 1)});
+  }
+  std::sort(ev.begin(), ev.end());
+  const auto earlier = [](const Iv& x, const Iv& y) { return x.a < y.a; };
+  if (!std::is_sorted(busy.begin(), busy.end(), earlier)) std::sort(busy.begin(), busy.end(), earlier);
+  std::array<int, kTimeCats> active{};
+  std::array<Time, kTimeCats + 1> total{};  // last slot: bubble
+  Time beside = 0;  // the compute lane busy while a collective runs
+  std::size_t e = 0, c = 0;
+  const int bubble = kTimeCats;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const Time a = cuts[k], b = cuts[k + 1];
+    while (e < ev.size() && ev[e].first <= a) {
+      active[static_cast<std::size_t>(std::abs(ev[e].second) - 1)] += ev[e].second > 0 ? 1 : -1;
+      ++e;
+    }
+    while (c < busy.size() && busy[c].b <= a) ++c;
+    int cat = bubble;
+    if (c < busy.size() && busy[c].a <= a) {
+      cat = busy[c].cat;
+      // Collectives hold SMs; offload copies run on the copy engines.
+      for (std::size_t q = 0; q < kCommKinds; ++q)
+        if (static_cast<CommKind>(q) != CommKind::Offload && static_cast<CommKind>(q) != CommKind::None &&
+            active[static_cast<std::size_t>(comm_cat(static_cast<CommKind>(q)))] > 0) {
+          beside += b - a;
+          break;
+        }
+    } else {
+      // What the compute lane waits for, in the order it wins a tie.
+      for (int q : {static_cast<int>(TimeCat::Optimizer), static_cast<int>(TimeCat::OffloadStall)})
+        if (cat == bubble && active[static_cast<std::size_t>(q)] > 0) cat = q;
+      for (CommKind kind : {CommKind::DP, CommKind::PP, CommKind::Offload, CommKind::TP, CommKind::CP, CommKind::EP})
+        if (cat == bubble && active[static_cast<std::size_t>(comm_cat(kind))] > 0) cat = comm_cat(kind);
+    }
+    total[static_cast<std::size_t>(cat)] += b - a;
+  }
+  TimeBreakdown out;
+  out.compute = total[static_cast<std::size_t>(TimeCat::Compute)];
+  out.recompute = total[static_cast<std::size_t>(TimeCat::Recompute)];
+  out.optimizer = total[static_cast<std::size_t>(TimeCat::Optimizer)];
+  out.offload_stall = total[static_cast<std::size_t>(TimeCat::OffloadStall)];
+  for (std::size_t q = 0; q < kCommKinds; ++q)
+    out.exposed_comm[q] = total[static_cast<std::size_t>(comm_cat(static_cast<CommKind>(q)))];
+  out.bubble = total[static_cast<std::size_t>(bubble)];
+  // Interference: the compute that ran beside a collective took longer by
+  // the collective's share of the SMs, a first-order term on top of the
+  // replay (which prices each task alone). Where the compute lane waited for
+  // data-parallel communication (exposed, the gathers and reductions that
+  // overlap by design), the slower compute ate into that wait instead.
+  out.beside_collectives = beside;
+  out.interference = interference_time(p.interference, out);
+  return out;
+}
+
+Time interference_time(double fraction, const TimeBreakdown& b) {
+  const auto slowed = static_cast<Time>(fraction * static_cast<double>(b.beside_collectives));
+  return std::max<Time>(0, slowed - b.exposed_comm[static_cast<std::size_t>(CommKind::DP)]);
+}
+
+Time stage_compute_time(const StepProgram& p, int stage) {
+  const auto counts = [](int cat) {
+    return cat == static_cast<int>(TimeCat::Compute) || cat == static_cast<int>(TimeCat::Recompute);
+  };
+  const auto [lo, hi] = stage_tasks(p, stage);
+  Time sum = 0;
+  for (std::size_t i = lo; i < hi; ++i) {
+    const ProgramTask& t = p.tasks[i];
+    if (t.lane != sim::Lane::Compute) continue;
+    if (t.merged) {
+      for (std::uint32_t k = t.parts; k < t.parts + t.nparts; ++k)
+        if (counts(p.parts[k].first)) sum += p.parts[k].second;
+    } else if (counts(time_category(t))) {
+      sum += t.duration;
+    }
+  }
+  return sum;
+}
+
+StepPrediction prediction(const Scenario& sc, const StepProgram& p, const ProgramRun& run, bool every_stage) {
+  StepPrediction pr;
+  pr.step_time = run.makespan;
+  pr.tasks = p.tasks.size();
+  Time most = -1;
+  for (int s = 0; s < p.stages; ++s) {
+    if (every_stage) pr.per_stage.push_back(attribute(p, run, s));
+    const Time c = every_stage ? pr.per_stage.back().compute + pr.per_stage.back().recompute
+                               : stage_compute_time(p, s);
+    if (c > most) {
+      most = c;
+      pr.critical_stage = s;
+    }
+  }
+  pr.breakdown = every_stage ? pr.per_stage[static_cast<std::size_t>(pr.critical_stage)]
+                             : attribute(p, run, pr.critical_stage);
+  pr.step_time = capped_sum(pr.step_time, pr.breakdown.interference);
+  finish_prediction(sc, p.layers.keeps, pr);
+  return pr;
+}
+
+double serial_ns(const StepProgram& p) {
+  double serial = 0;
+  for (const auto& t : p.tasks) serial += static_cast<double>(t.duration) + 1;
+  return serial;
+}
+
+}  // namespace strata::strategies
