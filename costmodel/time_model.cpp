@@ -162,7 +162,7 @@ double send_recv_seconds(double size, const Layout& g, const NodeSpec& node,
 
 Time seconds_to_time(double seconds) {
   // Saturates at the longest step Strata models: a longer duration makes the
-  // step reach it, and the step is refused (strategies/lower.cpp, coarse.cpp).
+  // step reach it, and the step is refused (lowering/lower.cpp, coarse.cpp).
   const double ns = seconds * static_cast<double>(kSecond);
   if (std::isnan(ns)) throw Error("seconds_to_time: NaN seconds");
   const double cap = static_cast<double>(kMaxStepTime);
