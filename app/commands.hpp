@@ -57,5 +57,6 @@ Command add_calibrate(CLI::App& app);
 Command add_validate(CLI::App& app);
 Command add_fit_convergence(CLI::App& app);
 Command add_export(CLI::App& app);
+Command add_import(CLI::App& app);
 
 }  // namespace strata::app

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
       add_models(app),   add_gpus(app),     add_clusters(app),        add_stacks(app), add_describe(app),
       add_simulate(app), add_tradeoff(app), add_validate_published(app), add_explore(app),
       add_merge(app),    add_report(app),   add_run(app),             add_calibrate(app),
-      add_validate(app), add_fit_convergence(app), add_export(app)};
+      add_validate(app), add_fit_convergence(app), add_export(app), add_import(app)};
 
   if (auto unknown = unknown_subcommand(app, argc, argv)) {
     print_error(*unknown);

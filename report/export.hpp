@@ -33,6 +33,10 @@ struct Exported {
   std::vector<std::string> unsupported;
   // Approximations and what the engine leaves to the model code.
   std::vector<std::string> notes;
+  // The plan as rendered: the scenario's, with the engine's defaults for the
+  // implementation settings it does not fix (export_plan). import_plan of
+  // `text` gives it back (the round trip).
+  strategies::Plan rendered;
 };
 
 Exported export_megatron(const strategies::Scenario& sc);
@@ -62,6 +66,25 @@ std::string_view engine_name(ExportTarget target);
 //   summary records (`summary.scenario`). Its model and GPU count must be
 //   the explored ones.
 // Throws InputError naming the file, the JSON path and the rule.
+// `strata import`: an engine's settings read back into a plan on `base`'s
+// model and cluster — the inverse of export_plan, flag for flag and key for
+// key (export_io_test.cpp holds the round trip). Megatron-LM's flags must
+// describe `base`'s model; dp is the scenario's GPUs over tp x pp x cp.
+// DeepSpeed's ds_config.json carries no model parallelism, pipeline split
+// or recompute policy: those come from `base`'s plan (`from_base` says so).
+// The scenario names the engine's stack with every implementation setting
+// fixed. Throws InputError (file, flag or key path, rule `import-*`).
+struct Imported {
+  strategies::Scenario scenario;
+  std::vector<std::string> from_base;  // what the file does not carry, taken from base
+  std::vector<std::string> ignored;    // flags and keys that are not part of a plan
+};
+Imported import_plan(const strategies::Scenario& base, ExportTarget from, std::string_view text,
+                     const std::string& file);
+// The base scenario's JSON (the file at base_path) with the imported plan and
+// batch, the engine's stack, and no space.
+std::string imported_scenario_json(const std::string& base_path, const Imported& im, ExportTarget from);
+
 strategies::Scenario load_export_scenario(const std::string& path, std::size_t rank = 1,
                                           const std::string& scenario_override = "");
 

@@ -369,9 +369,9 @@ Exported export_megatron(const Scenario& sc) {
     case Optimizer::Adam:
     case Optimizer::AdamW:
       f.add("--optimizer", std::string("adam"));
-      if (p.optimizer == Optimizer::Adam)
-        notes.push_back("optimizer=adam: Megatron-LM's adam decouples weight decay (AdamW); "
-                        "--weight-decay 0 makes it plain Adam");
+      // Megatron-LM's adam decouples weight decay (AdamW, --weight-decay
+      // 0.01 by default); without decay it is plain Adam.
+      if (p.optimizer == Optimizer::Adam) f.add("--weight-decay", std::string("0"));
       break;
     case Optimizer::Sgd:
       f.add("--optimizer", std::string("sgd"));
@@ -652,21 +652,36 @@ Exported export_torchtitan(const Scenario& sc) {
   auto q = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
 
   // --- [parallelism] ---
+  // torchtitan applies FSDP over dp_shard x cp (the flattened "dp_shard_cp"
+  // mesh) whenever either is above 1 (torchtitan/distributed/parallel_dims.py
+  // fsdp_enabled; models/llama3/infra/parallelize.py apply_fsdp), so with
+  // context parallelism the state is always sharded.
   std::int64_t replicate = 1, shard = 1;
   switch (p.zero) {
-    case 0: replicate = p.dp; break;
+    case 0:
+      replicate = p.dp;
+      if (p.cp > 1)
+        un.push_back("zero=0 with cp=" + str(p.cp) +
+                     " (torchtitan shards parameters, gradients and optimizer state over "
+                     "data_parallel_shard_degree x context_parallel_degree whenever context "
+                     "parallelism is on: zero 2 or 3)");
+      break;
     case 1:
       shard = p.dp;
-      if (p.dp > 1)
+      if (p.dp * p.cp > 1)
         un.push_back("zero=1 (torchtitan's FSDP shards parameters and gradients too; "
                      "data_parallel_shard_degree with fsdp_reshard_after_forward = \"never\", "
                      "ZeRO-2, comes nearest and is emitted)");
       break;
     default: shard = p.dp;
   }
+  if (p.zero >= 2 && p.dp * p.cp == 1)
+    notes.push_back("zero=" + str(p.zero) + " with one data-parallel rank: torchtitan applies no FSDP "
+                    "(nothing to shard), as zero 0");
   par << "data_parallel_replicate_degree = " << replicate << "\n";
   par << "data_parallel_shard_degree = " << shard << "\n";
-  if (shard > 1) par << "fsdp_reshard_after_forward = " << q(p.zero == 3 ? "always" : "never") << "\n";
+  if (p.zero >= 1 && shard * p.cp > 1)
+    par << "fsdp_reshard_after_forward = " << q(p.zero == 3 ? "always" : "never") << "\n";
   par << "tensor_parallel_degree = " << p.tp << "\n";
   if (p.tp > 1 && !p.sequence_parallel)
     un.push_back("sequence_parallel=false with tp=" + str(p.tp) +
@@ -900,6 +915,7 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
     case ExportTarget::DeepSpeed: ex = export_deepspeed(run); break;
     case ExportTarget::TorchTitan: ex = export_torchtitan(run); break;
   }
+  ex.rendered = run.plan;
   if (!defaults.empty()) {
     // Notes first in the text's comment header as in `notes`.
     std::string header;

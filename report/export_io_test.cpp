@@ -37,6 +37,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -49,6 +52,8 @@
 #include "report/explore.hpp"
 #include "sim/error.hpp"
 #include "strategies/scenario.hpp"
+#include "strategies/space.hpp"
+#include "lowering/layer_plan.hpp"
 #include "tests/testing.hpp"
 
 namespace strata::report {
@@ -608,6 +613,177 @@ nlohmann::json explore_two(const TempDir& d) {
 
 Recompute recompute_of(const nlohmann::json& record) {
   return record["plan"]["recompute"] == "full" ? Recompute::Full : Recompute::Selective;
+}
+
+// The round trip: for plans drawn at random (every axis export reads) on two
+// models, every export an engine can launch and that lists nothing as not
+// expressible is read back by import_plan to the plan export rendered
+// (Exported::rendered: the scenario's plan with the engine's defaults),
+// compared by canonical JSON. Where an export writes the nearest setting
+// and says so in a note, the comparison reads the plan as the engine runs
+// it (`as_engine_reads`); each such case is listed there.
+strategies::Plan as_engine_reads(strategies::Plan p, ExportTarget e, std::int64_t segment) {
+  using strategies::TpCommOverlap;
+  // Megatron-LM and DeepSpeed checkpoint uniform segments; sqrt is the
+  // segment of ceil(sqrt(layers per chunk)) layers, full is a segment of one
+  // (export's recompute_segment).
+  if (e == ExportTarget::Megatron && (p.recompute == Recompute::Sqrt || p.recompute == Recompute::EveryK)) {
+    p.recompute = segment == 1 ? Recompute::Full : Recompute::EveryK;
+    p.recompute_k = segment;
+  }
+  if (e == ExportTarget::TorchTitan) {
+    // Megatron's attention-core policy keeps everything under flash
+    // attention: torchtitan's mode "none" (a note says so).
+    if (p.recompute == Recompute::Selective) p.recompute = Recompute::None;
+    // No FSDP with one data-parallel rank (a note).
+    if (p.dp * p.cp == 1) p.zero = 0;
+    // torchtitan reduces in float32 whatever the plan says (a note).
+    if (p.precision != cost::Precision::FP32) p.implementation.fp32_grad_accumulation = true;
+    // Async tensor parallelism is one mode; it compiles the model.
+    if (p.implementation.tp_comm_overlap != TpCommOverlap::None) {
+      p.implementation.tp_comm_overlap = TpCommOverlap::Ring;
+      p.implementation.fused_elementwise = true;
+    }
+  }
+  return p;
+}
+
+TEST_CASE("export round trip: import_plan reads every launchable export back to the plan it rendered") {
+  using strategies::OffloadTarget;
+  using strategies::Optimizer;
+  using strategies::Schedule;
+  using strategies::TpCommOverlap;
+  std::mt19937_64 rng(20261204);
+  auto pick = [&](auto... v) {
+    const std::array a{v...};
+    return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng)];
+  };
+  // llama3-8b: 32 layers, GQA, RoPE, untied; gpt2-124m: 12 layers, learned
+  // positions, tied, biases. 16 GPUs each.
+  const std::array bases{
+      scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 2},
+                   "batch": {"global": 64, "micro": 1}, "plan": {"dp": 16}})"),
+      scenario(R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
+                   "batch": {"global": 64, "micro": 1}, "plan": {"dp": 16}})")};
+  std::map<ExportTarget, int> tripped, refused, inexpressible;
+  for (int draw = 0; draw < 4000; ++draw) {
+    strategies::Scenario sc = bases[static_cast<std::size_t>(draw % 2)];
+    auto& p = sc.plan;
+    p.tp = pick(1, 2, 4);
+    p.pp = pick(1, 2, 4);
+    p.cp = pick(1, 1, 2);
+    p.dp = 16 / (p.tp * p.pp * p.cp);
+    if (p.dp < 1) continue;
+    p.zero = pick(0, 1, 2, 3);
+    p.schedule = pick(Schedule::OneFOneB, Schedule::OneFOneB, Schedule::Interleaved, Schedule::GPipe);
+    p.virtual_stages = p.schedule == Schedule::Interleaved ? pick(2, 3) : 1;
+    if (p.pp == 1) p.schedule = Schedule::OneFOneB, p.virtual_stages = 1;
+    // (One chunk holds the embedding and the head either way at pp = 1.)
+    if (p.pp > 1)
+      p.pipeline_layout = pick(strategies::PipelineLayout::Balanced, strategies::PipelineLayout::EmbeddingHeadAsLayers);
+    p.sequence_parallel = p.tp > 1 && pick(true, true, false);
+    p.recompute = pick(Recompute::None, Recompute::Selective, Recompute::Full, Recompute::EveryK, Recompute::Sqrt,
+                       Recompute::EveryNth, Recompute::SelectiveOp);
+    p.recompute_k = pick(2, 3);
+    p.offload.activations = pick(false, false, false, true);
+    p.offload.weights = pick(false, false, false, true);
+    p.offload.optimizer = pick(OffloadTarget::None, OffloadTarget::None, OffloadTarget::Cpu, OffloadTarget::Nvme);
+    p.optimizer = pick(Optimizer::Adam, Optimizer::AdamW, Optimizer::AdamW, Optimizer::Sgd, Optimizer::Momentum,
+                       Optimizer::Lamb);
+    p.precision = pick(cost::Precision::BF16, cost::Precision::BF16, cost::Precision::FP16, cost::Precision::FP32,
+                       cost::Precision::FP8);
+    sc.batch.micro = pick(1, 2);
+    auto& im = p.implementation;
+    auto fix = [&](strategies::ImplKey k) { sc.implementation_keys.add(k); };
+    if (pick(false, true)) im.overlap_grad_reduce = pick(false, true), fix(strategies::ImplKey::OverlapGradReduce);
+    if (p.zero >= 1 && pick(false, true))
+      im.overlap_param_gather = pick(false, true), fix(strategies::ImplKey::OverlapParamGather);
+    if (p.sequence_parallel && pick(false, true))
+      im.tp_comm_overlap = pick(TpCommOverlap::Bulk, TpCommOverlap::Ring), fix(strategies::ImplKey::TpCommOverlap);
+    if (p.precision != cost::Precision::FP32 && pick(false, true))
+      im.fp32_grad_accumulation = pick(false, true), fix(strategies::ImplKey::Fp32GradAccumulation);
+    if (pick(false, false, true)) im.fused_elementwise = false, fix(strategies::ImplKey::FusedElementwise);
+    try {
+      strategies::require_valid_plan(sc);
+    } catch (const InputError&) {
+      continue;
+    }
+    for (auto e : {ExportTarget::Megatron, ExportTarget::DeepSpeed, ExportTarget::TorchTitan}) {
+      Exported ex;
+      try {
+        ex = export_plan(sc, e);
+      } catch (const InputError&) {
+        ++refused[e];
+        continue;
+      }
+      if (!ex.unsupported.empty()) {
+        ++inexpressible[e];
+        continue;
+      }
+      const auto back = import_plan(sc, e, ex.text, "exported");
+      const auto chunks = strategies::chunk_layers(ex.rendered, sc.model.layers);
+      const std::int64_t segment = strategies::recompute_segment(
+          ex.rendered, *std::max_element(chunks.begin(), chunks.end()));
+      // The chunks' layers compared as lists: a layout that splits as the
+      // balanced one does is the same plan.
+      CHECK(strategies::chunk_layers(back.scenario.plan, sc.model.layers) == chunks);
+      auto want_plan = as_engine_reads(ex.rendered, e, segment), got_plan = back.scenario.plan;
+      for (auto* q : {&want_plan, &got_plan}) {
+        q->stage_layers.clear();
+        q->pipeline_layout = strategies::PipelineLayout::Balanced;
+      }
+      const std::string want = strategies::canonical_json(want_plan, sc.batch);
+      const std::string got = strategies::canonical_json(got_plan, back.scenario.batch);
+      INFO(enum_name(e), "\n", ex.text, "\nwant ", want, "\ngot  ", got);
+      REQUIRE(got == want);
+      ++tripped[e];
+    }
+  }
+  for (auto e : {ExportTarget::Megatron, ExportTarget::DeepSpeed, ExportTarget::TorchTitan}) {
+    MESSAGE(enum_name(e), ": ", tripped[e], " round trips, ", refused[e], " refused, ", inexpressible[e],
+            " with settings the engine cannot express");
+    CHECK(tripped[e] >= 100);
+  }
+}
+
+TEST_CASE("import: bad input names the file, the flag or key, and the rule") {
+  const auto sc = gpt3();
+  auto fails = [&](ExportTarget e, const std::string& text, const std::string& what) {
+    CHECK_THROWS_WITH_AS(import_plan(sc, e, text, "in.txt"), doctest::Contains(what.c_str()), InputError);
+  };
+  fails(ExportTarget::Megatron, "--num-layers 80 --tensor-model-parallel-size 8", "in.txt: --num-layers: is 80, the scenario's model has 96 [import-model]");
+  fails(ExportTarget::Megatron, "--tensor-model-parallel-size 3", "[import-world]");
+  fails(ExportTarget::Megatron, "--bf16 --bf16", "--bf16: is given twice [import-syntax]");
+  fails(ExportTarget::Megatron, "--tensor-model-parallel-size x", "'x' is not a non-negative integer [import-value]");
+  fails(ExportTarget::DeepSpeed, "{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage: must be 0 to 3");
+  fails(ExportTarget::DeepSpeed, "[1", "not JSON");
+  fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = 8\n", "[import-world]");
+  fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = \n", "line 2");
+  fails(ExportTarget::TorchTitan,
+        "[parallelism]\ndata_parallel_shard_degree = 16\ntensor_parallel_degree = 8\n"
+        "pipeline_parallel_degree = 8\n[training]\nlocal_batch_size = 96\nglobal_batch_size = 1536\n"
+        "seq_len = 2048\n[activation_checkpoint]\nmode = \"some\"\n",
+        "activation_checkpoint.mode: 'some' is not none, full or selective [import-value]");
+}
+
+TEST_CASE("import: what is not part of a plan is listed, and DeepSpeed's model parallelism comes from the scenario") {
+  const auto sc = gpt3();
+  const auto mg = import_plan(sc, ExportTarget::Megatron,
+                              "torchrun pretrain_gpt.py --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
+                              "--lr 1e-4 --data-path /d \\\n --bf16 --micro-batch-size 1 --global-batch-size 1536",
+                              "cmd.sh");
+  CHECK(mg.scenario.plan.dp == 16);  // 1024 / (8 x 8)
+  CHECK(mg.scenario.plan.precision == cost::Precision::BF16);
+  CHECK(mg.ignored == std::vector<std::string>{"--data-path", "--lr"});
+  const auto ds = import_plan(sc, ExportTarget::DeepSpeed,
+                              R"({"train_batch_size": 1536, "train_micro_batch_size_per_gpu": 1,
+                                  "zero_optimization": {"stage": 1}, "steps_per_print": 10})",
+                              "ds.json");
+  CHECK(ds.scenario.plan.tp == 8);  // the scenario's
+  CHECK(ds.scenario.plan.pp == 8);
+  CHECK(ds.scenario.plan.zero == 1);
+  CHECK(ds.ignored == std::vector<std::string>{"steps_per_print"});
+  CHECK(ds.from_base.size() == 1);
 }
 
 TEST_CASE("load_export_scenario: a scenario file, and a directory's top plans by rank") {
