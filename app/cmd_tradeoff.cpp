@@ -16,6 +16,7 @@ struct TradeoffArgs {
   std::string svg;  // the chart's file; empty: none
   strategies::TradeoffOptions options;
   report::Format format = report::Format::Table;
+  bool quiet = false;
 };
 
 std::string tradeoff(const TradeoffArgs& a) {
@@ -25,7 +26,14 @@ std::string tradeoff(const TradeoffArgs& a) {
   }
   const auto sc = load_scenario_file(a.scenario);
   report::require_output_apart(a.svg, "--svg", scenario_inputs(sc));
-  const auto t = strategies::tradeoff(sc, a.options);
+  // The sweep can take seconds (bounded near 10 s): a line after 2 s.
+  PhaseLine line("tradeoff", a.quiet, 2.0);
+  auto options = a.options;
+  options.progress = [&line](const std::string& phase, std::uint64_t done, std::uint64_t total) {
+    line(phase, done, total);
+  };
+  const auto t = strategies::tradeoff(sc, options);
+  line.finish();
   std::string out = report::render_tradeoff(t, a.format);
   if (!a.svg.empty()) report::write_file_atomically(a.svg, report::tradeoff_svg(t));
   return out;
@@ -48,6 +56,7 @@ Command add_tradeoff(CLI::App& app) {
   cmd.option("--levels", a->options.levels, "Memory levels of the optimal solver's dynamic programme (default 100)")
       .range(1, 100000);
   add_format_option(cmd, a->format);
+  cmd.flag("--quiet", a->quiet, "No progress lines on standard error");
   return {cmd.cli(), [a] { return tradeoff(*a); }};
 }
 

@@ -89,10 +89,16 @@ double monotonic_s() {
 }
 }  // namespace
 
-PhaseLine::PhaseLine(std::string who, bool quiet) : StatusLine(quiet), who_(std::move(who)) {}
+PhaseLine::PhaseLine(std::string who, bool quiet, double after_s)
+    : StatusLine(quiet), who_(std::move(who)), start_(monotonic_s()), after_s_(after_s) {}
 
 void PhaseLine::operator()(const std::string& phase, std::uint64_t done, std::uint64_t total) {
   const double now = monotonic_s();
+  if (now - start_ < after_s_) {  // a short command shows nothing
+    if (phase != phase_) phase_start_ = now;
+    phase_ = phase;
+    return;
+  }
   const bool fresh = phase != phase_;
   if (fresh) {
     phase_ = phase;

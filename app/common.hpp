@@ -80,14 +80,17 @@ std::string duration(double seconds);
 
 // report::PhaseProgress as a status line: "WHO: PHASE 45 %, elapsed 3s,
 // ETA 4s", the ETA the phase's own (its rate so far), redrawn at most every
-// 0.25 s on a terminal and every 10 s otherwise, and at each new phase.
+// 0.25 s on a terminal and every 10 s otherwise, and at each new phase;
+// nothing in the first `after_s` seconds of the command (a short run of a
+// command that can be long prints no line).
 class PhaseLine : public StatusLine {
  public:
-  PhaseLine(std::string who, bool quiet);
+  PhaseLine(std::string who, bool quiet, double after_s = 0);
   void operator()(const std::string& phase, std::uint64_t done, std::uint64_t total);
 
  private:
   std::string who_, phase_;
+  double start_ = 0, after_s_ = 0;
   double phase_start_ = 0, last_shown_ = -1;
 };
 

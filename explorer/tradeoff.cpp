@@ -178,7 +178,13 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& o) {
                   chain.size(), o.levels, steps, kMaxFrontierSteps);
     throw InputError(sc.file, sc.model.chain ? "model.chain" : "model.layers", buf);
   }
-  const std::vector<remat::FrontierPoint> frontier = remat::optimal_frontier(chain, o.levels);
+  std::function<void(double, double)> tables;
+  if (o.progress)
+    tables = [&](double done, double total) {
+      o.progress("solving optimal recompute's tables (steps)", static_cast<std::uint64_t>(done),
+                 static_cast<std::uint64_t>(total));
+    };
+  const std::vector<remat::FrontierPoint> frontier = remat::optimal_frontier(chain, o.levels, tables);
   const Bytes hi = remat::build(chain, remat::store_all(chain)).peak;
   const Bytes lo = frontier.front().peak;
   t.budgets = sweep(hi, lo, o.budgets);
@@ -222,7 +228,12 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
     MemoryEstimate mem;
     Time step;
   };
+  // Plans timed: none, least, every_k's lengths, the budgets, selective,
+  // full and sqrt (`planned` is set once the lengths are known).
+  std::uint64_t timed = 0, planned = 0;
   auto measure = [&](Recompute r, std::int64_t k, std::optional<Bytes> budget) {
+    if (o.progress && planned) o.progress("timing the plan's recompute choices (plans)", timed, planned);
+    ++timed;
     Scenario x = sc;
     x.plan.recompute = r;
     x.plan.recompute_k = k;
@@ -274,6 +285,7 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   std::vector<std::int64_t> lengths;
   for (std::int64_t k = 1; k <= most; k = k < 64 ? k + 1 : (k * 5 + 3) / 4) lengths.push_back(k);
   if (lengths.back() != most) lengths.push_back(most);
+  planned = timed + lengths.size() + t.budgets.size() + 3;
   std::vector<TradeoffPoint> every;
   for (const std::int64_t k : lengths)
     every.push_back(point(measure(Recompute::EveryK, k, std::nullopt), "k=" + std::to_string(k)));
@@ -287,6 +299,7 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
               best_within(t.budgets, RematPolicy::Sqrt,
                           {point(measure(Recompute::Sqrt, 1, std::nullopt), "")}),
               best_within(t.budgets, RematPolicy::Optimal, optimal)};
+  if (o.progress) o.progress("timing the plan's recompute choices (plans)", timed, planned);
   return t;
 }
 

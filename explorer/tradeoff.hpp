@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 // Step time against memory for each recompute policy (`strata tradeoff`,
 // docs/remat.md): either the scenario's model as a chain of stages for one
 // microbatch on one GPU (layer chains, and transformers with pp = 1), or a
@@ -33,6 +34,10 @@ enum class RematPolicy { None, Selective, Full, EveryK, Sqrt, Revolve, Optimal }
 struct TradeoffOptions {
   int budgets = 16;   // activation budgets in the sweep (≥ 2)
   int levels = 100;   // memory levels of the dynamic programme's tables
+  // What the sweep is doing, for a progress line: `phase` ("solving optimal
+  // recompute's tables"), `done` of `total` (the solver's inner steps, or
+  // plans timed). Called from the calling thread; the caller paces output.
+  std::function<void(const std::string& phase, std::uint64_t done, std::uint64_t total)> progress;
 };
 
 struct TradeoffPoint {

@@ -559,18 +559,24 @@ double frontier_steps(const Chain& c, int levels) {
   return steps;
 }
 
-std::vector<FrontierPoint> optimal_frontier(const Chain& c, int levels) {
+std::vector<FrontierPoint> optimal_frontier(const Chain& c, int levels,
+                                            const std::function<void(double, double)>& progress) {
   if (c.size() < 1) throw Error("remat: the chain has no stages");
   if (levels < 1) throw Error("optimal: needs at least one memory level");
   const Schedule none = build(c, store_all(c));
   // Keeping everything is the fastest schedule; coarse levels may miss it.
   std::vector<FrontierPoint> all{{none.peak, none.time, store_all(c)}};
+  const double n = c.size(), total = progress ? frontier_steps(c, levels) : 0;
+  double done = 0;
+  if (progress) progress(0, total);
   frontier_tables(c, levels, none.peak, [&](Bytes unit, int M, Rounding r) {
     const Programme p(c, unit, M, r);
     corners(c, p, M, [&](Decisions d, const Schedule& s) {
       all.push_back({s.peak, s.time, std::move(d)});
       return true;
     });
+    done += n * n * n / 6.0 * (M + 1.0);  // as frontier_steps counts a table
+    if (progress) progress(done, total);
   });
   // Pareto: ascending peak, each strictly faster than every smaller one.
   std::sort(all.begin(), all.end(), [](const FrontierPoint& a, const FrontierPoint& b) {

@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 // Rematerialization (checkpointing) of a chain of stages under a memory
 // budget: which activations a training step keeps from forward to backward
 // and which it recomputes. docs/remat.md states the model, the solvers and
@@ -158,7 +159,10 @@ struct FrontierPoint {
   Time time = 0;
   Decisions decisions;
 };
-std::vector<FrontierPoint> optimal_frontier(const Chain& chain, int levels);
+// `progress(done, total)`, when given, is called after each table with the
+// inner steps done of frontier_steps' total.
+std::vector<FrontierPoint> optimal_frontier(const Chain& chain, int levels,
+                                            const std::function<void(double done, double total)>& progress = {});
 // The inner steps optimal_frontier takes (each table's segments × split
 // points × levels, about n³/6 · levels per table): what its time grows with.
 double frontier_steps(const Chain& chain, int levels);
