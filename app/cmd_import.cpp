@@ -40,7 +40,8 @@ std::string import_plan(const ImportArgs& a) {
     for (const auto& i : im.ignored) list += (list.empty() ? "" : ", ") + i;
     std::cerr << "strata: import: not part of a plan, ignored: " << report::printable(list) << "\n";
   }
-  const std::string json = report::imported_scenario_json(a.scenario, im, a.from);
+  const std::string json =
+      report::imported_scenario_json(read_input_file(a.scenario, kMaxJsonFileBytes), im, a.from);
   if (a.out.empty()) return json;
   report::write_file_atomically(a.out, json);
   return "";

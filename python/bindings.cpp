@@ -50,6 +50,7 @@
 #include "report/html_report.hpp"
 #include "report/simulate.hpp"
 #include "sim/error.hpp"
+#include "sim/json_reader.hpp"
 #include "sim/names.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/stack.hpp"
@@ -257,6 +258,24 @@ std::tuple<std::string, std::vector<std::string>, std::vector<std::string>> expo
   return {std::move(ex.text), std::move(ex.unsupported), std::move(ex.notes)};
 }
 
+// import FILE --from E --scenario BASE: the engine's settings (a file, or
+// their text) back into a scenario on BASE; (scenario JSON, what came from
+// BASE, what was ignored).
+std::tuple<std::string, std::vector<std::string>, std::vector<std::string>> import_plan(
+    const std::optional<std::string>& settings_path, const std::string& settings_text, const std::string& from,
+    const Source& base) {
+  const auto target = name_to<report::ExportTarget>(from, "from");
+  nb::gil_scoped_release release;
+  const strategies::Scenario sc = load(base);
+  strategies::require_transformer(sc, "import");
+  const std::string name = settings_path ? *settings_path : "<settings>";
+  const std::string text = settings_path ? read_input_file(*settings_path, kMaxJsonFileBytes) : settings_text;
+  auto im = report::import_plan(sc, target, text, name);
+  strategies::require_valid_plan(im.scenario);
+  const std::string base_text = base.path ? read_input_file(*base.path, kMaxJsonFileBytes) : base.text;
+  return {report::imported_scenario_json(base_text, im, target), std::move(im.from_base), std::move(im.ignored)};
+}
+
 // validate --backend cpu: the plan run on the CPU executor and compared
 // with the prediction; JSON (or table) as the CLI prints it.
 std::string validate(const Source& s, std::size_t rank, const std::string& backend, int steps,
@@ -317,6 +336,7 @@ NB_MODULE(_core, m) {
         "top_k"_a, "rank_by"_a.none(), "max_plans"_a, "format"_a);
   m.def("write_report", &write_report, "dir"_a, "out_dir"_a);
   m.def("export", &export_plan, "source"_a, "to"_a, "rank"_a, "scenario"_a);
+  m.def("import_plan", &import_plan, "settings_path"_a.none(), "settings_text"_a, "from_"_a, "scenario"_a);
   m.def("validate", &validate, "source"_a, "rank"_a, "backend"_a, "steps"_a, "calibration"_a, "format"_a);
   m.attr("default_max_plans") = strategies::kDefaultMaxPlans;
   m.attr("version") = STRATA_VERSION;

@@ -81,9 +81,10 @@ struct Imported {
 };
 Imported import_plan(const strategies::Scenario& base, ExportTarget from, std::string_view text,
                      const std::string& file);
-// The base scenario's JSON (the file at base_path) with the imported plan and
-// batch, the engine's stack, and no space.
-std::string imported_scenario_json(const std::string& base_path, const Imported& im, ExportTarget from);
+// The base scenario's JSON text (`//` comments allowed, as scenario files
+// take them) with the imported plan and batch, the engine's stack, and no
+// space.
+std::string imported_scenario_json(std::string_view base_text, const Imported& im, ExportTarget from);
 
 strategies::Scenario load_export_scenario(const std::string& path, std::size_t rank = 1,
                                           const std::string& scenario_override = "");

@@ -730,8 +730,8 @@ Imported import_plan(const Scenario& base, ExportTarget from, std::string_view t
   return out;
 }
 
-std::string imported_scenario_json(const std::string& base_path, const Imported& im, ExportTarget from) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(read_input_file(base_path, kMaxJsonFileBytes), nullptr, true, true);
+std::string imported_scenario_json(std::string_view base_text, const Imported& im, ExportTarget from) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(base_text, nullptr, true, true);
   const auto plan = nlohmann::ordered_json::parse(strategies::canonical_json(im.scenario.plan, im.scenario.batch));
   j.erase("space");
   j["batch"] = plan["batch"];

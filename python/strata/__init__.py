@@ -31,6 +31,7 @@ __all__ = [
     "describe",
     "explore",
     "export",
+    "import_plan",
     "validate",
     "models",
     "gpus",
@@ -347,6 +348,31 @@ def export(
     r.notes = list(notes)
     if out is not None:
         _pathlib.Path(out).write_text(text, encoding="utf-8")
+    return r
+
+
+def import_plan(
+    settings: Union[str, "_os.PathLike[str]"],
+    engine: str,
+    scenario: Scenario,
+) -> Result:
+    """``strata import FILE --from megatron|deepspeed|torchtitan --scenario
+    BASE``: an engine's settings (a file, or their text: Megatron-LM flags, a
+    ds_config.json, a torchtitan TOML) read back into a scenario on
+    ``scenario``'s model and cluster — the inverse of :func:`export`. The
+    result is the scenario as a dict (pass it to :func:`simulate`); its
+    ``from_scenario`` and ``ignored`` attributes list what the settings did not
+    carry and what is not part of a plan."""
+    if isinstance(settings, _os.PathLike) or (isinstance(settings, str) and _os.path.isfile(settings)):
+        path, text = _os.fspath(settings), ""
+    elif isinstance(settings, str):
+        path, text = None, settings
+    else:
+        raise TypeError(f"settings must be a path or text, not {type(settings).__name__}")
+    out, from_base, ignored = _core.import_plan(path, text, engine, _source(scenario))
+    r = Result(_json.loads(out), "imported scenario")
+    r.from_scenario = list(from_base)
+    r.ignored = list(ignored)
     return r
 
 

@@ -205,6 +205,28 @@ def test_explore_to_frame(root):
     assert sorted(df["plan_id"]) == sorted(x["plan_id"] for x in r)
 
 
+def test_import_equals_cli(root, cli, tmp_path):
+    # `strata import` of an export: the CLI's scenario, field for field,
+    # from a file or from the text; it simulates as the CLI's does.
+    flags = tmp_path / "flags.sh"
+    flags.write_text(cli("export", root / MEGATRON, "--to", "megatron").stdout)
+    p = cli("import", flags, "--from", "megatron", "--scenario", root / MEGATRON)
+    from_file = strata.import_plan(str(flags), "megatron", str(root / MEGATRON))
+    from_text = strata.import_plan(flags.read_text(), "megatron", str(root / MEGATRON))
+    assert from_file == json.loads(p.stdout) == from_text
+    assert from_file["stack"] == "megatron-lm-2025" and from_file["plan"]["tp"] == 8
+    assert from_file.from_scenario and from_file.ignored == []
+    out = tmp_path / "imported.json"
+    out.write_text(p.stdout)
+    assert strata.simulate(dict(from_file))["step_time_s"] == strata.simulate(str(out))["step_time_s"]
+    # A file of another engine: the CLI's refusal, word for word.
+    with pytest.raises(strata.InputError) as e:
+        strata.import_plan(str(flags), "torchtitan", str(root / MEGATRON))
+    q = cli("import", flags, "--from", "torchtitan", "--scenario", root / MEGATRON, check=False)
+    assert q.returncode == 2 and q.stderr == f"strata: error: {e.value}\n"
+    assert "import-syntax" in e.value.rule
+
+
 def test_export_equals_cli(root, cli, tmp_path):
     # The text `strata export` prints, for a scenario and for an explore
     # directory's best plan; what the engine cannot express is listed.
