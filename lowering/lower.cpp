@@ -902,16 +902,25 @@ class StepBuilder : StepLayout {
   // Weight offload: bring a layer's weights to the device ahead of use.
   std::int32_t weight_fetch(std::int64_t layer, int mb, Pass pass) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
+    // Weights on NVMe (ZeRO-Infinity's offload_param device nvme): read
+    // into a host staging buffer on the host's lane, then copied as from
+    // host memory; the prefetch window holds the read back.
+    std::int32_t first = kNone;
+    if (plan_.offload.weights_target == OffloadTarget::Nvme)
+      first = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(bytes, CopyDir::NvmeRead), sim::Phase::None,
+                   CommKind::None, info(TaskOp::WeightFromNvme, Part::Layer, layer, mb, pass));
     const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(bytes, CopyDir::ToDevice),
                                 sim::Phase::None, CommKind::None,
                                 info(TaskOp::WeightFetch, Part::Layer, layer, mb, pass));
+    if (first == kNone) first = c;
+    else dep(first, c);
     if (cpu_) {
       std::vector<std::int32_t> frees;
       const auto allocs = cpu_bring_layer(layer, frees);
       add_mem(allocs, frees);
     }
     const std::size_t depth = static_cast<std::size_t>(plan_.offload.prefetch_depth);
-    if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], c);
+    if (recent_fetch_.size() > depth) dep(recent_fetch_[recent_fetch_.size() - 1 - depth], first);
     recent_fetch_.push_back(last_compute_);
     return c;
   }
@@ -1196,6 +1205,15 @@ class StepBuilder : StepLayout {
       if (nvme) {
         const std::int32_t wr = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(states, CopyDir::NvmeWrite),
                                      sim::Phase::Comm, CommKind::Offload, info(TaskOp::StatesToNvme, Part::None));
+        dep(step, wr);
+      }
+      if (plan_.offload.weights && plan_.offload.weights_target == OffloadTarget::Nvme) {
+        // The stepped 16-bit weights go back to their NVMe home, read from
+        // there by the next step's fetches.
+        const std::int32_t wr =
+            task(sim::TaskKind::Host, sim::Lane::Cpu,
+                 costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::NvmeWrite), sim::Phase::Comm,
+                 CommKind::Offload, info(TaskOp::WeightsToNvme, Part::None));
         dep(step, wr);
       }
       const std::int32_t up = task(sim::TaskKind::Copy, sim::Lane::H2D,

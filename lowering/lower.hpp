@@ -133,6 +133,7 @@ enum class TaskOp : std::uint8_t {
   Zero3Gather,     // ZeRO-3 all-gather of layer `layer`'s parameters before its `pass`
   Zero3Reduce,     // ZeRO-3 reduce-scatter of layer `layer`'s gradients (or `head`/`embedding`)
   WeightFetch,     // weight offload: layer `layer`'s weights to the device before its `pass`
+  WeightFromNvme,  // ... read from NVMe into host staging first (weights on NVMe)
   Offload,         // layer `layer`'s saved activations to the host pool
   Prefetch,        // ... and back before its backward
   GradsToHost,     // ZeRO-Offload: gradients to the host
@@ -140,6 +141,7 @@ enum class TaskOp : std::uint8_t {
   OptimizerStep,   // the optimizer step (on the host with ZeRO-Offload)
   StatesToNvme,
   WeightsToDevice,  // ZeRO-Offload: updated weights back to the device
+  WeightsToNvme,    // weights on NVMe: the stepped 16-bit weights written back
   GatherWeights,    // ZeRO-1/2: all-gather of the updated weights
   CompressEncode,
   CompressRound,    // one collective round of compressed gradient exchange (`round`)
@@ -153,7 +155,7 @@ struct TaskInfo {
   std::int32_t layer = -1;       // global layer index, −1 when none
   std::int32_t microbatch = -1;  // −1 when none
   std::int32_t chunk = -1;       // model chunk (pipeline order), −1 when none
-  Pass pass = Pass::Forward;     // LayerComm, Zero3Gather, WeightFetch
+  Pass pass = Pass::Forward;     // LayerComm, Zero3Gather, WeightFetch, WeightFromNvme
   bool core_only = false;        // Recompute: the attention core only (selective)
   // DpReduce, PsPush, Zero3Reduce: the gradients reduced.
   std::vector<std::int32_t> layers;

@@ -494,9 +494,17 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     }
     if (plan.offload.weights) {
       // Weights stream in per layer: the current one plus prefetch_depth more.
-      host += weights;
-      weights = std::min(weights, static_cast<double>(1 + plan.offload.prefetch_depth) *
-                                      block.params() * per.weights);
+      const double window =
+          std::min(weights, static_cast<double>(1 + plan.offload.prefetch_depth) * block.params() * per.weights);
+      if (plan.offload.weights_target == OffloadTarget::Nvme) {
+        // On NVMe, read through host staging buffers of the same window
+        // (ZeRO-Infinity's pinned buffer pool).
+        nvme += weights;
+        host += window;
+      } else {
+        host += weights;
+      }
+      weights = window;
     }
     st.weights = weights;
     st.grads = grads;

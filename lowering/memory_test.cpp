@@ -295,6 +295,26 @@ TEST_CASE("offload moves bytes to the host; the GPU keeps a working set") {
   CHECK(static_cast<double>(nvme.stages[0].nvme_bytes) == doctest::Approx(16 * psi));
 }
 
+TEST_CASE("weights on NVMe: their bytes on NVMe, the prefetch window in host staging as on the GPU") {
+  // ZeRO-Infinity's offload_param with device nvme: every weight lives on
+  // NVMe; the host holds pinned staging buffers of the window the GPU
+  // holds (the current layer plus prefetch_depth more). fp16 weights are 2
+  // bytes a parameter; the optimizer's host bytes are the same either way.
+  const std::string model = "\"gpt3-1.3b\"";
+  auto est = [&](const std::string& plan) {
+    return estimate_memory(make(model, "\"1xa100-80g\"", "{\"global\": 4}", plan));
+  };
+  const auto host = est(R"({"zero": 2, "offload": {"weights": true, "optimizer": "cpu", "prefetch_depth": 1}})");
+  const auto nvme = est(R"({"zero": 2, "offload": {"weights": "nvme", "optimizer": "cpu", "prefetch_depth": 1}})");
+  const Bytes window = tag(nvme.stages[0], MemTag::Params);
+  CHECK(window == tag(host.stages[0], MemTag::Params));  // the GPU's side is the same
+  const double weights = 2.0 * static_cast<double>(est("{}").stages[0].params);
+  CHECK(static_cast<double>(nvme.stages[0].nvme_bytes) == doctest::Approx(weights));
+  CHECK(static_cast<double>(host.stages[0].host_bytes - nvme.stages[0].host_bytes) ==
+        doctest::Approx(weights - static_cast<double>(window)));
+  CHECK(host.stages[0].nvme_bytes == 0);
+}
+
 TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and compression") {
   auto comm = [](const Scenario& sc) {
     return tag(estimate_memory(sc).stages[0], MemTag::CommBuffers);

@@ -381,6 +381,18 @@ TEST_CASE("every documented key is checked for its effect on simulate, or named 
     CHECK_MESSAGE(documented.count(k), k << " is listed here but not documented in docs/input-format.md");
 }
 
+TEST_CASE("offload.weights \"nvme\": read from NVMe before each copy, so slower than from host memory") {
+  // The key's second value (true is checked above): each layer's weights
+  // come from NVMe (50 GB/s per DGX A100 node, shared by its 8 GPUs) into
+  // host staging, then over PCIe; the stepped weights are written back.
+  json base = json::parse(kBase);
+  base.merge_patch(json::parse(R"({"plan": {"offload": {"weights": true, "optimizer": "cpu"}}})"));
+  json nvme = base;
+  nvme.merge_patch(json::parse(R"({"plan": {"offload": {"weights": "nvme"}}})"));
+  const auto a = outputs(base.dump()), b = outputs(nvme.dump());
+  CHECK(b.at("step_time") > a.at("step_time"));
+}
+
 TEST_CASE("a change of every priced key changes what simulate reports, in the stated direction") {
   for (const Case& c : kCases) {
     const std::string id = c.id;

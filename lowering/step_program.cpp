@@ -48,6 +48,8 @@ std::string what(const ProgramTask& t, const TaskInfo& i) {
       return i.layer >= 0 ? "zero3-reduce" + layer_mb(i.layer, i.microbatch) : "zero3-reduce/embedding-head";
     case TaskOp::WeightFetch:
       return std::string("fetch-weights-") + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
+    case TaskOp::WeightFromNvme:
+      return std::string("read-weights-") + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
     case TaskOp::Offload: return "offload" + layer_mb(i.layer, i.microbatch);
     case TaskOp::Prefetch: return "prefetch" + layer_mb(i.layer, i.microbatch);
     case TaskOp::GradsToHost: return "grads-to-host";
@@ -55,6 +57,7 @@ std::string what(const ProgramTask& t, const TaskInfo& i) {
     case TaskOp::OptimizerStep: return "optimizer-step";
     case TaskOp::StatesToNvme: return "states-to-nvme";
     case TaskOp::WeightsToDevice: return "weights-to-device";
+    case TaskOp::WeightsToNvme: return "weights-to-nvme";
     case TaskOp::GatherWeights:
       // At the step's end all of them; in the first forward (overlap_param_gather) per part.
       if (i.part == Part::Layer) return "dp-gather-weights/L" + std::to_string(i.layer);

@@ -361,6 +361,39 @@ TEST_CASE("step program: task ids and buffer ids are rendered from the records")
   }
 }
 
+TEST_CASE("step program: weights on NVMe are read before every fetch and written back after the step") {
+  // ZeRO-Infinity's offload_param on NVMe: each layer fetch is an NVMe
+  // read on the host's lane (into staging) and then the copy to the GPU,
+  // which waits for it; the host step's updated weights go back to NVMe.
+  // Host memory holds them in the other plan, where neither task exists.
+  auto program = [](const std::string& weights) {
+    const Scenario sc = parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-a100-80g",
+        "batch": {"global": 16, "micro": 2}, "plan": {"dp": 8, "zero": 3,
+        "offload": {"weights": )" + weights + R"(, "optimizer": "cpu"}}})", "t.json");
+    return build_step_program(sc, ModelStepCosts(sc), Granularity::Layer);
+  };
+  auto count = [](const StepProgram& p, TaskOp op) {
+    return std::count_if(p.info.begin(), p.info.end(), [&](const TaskInfo& t) { return t.op == op; });
+  };
+  const StepProgram host = program("true"), nvme = program("\"nvme\"");
+  CHECK(count(host, TaskOp::WeightFromNvme) == 0);
+  CHECK(count(host, TaskOp::WeightsToNvme) == 0);
+  const auto fetches = count(nvme, TaskOp::WeightFetch);
+  CHECK(fetches == count(host, TaskOp::WeightFetch));
+  CHECK(fetches == 2 * 12 * 1);  // forward and backward of 12 layers, one microbatch per rank
+  CHECK(count(nvme, TaskOp::WeightFromNvme) == fetches);
+  CHECK(count(nvme, TaskOp::WeightsToNvme) == 1);
+  std::size_t waited = 0;
+  for (const auto& [before, after] : nvme.deps)
+    if (nvme.info[static_cast<std::size_t>(before)].op == TaskOp::WeightFromNvme &&
+        nvme.info[static_cast<std::size_t>(after)].op == TaskOp::WeightFetch) {
+      ++waited;
+      CHECK(nvme.tasks[static_cast<std::size_t>(before)].lane == sim::Lane::Cpu);
+    }
+  CHECK(waited == static_cast<std::size_t>(fetches));
+  CHECK(replay(nvme).makespan > replay(host).makespan);
+}
+
 TEST_CASE("step program: a merged chunk pass holds, at its start, the most its layers hold") {
   // One stage, full recompute: the backward of a chunk reruns each layer
   // (+full) and holds its gradient (+grad) while the layers after it have

@@ -30,6 +30,18 @@
 
 namespace strata::report {
 
+// A record's `plan.offload.weights` as the tables show it: "" (not
+// offloaded), "weights" (true or "cpu"), "weights:nvme".
+template <class Json>
+std::string weights_offload_of(const Json& offload) {
+  if (!offload.contains("weights")) return "";
+  const auto& w = offload.at("weights");
+  if (w.is_boolean()) return w.template get<bool>() ? "weights" : "";
+  if (!w.is_string()) return "";
+  const std::string where = w.template get<std::string>();
+  return where == "none" ? "" : where == "cpu" ? "weights" : "weights:" + where;
+}
+
 struct ExploreRunOptions {
   std::string out_dir;
   bool resume = false;  // continue DIR/results.jsonl (without it, an existing one is an error)

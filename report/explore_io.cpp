@@ -205,7 +205,7 @@ std::string axis_cell(const ordered_json& r, const std::string& axis) {
     std::string out;
     auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
     if (o.at("activations").get<bool>()) add("activations");
-    if (o.at("weights").get<bool>()) add("weights");
+    if (const auto w = weights_offload_of(o); !w.empty()) add(w);
     if (o.at("optimizer").get<std::string>() != "none")
       add("optimizer:" + o.at("optimizer").get<std::string>());
     return out.empty() ? "none" : out;
@@ -426,10 +426,16 @@ std::vector<std::size_t> axis_candidates(const strategies::SpaceAxis& ax, const 
     const json* o = field_at(batch, plan, "offload");
     std::string choice;
     if (o && o->is_object()) {
-      const bool act = o->value("activations", false), weights = o->value("weights", false);
+      const bool act = o->value("activations", false);
+      const std::string weights = weights_offload_of(*o);
       const std::string opt = o->value("optimizer", std::string("none"));
-      const int on = int{act} + int{weights} + int{opt != "none"};
-      choice = on == 0 ? "none" : on > 1 ? "" : act ? "activations" : weights ? "weights" : opt == "cpu" ? "optimizer" : "";
+      const int on = int{act} + int{!weights.empty()} + int{opt != "none"};
+      choice = on == 0                 ? "none"
+               : on > 1                ? ""
+               : act                   ? "activations"
+               : weights == "weights"  ? "weights"
+               : opt == "cpu"          ? "optimizer"
+                                       : "";
     }
     for (std::size_t i = 0; i < ax.values.size(); ++i)
       if (strategies::value_name(ax.axis, ax.values[i]) == choice) exact.push_back(i);

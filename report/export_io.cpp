@@ -350,7 +350,9 @@ Exported export_megatron(const Scenario& sc) {
     }
   }
   if (p.offload.weights)
-    un.push_back("offload.weights=true (Megatron-LM keeps parameters on the GPU)");
+    un.push_back(std::string("offload.weights=") +
+                 (p.offload.weights_target == OffloadTarget::Nvme ? "nvme" : "true") +
+                 " (Megatron-LM keeps parameters on the GPU)");
   if (p.offload.optimizer == OffloadTarget::Nvme)
     un.push_back("offload.optimizer=nvme (Megatron-LM offloads optimizer state to CPU memory "
                  "only, --optimizer-cpu-offload)");
@@ -545,7 +547,7 @@ Exported export_deepspeed(const Scenario& sc) {
                    " (DeepSpeed offloads parameters with ZeRO stage 3 only, offload_param)");
     } else {
       nlohmann::ordered_json o;
-      const bool nvme = p.offload.optimizer == OffloadTarget::Nvme;
+      const bool nvme = p.offload.weights_target == OffloadTarget::Nvme;
       o["device"] = nvme ? "nvme" : "cpu";
       if (nvme) o["nvme_path"] = "/local_nvme";
       o["pin_memory"] = true;
@@ -771,7 +773,10 @@ Exported export_torchtitan(const Scenario& sc) {
   if (is_mixed(p) && !im.fp32_grad_accumulation)
     notes.push_back("implementation.fp32_grad_accumulation=false: torchtitan reduces gradients "
                     "in float32 (mixed_precision_reduce)");
-  if (p.offload.weights && p.offload.optimizer == OffloadTarget::Cpu && p.zero >= 1) {
+  if (p.offload.weights && p.offload.weights_target == OffloadTarget::Nvme) {
+    un.push_back("offload.weights=nvme (torchtitan's enable_cpu_offload keeps parameters in CPU memory, "
+                 "not on NVMe)");
+  } else if (p.offload.weights && p.offload.optimizer == OffloadTarget::Cpu && p.zero >= 1) {
     train << "enable_cpu_offload = true\n";
   } else if (p.offload.weights || p.offload.optimizer != OffloadTarget::None) {
     un.push_back("offload.weights=" + std::string(p.offload.weights ? "true" : "false") +

@@ -615,7 +615,7 @@ Recompute recompute_of(const nlohmann::json& record) {
   return record["plan"]["recompute"] == "full" ? Recompute::Full : Recompute::Selective;
 }
 
-// The round trip: for plans drawn at random (every axis export reads) on two
+// The round trip: for 6,000 plans drawn at random (every axis export reads) on two
 // models, every export an engine can launch and that lists nothing as not
 // expressible is read back by import_plan to the plan export rendered
 // (Exported::rendered: the scenario's plan with the engine's defaults),
@@ -666,7 +666,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
       scenario(R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
                    "batch": {"global": 64, "micro": 1}, "plan": {"dp": 16}})")};
   std::map<ExportTarget, int> tripped, refused, inexpressible;
-  for (int draw = 0; draw < 4000; ++draw) {
+  std::map<ExportTarget, int> nvme_weights;
+  for (int draw = 0; draw < 6000; ++draw) {
     strategies::Scenario sc = bases[static_cast<std::size_t>(draw % 2)];
     auto& p = sc.plan;
     p.tp = pick(1, 2, 4);
@@ -687,6 +688,7 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
     p.recompute_k = pick(2, 3);
     p.offload.activations = pick(false, false, false, true);
     p.offload.weights = pick(false, false, false, true);
+    p.offload.weights_target = pick(OffloadTarget::Cpu, OffloadTarget::Nvme);
     p.offload.optimizer = pick(OffloadTarget::None, OffloadTarget::None, OffloadTarget::Cpu, OffloadTarget::Nvme);
     p.optimizer = pick(Optimizer::Adam, Optimizer::AdamW, Optimizer::AdamW, Optimizer::Sgd, Optimizer::Momentum,
                        Optimizer::Lamb);
@@ -737,6 +739,7 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
       INFO(enum_name(e), "\n", ex.text, "\nwant ", want, "\ngot  ", got);
       REQUIRE(got == want);
       ++tripped[e];
+      nvme_weights[e] += p.offload.weights && p.offload.weights_target == OffloadTarget::Nvme;
     }
   }
   for (auto e : {ExportTarget::Megatron, ExportTarget::DeepSpeed, ExportTarget::TorchTitan}) {
@@ -744,6 +747,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
             " with settings the engine cannot express");
     CHECK(tripped[e] >= 100);
   }
+  // ZeRO-Infinity's parameters on NVMe: DeepSpeed's offload_param device.
+  CHECK(nvme_weights[ExportTarget::DeepSpeed] >= 10);
 }
 
 TEST_CASE("import: bad input names the file, the flag or key, and the rule") {

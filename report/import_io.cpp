@@ -393,7 +393,10 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
     };
     if (const auto d = device("offload_optimizer"); d && *d != "none")
       p.offload.optimizer = *d == "nvme" ? OffloadTarget::Nvme : OffloadTarget::Cpu;
-    if (const auto d = device("offload_param"); d && *d != "none") p.offload.weights = true;
+    if (const auto d = device("offload_param"); d && *d != "none") {
+      p.offload.weights = true;
+      p.offload.weights_target = *d == "nvme" ? OffloadTarget::Nvme : OffloadTarget::Cpu;
+    }
   }
   p.zero = zero;
   if (const auto* ac = object(j, "activation_checkpointing", "")) {

@@ -55,15 +55,16 @@ std::string axis_cell(const json& rec, const std::string& axis) {
     // The composite axis's values (none, activations, weights, optimizer:
     // state and step on the CPU); a plan combining them shows each.
     const json& o = p.at("offload");
-    const bool act = o.value("activations", false), weights = o.value("weights", false);
+    const bool act = o.value("activations", false);
+    const std::string weights = weights_offload_of(o);
     const std::string opt = o.value("optimizer", std::string("none"));
-    const int on = int{act} + int{weights} + int{opt != "none"};
+    const int on = int{act} + int{!weights.empty()} + int{opt != "none"};
     if (on == 0) return "none";
     if (on == 1 && opt == "cpu") return "optimizer";
     std::string out;
     auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
     if (act) add("activations");
-    if (weights) add("weights");
+    if (!weights.empty()) add(weights);
     if (opt != "none") add("optimizer:" + opt);
     return out;
   }

@@ -27,7 +27,8 @@ std::string plan_summary(const strategies::Scenario& sc) {
   s += ", recompute " + std::string(enum_name(p.recompute));
   s += ", " + std::string(enum_name(p.optimizer)) + " " + std::string(enum_name(p.precision));
   if (p.offload.activations) s += ", offload activations";
-  if (p.offload.weights) s += ", offload weights";
+  if (p.offload.weights)
+    s += p.offload.weights_target == strategies::OffloadTarget::Nvme ? ", offload weights to NVMe" : ", offload weights";
   if (p.offload.optimizer != strategies::OffloadTarget::None)
     s += ", optimizer on " + std::string(enum_name(p.offload.optimizer));
   if (p.compression.method != strategies::CompressionMethod::None)

@@ -43,6 +43,10 @@ enum class PipelineLayout : std::uint8_t { Balanced, EmbeddingHeadAsLayers };
 struct Offload {
   bool activations = false;
   bool weights = false;
+  // Where offloaded weights live between their uses: host memory, or NVMe
+  // read through host staging buffers (ZeRO-Infinity's offload_param with
+  // device nvme). Input: `"weights": "nvme"`.
+  OffloadTarget weights_target = OffloadTarget::Cpu;
   OffloadTarget optimizer = OffloadTarget::None;
   std::int64_t prefetch_depth = 1;
   OffloadPlanner planner = OffloadPlanner::All;

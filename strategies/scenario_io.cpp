@@ -64,7 +64,16 @@ Implementation read_implementation(const JsonReader& r) {
 Offload read_offload(const JsonReader& r) {
   Offload o;
   o.activations = r.bool_or("activations", o.activations);
-  o.weights = r.bool_or("weights", o.weights);
+  // true | false, or where they go: "cpu" (as true), "nvme", "none" (as false).
+  if (auto w = r.get("weights")) {
+    if (w->is_string()) {
+      const auto t = w->as_enum<OffloadTarget>();
+      o.weights = t != OffloadTarget::None;
+      if (o.weights) o.weights_target = t;
+    } else {
+      o.weights = w->as_bool();
+    }
+  }
   o.optimizer = r.enum_or("optimizer", o.optimizer);
   o.prefetch_depth = r.int_or("prefetch_depth", o.prefetch_depth, 0, 1024);
   o.planner = r.enum_or("planner", o.planner);

@@ -179,6 +179,39 @@ TEST_CASE("pipeline_layout: the embedding and the head counted as layers") {
   CHECK(with("3", "\"sideways\"").find("plan.pipeline_layout") != std::string::npos);
 }
 
+TEST_CASE("offload.weights: true, false, or where: cpu or nvme; NVMe needs a disk and a host step") {
+  auto plan_of = [](const std::string& weights, const std::string& optimizer) {
+    return parse_scenario(scenario({{"\"weights\": false", "\"weights\": " + weights},
+                                    {"\"optimizer\": \"none\"", "\"optimizer\": " + optimizer}}),
+                          "s.json");
+  };
+  const auto nvme = plan_of("\"nvme\"", "\"cpu\"");
+  CHECK(nvme.plan.offload.weights);
+  CHECK(nvme.plan.offload.weights_target == OffloadTarget::Nvme);
+  CHECK(plan_of("\"cpu\"", "\"cpu\"").plan.offload.weights_target == OffloadTarget::Cpu);
+  CHECK(plan_of("true", "\"cpu\"").plan.offload.weights_target == OffloadTarget::Cpu);
+  CHECK(!plan_of("\"none\"", "\"cpu\"").plan.offload.weights);
+  CHECK_NOTHROW(require_valid_plan(nvme));
+  CHECK(error_of(scenario("\"weights\": false", "\"weights\": \"gpu\"")) ==
+        "s.json: plan.offload.weights: must be one of none|cpu|nvme (got \"gpu\")");
+  // A GPU step would need the weights resident: ZeRO-Infinity steps them on the host.
+  auto rule = [](const Scenario& sc) {
+    try {
+      require_valid_plan(sc);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("valid");
+  };
+  CHECK(error_of(scenario({{"\"weights\": false", "\"weights\": \"nvme\""}})) ==
+        "s.json: plan.offload.weights: weights on NVMe are stepped on the host: set offload.optimizer to cpu or "
+        "nvme");
+  auto diskless = nvme;
+  diskless.cluster.node.nvme_GiB = 0;
+  CHECK(rule(diskless).find("plan.offload.weights: offload to NVMe needs a cluster with nvme_GiB > 0") !=
+        std::string::npos);
+}
+
 TEST_CASE("keys that apply to other choices are rejected, not ignored") {
   CHECK(error_of(scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_k\": 2")) ==
         "s.json: plan.recompute_k: applies only to recompute \"every_k\" and \"every_nth\"");

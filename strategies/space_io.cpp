@@ -253,6 +253,8 @@ std::string canonical_json(const Plan& p, const Batch& b) {
       (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint ||
        p.offload.planner == OffloadPlanner::Priority))
     plan["memory_budget_GiB"] = *p.memory_budget_GiB;
+  // Only where it is not the default, so plans without it keep their ids.
+  if (p.offload.weights && p.offload.weights_target == OffloadTarget::Nvme) plan["offload"]["weights"] = "nvme";
   const json j = {{"batch", {{"global", b.global}, {"micro", b.micro}}}, {"plan", plan}};
   return j.dump();
 }

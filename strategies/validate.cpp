@@ -220,6 +220,15 @@ std::optional<Violation> first_violation(const Scenario& s) {
   if (p.offload.optimizer == OffloadTarget::Nvme && c.node.nvme_GiB <= 0)
     return fail("nvme-needed", "plan.offload.optimizer",
                 "offload to NVMe needs a cluster with nvme_GiB > 0");
+  if (p.offload.weights && p.offload.weights_target == OffloadTarget::Nvme) {
+    if (c.node.nvme_GiB <= 0)
+      return fail("nvme-needed", "plan.offload.weights", "offload to NVMe needs a cluster with nvme_GiB > 0");
+    // ZeRO-Infinity steps the weights on the host and writes them back to
+    // NVMe; a GPU step would need them resident.
+    if (p.offload.optimizer == OffloadTarget::None)
+      return fail("nvme-weights-step", "plan.offload.weights",
+                  "weights on NVMe are stepped on the host: set offload.optimizer to cpu or nvme");
+  }
 
   // --- what the scenario's stack can launch (its capabilities) ---
   if (s.stack)

@@ -142,6 +142,8 @@ WorkKind work_kind(TaskOp op) {
     case TaskOp::GatherWeights:
     case TaskOp::CompressRound: return WorkKind::Collective;
     case TaskOp::WeightFetch:
+    case TaskOp::WeightFromNvme:
+    case TaskOp::WeightsToNvme:
     case TaskOp::Offload:
     case TaskOp::Prefetch:
     case TaskOp::GradsToHost:
