@@ -761,7 +761,10 @@ TEST_CASE("import: bad input names the file, the flag or key, and the rule") {
   fails(ExportTarget::Megatron, "--bf16 --bf16", "--bf16: is given twice [import-syntax]");
   fails(ExportTarget::Megatron, "--tensor-model-parallel-size x", "'x' is not a non-negative integer [import-value]");
   fails(ExportTarget::DeepSpeed, "{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage: must be 0 to 3");
-  fails(ExportTarget::DeepSpeed, "[1", "not JSON");
+  fails(ExportTarget::DeepSpeed, "[1", "in.txt: invalid JSON");
+  fails(ExportTarget::DeepSpeed, "{\"fp16\": {}, \"fp16\": {}}", "fp16");  // a key twice
+  fails(ExportTarget::Megatron, "--recompute-granularity full --recompute-num-layers 0",
+        "--recompute-num-layers: 0 is not in [1, 100000] [import-value]");
   fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = 8\n", "[import-world]");
   fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = \n", "line 2");
   fails(ExportTarget::TorchTitan,

@@ -12,6 +12,7 @@
 #include "report/export.hpp"
 #include "sim/error.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/limits.hpp"
 #include "strategies/space.hpp"
 #include "strategies/stack.hpp"
 
@@ -71,6 +72,20 @@ std::int64_t to_int(const std::string& v, const std::string& file, const std::st
     throw InputError(file, path, "'" + v + "' is not a non-negative integer [import-value]");
   return out;
 }
+
+// A value the scenario reader would refuse is refused here, named by the
+// flag or key, so an accepted import always writes a scenario that reads
+// back (the scenario reader's bounds, strategies/scenario_io.cpp).
+std::int64_t bounded(std::int64_t v, std::int64_t lo, std::int64_t hi, const std::string& file,
+                     const std::string& path) {
+  if (v < lo || v > hi)
+    throw InputError(file, path,
+                     str(v) + " is not in [" + str(lo) + ", " + str(hi) + "] [import-value]");
+  return v;
+}
+constexpr std::int64_t kMaxLayers = 100'000;    // stage_layers, recompute_k
+constexpr std::int64_t kMaxChunks = 1 << 20;    // pp x virtual stages
+constexpr std::int64_t kMaxVirtualStages = 4096;
 
 // ---------------------------------------------------------------- Megatron-LM
 
@@ -136,16 +151,18 @@ std::vector<std::int64_t> megatron_layout_chunks(const std::string& layout, cons
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const char ch = layout[i];
     if (ch == '|') {
+      if (static_cast<std::int64_t>(c.size()) >= kMaxChunks)
+        throw InputError(file, path, "more than " + str(kMaxChunks) + " chunks [import-value]");
       c.push_back(0);
     } else if (ch == 't') {
       std::int64_t n = 1;
       if (i + 1 < layout.size() && layout[i + 1] == '*') {
         std::size_t j = i + 2;
         while (j < layout.size() && std::isdigit(static_cast<unsigned char>(layout[j]))) ++j;
-        n = to_int(layout.substr(i + 2, j - i - 2), file, path);
+        n = bounded(to_int(layout.substr(i + 2, j - i - 2), file, path), 0, kMaxLayers, file, path);
         i = j - 1;
       }
-      c.back() += n;
+      c.back() = bounded(c.back() + n, 0, kMaxLayers, file, path);
     } else if (ch == 'E' || ch == 'L') {
       // The embedding (first chunk) and the loss (last): no layers.
     } else {
@@ -177,12 +194,11 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   const auto& m = base.model;
   Imported out{base, {}, {}};
   Plan p;
-  p.tp = integer("--tensor-model-parallel-size", 1);
-  p.pp = integer("--pipeline-model-parallel-size", 1);
-  p.cp = integer("--context-parallel-size", 1);
-  p.ep = integer("--expert-model-parallel-size", 1);
-  if (p.tp < 1 || p.pp < 1 || p.cp < 1 || p.ep < 1)
-    throw InputError(file, "", "parallel sizes must be at least 1 [import-value]");
+  auto degree = [&](const std::string& f) { return bounded(integer(f, 1), 1, kMaxGpus, file, f); };
+  p.tp = degree("--tensor-model-parallel-size");
+  p.pp = degree("--pipeline-model-parallel-size");
+  p.cp = degree("--context-parallel-size");
+  p.ep = degree("--expert-model-parallel-size");
   p.dp = data_parallel(base, p, file, "--tensor-model-parallel-size");
   p.sequence_parallel = has("--sequence-parallel");
   p.schedule = Schedule::OneFOneB;
@@ -229,8 +245,8 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
     chunks.assign(static_cast<std::size_t>(m.layers / k), k);
   } else if (p.pp > 1 && (flags.count("--decoder-first-pipeline-num-layers") ||
                           flags.count("--decoder-last-pipeline-num-layers"))) {
-    const std::int64_t first = integer("--decoder-first-pipeline-num-layers", -1);
-    const std::int64_t last = integer("--decoder-last-pipeline-num-layers", -1);
+    const std::int64_t first = std::min(integer("--decoder-first-pipeline-num-layers", -1), kMaxLayers + 1);
+    const std::int64_t last = std::min(integer("--decoder-last-pipeline-num-layers", -1), kMaxLayers + 1);
     const std::int64_t rest = m.layers - std::max<std::int64_t>(first, 0) - std::max<std::int64_t>(last, 0);
     const std::int64_t middle = p.pp - (first >= 0) - (last >= 0);
     if (rest < 0 || (middle > 0 ? rest % middle != 0 : rest != 0))
@@ -249,7 +265,8 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
                      str(static_cast<std::int64_t>(chunks.size())) + " chunks of " + str(total) +
                          " layers do not fit " + str(p.pp) + " stages of the model's " + str(m.layers) +
                          " layers [import-value]");
-  p.virtual_stages = static_cast<std::int64_t>(chunks.size()) / p.pp;
+  p.virtual_stages = bounded(static_cast<std::int64_t>(chunks.size()) / p.pp, 1, kMaxVirtualStages, file,
+                             "--pipeline-model-parallel-size");
   if (p.virtual_stages > 1) p.schedule = Schedule::Interleaved;
   set_chunks(p, chunks, m.layers);
 
@@ -275,7 +292,7 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
       if (method != "uniform")
         throw InputError(file, "--recompute-method",
                          "'" + method + "' is not a method Strata models (uniform) [import-value]");
-      const std::int64_t k = integer("--recompute-num-layers", 1);
+      const std::int64_t k = bounded(integer("--recompute-num-layers", 1), 1, kMaxLayers, file, "--recompute-num-layers");
       p.recompute = k == 1 ? Recompute::Full : Recompute::EveryK;
       p.recompute_k = k;
     } else {
@@ -334,8 +351,9 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   if (unfused) im.fused_elementwise = false;
 
   // --- batch ---
-  out.scenario.batch.micro = integer("--micro-batch-size", 1);
-  out.scenario.batch.global = integer("--global-batch-size", out.scenario.batch.micro * p.dp);
+  out.scenario.batch.micro = bounded(integer("--micro-batch-size", 1), 1, kMaxTokensPerStep, file, "--micro-batch-size");
+  out.scenario.batch.global = bounded(integer("--global-batch-size", out.scenario.batch.micro * p.dp), 1,
+                                      kMaxTokensPerStep, file, "--global-batch-size");
   out.scenario.plan = p;
   for (const auto& [f, v] : flags)
     if (!used.count(f)) out.ignored.push_back(f);
@@ -347,12 +365,9 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
 // ------------------------------------------------------------------ DeepSpeed
 
 Imported import_deepspeed(const Scenario& base, std::string_view text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(file, "", std::string("not JSON: ") + e.what() + " [import-syntax]");
-  }
+  // The strict reader every JSON input goes through (duplicate keys and
+  // bytes after the document are errors).
+  const nlohmann::json j = parse_json_text(text, file);
   if (!j.is_object()) throw InputError(file, "", "must be a JSON object [import-syntax]");
   auto get_int = [&](const nlohmann::json& o, const char* key, const std::string& path,
                      std::int64_t dflt) -> std::int64_t {
@@ -426,10 +441,17 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
     p.implementation.fp32_grad_accumulation = (*d)["grad_accum_dtype"] == "fp32";
   // Batch: global = micro x accumulation x dp.
   auto& b = out.scenario.batch;
-  b.micro = get_int(j, "train_micro_batch_size_per_gpu", "", base.batch.micro);
-  const std::int64_t steps = get_int(j, "gradient_accumulation_steps", "", 0);
-  b.global = get_int(j, "train_batch_size", "", steps * b.micro * p.dp);
-  if (b.micro < 1 || b.global % (b.micro * p.dp) != 0 || (steps && b.global != steps * b.micro * p.dp))
+  b.micro = bounded(get_int(j, "train_micro_batch_size_per_gpu", "", base.batch.micro), 1, kMaxTokensPerStep, file,
+                    "train_micro_batch_size_per_gpu");
+  const std::int64_t steps =
+      bounded(get_int(j, "gradient_accumulation_steps", "", 0), 0, kMaxTokensPerStep, file, "gradient_accumulation_steps");
+  b.global = get_int(j, "train_batch_size", "", 0);
+  if (b.global == 0) {  // absent: micro x accumulation x dp, in range
+    const double g = static_cast<double>(steps) * static_cast<double>(b.micro) * static_cast<double>(p.dp);
+    b.global = g <= static_cast<double>(kMaxTokensPerStep) ? static_cast<std::int64_t>(g) : 0;
+  }
+  bounded(b.global, 1, kMaxTokensPerStep, file, "train_batch_size");
+  if (b.global % (b.micro * p.dp) != 0 || (steps && b.global / (b.micro * p.dp) != steps))
     throw InputError(file, "train_batch_size",
                      str(b.global) + " is not train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
                      "the data-parallel size " + str(p.dp) + " [import-value]");
@@ -517,12 +539,14 @@ class Toml {
       return v;
     }
     if (ch == '[') {
+      if (++depth_ > kMaxDepth) fail("arrays nested deeper than " + std::to_string(kMaxDepth));
       ++i_;
       nlohmann::json a = nlohmann::json::array();
       while (true) {
         skip_blank();
         if (i_ < s_.size() && s_[i_] == ']') {
           ++i_;
+          --depth_;
           return a;
         }
         a.push_back(value());
@@ -544,9 +568,11 @@ class Toml {
     return v;
   }
 
+  static constexpr int kMaxDepth = 64;
   std::string_view s_;
   std::string file_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 Imported import_torchtitan(const Scenario& base, std::string_view text, const std::string& file) {
@@ -567,8 +593,9 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
   auto integer = [&](const std::string& t, const std::string& key, std::int64_t dflt) {
     const auto* v = get(t, key);
     if (!v) return dflt;
-    if (!v->is_number_integer() || v->get<std::int64_t>() < 1)
-      throw InputError(file, t + "." + key, "must be a positive integer [import-value]");
+    if (!v->is_number_integer() || v->get<std::int64_t>() < 1 || v->get<std::int64_t>() > kMaxTokensPerStep)
+      throw InputError(file, t + "." + key,
+                       "must be an integer in [1, " + str(kMaxTokensPerStep) + "] [import-value]");
     return v->get<std::int64_t>();
   };
   auto text_of = [&](const std::string& t, const std::string& key, const std::string& dflt) {
@@ -594,6 +621,10 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
   p.pp = integer("parallelism", "pipeline_parallel_degree", 1);
   p.cp = integer("parallelism", "context_parallel_degree", 1);
   p.ep = integer("parallelism", "expert_parallel_degree", 1);
+  for (auto [d, key] : {std::pair{replicate, "data_parallel_replicate_degree"}, {shard, "data_parallel_shard_degree"},
+                        {p.tp, "tensor_parallel_degree"}, {p.pp, "pipeline_parallel_degree"},
+                        {p.cp, "context_parallel_degree"}, {p.ep, "expert_parallel_degree"}})
+    bounded(d, 1, kMaxGpus, file, std::string("parallelism.") + key);
   p.dp = replicate * shard;
   if (p.dp * p.tp * p.pp * p.cp != base.cluster.gpus())
     throw InputError(file, "parallelism",
@@ -623,7 +654,11 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
         if (name.rfind("layers.", 0) != 0)
           throw InputError(file, "parallelism.pipeline_parallel_split_points",
                            "'" + name + "' is not layers.<i> [import-value]");
-        const std::int64_t next = to_int(name.substr(7), file, "parallelism.pipeline_parallel_split_points");
+        const std::int64_t next = bounded(to_int(name.substr(7), file, "parallelism.pipeline_parallel_split_points"),
+                                          0, kMaxLayers, file, "parallelism.pipeline_parallel_split_points");
+        if (static_cast<std::int64_t>(chunks.size()) >= kMaxChunks)
+          throw InputError(file, "parallelism.pipeline_parallel_split_points",
+                           "more than " + str(kMaxChunks) + " chunks [import-value]");
         chunks.push_back(next - at);
         at = next;
       }
@@ -646,7 +681,8 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
       throw InputError(file, "parallelism.pipeline_parallel_split_points",
                        "the split does not give " + str(p.pp) + " stages the model's " + str(m.layers) +
                            " layers [import-value]");
-    p.virtual_stages = static_cast<std::int64_t>(chunks.size()) / p.pp;
+    p.virtual_stages = bounded(static_cast<std::int64_t>(chunks.size()) / p.pp, 1, kMaxVirtualStages, file,
+                               "parallelism.pipeline_parallel_degree");
     set_chunks(p, chunks, m.layers);
   }
   // Batch.
@@ -684,7 +720,8 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
       p.recompute = Recompute::SelectiveOp;
     } else {
       p.recompute = Recompute::EveryNth;
-      p.recompute_k = to_int(option, file, "activation_checkpoint.selective_ac_option");
+      p.recompute_k = bounded(to_int(option, file, "activation_checkpoint.selective_ac_option"), 1, kMaxLayers, file,
+                              "activation_checkpoint.selective_ac_option");
     }
   } else if (mode != "none") {
     throw InputError(file, "activation_checkpoint.mode", "'" + mode + "' is not none, full or selective [import-value]");

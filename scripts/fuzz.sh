@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/, clang, ASan + UBSan) in ./build-fuzz and
-# runs each for SECONDS (per target; default 10, so the six targets take a
-# minute: the CI smoke run). Fails on any crash, sanitizer report, leak,
+# runs each for SECONDS (per target; default 10, so the seven targets take
+# 70 s: the CI smoke run). Fails on any crash, sanitizer report, leak,
 # input slower than 10 s or over 2 GiB of memory; the input that did it is
 # left in build-fuzz/artifacts/.
 #   scripts/fuzz.sh                      # every target, 10 s each
 #   scripts/fuzz.sh 600 scenario         # one target for 10 minutes
 #   scripts/fuzz.sh 600 hf_config calibration
-# Targets: scenario hf_config calibration results explore_dir data. New inputs that reach new
+# Targets: scenario hf_config calibration results explore_dir data import. New inputs that reach new
 # code go to build-fuzz/corpus/<target> (kept between runs); the seeds in
 # fuzz/corpus/<target> and the bundled configs are read, never written.
 # Replay one input: build-fuzz/fuzz/fuzz_<target> FILE
@@ -20,7 +20,7 @@ if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then
   seconds=$1
   shift
 fi
-all=(scenario hf_config calibration results explore_dir data)
+all=(scenario hf_config calibration results explore_dir data import)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
