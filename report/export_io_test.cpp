@@ -763,6 +763,7 @@ TEST_CASE("import: bad input names the file, the flag or key, and the rule") {
   fails(ExportTarget::DeepSpeed, "{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage: must be 0 to 3");
   fails(ExportTarget::DeepSpeed, "[1", "in.txt: invalid JSON");
   fails(ExportTarget::DeepSpeed, "{\"fp16\": {}, \"fp16\": {}}", "fp16");  // a key twice
+  fails(ExportTarget::Megatron, "--optimizer adam --weight-decay x", "--weight-decay: 'x' is not a number");
   fails(ExportTarget::Megatron, "--recompute-granularity full --recompute-num-layers 0",
         "--recompute-num-layers: 0 is not in [1, 100000] [import-value]");
   fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = 8\n", "[import-world]");

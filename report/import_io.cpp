@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -70,6 +72,14 @@ std::int64_t to_int(const std::string& v, const std::string& file, const std::st
   const auto r = std::from_chars(v.data(), v.data() + v.size(), out);
   if (r.ec != std::errc() || r.ptr != v.data() + v.size() || out < 0)
     throw InputError(file, path, "'" + v + "' is not a non-negative integer [import-value]");
+  return out;
+}
+
+double to_number(const std::string& v, const std::string& file, const std::string& path) {
+  char* end = nullptr;
+  const double out = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(out))
+    throw InputError(file, path, "'" + v + "' is not a number [import-value]");
   return out;
 }
 
@@ -308,10 +318,10 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   const auto opt = value("--optimizer").value_or("adam");
   if (opt == "adam") {
     const auto wd = value("--weight-decay");
-    p.optimizer = wd && std::stod(*wd) == 0 ? Optimizer::Adam : Optimizer::AdamW;
+    p.optimizer = wd && to_number(*wd, file, "--weight-decay") == 0 ? Optimizer::Adam : Optimizer::AdamW;
   } else if (opt == "sgd") {
     const auto mom = value("--sgd-momentum").value_or("0.9");
-    p.optimizer = std::stod(mom) == 0 ? Optimizer::Sgd : Optimizer::Momentum;
+    p.optimizer = to_number(mom, file, "--sgd-momentum") == 0 ? Optimizer::Sgd : Optimizer::Momentum;
   } else {
     throw InputError(file, "--optimizer", "'" + opt + "' is not adam or sgd [import-value]");
   }
@@ -369,21 +379,22 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
   // bytes after the document are errors).
   const nlohmann::json j = parse_json_text(text, file);
   if (!j.is_object()) throw InputError(file, "", "must be a JSON object [import-syntax]");
+  auto join = [](const std::string& path, const char* key) { return path.empty() ? std::string(key) : path + "." + key; };
   auto get_int = [&](const nlohmann::json& o, const char* key, const std::string& path,
                      std::int64_t dflt) -> std::int64_t {
     if (!o.contains(key)) return dflt;
     if (!o[key].is_number_integer() || o[key].get<std::int64_t>() < 0)
-      throw InputError(file, path + "." + key, "must be a non-negative integer [import-value]");
+      throw InputError(file, join(path, key), "must be a non-negative integer [import-value]");
     return o[key].get<std::int64_t>();
   };
   auto get_bool = [&](const nlohmann::json& o, const char* key, const std::string& path, bool dflt) {
     if (!o.contains(key)) return dflt;
-    if (!o[key].is_boolean()) throw InputError(file, path + "." + key, "must be true or false [import-value]");
+    if (!o[key].is_boolean()) throw InputError(file, join(path, key), "must be true or false [import-value]");
     return o[key].get<bool>();
   };
   auto object = [&](const nlohmann::json& o, const char* key, const std::string& path) -> const nlohmann::json* {
     if (!o.contains(key)) return nullptr;
-    if (!o[key].is_object()) throw InputError(file, path + "." + key, "must be an object [import-value]");
+    if (!o[key].is_object()) throw InputError(file, join(path, key), "must be an object [import-value]");
     return &o[key];
   };
   Imported out{base, {}, {}};
@@ -424,21 +435,43 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
     p.offload.activations = false;
   }
   if (const auto* o = object(j, "optimizer", "")) {
-    const std::string type = o->value("type", std::string("Adam"));
-    const nlohmann::json params = o->value("params", nlohmann::json::object());
-    if (type == "Adam") p.optimizer = params.value("adam_w_mode", true) ? Optimizer::AdamW : Optimizer::Adam;
-    else if (type == "AdamW") p.optimizer = Optimizer::AdamW;
-    else if (type == "Lamb") p.optimizer = Optimizer::Lamb;
-    else if (type == "SGD") p.optimizer = params.value("momentum", 0.0) == 0 ? Optimizer::Sgd : Optimizer::Momentum;
-    else throw InputError(file, "optimizer.type", "'" + type + "' is not Adam, AdamW, Lamb or SGD [import-value]");
+    std::string type = "Adam";
+    if (o->contains("type")) {
+      if (!(*o)["type"].is_string()) throw InputError(file, "optimizer.type", "must be a string [import-value]");
+      type = (*o)["type"].get<std::string>();
+    }
+    static const nlohmann::json none = nlohmann::json::object();
+    const nlohmann::json* params = object(*o, "params", "optimizer");
+    if (!params) params = &none;
+    if (type == "Adam") {
+      p.optimizer = get_bool(*params, "adam_w_mode", "optimizer.params", true) ? Optimizer::AdamW : Optimizer::Adam;
+    } else if (type == "AdamW") {
+      p.optimizer = Optimizer::AdamW;
+    } else if (type == "Lamb") {
+      p.optimizer = Optimizer::Lamb;
+    } else if (type == "SGD") {
+      double momentum = 0;
+      if (params->contains("momentum")) {
+        if (!(*params)["momentum"].is_number())
+          throw InputError(file, "optimizer.params.momentum", "must be a number [import-value]");
+        momentum = (*params)["momentum"].get<double>();
+      }
+      p.optimizer = momentum == 0 ? Optimizer::Sgd : Optimizer::Momentum;
+    } else {
+      throw InputError(file, "optimizer.type", "'" + type + "' is not Adam, AdamW, Lamb or SGD [import-value]");
+    }
   }
   // The kernels and the rank layout are the model code's too: the
   // scenario's settings, DeepSpeed's defaults for those it leaves open.
   const auto st = strategies::bundled_stack(export_stack_name(ExportTarget::DeepSpeed));
   if (!base.stack || base.stack->name != st.name) strategies::apply_stack(st, p, base.implementation_keys);
   p.implementation.overlap_grad_reduce = overlap;
-  if (const auto* d = object(j, "data_types", ""); d && d->contains("grad_accum_dtype"))
-    p.implementation.fp32_grad_accumulation = (*d)["grad_accum_dtype"] == "fp32";
+  if (const auto* d = object(j, "data_types", ""); d && d->contains("grad_accum_dtype")) {
+    const auto& dtype = (*d)["grad_accum_dtype"];
+    if (!dtype.is_string() || (dtype != "fp32" && dtype != "fp16" && dtype != "bf16"))
+      throw InputError(file, "data_types.grad_accum_dtype", "must be \"fp32\", \"fp16\" or \"bf16\" [import-value]");
+    p.implementation.fp32_grad_accumulation = dtype == "fp32";
+  }
   // Batch: global = micro x accumulation x dp.
   auto& b = out.scenario.batch;
   b.micro = bounded(get_int(j, "train_micro_batch_size_per_gpu", "", base.batch.micro), 1, kMaxTokensPerStep, file,
