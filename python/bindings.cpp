@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -87,9 +88,11 @@ E name_to(const std::string& name, const char* what) {
 struct Stopped {};
 
 // Runs f() on a worker thread, the GIL released, while this thread checks
-// for signals (module comment). `stop` is what f polls.
+// for signals (module comment). `stop` is what f polls. `tick`, when given,
+// runs on this thread with the GIL every 50 ms and once after f ends (a
+// Python progress callback); an exception it raises stops f as a signal does.
 template <class F>
-auto interruptible(std::atomic<bool>& stop, F&& f) -> decltype(f()) {
+auto interruptible(std::atomic<bool>& stop, F&& f, const std::function<void()>& tick = {}) -> decltype(f()) {
   using R = decltype(f());
   std::optional<R> result;
   std::exception_ptr error;
@@ -119,11 +122,19 @@ auto interruptible(std::atomic<bool>& stop, F&& f) -> decltype(f()) {
       if (PyErr_CheckSignals() != 0) {
         raised.emplace();  // fetches (and clears) the handler's exception
         stop.store(true);
+      } else if (tick) {
+        try {
+          tick();
+        } catch (nb::python_error& e) {
+          raised.emplace(std::move(e));
+          stop.store(true);
+        }
       }
     }
     worker.join();
   }
   if (raised) throw *raised;
+  if (tick && !error) tick();  // the last figures
   if (error) {
     try {
       std::rethrow_exception(error);
@@ -200,7 +211,8 @@ std::string presets(const std::string& what, const std::string& format) {
 std::tuple<std::string, std::string> explore(const Source& s, const std::string& out_dir, int jobs, bool resume,
                                              std::uint64_t shard_index, std::uint64_t shard_count,
                                              std::size_t top_k, const std::optional<std::string>& rank_by,
-                                             std::uint64_t max_plans, const std::string& format) {
+                                             std::uint64_t max_plans, const std::string& format,
+                                             const nb::object& progress, double progress_interval_s) {
   const auto f = name_to<report::Format>(format, "format");
   report::ExploreRunOptions o;
   o.out_dir = out_dir;
@@ -214,10 +226,45 @@ std::tuple<std::string, std::string> explore(const Source& s, const std::string&
   if (shard_count < 1 || shard_index >= shard_count)
     throw InputError("shard", "", "needs n >= 1 and 0 <= i < n");
   std::atomic<bool> stop{false};
+  // The explorer's latest figures, handed from its threads to the caller's
+  // progress callback, which runs on the calling thread (a notebook's
+  // widgets and tqdm bars expect that) at most every progress_interval_s.
+  std::mutex latest_mu;
+  std::optional<strategies::Progress> latest;
   o.progress_interval_s = 0.05;
-  o.on_progress = [&stop](const strategies::Progress&) {
+  o.on_progress = [&](const strategies::Progress& p) {
     if (stop.load()) throw Stopped{};
+    std::lock_guard lock(latest_mu);
+    latest = p;
   };
+  double shown_at = -1;
+  std::function<void()> tick;
+  if (!progress.is_none())
+    tick = [&] {
+      std::optional<strategies::Progress> p;
+      {
+        std::lock_guard lock(latest_mu);
+        p = std::exchange(latest, std::nullopt);
+      }
+      if (!p) return;
+      const bool last = p->to_score > 0 && p->scored == p->to_score;
+      if (!last && shown_at >= 0 && p->elapsed_s - shown_at < progress_interval_s) {
+        std::lock_guard lock(latest_mu);
+        if (!latest) latest = p;  // kept for the next tick
+        return;
+      }
+      shown_at = p->elapsed_s;
+      nb::dict d;
+      d["checked"] = p->checked;
+      d["total"] = p->total;
+      d["scored"] = p->scored;
+      d["to_score"] = p->to_score;
+      d["elapsed_s"] = p->elapsed_s;
+      d["scoring_s"] = p->scoring_s;
+      // Of the plans to score, by the explorer's cost estimate (its ETA's basis).
+      d["fraction"] = p->cost_total > 0 ? p->cost_done / p->cost_total : 0.0;
+      progress(d);
+    };
   return interruptible(stop, [&] {
     const auto sc = load(s);
     strategies::require_transformer(sc, "explore");
@@ -231,7 +278,7 @@ std::tuple<std::string, std::string> explore(const Source& s, const std::string&
       warning = std::string("explore: no report: ") + e.what();
     }
     return std::tuple<std::string, std::string>{std::move(out), std::move(warning)};
-  });
+  }, tick);
 }
 
 std::string write_report(const std::string& dir, const std::string& out_dir) {
@@ -333,7 +380,7 @@ NB_MODULE(_core, m) {
   m.def("describe", &describe, "target"_a.none(), "text"_a, "scenario"_a, "format"_a);
   m.def("presets", &presets, "what"_a, "format"_a);
   m.def("explore", &explore, "source"_a, "out_dir"_a, "jobs"_a, "resume"_a, "shard_index"_a, "shard_count"_a,
-        "top_k"_a, "rank_by"_a.none(), "max_plans"_a, "format"_a);
+        "top_k"_a, "rank_by"_a.none(), "max_plans"_a, "format"_a, "progress"_a.none(), "progress_interval_s"_a);
   m.def("write_report", &write_report, "dir"_a, "out_dir"_a);
   m.def("export", &export_plan, "source"_a, "to"_a, "rank"_a, "scenario"_a);
   m.def("import_plan", &import_plan, "settings_path"_a.none(), "settings_text"_a, "from_"_a, "scenario"_a);

@@ -15,7 +15,7 @@ import os as _os
 import pathlib as _pathlib
 import tempfile as _tempfile
 from collections.abc import Iterator, Mapping
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from . import _core
 from ._errors import Error, InputError, OutOfMemoryError
@@ -302,12 +302,21 @@ def explore(
     top: int = 10,
     rank_by: Optional[str] = None,
     max_plans: Optional[int] = None,
+    progress: Optional[Callable[[dict], Any]] = None,
+    progress_interval: float = 1.0,
 ) -> ExploreResult:
     """``strata explore SCENARIO --out DIR``: search the scenario's space on
     ``jobs`` threads (default: the hardware's). ``out``: the output directory
     (default: a temporary one); ``resume``, ``shard=(i, n)``, ``top``,
     ``rank_by``, ``max_plans``: the CLI's options. Releases the GIL; Ctrl-C
-    stops it (KeyboardInterrupt; the directory can be resumed)."""
+    stops it (KeyboardInterrupt; the directory can be resumed).
+
+    ``progress``: called on the calling thread at most every
+    ``progress_interval`` seconds, and once at the end, with a dict:
+    ``checked`` of ``total`` plans checked, ``scored`` of ``to_score``,
+    ``elapsed_s``, ``scoring_s`` and ``fraction`` (of the scoring, by cost:
+    what the CLI's ETA uses). An exception it raises stops the explore and
+    propagates, as Ctrl-C does."""
     tmp = None
     if out is None:
         tmp = _tempfile.TemporaryDirectory(prefix="strata-explore-")
@@ -326,6 +335,8 @@ def explore(
         rank_by,
         int(max_plans) if max_plans is not None else _core.default_max_plans,
         "json",
+        progress,
+        float(progress_interval),
     )
     return ExploreResult(_json.loads(text), out_dir, tmp, warning)
 

@@ -3,6 +3,7 @@ returns what the matching `strata ... --format json` prints (the same
 renderer, so equal as parsed JSON, numbers bit for bit), errors carry the
 CLI's message and fields, long calls release the GIL and stop on Ctrl-C."""
 import json
+import pathlib
 import os
 import signal
 import threading
@@ -193,6 +194,71 @@ def test_explore_equals_cli(root, cli, tmp_path):
     assert _summary_without_run(r.summary) == _summary_without_run(ref)
     assert r.top and r.top[0]["plan_id"] == ref["top"][0]["plan_id"]
     assert r.report_path.exists() and "<iframe srcdoc=" in r._repr_html_()
+
+
+def test_explore_progress(root, tmp_path):
+    # The callback runs on the calling thread with the explorer's figures,
+    # the last call at 100 %; one that raises stops the search, and the
+    # directory resumes to the same plans as an uninterrupted run.
+    seen, threads = [], set()
+
+    def note(d):
+        seen.append(d)
+        threads.add(threading.get_ident())
+
+    r = strata.explore(str(root / SMALL_EXPLORE), out=tmp_path / "a", jobs=2, progress=note, progress_interval=0)
+    assert seen and threads == {threading.get_ident()}
+    assert set(seen[-1]) == {"checked", "total", "scored", "to_score", "elapsed_s", "scoring_s", "fraction"}
+    assert seen[-1]["checked"] == seen[-1]["total"] > 0
+    assert seen[-1]["scored"] == seen[-1]["to_score"] == len(r)
+    assert [d["scored"] for d in seen] == sorted(d["scored"] for d in seen)
+
+    class Enough(Exception):
+        pass
+
+    def stop(d):
+        raise Enough()
+
+    with pytest.raises(Enough):
+        strata.explore(str(root / SMALL_EXPLORE), out=tmp_path / "b", jobs=2, progress=stop, progress_interval=0)
+    resumed = strata.explore(str(root / SMALL_EXPLORE), out=tmp_path / "b", jobs=2, resume=True)
+    assert sorted(x["plan_id"] for x in resumed) == sorted(x["plan_id"] for x in r)
+
+
+def test_stub_matches_module():
+    # python/strata/_core.pyi names every function of the native module with
+    # its parameters in order (nanobind's signature, the first line of its
+    # docstring): a binding changed without its stub fails here.
+    import ast
+    import inspect
+    stub = ast.parse((pathlib.Path(strata.__file__).parent / "_core.pyi").read_text())
+    declared = {f.name: [a.arg for a in f.args.args] for f in stub.body if isinstance(f, ast.FunctionDef)}
+    native = {}
+    for name, fn in vars(strata._core).items():
+        if name.startswith("_") or inspect.isclass(fn) or not callable(fn):
+            continue
+        head = fn.__doc__.splitlines()[0]
+        params = head[head.index("(") + 1:head.rindex(") ->")]
+        native[name] = [p.split(":")[0].strip().lstrip("*") for p in _split_params(params) if p.strip() not in ("/", "*")]
+    assert declared == native
+
+
+def _split_params(text):
+    """A signature's parameters, split at top-level commas."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return out
 
 
 def test_explore_to_frame(root):
