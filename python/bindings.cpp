@@ -286,6 +286,14 @@ std::string write_report(const std::string& dir, const std::string& out_dir) {
   return report::write_report(dir, out_dir);
 }
 
+// merge DIR... --out OUT: the shards combined (records verified, counts
+// summed, front and top recomputed); what the CLI prints.
+std::string merge(const std::vector<std::string>& dirs, const std::string& out_dir, const std::string& format) {
+  const auto f = name_to<report::Format>(format, "format");
+  nb::gil_scoped_release release;
+  return report::render_explore(report::merge_explore(dirs, out_dir), nullptr, f);
+}
+
 // export: `strata export`'s work: the text, the choices the engine cannot
 // express, the notes.
 std::tuple<std::string, std::vector<std::string>, std::vector<std::string>> export_plan(
@@ -382,6 +390,7 @@ NB_MODULE(_core, m) {
   m.def("explore", &explore, "source"_a, "out_dir"_a, "jobs"_a, "resume"_a, "shard_index"_a, "shard_count"_a,
         "top_k"_a, "rank_by"_a.none(), "max_plans"_a, "format"_a, "progress"_a.none(), "progress_interval_s"_a);
   m.def("write_report", &write_report, "dir"_a, "out_dir"_a);
+  m.def("merge", &merge, "dirs"_a, "out_dir"_a, "format"_a);
   m.def("export", &export_plan, "source"_a, "to"_a, "rank"_a, "scenario"_a);
   m.def("import_plan", &import_plan, "settings_path"_a.none(), "settings_text"_a, "from_"_a, "scenario"_a);
   m.def("validate", &validate, "source"_a, "rank"_a, "backend"_a, "steps"_a, "calibration"_a, "format"_a);

@@ -32,6 +32,8 @@ __all__ = [
     "explore",
     "export",
     "import_plan",
+    "merge",
+    "report",
     "validate",
     "models",
     "gpus",
@@ -339,6 +341,30 @@ def explore(
         float(progress_interval),
     )
     return ExploreResult(_json.loads(text), out_dir, tmp, warning)
+
+
+def merge(
+    dirs: "list[Union[str, _os.PathLike[str], ExploreResult]]",
+    out: Union[str, "_os.PathLike[str]"],
+) -> ExploreResult:
+    """``strata merge DIR... --out OUT``: the shard directories of one
+    explore (``shard=(i, n)``) combined into ``out``: every record verified,
+    counts summed, the Pareto front and top plans recomputed. Releases the GIL."""
+    paths = [_os.fspath(d.out if isinstance(d, ExploreResult) else d) for d in dirs]
+    text = _core.merge(paths, _os.fspath(out), "json")
+    return ExploreResult(_json.loads(text), _os.fspath(out))
+
+
+def report(
+    explored: Union[str, "_os.PathLike[str]", ExploreResult],
+    out: Optional[Union[str, "_os.PathLike[str]"]] = None,
+) -> str:
+    """``strata report DIR [--out DIR2]``: the comparison report of an
+    explore directory (``report.html``, ``report.md``, ``results.csv``),
+    written to ``out`` (default: the directory itself) after every record is
+    verified; returns what the CLI prints (the files written). Releases the GIL."""
+    d = _os.fspath(explored.out if isinstance(explored, ExploreResult) else explored)
+    return _core.write_report(d, _os.fspath(out) if out is not None else d)
 
 
 def export(

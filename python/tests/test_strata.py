@@ -261,6 +261,25 @@ def _split_params(text):
     return out
 
 
+def test_merge_and_report_equal_cli(root, cli, tmp_path):
+    # Two shards merged as the CLI merges them (the same summary and
+    # records), and the report of the merged directory as `strata report`
+    # writes it (the same Markdown and CSV, the same lines printed).
+    scenario = str(root / SMALL_EXPLORE)
+    shards = [strata.explore(scenario, out=tmp_path / f"s{i}", jobs=2, shard=(i, 2)) for i in (0, 1)]
+    merged = strata.merge(shards, tmp_path / "py")
+    ref = cli.json("merge", tmp_path / "s0", tmp_path / "s1", "--out", tmp_path / "cli")
+    assert _summary_without_run(merged.summary) == _summary_without_run(ref)
+    assert sorted(x["plan_id"] for x in merged) == sorted(x["plan_id"] for x in strata.explore(scenario, jobs=2))
+    text = strata.report(merged, out=tmp_path / "rpy")
+    printed = cli("report", tmp_path / "py", "--out", tmp_path / "rcli", "--quiet").stdout
+    assert text == printed.replace(str(tmp_path / "rcli"), str(tmp_path / "rpy"))
+    for name in ("report.md", "results.csv"):
+        assert (tmp_path / "rpy" / name).read_bytes() == (tmp_path / "rcli" / name).read_bytes()
+    with pytest.raises(strata.InputError):
+        strata.merge([tmp_path / "s0", tmp_path / "nowhere"], tmp_path / "bad")
+
+
 def test_explore_to_frame(root):
     # One row per record, nested fields flattened.
     import pandas as pd  # scripts/test.sh installs it in the venv
