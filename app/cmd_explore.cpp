@@ -98,6 +98,9 @@ std::string explore(const ExploreArgs& a) {
   o.max_plans = a.max_plans;
   o.progress_interval_s = line.tty() ? 0.25 : 10.0;
   o.on_progress = [&line](const strategies::Progress& p) { line(p); };
+  if (sc.cluster.stragglers && !a.quiet)
+    std::cerr << "explore: note: cluster.stragglers' step-time distribution is strata simulate's; plans "
+                 "are ranked by their step with cluster.slow alone\n";
   try {
     const auto rep = report::run_explore(sc, o);
     line.finish();

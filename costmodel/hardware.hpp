@@ -4,7 +4,9 @@
 // one direction, as vendors quote them halved from bidirectional figures;
 // memory sizes are GiB. Peaks are dense (no structured sparsity).
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "costmodel/techniques.hpp"
 #include "sim/units.hpp"
@@ -55,12 +57,39 @@ struct GpuSpec {
   double peak_tflops(Precision p) const;
 };
 
+// A GPU, or every GPU of a node, slower than its class (a straggler: a
+// throttled or faulty device, a noisy neighbour): its kernels take `factor`
+// times as long. Exactly one of rank and node is set (≥ 0).
+struct SlowDevice {
+  std::int64_t rank = -1;
+  std::int64_t node = -1;
+  double factor = 1;
+};
+
+// Slowdowns drawn afresh for every step (cluster.stragglers): each GPU's
+// kernels take exp(rank_sigma · Z) times as long (Z standard normal: the
+// class's figures are its median GPU), each node independently is slowed
+// by node_factor with node_probability; `samples` steps are drawn from
+// `seed`. backup_replicas k: the step also reports waiting for the fastest
+// dp − k data-parallel replicas only (backup workers, Chen et al. 2016).
+struct StragglerModel {
+  double rank_sigma = 0;
+  double node_probability = 0;
+  double node_factor = 1;
+  std::int64_t samples = 200;
+  std::uint64_t seed = 1;
+  std::int64_t backup_replicas = 0;
+};
+
 struct ClusterSpec {
   std::string name;
   GpuSpec gpu;
   NodeSpec node;
   std::int64_t nodes = 1;
   std::string source;
+  // Fixed stragglers, applied to every step (cluster.slow).
+  std::vector<SlowDevice> slow;
+  std::optional<StragglerModel> stragglers;
 
   std::int64_t gpus() const { return node.gpus_per_node * nodes; }
 };

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,45 @@ void read_node_fields(const JsonReader& r, NodeSpec& n) {
 }
 
 GpuSpec gpu_preset_at(std::string_view name, const JsonReader& where);
+
+constexpr double kMaxSlowdown = 1000;
+
+// cluster.slow: [{"rank" | "node": i, "factor": f}, ...], each device once.
+// Read after nodes and gpus_per_node, which bound the indices.
+std::vector<SlowDevice> read_slow_devices(const JsonReader& r, const ClusterSpec& c) {
+  std::vector<SlowDevice> out;
+  const auto items = r.elements();
+  for (const JsonReader& e : items) {
+    if (!e.is_object()) e.fail("must be an object {\"rank\" or \"node\", \"factor\"}");
+    SlowDevice d;
+    const bool by_rank = e.has("rank"), by_node = e.has("node");
+    if (by_rank == by_node) e.fail("needs exactly one of \"rank\" and \"node\"");
+    if (by_rank) d.rank = e.at("rank").as_int(0, std::max<std::int64_t>(c.gpus(), 1) - 1);
+    if (by_node) d.node = e.at("node").as_int(0, c.nodes - 1);
+    d.factor = e.at("factor").as_number(1, kMaxSlowdown);
+    e.reject_unknown_keys();
+    for (const SlowDevice& o : out)
+      if (o.rank == d.rank && o.node == d.node)
+        e.fail(std::string("the same ") + (by_rank ? "rank" : "node") + " is listed twice");
+    out.push_back(d);
+  }
+  return out;
+}
+
+StragglerModel read_stragglers(const JsonReader& r) {
+  if (!r.is_object()) r.fail("must be an object (docs/input-format.md, stragglers)");
+  StragglerModel m;
+  m.rank_sigma = r.number_or("rank_sigma", 0, 0, 1);
+  m.node_probability = r.number_or("node_probability", 0, 0, 1);
+  m.node_factor = r.number_or("node_factor", 1, 1, kMaxSlowdown);
+  m.samples = r.int_or("samples", m.samples, 1, 100'000);
+  m.seed = static_cast<std::uint64_t>(r.int_or("seed", 1, 0, std::int64_t{1} << 62));
+  m.backup_replicas = r.int_or("backup_replicas", 0, 0, kMaxGpus);
+  r.reject_unknown_keys();
+  if (m.rank_sigma == 0 && (m.node_probability == 0 || m.node_factor == 1))
+    r.fail("slows nothing: set rank_sigma > 0, or node_probability > 0 with node_factor > 1");
+  return m;
+}
 
 GpuSpec read_gpu_object(const JsonReader& r) {
   GpuSpec g;
@@ -132,6 +172,8 @@ ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir
   read_node_fields(r, c.node);
   c.nodes = r.int_or("nodes", c.nodes, 1, kMaxNodes);
   c.source = r.string_or("source", c.source);
+  if (auto sl = r.get("slow")) c.slow = read_slow_devices(*sl, c);
+  if (auto st = r.get("stragglers")) c.stragglers = read_stragglers(*st);
   r.reject_unknown_keys();
   // nodes ≤ 10^6 and gpus_per_node ≤ 1,024: the product fits; the limit is on it.
   if (c.gpus() > kMaxGpus)

@@ -17,6 +17,7 @@
 #include "lowering/schedule.hpp"
 #include "lowering/step_layout.hpp"
 #include "lowering/step_program.hpp"
+#include "lowering/stragglers.hpp"
 
 namespace strata::strategies {
 
@@ -1471,6 +1472,7 @@ StepProgram build(const Scenario& sc, const StepCosts& costs, Granularity g, con
     p = std::move(b).build(own);
   }
   if (sc.serial_ranks) chain_stages(p);
+  if (!sc.cluster.slow.empty()) slow_down(p, fixed_stage_slowdown(sc));
   p.interference = costs.interference_fraction();
   return p;
 }

@@ -111,6 +111,7 @@ const Case kCases[] = {
      Effect::StepUp},
     {"cluster/host_memory_GiB", R"({"plan": {"offload": {"optimizer": "cpu"}}})",
      R"({"cluster": {"host_memory_GiB": 0.01}})", Effect::Changes},
+    {"cluster/slow", "{}", R"({"cluster": {"slow": [{"rank": 3, "factor": 1.5}]}})", Effect::StepUp},
     {"cluster/nvme_GBps", R"({"plan": {"offload": {"optimizer": "nvme"}}})", R"({"cluster": {"nvme_GBps": 0.1}})",
      Effect::StepUp},
     {"cluster/nvme_GiB", R"({"plan": {"offload": {"optimizer": "nvme"}}})", R"({"cluster": {"nvme_GiB": 0.01}})",
@@ -237,6 +238,8 @@ const std::map<std::string, std::string> kInert = {
     {"cluster/file", "reads a cluster whose fields are checked here"},
     {"cluster/name", "a label for people"},
     {"cluster/source", "a label for people"},
+    {"cluster/stragglers", "adds its own output, the sampled step-time distribution (stragglers_test.cpp); the "
+                           "step itself is the one without it"},
     {"gpu/name", "a label for people"},
     {"gpu/source", "a label for people"},
     {"plan/offload", "an object: its keys are checked one by one"},

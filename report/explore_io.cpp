@@ -714,6 +714,15 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
                 {"host_memory_GiB", c.node.host_memory_GiB},
                 {"nvme_GBps", c.node.nvme_GBps},
                 {"nvme_GiB", c.node.nvme_GiB}}}};
+  // Slow GPUs change every record's step; written only when there are some,
+  // so directories explored without them keep their manifest.
+  if (!c.slow.empty()) {
+    ordered_json slow = ordered_json::array();
+    for (const auto& d : c.slow)
+      slow.push_back(d.rank >= 0 ? ordered_json{{"rank", d.rank}, {"factor", d.factor}}
+                                 : ordered_json{{"node", d.node}, {"factor", d.factor}});
+    cluster["slow"] = slow;
+  }
   ordered_json axes = ordered_json::object();
   std::uint64_t size = 1;
   if (sc.space) {

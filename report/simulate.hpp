@@ -6,6 +6,7 @@
 #include "report/format.hpp"
 #include "lowering/lower.hpp"
 #include "lowering/memory.hpp"
+#include "lowering/stragglers.hpp"
 #include "strategies/scenario.hpp"
 
 namespace strata::report {
@@ -15,11 +16,15 @@ namespace strata::report {
 // time_breakdown_s, bubble_fraction, peak_memory_bytes,
 // memory_breakdown_bytes, memory_per_stage, host_memory_bytes, nvme_bytes,
 // infeasible_reason {pool, needs_bytes, has_bytes} when infeasible, notes
-// (strategies::plan_notes: what a plan's names amount to) when any. `step`
-// may be null (memory only).
+// (strategies::plan_notes: what a plan's names amount to) when any;
+// stage_slowdown (cluster.slow: each stage's factor) and stragglers
+// {samples, seed, nominal_s, mean_s, p50_s, p90_s, p99_s, max_s,
+// backup_replicas, with_backup {...}} (cluster.stragglers) when the
+// cluster has them. `step` may be null (memory only).
 std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::MemoryEstimate& mem,
-                              const strategies::StepPrediction* step, Format f);
+                              const strategies::StepPrediction* step, Format f,
+                              const strategies::StragglerStats* stragglers = nullptr);
 
 // What `strata simulate` runs on a scenario read (the plan required,
 // app/scenarios.hpp) and prints: the step lowered per layer (or per chunk,

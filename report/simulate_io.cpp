@@ -169,11 +169,57 @@ std::string simulation_csv(const strategies::Scenario& sc, const ordered_json& j
   return to_csv(t);
 }
 
+void add_distribution(ordered_json& j, const strategies::StepDistribution& d) {
+  j["mean_s"] = d.mean_s;
+  j["p50_s"] = d.p50_s;
+  j["p90_s"] = d.p90_s;
+  j["p99_s"] = d.p99_s;
+  j["max_s"] = d.max_s;
+}
+
+ordered_json stragglers_json(const strategies::Scenario& sc, const strategies::StragglerStats& s) {
+  ordered_json j;
+  j["samples"] = s.samples;
+  j["seed"] = sc.cluster.stragglers->seed;
+  j["nominal_s"] = s.nominal_s;
+  add_distribution(j, s.all);
+  if (s.with_backup) {
+    j["backup_replicas"] = s.backup_replicas;
+    ordered_json b;
+    add_distribution(b, *s.with_backup);
+    // The gradients of the replicas not waited for are dropped.
+    b["batch_global"] = sc.batch.global / sc.plan.dp * (sc.plan.dp - s.backup_replicas);
+    j["with_backup"] = b;
+  }
+  return j;
+}
+
+std::string slowdown_text(const std::vector<double>& f) {
+  std::string s = "slow       stage factors (cluster.slow; a stage runs at its slowest GPU's pace):";
+  for (std::size_t i = 0; i < f.size(); ++i) s += (i ? ", " : " ") + fixed(f[i], 2);
+  return s + "\n";
+}
+
+std::string stragglers_text(const strategies::StragglerStats& s) {
+  auto line = [](const strategies::StepDistribution& d) {
+    return "mean " + fixed(d.mean_s, 3) + " s, p50 " + fixed(d.p50_s, 3) + ", p90 " + fixed(d.p90_s, 3) +
+           ", p99 " + fixed(d.p99_s, 3) + ", max " + fixed(d.max_s, 3);
+  };
+  std::string out = "stragglers " + std::to_string(s.samples) + " sampled steps: " + line(s.all) +
+                    " (without the sampled slowdowns " + fixed(s.nominal_s, 3) + " s)\n";
+  if (s.with_backup)
+    out += "backup     not waiting for the " + std::to_string(s.backup_replicas) +
+           " slowest replicas: " + line(*s.with_backup) + "\n";
+  return out;
+}
+
 }  // namespace
 
 std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::MemoryEstimate& mem,
-                              const strategies::StepPrediction* step, Format f) {
+                              const strategies::StepPrediction* step, Format f,
+                              const strategies::StragglerStats* stragglers) {
+  const std::vector<double> slowdown = strategies::fixed_stage_slowdown(sc);
   if (f == Format::Json || f == Format::Csv) {
     ordered_json j;
     j["scenario"] = sim::utf8_escaped(sc.file);
@@ -198,6 +244,8 @@ std::string render_simulation(const strategies::Scenario& sc,
       if (step->pipeline_fill > 0) j["pipeline_fill_s"] = to_seconds(step->pipeline_fill);
       j["critical_stage"] = step->critical_stage;
       j["tasks"] = step->tasks;
+      if (!slowdown.empty()) j["stage_slowdown"] = slowdown;
+      if (stragglers) j["stragglers"] = stragglers_json(sc, *stragglers);
       if (const auto g = strategies::estimate_goal(sc)) add_goal_fields(j, sc, *g, r.step_s);
     }
     j["peak_memory_bytes"] = mem.peak_bytes;
@@ -294,6 +342,8 @@ std::string render_simulation(const strategies::Scenario& sc,
       out += "fill       " + fixed(to_seconds(step->pipeline_fill), 4) + " s once per run, not per step: " +
              std::string(enum_name(sc.plan.schedule)) +
              " runs steps one after another without flushing the pipeline\n";
+    if (!slowdown.empty()) out += slowdown_text(slowdown);
+    if (stragglers) out += stragglers_text(*stragglers);
     if (const auto g = strategies::estimate_goal(sc)) out += goal_text(sc, *g, r.step_s);
   }
   if (mem.budget)

@@ -74,6 +74,19 @@ std::optional<Violation> first_violation(const Scenario& s) {
                     " does not equal the cluster's " + str(c.gpus()) + " GPUs (" +
                     str(c.nodes) + " nodes × " + str(c.node.gpus_per_node) + ")");
 
+  // --- stragglers ---
+  if (const auto& st = c.stragglers) {
+    if (st->backup_replicas >= p.dp)
+      return fail("stragglers-backup", "cluster.stragglers.backup_replicas",
+                  str(st->backup_replicas) + " backup replicas need dp > " +
+                      str(st->backup_replicas) + " (dp = " + str(p.dp) + ")");
+    // One draw per GPU and sample: at most 2^30 in all (seconds of work).
+    if (st->samples > (std::int64_t{1} << 30) / c.gpus())
+      return fail("stragglers-size", "cluster.stragglers.samples",
+                  str(st->samples) + " samples × " + str(c.gpus()) +
+                      " GPUs exceed 2^30 draws; take fewer samples");
+  }
+
   // --- layer-chain models: data parallelism only ---
   if (m.chain && (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1 || p.sequence_parallel))
     return fail("chain-data-parallel-only", "plan",

@@ -190,6 +190,13 @@ const std::array kTable{
                   "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place"),
                no("the CUDA backend computes the cross-entropy in place (the softmax turned into the gradient), "
                   "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place")},
+    // ---- cluster -------------------------------------------------------------------
+    Capability{"stragglers", "cluster", "slow GPUs (cluster.slow, cluster.stragglers)",
+               [](const Scenario& s) { return !s.cluster.slow.empty() || s.cluster.stragglers.has_value(); },
+               no("the CPU backend runs every rank at the machine's own pace and slows none down: cluster.slow "
+                  "and cluster.stragglers are for simulate and explore; remove them to run or validate"),
+               no("the CUDA backend runs every GPU at its own pace and slows none down: cluster.slow and "
+                  "cluster.stragglers are for simulate and explore; remove them to run or validate")},
     // ---- model ---------------------------------------------------------------------
     Capability{"moe", "model", "mixture-of-experts models", [](const Scenario& s) { return static_cast<bool>(s.model.moe); },
                no("mixture-of-experts models are not implemented by the CPU backend"),

@@ -106,6 +106,31 @@ def simulate_json(strata):
     check(a["peak_memory_bytes"] == d["peak_memory_bytes"], "analytical != timeline")
 
 
+def simulate_stragglers(strata):
+    scenario = sys.argv[3]
+    # The bundled stragglers scenario: its one slow GPU (factor 1.2) sets the
+    # only stage's factor; the distribution's order statistics are ordered;
+    # backup replicas drop their gradients, (dp - k)/dp of the batch; the
+    # same seed gives the same figures; the backends refuse it.
+    sc = json.loads(re.sub(r"^\s*//.*$", "", open(scenario).read(), flags=re.M))
+    out = run(strata, "simulate", scenario, "--format", "json")
+    j = json.loads(out)
+    check(j["stage_slowdown"] == [1.2], f"stage_slowdown {j['stage_slowdown']}")
+    s = j["stragglers"]
+    check(s["samples"] == 200 and s["seed"] == 1, f"samples/seed {s['samples']} {s['seed']}")
+    check(s["nominal_s"] == j["step_time_s"], f"nominal {s['nominal_s']} != step {j['step_time_s']}")
+    check(s["p50_s"] <= s["p90_s"] <= s["p99_s"] <= s["max_s"], f"percentiles {s}")
+    dp = j["gpus"]
+    k = sc["cluster"]["stragglers"]["backup_replicas"]
+    b = s["with_backup"]
+    check(s["backup_replicas"] == k and b["batch_global"] == sc["batch"]["global"] // dp * (dp - k),
+          f"backup {b}")
+    check(b["mean_s"] <= s["mean_s"] and b["p99_s"] <= s["p99_s"], f"backup waits longer: {b} {s}")
+    check(run(strata, "simulate", scenario, "--format", "json") == out, "the same seed gave other figures")
+    p = subprocess.run([strata, "run", scenario, "--backend", "cpu", "--steps", "1"], capture_output=True, text=True)
+    check(p.returncode == 2 and "cluster.slow" in p.stderr, f"run: exit {p.returncode}: {p.stderr}")
+
+
 def simulate_infeasible(strata):
     # An out-of-memory plan exits 0 with feasible false and the numbers.
     d = json.loads(run(strata, "simulate", sys.argv[3], "--format", "json"))
