@@ -129,6 +129,25 @@ def simulate_stragglers(strata):
     check(run(strata, "simulate", scenario, "--format", "json") == out, "the same seed gave other figures")
     p = subprocess.run([strata, "run", scenario, "--backend", "cpu", "--steps", "1"], capture_output=True, text=True)
     check(p.returncode == 2 and "cluster.slow" in p.stderr, f"run: exit {p.returncode}: {p.stderr}")
+    # A directory explored with one slow GPU is not resumed with another factor:
+    # every record's step depends on it (the manifest names cluster.slow).
+    base = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios", "gpt2-124m-explore.json")
+    ex = json.loads(re.sub(r"^\s*//.*$", "", open(base).read(), flags=re.M))
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-slow-")
+    try:
+        paths = []
+        for f in (1.5, 1.7):
+            ex["cluster"] = {"preset": "dgx-h100", "slow": [{"rank": 0, "factor": f}]}
+            paths.append(os.path.join(tmp, f"s{f}.json"))
+            with open(paths[-1], "w") as fh:
+                json.dump(ex, fh)
+        out_dir = os.path.join(tmp, "out")
+        run(strata, "explore", paths[0], "--out", out_dir, "--jobs", "1", "--quiet")
+        p = subprocess.run([strata, "explore", paths[1], "--out", out_dir, "--resume", "--quiet"],
+                           capture_output=True, text=True)
+        check(p.returncode == 2 and "cluster.slow" in p.stderr, f"resume: exit {p.returncode}: {p.stderr}")
+    finally:
+        shutil.rmtree(tmp)
 
 
 def simulate_infeasible(strata):
