@@ -115,11 +115,8 @@ std::optional<StragglerStats> straggler_distribution(const Scenario& sc, StepPro
     replica_of[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(c.dp);
   }
   const std::vector<double> fixed = fixed_rank_factors(sc);
-  std::vector<double> given(stages, 1.0);  // what p already carries
-  for (std::int64_t r = 0; r < gpus; ++r) {
-    auto& g = given[static_cast<std::size_t>(stage_of[static_cast<std::size_t>(r)])];
-    g = std::max(g, fixed[static_cast<std::size_t>(r)]);
-  }
+  std::vector<double> given = fixed_stage_slowdown(sc);  // what p already carries
+  if (given.empty()) given.assign(stages, 1.0);
 
   // The program's durations as given, restored before every sample.
   std::vector<Time> durations(p.tasks.size());
