@@ -52,6 +52,15 @@ def test_simulate_dict_and_json_text_equal_cli(root, cli, tmp_path):
     assert mine == ref
 
 
+def test_simulate_stragglers_equal_cli(root, cli):
+    # Slow GPUs and the sampled distribution come through the same renderer:
+    # the same seed, the same figures as the CLI's.
+    path = root / "configs/scenarios/llama3-8b-stragglers-h100.json"
+    py = dict(strata.simulate(str(path)))
+    assert py == cli.json("simulate", path)
+    assert py["stage_slowdown"] == [1.2] and py["stragglers"]["samples"] == 200
+
+
 def test_simulate_chunk_and_analytical_equal_cli(root, cli):
     # The options map onto --granularity chunk and --analytical.
     assert dict(strata.simulate(str(root / MEGATRON), granularity="chunk")) == cli.json(
