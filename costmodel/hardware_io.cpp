@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "costmodel/model_io.hpp"
 #include "costmodel/presets.hpp"
@@ -44,6 +45,7 @@ constexpr double kMaxSlowdown = 1000;
 // Read after nodes and gpus_per_node, which bound the indices.
 std::vector<SlowDevice> read_slow_devices(const JsonReader& r, const ClusterSpec& c) {
   std::vector<SlowDevice> out;
+  std::unordered_set<std::int64_t> ranks, nodes;  // linear in the list, however long
   const auto items = r.elements();
   for (const JsonReader& e : items) {
     if (!e.is_object()) e.fail("must be an object {\"rank\" or \"node\", \"factor\"}");
@@ -54,9 +56,8 @@ std::vector<SlowDevice> read_slow_devices(const JsonReader& r, const ClusterSpec
     if (by_node) d.node = e.at("node").as_int(0, c.nodes - 1);
     d.factor = e.at("factor").as_number(1, kMaxSlowdown);
     e.reject_unknown_keys();
-    for (const SlowDevice& o : out)
-      if (o.rank == d.rank && o.node == d.node)
-        e.fail(std::string("the same ") + (by_rank ? "rank" : "node") + " is listed twice");
+    if (!(by_rank ? ranks.insert(d.rank) : nodes.insert(d.node)).second)
+      e.fail(std::string("the same ") + (by_rank ? "rank" : "node") + " is listed twice");
     out.push_back(d);
   }
   return out;

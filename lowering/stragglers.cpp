@@ -149,9 +149,9 @@ std::optional<StragglerStats> straggler_distribution(const Scenario& sc, StepPro
   std::vector<std::int32_t> order(static_cast<std::size_t>(dp));
   std::vector<char> dropped(static_cast<std::size_t>(dp));
   all.reserve(static_cast<std::size_t>(m.samples));
+  const std::int64_t nodes = (gpus + per_node - 1) / per_node;
   for (std::int64_t k = 0; k < m.samples; ++k) {
     // Draw the nodes first, then the GPUs, in rank order.
-    const std::int64_t nodes = (gpus + per_node - 1) / per_node;
     for (std::int64_t n = 0; n < nodes; ++n) {
       const double node = m.node_probability > 0 && uniform(gen) < m.node_probability ? m.node_factor : 1.0;
       for (std::int64_t r = n * per_node; r < std::min(gpus, (n + 1) * per_node); ++r)

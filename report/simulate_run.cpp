@@ -22,10 +22,10 @@ std::optional<strategies::StragglerStats> stragglers(const strategies::Scenario&
 }  // namespace
 
 std::string simulate(const strategies::Scenario& sc, const SimulateOptions& o) {
+  if (o.chunk && !o.trace.empty())
+    throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
   const auto st = stragglers(sc);
   if (o.chunk) {
-    if (!o.trace.empty())
-      throw InputError("--trace", "", "needs --granularity layer (the chunk level builds no task graph)");
     const strategies::ModelStepCosts costs(sc);
     const auto pr = strategies::predict_chunks(sc, costs);
     return render_simulation(sc, o.analytical ? strategies::estimate_memory(sc) : pr.memory, &pr.step, o.format,
