@@ -12,4 +12,30 @@ double GpuSpec::peak_tflops(Precision p) const {
   return 0;
 }
 
+double ClusterSpec::mean_peak_tflops(Precision p) const {
+  if (groups.empty() || nodes <= 0) return gpu.peak_tflops(p);
+  double sum = 0;
+  for (const auto& g : groups) sum += g.gpu.peak_tflops(p) * static_cast<double>(g.nodes);
+  return sum / static_cast<double>(nodes);
+}
+
+std::size_t ClusterSpec::group_of_node(std::int64_t n) const {
+  std::int64_t end = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    end += groups[g].nodes;
+    if (n < end) return g;
+  }
+  return 0;
+}
+
+ClusterSpec ClusterSpec::group_view(std::size_t g) const {
+  ClusterSpec c = *this;
+  c.groups.clear();
+  if (g < groups.size()) {
+    c.gpu = groups[g].gpu;
+    c.node = groups[g].node;
+  }
+  return c;
+}
+
 }  // namespace strata::cost

@@ -1,6 +1,6 @@
 #pragma once
 // Hardware description: a GPU, the node (server) that holds several, and a
-// cluster of identical nodes. Bandwidths are decimal GB/s (1e9 bytes/s) in
+// cluster of identical nodes, or of groups of identical nodes (NodeGroup). Bandwidths are decimal GB/s (1e9 bytes/s) in
 // one direction, as vendors quote them halved from bidirectional figures;
 // memory sizes are GiB. Peaks are dense (no structured sparsity).
 #include <cstdint>
@@ -81,17 +81,43 @@ struct StragglerModel {
   std::int64_t backup_replicas = 0;
 };
 
-struct ClusterSpec {
+// Nodes of one kind in a cluster that mixes kinds (cluster.groups): their
+// GPU, their server and how many. Ranks are numbered node by node, the
+// groups in the order listed.
+struct NodeGroup {
   std::string name;
   GpuSpec gpu;
   NodeSpec node;
   std::int64_t nodes = 1;
+};
+
+struct ClusterSpec {
+  std::string name;
+  // With groups: the first group's GPU and server (what a figure of the
+  // whole cluster that is not per stage is read from), and every group's
+  // nodes; every group has this gpus_per_node.
+  GpuSpec gpu;
+  NodeSpec node;
+  std::int64_t nodes = 1;
   std::string source;
+  // Two or more groups of different nodes, in rank order; empty: every node
+  // is `node` with `gpu`s.
+  std::vector<NodeGroup> groups;
   // Fixed stragglers, applied to every step (cluster.slow).
   std::vector<SlowDevice> slow;
   std::optional<StragglerModel> stragglers;
 
   std::int64_t gpus() const { return node.gpus_per_node * nodes; }
+  bool heterogeneous() const { return !groups.empty(); }
+  // The mean dense peak of the cluster's GPUs (the GPU's without groups):
+  // what model FLOP/s per GPU is a fraction of (MFU).
+  double mean_peak_tflops(Precision p) const;
+  // The group holding node n (0 ≤ n < nodes); 0 without groups.
+  std::size_t group_of_node(std::int64_t n) const;
+  // The cluster as if every node were group g's (its GPU and server, this
+  // cluster's node count, no groups; slow GPUs and stragglers kept): what
+  // prices the work of ranks on group g.
+  ClusterSpec group_view(std::size_t g) const;
 };
 
 }  // namespace strata::cost

@@ -141,9 +141,67 @@ ClusterSpec cluster_from_gpu(const GpuSpec& g) {
 
 ClusterSpec cluster_preset_at(std::string_view name, const JsonReader& where, int depth);
 
+// Checks that a cluster's GPUs are countable and its links priced.
+void check_cluster_size(const JsonReader& r, const ClusterSpec& c) {
+  // nodes ≤ 10^6 and gpus_per_node ≤ 1,024: the product fits; the limit is on it.
+  if (c.gpus() > kMaxGpus)
+    r.fail_at("nodes", "nodes × gpus_per_node = " + std::to_string(c.nodes) + " × " +
+                           std::to_string(c.node.gpus_per_node) + " = " + std::to_string(c.gpus()) +
+                           " GPUs; Strata models at most 2^20 (1,048,576)");
+}
+
+ClusterSpec read_cluster_at(const JsonReader& value, const std::string& base_dir, int depth);
+
+// A cluster of node groups: {"groups": [cluster, cluster, ...], "name",
+// "source", "slow", "stragglers"}. Each group is a cluster (preset, file or
+// object) of one kind of node; the GPUs are ranked group by group.
+ClusterSpec read_grouped_cluster(const JsonReader& r, const JsonReader& groups, const std::string& base_dir,
+                                 int depth) {
+  for (const char* key : {"preset", "file", "gpu", "gpus_per_node", "nodes", "intra_node_GBps",
+                          "inter_node_GBps_per_gpu", "pcie_GBps", "host_memory_GiB", "nvme_GBps", "nvme_GiB"})
+    if (r.has(key)) r.fail_at(key, "with \"groups\", each group names its own GPU, server and nodes");
+  const auto items = groups.elements();
+  if (items.size() < 2)
+    groups.fail("needs at least two groups (a cluster of one kind of node is a plain cluster object)");
+  if (items.size() > 64) groups.fail("at most 64 groups");
+  ClusterSpec c;
+  c.nodes = 0;
+  std::string names;
+  for (const JsonReader& e : items) {
+    if (e.is_object())
+      for (const char* key : {"groups", "slow", "stragglers"})
+        if (e.has(key)) e.fail_at(key, "belongs to the whole cluster, not to one of its groups");
+    ClusterSpec g = read_cluster_at(e, base_dir, depth + 1);
+    if (g.heterogeneous() || !g.slow.empty() || g.stragglers)
+      e.fail("a group is one kind of node: its cluster may not have groups, slow GPUs or stragglers");
+    if (!c.groups.empty() && g.node.gpus_per_node != c.groups.front().node.gpus_per_node)
+      e.fail("has " + std::to_string(g.node.gpus_per_node) + " GPUs per node; every group needs the first's " +
+             std::to_string(c.groups.front().node.gpus_per_node) + " (ranks are numbered node by node)");
+    c.nodes += g.nodes;
+    if (c.nodes > kMaxNodes) e.fail("the groups hold more than 10^6 nodes");
+    names += (names.empty() ? "" : "+") + std::to_string(g.nodes) + "x" + g.name;
+    c.groups.push_back({g.name, std::move(g.gpu), std::move(g.node), g.nodes});
+  }
+  c.gpu = c.groups.front().gpu;
+  c.node = c.groups.front().node;
+  c.name = r.string_or("name", names);
+  c.source = r.string_or("source", "");
+  check_cluster_size(r, c);
+  // Collectives and sends may leave any node: every group's network is priced.
+  if (c.nodes > 1)
+    for (std::size_t i = 0; i < c.groups.size(); ++i)
+      if (c.groups[i].node.inter_node_GBps_per_gpu <= 0)
+        items[i].fail("inter_node_GBps_per_gpu must be > 0: the cluster has more than one node");
+  if (auto sl = r.get("slow")) c.slow = read_slow_devices(*sl, c);
+  if (auto st = r.get("stragglers")) c.stragglers = read_stragglers(*st);
+  r.reject_unknown_keys();
+  return c;
+}
+
 ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir, int depth) {
   if (depth > 8) r.fail("presets/files nest more than 8 deep");
   if (!r.is_object()) r.fail("must be a preset name, a file path or an object");
+  if (auto groups = r.get("groups")) return read_grouped_cluster(r, *groups, base_dir, depth);
   ClusterSpec c;
   bool based = false;
   if (auto p = r.get("preset")) {
@@ -176,11 +234,7 @@ ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir
   if (auto sl = r.get("slow")) c.slow = read_slow_devices(*sl, c);
   if (auto st = r.get("stragglers")) c.stragglers = read_stragglers(*st);
   r.reject_unknown_keys();
-  // nodes ≤ 10^6 and gpus_per_node ≤ 1,024: the product fits; the limit is on it.
-  if (c.gpus() > kMaxGpus)
-    r.fail_at("nodes", "nodes × gpus_per_node = " + std::to_string(c.nodes) + " × " +
-                           std::to_string(c.node.gpus_per_node) + " = " + std::to_string(c.gpus()) +
-                           " GPUs; Strata models at most 2^20 (1,048,576)");
+  check_cluster_size(r, c);
   if (c.node.gpus_per_node > 1 && c.node.intra_node_GBps <= 0)
     r.fail_at("intra_node_GBps", "must be > 0 when gpus_per_node > 1");
   if (c.nodes > 1 && c.node.inter_node_GBps_per_gpu <= 0)
@@ -208,6 +262,22 @@ ClusterSpec cluster_preset_at(std::string_view name, const JsonReader& where, in
   where.fail(unknown_preset_rule("cluster", name, known));
 }
 
+ClusterSpec read_cluster_at(const JsonReader& value, const std::string& base_dir, int depth) {
+  if (value.is_string()) {
+    const std::string s = value.as_string();
+    if (names_a_file(s)) {
+      const std::string path = resolve_path(s, base_dir);
+      if (!std::filesystem::exists(path)) value.fail("cluster file \"" + s + "\" not found");
+      const auto j = load_json_file(path);
+      value.read_file(path);
+      return read_cluster_object(value.reading(j, path),
+                                 std::filesystem::path(path).parent_path().string(), depth + 1);
+    }
+    return cluster_preset_at(s, value, depth);
+  }
+  return read_cluster_object(value, base_dir, depth);
+}
+
 }  // namespace
 
 GpuSpec read_gpu(const JsonReader& value) {
@@ -227,19 +297,7 @@ std::vector<GpuSpec> gpu_presets() {
 }
 
 ClusterSpec read_cluster(const JsonReader& value, const std::string& base_dir) {
-  if (value.is_string()) {
-    const std::string s = value.as_string();
-    if (names_a_file(s)) {
-      const std::string path = resolve_path(s, base_dir);
-      if (!std::filesystem::exists(path)) value.fail("cluster file \"" + s + "\" not found");
-      const auto j = load_json_file(path);
-      value.read_file(path);
-      return read_cluster_object(value.reading(j, path),
-                                 std::filesystem::path(path).parent_path().string(), 1);
-    }
-    return cluster_preset_at(s, value, 0);
-  }
-  return read_cluster_object(value, base_dir, 0);
+  return read_cluster_at(value, base_dir, 0);
 }
 
 ClusterSpec cluster_preset(std::string_view name) {

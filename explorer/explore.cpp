@@ -17,6 +17,7 @@
 #include "lowering/schedule.hpp"
 #include "lowering/step_costs.hpp"
 #include "lowering/step_layout.hpp"
+#include "strategies/stage_split.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -184,9 +185,10 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   if (zero_shards(p) == 1 || p.zero == 0) p.implementation.overlap_param_gather = false;
   // A layout that splits the blocks as the balanced one does (one chunk, or
   // a remainder that lands alike) is the balanced plan.
-  if (p.pipeline_layout != PipelineLayout::Balanced && p.stage_layers.empty()) {
+  if (p.pipeline_layout != PipelineLayout::Balanced && (p.stage_layers.empty() || weighs_stages(p.pipeline_layout))) {
     Plan balanced = p;
     balanced.pipeline_layout = PipelineLayout::Balanced;
+    balanced.stage_layers.clear();
     if (chunk_layers(p, sc.model.layers) == chunk_layers(balanced, sc.model.layers)) p = balanced;
   }
   std::string key = canonical_json(p, sc.batch);

@@ -113,7 +113,7 @@ class StepBuilder : StepLayout {
   // `recycled`: a program whose vectors' capacity the new one reuses.
   StepBuilder(const Scenario& sc, const StepCosts& costs, Granularity g, const LayerPlan* layers,
               StepProgram recycled = {})
-      : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs),
+      : StepLayout(sc, costs, layers), sc_(sc), plan_(sc.plan), costs_(costs), stage_costs_(&costs),
         out_(std::move(recycled)), statics_(estimate_memory(sc, {}, layers_)) {
     out_.clear();
     const std::size_t slots = chunks_.size() * static_cast<std::size_t>(m_);
@@ -371,7 +371,7 @@ class StepBuilder : StepLayout {
   // of a chunk: on the communication lane from the step's start.
   std::int32_t weight_gather(double params, Part part, std::int64_t layer) {
     return task(sim::TaskKind::Collective, sim::Lane::Comm,
-                costs_.collective(Collective::AllGather, Group::DP, static_cast<Bytes>(params * per_.weights)),
+                costs().collective(Collective::AllGather, Group::DP, static_cast<Bytes>(params * per_.weights)),
                 sim::Phase::Comm, CommKind::DP, info(TaskOp::GatherWeights, part, layer));
   }
 
@@ -384,7 +384,7 @@ class StepBuilder : StepLayout {
         {CommKind::TP, plan_.tp > 1}, {CommKind::CP, plan_.cp > 1}, {CommKind::EP, plan_.ep > 1}};
     for (const auto& [kind, on] : kinds) {
       if (!on) continue;
-      const Time d = costs_.layer_comm(kind, priced);
+      const Time d = costs().layer_comm(kind, priced);
       if (d > 0) fn(kind, d);
     }
   }
@@ -531,10 +531,10 @@ class StepBuilder : StepLayout {
     Split sp;
     Bytes saved = 0, host = 0;
     if (k == 0) {
-      sp.add(0, costs_.layer(chain_.embedding, Pass::Forward));
+      sp.add(0, costs().layer(chain_.embedding, Pass::Forward));
       saved += chain_.embedding.saved_bytes();
     }
-    const Time f = costs_.layer(chain_.block, Pass::Forward);
+    const Time f = costs().layer(chain_.block, Pass::Forward);
     for (std::int64_t i = 0; i < n; ++i) {
       sp.add(0, f);
       add_comm(sp, Pass::Forward);
@@ -544,7 +544,7 @@ class StepBuilder : StepLayout {
       host += swapped;
     }
     if (last) {
-      sp.add(0, costs_.layer(chain_.head, Pass::Forward));
+      sp.add(0, costs().layer(chain_.head, Pass::Forward));
       saved += chain_.head.saved_bytes();
     }
     if (!out_.exact) sp = fold_pass(k, true);
@@ -588,12 +588,12 @@ class StepBuilder : StepLayout {
       peak = std::max(peak, level);
     };
     if (last) {
-      sp.add(0, costs_.layer(chain_.head, Pass::Backward));
+      sp.add(0, costs().layer(chain_.head, Pass::Backward));
       const Bytes g = chain_.head.max_grad_bytes();
       hold(g);
       level -= g + chain_.head.saved_bytes();
     }
-    const Time b = costs_.layer(chain_.block, Pass::Backward), r = costs_.layer(chain_.block, Pass::Recompute);
+    const Time b = costs().layer(chain_.block, Pass::Backward), r = costs().layer(chain_.block, Pass::Recompute);
     const bool core = rule_.selective_reruns;
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const Keep keep = keeps[static_cast<std::size_t>(i)];
@@ -604,7 +604,7 @@ class StepBuilder : StepLayout {
           add_comm(sp, Pass::Recompute);
         }
       } else if (keep == Keep::Selective && core) {
-        sp.add(static_cast<int>(TimeCat::Recompute), costs_.layer(chain_.block, Pass::Recompute, true));
+        sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(chain_.block, Pass::Recompute, true));
       }
       // Folded offload: the layer's swapped bytes are back for its backward.
       const Bytes swapped = layer_swapped(k, i);
@@ -615,7 +615,7 @@ class StepBuilder : StepLayout {
       sp.add(0, b);
       add_comm(sp, Pass::Backward);
     }
-    if (k == 0) sp.add(0, costs_.layer(chain_.embedding, Pass::Backward));
+    if (k == 0) sp.add(0, costs().layer(chain_.embedding, Pass::Backward));
     if (!out_.exact) sp = fold_pass(k, false);
     sp.add(0, framework);
     MergedPass m = finish_merged(sp);
@@ -647,7 +647,7 @@ class StepBuilder : StepLayout {
     const std::int32_t embedding_weights =
         k == 0 && gathers ? weight_gather(static_cast<double>(chain_.embedding.params()), Part::Embedding, -1) : kNone;
     if (k == 0 && !cpu_)
-      compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
+      compute(costs().layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
               {{buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes())}, {}});
     const bool sends = k + 1 < static_cast<int>(chunks_.size());
@@ -657,7 +657,7 @@ class StepBuilder : StepLayout {
       const bool to_send = sends && n == 0;
       const std::int32_t out = to_send ? (chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule_.input))
                                        : buffer(BufKind::Working, -1, mb, rule_.input);
-      compute(costs_.layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
+      compute(costs().layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb));
       add_mem({buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes()), out},
               to_send ? std::vector<std::int32_t>{} : std::vector<std::int32_t>{out});
@@ -672,7 +672,7 @@ class StepBuilder : StepLayout {
       if (gathers) gather = weight_gather(static_cast<double>(chain_.block.params()), Part::Layer, layer);
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
-      const std::int32_t f = compute(costs_.layer(chain_.block, Pass::Forward), sim::Phase::Fwd,
+      const std::int32_t f = compute(costs().layer(chain_.block, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Layer, layer, mb));
       std::vector<std::int32_t> allocs, frees;
       if (swapped > 0 && swapped < stored) allocs.push_back(buffer(BufKind::ActKept, layer, mb, stored - swapped));
@@ -694,7 +694,7 @@ class StepBuilder : StepLayout {
       if (swapped > 0) {
         // The swapped activations move to the host pool once the layer is done.
         const std::int32_t act = existing(BufKind::Act, layer, mb);
-        const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::D2H, costs_.copy(swapped, CopyDir::ToHost),
+        const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::D2H, costs().copy(swapped, CopyDir::ToHost),
                                     sim::Phase::None, CommKind::None, info(TaskOp::Offload, Part::Layer, layer, mb),
                                     {{buffer(BufKind::ActHost, layer, mb, swapped, true)}, {act}});
         dep(last_compute_, c);
@@ -704,7 +704,7 @@ class StepBuilder : StepLayout {
     if (k + 1 == static_cast<int>(chunks_.size())) {
       const std::int32_t head_weights =
           gathers ? weight_gather(static_cast<double>(chain_.head.params()), Part::Head, -1) : kNone;
-      const std::int32_t h = compute(costs_.layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
+      const std::int32_t h = compute(costs().layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Head, -1, mb), CommKind::None,
                                      {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
       dep(head_weights, h);
@@ -719,14 +719,14 @@ class StepBuilder : StepLayout {
       // The loss's backward holds the logits' gradient and frees the head's
       // saved bytes.
       const auto grad = buffer(BufKind::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
-      compute(costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
+      compute(costs().layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
               CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
       head_bwd_ = last_compute_;
     }
     if (last_chunk && cpu_) {
       // The CPU kernels turn the logits into their gradient in place in the
       // forward; the head's backward starts the chunk's backward buffers.
-      compute(costs_.layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb));
+      compute(costs().layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb));
       add_mem(cpu_backward_start(k, mb), {existing(BufKind::Head, -1, mb)});
       head_bwd_ = last_compute_;
     }
@@ -767,7 +767,7 @@ class StepBuilder : StepLayout {
           // tensors around the input it has (no output).
           const Bytes bytes = cpu_ && j == i ? rule_.full - rule_.input : rule_.full;
           const std::int32_t r =
-              compute(costs_.layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
+              compute(costs().layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
                       info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
           std::vector<std::int32_t> re_frees, re_allocs{buffer(BufKind::Recomputed, first + j, mb, bytes)};
           // The CPU kernels: a segment's first layer reruns from its input
@@ -786,7 +786,7 @@ class StepBuilder : StepLayout {
       } else if (keep == Keep::Selective && rule_.selective_reruns) {
         TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb, Pass::Recompute);
         core.core_only = true;
-        wait(compute(costs_.layer(chain_.block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
+        wait(compute(costs().layer(chain_.block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
       }
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
@@ -807,7 +807,7 @@ class StepBuilder : StepLayout {
       if (recomputes) frees.push_back(existing(BufKind::Recomputed, layer, mb));
       if (stored > 0) frees.push_back(existing(saved, layer, mb));
       if (swapped > 0 && swapped < stored) frees.push_back(existing(BufKind::ActKept, layer, mb));
-      const std::int32_t b = compute(costs_.layer(chain_.block, Pass::Backward), sim::Phase::Bwd,
+      const std::int32_t b = compute(costs().layer(chain_.block, Pass::Backward), sim::Phase::Bwd,
                                      info(TaskOp::Backward, Part::Layer, layer, mb));
       add_mem(allocs, frees);
       wait(b);
@@ -824,7 +824,7 @@ class StepBuilder : StepLayout {
         TaskInfo ri = info(TaskOp::Zero3Reduce, Part::Layer, layer, mb);
         ri.layers = {static_cast<std::int32_t>(layer)};
         const std::int32_t rs = task(sim::TaskKind::Collective, sim::Lane::Comm,
-                                     costs_.collective(Collective::ReduceScatter, Group::DP, bytes),
+                                     costs().collective(Collective::ReduceScatter, Group::DP, bytes),
                                      sim::Phase::Comm, CommKind::DP, std::move(ri));
         if (cpu_) {
           // The flat padded copy and the reduced part, added into the
@@ -845,7 +845,7 @@ class StepBuilder : StepLayout {
     if (k == 0) {
       // The CPU kernels: an embedding-only chunk's backward buffers (the
       // gradient it receives) are made by the embedding's backward.
-      compute(costs_.layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
+      compute(costs().layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
               info(TaskOp::Backward, Part::Embedding, -1, mb));
       add_mem(cpu_ && n == 0 && !last_chunk ? cpu_backward_start(k, mb) : std::vector<std::int32_t>{},
               {existing(BufKind::Embedding, -1, mb)});
@@ -885,7 +885,7 @@ class StepBuilder : StepLayout {
   Time layer_gather_time() const {
     const auto& im = plan_.implementation;
     if (!im.zero3_gather_per_module || sc_.executed)
-      return costs_.collective(Collective::AllGather, Group::DP,
+      return costs().collective(Collective::AllGather, Group::DP,
                                static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights));
     const std::int64_t keep = im.zero3_persistence_threshold;
     Time t = 0;
@@ -894,7 +894,7 @@ class StepBuilder : StepLayout {
       if (op.matrices > 0 && op.rows * op.cols >= keep) gathered += static_cast<double>(op.matrix_params());
       if (op.vector_params() > 0 && op.vector_params() >= keep) gathered += static_cast<double>(op.vector_params());
       if (gathered > 0)
-        t = capped_sum(t, costs_.collective(Collective::AllGather, Group::DP,
+        t = capped_sum(t, costs().collective(Collective::AllGather, Group::DP,
                                             static_cast<Bytes>(gathered * per_.weights)));
     }
     return t;
@@ -908,9 +908,9 @@ class StepBuilder : StepLayout {
     // host memory; the prefetch window holds the read back.
     std::int32_t first = kNone;
     if (plan_.offload.weights_target == OffloadTarget::Nvme)
-      first = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(bytes, CopyDir::NvmeRead), sim::Phase::None,
+      first = task(sim::TaskKind::Host, sim::Lane::Cpu, costs().copy(bytes, CopyDir::NvmeRead), sim::Phase::None,
                    CommKind::None, info(TaskOp::WeightFromNvme, Part::Layer, layer, mb, pass));
-    const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(bytes, CopyDir::ToDevice),
+    const std::int32_t c = task(sim::TaskKind::Copy, sim::Lane::H2D, costs().copy(bytes, CopyDir::ToDevice),
                                 sim::Phase::None, CommKind::None,
                                 info(TaskOp::WeightFetch, Part::Layer, layer, mb, pass));
     if (first == kNone) first = c;
@@ -935,9 +935,9 @@ class StepBuilder : StepLayout {
     // copy moves nothing.
     const bool back = cpu_ && buffers_.count(code(BufKind::ActBack, layer, mb)) > 0;
     const std::int32_t c =
-        back ? task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None,
+        back ? task(sim::TaskKind::Copy, sim::Lane::H2D, costs().copy(stored, CopyDir::ToDevice), sim::Phase::None,
                     CommKind::None, info(TaskOp::Prefetch, Part::Layer, layer, mb))
-             : task(sim::TaskKind::Copy, sim::Lane::H2D, costs_.copy(stored, CopyDir::ToDevice), sim::Phase::None,
+             : task(sim::TaskKind::Copy, sim::Lane::H2D, costs().copy(stored, CopyDir::ToDevice), sim::Phase::None,
                     CommKind::None, info(TaskOp::Prefetch, Part::Layer, layer, mb),
                     {{buffer(BufKind::ActBack, layer, mb, stored)}, {host}});
     dep(offloaded_.at(code(BufKind::ActHost, layer, mb)), c);
@@ -948,11 +948,13 @@ class StepBuilder : StepLayout {
 
   void lower_stage(const PipelineSchedule& sched, int s) {
     stage_ = s;
+    stage_costs_ = &costs_.stage(s);
+    if (zero3()) layer_gather_ = layer_gather_time();
     // Memory: the GPU pool holds this stage's static bytes from the start
     // (weights, gradients, optimizer state, buffers, workspace, runtime:
     // the analytical model's) and the activations the tasks allocate; the
     // host pool the offloaded activations.
-    out_.gpu_capacity.push_back(sc_.cluster.gpu.memory_bytes());
+    out_.gpu_capacity.push_back(statics_.stages[static_cast<std::size_t>(s)].capacity);
     out_.host_capacity.push_back(statics_.host_capacity_per_node /
                                  std::max<std::int64_t>(1, sc_.cluster.node.gpus_per_node));
     const StageMemory& st = statics_.stages[static_cast<std::size_t>(s)];
@@ -989,7 +991,9 @@ class StepBuilder : StepLayout {
     offloaded_.clear();
     buffers_.clear();
     const int chunks = static_cast<int>(chunks_.size());
-    std::optional<Time> p2p;  // one pipeline send, priced when the stage has one
+    // One pipeline send to the next stage and to the previous one, priced
+    // when the stage has one.
+    std::optional<Time> p2p_next, p2p_prev;
     const auto& steps = sched.stages[static_cast<std::size_t>(s)];
     // The microbatch whose backward of each model chunk comes last runs
     // layer by layer, forward and backward: the gradient buckets wait for
@@ -1008,7 +1012,7 @@ class StepBuilder : StepLayout {
         if (st.pass == Pass::Forward && mb < 0) mb = st.microbatch;
       }
     chunk_ = -1;
-    if (const Time t = costs_.overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
+    if (const Time t = costs().overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
       const int k = model_chunk(sched, s, st.chunk);
       chunk_ = k;
@@ -1022,7 +1026,7 @@ class StepBuilder : StepLayout {
       const bool whole = merge_ && st.microbatch != fine_mb[static_cast<std::size_t>(k)] &&
                          st.microbatch != gather_mb_[static_cast<std::size_t>(k)];
       // The framework's work before the pass (a merged pass holds it).
-      const Time framework = std::max<Time>(0, costs_.overhead_per_microbatch());
+      const Time framework = std::max<Time>(0, costs().overhead_per_microbatch());
       if (framework > 0 && !whole)
         compute(framework, sim::Phase::None,
                 info(TaskOp::Framework, Part::None, -1, st.microbatch, fwd ? Pass::Forward : Pass::Backward));
@@ -1034,9 +1038,13 @@ class StepBuilder : StepLayout {
       (fwd ? fwd_first_ : bwd_first_)[at] = step_first_;
       // Activations go to the next chunk, gradients to the previous one.
       if (fwd ? k + 1 < chunks : k > 0) {
-        if (!p2p) p2p = costs_.p2p(StepLayout::p2p_bytes(sc_));
+        // A send between stages on different GPUs runs at the slower end's link.
+        const int to = (fwd ? k + 1 : k - 1) % p_;
+        auto& sent = fwd ? p2p_next : p2p_prev;
+        if (!sent) sent = std::max(costs().p2p(StepLayout::p2p_bytes(sc_)),
+                                   costs_.stage(to).p2p(StepLayout::p2p_bytes(sc_)));
         const std::int32_t t =
-            task(sim::TaskKind::P2PSend, sim::Lane::P2P, *p2p, sim::Phase::Comm, CommKind::PP,
+            task(sim::TaskKind::P2PSend, sim::Lane::P2P, *sent, sim::Phase::Comm, CommKind::PP,
                  info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None, -1, st.microbatch));
         // The CPU kernels: the send frees what it sent (the chunk's output,
         // or its backward buffers, whose input gradient it sends).
@@ -1090,7 +1098,7 @@ class StepBuilder : StepLayout {
         TaskInfo i = info(TaskOp::Zero3Reduce, Part::None);
         i.embedding = s == 0;
         i.head = s == p_ - 1;
-        const std::int32_t t = comm(costs_.collective(Collective::ReduceScatter, Group::DP,
+        const std::int32_t t = comm(costs().collective(Collective::ReduceScatter, Group::DP,
                                                       static_cast<Bytes>(other * std::min(per_.grads, 4.0))),
                                     CommKind::DP, std::move(i));
         if (cpu_) {
@@ -1130,7 +1138,7 @@ class StepBuilder : StepLayout {
         TaskInfo i = std::exchange(contents, info(what, Part::None));
         const bool head_bucket = i.head;
         i.bucket = bucket_index++;
-        const std::int32_t t = comm(costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)), CommKind::DP,
+        const std::int32_t t = comm(costs().collective(op, Group::DP, static_cast<Bytes>(bytes)), CommKind::DP,
                                     std::move(i));
         if (cpu_dp) cpu_bucket(static_cast<std::int64_t>(std::llround(bytes / grad_bytes)), head_bucket);
         dep(plan_.implementation.overlap_grad_reduce ? after : end_of_backward, t);
@@ -1162,7 +1170,7 @@ class StepBuilder : StepLayout {
       const double bytes = static_cast<double>(chain_.embedding.ops.front().params) * per_.grads;
       TaskInfo i = info(TaskOp::EmbeddingTie, Part::Embedding);
       i.embedding = true;
-      const std::int32_t t = comm(costs_.collective(Collective::AllReduce, Group::EmbeddingTie,
+      const std::int32_t t = comm(costs().collective(Collective::AllReduce, Group::EmbeddingTie,
                                                     static_cast<Bytes>(bytes)),
                                   CommKind::PP, std::move(i));
       dep(end_of_backward, t);
@@ -1177,7 +1185,7 @@ class StepBuilder : StepLayout {
       // 16-bit weights back.
       const bool nvme = plan_.offload.optimizer == OffloadTarget::Nvme;
       const std::int32_t down = task(sim::TaskKind::Copy, sim::Lane::D2H,
-                                     costs_.copy(static_cast<Bytes>(local * 4), CopyDir::ToHost), sim::Phase::Comm,
+                                     costs().copy(static_cast<Bytes>(local * 4), CopyDir::ToHost), sim::Phase::Comm,
                                      CommKind::Offload, info(TaskOp::GradsToHost, Part::None));
       std::int32_t host_grads = kNone;
       if (cpu_dp && !nvme) {
@@ -1194,17 +1202,17 @@ class StepBuilder : StepLayout {
       std::int32_t before_step = down;
       const Bytes states = static_cast<Bytes>(local * per_.optimizer);
       if (nvme) {
-        const std::int32_t rd = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(states, CopyDir::NvmeRead),
+        const std::int32_t rd = task(sim::TaskKind::Host, sim::Lane::Cpu, costs().copy(states, CopyDir::NvmeRead),
                                      sim::Phase::Comm, CommKind::Offload, info(TaskOp::StatesFromNvme, Part::None));
         dep(down, rd);
         before_step = rd;
       }
-      const std::int32_t step = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.optimizer_step(local, true),
+      const std::int32_t step = task(sim::TaskKind::Host, sim::Lane::Cpu, costs().optimizer_step(local, true),
                                      sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
       if (host_grads != kNone) add_mem({}, {host_grads});
       dep(before_step, step);
       if (nvme) {
-        const std::int32_t wr = task(sim::TaskKind::Host, sim::Lane::Cpu, costs_.copy(states, CopyDir::NvmeWrite),
+        const std::int32_t wr = task(sim::TaskKind::Host, sim::Lane::Cpu, costs().copy(states, CopyDir::NvmeWrite),
                                      sim::Phase::Comm, CommKind::Offload, info(TaskOp::StatesToNvme, Part::None));
         dep(step, wr);
       }
@@ -1213,12 +1221,12 @@ class StepBuilder : StepLayout {
         // there by the next step's fetches.
         const std::int32_t wr =
             task(sim::TaskKind::Host, sim::Lane::Cpu,
-                 costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::NvmeWrite), sim::Phase::Comm,
+                 costs().copy(static_cast<Bytes>(local * per_.weights), CopyDir::NvmeWrite), sim::Phase::Comm,
                  CommKind::Offload, info(TaskOp::WeightsToNvme, Part::None));
         dep(step, wr);
       }
       const std::int32_t up = task(sim::TaskKind::Copy, sim::Lane::H2D,
-                                   costs_.copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
+                                   costs().copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
                                    sim::Phase::Comm, CommKind::Offload, info(TaskOp::WeightsToDevice, Part::None));
       if (cpu_dp && !nvme && dp && plan_.zero >= 1) {
         // The updated chunks come back as device chunks, gathered next.
@@ -1230,7 +1238,7 @@ class StepBuilder : StepLayout {
       dep(step, up);
       stepped = up;
     } else {
-      const std::int32_t step = task(sim::TaskKind::Compute, sim::Lane::Compute, costs_.optimizer_step(local, false),
+      const std::int32_t step = task(sim::TaskKind::Compute, sim::Lane::Compute, costs().optimizer_step(local, false),
                                      sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
       if (cpu_dp && dp && plan_.zero >= 1) {
         // The step updates a copy of this rank's chunk of each bucket (under
@@ -1256,7 +1264,7 @@ class StepBuilder : StepLayout {
       stepped = step;
     }
     if (dp && plan_.dp_topology == DpTopology::ParameterServer) {
-      const std::int32_t pull = comm(costs_.collective(Collective::SendRecv, Group::DP,
+      const std::int32_t pull = comm(costs().collective(Collective::SendRecv, Group::DP,
                                                        static_cast<Bytes>(params * per_.weights)),
                                      CommKind::DP, info(TaskOp::PsPull, Part::None));
       dep(stepped, pull);
@@ -1264,7 +1272,7 @@ class StepBuilder : StepLayout {
     if (zero_shards(plan_) > 1 && plan_.zero >= 1 && plan_.zero <= 2 && !gather_in_forward()) {
       // The distributed optimizer's all-gather of updated weights (with
       // overlap_param_gather, in the next step's first forward instead).
-      const std::int32_t ag = comm(costs_.collective(Collective::AllGather, Group::DP,
+      const std::int32_t ag = comm(costs().collective(Collective::AllGather, Group::DP,
                                                      static_cast<Bytes>(params * per_.weights)),
                                    CommKind::DP, info(TaskOp::GatherWeights, Part::None));
       if (cpu_dp && plan_.offload.optimizer != OffloadTarget::Nvme) {
@@ -1382,7 +1390,7 @@ class StepBuilder : StepLayout {
   // Compressed gradient exchange: encode on the compute lane, the
   // collective rounds the method needs, decode.
   void compress_and_reduce(const StageGradients& stage, std::int32_t after, std::vector<std::int32_t>& reduced) {
-    const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs_);
+    const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs());
     const std::int32_t enc = task(sim::TaskKind::Compute, sim::Lane::Compute, ex.encode, sim::Phase::Comm,
                                   CommKind::None, info(TaskOp::CompressEncode, Part::None));
     dep(after, enc);
@@ -1392,7 +1400,7 @@ class StepBuilder : StepLayout {
       TaskInfo ri = info(TaskOp::CompressRound, Part::None);
       ri.round = i++;
       const std::int32_t t = task(sim::TaskKind::Collective, sim::Lane::Comm,
-                                  costs_.collective(op, Group::DP, static_cast<Bytes>(bytes)), sim::Phase::Comm,
+                                  costs().collective(op, Group::DP, static_cast<Bytes>(bytes)), sim::Phase::Comm,
                                   CommKind::DP, std::move(ri));
       dep(prev, t);
       prev = t;
@@ -1406,6 +1414,10 @@ class StepBuilder : StepLayout {
   const Scenario& sc_;
   const Plan& plan_;
   const StepCosts& costs_;
+  // The stage being lowered's costs (StepCosts::stage: its GPUs' where
+  // stages run on different ones).
+  const StepCosts* stage_costs_;
+  const StepCosts& costs() const { return *stage_costs_; }
   StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
@@ -1473,7 +1485,8 @@ StepProgram build(const Scenario& sc, const StepCosts& costs, Granularity g, con
   }
   if (sc.serial_ranks) chain_stages(p);
   if (!sc.cluster.slow.empty()) slow_down(p, fixed_stage_slowdown(sc));
-  p.interference = costs.interference_fraction();
+  p.interference = 0;
+  for (int s = 0; s < p.stages; ++s) p.interference = std::max(p.interference, costs.stage(s).interference_fraction());
   return p;
 }
 }  // namespace

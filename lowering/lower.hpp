@@ -82,6 +82,13 @@ class StepCosts {
   // The fraction by which compute slows while a collective runs beside it
   // (the share of the GPU's SMs the collective holds); 0: none.
   virtual double interference_fraction() const { return 0; }
+  // The costs of pipeline stage s's ranks: where stages run on different
+  // GPUs (cluster.groups), the answers for the stage's own; else this
+  // object's.
+  virtual const StepCosts& stage(int s) const {
+    (void)s;
+    return *this;
+  }
 };
 
 // The gradients one pipeline stage reduces over dp: its transformer blocks,

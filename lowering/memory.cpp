@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "sim/error.hpp"
 #include "sim/names.hpp"
+#include "strategies/rank_mesh.hpp"
 #include "lowering/schedule.hpp"
 #include "lowering/step_costs.hpp"
 
@@ -320,19 +322,7 @@ std::vector<std::string> plan_notes(const Scenario& sc) {
   return notes;
 }
 
-cost::ExpandOptions expand_options(const Scenario& sc) {
-  cost::ExpandOptions o;
-  o.micro_batch = sc.batch.micro;
-  o.tp = sc.plan.tp;
-  o.sequence_parallel = sc.plan.sequence_parallel;
-  o.cp = sc.plan.cp;
-  o.ep = sc.plan.ep;
-  o.precision = sc.plan.precision;
-  o.attention = sc.plan.implementation.attention;
-  o.fused_elementwise = sc.plan.implementation.fused_elementwise;
-  o.cross_entropy = sc.plan.implementation.cross_entropy;
-  return o;
-}
+cost::ExpandOptions expand_options(const Scenario& sc) { return expand_options(sc.plan, sc.batch); }
 
 Recompute selective_policy(const Plan& plan) {
   return plan.recompute == Recompute::SelectiveOp ? Recompute::SelectiveOp : Recompute::Selective;
@@ -406,8 +396,15 @@ void finish_estimate(MemoryEstimate& out) {
       out.breakdown = st.bytes;
     }
   }
-  if (out.peak_bytes > out.gpu_capacity)
-    out.infeasible = Infeasible{"gpu", out.peak_bytes, out.gpu_capacity};
+  // Each stage against its own GPU (on a cluster of groups they differ):
+  // the one furthest over.
+  const StageMemory* over = nullptr;
+  for (const auto& st : out.stages) {
+    if (st.stage == out.peak_stage) out.gpu_capacity = st.capacity;
+    if (st.total > st.capacity && (!over || st.total - st.capacity > over->total - over->capacity)) over = &st;
+  }
+  if (over)
+    out.infeasible = Infeasible{"gpu", over->total, over->capacity};
   else if (out.host_bytes_per_node > out.host_capacity_per_node)
     out.infeasible = Infeasible{"host", out.host_bytes_per_node, out.host_capacity_per_node};
   else if (out.nvme_bytes_per_node > out.nvme_capacity_per_node)
@@ -627,10 +624,20 @@ StageMemory MemoryModel::stage(int s, const Blocks& blocks) const {
   return st;
 }
 
+Bytes stage_gpu_memory(const cost::ClusterSpec& c, std::span<const std::size_t> groups) {
+  if (!c.heterogeneous()) return c.gpu.memory_bytes();
+  Bytes least = std::numeric_limits<Bytes>::max();
+  for (std::size_t g : groups) least = std::min(least, c.groups[g].gpu.memory_bytes());
+  return least;
+}
+
 Bytes memory_budget(const Scenario& sc, const MemoryRules& rules) {
   if (sc.plan.memory_budget_GiB)
     return static_cast<Bytes>(*sc.plan.memory_budget_GiB * static_cast<double>(kGiB));
-  const double gpu = static_cast<double>(sc.cluster.gpu.memory_bytes());
+  // One budget for every layer: on a cluster of groups, the smallest GPU's.
+  Bytes smallest = sc.cluster.gpu.memory_bytes();
+  for (const auto& g : sc.cluster.groups) smallest = std::min(smallest, g.gpu.memory_bytes());
+  const double gpu = static_cast<double>(smallest);
   return static_cast<Bytes>(gpu * (1.0 - rules.budget_margin_fraction));
 }
 
@@ -646,13 +653,23 @@ MemoryEstimate estimate(const MemoryModel& model, LayerPlan layers) {
   out.gpu_capacity = sc.cluster.gpu.memory_bytes();
   const int p = static_cast<int>(sc.plan.pp);
   out.stages.reserve(static_cast<std::size_t>(p));
-  for (int s = 0; s < p; ++s) out.stages.push_back(model.stage(s, model.blocks(s, layers)));
+  const auto groups = stage_groups(sc.plan, sc.cluster);
+  for (int s = 0; s < p; ++s) {
+    out.stages.push_back(model.stage(s, model.blocks(s, layers)));
+    out.stages.back().capacity = stage_gpu_memory(sc.cluster, groups[static_cast<std::size_t>(s)]);
+  }
   out.layers = std::move(layers);
   if (needs_solver(sc.plan)) out.budget = memory_budget(sc, model.rules());
 
   const auto& node = sc.cluster.node;
-  out.host_capacity_per_node = static_cast<Bytes>(node.host_memory_GiB * static_cast<double>(kGiB));
-  out.nvme_capacity_per_node = static_cast<Bytes>(node.nvme_GiB * static_cast<double>(kGiB));
+  // On a cluster of groups the busiest rank may sit on the smallest node.
+  double host_GiB = node.host_memory_GiB, nvme_GiB = node.nvme_GiB;
+  for (const auto& g : sc.cluster.groups) {
+    host_GiB = std::min(host_GiB, g.node.host_memory_GiB);
+    nvme_GiB = std::min(nvme_GiB, g.node.nvme_GiB);
+  }
+  out.host_capacity_per_node = static_cast<Bytes>(host_GiB * static_cast<double>(kGiB));
+  out.nvme_capacity_per_node = static_cast<Bytes>(nvme_GiB * static_cast<double>(kGiB));
   // Host and NVMe per node are bounded by the busiest rank times the node's GPUs.
   Bytes host_rank = 0, nvme_rank = 0;
   for (const auto& st : out.stages) {

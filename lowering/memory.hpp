@@ -121,6 +121,7 @@ struct StageMemory {
   Bytes host_bytes = 0;        // this rank's bytes in host memory
   Bytes host_activation_bytes = 0;  // of host_bytes: offloaded activations
   Bytes nvme_bytes = 0;        // this rank's bytes on NVMe
+  Bytes capacity = 0;          // its GPU's memory (the smallest, on several groups)
 };
 
 struct Infeasible {
@@ -134,7 +135,7 @@ struct MemoryEstimate {
   int peak_stage = 0;
   Bytes peak_bytes = 0;
   sim::TagBytes breakdown{};  // the peak stage's bytes by tag (they sum to peak_bytes)
-  Bytes gpu_capacity = 0;
+  Bytes gpu_capacity = 0;  // the peak stage's GPU memory
   Bytes host_bytes_per_node = 0;
   Bytes host_capacity_per_node = 0;
   Bytes nvme_bytes_per_node = 0;
@@ -231,9 +232,13 @@ class MemoryModel {
 };
 
 // The budget that optimal recompute and the priority and joint offload
-// planners plan within: memory_budget_GiB, or the GPU's memory less
-// rules.budget_margin_fraction of it.
+// planners plan within: memory_budget_GiB, or the GPU's memory (the
+// smallest group's on a cluster of groups) less rules.budget_margin_fraction
+// of it.
 Bytes memory_budget(const Scenario& sc, const MemoryRules& rules);
+// The GPU memory of a stage whose GPUs sit on `groups` (stage_groups): the
+// smallest of theirs; the cluster's GPU's without groups.
+Bytes stage_gpu_memory(const cost::ClusterSpec& c, std::span<const std::size_t> groups);
 
 // Where two of a plan's names mean one thing, what it amounts to, for the
 // reader (`strata simulate` prints them). Selective recompute drops and

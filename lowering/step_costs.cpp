@@ -31,7 +31,77 @@ int layer_index(const cost::Layer& l) {
   return l.kind == cost::LayerKind::Embedding ? 0 : l.kind == cost::LayerKind::Block ? 1 : 2;
 }
 
+// The GPU chip a calibration or GPU names: its preset, else its name.
+const std::string& chip(const cost::GpuSpec& g) { return g.preset.empty() ? g.name : g.preset; }
+
+// A stage whose GPUs sit on several groups: each task at the pace of the
+// slowest group's (tensor- and context-parallel groups synchronise every
+// layer; a collective waits for its slowest member), each link at the
+// slowest's.
+class SlowestOf final : public StepCosts {
+ public:
+  explicit SlowestOf(std::vector<const StepCosts*> of) : of_(std::move(of)) {}
+  Time layer(const cost::Layer& l, Pass pass, bool selective_only) const override {
+    return most([&](const StepCosts& c) { return c.layer(l, pass, selective_only); });
+  }
+  Time layer_comm(CommKind kind, Pass pass) const override {
+    return most([&](const StepCosts& c) { return c.layer_comm(kind, pass); });
+  }
+  Time collective(Collective op, Group group, Bytes bytes) const override {
+    return most([&](const StepCosts& c) { return c.collective(op, group, bytes); });
+  }
+  Time p2p(Bytes bytes) const override {
+    return most([&](const StepCosts& c) { return c.p2p(bytes); });
+  }
+  Time copy(Bytes bytes, CopyDir dir) const override {
+    return most([&](const StepCosts& c) { return c.copy(bytes, dir); });
+  }
+  Time elementwise(Bytes bytes) const override {
+    return most([&](const StepCosts& c) { return c.elementwise(bytes); });
+  }
+  Time gemm(Flops flops) const override {
+    return most([&](const StepCosts& c) { return c.gemm(flops); });
+  }
+  Time optimizer_step(double params, bool on_host) const override {
+    return most([&](const StepCosts& c) { return c.optimizer_step(params, on_host); });
+  }
+  Time overhead_per_microbatch() const override {
+    return most([](const StepCosts& c) { return c.overhead_per_microbatch(); });
+  }
+  Time overhead_per_step() const override {
+    return most([](const StepCosts& c) { return c.overhead_per_step(); });
+  }
+  double interference_fraction() const override {
+    double f = 0;
+    for (const StepCosts* c : of_) f = std::max(f, c->interference_fraction());
+    return f;
+  }
+
+ private:
+  template <class F>
+  Time most(F&& f) const {
+    Time t = 0;
+    for (const StepCosts* c : of_) t = std::max(t, f(*c));
+    return t;
+  }
+  std::vector<const StepCosts*> of_;
+};
+
 }  // namespace
+
+// A cluster of node groups: the scenario seen from each group (its GPU and
+// server everywhere), the costs of each, and each stage's.
+struct ModelStepCosts::Stages {
+  std::vector<std::unique_ptr<Scenario>> views;        // by group
+  std::vector<std::unique_ptr<ModelStepCosts>> group;  // by group
+  std::vector<std::unique_ptr<SlowestOf>> mixed;       // stages on several groups
+  std::vector<const StepCosts*> by_stage;
+};
+
+const StepCosts& ModelStepCosts::stage(int s) const {
+  if (!stages_) return *this;
+  return *stages_->by_stage.at(static_cast<std::size_t>(s));
+}
 
 ModelStepCosts::ModelStepCosts(const Scenario& sc) : ModelStepCosts(sc, calibration_of(sc)) {}
 
@@ -246,6 +316,32 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       }
     selective_ = std::max(selective_, host_time(selective_launches));
   }
+
+  if (!sc.cluster.heterogeneous()) return;
+  // Each group's GPUs are priced on their own curves: the given calibration
+  // where it measured that chip (its `gpu`, else the first group's), the
+  // chip's bundled curves elsewhere.
+  auto st = std::make_shared<Stages>();
+  const std::string& measured = cal_.gpu.empty() ? chip(sc.cluster.gpu) : cal_.gpu;
+  for (std::size_t g = 0; g < sc.cluster.groups.size(); ++g) {
+    auto view = std::make_unique<Scenario>(sc);
+    view->cluster = sc.cluster.group_view(g);
+    const cost::GpuSpec& gpu = view->cluster.gpu;
+    cost::Calibration c = chip(gpu) == measured ? cal_ : cost::default_calibration(gpu);
+    st->group.push_back(std::make_unique<ModelStepCosts>(*view, std::move(c)));
+    st->views.push_back(std::move(view));
+  }
+  for (const auto& on : stage_groups(sc.plan, sc.cluster)) {
+    if (on.size() == 1) {
+      st->by_stage.push_back(st->group[on.front()].get());
+      continue;
+    }
+    std::vector<const StepCosts*> of;
+    for (std::size_t g : on) of.push_back(st->group[g].get());
+    st->mixed.push_back(std::make_unique<SlowestOf>(std::move(of)));
+    st->by_stage.push_back(st->mixed.back().get());
+  }
+  stages_ = std::move(st);
 }
 
 Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const {

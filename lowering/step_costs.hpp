@@ -3,6 +3,7 @@
 // the op chain priced by costmodel/time_model.hpp, collectives from the
 // group's size and placement in the rank mesh, copies over PCIe/NVMe.
 #include <array>
+#include <memory>
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/ops.hpp"
@@ -39,7 +40,12 @@ class ModelStepCosts final : public StepCosts {
 
   const cost::Calibration& calibration() const { return cal_; }
 
+  // A cluster of node groups: each stage's GPUs' costs (a stage on several
+  // groups runs each task at the pace of the slowest). Otherwise this.
+  const StepCosts& stage(int s) const override;
+
  private:
+  struct Stages;
   Time ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const;
   // The host's time to issue `kernels` (host_dispatch_us_ each).
   Time host_time(std::int64_t kernels) const;
@@ -55,6 +61,7 @@ class ModelStepCosts final : public StepCosts {
   Time selective_ = 0;
   std::array<Time, 2> tp_{}, cp_{}, ep_{};  // blocking per layer: forward, backward
   GroupPlacement tp_g_, cp_g_, dp_g_, ep_g_, edp_g_, pp_g_;
+  std::shared_ptr<const Stages> stages_;  // with cluster.groups
 };
 
 // predict_step with ModelStepCosts.

@@ -308,7 +308,7 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   const double gpus = static_cast<double>(sc.cluster.gpus());
   const double model_tflops = step_s > 0 ? step.model_flops_per_step / step_s / gpus / 1e12 : 0;
   const double hw_tflops = step_s > 0 ? step.hardware_flops_per_step / step_s / gpus / 1e12 : 0;
-  const double peak = sc.cluster.gpu.peak_tflops(sc.plan.precision);
+  const double peak = sc.cluster.mean_peak_tflops(sc.plan.precision);
   ordered_json j;
   // Plans of one class (strategies::equivalence_key) have the same figures;
   // top and Pareto lists hold one of each.

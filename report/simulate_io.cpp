@@ -6,6 +6,7 @@
 #include "report/fields_io.hpp"
 #include "report/table.hpp"
 #include "sim/text.hpp"
+#include "strategies/rank_mesh.hpp"
 
 namespace strata::report {
 
@@ -118,7 +119,7 @@ Rates rates(const strategies::Scenario& sc, const strategies::StepPrediction& p)
   r.tokens_per_s_per_gpu = tokens / step / gpus;
   r.model_tflops = p.model_flops_per_step / step / gpus / 1e12;
   r.hardware_tflops = p.hardware_flops_per_step / step / gpus / 1e12;
-  const double peak = sc.cluster.gpu.peak_tflops(sc.plan.precision);
+  const double peak = sc.cluster.mean_peak_tflops(sc.plan.precision);
   r.mfu = peak > 0 ? r.model_tflops / peak : 0;
   return r;
 }
@@ -213,6 +214,17 @@ std::string stragglers_text(const strategies::StragglerStats& s) {
   return out;
 }
 
+// "64 x a100-80g", or on a cluster of groups
+// "64 GPUs: 32 x a100-80g (dgx-a100-80g) + 32 x v100-32g (dgx-1)".
+std::string cluster_gpus(const cost::ClusterSpec& c) {
+  if (!c.heterogeneous()) return std::to_string(c.gpus()) + " x " + printable(c.gpu.name);
+  std::string out = std::to_string(c.gpus()) + " GPUs: ";
+  for (std::size_t g = 0; g < c.groups.size(); ++g)
+    out += (g ? " + " : "") + std::to_string(c.groups[g].nodes * c.node.gpus_per_node) + " x " +
+           printable(c.groups[g].gpu.name) + " (" + printable(c.groups[g].name) + ")";
+  return out;
+}
+
 }  // namespace
 
 std::string render_simulation(const strategies::Scenario& sc,
@@ -220,6 +232,8 @@ std::string render_simulation(const strategies::Scenario& sc,
                               const strategies::StepPrediction* step, Format f,
                               const strategies::StragglerStats* stragglers) {
   const std::vector<double> slowdown = strategies::fixed_stage_slowdown(sc);
+  const bool hetero = sc.cluster.heterogeneous();
+  const auto on = strategies::stage_groups(sc.plan, sc.cluster);
   if (f == Format::Json || f == Format::Csv) {
     ordered_json j;
     j["scenario"] = sim::utf8_escaped(sc.file);
@@ -253,7 +267,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     j["peak_stage"] = mem.peak_stage;
     j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
     ordered_json stages = ordered_json::array();
-    for (const auto& st : mem.stages)
+    for (const auto& st : mem.stages) {
       stages.push_back({{"stage", st.stage},
                         {"peak_bytes", st.total},
                         {"params", st.params},
@@ -263,6 +277,12 @@ std::string render_simulation(const strategies::Scenario& sc,
                         {"layer_keeps", stage_layers(sc, mem.layers.keeps, st.stage, false)},
                         {"layer_swaps", stage_layers(sc, mem.layers.swaps, st.stage, false)},
                         {"breakdown_bytes", tags_json(st.bytes)}});
+      // On a cluster of groups: the GPUs the stage runs on and their memory.
+      if (hetero) {
+        stages.back()["gpus"] = strategies::stage_gpus(sc.cluster, on[static_cast<std::size_t>(st.stage)]);
+        stages.back()["gpu_memory_bytes"] = st.capacity;
+      }
+    }
     j["memory_per_stage"] = stages;
     if (mem.budget) j["memory_budget_bytes"] = *mem.budget;
     j["host_memory_bytes"] = mem.host_bytes_per_node;
@@ -278,6 +298,7 @@ std::string render_simulation(const strategies::Scenario& sc,
   Table per_stage;
   const bool swaps = sc.plan.offload.activations;
   per_stage.columns = {"stage", "parameters", "in_flight", "layers keep"};
+  if (hetero) per_stage.columns.insert(per_stage.columns.begin() + 1, "gpus");
   if (swaps) per_stage.columns.emplace_back("to host");
   per_stage.columns.emplace_back("peak");
   for (MemTag t : kPrintedTags)
@@ -287,6 +308,8 @@ std::string render_simulation(const strategies::Scenario& sc,
     std::vector<std::string> row = {std::to_string(st.stage), count(static_cast<double>(st.params)),
                                     std::to_string(st.in_flight),
                                     stage_layers(sc, mem.layers.keeps, st.stage, f != Format::Csv)};
+    if (hetero)
+      row.insert(row.begin() + 1, printable(strategies::stage_gpus(sc.cluster, on[static_cast<std::size_t>(st.stage)])));
     if (swaps) row.push_back(stage_layers(sc, mem.layers.swaps, st.stage, f != Format::Csv));
     row.push_back(f == Format::Csv ? std::to_string(st.total) : gib(st.total));
     for (MemTag t : kPrintedTags) {
@@ -299,8 +322,7 @@ std::string render_simulation(const strategies::Scenario& sc,
 
   std::string out;
   out += "scenario   " + printable(sc.file) + "\n";
-  out += "model      " + printable(sc.model.name) + " on " + std::to_string(sc.cluster.gpus()) +
-         " x " + printable(sc.cluster.gpu.name) + "\n";
+  out += "model      " + printable(sc.model.name) + " on " + cluster_gpus(sc.cluster) + "\n";
   out += "plan       " + plan_summary(sc) + "\n";
   if (sc.stack) out += "stack      " + printable(sc.stack->name) + " (" + printable(sc.stack->description) + ")\n";
   out += "batch      " + std::to_string(sc.batch.global) + " sequences of " +

@@ -32,6 +32,20 @@ std::int64_t sparse_k(double ratio, std::int64_t n) {
   return std::clamp<std::int64_t>(k, 1, n);
 }
 
+cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
+  cost::ExpandOptions o;
+  o.micro_batch = batch.micro;
+  o.tp = plan.tp;
+  o.sequence_parallel = plan.sequence_parallel;
+  o.cp = plan.cp;
+  o.ep = plan.ep;
+  o.precision = plan.precision;
+  o.attention = plan.implementation.attention;
+  o.fused_elementwise = plan.implementation.fused_elementwise;
+  o.cross_entropy = plan.implementation.cross_entropy;
+  return o;
+}
+
 std::int64_t microbatches(const Plan& plan, const Batch& batch) {
   return batch.global / (plan.dp * batch.micro);
 }

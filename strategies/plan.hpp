@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "costmodel/ops.hpp"
 #include "costmodel/techniques.hpp"
 #include "sim/names.hpp"
 
@@ -38,7 +39,10 @@ enum class ParallelDim { TP, CP, DP, PP };
 // 128 chunks). The latter is torchtitan's split (generate_llm_fqn_per_model_part,
 // input_weight = output_weight = 1) and Megatron-Core's
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split.
-enum class PipelineLayout : std::uint8_t { Balanced, EmbeddingHeadAsLayers };
+// GpuSpeed and GpuMemory (clusters of node groups) give each stage blocks
+// in proportion to its GPUs' speed or memory (stage_split.hpp); the split
+// is resolved into stage_layers wherever a plan meets its cluster.
+enum class PipelineLayout : std::uint8_t { Balanced, EmbeddingHeadAsLayers, GpuSpeed, GpuMemory };
 
 struct Offload {
   bool activations = false;
@@ -157,6 +161,10 @@ struct Batch {
 // under EmbeddingHeadAsLayers; the remainder goes to the middle chunks).
 std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers);
 
+// The op-chain options of a plan's ranks (microbatch, tp, sp, cp, ep,
+// precision, attention kernel, fused elementwise ops, cross-entropy).
+cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch);
+
 // Microbatches per pipeline per step: global / (dp · micro).
 std::int64_t microbatches(const Plan& plan, const Batch& batch);
 
@@ -212,9 +220,11 @@ STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce,
 STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},
                   {strategies::TpCommOverlap::Bulk, "bulk"},
                   {strategies::TpCommOverlap::Ring, "ring"});
-STRATA_ENUM_NAMES(strategies::PipelineLayout, 2,
+STRATA_ENUM_NAMES(strategies::PipelineLayout, 4,
                   {strategies::PipelineLayout::Balanced, "balanced"},
-                  {strategies::PipelineLayout::EmbeddingHeadAsLayers, "embedding_head_as_layers"});
+                  {strategies::PipelineLayout::EmbeddingHeadAsLayers, "embedding_head_as_layers"},
+                  {strategies::PipelineLayout::GpuSpeed, "gpu_speed"},
+                  {strategies::PipelineLayout::GpuMemory, "gpu_memory"});
 STRATA_ENUM_NAMES(strategies::ParallelDim, 4, {strategies::ParallelDim::TP, "tp"},
                   {strategies::ParallelDim::CP, "cp"}, {strategies::ParallelDim::DP, "dp"},
                   {strategies::ParallelDim::PP, "pp"});

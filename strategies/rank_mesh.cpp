@@ -550,4 +550,28 @@ bool RankMesh::same_class(i64 a, i64 b) const {
          same_node(a, prev_pp_rank(a)) == same_node(b, prev_pp_rank(b));
 }
 
+std::vector<std::vector<std::size_t>> stage_groups(const Plan& plan, const cost::ClusterSpec& cluster) {
+  const auto stages = static_cast<std::size_t>(plan.pp);
+  if (!cluster.heterogeneous()) return std::vector<std::vector<std::size_t>>(stages, {0});
+  std::vector<std::vector<char>> on(stages, std::vector<char>(cluster.groups.size(), 0));
+  const std::int64_t per_node = cluster.node.gpus_per_node;
+  const RankMesh mesh(plan, per_node);
+  const std::int64_t ranks = std::min(plan.gpus(), cluster.gpus());
+  for (std::int64_t r = 0; r < ranks; ++r)
+    on[static_cast<std::size_t>(mesh.coords(r).pp)][cluster.group_of_node(r / per_node)] = 1;
+  std::vector<std::vector<std::size_t>> out(stages);
+  for (std::size_t s = 0; s < stages; ++s)
+    for (std::size_t g = 0; g < on[s].size(); ++g)
+      if (on[s][g]) out[s].push_back(g);
+  return out;
+}
+
+std::string stage_gpus(const cost::ClusterSpec& cluster, const std::vector<std::size_t>& groups) {
+  if (!cluster.heterogeneous()) return cluster.gpu.name;
+  std::string out;
+  for (std::size_t g : groups)
+    out += (out.empty() ? "" : " + ") + cluster.groups[g].gpu.name + " (" + cluster.groups[g].name + ")";
+  return out;
+}
+
 }  // namespace strata::strategies

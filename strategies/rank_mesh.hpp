@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/hardware.hpp"
 #include "sim/names.hpp"
 #include "strategies/plan.hpp"
 
@@ -190,6 +191,14 @@ class RankMesh {
   std::array<Axis, 4> dense_{};  // indexed TP, CP, DP, PP
   std::array<Kind, kMeshDims> kinds_{};
 };
+
+// The node groups (ClusterSpec::groups) each pipeline stage's GPUs sit on,
+// ascending, by the plan's rank order; {0} for every stage of a cluster of
+// one kind of node.
+std::vector<std::vector<std::size_t>> stage_groups(const Plan& plan, const cost::ClusterSpec& cluster);
+// The GPUs stage s runs on, for people: the GPU's name, or on a cluster of
+// groups each group's GPU and group name ("v100-32g (dgx-1)"), joined by " + ".
+std::string stage_gpus(const cost::ClusterSpec& cluster, const std::vector<std::size_t>& groups);
 
 }  // namespace strata::strategies
 

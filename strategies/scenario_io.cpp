@@ -7,6 +7,7 @@
 #include "sim/limits.hpp"
 #include "strategies/convergence_io.hpp"
 #include "strategies/scenario.hpp"
+#include "strategies/stage_split.hpp"
 #include "strategies/stack.hpp"
 #include "strategies/validate.hpp"
 
@@ -238,6 +239,7 @@ Scenario read_scenario(JsonReader r, const std::string& base_dir) {
   }
   r.files_read(nullptr);  // `s` is returned: no reader keeps its list
   r.reject_unknown_keys();
+  resolve_stage_layers(s.plan, s.batch, s.model, s.cluster);
   if (!s.space) {
     require_valid_plan(s);
   } else if (auto v = size_violation(s)) {

@@ -113,7 +113,14 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
       return out;
     }
     case Axis::VirtualStages: return ints({1, 2, 3, 4});
-    case Axis::PipelineLayout: return all_of<PipelineLayout>();
+    case Axis::PipelineLayout:
+      // Splits weighed by GPU speed or memory where the stages' GPUs differ.
+      if (c.heterogeneous())
+        return ints({static_cast<std::int64_t>(PipelineLayout::Balanced),
+                     static_cast<std::int64_t>(PipelineLayout::GpuSpeed),
+                     static_cast<std::int64_t>(PipelineLayout::GpuMemory)});
+      return ints({static_cast<std::int64_t>(PipelineLayout::Balanced),
+                   static_cast<std::int64_t>(PipelineLayout::EmbeddingHeadAsLayers)});
     case Axis::Global: return {};  // must be listed
     case Axis::Micro: {
       std::vector<AxisValue> out;

@@ -8,6 +8,7 @@
 #include "sim/limits.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/space.hpp"
+#include "strategies/stage_split.hpp"
 
 namespace strata::strategies {
 
@@ -164,7 +165,8 @@ Space read_space(const JsonReader& r, const Scenario& base) {
         }
         if (a == Axis::DP) dp_listed = true;
       }
-    } else if (system_auto && is_system_axis(a) && !(a == Axis::Offload && offload_parts)) {
+    } else if (system_auto && (is_system_axis(a) || (a == Axis::PipelineLayout && base.cluster.heterogeneous())) &&
+               !(a == Axis::Offload && offload_parts)) {
       values = auto_values(a, base, coupled);
     } else {
       continue;
@@ -245,7 +247,8 @@ std::string canonical_json(const Plan& p, const Batch& b) {
                {"precision", nm(p.precision)},
                {"dp_topology", nm(p.dp_topology)},
                {"implementation", implementation}};
-  if (!p.stage_layers.empty()) plan["stage_layers"] = p.stage_layers;
+  // A layout that weighs stages by their GPUs derives its stage_layers.
+  if (!p.stage_layers.empty() && !weighs_stages(p.pipeline_layout)) plan["stage_layers"] = p.stage_layers;
   // Only where it is not the default, so plans without it keep their ids.
   if (p.pipeline_layout != PipelineLayout::Balanced) plan["pipeline_layout"] = nm(p.pipeline_layout);
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;

@@ -4,6 +4,7 @@
 
 #include "strategies/scenario.hpp"
 #include "strategies/space.hpp"
+#include "strategies/stage_split.hpp"
 #include "strategies/validate.hpp"
 
 namespace strata::strategies {
@@ -130,6 +131,7 @@ void space_point(const Scenario& base, const Space& space, std::uint64_t index, 
   batch = base.batch;
   space.apply(index, plan, batch);
   if (base.stack) apply_stack(*base.stack, plan, base.implementation_keys | implementation_axes(space));
+  resolve_stage_layers(plan, batch, base.model, base.cluster);
 }
 
 // --- capabilities (capability.hpp) ---
