@@ -19,6 +19,15 @@ double ClusterSpec::mean_peak_tflops(Precision p) const {
   return sum / static_cast<double>(nodes);
 }
 
+std::string ClusterSpec::gpus_text() const {
+  if (groups.empty()) return std::to_string(gpus()) + " x " + gpu.name;
+  std::string out = std::to_string(gpus()) + " GPUs: ";
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    out += (g ? " + " : "") + std::to_string(groups[g].nodes * node.gpus_per_node) + " x " + groups[g].gpu.name +
+           " (" + groups[g].name + ")";
+  return out;
+}
+
 std::size_t ClusterSpec::group_of_node(std::int64_t n) const {
   std::int64_t end = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {

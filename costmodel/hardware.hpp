@@ -112,6 +112,9 @@ struct ClusterSpec {
   // The mean dense peak of the cluster's GPUs (the GPU's without groups):
   // what model FLOP/s per GPU is a fraction of (MFU).
   double mean_peak_tflops(Precision p) const;
+  // Its GPUs for people: "64 x a100-80g", or with groups
+  // "64 GPUs: 32 x a100-80g (dgx-a100-80g) + 32 x v100-32g (dgx-1)".
+  std::string gpus_text() const;
   // The group holding node n (0 ≤ n < nodes); 0 without groups.
   std::size_t group_of_node(std::int64_t n) const;
   // The cluster as if every node were group g's (its GPU and server, this

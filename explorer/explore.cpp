@@ -184,12 +184,15 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   // Without ZeRO, or with one rank to shard over, there is no gather to overlap.
   if (zero_shards(p) == 1 || p.zero == 0) p.implementation.overlap_param_gather = false;
   // A layout that splits the blocks as the balanced one does (one chunk, or
-  // a remainder that lands alike) is the balanced plan.
+  // a remainder that lands alike) is the balanced plan; a layout weighed by
+  // the GPUs is the split it resolved to (gpu_speed and gpu_memory often
+  // agree).
   if (p.pipeline_layout != PipelineLayout::Balanced && (p.stage_layers.empty() || weighs_stages(p.pipeline_layout))) {
     Plan balanced = p;
     balanced.pipeline_layout = PipelineLayout::Balanced;
     balanced.stage_layers.clear();
     if (chunk_layers(p, sc.model.layers) == chunk_layers(balanced, sc.model.layers)) p = balanced;
+    else if (weighs_stages(p.pipeline_layout)) p.pipeline_layout = PipelineLayout::Balanced;
   }
   std::string key = canonical_json(p, sc.batch);
   std::string keeps = keeps_pattern(layers.keeps);

@@ -111,6 +111,11 @@ const Case kCases[] = {
      Effect::StepUp},
     {"cluster/host_memory_GiB", R"({"plan": {"offload": {"optimizer": "cpu"}}})",
      R"({"cluster": {"host_memory_GiB": 0.01}})", Effect::Changes},
+    // The second node's GPUs become V100s (fp16: a V100 has no bf16): its
+    // stage, or every stage's data-parallel replicas there, run slower.
+    {"cluster/groups", R"({"plan": {"precision": "fp16"}})",
+     R"({"cluster": {"preset": null, "nodes": null, "groups": ["dgx-a100-80g", {"preset": "dgx-a100-80g", "gpu": "v100-32g"}]}})",
+     Effect::StepUp},
     {"cluster/slow", "{}", R"({"cluster": {"slow": [{"rank": 3, "factor": 1.5}]}})", Effect::StepUp},
     {"cluster/nvme_GBps", R"({"plan": {"offload": {"optimizer": "nvme"}}})", R"({"cluster": {"nvme_GBps": 0.1}})",
      Effect::StepUp},

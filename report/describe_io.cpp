@@ -411,8 +411,7 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   if (!features.empty()) out += "features         " + features + "\n";
   if (scenario) {
     const auto& p = scenario->plan;
-    out += "scenario         " + std::to_string(scenario->cluster.gpus()) + " x " +
-           printable(scenario->cluster.gpu.name) + ": dp " + std::to_string(p.dp) + ", tp " +
+    out += "scenario         " + printable(scenario->cluster.gpus_text()) + ": dp " + std::to_string(p.dp) + ", tp " +
            std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", cp " +
            std::to_string(p.cp) + "; " +
            std::to_string(strategies::microbatches(p, scenario->batch)) + " microbatch(es) of " +

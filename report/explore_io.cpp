@@ -695,25 +695,37 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
                         {"tied_embeddings", m.tied_embeddings}, {"dropout", m.dropout}};
   model["moe"] = m.moe ? ordered_json{{"experts", m.moe->experts}, {"top_k", m.moe->top_k}} : ordered_json();
   const auto& c = sc.cluster;
-  const auto& g = c.gpu;
-  ordered_json cluster = {
-      {"name", c.name},
-      {"gpus", c.gpus()},
-      {"nodes", c.nodes},
-      {"gpu", {{"name", g.name},
-               {"memory_GiB", g.memory_GiB},
-               {"hbm_GBps", g.hbm_GBps},
-               {"sms", g.sms},
-               {"tflops",
-                {{"fp32", g.tflops.fp32}, {"tf32", g.tflops.tf32}, {"fp16", g.tflops.fp16},
-                 {"bf16", g.tflops.bf16}, {"fp8", g.tflops.fp8}}}}},
-      {"node", {{"gpus_per_node", c.node.gpus_per_node},
-                {"intra_node_GBps", c.node.intra_node_GBps},
-                {"inter_node_GBps_per_gpu", c.node.inter_node_GBps_per_gpu},
-                {"pcie_GBps", c.node.pcie_GBps},
-                {"host_memory_GiB", c.node.host_memory_GiB},
-                {"nvme_GBps", c.node.nvme_GBps},
-                {"nvme_GiB", c.node.nvme_GiB}}}};
+  const auto gpu_json = [](const cost::GpuSpec& g) {
+    return ordered_json{{"name", g.name},
+                        {"memory_GiB", g.memory_GiB},
+                        {"hbm_GBps", g.hbm_GBps},
+                        {"sms", g.sms},
+                        {"tflops",
+                         {{"fp32", g.tflops.fp32}, {"tf32", g.tflops.tf32}, {"fp16", g.tflops.fp16},
+                          {"bf16", g.tflops.bf16}, {"fp8", g.tflops.fp8}}}};
+  };
+  const auto node_json = [](const cost::NodeSpec& n) {
+    return ordered_json{{"gpus_per_node", n.gpus_per_node},
+                        {"intra_node_GBps", n.intra_node_GBps},
+                        {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu},
+                        {"pcie_GBps", n.pcie_GBps},
+                        {"host_memory_GiB", n.host_memory_GiB},
+                        {"nvme_GBps", n.nvme_GBps},
+                        {"nvme_GiB", n.nvme_GiB}};
+  };
+  ordered_json cluster = {{"name", c.name},
+                          {"gpus", c.gpus()},
+                          {"nodes", c.nodes},
+                          {"gpu", gpu_json(c.gpu)},
+                          {"node", node_json(c.node)}};
+  // Each node group (cluster.groups) prices its stages: written only with
+  // groups, so directories explored without them keep their manifest.
+  if (c.heterogeneous()) {
+    ordered_json groups = ordered_json::array();
+    for (const auto& g : c.groups)
+      groups.push_back({{"name", g.name}, {"nodes", g.nodes}, {"gpu", gpu_json(g.gpu)}, {"node", node_json(g.node)}});
+    cluster["groups"] = groups;
+  }
   // Slow GPUs change every record's step; written only when there are some,
   // so directories explored without them keep their manifest.
   if (!c.slow.empty()) {
@@ -1263,6 +1275,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   h.meta["model"] = sc.model.name;
   h.meta["gpus"] = sc.cluster.gpus();
   h.meta["gpu"] = sc.cluster.gpu.name;
+  if (sc.cluster.heterogeneous()) h.meta["cluster_gpus"] = sc.cluster.gpus_text();
   ordered_json axes = ordered_json::object();
   if (sc.space)
     for (const auto& ax : sc.space->axes)
@@ -1565,8 +1578,10 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
   for (const auto& i : sh.at("indices")) shards += (shards.empty() ? "" : ",") + std::to_string(i.get<std::uint64_t>());
   out += "scenario   " + printable(s.at("scenario").get<std::string>()) + "\n";
   out += "model      " + printable(s.at("model").get<std::string>()) + " on " +
-         std::to_string(s.at("gpus").get<std::int64_t>()) + " x " +
-         printable(s.at("gpu").get<std::string>()) + "\n";
+         (s.contains("cluster_gpus") ? printable(s.at("cluster_gpus").get<std::string>())
+                                     : std::to_string(s.at("gpus").get<std::int64_t>()) + " x " +
+                                           printable(s.at("gpu").get<std::string>())) +
+         "\n";
   out += "space      " + fmt_count(s.at("space").at("size").get<std::uint64_t>()) + " plans over " +
          std::to_string(s.at("space").at("axes").size()) + " axes";
   if (sh.at("count").get<std::uint64_t>() > 1)

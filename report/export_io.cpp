@@ -55,8 +55,7 @@ std::string join(const std::vector<std::int64_t>& v) {
 // What every export says about the plan in its header.
 std::string plan_summary(const Scenario& sc) {
   const auto& p = sc.plan;
-  std::string s = comment_safe(sc.model.name) + " on " + str(sc.cluster.gpus()) + " x " +
-                  comment_safe(sc.cluster.gpu.name) + ": dp " + str(p.dp) + ", tp " + str(p.tp) +
+  std::string s = comment_safe(sc.model.name) + " on " + comment_safe(sc.cluster.gpus_text()) + ": dp " + str(p.dp) + ", tp " + str(p.tp) +
                   ", pp " + str(p.pp) + ", cp " + str(p.cp);
   if (p.ep > 1) s += ", ep " + str(p.ep);
   s += ", zero " + str(p.zero) + ", global batch " + str(sc.batch.global) + ", micro " +

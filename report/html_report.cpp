@@ -885,15 +885,29 @@ std::string html_of(const Table& t, const std::string& cls = "") {
   return out + "</tbody></table>";
 }
 
+// "64 × a100-80g", or a cluster of node groups as the summary describes it.
+std::string cluster_text(const ReportData& d) {
+  if (!d.cluster_gpus.empty()) return d.cluster_gpus;
+  return std::to_string(d.gpus) + " \u00d7 " + d.gpu;
+}
+
 // Timeline lanes as a table: busy share per lane.
 Table timeline_table(const Timeline& t) {
   Table tb;
   tb.columns = {"stage", "stream", "tasks", "busy", "share of the step"};
   tb.align = {Align::Right, Align::Left, Align::Right, Align::Right, Align::Right};
-  for (const auto& l : t.lanes)
-    tb.add_row({std::to_string(l.stage), l.name, fmt_count(l.tasks),
-                seconds_text(static_cast<double>(l.busy_ns) / 1e9),
-                pct_of(static_cast<double>(l.busy_ns), static_cast<double>(t.step_ns))});
+  const bool gpus = !t.stage_gpus.empty();
+  if (gpus) {
+    tb.columns.insert(tb.columns.begin() + 1, "GPUs");
+    tb.align.insert(tb.align.begin() + 1, Align::Left);
+  }
+  for (const auto& l : t.lanes) {
+    std::vector<std::string> row = {std::to_string(l.stage), l.name, fmt_count(l.tasks),
+                                    seconds_text(static_cast<double>(l.busy_ns) / 1e9),
+                                    pct_of(static_cast<double>(l.busy_ns), static_cast<double>(t.step_ns))};
+    if (gpus) row.insert(row.begin() + 1, t.stage_gpus.at(static_cast<std::size_t>(l.stage)));
+    tb.add_row(std::move(row));
+  }
   return tb;
 }
 
@@ -1089,7 +1103,7 @@ std::string ranking_chart(const ReportData& d, const ReportAnalysis& an) {
 
 std::string report_html(const ReportData& d) {
   const ReportAnalysis an = analyse(d);
-  const std::string heading = "Strata report: " + d.model + " on " + std::to_string(d.gpus) + " \u00d7 " + d.gpu;
+  const std::string heading = "Strata report: " + d.model + " on " + cluster_text(d);
   std::string o;
   o += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   o += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
@@ -1114,7 +1128,7 @@ std::string report_html(const ReportData& d) {
     o += "<tr><th scope=\"row\">" + escape_xml(k) + "</th><td>" + escape_xml(v) + "</td></tr>";
   };
   kv("model", d.model);
-  kv("cluster", std::to_string(d.gpus) + " \u00d7 " + d.gpu);
+  kv("cluster", cluster_text(d));
   kv("scenario", d.scenario);
   kv("space", fmt_count(d.space_size) + " plans over " + std::to_string(d.axes.size()) + " axes");
   for (const auto& a : d.axes) kv(a.name, space_text(a));
@@ -1210,14 +1224,14 @@ std::string report_html(const ReportData& d) {
 std::string report_markdown(const ReportData& d) {
   const ReportAnalysis an = analyse(d);
   std::string o;
-  o += "# Strata report: " + md(d.model) + " on " + std::to_string(d.gpus) + " \u00d7 " + md(d.gpu) + "\n\n";
+  o += "# Strata report: " + md(d.model) + " on " + md(cluster_text(d)) + "\n\n";
   o += "Explore directory " + md(d.dir) + ", scenario " + md(d.scenario) + ": " + fmt_count(d.plans.size()) +
        " plans scored of " + fmt_count(d.space_size) + " in the space.\n\n";
   o += "## Scenario\n\n";
   Table sc;
   sc.columns = {"", ""};
   sc.add_row({"model", d.model});
-  sc.add_row({"cluster", std::to_string(d.gpus) + " \u00d7 " + d.gpu});
+  sc.add_row({"cluster", cluster_text(d)});
   sc.add_row({"scenario", d.scenario});
   sc.add_row({"space", fmt_count(d.space_size) + " plans over " + std::to_string(d.axes.size()) + " axes"});
   for (const auto& a : d.axes) sc.add_row({a.name, space_text(a)});

@@ -93,6 +93,9 @@ struct Timeline {
   std::int64_t step_ns = 0;
   int stages = 0;                  // pipeline stages of the plan
   std::vector<TimelineLane> lanes;  // the stages shown (at most 16), lane by lane
+  // On a cluster of node groups, the GPUs each stage runs on (by stage);
+  // empty otherwise.
+  std::vector<std::string> stage_gpus;
   std::uint64_t tasks = 0;
   bool aggregated = false;  // spans merged over time columns (very many tasks)
 };
@@ -112,6 +115,7 @@ Timeline make_timeline(const sim::TaskGraph& graph, const sim::RunResult& run,
 struct ReportData {
   std::string dir;  // the explore directory (shown, escaped)
   std::string scenario, model, gpu;
+  std::string cluster_gpus;  // a cluster of node groups: its GPUs (ClusterSpec::gpus_text); else empty
   std::int64_t gpus = 0;
   std::uint64_t space_size = 0;
   std::vector<SpaceAxis> axes;  // every axis the summary lists, in its order

@@ -178,7 +178,11 @@ Timeline replay(const strategies::Scenario& scenario, const std::string& plan_id
   sim::RunResult run;
   strategies::LoweredStep lowered;
   strategies::predict_step(scenario, &run, &lowered);
-  return make_timeline(lowered.graph, run, plan_id);
+  Timeline t = make_timeline(lowered.graph, run, plan_id);
+  if (scenario.cluster.heterogeneous())
+    for (const auto& on : strategies::stage_groups(scenario.plan, scenario.cluster))
+      t.stage_gpus.push_back(strategies::stage_gpus(scenario.cluster, on));
+  return t;
 }
 
 }  // namespace
@@ -201,6 +205,7 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   d.model = r.at("model").as_string();
   d.gpus = r.at("gpus").as_int(0, INT64_MAX);
   d.gpu = r.at("gpu").as_string();
+  if (r.has("cluster_gpus")) d.cluster_gpus = r.at("cluster_gpus").as_string();
   const auto space = r.at("space");
   d.space_size = static_cast<std::uint64_t>(space.at("size").as_int(0, INT64_MAX));
   const auto axes = space.at("axes");

@@ -214,17 +214,6 @@ std::string stragglers_text(const strategies::StragglerStats& s) {
   return out;
 }
 
-// "64 x a100-80g", or on a cluster of groups
-// "64 GPUs: 32 x a100-80g (dgx-a100-80g) + 32 x v100-32g (dgx-1)".
-std::string cluster_gpus(const cost::ClusterSpec& c) {
-  if (!c.heterogeneous()) return std::to_string(c.gpus()) + " x " + printable(c.gpu.name);
-  std::string out = std::to_string(c.gpus()) + " GPUs: ";
-  for (std::size_t g = 0; g < c.groups.size(); ++g)
-    out += (g ? " + " : "") + std::to_string(c.groups[g].nodes * c.node.gpus_per_node) + " x " +
-           printable(c.groups[g].gpu.name) + " (" + printable(c.groups[g].name) + ")";
-  return out;
-}
-
 }  // namespace
 
 std::string render_simulation(const strategies::Scenario& sc,
@@ -322,7 +311,7 @@ std::string render_simulation(const strategies::Scenario& sc,
 
   std::string out;
   out += "scenario   " + printable(sc.file) + "\n";
-  out += "model      " + printable(sc.model.name) + " on " + cluster_gpus(sc.cluster) + "\n";
+  out += "model      " + printable(sc.model.name) + " on " + printable(sc.cluster.gpus_text()) + "\n";
   out += "plan       " + plan_summary(sc) + "\n";
   if (sc.stack) out += "stack      " + printable(sc.stack->name) + " (" + printable(sc.stack->description) + ")\n";
   out += "batch      " + std::to_string(sc.batch.global) + " sequences of " +

@@ -1,0 +1,191 @@
+// Clusters of node groups (cluster.groups) against closed forms: where each
+// stage runs, what its work costs there, what memory it has, and how the
+// weighed layouts split the blocks.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "costmodel/calibration.hpp"
+#include "lowering/memory.hpp"
+#include "lowering/step_costs.hpp"
+#include "sim/error.hpp"
+#include "strategies/rank_mesh.hpp"
+#include "strategies/space.hpp"
+#include "strategies/stage_split.hpp"
+
+namespace strata::strategies {
+namespace {
+
+// Two groups of one node of 8 GPUs each. Both GPUs are named "g" (one chip,
+// so one calibration prices both); the second has `slower` times less
+// compute and memory bandwidth and `memory` GiB.
+std::string two_groups(double slower = 2, double memory = 80) {
+  auto gpu = [](double div, double mem) {
+    return "{\"name\": \"g\", \"memory_GiB\": " + std::to_string(mem) + ", \"hbm_GBps\": " +
+           std::to_string(2000 / div) + ", \"tflops\": {\"bf16\": " + std::to_string(400 / div) + "}}";
+  };
+  auto group = [](const std::string& name, const std::string& g) {
+    return "{\"name\": \"" + name + "\", \"gpu\": " + g +
+           ", \"gpus_per_node\": 8, \"intra_node_GBps\": 200, \"inter_node_GBps_per_gpu\": 25,"
+           " \"pcie_GBps\": 25, \"host_memory_GiB\": 1024, \"nodes\": 1}";
+  };
+  return "{\"groups\": [" + group("fast", gpu(1, 80)) + ", " + group("slow", gpu(slower, memory)) + "]}";
+}
+
+Scenario scenario(const std::string& cluster, const std::string& plan, int layers = 16) {
+  return parse_scenario("{\"model\": {\"layers\": " + std::to_string(layers) +
+                            ", \"hidden\": 1024, \"heads\": 8, \"seq_len\": 1024, \"vocab\": 32000},"
+                            " \"cluster\": " + cluster + ", \"batch\": {\"global\": 64}, \"plan\": " + plan + "}",
+                        "t.json");
+}
+
+TEST_CASE("groups: ranks are numbered group by group; each stage sits on the groups of its ranks") {
+  const auto sc = scenario(two_groups(), "{\"pp\": 2, \"dp\": 8}");
+  const auto& c = sc.cluster;
+  REQUIRE(c.heterogeneous());
+  CHECK(c.gpus() == 16);
+  CHECK(c.nodes == 2);
+  CHECK(c.group_of_node(0) == 0);
+  CHECK(c.group_of_node(1) == 1);
+  // Pipeline outermost (tp-cp-dp-pp): ranks 0–7 are stage 0, on the first node.
+  CHECK(stage_groups(sc.plan, c) == std::vector<std::vector<std::size_t>>{{0}, {1}});
+  // Pipeline innermost: every stage has a rank on each node.
+  const auto inner = scenario(two_groups(), "{\"pp\": 2, \"dp\": 8, \"implementation\": {\"rank_order\": \"pp-tp-cp-dp\"}}");
+  CHECK(stage_groups(inner.plan, c) == std::vector<std::vector<std::size_t>>{{0, 1}, {0, 1}});
+  CHECK(stage_gpus(c, {0, 1}) == "g (fast) + g (slow)");
+  CHECK(c.gpus_text() == "16 GPUs: 8 x g (fast) + 8 x g (slow)");
+  // MFU's peak: the mean over the GPUs.
+  CHECK(c.mean_peak_tflops(cost::Precision::BF16) == doctest::Approx((400.0 + 200.0) / 2));
+}
+
+TEST_CASE("groups: a stage's work is priced on its own GPUs, a mixed stage at the slowest's pace") {
+  // Ideal calibration (roofline, no latencies): every op of the half-speed
+  // GPU takes twice as long, up to one nanosecond of rounding per op.
+  const auto sc = scenario(two_groups(2), "{\"pp\": 2, \"dp\": 8}");
+  const ModelStepCosts costs(sc, cost::ideal_calibration());
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  const auto ops = static_cast<Time>(chain.block.ops.size());
+  for (Pass pass : {Pass::Forward, Pass::Backward}) {
+    const Time fast = costs.stage(0).layer(chain.block, pass), slow = costs.stage(1).layer(chain.block, pass);
+    CHECK(fast > 0);
+    CHECK(std::abs(slow - 2 * fast) <= 2 * ops);
+  }
+  // The top-level answers are the first group's.
+  CHECK(costs.layer(chain.block, Pass::Forward, false) == costs.stage(0).layer(chain.block, Pass::Forward));
+  // A stage on both groups runs every op at the slow group's pace.
+  const auto inner = scenario(two_groups(2), "{\"pp\": 2, \"dp\": 8, \"implementation\": {\"rank_order\": \"pp-tp-cp-dp\"}}");
+  const ModelStepCosts mixed(inner, cost::ideal_calibration());
+  CHECK(mixed.stage(0).layer(chain.block, Pass::Forward) == costs.stage(1).layer(chain.block, Pass::Forward));
+  CHECK(mixed.stage(0).optimizer_step(1e6, false) == costs.stage(1).optimizer_step(1e6, false));
+  // A send between the groups runs at the slower link: here both are alike.
+  CHECK(costs.stage(0).p2p(1 << 20) == costs.stage(1).p2p(1 << 20));
+}
+
+TEST_CASE("groups: the slow stage sets the step; balanced pipelines wait for it") {
+  // pp 2 with the second stage at half speed: the step is longer than on two
+  // fast groups and shorter than on two slow ones (stage 0 keeps its pace).
+  const auto hetero = scenario(two_groups(2), "{\"pp\": 2, \"dp\": 8}");
+  const auto fast = scenario(two_groups(1), "{\"pp\": 2, \"dp\": 8}");
+  const Time th = predict_step(hetero).step_time, tf = predict_step(fast).step_time;
+  CHECK(th > tf);
+  CHECK(th < 2 * tf);
+  // Stage 1's compute, both passes, is twice stage 0's (to rounding).
+  StepPrediction pr = predict_step(hetero);
+  CHECK(pr.critical_stage == 1);
+}
+
+TEST_CASE("groups: each stage's memory is checked against its own GPU") {
+  // The second group's GPU has 2 GiB: stage 1 does not fit there although
+  // the peak stage (0, with the embedding) fits its 80 GiB.
+  const auto sc = scenario(two_groups(1, 2), "{\"pp\": 2, \"dp\": 8}");
+  const MemoryEstimate m = estimate_memory(sc);
+  REQUIRE(m.stages.size() == 2);
+  CHECK(m.stages[0].capacity == 80 * kGiB);
+  CHECK(m.stages[1].capacity == 2 * kGiB);
+  REQUIRE(m.stages[1].total > 2 * kGiB);
+  CHECK(m.stages[0].total > m.stages[1].total);
+  REQUIRE(m.infeasible);
+  CHECK(m.infeasible->pool == "gpu");
+  CHECK(m.infeasible->needs == m.stages[1].total);
+  CHECK(m.infeasible->has == 2 * kGiB);
+  // The recompute planners' budget: the smallest GPU's.
+  CHECK(memory_budget(sc, {}) == static_cast<Bytes>(2.0 * kGiB * 0.95));
+}
+
+TEST_CASE("weighed layouts: blocks in proportion to the stages' weights, largest remainders first") {
+  Plan p;
+  p.pp = 2;
+  // 40 blocks, weights 2.5 : 1. Each stage first gets one block; the other
+  // 38 split 27.14 : 10.86, so 27 + 1 and 10 + 1, and the larger remainder
+  // (0.86) takes the last block: 28 and 12.
+  CHECK(weighted_chunk_layers(p, 40, {2.5, 1}) == std::vector<std::int64_t>{28, 12});
+  // Two virtual chunks a stage: each stage's share halves, chunk k on stage k mod 2.
+  p.virtual_stages = 2;
+  CHECK(weighted_chunk_layers(p, 40, {2.5, 1}) == std::vector<std::int64_t>{14, 6, 14, 6});
+  // Equal weights: 37 spare over 3 stages, 12 each and one left, to stage 0.
+  p.pp = 3;
+  p.virtual_stages = 1;
+  CHECK(weighted_chunk_layers(p, 40, {1, 1, 1}) == std::vector<std::int64_t>{14, 13, 13});
+  // A weight far below the others still leaves its stage a block.
+  p.pp = 2;
+  CHECK(weighted_chunk_layers(p, 8, {1000, 1}) == std::vector<std::int64_t>{7, 1});
+  // More chunks than blocks: nothing (validation names the rule).
+  p.pp = 4;
+  p.virtual_stages = 3;
+  CHECK(weighted_chunk_layers(p, 8, {1, 1, 1, 1}).empty());
+}
+
+TEST_CASE("weighed layouts resolve where a plan meets its cluster, and write no stage_layers") {
+  // The slow group at a quarter of the speed and of the memory: gpu_speed
+  // and gpu_memory both weigh 4 : 1 (speed within the efficiency curves'
+  // reach: the block's time on the slow GPU is four times, to the curves).
+  const auto speed = scenario(two_groups(4, 20), "{\"pp\": 2, \"dp\": 8, \"pipeline_layout\": \"gpu_memory\"}");
+  // 16 blocks: 1 + 1 and 14 spare split 11.2 : 2.8 → 12 and 4.
+  CHECK(speed.plan.stage_layers == std::vector<std::int64_t>{12, 4});
+  CHECK(chunk_layers(speed.plan, 16) == std::vector<std::int64_t>{12, 4});
+  const std::string canon = canonical_json(speed.plan, speed.batch);
+  CHECK(canon.find("stage_layers") == std::string::npos);
+  CHECK(canon.find("\"pipeline_layout\":\"gpu_memory\"") != std::string::npos);
+  // A faster stage with more blocks beats the balanced split on this cluster.
+  const auto balanced = scenario(two_groups(4, 20), "{\"pp\": 2, \"dp\": 8}");
+  const auto weighed = scenario(two_groups(4, 20), "{\"pp\": 2, \"dp\": 8, \"pipeline_layout\": \"gpu_speed\"}");
+  CHECK(weighed.plan.stage_layers.front() > weighed.plan.stage_layers.back());
+  CHECK(predict_step(weighed).step_time < predict_step(balanced).step_time);
+  // "auto" opens the layout on a cluster of groups, with both weighed layouts.
+  const auto sp = parse_scenario(
+      "{\"model\": {\"layers\": 16, \"hidden\": 1024, \"heads\": 8, \"seq_len\": 1024, \"vocab\": 32000},"
+      " \"cluster\": " + two_groups(4, 20) + ", \"batch\": {\"global\": 64}, \"space\": \"auto\"}",
+      "t.json");
+  const SpaceAxis* layout = sp.space->find(Axis::PipelineLayout);
+  REQUIRE(layout);
+  CHECK(layout->values.size() == 3);
+}
+
+TEST_CASE("groups: bad input names the file, the path and the rule") {
+  const std::string head =
+      "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000},"
+      " \"batch\": {\"global\": 16}, \"cluster\": ";
+  auto refused = [&](const std::string& cluster, const std::string& path) {
+    CAPTURE(cluster);
+    try {
+      (void)parse_scenario(head + cluster + "}", "t.json");
+      FAIL("accepted");
+    } catch (const InputError& e) {
+      CHECK(e.path() == path);
+    }
+  };
+  refused("{\"groups\": [\"dgx-a100-80g\"]}", "cluster.groups");
+  refused("{\"groups\": [\"dgx-a100-80g\", \"dgx-h100\"], \"gpus_per_node\": 8}", "cluster.gpus_per_node");
+  refused("{\"groups\": [\"dgx-a100-80g\", {\"gpu\": \"v100-32g\"}]}", "cluster.groups[1]");
+  refused("{\"groups\": [\"dgx-a100-80g\", {\"preset\": \"dgx-h100\", \"slow\": []}]}", "cluster.groups[1].slow");
+  refused("{\"groups\": [\"dgx-a100-80g\", {\"groups\": []}]}", "cluster.groups[1].groups");
+  refused("{\"groups\": [\"dgx-a100-80g\", \"dgx-h100\"], \"slow\": [{\"rank\": 16, \"factor\": 2}]}",
+          "cluster.slow[0].rank");
+  // A well-formed one: two nodes, the plan fills them.
+  const auto ok = parse_scenario(head + "{\"groups\": [\"dgx-a100-80g\", \"dgx-h100\"]}}", "t.json");
+  CHECK(ok.cluster.gpus() == 16);
+  CHECK(ok.plan.dp == 16);
+}
+
+}  // namespace
+}  // namespace strata::strategies
