@@ -810,6 +810,12 @@ std::optional<Difference> first_difference(const ordered_json& a, const ordered_
     }
     return std::nullopt;
   }
+  // Lists of one length: the first element that differs (cluster.groups[1].nodes).
+  if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (auto d = first_difference(a.at(i), b.at(i), at + "[" + std::to_string(i) + "]")) return d;
+    return std::nullopt;
+  }
   // Numbers compare by value (80 and 80.0 are one figure).
   if (a.is_number() && b.is_number() && a.get<double>() == b.get<double>()) return std::nullopt;
   if (a != b) return Difference{at, a.dump(), b.dump()};

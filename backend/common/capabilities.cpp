@@ -197,6 +197,12 @@ const std::array kTable{
                   "and cluster.stragglers are for simulate and explore; remove them to run or validate"),
                no("the CUDA backend runs every GPU at its own pace and slows none down: cluster.slow and "
                   "cluster.stragglers are for simulate and explore; remove them to run or validate")},
+    Capability{"node-groups", "cluster", "clusters of node groups (cluster.groups)",
+               [](const Scenario& s) { return s.cluster.heterogeneous(); },
+               no("the CPU backend runs every rank on this machine's cores, one kind of device: cluster.groups "
+                  "is for simulate and explore; run or validate a plan on one group's cluster"),
+               no("the CUDA backend runs on the GPUs of this machine, one kind: cluster.groups is for simulate "
+                  "and explore; run or validate a plan on one group's cluster")},
     // ---- model ---------------------------------------------------------------------
     Capability{"moe", "model", "mixture-of-experts models", [](const Scenario& s) { return static_cast<bool>(s.model.moe); },
                no("mixture-of-experts models are not implemented by the CPU backend"),

@@ -150,6 +150,59 @@ def simulate_stragglers(strata):
         shutil.rmtree(tmp)
 
 
+def hetero_cluster(strata):
+    # The bundled cluster of node groups (4 DGX A100 + 4 DGX-1 V100): simulate
+    # names each stage's GPUs and checks each against its own memory; over a
+    # small space the explorer's best plan beats the best on the A100 nodes
+    # alone and every plan that splits the blocks evenly over all eight
+    # (issue 22's targets); the report's timeline names the GPUs; a directory
+    # explored on these groups is not resumed with others; the backends refuse it.
+    scenario = sys.argv[3]
+    sc = json.loads(re.sub(r"^\s*//.*$", "", open(scenario).read(), flags=re.M))
+    j = json.loads(run(strata, "simulate", scenario, "--format", "json"))
+    stages = j["memory_per_stage"]
+    check([s["gpus"] for s in stages] == ["a100-80g (dgx-a100-80g)", "v100-32g (dgx-1)"], f"gpus {stages}")
+    check([s["gpu_memory_bytes"] for s in stages] == [80 * 2**30, 32 * 2**30], f"capacities {stages}")
+    check(all(s["peak_bytes"] <= s["gpu_memory_bytes"] for s in stages) and j["feasible"], "the plan fits")
+    check(stages[0]["layer_keeps"].count("A") > stages[1]["layer_keeps"].count("A"),
+          f"gpu_speed gives the A100 stage more blocks: {stages}")
+    table = run(strata, "simulate", scenario)
+    check("64 GPUs: 32 x a100-80g (dgx-a100-80g) + 32 x v100-32g (dgx-1)" in table, "the table names the groups")
+    tmp = tempfile.mkdtemp(prefix="strata-e2e-hetero-")
+    try:
+        sc["space"] = {"tp": [1, 2], "pp": [1, 2, 4], "zero": [1, 2, 3], "schedule": ["1f1b", "interleaved:2"],
+                       "pipeline_layout": ["balanced", "gpu_speed"], "recompute": ["none", "selective", "full"]}
+        sc["plan"] = {"precision": "fp16", "optimizer": "adam"}
+        alone = dict(sc, cluster={"preset": "dgx-a100-80g", "nodes": 4})
+        best = {}
+        for name, s in (("hetero", sc), ("a100", alone)):
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as fh:
+                json.dump(s, fh)
+            out = os.path.join(tmp, name)
+            run(strata, "explore", path, "--out", out, "--jobs", "1", "--quiet")
+            best[name] = json.load(open(os.path.join(out, "summary.json")))["top"][0]["step_time_s"]
+        uniform = min(json.loads(l)["step_time_s"] for l in open(os.path.join(tmp, "hetero", "results.jsonl"))
+                      if json.loads(l).get("feasible") and
+                      json.loads(l)["plan"].get("pipeline_layout", "balanced") == "balanced")
+        check(best["hetero"] <= best["a100"], f"hetero best {best['hetero']} slower than the A100s alone {best['a100']}")
+        check(best["hetero"] < uniform, f"hetero best {best['hetero']} not faster than the best even split {uniform}")
+        md = open(os.path.join(tmp, "hetero", "report.md")).read()
+        check("v100-32g (dgx-1)" in md, "the report names the V100 stage's GPUs")
+        sc["cluster"]["groups"][1]["nodes"] = 3
+        sc["cluster"]["groups"][0]["nodes"] = 5
+        other = os.path.join(tmp, "other.json")
+        with open(other, "w") as fh:
+            json.dump(sc, fh)
+        p = subprocess.run([strata, "explore", other, "--out", os.path.join(tmp, "hetero"), "--resume", "--quiet"],
+                           capture_output=True, text=True)
+        check(p.returncode == 2 and "cluster.groups" in p.stderr, f"resume: exit {p.returncode}: {p.stderr}")
+    finally:
+        shutil.rmtree(tmp)
+    p = subprocess.run([strata, "run", scenario, "--backend", "cpu", "--steps", "1"], capture_output=True, text=True)
+    check(p.returncode == 2 and "cluster.groups" in p.stderr, f"run: exit {p.returncode}: {p.stderr}")
+
+
 def simulate_infeasible(strata):
     # An out-of-memory plan exits 0 with feasible false and the numbers.
     d = json.loads(run(strata, "simulate", sys.argv[3], "--format", "json"))
