@@ -51,6 +51,8 @@ struct GpuSpec {
   // renames or changes, as the same chip's efficiencies.
   std::string preset;
 
+  // The chip it is: its preset, else its name (what a calibration measured).
+  const std::string& chip() const { return preset.empty() ? name : preset; }
   Bytes memory_bytes() const { return static_cast<Bytes>(memory_GiB * static_cast<double>(kGiB)); }
   // Dense matrix-multiply peak for a training precision (fp32 uses fp32, the
   // mixed precisions their 16/8-bit tensor-core peak). 0 when unsupported.

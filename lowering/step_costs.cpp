@@ -31,9 +31,6 @@ int layer_index(const cost::Layer& l) {
   return l.kind == cost::LayerKind::Embedding ? 0 : l.kind == cost::LayerKind::Block ? 1 : 2;
 }
 
-// The GPU chip a calibration or GPU names: its preset, else its name.
-const std::string& chip(const cost::GpuSpec& g) { return g.preset.empty() ? g.name : g.preset; }
-
 // A stage whose GPUs sit on several groups: each task at the pace of the
 // slowest group's (tensor- and context-parallel groups synchronise every
 // layer; a collective waits for its slowest member), each link at the
@@ -320,14 +317,14 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   if (!sc.cluster.heterogeneous()) return;
   // Each group's GPUs are priced on their own curves: the given calibration
   // where it measured that chip (its `gpu`, else the first group's), the
-  // chip's bundled curves elsewhere.
+  // scenario's for the group elsewhere (group_calibration).
   auto st = std::make_shared<Stages>();
-  const std::string& measured = cal_.gpu.empty() ? chip(sc.cluster.gpu) : cal_.gpu;
+  const std::string& measured = cal_.gpu.empty() ? sc.cluster.gpu.chip() : cal_.gpu;
   for (std::size_t g = 0; g < sc.cluster.groups.size(); ++g) {
     auto view = std::make_unique<Scenario>(sc);
     view->cluster = sc.cluster.group_view(g);
     const cost::GpuSpec& gpu = view->cluster.gpu;
-    cost::Calibration c = chip(gpu) == measured ? cal_ : cost::default_calibration(gpu);
+    cost::Calibration c = gpu.chip() == measured ? cal_ : group_calibration(sc, g);
     st->group.push_back(std::make_unique<ModelStepCosts>(*view, std::move(c)));
     st->views.push_back(std::move(view));
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "costmodel/calibration.hpp"
 #include "costmodel/hardware.hpp"
 #include "costmodel/model.hpp"
 #include "strategies/convergence.hpp"
@@ -45,6 +46,10 @@ struct Scenario {
   std::shared_ptr<const ConvergenceModel> convergence;
   std::optional<LrRule> lr;
   std::optional<std::string> calibration;  // resolved path
+  // A cluster of node groups: each group's calibration, read once (the
+  // calibration file where it measured that group's GPU, else the GPU's
+  // bundled curves: group_calibration); empty otherwise.
+  std::shared_ptr<const std::vector<cost::Calibration>> group_curves;
   // The files the scenario named and read, besides itself: its model's,
   // cluster's, stack's and convergence model's, nested ones included
   // (outputs must not replace them).
@@ -107,6 +112,14 @@ struct TimeToTrain {
 };
 std::optional<TimeToTrain> time_to_train(const Scenario& s, const GoalEstimate& g,
                                          double step_time_s);
+
+// The curves that price group g's GPUs (cluster.groups): the scenario's
+// calibration file where it measured that GPU (its `gpu`, else the first
+// group's), else the GPU's bundled curves (cost::default_calibration). Read
+// from group_curves when the scenario holds them.
+cost::Calibration group_calibration(const Scenario& sc, std::size_t g);
+// The same for every group, in order: what group_curves holds.
+std::vector<cost::Calibration> group_calibrations(const Scenario& sc);
 
 // Throws InputError naming the scenario's model when it is a layer chain:
 // `command` (simulate, explore, run, …) lowers transformers only; chains go

@@ -239,7 +239,9 @@ Scenario read_scenario(JsonReader r, const std::string& base_dir) {
   }
   r.files_read(nullptr);  // `s` is returned: no reader keeps its list
   r.reject_unknown_keys();
-  resolve_stage_layers(s.plan, s.batch, s.model, s.cluster);
+  if (s.cluster.heterogeneous())
+    s.group_curves = std::make_shared<const std::vector<cost::Calibration>>(group_calibrations(s));
+  resolve_stage_layers(s.plan, s.batch, s.model, s.cluster, s.group_curves.get());
   if (!s.space) {
     require_valid_plan(s);
   } else if (auto v = size_violation(s)) {
@@ -259,6 +261,25 @@ Scenario parse_scenario(std::string_view text, const std::string& source,
 
 void require_valid_plan(const Scenario& s) {
   if (auto v = first_violation(s)) throw InputError(s.file, v->path, v->message);
+}
+
+std::vector<cost::Calibration> group_calibrations(const Scenario& sc) {
+  std::vector<cost::Calibration> out;
+  std::string measured = sc.cluster.gpu.chip();
+  if (sc.calibration) {
+    const cost::Calibration file = cost::load_calibration_file(*sc.calibration, cost::default_calibration(sc.cluster.gpu));
+    if (!file.gpu.empty()) measured = file.gpu;
+  }
+  for (const auto& g : sc.cluster.groups)
+    out.push_back(sc.calibration && g.gpu.chip() == measured
+                      ? cost::load_calibration_file(*sc.calibration, cost::default_calibration(g.gpu))
+                      : cost::default_calibration(g.gpu));
+  return out;
+}
+
+cost::Calibration group_calibration(const Scenario& sc, std::size_t g) {
+  if (sc.group_curves && g < sc.group_curves->size()) return (*sc.group_curves)[g];
+  return group_calibrations(sc).at(g);
 }
 
 void require_transformer(const Scenario& s, const std::string& command) {

@@ -131,7 +131,7 @@ void space_point(const Scenario& base, const Space& space, std::uint64_t index, 
   batch = base.batch;
   space.apply(index, plan, batch);
   if (base.stack) apply_stack(*base.stack, plan, base.implementation_keys | implementation_axes(space));
-  resolve_stage_layers(plan, batch, base.model, base.cluster);
+  resolve_stage_layers(plan, batch, base.model, base.cluster, base.group_curves.get());
 }
 
 // --- capabilities (capability.hpp) ---

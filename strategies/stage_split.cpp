@@ -14,7 +14,7 @@ bool weighs_stages(PipelineLayout layout) {
 }
 
 std::vector<double> stage_weights(const Plan& plan, const Batch& batch, const cost::ModelSpec& model,
-                                  const cost::ClusterSpec& cluster) {
+                                  const cost::ClusterSpec& cluster, const std::vector<cost::Calibration>* curves) {
   const auto on = stage_groups(plan, cluster);
   // Each group's weight; a stage's is its weakest group's.
   std::vector<cost::GpuSpec> gpus;
@@ -31,7 +31,9 @@ std::vector<double> stage_weights(const Plan& plan, const Batch& batch, const co
       // A GPU without a peak for the precision gets no blocks to spare:
       // the plan is refused by validation (precision-supported) anyway.
       if (gpus[g].peak_tflops(plan.precision) <= 0) continue;
-      const cost::Calibration cal = cost::default_calibration(gpus[g]);
+      const bool given = curves && g < curves->size();
+      const cost::Calibration bundled = given ? cost::Calibration{} : cost::default_calibration(gpus[g]);
+      const cost::Calibration& cal = given ? (*curves)[g] : bundled;
       Time t = 0;
       for (const auto& op : chain.block.ops)
         t += cost::op_time(gpus[g], cal, plan.precision, op, false) + cost::op_time(gpus[g], cal, plan.precision, op, true);
@@ -79,10 +81,10 @@ std::vector<std::int64_t> weighted_chunk_layers(const Plan& plan, std::int64_t b
 }
 
 void resolve_stage_layers(Plan& plan, const Batch& batch, const cost::ModelSpec& model,
-                          const cost::ClusterSpec& cluster) {
+                          const cost::ClusterSpec& cluster, const std::vector<cost::Calibration>* curves) {
   if (!weighs_stages(plan.pipeline_layout) || !plan.stage_layers.empty() || model.chain) return;
   if (plan.pp < 1 || plan.virtual_stages < 1 || plan.gpus() != cluster.gpus()) return;
-  plan.stage_layers = weighted_chunk_layers(plan, model.layers, stage_weights(plan, batch, model, cluster));
+  plan.stage_layers = weighted_chunk_layers(plan, model.layers, stage_weights(plan, batch, model, cluster, curves));
 }
 
 }  // namespace strata::strategies

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "costmodel/calibration.hpp"
 #include "costmodel/hardware.hpp"
 #include "costmodel/model.hpp"
 #include "strategies/plan.hpp"
@@ -18,8 +19,11 @@ bool weighs_stages(PipelineLayout layout);
 // inverse of one transformer block's forward and backward time on the
 // stage's slowest GPU (op by op, each GPU's bundled efficiency curves,
 // costmodel/time_model.hpp); gpu_memory, the stage's smallest GPU's memory.
+// `curves`: each group's calibration (Scenario::group_curves); null: each
+// GPU's bundled curves.
 std::vector<double> stage_weights(const Plan& plan, const Batch& batch, const cost::ModelSpec& model,
-                                  const cost::ClusterSpec& cluster);
+                                  const cost::ClusterSpec& cluster,
+                                  const std::vector<cost::Calibration>* curves = nullptr);
 
 // Blocks per chunk in proportion to the stages' weights: stage s takes
 // round(w_s / Σw · blocks) blocks (largest remainders first, at least one
@@ -34,6 +38,7 @@ std::vector<std::int64_t> weighted_chunk_layers(const Plan& plan, std::int64_t b
 // chunks then sees). Scenarios and space points call it after their plan
 // is final; any other plan is left as it is.
 void resolve_stage_layers(Plan& plan, const Batch& batch, const cost::ModelSpec& model,
-                          const cost::ClusterSpec& cluster);
+                          const cost::ClusterSpec& cluster,
+                          const std::vector<cost::Calibration>* curves = nullptr);
 
 }  // namespace strata::strategies
