@@ -61,6 +61,14 @@ def test_simulate_stragglers_equal_cli(root, cli):
     assert py["stage_slowdown"] == [1.2] and py["stragglers"]["samples"] == 200
 
 
+def test_simulate_node_groups_equal_cli(root, cli):
+    # A cluster of node groups: each stage's GPUs and memory, as the CLI says.
+    path = root / "configs/scenarios/hetero-a100-v100.json"
+    py = dict(strata.simulate(str(path)))
+    assert py == cli.json("simulate", path)
+    assert [s["gpus"] for s in py["memory_per_stage"]] == ["a100-80g (dgx-a100-80g)", "v100-32g (dgx-1)"]
+
+
 def test_simulate_chunk_and_analytical_equal_cli(root, cli):
     # The options map onto --granularity chunk and --analytical.
     assert dict(strata.simulate(str(root / MEGATRON), granularity="chunk")) == cli.json(
