@@ -50,6 +50,12 @@ void add_goal_fields(nlohmann::ordered_json& j, const strategies::Scenario& sc,
   tr["base_steps"] = g.base_steps;
   if (g.lr) tr["lr"] = *g.lr;
   tr["lr_ratio"] = g.lr_ratio;
+  // A layer-wise adaptive optimizer (LAMB, LARS) takes the rule's rate
+  // closer to the best one.
+  if (g.lr_reach != 1) {
+    tr["lr_reach"] = g.lr_reach;
+    tr["lr_ratio_effective"] = g.lr_ratio_effective;
+  }
   tr["lr_factor"] = g.lr_factor;
   tr["warmup_steps"] = g.warmup_steps;
   tr["penalty"] = {{"compression", g.penalties.compression},

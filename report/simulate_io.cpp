@@ -95,8 +95,11 @@ std::string goal_text(const strategies::Scenario& sc, const strategies::GoalEsti
   if (g.lr) {
     char lr[32];
     std::snprintf(lr, sizeof lr, "%.3g", *g.lr);
-    out += std::string(", learning rate ") + lr + " (" + fixed(g.lr_ratio, 2) + "x the best: x" +
-           fixed(g.lr_factor, 3) + ")";
+    out += std::string(", learning rate ") + lr + " (" + fixed(g.lr_ratio, 2) + "x the best" +
+           (g.lr_reach != 1 ? ", " + fixed(g.lr_ratio_effective, 2) + "x with " +
+                                  std::string(enum_name(sc.plan.optimizer)) + "'s reach " + fixed(g.lr_reach, 1)
+                            : std::string()) +
+           ": x" + fixed(g.lr_factor, 3) + ")";
   }
   out += ", penalty x" + fixed(g.penalties.total(), 3);
   if (g.warmup_steps > 0) out += ", + " + count(static_cast<double>(g.warmup_steps)) + " warmup";

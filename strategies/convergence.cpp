@@ -87,6 +87,11 @@ std::optional<double> lr_steps_factor(double r) {
   return 1.0 / (2.0 * r - r * r);
 }
 
+double effective_lr_ratio(double r, double reach) {
+  if (!(r > 1) || !(reach > 0)) return r;
+  return 1.0 + (r - 1.0) / reach;
+}
+
 double Penalty::at_batch(double batch_tokens, double b_noise_tokens) const {
   const double n = noise_factor.value_or(factor);
   if (!(batch_tokens + b_noise_tokens > 0)) return factor;
@@ -173,11 +178,15 @@ GoalEstimate estimate_goal(const ConvergenceModel& m, const std::optional<LrRule
     g.lr_ratio = lr_ratio(rule->scaling, g.batch_tokens, ref_seqs * static_cast<double>(seq_len),
                           c.b_noise_tokens);
     g.warmup_steps = rule->warmup_steps;
-    const auto f = lr_steps_factor(g.lr_ratio);
+    if (const auto it = m.lr_reach.find(plan.optimizer); it != m.lr_reach.end()) g.lr_reach = it->second.value;
+    g.lr_ratio_effective = effective_lr_ratio(g.lr_ratio, g.lr_reach);
+    const auto f = lr_steps_factor(g.lr_ratio_effective);
     if (!f) {
       g.reachable = false;
-      g.unreachable_reason = "the learning rate is " + num(g.lr_ratio) +
-                             " times the best one at this batch (2 or more never converges)";
+      g.unreachable_reason = "the learning rate is " + num(g.lr_ratio) + " times the best one at this batch" +
+                             (g.lr_reach != 1 ? ", " + num(g.lr_ratio_effective) + " as " +
+                                                    std::string(enum_name(plan.optimizer)) + " takes it" : "") +
+                             " (2 or more never converges)";
       return g;
     }
     g.lr_factor = *f;

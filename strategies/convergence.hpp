@@ -116,6 +116,9 @@ struct ConvergenceModel {
   std::optional<LrRule> lr;  // unset: the learning rate is tuned at every batch
   std::vector<CompressionPenalty> compression;
   std::map<Optimizer, Penalty> optimizer;  // per optimizer
+  // How much further a learning-rate rule holds with the optimizer
+  // (layer-wise adaptive rates: LAMB, LARS): effective_lr_ratio. Absent: 1.
+  std::map<Optimizer, Sourced> lr_reach;
   Staleness staleness_per_step;
 };
 
@@ -143,6 +146,15 @@ double lr_ratio(LrScaling scaling, double batch_tokens, double reference_tokens,
 // Steps multiplier of a learning rate r times the best one: 1 / (2r − r²);
 // nullopt for r ≤ 0 or r ≥ 2 (the quadratic model diverges).
 std::optional<double> lr_steps_factor(double r);
+// The ratio an optimizer of reach R acts at when a rule gives r times the
+// best rate: 1 + (r − 1)/R above the best, r at or below it. A layer-wise
+// trust ratio (LARS: You et al. 2017; LAMB: You et al. 2020) sets each
+// layer's step from its weights' norm over its update's, so a rate the rule
+// overshoots by (r − 1) moves a layer R times less past its best step: the
+// rule holds R times further past its reference batch before it diverges
+// (r_eff = 2 at r = 1 + R). R is read from the largest batches the papers
+// train at without losing accuracy against the optimizer they replace.
+double effective_lr_ratio(double r, double reach);
 
 // Steps multipliers of the plan's lossy techniques at a batch of B tokens.
 // Throws InputError (the model's file, path penalties.…) when the model has
@@ -175,6 +187,8 @@ struct GoalEstimate {
   double base_steps = 0;          // before the factors: S(B), or tokens / batch tokens
   std::optional<double> lr = {};  // the rule's rate at this batch (with an lr rule)
   double lr_ratio = 1;            // ε / ε_opt (1 without an lr rule)
+  double lr_reach = 1;            // the optimizer's (ConvergenceModel::lr_reach)
+  double lr_ratio_effective = 1;  // effective_lr_ratio(lr_ratio, lr_reach)
   double lr_factor = 1;
   Penalties penalties;
   std::int64_t warmup_steps = 0;

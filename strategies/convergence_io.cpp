@@ -158,6 +158,12 @@ void read_fields(const JsonReader& r, ConvergenceModel& m, bool complete) {
         const JsonReader e(item.value(), o->file(), o->child_path(item.key()));
         const auto opt = enum_from_name<Optimizer>(item.key());
         if (!opt) e.fail("unknown optimizer (one of " + enum_choices<Optimizer>() + ")");
+        // {"lr_reach": R or {"value", "source"}}: how much further the
+        // learning-rate rule holds (effective_lr_ratio).
+        // An entry replaces the whole of the one it overrides.
+        m.lr_reach.erase(*opt);
+        if (e.is_object())
+          if (auto reach = e.get("lr_reach")) m.lr_reach[*opt] = read_sourced(*reach, 1, 1e3);
         m.optimizer[*opt] = read_penalty(e);
       }
     }
@@ -295,6 +301,8 @@ std::string convergence_json(const ConvergenceModel& m) {
   for (const auto& [o, p] : m.optimizer) {
     ordered_json e = ordered_json::object();
     add_penalty_json(e, p);
+    if (const auto it = m.lr_reach.find(o); it != m.lr_reach.end())
+      e["lr_reach"] = {{"value", it->second.value}, {"source", it->second.source}};
     opt[std::string(enum_name(o))] = e;
   }
   j["penalties"] = {{"compression", comp},

@@ -193,6 +193,48 @@ TEST_CASE("convergence: steps to a target loss and to a token goal") {
   CHECK(g.unreachable_reason.find("never converges") != std::string::npos);
 }
 
+TEST_CASE("convergence: a layer-wise adaptive optimizer's reach R takes the rule R times further") {
+  // effective r = 1 + (r − 1)/R above the best rate, r below it (a trust
+  // ratio clips overshoot, it does not make a small rate larger).
+  CHECK(effective_lr_ratio(3.0, 4.0) == doctest::Approx(1.5));
+  CHECK(effective_lr_ratio(1.0, 4.0) == doctest::Approx(1.0));
+  CHECK(effective_lr_ratio(0.5, 4.0) == doctest::Approx(0.5));
+  CHECK(effective_lr_ratio(3.0, 1.0) == doctest::Approx(3.0));
+  // Linear scaling from 125 sequences (1e6 tokens = B_noise) to 625 (5e6):
+  // r = (5e6 + 1e6)/(1e6 + 1e6) = 3, which Adam never converges at; LAMB
+  // with reach 4 acts at 1.5: 1/(3 − 2.25) = 4/3 the steps, S = 1000·(1 + 1/5)·4/3 = 1600.
+  auto m = model();
+  m.optimizer[Optimizer::Lamb] = {1.0, {}, "t"};
+  m.lr_reach[Optimizer::Lamb] = {4.0, "t"};
+  Plan p;
+  const LrRule rule{3e-4, LrScaling::Linear, 0, 125};
+  auto adam = estimate_goal(m, rule, {}, 2.0, p, 625, 8000);
+  CHECK(adam.lr_ratio == doctest::Approx(3.0));
+  CHECK_FALSE(adam.reachable);
+  p.optimizer = Optimizer::Lamb;
+  auto lamb = estimate_goal(m, rule, {}, 2.0, p, 625, 8000);
+  REQUIRE(lamb.reachable);
+  CHECK(lamb.lr_ratio == doctest::Approx(3.0));
+  CHECK(lamb.lr_reach == 4.0);
+  CHECK(lamb.lr_ratio_effective == doctest::Approx(1.5));
+  CHECK(lamb.lr_factor == doctest::Approx(4.0 / 3.0));
+  CHECK(lamb.steps == 1600);
+  // The largest batch LAMB reaches: r_eff = 2 at r = 1 + R = 5, i.e.
+  // B + 1e6 = 5·2e6: B = 9e6 tokens (1,125 sequences); Adam's is r = 2: 3e6.
+  CHECK(estimate_goal(m, rule, {}, 2.0, p, 1124, 8000).reachable);
+  CHECK_FALSE(estimate_goal(m, rule, {}, 2.0, p, 1125, 8000).reachable);
+  // At the reference batch the reach changes nothing.
+  CHECK(estimate_goal(m, rule, {}, 2.0, p, 125, 8000).steps == 2000);
+  // The bundled model gives LAMB and LARS a sourced reach, Adam none.
+  const auto b = bundled_convergence();
+  for (Optimizer o : {Optimizer::Lamb, Optimizer::Lars}) {
+    REQUIRE(b.lr_reach.count(o) == 1);
+    CHECK(b.lr_reach.at(o).value > 1);
+    CHECK(b.lr_reach.at(o).source.size() > 10);
+  }
+  CHECK(b.lr_reach.count(Optimizer::Adam) == 0);
+}
+
 TEST_CASE("convergence: S_min and B_noise follow the target loss through the loss scaling") {
   auto m = model();
   // Without loss scaling only the model's own target can be asked for.
