@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -137,6 +138,27 @@ std::optional<StragglerStats> straggler_distribution(const Scenario& sc, StepPro
     return t;
   };
 
+  // A replica's step with every stage at factor g (asynchronous data
+  // parallelism): replayed at g's neighbours on a grid of 0.1 % in log g and
+  // interpolated, so a sweep replays once per grid point it reaches.
+  constexpr double kGrid = 1e-3;
+  std::map<std::int64_t, double> at_grid;
+  std::vector<double> uniform_factor(stages);
+  auto grid_step = [&](std::int64_t q) {
+    auto [it, fresh] = at_grid.try_emplace(q, 0.0);
+    if (fresh) {
+      std::fill(uniform_factor.begin(), uniform_factor.end(), std::exp(static_cast<double>(q) * kGrid));
+      it->second = step_seconds(uniform_factor);
+    }
+    return it->second;
+  };
+  auto replica_step = [&](double g) {
+    const double x = std::log(g) / kGrid;
+    const auto q = static_cast<std::int64_t>(std::floor(x));
+    const double lo = grid_step(q), hi = grid_step(q + 1);
+    return lo + (hi - lo) * (x - static_cast<double>(q));
+  };
+
   StragglerStats out;
   out.samples = m.samples;
   out.backup_replicas = m.backup_replicas;
@@ -145,7 +167,7 @@ std::optional<StragglerStats> straggler_distribution(const Scenario& sc, StepPro
 
   std::mt19937_64 gen(m.seed);
   std::vector<double> rank(static_cast<std::size_t>(gpus));
-  std::vector<double> all, backup, stage(stages), worst(static_cast<std::size_t>(dp));
+  std::vector<double> all, backup, async, stage(stages), worst(static_cast<std::size_t>(dp));
   std::vector<std::int32_t> order(static_cast<std::size_t>(dp));
   std::vector<char> dropped(static_cast<std::size_t>(dp));
   all.reserve(static_cast<std::size_t>(m.samples));
@@ -170,14 +192,20 @@ std::optional<StragglerStats> straggler_distribution(const Scenario& sc, StepPro
     };
     stage_factors(nullptr);
     all.push_back(step_seconds(stage));
+    // Each replica's slowest GPU.
+    std::fill(worst.begin(), worst.end(), 0.0);
+    for (std::int64_t r = 0; r < gpus; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      auto& w_ = worst[static_cast<std::size_t>(replica_of[i])];
+      w_ = std::max(w_, rank[i]);
+    }
+    if (dp > 1) {
+      double rate = 0;
+      for (double g : worst) rate += 1.0 / replica_step(g);
+      async.push_back(static_cast<double>(dp) / rate);
+    }
     if (m.backup_replicas > 0) {
       // The replicas whose slowest GPU is slowest are not waited for.
-      std::fill(worst.begin(), worst.end(), 0.0);
-      for (std::int64_t r = 0; r < gpus; ++r) {
-        const auto i = static_cast<std::size_t>(r);
-        auto& w_ = worst[static_cast<std::size_t>(replica_of[i])];
-        w_ = std::max(w_, rank[i]);
-      }
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
         return worst[static_cast<std::size_t>(a)] > worst[static_cast<std::size_t>(b)];
@@ -191,6 +219,7 @@ std::optional<StragglerStats> straggler_distribution(const Scenario& sc, StepPro
   }
   out.all = summarise(std::move(all));
   if (!backup.empty()) out.with_backup = summarise(std::move(backup));
+  if (!async.empty()) out.asynchronous = summarise(std::move(async));
   return out;
 }
 

@@ -47,6 +47,13 @@ struct StragglerStats {
   StepDistribution all;  // waiting for every replica
   std::int64_t backup_replicas = 0;
   std::optional<StepDistribution> with_backup;  // waiting for the fastest dp − k
+  // Asynchronous data parallelism (dp > 1): no replica waits for another,
+  // each applies its gradients when its own step ends. Per sample, the time
+  // per global batch of sequences: dp / Σ 1/T_i, T_i replica i's step at its
+  // slowest GPU's pace (every stage at that factor: exact for pp = 1, an
+  // upper bound otherwise). Its gradients are then up to dp − 1 updates
+  // stale, which this does not price.
+  std::optional<StepDistribution> asynchronous;
 };
 // Nothing when the cluster has no stragglers model. `p` is the scenario's
 // program with cluster.slow applied (build_step_program's); unchanged on

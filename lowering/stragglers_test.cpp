@@ -130,6 +130,36 @@ TEST_CASE("stragglers: slow nodes, and backup replicas never wait longer") {
   CHECK(st->all.p50_s / st->nominal_s > std::exp(0.1 * 1.0));
 }
 
+TEST_CASE("stragglers: asynchronous replicas each go at their own pace") {
+  // Data parallelism over 8 GPUs without communication, one GPU twice as
+  // slow (cluster.slow) and no other spread: a synchronous step waits for
+  // it (2T); asynchronous replicas deliver 7/T + 1/(2T) global batches' worth
+  // of eighths per second, so a global batch takes 8T/7.5.
+  auto sc = unit_scenario("{}");
+  sc.cluster.slow = {slow_rank(0, 2)};
+  sc.cluster.stragglers = cost::StragglerModel{.rank_sigma = 1e-9, .samples = 3};
+  UnitCosts c;
+  c.optimizer = 500;
+  sc.cluster.slow.clear();
+  const double t = to_seconds(step_of(sc, c));
+  sc.cluster.slow = {slow_rank(0, 2)};
+  auto p = build_step_program(sc, c, Granularity::Layer);
+  const auto st = straggler_distribution(sc, p);
+  REQUIRE(st);
+  CHECK(st->all.mean_s == doctest::Approx(2 * t).epsilon(1e-6));
+  REQUIRE(st->asynchronous);
+  CHECK(st->asynchronous->mean_s == doctest::Approx(8 * t / 7.5).epsilon(1e-6));
+  // Never slower than waiting for every replica; one replica has nothing to wait for.
+  CHECK(st->asynchronous->max_s <= st->all.p50_s);
+  auto one = parse_scenario(
+      "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000},"
+      " \"cluster\": {\"preset\": \"1xa100-80g\", \"stragglers\": {\"rank_sigma\": 0.1, \"samples\": 5}},"
+      " \"batch\": {\"global\": 4}}",
+      "t.json");
+  auto q = build_step_program(one, c, Granularity::Layer);
+  CHECK_FALSE(straggler_distribution(one, q)->asynchronous);
+}
+
 TEST_CASE("stragglers: bad input is refused with its path and rule") {
   const std::string head =
       "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1000},"

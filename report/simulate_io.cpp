@@ -195,6 +195,11 @@ ordered_json stragglers_json(const strategies::Scenario& sc, const strategies::S
     b["batch_global"] = sc.batch.global / sc.plan.dp * (sc.plan.dp - s.backup_replicas);
     j["with_backup"] = b;
   }
+  if (s.asynchronous) {
+    ordered_json a;
+    add_distribution(a, *s.asynchronous);
+    j["asynchronous"] = a;
+  }
   return j;
 }
 
@@ -214,6 +219,9 @@ std::string stragglers_text(const strategies::StragglerStats& s) {
   if (s.with_backup)
     out += "backup     not waiting for the " + std::to_string(s.backup_replicas) +
            " slowest replicas: " + line(*s.with_backup) + "\n";
+  if (s.asynchronous)
+    out += "async      no replica waiting for another, the time per global batch: " + line(*s.asynchronous) +
+           " (gradients up to dp - 1 updates stale, not priced)\n";
   return out;
 }
 
