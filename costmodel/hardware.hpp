@@ -1,8 +1,8 @@
 #pragma once
 // Hardware description: a GPU, the node (server) that holds several, and a
-// cluster of identical nodes, or of groups of identical nodes (NodeGroup). Bandwidths are decimal GB/s (1e9 bytes/s) in
-// one direction, as vendors quote them halved from bidirectional figures;
-// memory sizes are GiB. Peaks are dense (no structured sparsity).
+// cluster of identical nodes, or of groups of identical nodes (NodeGroup).
+// Bandwidths are decimal GB/s (1e9 bytes/s) in one direction, as vendors
+// quote them halved from bidirectional figures; memory sizes are GiB. Peaks are dense (no structured sparsity).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -141,7 +141,7 @@ ClusterSpec cluster_from_gpu(const GpuSpec& g) {
 
 ClusterSpec cluster_preset_at(std::string_view name, const JsonReader& where, int depth);
 
-// Checks that a cluster's GPUs are countable and its links priced.
+// Refuses a cluster of more GPUs than Strata models.
 void check_cluster_size(const JsonReader& r, const ClusterSpec& c) {
   // nodes ≤ 10^6 and gpus_per_node ≤ 1,024: the product fits; the limit is on it.
   if (c.gpus() > kMaxGpus)

@@ -140,7 +140,6 @@ class StepBuilder : StepLayout {
     if (merge_ && !out_.exact) chunk_host_.assign(slots, kNone);
     if (merge_) folded_.resize(2 * chunks_.size());
     if (merge_) merged_.resize(2 * chunks_.size());
-    if (zero3()) layer_gather_ = layer_gather_time();
   }
 
   StepProgram build(const PipelineSchedule& sched) && {
@@ -949,7 +948,7 @@ class StepBuilder : StepLayout {
   void lower_stage(const PipelineSchedule& sched, int s) {
     stage_ = s;
     stage_costs_ = &costs_.stage(s);
-    if (zero3()) layer_gather_ = layer_gather_time();
+    if (zero3()) layer_gather_ = layer_gather_time();  // on this stage's links
     // Memory: the GPU pool holds this stage's static bytes from the start
     // (weights, gradients, optimizer state, buffers, workspace, runtime:
     // the analytical model's) and the activations the tasks allocate; the
