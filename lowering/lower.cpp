@@ -721,6 +721,7 @@ class StepBuilder : StepLayout {
       compute(costs().layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
               CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
       head_bwd_ = last_compute_;
+      if (hook_head_ >= 0 && completes(k, mb)) hook_send(hook_head_, head_bwd_);
     }
     if (last_chunk && cpu_) {
       // The CPU kernels turn the logits into their gradient in place in the
@@ -813,6 +814,9 @@ class StepBuilder : StepLayout {
       bwd_of[static_cast<std::size_t>(i)] = b;
       layer_comm(layer, mb, Pass::Backward);
       last_bwd_of_layer_[static_cast<std::size_t>(layer)] = last_compute_;
+      if (const std::int32_t b = hook_closes_.empty() ? -1 : hook_closes_[static_cast<std::size_t>(layer)];
+          b >= 0 && completes(k, mb))
+        hook_send(b, last_compute_);
       if (zero3() && i > 0) next_gather = param_gather(layer - 1, mb, Pass::Backward);
       if (zero3()) {
         // ZeRO-3 (DeepSpeed, PyTorch FSDP) reduce-scatters each layer's
@@ -997,6 +1001,10 @@ class StepBuilder : StepLayout {
     // The microbatch whose backward of each model chunk comes last runs
     // layer by layer, forward and backward: the gradient buckets wait for
     // its layers.
+    last_bwd_mb_.assign(chunks_.size(), -1);
+    for (const Step& st : steps)
+      if (st.pass == Pass::Backward) last_bwd_mb_[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
+    plan_hook_buckets();
     std::vector<int> fine_mb(chunks_.size(), -1);
     if (merge_)
       for (const Step& st : steps)
@@ -1062,15 +1070,8 @@ class StepBuilder : StepLayout {
   // the all-gather of updated parameters.
   void reduce_and_step() {
     const int s = stage_;
-    std::int64_t layers = 0;
-    std::vector<std::int64_t> mine;  // this stage's layers, in backward order
-    for (int k = static_cast<int>(chunks_.size()) - 1; k >= 0; --k) {
-      if (k % p_ != s) continue;
-      for (std::int64_t l = first_layer_[static_cast<std::size_t>(k) + 1] - 1;
-           l >= first_layer_[static_cast<std::size_t>(k)]; --l)
-        mine.push_back(l);
-      layers += chunks_[static_cast<std::size_t>(k)];
-    }
+    const std::vector<std::int64_t> mine = layers_in_backward_order();
+    const auto layers = static_cast<std::int64_t>(mine.size());
     const StageGradients stage{layers, s == 0, s == p_ - 1};
     const double params = stage.params(chain_);
     const std::int32_t end_of_backward = last_compute_;
@@ -1086,7 +1087,9 @@ class StepBuilder : StepLayout {
     auto comm = [&](Time d, CommKind kind, TaskInfo i) {
       return task(sim::TaskKind::Collective, sim::Lane::Comm, d, sim::Phase::Comm, kind, std::move(i));
     };
-    if (dp && plan_.compression.method != CompressionMethod::None) {
+    if (hooked()) {
+      hook_finish(end_of_backward, reduced);
+    } else if (dp && plan_.compression.method != CompressionMethod::None) {
       compress_and_reduce(stage, end_of_backward, reduced);
     } else if (zero3()) {
       // Reduced layer by layer during backward; the embedding and head here.
@@ -1390,25 +1393,116 @@ class StepBuilder : StepLayout {
   // collective rounds the method needs, decode.
   void compress_and_reduce(const StageGradients& stage, std::int32_t after, std::vector<std::int32_t>& reduced) {
     const GradientExchange ex = compressed_exchange(plan_, chain_, stage, costs());
-    const std::int32_t enc = task(sim::TaskKind::Compute, sim::Lane::Compute, ex.encode, sim::Phase::Comm,
-                                  CommKind::None, info(TaskOp::CompressEncode, Part::None));
+    reduced.push_back(decode(ex, -1, encode_and_send(ex, -1, after)));
+  }
+  // A compressed exchange's encode (on the compute lane, after `after`) and
+  // its rounds (on the communication lane); the last round. `bucket` −1:
+  // the stage's one exchange.
+  std::int32_t encode_and_send(const GradientExchange& ex, std::int32_t bucket, std::int32_t after) {
+    TaskInfo ei = info(TaskOp::CompressEncode, Part::None);
+    ei.bucket = bucket;
+    const std::int32_t enc =
+        task(sim::TaskKind::Compute, sim::Lane::Compute, ex.encode, sim::Phase::Comm, CommKind::None, std::move(ei));
     dep(after, enc);
     std::int32_t prev = enc;
     int i = 0;
     for (const auto& [op, bytes] : ex.rounds) {
       TaskInfo ri = info(TaskOp::CompressRound, Part::None);
       ri.round = i++;
+      ri.bucket = bucket;
       const std::int32_t t = task(sim::TaskKind::Collective, sim::Lane::Comm,
                                   costs().collective(op, Group::DP, static_cast<Bytes>(bytes)), sim::Phase::Comm,
                                   CommKind::DP, std::move(ri));
       dep(prev, t);
       prev = t;
     }
-    const std::int32_t dec = task(sim::TaskKind::Compute, sim::Lane::Compute, ex.decode, sim::Phase::Comm,
-                                  CommKind::None, info(TaskOp::CompressDecode, Part::None));
-    dep(prev, dec);
-    reduced.push_back(dec);
+    return prev;
   }
+  std::int32_t decode(const GradientExchange& ex, std::int32_t bucket, std::int32_t after) {
+    TaskInfo di = info(TaskOp::CompressDecode, Part::None);
+    di.bucket = bucket;
+    const std::int32_t dec =
+        task(sim::TaskKind::Compute, sim::Lane::Compute, ex.decode, sim::Phase::Comm, CommKind::None, std::move(di));
+    dep(after, dec);
+    return dec;
+  }
+
+  // --- compression.bucketed: a DDP communication hook per bucket ----------
+  bool hooked() const {
+    return plan_.dp > 1 && plan_.compression.method != CompressionMethod::None && plan_.compression.bucketed;
+  }
+  // This stage's layers, in the order their gradients complete (model
+  // chunks from the last, each layer from its last).
+  std::vector<std::int64_t> layers_in_backward_order() const {
+    std::vector<std::int64_t> mine;
+    for (int k = static_cast<int>(chunks_.size()) - 1; k >= 0; --k) {
+      if (k % p_ != stage_) continue;
+      for (std::int64_t l = first_layer_[static_cast<std::size_t>(k) + 1] - 1;
+           l >= first_layer_[static_cast<std::size_t>(k)]; --l)
+        mine.push_back(l);
+    }
+    return mine;
+  }
+  // The stage's buckets, as DDP fills them in backward order (25 MiB of
+  // gradients, the head's alone first): which layer's last backward
+  // completes each, and the rest (the last blocks and the embedding)
+  // exchanged after the backward.
+  void plan_hook_buckets() {
+    hook_.clear();
+    hook_closes_.assign(static_cast<std::size_t>(sc_.model.layers), -1);
+    hook_head_ = -1;
+    hook_rest_ = {};
+    if (!hooked()) return;
+    const double layer_bytes = static_cast<double>(chain_.block.params()) * std::min(per_.grads, 4.0);
+    const double cap = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
+    if (stage_ == p_ - 1 && chain_.head.params() > 0) {
+      hook_head_ = 0;
+      hook_.push_back({StageGradients{0, false, true}, kNone});
+    }
+    double fill = 0;
+    for (std::int64_t l : layers_in_backward_order()) {
+      fill += layer_bytes;
+      ++hook_rest_.blocks;
+      if (fill >= cap) {
+        hook_closes_[static_cast<std::size_t>(l)] = static_cast<std::int32_t>(hook_.size());
+        hook_.push_back({hook_rest_, kNone});
+        hook_rest_ = {};
+        fill = 0;
+      }
+    }
+    hook_rest_.embedding = stage_ == 0;
+  }
+  // Bucket b is complete (after task `after`): its encode and rounds.
+  void hook_send(std::int32_t b, std::int32_t after) {
+    HookBucket& h = hook_[static_cast<std::size_t>(b)];
+    h.last = encode_and_send(compressed_exchange(plan_, chain_, h.grads, costs()), b, after);
+  }
+  // Whether a backward of model chunk k over microbatch mb completes its
+  // layers' gradients (the chunk's last backward on the stage; not a pass
+  // replayed alone).
+  bool completes(int k, int mb) const {
+    return hooked() && !folding_ && mb == last_bwd_mb_[static_cast<std::size_t>(k)];
+  }
+  // After the backward: the rest's exchange, then every bucket's decode.
+  void hook_finish(std::int32_t after, std::vector<std::int32_t>& reduced) {
+    if (hook_rest_.blocks > 0 || hook_rest_.embedding) {
+      hook_.push_back({hook_rest_, kNone});
+      hook_send(static_cast<std::int32_t>(hook_.size()) - 1, after);
+    }
+    for (std::size_t b = 0; b < hook_.size(); ++b)
+      reduced.push_back(decode(compressed_exchange(plan_, chain_, hook_[b].grads, costs()),
+                               static_cast<std::int32_t>(b), hook_[b].last));
+  }
+
+  struct HookBucket {
+    StageGradients grads;
+    std::int32_t last = kNone;  // its last round
+  };
+  std::vector<HookBucket> hook_;          // compression.bucketed: the stage's buckets
+  std::vector<std::int32_t> hook_closes_;  // by layer: the bucket its gradients complete, else −1
+  std::int32_t hook_head_ = -1;           // the head's bucket, else −1
+  StageGradients hook_rest_;              // exchanged after the backward
+  std::vector<int> last_bwd_mb_;          // by model chunk: the microbatch of its last backward on the stage
 
   const Scenario& sc_;
   const Plan& plan_;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "lowering/coarse.hpp"
 #include "lowering/step_program.hpp"
 #include "lowering/unit_costs_testing.hpp"
 
@@ -338,6 +339,59 @@ TEST_CASE("every plan axis lowers and simulates") {
       "t.json");
   const auto pr = predict_step(moe, c);
   CHECK(pr.breakdown.exposed_comm[static_cast<std::size_t>(CommKind::EP)] == 2 * 4 * 2 * c.ep);
+}
+
+}  // namespace
+}  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+// Collectives priced by their bytes (10 GB/s), everything else as UnitCosts.
+struct BytesCosts : UnitCosts {
+  Time collective(Collective, Group, Bytes bytes) const override { return bytes / 10; }
+};
+
+TEST_CASE("compression.bucketed: each bucket's exchange overlaps the backward that follows it") {
+  // 16 layers of hidden 2,048 (about 100 MB of bf16 gradients each: every
+  // layer fills a 25 MiB bucket), dp 8, 2 microbatches, random-k sending
+  // every gradient (one all-reduce of the bucket), backward 20 ms a layer so
+  // each layer's round (about 10 ms at 10 GB/s) ends within the next
+  // layer's backward. Free collectives give T; then:
+  //   one exchange after the backward:  T + r(all gradients)
+  //   a hook per bucket:                T + r(layer 0's bucket) + r(the rest: the embedding)
+  // (the head's and layers 15–1's rounds hide behind the backward).
+  const std::string plan = R"({"compression": {"method": "randomk", "ratio": 1.0, "bucketed": BUCKETED}})";
+  auto with = [&](bool bucketed) {
+    std::string p = plan;
+    p.replace(p.find("BUCKETED"), 8, bucketed ? "true" : "false");
+    return scenario(p, 16, 2048);
+  };
+  const Scenario one = with(false), hooked = with(true);
+  REQUIRE(hooked.plan.compression.bucketed);
+  BytesCosts c;
+  c.tb = 20'000'000;
+  UnitCosts free_comm;
+  free_comm.tb = c.tb;
+  const Time t = predict_step(one, free_comm).step_time;
+  CHECK(predict_step(hooked, free_comm).step_time == t);
+  const cost::OpChain chain = cost::expand(one.model, expand_options(one));
+  auto round = [&](const StageGradients& g) {
+    const GradientExchange ex = compressed_exchange(one.plan, chain, g, c);
+    REQUIRE(ex.rounds.size() == 1);
+    return c.collective(ex.rounds[0].first, Group::DP, static_cast<Bytes>(ex.rounds[0].second));
+  };
+  const Time layer = round({1, false, false}), rest = round({0, true, false});
+  REQUIRE(layer < c.tb);
+  CHECK(predict_step(one, c).step_time == t + round({16, true, true}));
+  CHECK(predict_step(hooked, c).step_time == t + layer + rest);
+  // The chunk level builds the same program.
+  CHECK(predict_step_coarse(hooked, c).step_time == t + layer + rest);
+  // One encode, round and decode per bucket: the head's, 16 layers', the rest's.
+  const StepProgram p = build_step_program(hooked, c, Granularity::Layer);
+  int encodes = 0;
+  for (std::size_t i = 0; i < p.tasks.size(); ++i) encodes += p.info[i].op == TaskOp::CompressEncode;
+  CHECK(encodes == 18);
 }
 
 }  // namespace

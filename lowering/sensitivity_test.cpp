@@ -180,6 +180,9 @@ const Case kCases[] = {
      R"({"plan": {"compression": {"bits": 2}}})", Effect::Changes},
     {"plan.compression/rank", R"({"plan": {"compression": {"method": "powersgd"}}})",
      R"({"plan": {"compression": {"rank": 1}}})", Effect::Changes},
+    // Top-k's all-gathers over 16 GPUs, bucket by bucket under the backward.
+    {"plan.compression/bucketed", R"({"plan": {"compression": {"method": "topk"}}})",
+     R"({"plan": {"compression": {"bucketed": true}}})", Effect::StepDown},
     // ---- plan.implementation ----
     {"plan.implementation/attention", "{}", R"({"plan": {"implementation": {"attention": "standard"}}})",
      Effect::PeakUp},

@@ -16,6 +16,8 @@ std::string layer_mb(std::int32_t layer, std::int32_t mb) {
 std::string chunk_mb(std::int32_t chunk, std::int32_t mb) {
   return "/c" + std::to_string(chunk) + "/mb" + std::to_string(mb);
 }
+// A bucketed compressed exchange's bucket ("/bucket3"); none for one exchange.
+std::string bucket_tag(std::int32_t bucket) { return bucket < 0 ? "" : "/bucket" + std::to_string(bucket); }
 const char* pass_tag(Pass p) { return p == Pass::Forward ? "fwd" : p == Pass::Backward ? "bwd" : "re"; }
 
 std::string what(const ProgramTask& t, const TaskInfo& i) {
@@ -64,9 +66,9 @@ std::string what(const ProgramTask& t, const TaskInfo& i) {
       if (i.part == Part::Embedding) return "dp-gather-weights/embedding";
       if (i.part == Part::Head) return "dp-gather-weights/head";
       return "dp-gather-weights";
-    case TaskOp::CompressEncode: return "compress-encode";
-    case TaskOp::CompressRound: return "dp-compressed/round" + std::to_string(i.round);
-    case TaskOp::CompressDecode: return "compress-decode";
+    case TaskOp::CompressEncode: return "compress-encode" + bucket_tag(i.bucket);
+    case TaskOp::CompressRound: return "dp-compressed" + bucket_tag(i.bucket) + "/round" + std::to_string(i.round);
+    case TaskOp::CompressDecode: return "compress-decode" + bucket_tag(i.bucket);
   }
   return "?";
 }

@@ -62,6 +62,12 @@ struct Compression {
   bool error_feedback = true;   // topk, randomk (onebit and powersgd always keep a residual)
   std::int64_t bits = 8;        // qsgd: levels 0..2^bits − 1 of |x|/‖bucket‖, plus a sign bit
   std::int64_t rank = 4;        // powersgd
+  // Exchanged bucket by bucket as each of DDP's 25 MiB buckets of gradients
+  // is complete, overlapped with the rest of the backward (a DDP
+  // communication hook, as PyTorch's PowerSGD hook runs), each bucket with
+  // its own error feedback; false: one exchange of the stage's gradients
+  // after the backward.
+  bool bucketed = false;
 };
 
 // Top-k and random-k send k = ⌈ratio·n⌉ of n gradients (at least one).

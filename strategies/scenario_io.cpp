@@ -104,6 +104,7 @@ Compression read_compression(const JsonReader& r) {
   }
   if (c.method == M::Qsgd) c.bits = r.int_or("bits", c.bits, 1, 16);
   if (c.method == M::PowerSgd) c.rank = r.int_or("rank", c.rank, 1, 65536);
+  c.bucketed = r.bool_or("bucketed", c.bucketed);
   r.reject_unknown_keys();
   return c;
 }

@@ -208,6 +208,8 @@ std::string canonical_json(const Plan& p, const Batch& b) {
     case CompressionMethod::PowerSgd: compression["rank"] = p.compression.rank; break;
     default: break;
   }
+  // Written only when set, so plans without it keep their ids.
+  if (p.compression.method != CompressionMethod::None && p.compression.bucketed) compression["bucketed"] = true;
   const auto& im = p.implementation;
   std::string order;
   for (auto d : im.rank_order) {

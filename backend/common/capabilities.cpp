@@ -82,6 +82,13 @@ const std::array kTable{
     Capability{"compression", "parallelism", "gradient compression (top-k, random-k, QSGD, 1-bit, PowerSGD)",
                [](const Scenario& s) { return compressed(s); }, yes("with error feedback"),
                yes("the device compressors between NCCL rounds")},
+    Capability{"compression-bucketed", "parallelism",
+               "gradient compression bucket by bucket under the backward (compression.bucketed)",
+               [](const Scenario& s) { return compressed(s) && s.plan.compression.bucketed; },
+               no("the CPU backend compresses the stage's gradients in one exchange after the backward: set "
+                  "compression.bucketed to false"),
+               no("the CUDA backend compresses the stage's gradients in one exchange after the backward: set "
+                  "compression.bucketed to false")},
     // ---- combinations of parallelism --------------------------------------------
     Capability{"compression-zero", "parallelism", "gradient compression with ZeRO-1",
                [](const Scenario& s) { return compressed(s) && s.plan.zero > 0; },
