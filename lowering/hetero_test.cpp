@@ -8,6 +8,8 @@
 #include "costmodel/calibration.hpp"
 #include "lowering/memory.hpp"
 #include "lowering/step_costs.hpp"
+#include "lowering/step_layout.hpp"
+#include "lowering/step_program.hpp"
 #include "sim/error.hpp"
 #include "strategies/rank_mesh.hpp"
 #include "strategies/space.hpp"
@@ -77,8 +79,23 @@ TEST_CASE("groups: a stage's work is priced on its own GPUs, a mixed stage at th
   const ModelStepCosts mixed(inner, cost::ideal_calibration());
   CHECK(mixed.stage(0).layer(chain.block, Pass::Forward) == costs.stage(1).layer(chain.block, Pass::Forward));
   CHECK(mixed.stage(0).optimizer_step(1e6, false) == costs.stage(1).optimizer_step(1e6, false));
-  // A send between the groups runs at the slower link: here both are alike.
-  CHECK(costs.stage(0).p2p(1 << 20) == costs.stage(1).p2p(1 << 20));
+  // A send between the groups runs at the slower end's link: the second
+  // group's network at a fifth of the first's prices both directions.
+  std::string slow_net = two_groups(2);
+  const auto at = slow_net.rfind("\"inter_node_GBps_per_gpu\": 25");
+  REQUIRE(at != std::string::npos);
+  slow_net.replace(at, std::string("\"inter_node_GBps_per_gpu\": 25").size(), "\"inter_node_GBps_per_gpu\": 5");
+  const auto net = scenario(slow_net, "{\"pp\": 2, \"dp\": 8}");
+  const ModelStepCosts nc(net, cost::ideal_calibration());
+  REQUIRE(nc.stage(1).p2p(1 << 20) > nc.stage(0).p2p(1 << 20));
+  const StepProgram p = build_step_program(net, nc, Granularity::Layer);
+  int sends = 0;
+  for (std::size_t i = 0; i < p.tasks.size(); ++i)
+    if (p.info[i].op == TaskOp::SendActivation || p.info[i].op == TaskOp::SendGradient) {
+      ++sends;
+      CHECK(p.tasks[i].duration == nc.stage(1).p2p(StepLayout(net, nc).p2p_bytes(net)));
+    }
+  CHECK(sends == 2 * 8);  // each of 8 microbatches: an activation forward, a gradient back
 }
 
 TEST_CASE("groups: the slow stage sets the step; balanced pipelines wait for it") {
