@@ -1019,6 +1019,15 @@ class StepBuilder : StepLayout {
         if (st.pass == Pass::Forward && mb < 0) mb = st.microbatch;
       }
     chunk_ = -1;
+    // A parameter server with bounded staleness: the previous step's pull
+    // runs under this step, which does not wait for it (the weights it
+    // brings are for a later step).
+    if (plan_.dp > 1 && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness > 0) {
+      const StageGradients mine{static_cast<std::int64_t>(layers_in_backward_order().size()), s == 0, s == p_ - 1};
+      task(sim::TaskKind::Collective, sim::Lane::Comm,
+           costs().collective(Collective::SendRecv, Group::DP, static_cast<Bytes>(mine.params(chain_) * per_.weights)),
+           sim::Phase::Comm, CommKind::DP, info(TaskOp::PsPull, Part::None));
+    }
     if (const Time t = costs().overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
       const int k = model_chunk(sched, s, st.chunk);
@@ -1265,7 +1274,7 @@ class StepBuilder : StepLayout {
       for (auto r : reduced) dep(r, step);
       stepped = step;
     }
-    if (dp && plan_.dp_topology == DpTopology::ParameterServer) {
+    if (dp && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness == 0) {
       const std::int32_t pull = comm(costs().collective(Collective::SendRecv, Group::DP,
                                                        static_cast<Bytes>(params * per_.weights)),
                                      CommKind::DP, info(TaskOp::PsPull, Part::None));

@@ -396,3 +396,32 @@ TEST_CASE("compression.bucketed: each bucket's exchange overlaps the backward th
 
 }  // namespace
 }  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+TEST_CASE("ps_staleness: a parameter server's pull leaves the worker's critical path") {
+  // dp 8 over a parameter server, every collective c: synchronously the
+  // worker waits for the pull after the server's step (c at the end); with
+  // bounded staleness the previous step's pull runs under this step's
+  // compute (2 microbatches of 16 layers, 3 us each: far longer than c).
+  UnitCosts c;
+  c.collective_t = 5000;
+  const Time sync = predict_step(scenario(R"({"dp_topology": "parameter_server"})"), c).step_time;
+  const Time stale =
+      predict_step(scenario(R"({"dp_topology": "parameter_server", "ps_staleness": 2})"), c).step_time;
+  CHECK(sync - stale == c.collective_t);
+  // The chunk level agrees.
+  CHECK(predict_step_coarse(scenario(R"({"dp_topology": "parameter_server", "ps_staleness": 2})"), c).step_time ==
+        stale);
+  // Staleness without a parameter server is refused by its rule.
+  try {
+    (void)scenario(R"({"ps_staleness": 1})");
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(e.path() == "plan.ps_staleness");
+  }
+}
+
+}  // namespace
+}  // namespace strata::strategies

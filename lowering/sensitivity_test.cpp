@@ -180,6 +180,8 @@ const Case kCases[] = {
      R"({"plan": {"compression": {"bits": 2}}})", Effect::Changes},
     {"plan.compression/rank", R"({"plan": {"compression": {"method": "powersgd"}}})",
      R"({"plan": {"compression": {"rank": 1}}})", Effect::Changes},
+    {"plan/ps_staleness", R"({"plan": {"dp_topology": "parameter_server"}})", R"({"plan": {"ps_staleness": 1}})",
+     Effect::StepDown},
     // Top-k's all-gathers over 16 GPUs, bucket by bucket under the backward.
     {"plan.compression/bucketed", R"({"plan": {"compression": {"method": "topk"}}})",
      R"({"plan": {"compression": {"bucketed": true}}})", Effect::StepDown},

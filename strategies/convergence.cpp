@@ -150,6 +150,9 @@ Penalties penalties_for(const ConvergenceModel& m, const Plan& plan, double batc
     p.staleness_steps = static_cast<double>(plan.pp - 1);
   else if (plan.schedule == Schedule::PipeDream2BW)
     p.staleness_steps = plan.pp > 1 ? 1.0 : 0.0;
+  // A parameter server with bounded staleness: up to ps_staleness versions more.
+  if (plan.dp_topology == DpTopology::ParameterServer && plan.dp > 1)
+    p.staleness_steps += static_cast<double>(plan.ps_staleness);
   p.staleness = m.staleness_per_step.at_lag(p.staleness_steps).at_batch(batch_tokens, b_noise_tokens);
   return p;
 }

@@ -161,7 +161,7 @@ double effective_lr_ratio(double r, double reach);
 // no entry for the plan's compression method or optimizer.
 struct Penalties {
   double compression = 1, optimizer = 1, staleness = 1;
-  double staleness_steps = 0;  // weight versions behind: PipeDream pp − 1, PipeDream-2BW 1
+  double staleness_steps = 0;  // weight versions behind: PipeDream pp − 1, PipeDream-2BW 1, + ps_staleness
   double total() const { return compression * optimizer * staleness; }
 };
 Penalties penalties_for(const ConvergenceModel& m, const Plan& plan, double batch_tokens,

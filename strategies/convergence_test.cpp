@@ -193,6 +193,23 @@ TEST_CASE("convergence: steps to a target loss and to a token goal") {
   CHECK(g.unreachable_reason.find("never converges") != std::string::npos);
 }
 
+TEST_CASE("convergence: a parameter server's bounded staleness is priced as weight versions") {
+  // 1 % a version (model()): ps_staleness 3 with dp > 1 costs 1.03; a
+  // PipeDream pipeline's pp − 1 adds to it; without a server nothing.
+  const auto m = model();
+  Plan p;
+  p.dp = 4;
+  p.dp_topology = DpTopology::ParameterServer;
+  p.ps_staleness = 3;
+  CHECK(penalties_for(m, p, 1e6, 1e6).staleness_steps == 3);
+  CHECK(penalties_for(m, p, 1e6, 1e6).staleness == doctest::Approx(1.03));
+  p.schedule = Schedule::PipeDream;
+  p.pp = 4;
+  CHECK(penalties_for(m, p, 1e6, 1e6).staleness_steps == 6);
+  p.dp_topology = DpTopology::AllReduce;
+  CHECK(penalties_for(m, p, 1e6, 1e6).staleness_steps == 3);
+}
+
 TEST_CASE("convergence: a layer-wise adaptive optimizer's reach R takes the rule R times further") {
   // effective r = 1 + (r − 1)/R above the best rate, r below it (a trust
   // ratio clips overshoot, it does not make a small rate larger).

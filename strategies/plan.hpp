@@ -151,6 +151,12 @@ struct Plan {
   Optimizer optimizer = Optimizer::Adam;
   Precision precision = Precision::BF16;
   DpTopology dp_topology = DpTopology::AllReduce;
+  // With a parameter server: how many updates a worker's weights may lag
+  // (bounded staleness: Ho et al. 2013's stale synchronous parallel,
+  // HetPipe's wave synchronous parallel). 0: a worker waits for the pull of
+  // the weights its step produced; s ≥ 1: the pull overlaps the next step,
+  // and the convergence model prices s versions of staleness.
+  std::int64_t ps_staleness = 0;
   Implementation implementation;
 
   std::int64_t gpus() const { return dp * tp * pp * cp; }

@@ -154,6 +154,7 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   p.optimizer = r.enum_or("optimizer", p.optimizer);
   p.precision = r.enum_or("precision", p.precision);
   p.dp_topology = r.enum_or("dp_topology", p.dp_topology);
+  p.ps_staleness = r.int_or("ps_staleness", p.ps_staleness, 0, 1000);
   if (auto im = r.get("implementation")) p.implementation = read_implementation(*im);
   r.reject_unknown_keys();
   return p;

@@ -253,6 +253,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (!p.stage_layers.empty() && !weighs_stages(p.pipeline_layout)) plan["stage_layers"] = p.stage_layers;
   // Only where it is not the default, so plans without it keep their ids.
   if (p.pipeline_layout != PipelineLayout::Balanced) plan["pipeline_layout"] = nm(p.pipeline_layout);
+  if (p.ps_staleness > 0) plan["ps_staleness"] = p.ps_staleness;
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
   if (p.memory_budget_GiB &&
       (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint ||

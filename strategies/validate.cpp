@@ -202,6 +202,9 @@ std::optional<Violation> first_violation(const Scenario& s) {
     return fail("zero-needs-allreduce", "plan.zero",
                 "ZeRO shards over the data-parallel all-reduce group; dp_topology "
                 "\"parameter_server\" has none");
+  if (p.ps_staleness > 0 && p.dp_topology != DpTopology::ParameterServer)
+    return fail("ps-staleness-needs-ps", "plan.ps_staleness",
+                "bounded staleness is a parameter server's: set dp_topology \"parameter_server\" or ps_staleness 0");
   if (p.compression.method != CompressionMethod::None && p.zero >= 2)
     return fail("compression-vs-zero", "plan.compression.method",
                 std::string(enum_name(p.compression.method)) +

@@ -79,6 +79,11 @@ const std::array kTable{
     Capability{"ps", "parallelism", "a parameter server (dp_topology: parameter_server)",
                [](const Scenario& s) { return ps(s); }, yes("the server on the first rank of each dp group"),
                no("a parameter server (dp_topology) is not executed by the CUDA backend; all-reduce is")},
+    Capability{"ps-staleness", "parallelism", "a parameter server with bounded staleness (ps_staleness)",
+               [](const Scenario& s) { return ps(s) && s.plan.ps_staleness > 0; },
+               no("the CPU backend's parameter server is synchronous: every worker waits for its pull; set "
+                  "ps_staleness to 0"),
+               moot("parameter servers are refused")},
     Capability{"compression", "parallelism", "gradient compression (top-k, random-k, QSGD, 1-bit, PowerSGD)",
                [](const Scenario& s) { return compressed(s); }, yes("with error feedback"),
                yes("the device compressors between NCCL rounds")},
