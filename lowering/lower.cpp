@@ -1022,12 +1022,9 @@ class StepBuilder : StepLayout {
     // A parameter server with bounded staleness: the previous step's pull
     // runs under this step, which does not wait for it (the weights it
     // brings are for a later step).
-    if (plan_.dp > 1 && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness > 0) {
-      const StageGradients mine{static_cast<std::int64_t>(layers_in_backward_order().size()), s == 0, s == p_ - 1};
-      task(sim::TaskKind::Collective, sim::Lane::Comm,
-           costs().collective(Collective::SendRecv, Group::DP, static_cast<Bytes>(mine.params(chain_) * per_.weights)),
-           sim::Phase::Comm, CommKind::DP, info(TaskOp::PsPull, Part::None));
-    }
+    if (plan_.dp > 1 && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness > 0)
+      ps_pull(StageGradients{static_cast<std::int64_t>(layers_in_backward_order().size()), s == 0, s == p_ - 1}
+                  .params(chain_));
     if (const Time t = costs().overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
       const int k = model_chunk(sched, s, st.chunk);
@@ -1274,12 +1271,8 @@ class StepBuilder : StepLayout {
       for (auto r : reduced) dep(r, step);
       stepped = step;
     }
-    if (dp && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness == 0) {
-      const std::int32_t pull = comm(costs().collective(Collective::SendRecv, Group::DP,
-                                                       static_cast<Bytes>(params * per_.weights)),
-                                     CommKind::DP, info(TaskOp::PsPull, Part::None));
-      dep(stepped, pull);
-    }
+    if (dp && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness == 0)
+      dep(stepped, ps_pull(params));
     if (zero_shards(plan_) > 1 && plan_.zero >= 1 && plan_.zero <= 2 && !gather_in_forward()) {
       // The distributed optimizer's all-gather of updated weights (with
       // overlap_param_gather, in the next step's first forward instead).
@@ -1434,6 +1427,13 @@ class StepBuilder : StepLayout {
         task(sim::TaskKind::Compute, sim::Lane::Compute, ex.decode, sim::Phase::Comm, CommKind::None, std::move(di));
     dep(after, dec);
     return dec;
+  }
+
+  // A parameter-server worker's pull of the stage's updated weights.
+  std::int32_t ps_pull(double params) {
+    return task(sim::TaskKind::Collective, sim::Lane::Comm,
+                costs().collective(Collective::SendRecv, Group::DP, static_cast<Bytes>(params * per_.weights)),
+                sim::Phase::Comm, CommKind::DP, info(TaskOp::PsPull, Part::None));
   }
 
   // --- compression.bucketed: a DDP communication hook per bucket ----------
