@@ -1338,13 +1338,15 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     if (!fs::exists(sp)) throw InputError(sp, "", "file not found (not an explore output directory?)");
     const json s = load_json_file(sp);
     const JsonReader r(s, sp);
-    r.allow({"scenario", "model", "gpus", "gpu", "space", "pareto", "top"});
+    r.allow({"scenario", "model", "gpus", "gpu", "cluster_gpus", "space", "pareto", "top"});
     // Read again keeping the key order, so the merged summary lists the axes
     // as the shards do.
     const ordered_json ordered =
         ordered_json::parse(read_input_file(sp, kMaxJsonFileBytes), nullptr, true, true);
     ordered_json meta;
-    for (const char* k : {"scenario", "model", "gpus", "gpu", "space"}) {
+    for (const char* k : {"scenario", "model", "gpus", "gpu", "cluster_gpus", "space"}) {
+      // cluster_gpus: a cluster of node groups' only.
+      if (std::string_view(k) == "cluster_gpus" && !r.has(k)) continue;
       r.at(k);
       meta[k] = ordered.at(k);
     }

@@ -189,6 +189,14 @@ def hetero_cluster(strata):
         check(best["hetero"] < uniform, f"hetero best {best['hetero']} not faster than the best even split {uniform}")
         md = open(os.path.join(tmp, "hetero", "report.md")).read()
         check("v100-32g (dgx-1)" in md, "the report names the V100 stage's GPUs")
+        # Two shards merge into the same best plan, the groups named in the summary.
+        path = os.path.join(tmp, "hetero.json")
+        for i in (0, 1):
+            run(strata, "explore", path, "--out", os.path.join(tmp, f"shard{i}"), "--shard", f"{i}/2", "--quiet")
+        run(strata, "merge", os.path.join(tmp, "shard0"), os.path.join(tmp, "shard1"), "--out", os.path.join(tmp, "m"))
+        merged = json.load(open(os.path.join(tmp, "m", "summary.json")))
+        check(merged["top"][0]["step_time_s"] == best["hetero"], f"merged best {merged['top'][0]['step_time_s']}")
+        check(merged["cluster_gpus"].startswith("64 GPUs: 32 x a100-80g"), f"merged summary {merged.get('cluster_gpus')}")
         sc["cluster"]["groups"][1]["nodes"] = 3
         sc["cluster"]["groups"][0]["nodes"] = 5
         other = os.path.join(tmp, "other.json")
