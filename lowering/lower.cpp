@@ -952,6 +952,7 @@ class StepBuilder : StepLayout {
   void lower_stage(const PipelineSchedule& sched, int s) {
     stage_ = s;
     stage_costs_ = &costs_.stage(s);
+    collect_stage_layers();
     if (zero3()) layer_gather_ = layer_gather_time();  // on this stage's links
     // Memory: the GPU pool holds this stage's static bytes from the start
     // (weights, gradients, optimizer state, buffers, workspace, runtime:
@@ -1023,8 +1024,7 @@ class StepBuilder : StepLayout {
     // runs under this step, which does not wait for it (the weights it
     // brings are for a later step).
     if (plan_.dp > 1 && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness > 0)
-      ps_pull(StageGradients{static_cast<std::int64_t>(layers_in_backward_order().size()), s == 0, s == p_ - 1}
-                  .params(chain_));
+      ps_pull(StageGradients{static_cast<std::int64_t>(mine_.size()), s == 0, s == p_ - 1}.params(chain_));
     if (const Time t = costs().overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
       const int k = model_chunk(sched, s, st.chunk);
@@ -1076,7 +1076,7 @@ class StepBuilder : StepLayout {
   // the all-gather of updated parameters.
   void reduce_and_step() {
     const int s = stage_;
-    const std::vector<std::int64_t> mine = layers_in_backward_order();
+    const std::vector<std::int64_t>& mine = mine_;
     const auto layers = static_cast<std::int64_t>(mine.size());
     const StageGradients stage{layers, s == 0, s == p_ - 1};
     const double params = stage.params(chain_);
@@ -1401,12 +1401,7 @@ class StepBuilder : StepLayout {
   // its rounds (on the communication lane); the last round. `bucket` −1:
   // the stage's one exchange.
   std::int32_t encode_and_send(const GradientExchange& ex, std::int32_t bucket, std::int32_t after) {
-    TaskInfo ei = info(TaskOp::CompressEncode, Part::None);
-    ei.bucket = bucket;
-    const std::int32_t enc =
-        task(sim::TaskKind::Compute, sim::Lane::Compute, ex.encode, sim::Phase::Comm, CommKind::None, std::move(ei));
-    dep(after, enc);
-    std::int32_t prev = enc;
+    std::int32_t prev = codec(TaskOp::CompressEncode, ex.encode, bucket, after);
     int i = 0;
     for (const auto& [op, bytes] : ex.rounds) {
       TaskInfo ri = info(TaskOp::CompressRound, Part::None);
@@ -1421,12 +1416,15 @@ class StepBuilder : StepLayout {
     return prev;
   }
   std::int32_t decode(const GradientExchange& ex, std::int32_t bucket, std::int32_t after) {
-    TaskInfo di = info(TaskOp::CompressDecode, Part::None);
-    di.bucket = bucket;
-    const std::int32_t dec =
-        task(sim::TaskKind::Compute, sim::Lane::Compute, ex.decode, sim::Phase::Comm, CommKind::None, std::move(di));
-    dep(after, dec);
-    return dec;
+    return codec(TaskOp::CompressDecode, ex.decode, bucket, after);
+  }
+  // An encode or decode kernel on the compute lane, after `after`.
+  std::int32_t codec(TaskOp op, Time d, std::int32_t bucket, std::int32_t after) {
+    TaskInfo i = info(op, Part::None);
+    i.bucket = bucket;
+    const std::int32_t t = task(sim::TaskKind::Compute, sim::Lane::Compute, d, sim::Phase::Comm, CommKind::None, std::move(i));
+    dep(after, t);
+    return t;
   }
 
   // A parameter-server worker's pull of the stage's updated weights.
@@ -1440,17 +1438,16 @@ class StepBuilder : StepLayout {
   bool hooked() const {
     return plan_.dp > 1 && plan_.compression.method != CompressionMethod::None && plan_.compression.bucketed;
   }
-  // This stage's layers, in the order their gradients complete (model
-  // chunks from the last, each layer from its last).
-  std::vector<std::int64_t> layers_in_backward_order() const {
-    std::vector<std::int64_t> mine;
+  // The stage's layers, in the order their gradients complete (model
+  // chunks from the last, each layer from its last): mine_.
+  void collect_stage_layers() {
+    mine_.clear();
     for (int k = static_cast<int>(chunks_.size()) - 1; k >= 0; --k) {
       if (k % p_ != stage_) continue;
       for (std::int64_t l = first_layer_[static_cast<std::size_t>(k) + 1] - 1;
            l >= first_layer_[static_cast<std::size_t>(k)]; --l)
-        mine.push_back(l);
+        mine_.push_back(l);
     }
-    return mine;
   }
   // The stage's buckets, as DDP fills them in backward order (25 MiB of
   // gradients, the head's alone first): which layer's last backward
@@ -1466,15 +1463,15 @@ class StepBuilder : StepLayout {
     const double cap = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
     if (stage_ == p_ - 1 && chain_.head.params() > 0) {
       hook_head_ = 0;
-      hook_.push_back({StageGradients{0, false, true}, kNone});
+      hook_.push_back({StageGradients{0, false, true}, {}, kNone});
     }
     double fill = 0;
-    for (std::int64_t l : layers_in_backward_order()) {
+    for (std::int64_t l : mine_) {
       fill += layer_bytes;
       ++hook_rest_.blocks;
       if (fill >= cap) {
         hook_closes_[static_cast<std::size_t>(l)] = static_cast<std::int32_t>(hook_.size());
-        hook_.push_back({hook_rest_, kNone});
+        hook_.push_back({hook_rest_, {}, kNone});
         hook_rest_ = {};
         fill = 0;
       }
@@ -1484,7 +1481,8 @@ class StepBuilder : StepLayout {
   // Bucket b is complete (after task `after`): its encode and rounds.
   void hook_send(std::int32_t b, std::int32_t after) {
     HookBucket& h = hook_[static_cast<std::size_t>(b)];
-    h.last = encode_and_send(compressed_exchange(plan_, chain_, h.grads, costs()), b, after);
+    h.exchange = compressed_exchange(plan_, chain_, h.grads, costs());
+    h.last = encode_and_send(h.exchange, b, after);
   }
   // Whether a backward of model chunk k over microbatch mb completes its
   // layers' gradients (the chunk's last backward on the stage; not a pass
@@ -1495,16 +1493,16 @@ class StepBuilder : StepLayout {
   // After the backward: the rest's exchange, then every bucket's decode.
   void hook_finish(std::int32_t after, std::vector<std::int32_t>& reduced) {
     if (hook_rest_.blocks > 0 || hook_rest_.embedding) {
-      hook_.push_back({hook_rest_, kNone});
+      hook_.push_back({hook_rest_, {}, kNone});
       hook_send(static_cast<std::int32_t>(hook_.size()) - 1, after);
     }
     for (std::size_t b = 0; b < hook_.size(); ++b)
-      reduced.push_back(decode(compressed_exchange(plan_, chain_, hook_[b].grads, costs()),
-                               static_cast<std::int32_t>(b), hook_[b].last));
+      reduced.push_back(decode(hook_[b].exchange, static_cast<std::int32_t>(b), hook_[b].last));
   }
 
   struct HookBucket {
     StageGradients grads;
+    GradientExchange exchange;  // priced when sent
     std::int32_t last = kNone;  // its last round
   };
   std::vector<HookBucket> hook_;          // compression.bucketed: the stage's buckets
@@ -1512,6 +1510,7 @@ class StepBuilder : StepLayout {
   std::int32_t hook_head_ = -1;           // the head's bucket, else −1
   StageGradients hook_rest_;              // exchanged after the backward
   std::vector<int> last_bwd_mb_;          // by model chunk: the microbatch of its last backward on the stage
+  std::vector<std::int64_t> mine_;        // the stage's layers in backward order (collect_stage_layers)
 
   const Scenario& sc_;
   const Plan& plan_;

@@ -1,6 +1,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/describe.hpp"
+#include "report/fields_io.hpp"
 #include "report/table.hpp"
 
 namespace strata::report {
@@ -82,14 +83,9 @@ ordered_json model_json(const cost::ModelSpec& m) {
 }
 
 ordered_json node_json(const cost::NodeSpec& n) {
-  return ordered_json{{"name", n.name},
-                      {"gpus_per_node", n.gpus_per_node},
-                      {"intra_node_GBps", n.intra_node_GBps},
-                      {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu},
-                      {"pcie_GBps", n.pcie_GBps},
-                      {"host_memory_GiB", n.host_memory_GiB},
-                      {"nvme_GBps", n.nvme_GBps},
-                      {"nvme_GiB", n.nvme_GiB}};
+  ordered_json j{{"name", n.name}};
+  j.update(node_links_json(n));
+  return j;
 }
 
 ordered_json gpu_json(const cost::GpuSpec& g) {
@@ -97,11 +93,7 @@ ordered_json gpu_json(const cost::GpuSpec& g) {
   j["name"] = g.name;
   j["memory_GiB"] = g.memory_GiB;
   j["hbm_GBps"] = g.hbm_GBps;
-  j["tflops"] = {{"fp32", g.tflops.fp32},
-                 {"tf32", g.tflops.tf32},
-                 {"fp16", g.tflops.fp16},
-                 {"bf16", g.tflops.bf16},
-                 {"fp8", g.tflops.fp8}};
+  j["tflops"] = tflops_json(g.tflops);
   j["server"] = node_json(g.server);
   j["source"] = g.source;
   return j;

@@ -700,30 +700,19 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
                         {"memory_GiB", g.memory_GiB},
                         {"hbm_GBps", g.hbm_GBps},
                         {"sms", g.sms},
-                        {"tflops",
-                         {{"fp32", g.tflops.fp32}, {"tf32", g.tflops.tf32}, {"fp16", g.tflops.fp16},
-                          {"bf16", g.tflops.bf16}, {"fp8", g.tflops.fp8}}}};
-  };
-  const auto node_json = [](const cost::NodeSpec& n) {
-    return ordered_json{{"gpus_per_node", n.gpus_per_node},
-                        {"intra_node_GBps", n.intra_node_GBps},
-                        {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu},
-                        {"pcie_GBps", n.pcie_GBps},
-                        {"host_memory_GiB", n.host_memory_GiB},
-                        {"nvme_GBps", n.nvme_GBps},
-                        {"nvme_GiB", n.nvme_GiB}};
+                        {"tflops", tflops_json(g.tflops)}};
   };
   ordered_json cluster = {{"name", c.name},
                           {"gpus", c.gpus()},
                           {"nodes", c.nodes},
                           {"gpu", gpu_json(c.gpu)},
-                          {"node", node_json(c.node)}};
+                          {"node", node_links_json(c.node)}};
   // Each node group (cluster.groups) prices its stages: written only with
   // groups, so directories explored without them keep their manifest.
   if (c.heterogeneous()) {
     ordered_json groups = ordered_json::array();
     for (const auto& g : c.groups)
-      groups.push_back({{"name", g.name}, {"nodes", g.nodes}, {"gpu", gpu_json(g.gpu)}, {"node", node_json(g.node)}});
+      groups.push_back({{"name", g.name}, {"nodes", g.nodes}, {"gpu", gpu_json(g.gpu)}, {"node", node_links_json(g.node)}});
     cluster["groups"] = groups;
   }
   // Slow GPUs change every record's step; written only when there are some,

@@ -3,6 +3,17 @@
 
 namespace strata::report {
 
+nlohmann::ordered_json tflops_json(const cost::PeakTflops& t) {
+  return {{"fp32", t.fp32}, {"tf32", t.tf32}, {"fp16", t.fp16}, {"bf16", t.bf16}, {"fp8", t.fp8}};
+}
+
+nlohmann::ordered_json node_links_json(const cost::NodeSpec& n) {
+  return {{"gpus_per_node", n.gpus_per_node},     {"intra_node_GBps", n.intra_node_GBps},
+          {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu}, {"pcie_GBps", n.pcie_GBps},
+          {"host_memory_GiB", n.host_memory_GiB}, {"nvme_GBps", n.nvme_GBps},
+          {"nvme_GiB", n.nvme_GiB}};
+}
+
 nlohmann::ordered_json tags_json(const sim::TagBytes& bytes) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (sim::MemTag t : kPrintedTags) {

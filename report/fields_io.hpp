@@ -16,6 +16,13 @@ inline constexpr sim::MemTag kPrintedTags[] = {
     sim::MemTag::Activations, sim::MemTag::CommBuffers, sim::MemTag::Workspace,
     sim::MemTag::AllocatorReserve, sim::MemTag::Runtime, sim::MemTag::Other};
 
+// A GPU's dense peaks {fp32, tf32, fp16, bf16, fp8}, and a node's links and
+// capacities {gpus_per_node, intra_node_GBps, inter_node_GBps_per_gpu,
+// pcie_GBps, host_memory_GiB, nvme_GBps, nvme_GiB}: as `describe` lists
+// them and the explore manifest records them.
+nlohmann::ordered_json tflops_json(const cost::PeakTflops& t);
+nlohmann::ordered_json node_links_json(const cost::NodeSpec& n);
+
 // {"params": bytes, …} in kPrintedTags order.
 nlohmann::ordered_json tags_json(const sim::TagBytes& bytes);
 // time_breakdown_s: compute, recompute, exposed_comm {dp, tp, pp, cp, ep,
