@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -218,17 +219,23 @@ TEST_CASE("cpu/comm: sub-groups of a tp2 x dp2 x pp2 mesh reduce at the same tim
 
 TEST_CASE("cpu/comm: send and receive match by peer and tag, in send order, with staging freed on receipt") {
   // Rank 0 sends tags 2, 1, 1 to rank 1; rank 1 receives tag 1 twice (first
-  // the first one sent) and then tag 2.
+  // the first one sent) and then tag 2. Rank 1 starts receiving only once all
+  // three sends are staged, so the sender's staging peak is exactly the three
+  // messages (without the wait, a receipt between two sends frees one early
+  // and the peak depends on thread timing).
   CommWorld world(2);
   std::vector<TrackingAllocator> allocs(2);
   std::vector<float> got;
+  std::atomic<bool> all_sent{false};
   run_ranks(world, [&](int r) {
     Comm c(world.group({0, 1}), r, allocs[static_cast<std::size_t>(r)]);
     if (r == 0) {
       c.send(1, 2, std::vector<float>{2.0f, 2.5f});
       c.send(1, 1, std::vector<float>{1.0f, 1.5f});
       c.send(1, 1, std::vector<float>{3.0f, 3.5f});
+      all_sent.store(true, std::memory_order_release);
     } else {
+      while (!all_sent.load(std::memory_order_acquire)) std::this_thread::yield();
       std::vector<float> a(2), b(2), d(2);
       c.recv(0, 1, a);
       c.recv(0, 1, b);
