@@ -261,8 +261,18 @@ class StepBuilder : StepLayout {
   // activation's, SwiGLU's input's; under sequence parallelism a gathered
   // and a reduced copy) from the chunk's first backward to its last, and
   // the attention backward's seq × seq scratch beside them (Workspace).
+  //
+  // Under context parallelism (cp > 1) the attention core gathers the
+  // group's keys and values (n floats: one rank's K | V of the
+  // microbatch): while it runs the gathered copy and the same in position
+  // order, 2·cp·n (GptModel::gather_kv), on top of what the forward holds
+  // when its core starts (input, norm, qkv, scores, attention output); the
+  // backward gathers them again and adds their gradients in position and
+  // in gather order and this rank's reduced part, (3·cp + 1)·n
+  // (scatter_kv_grads); the cp ring stages two steps of n.
   struct CpuKernelBytes {
     Bytes back = 0, scratch = 0;
+    Bytes kv_core = 0, kv_backward = 0, before_core = 0, scores = 0, cp_staging = 0;
   };
   static CpuKernelBytes cpu_kernel_bytes(const Scenario& sc) {
     const auto& m = sc.model;
@@ -275,7 +285,24 @@ class StepBuilder : StepLayout {
     const bool swiglu = m.mlp == cost::MlpKind::Swiglu;
     const std::int64_t floats = rows * h + N * h + N * aw + 3 * N * aw + N * f + (swiglu ? N * 2 * f : 0) +
                                 (split ? N * h + rows * h : 0);
-    return {4 * floats, 4 * S * m.seq_len};
+    CpuKernelBytes k{.back = 4 * floats, .scratch = 4 * S * m.seq_len};
+    if (const std::int64_t cp = sc.plan.cp; cp > 1) {
+      const std::int64_t kv = N * 2 * aw, scores = N * (m.heads / t) * m.seq_len;
+      k.kv_core = 4 * 2 * cp * kv;
+      k.kv_backward = 4 * (3 * cp + 1) * kv;
+      k.before_core = 4 * (2 * rows * h + 3 * N * aw + scores + N * aw);
+      k.scores = 4 * scores;
+      k.cp_staging = 4 * 2 * kv;
+    }
+    return k;
+  }
+  // A pass's buffer for the attention core's gathered keys and values, as
+  // far as they exceed what the pass declares (`declared`) beside what it
+  // holds when the core starts (`before`); none without context parallelism.
+  std::vector<std::int32_t> cpu_kv_transient(Bytes before, Bytes declared) {
+    const Bytes extra = plan_.cp > 1 ? before + cpu_bytes_.kv_core - declared : 0;
+    if (extra <= 0) return {};
+    return {cpu_buffer(BufKind::Working, extra, sim::MemTag::Activations)};
   }
   // A layer's forward under the CPU kernels holds, at its end, everything
   // the layer saves (its input included) and its output; then it drops
@@ -683,6 +710,11 @@ class StepBuilder : StepLayout {
           allocs.push_back(buffer(BufKind::Working, layer, mb, extra));
           frees.push_back(allocs.back());
         }
+        // The forward declares its saved bytes and its output.
+        for (std::int32_t b : cpu_kv_transient(cpu_bytes_.before_core, rule_.full + rule_.input)) {
+          allocs.push_back(b);
+          frees.push_back(b);
+        }
         if (to_send) allocs.push_back(chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule_.input));
         if (cpu_remote_layers()) cpu_drop_layer(layer, frees);
       }
@@ -779,6 +811,12 @@ class StepBuilder : StepLayout {
           }
           if (cpu_remote_layers())
             for (std::int32_t b : cpu_bring_layer(first + j, re_frees)) re_allocs.push_back(b);
+          // A rerun starts from its input, which it holds already.
+          if (cpu_)
+            for (std::int32_t b : cpu_kv_transient(cpu_bytes_.before_core - rule_.input, bytes)) {
+              re_allocs.push_back(b);
+              re_frees.push_back(b);
+            }
           add_mem(re_allocs, re_frees);
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
@@ -787,6 +825,13 @@ class StepBuilder : StepLayout {
         TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb, Pass::Recompute);
         core.core_only = true;
         wait(compute(costs().layer(chain_.block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
+        // The CPU kernels under context parallelism: the core reruns into
+        // its scores (declared from the backward on) beside the gathered
+        // keys and values.
+        if (cpu_) {
+          const std::vector<std::int32_t> kv = cpu_kv_transient(cpu_bytes_.scores, 0);
+          add_mem(kv, kv);
+        }
       }
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
@@ -798,6 +843,12 @@ class StepBuilder : StepLayout {
       // backward buffers (the last chunk's: the head's).
       if (cpu_ && !last_chunk && i == n - 1)
         for (std::int32_t b : cpu_backward_start(k, mb)) allocs.push_back(b);
+      // ... and under context parallelism the keys and values gathered
+      // again, their gradients and this rank's part of them.
+      if (cpu_ && plan_.cp > 1) {
+        allocs.push_back(cpu_buffer(BufKind::Working, cpu_bytes_.kv_backward, sim::MemTag::Activations));
+        frees.push_back(allocs.back());
+      }
       if (cpu_remote_layers()) cpu_drop_layer(layer, frees);
       // ZeRO-3: the layer's whole gradients from its backward to its
       // reduce-scatter.
@@ -1084,11 +1135,10 @@ class StepBuilder : StepLayout {
     std::vector<std::int32_t> reduced;  // what the optimizer waits for
     const bool dp = plan_.dp > 1;
     // The CPU kernels' buffers of the gradients' reduction and the step:
-    // declared for plain, ZeRO-1/2 and ZeRO-3 reductions (not for
-    // compression, parameter servers or context parallelism, which keep
-    // the GPU rule's).
+    // declared for plain, ZeRO-1/2 and ZeRO-3 reductions over dp × cp (not
+    // for compression or parameter servers, which keep the GPU rule's).
     const bool cpu_dp = cpu_ && plan_.compression.method == CompressionMethod::None &&
-                        plan_.dp_topology != DpTopology::ParameterServer && plan_.cp == 1;
+                        plan_.dp_topology != DpTopology::ParameterServer;
     cpu_buckets_.clear();
     auto comm = [&](Time d, CommKind kind, TaskInfo i) {
       return task(sim::TaskKind::Collective, sim::Lane::Comm, d, sim::Phase::Comm, kind, std::move(i));
@@ -1341,8 +1391,9 @@ class StepBuilder : StepLayout {
   // gradients; the optimizer's states on what it steps (padded chunks
   // under ZeRO), in the host pool with optimizer offload beside the fp32
   // master copy; with weight offload the layers' weights in the host pool;
-  // the dp ring's staging pair sized for the largest bucket chunk and the
-  // tied embedding ring's for half of it.
+  // the dp × cp ring's staging pair sized for its largest step, the tied
+  // embedding ring's for half of the word embedding, the tp ring's and the
+  // cp ring's.
   void cpu_statics(const StageGradients& stage, bool exact) {
     if (!exact) return;
     auto set = [&](sim::MemTag tag, double bytes) {
@@ -1368,12 +1419,15 @@ class StepBuilder : StepLayout {
     if (!is_factored(plan_.optimizer) && plan_.offload.optimizer == OffloadTarget::None && (zero || zero3()))
       set(sim::MemTag::OptimizerStates, states);
     Bytes comm = 0;
-    if (plan_.dp > 1) {
-      // Under ZeRO-3 a layer's chunk too (none on a stage without layers).
+    if (const std::int64_t ring = plan_.dp * plan_.cp; ring > 1) {
+      // The ring over dp × cp steps a ring-th of what it reduces (a bucket,
+      // padded to dp chunks under ZeRO); under ZeRO-3 a layer's chunk too
+      // (none on a stage without layers).
       std::int64_t most = zero3() && stage.blocks > 0 ? cpu_layer_chunk() : 0;
-      for (const CpuBucket& b : cpu_buckets_) most = std::max(most, b.chunk);
+      for (const CpuBucket& b : cpu_buckets_) most = std::max(most, (b.padded + ring - 1) / ring);
       comm += 2 * 4 * most;
     }
+    comm += cpu_bytes_.cp_staging;
     if (p_ > 1 && sc_.model.tied_embeddings && (stage_ == 0 || stage_ == p_ - 1))
       comm += 2 * 4 * ((chain_.embedding.ops.front().params + 1) / 2);
     if (plan_.tp > 1) comm += 2 * 4 * cpu_tp_chunk();

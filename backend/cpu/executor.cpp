@@ -363,9 +363,13 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
   // Buckets: the plan's (the lowering's, by task), with this rank's shards.
   for (const FlatBucket& fb : R.plan->buckets) R.buckets.push_back({&fb, fb.shard(R.dp_index), {}, {}});
   // The ring staging the lowering declares for the step: the dp ring's
-  // largest chunk of a bucket, the tie's half of the word embedding.
+  // (dp x cp ranks) largest chunk of what it reduces (a bucket, padded to
+  // equal shards under ZeRO), the tie's half of the word embedding.
   std::int64_t most = 0;
-  for (const FlatBucket& fb : R.plan->buckets) most = std::max(most, fb.chunk);
+  for (const FlatBucket& fb : R.plan->buckets) {
+    const std::int64_t reduced = zero > 0 ? fb.padded() : fb.numel;
+    most = std::max(most, (reduced + R.dp->size() - 1) / R.dp->size());
+  }
   R.dp->reserve_staging(most);
   if (R.tie) R.tie->reserve_staging((model.grads()[static_cast<std::size_t>(tok)].numel() + 1) / 2);
   // The tp ring's largest step, a share of the b·s·h activation (the
@@ -374,6 +378,10 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
     const std::int64_t n = sc.batch.micro * (sc.model.seq_len / cp) * sc.model.hidden;
     R.tp->reserve_staging((n + tp - 1) / tp);
   }
+  // The cp ring's largest step, one rank's keys and values of a
+  // microbatch (the attention's all-gather and its gradients'
+  // reduce-scatter; the lowering's cpu_kernel_bytes): from the step's start.
+  if (R.cp) R.cp->reserve_staging(model.kv_elements(sc.batch.micro));
   if (compressed) {
     // The stage's gradients are compressed as one flat vector, in parameter
     // order; a ZeRO-1 rank steps its shard of it.

@@ -243,6 +243,9 @@ class GptModel {
   void block_backward(int layer, const BlockSaved& saved, BackwardBuffers& buffers);
   // Adds the embedding's gradients; consumes buffers.dres.
   void embedding_backward(const EmbeddingSaved& saved, BackwardBuffers& buffers);
+  // Context parallelism: one rank's keys and values of a microbatch of
+  // `batch` sequences, in floats (the cp ring's largest step).
+  std::int64_t kv_elements(std::int64_t batch) const { return batch * seq_ * 2 * attn_width_; }
 
  private:
 

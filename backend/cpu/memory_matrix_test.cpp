@@ -235,6 +235,53 @@ TEST_CASE("cpu/memory: tensor parallelism, with and without sequence parallelism
   CHECK(nonzero.count("comm_buffers") == 1);
 }
 
+TEST_CASE("cpu/memory: context parallelism holds its declarations too") {
+  // cp 2 and 4 alone, cp 2 beside dp 2, beside tp 2 and beside a 2-stage
+  // 1F1B pipeline, under every recompute policy and each offload the
+  // backend runs with cp: the keys and values gathered for the attention
+  // core (forward, recompute, backward) and their gradients scattered back,
+  // the cp ring's staging, and the gradients reduced over dp x cp are
+  // declared, so the measured peaks equal the program's to the byte.
+  set_blas_threads(1);
+  const cost::Recompute policies[] = {cost::Recompute::None, cost::Recompute::Selective, cost::Recompute::Full,
+                                      cost::Recompute::EveryK, cost::Recompute::Sqrt};
+  const std::tuple<int, int, int, int> layouts[] = {{2, 1, 1, 1}, {4, 1, 1, 1}, {2, 2, 1, 1},
+                                                    {2, 1, 2, 1}, {2, 1, 1, 2}};  // (cp, dp, tp, pp)
+  int run = 0, refused = 0, with_host = 0;
+  std::set<std::string> nonzero;
+  for (const auto& [cp, dp, tp, pp] : layouts)
+    for (const cost::Recompute rc : policies)
+      for (const Offload off : {Offload::None, Offload::Activations, Offload::Weights, Offload::Optimizer}) {
+        Plan p;
+        p.cp = cp;
+        p.dp = dp;
+        p.tp = tp;
+        p.pp = pp;
+        p.recompute = rc;
+        p.recompute_k = 2;
+        p.offload.activations = off == Offload::Activations;
+        p.offload.weights = off == Offload::Weights;
+        if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+        Scenario sc = tiny(p);
+        sc.model.seq_len = 16;  // 2·cp divides it: load-balanced chunks of the sequence
+        const std::string name = "cp" + std::to_string(cp) + "-dp" + std::to_string(dp) + "-tp" + std::to_string(tp) +
+                                 "-pp" + std::to_string(pp) + "/" + std::string(enum_name(rc)) + "/" +
+                                 std::to_string(static_cast<int>(off));
+        CAPTURE(name);
+        if (const auto why = Executor::unsupported(sc)) {
+          MESSAGE(name << ": refused by the CPU executor: " << *why);
+          ++refused;
+          continue;
+        }
+        ++run;
+        const std::string gaps = declaration_gaps(sc, nonzero, with_host);
+        CHECK_MESSAGE(gaps.empty(), name << gaps);
+      }
+  MESSAGE(run << " context-parallel plans run, " << refused << " refused");
+  CHECK(run >= 80);
+  CHECK(nonzero.count("comm_buffers") == 1);
+}
+
 TEST_CASE("cpu/memory: chunks holding only the embedding or only the head hold their declarations too") {
   // The first chunk the embedding alone (it sends the embedding's output
   // and receives the gradient its backward needs), the last the output
