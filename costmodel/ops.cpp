@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 
 #include "sim/error.hpp"
 #include "sim/limits.hpp"
@@ -50,11 +51,7 @@ Bytes Layer::saved_bytes(Recompute policy) const {
 
 double rerun_share(const Op& op, Recompute selective_policy) {
   switch (selective_policy) {
-    case Recompute::Selective:
-      return op.kind == OpKind::AttnScores || op.kind == OpKind::Softmax || op.kind == OpKind::AttnValues ||
-                     (op.kind == OpKind::Dropout && op.core_saved_bytes > 0)
-                 ? 1.0
-                 : 0.0;
+    case Recompute::Selective: return op.selective_rerun;
     case Recompute::SelectiveOp: return op.sac_rerun;
     default: return 0.0;
   }
@@ -445,15 +442,23 @@ struct Builder {
     const bool pre = m.norm_placement != NormPlacement::Post;
     const bool post = m.norm_placement != NormPlacement::Pre;
     const bool parallel = m.block != BlockKind::Sequential;
-    if (pre) ops.push_back(norm("attn_norm"));
+    Sites at;
+    if (pre) {
+      at.attn_norm = static_cast<int>(ops.size());
+      ops.push_back(norm("attn_norm"));
+    }
     if (m.mla) {
+      const int first = static_cast<int>(ops.size());
       mla_projections(ops);
+      // The query's projection (q_up, or q without a query rank) and kv_up.
+      at.up_proj = {first + (m.mla->q_lora_rank ? 2 : 0), static_cast<int>(ops.size()) - 1};
     } else {
       ops.push_back(linear("qkv", h, qw + 2 * kvh, Split::Column, /*in_rep=*/true, m.has_qkv_bias()));
       ops.back().products = {qw / (qw + 2 * kvh), kvh / (qw + 2 * kvh), kvh / (qw + 2 * kvh)};
     }
     if (m.qk_norm != QkNorm::None) ops.push_back(qk_norm());
     if (m.position_embedding == PositionEmbedding::Rope) {
+      at.rope = static_cast<int>(ops.size());
       if (m.mla) {
         // Only the decoupled rotary dims: per head of the query, and the one
         // key shared by every head (from the replicated down projection).
@@ -463,13 +468,16 @@ struct Builder {
         ops.push_back(rotary(shard(b * s * qw), shard(b * s * kvh)));
       }
     }
+    at.attention = {static_cast<int>(ops.size()), 0};
     attention(ops);
+    at.attention.second = static_cast<int>(ops.size());
     ops.push_back(linear("attn_proj", ow, h, Split::Row, /*in_rep=*/false, m.bias));
     if (post) ops.push_back(norm("attn_post_norm"));
     if (m.dropout) ops.push_back(dropout_mask("attn_out_dropout", rep(b * s * h)));
     if (!parallel)
       ops.push_back(elementwise("attn_residual", OpKind::Residual, 0.0, e, rep(b * s * h), rep(b * s * h)));
     if (pre && m.block != BlockKind::Parallel) {
+      at.mlp_norm = static_cast<int>(ops.size());
       ops.push_back(norm("mlp_norm"));
       // A parallel block's second norm reads the block's input, which the
       // first one saved.
@@ -480,12 +488,83 @@ struct Builder {
     // With one shared norm, a dense MLP reads the normalised input the QKV
     // projection saved.
     if (m.block == BlockKind::Parallel && !moe_block) ops[mlp_first].saved_bytes = 0;
+    const int mlp0 = static_cast<int>(mlp_first);
+    if (moe_block) {
+      // router, the experts' up, activation and down, the shared experts' up.
+      at.expert_act = mlp0 + 2;
+      at.expert_down = mlp0 + 3;
+      if (m.moe->shared_experts > 0) at.mlp_norm_consumer = mlp0 + 4;
+    } else {
+      at.mlp_norm_consumer = mlp0;
+    }
     if (post) ops.push_back(norm("mlp_post_norm"));
     if (m.dropout) ops.push_back(dropout_mask("mlp_dropout", rep(b * s * h)));
     ops.push_back(elementwise(parallel ? "residual" : "mlp_residual", OpKind::Residual, 0.0, e,
                               rep(b * s * h), rep(b * s * h)));
     save_list(ops);
+    selective_modules(ops, at);
     return l;
+  }
+
+  // Where a block's ops sit, for the selective recompute modules: -1 none.
+  struct Sites {
+    int attn_norm = -1, mlp_norm = -1;
+    int mlp_norm_consumer = -1;          // the op keeping the MLP norm's output
+    std::pair<int, int> up_proj{-1, -1};  // MLA's query and key-value up-projections
+    int rope = -1;
+    std::pair<int, int> attention{0, 0};  // [first, last) of the attention's ops
+    int expert_act = -1, expert_down = -1;
+  };
+
+  // What Recompute::Selective drops and reruns under o.recompute_modules
+  // (Megatron-Core, transformer_config.py recompute_modules; DeepSeek-V3
+  // Sec. 3.2.3 recomputes RMSNorm and MLA's up-projections): core_attn the
+  // attention core (its ops' core bytes, rerun from Q, K and V); layernorm
+  // the outputs of the block's two pre-norms, kept by the ops after them
+  // (attn_norm's by the first projection, mlp_norm's by the dense MLP's or
+  // the shared experts' up-projection), rerun from the norms' saved inputs;
+  // mla_up_proj the query and key-value up-projections and RoPE, whose
+  // outputs are the attention's saved Q, K and V; moe_act the routed
+  // experts' activation, whose output their down-projection keeps.
+  void selective_modules(std::vector<Op>& ops, const Sites& at) const {
+    const RecomputeModules mods = o.recompute_modules;
+    auto drop = [&](int i, Bytes b) {
+      if (i < 0) return;
+      Op& op = ops[static_cast<std::size_t>(i)];
+      op.core_saved_bytes = std::min(op.saved_bytes, op.core_saved_bytes + b);
+    };
+    auto rerun = [&](int i) {
+      if (i >= 0) ops[static_cast<std::size_t>(i)].selective_rerun = 1.0;
+    };
+    for (int i = at.attention.first; i < at.attention.second; ++i) {
+      Op& op = ops[static_cast<std::size_t>(i)];
+      const bool core = op.kind == OpKind::AttnScores || op.kind == OpKind::Softmax ||
+                        op.kind == OpKind::AttnValues || (op.kind == OpKind::Dropout && op.core_saved_bytes > 0);
+      if (!has_module(mods, RecomputeModule::CoreAttn)) op.core_saved_bytes = 0;
+      else if (core) op.selective_rerun = 1.0;
+    }
+    if (has_module(mods, RecomputeModule::MlaUpProj) && m.mla) {
+      rerun(at.up_proj.first);
+      rerun(at.up_proj.second);
+      rerun(at.rope);
+      const double q = b * s * qw, k = b * s * kw, v = b * s * vw;
+      for (int i = at.attention.first; i < at.attention.second; ++i) {
+        const Op& op = ops[static_cast<std::size_t>(i)];
+        if (op.kind == OpKind::Attention) drop(i, bytes(shard(q + k + v), e));
+        if (op.kind == OpKind::AttnScores) drop(i, op.saved_bytes);
+        if (op.kind == OpKind::AttnValues) drop(i, bytes(shard(v), e));
+      }
+    }
+    if (has_module(mods, RecomputeModule::Layernorm)) {
+      for (const int norm_at : {at.attn_norm, at.mlp_norm}) rerun(norm_at);
+      if (at.attn_norm >= 0) drop(at.attn_norm + 1, ops[static_cast<std::size_t>(at.attn_norm) + 1].saved_bytes);
+      if (at.mlp_norm >= 0 && at.mlp_norm_consumer >= 0)
+        drop(at.mlp_norm_consumer, ops[static_cast<std::size_t>(at.mlp_norm_consumer)].saved_bytes);
+    }
+    if (has_module(mods, RecomputeModule::MoeAct) && at.expert_act >= 0) {
+      rerun(at.expert_act);
+      drop(at.expert_down, ops[static_cast<std::size_t>(at.expert_down)].saved_bytes);
+    }
   }
 
   // torchtitan's op-level selective checkpointing (torchtitan

@@ -45,10 +45,15 @@ struct Op {
   Bytes fwd_bytes = 0;      // memory traffic estimate, forward
   Bytes bwd_bytes = 0;      // memory traffic estimate, backward
   Bytes saved_bytes = 0;    // activation bytes kept from forward to backward
-  // The part of saved_bytes that selective recompute drops (the attention
-  // core: softmax output, dropout mask and output over the scores),
-  // recomputed from Q, K and V in backward.
+  // The part of saved_bytes that selective recompute (Recompute::Selective
+  // with ExpandOptions::recompute_modules) drops: by default the attention
+  // core's (softmax output, dropout mask and output over the scores),
+  // recomputed from Q, K and V in backward; with layernorm, mla_up_proj or
+  // moe_act also what this op keeps of those modules' outputs.
   Bytes core_saved_bytes = 0;
+  // The share of its forward that op reruns under Recompute::Selective
+  // before the block's backward (1: the whole op).
+  double selective_rerun = 0;
   // The gradient of its output, alive while its backward runs (for the loss:
   // the logits' gradient in the activation type).
   Bytes grad_bytes = 0;
@@ -80,10 +85,10 @@ struct Op {
 };
 
 // The share of an op's forward that a layer kept under a selective policy
-// reruns before its backward: Selective (Megatron-LM) the attention core
-// (scores, softmax, its dropout, values; nothing under flash attention),
-// SelectiveOp (torchtitan) all that its save list does not store. 0 for any
-// other policy.
+// reruns before its backward: Selective (Megatron-LM) its recompute modules
+// (by default the attention core: scores, softmax, its dropout, values;
+// nothing under flash attention), SelectiveOp (torchtitan) all that its save
+// list does not store. 0 for any other policy.
 double rerun_share(const Op& op, Recompute selective_policy);
 
 enum class LayerKind { Embedding, Block, Head };
@@ -125,6 +130,9 @@ struct ExpandOptions {
   // (docs/cost-model.md, eager elementwise ops).
   bool fused_elementwise = true;
   CrossEntropy cross_entropy = CrossEntropy::InPlace;
+  // What Recompute::Selective drops and reruns (Op::core_saved_bytes,
+  // Op::selective_rerun).
+  RecomputeModules recompute_modules = kDefaultRecomputeModules;
 };
 
 // The whole model: embedding, one block per transformer layer, head (final

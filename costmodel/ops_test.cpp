@@ -398,6 +398,76 @@ TEST_CASE("multi-head latent attention: projections, scores and what flash keeps
   CHECK(2 * m.kv_hidden() == H * (192 + 128));
 }
 
+TEST_CASE("recompute_modules: what Megatron-Core's selective recompute drops and reruns, module by module") {
+  // A DeepSeek-V3-like block (h 7168, 128 heads, MLA 1536/512, 128+64 and
+  // 128 head dims; 8 of 16 experts of 2048 and one shared expert), one
+  // sequence of 512 tokens in bf16 with flash attention.
+  ModelSpec m = llama_like(7168, 128, 128, 18432);
+  m.mla = MlaSpec{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+                  .qk_rope_head_dim = 64, .v_head_dim = 128};
+  m.moe = MoeSpec{.experts = 16, .top_k = 8, .expert_ffn = 2048, .shared_experts = 1};
+  const double s = 512, h = 7168, H = 128;
+  auto block = [&](RecomputeModules mods) {
+    ExpandOptions o;
+    o.recompute_modules = mods;
+    return expand(m, o).block;
+  };
+  const Layer base = block(kDefaultRecomputeModules);
+  // The default, the attention core, drops nothing under flash attention
+  // and reruns nothing: "selective" is "none" there.
+  CHECK(base.saved_bytes(Recompute::Selective) == base.saved_bytes(Recompute::None));
+  for (const Op& op : base.ops) CHECK(rerun_share(op, Recompute::Selective) == 0.0);
+  const Bytes all = base.saved_bytes(Recompute::None);
+
+  // mla_up_proj: the attention's Q, K and V (bf16: 2·s·H·(192 + 192 + 128))
+  // are the up-projections' and RoPE's outputs, rerun before the backward.
+  const RecomputeModules up = kDefaultRecomputeModules | module_bit(RecomputeModule::MlaUpProj);
+  const Layer l_up = block(up);
+  CHECK(all - l_up.saved_bytes(Recompute::Selective) == static_cast<Bytes>(2 * s * H * (192 + 192 + 128)));
+  for (const char* n : {"q_up", "kv_up", "rope"}) CHECK(rerun_share(op_named(l_up, n), Recompute::Selective) == 1.0);
+  CHECK(rerun_share(op_named(l_up, "attention"), Recompute::Selective) == 0.0);
+
+  // layernorm: the two pre-norms' outputs, which q_down and the shared
+  // expert's up-projection keep (2·s·h each); the routed experts keep their
+  // dispatched copies, not the norm's output.
+  const Layer l_ln = block(module_bit(RecomputeModule::Layernorm));
+  CHECK(all - l_ln.saved_bytes(Recompute::Selective) == static_cast<Bytes>(2 * (2 * s * h)));
+  CHECK(rerun_share(op_named(l_ln, "attn_norm"), Recompute::Selective) == 1.0);
+  CHECK(rerun_share(op_named(l_ln, "mlp_norm"), Recompute::Selective) == 1.0);
+  CHECK(rerun_share(op_named(l_ln, "q_down_norm"), Recompute::Selective) == 0.0);
+
+  // moe_act: the routed experts' activation output, which their
+  // down-projection keeps: top_k · s · 2048 elements of 2 bytes.
+  const Layer l_act = block(module_bit(RecomputeModule::MoeAct));
+  CHECK(all - l_act.saved_bytes(Recompute::Selective) == static_cast<Bytes>(8 * s * 2048 * 2));
+  CHECK(rerun_share(op_named(l_act, "swiglu"), Recompute::Selective) == 1.0);
+  CHECK(rerun_share(op_named(l_act, "shared_act"), Recompute::Selective) == 0.0);
+
+  // Modules add up; the other policies do not see them.
+  const Layer l_all = block(up | module_bit(RecomputeModule::Layernorm) | module_bit(RecomputeModule::MoeAct));
+  CHECK(all - l_all.saved_bytes(Recompute::Selective) ==
+        (all - l_up.saved_bytes(Recompute::Selective)) + (all - l_ln.saved_bytes(Recompute::Selective)) +
+            (all - l_act.saved_bytes(Recompute::Selective)));
+  CHECK(l_all.saved_bytes(Recompute::Full) == base.saved_bytes(Recompute::Full));
+  CHECK(l_all.saved_bytes(Recompute::None) == all);
+
+  // Without core_attn under standard attention the scores are kept and
+  // nothing of the core reruns; with it (the default) the core is dropped.
+  ModelSpec g = gpt(2, 1024, 16);
+  ExpandOptions st;
+  st.attention = AttentionKernel::Standard;
+  const Layer core = expand(g, st).block;
+  st.recompute_modules = module_bit(RecomputeModule::Layernorm);
+  const Layer no_core = expand(g, st).block;
+  CHECK(core.saved_bytes(Recompute::Selective) < core.saved_bytes(Recompute::None));
+  CHECK(rerun_share(op_named(core, "softmax"), Recompute::Selective) == 1.0);
+  CHECK(rerun_share(op_named(no_core, "softmax"), Recompute::Selective) == 0.0);
+  // GPT's layernorm module drops what the QKV and MLP-up products keep of
+  // the norms' outputs: 2·s·h bytes each, s = 2048.
+  CHECK(no_core.saved_bytes(Recompute::None) - no_core.saved_bytes(Recompute::Selective) ==
+        static_cast<Bytes>(2 * (2 * 2048 * 1024)));
+}
+
 TEST_CASE("parallel blocks: same FLOPs, the MLP's input saved once") {
   // GPT-J/Falcon: one shared norm; the MLP reads what the QKV projection
   // saved. NeoX: two norms, the second reads the block's input the first

@@ -3,8 +3,11 @@
 // precision, the attention kernel and the activation-recompute policy. The
 // plan (strategies/) chooses them; the cost and memory models price them.
 #include <array>
+#include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "sim/names.hpp"
 #include "sim/units.hpp"
@@ -40,6 +43,24 @@ enum class CrossEntropy { InPlace, Unfused };
 // and reruns only the attention core.
 enum class Recompute { None, Selective, Full, EveryK, Sqrt, Optimal, EveryNth, SelectiveOp };
 
+// What Megatron-Core's selective recompute reruns (TransformerConfig.
+// recompute_modules with recompute_granularity "selective"; the default is
+// the attention core alone, which `Recompute::Selective` has always meant).
+// Output-discarding modules (layernorm, mla_up_proj, moe_act) free their
+// output after its consumers ran and recompute it before their backward, so
+// the bytes those consumers keep of it are not kept; core_attn reruns the
+// attention core from Q, K and V. mlp, moe and shared_experts checkpoint a
+// whole submodule from its input; their reruns repeat communication Strata
+// does not re-price, so they are refused (strategies/validate.cpp).
+enum class RecomputeModule : std::uint8_t { CoreAttn, Layernorm, MlaUpProj, MoeAct, Mlp, Moe, SharedExperts };
+// A set of modules, one bit each (bit i: RecomputeModule i).
+using RecomputeModules = std::uint8_t;
+constexpr RecomputeModules module_bit(RecomputeModule m) {
+  return static_cast<RecomputeModules>(1u << static_cast<unsigned>(m));
+}
+constexpr bool has_module(RecomputeModules set, RecomputeModule m) { return (set & module_bit(m)) != 0; }
+inline constexpr RecomputeModules kDefaultRecomputeModules = module_bit(RecomputeModule::CoreAttn);
+
 // Bytes per element of a saved activation.
 constexpr Bytes activation_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
 // Bytes per element of a matrix-product input kept for backward: fp8 training
@@ -71,6 +92,17 @@ struct EnumNames<cost::CrossEntropy> {
       {{cost::CrossEntropy::InPlace, "in_place"}, {cost::CrossEntropy::Unfused, "unfused"}}};
 };
 template <>
+struct EnumNames<cost::RecomputeModule> {
+  static constexpr std::array<std::pair<cost::RecomputeModule, std::string_view>, 7> table{
+      {{cost::RecomputeModule::CoreAttn, "core_attn"},
+       {cost::RecomputeModule::Layernorm, "layernorm"},
+       {cost::RecomputeModule::MlaUpProj, "mla_up_proj"},
+       {cost::RecomputeModule::MoeAct, "moe_act"},
+       {cost::RecomputeModule::Mlp, "mlp"},
+       {cost::RecomputeModule::Moe, "moe"},
+       {cost::RecomputeModule::SharedExperts, "shared_experts"}}};
+};
+template <>
 struct EnumNames<cost::Recompute> {
   static constexpr std::array<std::pair<cost::Recompute, std::string_view>, 8> table{
       {{cost::Recompute::None, "none"},
@@ -84,3 +116,19 @@ struct EnumNames<cost::Recompute> {
 };
 
 }  // namespace strata
+
+namespace strata::cost {
+// The modules of a set by name, in RecomputeModule order.
+inline std::vector<std::string_view> module_names(RecomputeModules set) {
+  std::vector<std::string_view> out;
+  for (const auto& [m, name] : EnumNames<RecomputeModule>::table)
+    if (has_module(set, m)) out.push_back(name);
+  return out;
+}
+// The same, space-separated (Megatron-LM's --recompute-modules).
+inline std::string module_list(RecomputeModules set) {
+  std::string out;
+  for (const std::string_view name : module_names(set)) out += (out.empty() ? "" : " ") + std::string(name);
+  return out;
+}
+}  // namespace strata::cost

@@ -23,8 +23,9 @@ class StepCosts;
 enum class Keep : std::uint8_t {
   All,        // every saved tensor: nothing recomputed
   Selective,  // what the plan's selective policy stores (selective_policy: Megatron-LM's
-              // all but the attention core, torchtitan's op policy its save list); the
-              // rest rerun just before its backward
+              // all but its recompute modules — the attention core by default —,
+              // torchtitan's op policy its save list); the rest rerun just before its
+              // backward
   Input,      // only its input: it begins a segment (alone, full recompute) that is
               // rerun layer by layer before the backward of the segment's last layer
   Nothing,    // nothing: a later layer of the segment begun by the nearest Input before it

@@ -91,8 +91,9 @@ struct ActivationRule {
 };
 
 // What a Keep::Selective layer of the plan follows: torchtitan's op-level
-// policy for recompute "selective_op", else Megatron-LM's (the attention
-// core; the optimal solver's selective choice too).
+// policy for recompute "selective_op", else Megatron-LM's (its
+// recompute_modules, the attention core by default; the optimal solver's
+// selective choice too).
 Recompute selective_policy(const Plan& plan);
 
 // Constants of the memory rules (docs/memory-model.md says why each).

@@ -157,6 +157,9 @@ const Case kCases[] = {
     {"plan/recompute", "{}", R"({"plan": {"recompute": "full"}})", Effect::PeakDown},
     {"plan/recompute_k", R"({"plan": {"recompute": "every_k", "recompute_k": 2}})", R"({"plan": {"recompute_k": 4}})",
      Effect::Changes},
+    // The norms' outputs dropped and rerun: less kept, a little more time.
+    {"plan/recompute_modules", R"({"plan": {"recompute": "selective"}})",
+     R"({"plan": {"recompute_modules": ["core_attn", "layernorm"]}})", Effect::PeakDown},
     {"plan/memory_budget_GiB", R"({"plan": {"recompute": "optimal"}, "batch": {"global": 128, "micro": 8}})",
      R"({"plan": {"memory_budget_GiB": 4}})", Effect::PeakDown},
     {"plan/optimizer", "{}", R"({"plan": {"optimizer": "sgd"}})", Effect::PeakDown},

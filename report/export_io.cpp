@@ -300,7 +300,12 @@ Exported export_megatron(const Scenario& sc) {
   // --- recompute ---
   switch (p.recompute) {
     case Recompute::None: break;
-    case Recompute::Selective: f.add("--recompute-granularity", std::string("selective")); break;
+    case Recompute::Selective:
+      f.add("--recompute-granularity", std::string("selective"));
+      if (p.recompute_modules != cost::kDefaultRecomputeModules) {
+        f.add("--recompute-modules", cost::module_list(p.recompute_modules));
+      }
+      break;
     case Recompute::Full:
     case Recompute::EveryK:
     case Recompute::Sqrt: {

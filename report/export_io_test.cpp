@@ -249,6 +249,20 @@ TEST_CASE("megatron: every_k and sqrt recompute are uniform segments") {
   }
 }
 
+TEST_CASE("megatron: recompute_modules beyond the attention core are --recompute-modules") {
+  // DeepSeek-V3's: the MLA up-projections and the norms (Megatron-Core's
+  // names, in their order); the default, the core alone, writes no flag.
+  const std::string base = R"({"model": "deepseek-v3", "cluster": {"gpu": "h800", "nodes": 256},
+      "batch": {"global": 15360, "micro": 1}, "stack": "megatron-lm-2025",
+      "plan": {"dp": 128, "pp": 16, "ep": 64, "zero": 1, "recompute": "selective")";
+  const auto f = flags(export_megatron(scenario(base + R"(, "recompute_modules": ["layernorm", "mla_up_proj"]}})")));
+  CHECK(has(f, "--recompute-granularity selective"));
+  CHECK(has(f, "--recompute-modules layernorm mla_up_proj"));
+  const auto plain = flags(export_megatron(scenario(base + "}}")));
+  CHECK(has(plain, "--recompute-granularity selective"));
+  for (const auto& flag : plain) CHECK(flag.rfind("--recompute-modules", 0) != 0);
+}
+
 TEST_CASE("megatron, torchtitan: uneven pipeline stages") {
   // 12 layers as 2, 4, 4, 2: only the first and last stage differ, which
   // Megatron-LM sets apart from an even split; torchtitan takes split points
@@ -686,6 +700,12 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
     p.recompute = pick(Recompute::None, Recompute::Selective, Recompute::Full, Recompute::EveryK, Recompute::Sqrt,
                        Recompute::EveryNth, Recompute::SelectiveOp);
     p.recompute_k = pick(2, 3);
+    using cost::RecomputeModule;
+    if (p.recompute == Recompute::Selective)
+      p.recompute_modules = pick(cost::kDefaultRecomputeModules,
+                                 static_cast<cost::RecomputeModules>(cost::kDefaultRecomputeModules |
+                                                                     cost::module_bit(RecomputeModule::Layernorm)),
+                                 cost::module_bit(RecomputeModule::Layernorm));
     p.offload.activations = pick(false, false, false, true);
     p.offload.weights = pick(false, false, false, true);
     p.offload.weights_target = pick(OffloadTarget::Cpu, OffloadTarget::Nvme);

@@ -149,6 +149,9 @@ std::map<std::string, std::optional<std::string>> megatron_flags(std::string_vie
     const std::string flag = words[i];
     std::optional<std::string> value;
     if (i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0) value = words[++i];
+    // A list flag (nargs='*') takes every word up to the next flag.
+    if (flag == "--recompute-modules")
+      while (value && i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0) *value += " " + words[++i];
     if (!flags.emplace(flag, value).second) throw InputError(file, flag, "is given twice [import-syntax]");
   }
   return flags;
@@ -297,6 +300,21 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   if (const auto g = value("--recompute-granularity")) {
     if (*g == "selective") {
       p.recompute = Recompute::Selective;
+      if (const auto mods = value("--recompute-modules")) {
+        p.recompute_modules = 0;
+        std::size_t at = 0;
+        while (at < mods->size()) {
+          const std::size_t end = std::min(mods->find(' ', at), mods->size());
+          const std::string name = mods->substr(at, end - at);
+          at = end + 1;
+          const auto m = enum_from_name<cost::RecomputeModule>(name);
+          if (!m)
+            throw InputError(file, "--recompute-modules",
+                             "'" + name + "' is not a module (one of " + enum_choices<cost::RecomputeModule>() +
+                                 ") [import-value]");
+          p.recompute_modules |= cost::module_bit(*m);
+        }
+      }
     } else if (*g == "full") {
       const auto method = value("--recompute-method").value_or("uniform");
       if (method != "uniform")

@@ -38,6 +38,9 @@ enum class PlanField : std::uint8_t {
   OffloadOptimizer,
   OffloadPlanner,
   Recompute,
+  // Selective recompute with modules other than the attention core alone
+  // (a boolean: Megatron-Core's recompute_modules).
+  RecomputeModules,
   Precision,
   Optimizer,
   Compression,
@@ -56,7 +59,7 @@ namespace strata {
 template <>
 struct EnumNames<strategies::PlanField> {
   using F = strategies::PlanField;
-  static constexpr std::array<std::pair<F, std::string_view>, 19> table{{
+  static constexpr std::array<std::pair<F, std::string_view>, 20> table{{
       {F::Zero, "zero"},
       {F::Schedule, "schedule"},
       {F::VirtualStages, "virtual_stages"},
@@ -66,6 +69,7 @@ struct EnumNames<strategies::PlanField> {
       {F::OffloadOptimizer, "offload.optimizer"},
       {F::OffloadPlanner, "offload.planner"},
       {F::Recompute, "recompute"},
+      {F::RecomputeModules, "recompute_modules"},
       {F::Precision, "precision"},
       {F::Optimizer, "optimizer"},
       {F::Compression, "compression.method"},

@@ -43,6 +43,7 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.attention = plan.implementation.attention;
   o.fused_elementwise = plan.implementation.fused_elementwise;
   o.cross_entropy = plan.implementation.cross_entropy;
+  o.recompute_modules = plan.recompute_modules;
   return o;
 }
 

@@ -145,6 +145,9 @@ struct Plan {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
   std::int64_t recompute_k = 1;                  // every_k
+  // What "selective" reruns (Megatron-Core's recompute_modules; the
+  // attention core by default). Only with recompute "selective".
+  cost::RecomputeModules recompute_modules = cost::kDefaultRecomputeModules;
   std::optional<double> memory_budget_GiB;       // optimal
   Offload offload;
   Compression compression;

@@ -143,6 +143,18 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
       k->fail("applies only to recompute \"every_k\" and \"every_nth\"");
     p.recompute_k = k->as_int(1, 100'000);
   }
+  if (auto mods = r.get("recompute_modules")) {
+    if (p.recompute != Recompute::Selective)
+      mods->fail("applies only to recompute \"selective\" (Megatron-Core's recompute_modules)");
+    if (!mods->is_array()) mods->fail("must be a list of module names (one of " + enum_choices<cost::RecomputeModule>() + ")");
+    p.recompute_modules = 0;
+    for (const auto& e : mods->elements()) {
+      const auto m = e.as_enum<cost::RecomputeModule>();
+      if (cost::has_module(p.recompute_modules, m)) e.fail("is listed twice");
+      p.recompute_modules |= cost::module_bit(m);
+    }
+    if (p.recompute_modules == 0) mods->fail("lists no module: recompute \"none\" reruns nothing");
+  }
   if (auto o = r.get("offload")) p.offload = read_offload(*o);
   if (auto budget = r.get("memory_budget_GiB")) {
     if (p.recompute != Recompute::Optimal && p.offload.planner != OffloadPlanner::Joint &&

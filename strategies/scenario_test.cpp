@@ -212,6 +212,46 @@ TEST_CASE("offload.weights: true, false, or where: cpu or nvme; NVMe needs a dis
         std::string::npos);
 }
 
+TEST_CASE("recompute_modules: Megatron-Core's list under selective, checked, in the plan's id when not the default") {
+  const auto with = [](const std::string& mods) {
+    return scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_modules\": " + mods);
+  };
+  auto rule = [](const std::string& text) {
+    try {
+      require_valid_plan(parse_scenario(text, "s.json"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("valid");
+  };
+  const Scenario s = parse_scenario(with(R"(["layernorm", "core_attn"])"), "s.json");
+  CHECK(s.plan.recompute_modules ==
+        (cost::module_bit(cost::RecomputeModule::CoreAttn) | cost::module_bit(cost::RecomputeModule::Layernorm)));
+  // In the canonical JSON (the plan's id) in the modules' order; the
+  // default (the attention core alone) stays out, so older ids hold.
+  CHECK(canonical_json(s.plan, s.batch).find(R"("recompute_modules":["core_attn","layernorm"])") != std::string::npos);
+  const Scenario plain = parse_scenario(with(R"(["core_attn"])"), "s.json");
+  CHECK(canonical_json(plain.plan, plain.batch) == canonical_json(parse_scenario(scenario(), "s.json").plan,
+                                                                  plain.batch));
+  // Bad lists, each named.
+  CHECK(error_of(scenario("\"recompute\": \"selective\"", "\"recompute\": \"full\", \"recompute_modules\": [\"layernorm\"]")) ==
+        "s.json: plan.recompute_modules: applies only to recompute \"selective\" (Megatron-Core's recompute_modules)");
+  CHECK(error_of(with("[]")) == "s.json: plan.recompute_modules: lists no module: recompute \"none\" reruns nothing");
+  CHECK(error_of(with(R"(["layernorm", "layernorm"])")) == "s.json: plan.recompute_modules[1]: is listed twice");
+  CHECK(error_of(with(R"(["norm"])")).find("plan.recompute_modules[0]: must be one of core_attn|layernorm|") !=
+        std::string::npos);
+  // GPT-3 has neither latent attention nor experts; whole-module reruns
+  // repeat communication Strata does not price.
+  CHECK(rule(with(R"(["mla_up_proj"])")) ==
+        "s.json: plan.recompute_modules: mla_up_proj reruns multi-head latent attention's up-projections; "
+        "gpt3-175b has none");
+  CHECK(rule(with(R"(["moe_act"])")) ==
+        "s.json: plan.recompute_modules: moe_act reruns the routed experts' activation; gpt3-175b has no experts");
+  CHECK(rule(with(R"(["core_attn", "mlp"])")).find("plan.recompute_modules: \"mlp\" checkpoints a whole submodule") !=
+        std::string::npos);
+  CHECK(rule(with(R"(["core_attn", "layernorm"])")) == "valid");
+}
+
 TEST_CASE("keys that apply to other choices are rejected, not ignored") {
   CHECK(error_of(scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_k\": 2")) ==
         "s.json: plan.recompute_k: applies only to recompute \"every_k\" and \"every_nth\"");

@@ -255,6 +255,11 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (p.pipeline_layout != PipelineLayout::Balanced) plan["pipeline_layout"] = nm(p.pipeline_layout);
   if (p.ps_staleness > 0) plan["ps_staleness"] = p.ps_staleness;
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
+  if (p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules) {
+    json mods = json::array();
+    for (const std::string_view name : cost::module_names(p.recompute_modules)) mods.push_back(name);
+    plan["recompute_modules"] = mods;
+  }
   if (p.memory_budget_GiB &&
       (p.recompute == Recompute::Optimal || p.offload.planner == OffloadPlanner::Joint ||
        p.offload.planner == OffloadPlanner::Priority))

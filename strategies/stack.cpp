@@ -168,6 +168,7 @@ FieldKind field_kind(PlanField f) {
     case PlanField::Zero:
     case PlanField::VirtualStages: return FieldKind::Integer;
     case PlanField::SequenceParallel:
+    case PlanField::RecomputeModules:
     case PlanField::OffloadActivations:
     case PlanField::OffloadWeights: return FieldKind::Bool;
     default: return FieldKind::Enum;
@@ -188,6 +189,8 @@ std::int64_t plan_field(const Plan& p, PlanField f) {
     case PlanField::PipelineLayout: return num(p.pipeline_layout);
     case PlanField::SequenceParallel: return p.sequence_parallel ? 1 : 0;
     case PlanField::Recompute: return num(p.recompute);
+    case PlanField::RecomputeModules:
+      return p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules ? 1 : 0;
     case PlanField::OffloadActivations: return p.offload.activations ? 1 : 0;
     case PlanField::OffloadWeights: return p.offload.weights ? 1 : 0;
     case PlanField::OffloadOptimizer: return num(p.offload.optimizer);

@@ -170,6 +170,14 @@ TEST_CASE("a stack's capabilities refuse the plans its engine cannot launch, nam
         std::string::npos);
   CHECK(error_of(R"("dp": 4, "tp": 2, "zero": 2)", R"(, "stack": "torchtitan")")
             .find("tp-without-sequence-parallel") != std::string::npos);
+  // Megatron-Core's recompute_modules: in the 2025 release, not before it,
+  // and not in the other engines.
+  const std::string mods = R"("dp": 8, "recompute": "selective", "recompute_modules": ["core_attn", "layernorm"])";
+  CHECK_NOTHROW(with(mods, R"(, "stack": "megatron-lm-2025")"));
+  for (const char* stack : {"megatron-core-0.7", "megatron-lm-2022", "nemo-24.07", "deepspeed", "torchtitan"})
+    CHECK(error_of(mods, std::string(R"(, "stack": ")") + stack + "\"")
+              .find(std::string(stack) + " cannot launch this plan (recompute-modules: recompute_modules true)") !=
+          std::string::npos);
   // Without a stack no engine is named: every valid plan is accepted.
   CHECK_NOTHROW(with(R"("dp": 2, "pp": 4, "zero": 2, "offload": {"activations": true})", ""));
 }

@@ -220,6 +220,24 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 std::string(enum_name(p.precision)) + " is not supported by " + c.gpu.name +
                     " (no " + std::string(enum_name(p.precision)) + " peak)");
 
+  // --- what selective recompute reruns (Megatron-Core's recompute_modules) ---
+  if (p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules) {
+    using cost::RecomputeModule;
+    for (const RecomputeModule whole : {RecomputeModule::Mlp, RecomputeModule::Moe, RecomputeModule::SharedExperts})
+      if (cost::has_module(p.recompute_modules, whole))
+        return fail("recompute-module-not-modelled", "plan.recompute_modules",
+                    "\"" + std::string(enum_name(whole)) +
+                        "\" checkpoints a whole submodule, whose rerun repeats its tensor- and expert-parallel "
+                        "communication, which Strata does not price; use core_attn, layernorm, mla_up_proj or "
+                        "moe_act");
+    if (cost::has_module(p.recompute_modules, RecomputeModule::MlaUpProj) && !m.mla)
+      return fail("recompute-module-needs-mla", "plan.recompute_modules",
+                  "mla_up_proj reruns multi-head latent attention's up-projections; " + m.name + " has none");
+    if (cost::has_module(p.recompute_modules, RecomputeModule::MoeAct) && !m.moe)
+      return fail("recompute-module-needs-moe", "plan.recompute_modules",
+                  "moe_act reruns the routed experts' activation; " + m.name + " has no experts");
+  }
+
   // --- offload ---
   if (p.offload.planner != OffloadPlanner::All && !p.offload.activations)
     return fail("planner-needs-activation-offload", "plan.offload.planner",

@@ -142,6 +142,12 @@ const std::array kTable{
                [](const Scenario& s) { return s.plan.recompute == cost::Recompute::SelectiveOp; },
                no("recompute selective_op is not executed by the CPU backend (its blocks keep no save list)"),
                no("recompute selective_op is not executed by the CUDA backend (its blocks keep no save list)")},
+    Capability{"recompute-modules", "memory", "recompute_modules other than the attention core (Megatron-Core's)",
+               [](const Scenario& s) { return s.plan.recompute_modules != cost::kDefaultRecomputeModules; },
+               no("recompute_modules other than core_attn are not executed by the CPU backend (its selective "
+                  "recompute reruns the attention core)"),
+               no("recompute_modules other than core_attn are not executed by the CUDA backend (its selective "
+                  "recompute reruns the attention core)")},
     Capability{"activation-offload", "memory", "activation offload (every planner)",
                [](const Scenario& s) { return s.plan.offload.activations; }, yes("to a separate host pool"),
                yes("to pinned host memory on the copy streams")},
