@@ -99,8 +99,7 @@ Bytes fixed_bytes(const Scenario& sc) {
                      std::string(enum_name(sc.plan.optimizer)) +
                          " keeps statistics per weight-matrix shape, which a layer chain does "
                          "not give; use an element-wise optimizer");
-  const PerParam per = bytes_per_param(sc.plan.optimizer, sc.plan.precision,
-                                       sc.plan.implementation.fp32_grad_accumulation);
+  const PerParam per = bytes_per_param(sc.plan);
   const double psi = static_cast<double>(sc.model.chain->params());
   const ModelStates st = zero_model_states(psi, per, static_cast<int>(sc.plan.zero), zero_shards(sc.plan));
   return static_cast<Bytes>(st.total()) + rules.runtime_bytes + rules.cublas_workspace_bytes;

@@ -36,9 +36,7 @@ double StageGradients::params(const cost::OpChain& chain) const {
 GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chain,
                                      const StageGradients& stage, const StepCosts& costs) {
   const auto& c = plan.compression;
-  const double grad_bytes = std::min(bytes_per_param(plan.optimizer, plan.precision,
-                                                     plan.implementation.fp32_grad_accumulation)
-                                         .grads,
+  const double grad_bytes = std::min(bytes_per_param(plan).grads,
                                      4.0);
   const double params = stage.params(chain);
   const auto n = static_cast<std::int64_t>(params);

@@ -275,6 +275,16 @@ PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accu
   return b;
 }
 
+PerParam bytes_per_param(const Plan& plan) {
+  PerParam b = bytes_per_param(plan.optimizer, plan.precision, plan.implementation.fp32_grad_accumulation);
+  if (plan.optimizer_states == StateDtype::BF16) {
+    // Halves the statistics, not the fp32 master weights (mixed precision).
+    const double master = plan.precision != Precision::FP32 ? 4.0 : 0.0;
+    b.optimizer = master + (b.optimizer - master) / 2;
+  }
+  return b;
+}
+
 bool is_factored(Optimizer opt) { return opt == Optimizer::Adafactor || opt == Optimizer::Sm3; }
 
 double factored_state_bytes(const cost::Op& op) {
@@ -431,8 +441,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
   const int p = static_cast<int>(plan.pp);
   const std::int64_t v = plan.virtual_stages;
   const std::int64_t m = microbatches(plan, sc.batch);
-  const PerParam per =
-      bytes_per_param(plan.optimizer, plan.precision, plan.implementation.fp32_grad_accumulation);
+  const PerParam per = bytes_per_param(plan);
   const bool factored = is_factored(plan.optimizer);
 
   const ParamSplit block = split_of(chain_.block);

@@ -32,6 +32,9 @@ struct PerParam {
   double total() const { return weights + grads + optimizer; }
 };
 PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accumulation = false);
+// The plan's: its optimizer, precision, gradient accumulation and the
+// number type of its optimizer's statistics (bf16: half the bytes of fp32).
+PerParam bytes_per_param(const Plan& plan);
 bool is_factored(Optimizer opt);
 // Adafactor (factored second moment) and SM3 (row and column covers): 4·(m +
 // n) bytes per m×n matrix, 4 bytes per vector entry (no first moment).

@@ -136,6 +136,22 @@ TEST_CASE("optimizer state bytes per parameter") {
   // per parameter in all), bf16 4 (18) — Megatron-LM's distributed-optimizer table.
   CHECK(bytes_per_param(Optimizer::Adam, Precision::FP16, true).total() == 20);
   CHECK(bytes_per_param(Optimizer::Adam, Precision::BF16, true).total() == 18);
+  // bf16 statistics (optimizer_states, DeepSeek-V3's moments) halve them
+  // and keep the fp32 master: Adam 4 + 2 + 2 mixed, 2 + 2 in fp32.
+  auto bf16 = [](Optimizer o, Precision p = Precision::BF16) {
+    Plan plan;
+    plan.optimizer = o;
+    plan.precision = p;
+    plan.optimizer_states = StateDtype::BF16;
+    return bytes_per_param(plan).optimizer;
+  };
+  CHECK(bf16(Optimizer::AdamW) == 8);
+  CHECK(bf16(Optimizer::Adam, Precision::FP32) == 4);
+  CHECK(bf16(Optimizer::Momentum) == 6);
+  CHECK(bf16(Optimizer::Lamb) == 8);
+  Plan fp32_states;
+  fp32_states.optimizer = Optimizer::AdamW;
+  CHECK(bytes_per_param(fp32_states).optimizer == 12);
 }
 
 TEST_CASE("Adafactor and SM3 keep Θ(m + n) statistics per matrix") {

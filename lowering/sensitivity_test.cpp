@@ -164,6 +164,7 @@ const Case kCases[] = {
      R"({"plan": {"memory_budget_GiB": 4}})", Effect::PeakDown},
     {"plan/optimizer", "{}", R"({"plan": {"optimizer": "sgd"}})", Effect::PeakDown},
     {"plan/precision", "{}", R"({"plan": {"precision": "fp32"}})", Effect::StepUp},
+    {"plan/optimizer_states", "{}", R"({"plan": {"optimizer_states": "bf16"}})", Effect::PeakDown},
     {"plan/dp_topology", "{}", R"({"plan": {"dp_topology": "parameter_server"}})", Effect::Changes},
     // ---- plan.offload ----
     {"plan.offload/activations", "{}", R"({"plan": {"offload": {"activations": true}}})", Effect::PeakDown},

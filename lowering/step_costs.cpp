@@ -411,8 +411,7 @@ Time ModelStepCosts::gemm(Flops flops) const {
 }
 
 Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
-  const PerParam per = bytes_per_param(sc_.plan.optimizer, sc_.plan.precision,
-                                       sc_.plan.implementation.fp32_grad_accumulation);
+  const PerParam per = bytes_per_param(sc_.plan);
   const Time launch = cost::seconds_to_time(cal_.overheads.optimizer_step_us * 1e-6);
   if (on_host) {
     // Memory-bound: read gradients, weights and state, write weights and

@@ -369,6 +369,13 @@ Exported export_megatron(const Scenario& sc) {
       f.add("--use-precision-aware-optimizer");
     }
   }
+  // bf16 moments: the precision-aware optimizer's exp_avg and exp_avg_sq types.
+  if (p.optimizer_states == strategies::StateDtype::BF16) {
+    if (p.offload.optimizer != OffloadTarget::Cpu || p.zero == 0 || (p.zero == 3 && p.pp > 1))
+      f.add("--use-precision-aware-optimizer");
+    f.add("--exp-avg-dtype", std::string("bf16"));
+    f.add("--exp-avg-sq-dtype", std::string("bf16"));
+  }
 
   // --- optimizer and precision ---
   switch (p.optimizer) {

@@ -258,6 +258,11 @@ TEST_CASE("megatron: recompute_modules beyond the attention core are --recompute
   const auto f = flags(export_megatron(scenario(base + R"(, "recompute_modules": ["layernorm", "mla_up_proj"]}})")));
   CHECK(has(f, "--recompute-granularity selective"));
   CHECK(has(f, "--recompute-modules layernorm mla_up_proj"));
+  // bf16 moments: the precision-aware optimizer's types.
+  const auto states = flags(export_megatron(scenario(base + R"(, "optimizer": "adamw", "optimizer_states": "bf16"}})")));
+  CHECK(has(states, "--use-precision-aware-optimizer"));
+  CHECK(has(states, "--exp-avg-dtype bf16"));
+  CHECK(has(states, "--exp-avg-sq-dtype bf16"));
   const auto plain = flags(export_megatron(scenario(base + "}}")));
   CHECK(has(plain, "--recompute-granularity selective"));
   for (const auto& flag : plain) CHECK(flag.rfind("--recompute-modules", 0) != 0);
@@ -629,7 +634,7 @@ Recompute recompute_of(const nlohmann::json& record) {
   return record["plan"]["recompute"] == "full" ? Recompute::Full : Recompute::Selective;
 }
 
-// The round trip: for 6,000 plans drawn at random (every axis export reads) on two
+// The round trip: for 8,000 plans drawn at random (every axis export reads) on two
 // models, every export an engine can launch and that lists nothing as not
 // expressible is read back by import_plan to the plan export rendered
 // (Exported::rendered: the scenario's plan with the engine's defaults),
@@ -681,7 +686,7 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
                    "batch": {"global": 64, "micro": 1}, "plan": {"dp": 16}})")};
   std::map<ExportTarget, int> tripped, refused, inexpressible;
   std::map<ExportTarget, int> nvme_weights;
-  for (int draw = 0; draw < 6000; ++draw) {
+  for (int draw = 0; draw < 8000; ++draw) {
     strategies::Scenario sc = bases[static_cast<std::size_t>(draw % 2)];
     auto& p = sc.plan;
     p.tp = pick(1, 2, 4);
@@ -707,6 +712,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
                                                                      cost::module_bit(RecomputeModule::Layernorm)),
                                  cost::module_bit(RecomputeModule::Layernorm));
     p.offload.activations = pick(false, false, false, true);
+    p.optimizer_states = pick(strategies::StateDtype::FP32, strategies::StateDtype::FP32, strategies::StateDtype::FP32,
+                              strategies::StateDtype::FP32, strategies::StateDtype::FP32, strategies::StateDtype::BF16);
     p.offload.weights = pick(false, false, false, true);
     p.offload.weights_target = pick(OffloadTarget::Cpu, OffloadTarget::Nvme);
     p.offload.optimizer = pick(OffloadTarget::None, OffloadTarget::None, OffloadTarget::Cpu, OffloadTarget::Nvme);

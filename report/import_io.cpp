@@ -331,6 +331,19 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   if (has("--cpu-offloading-num-layers")) p.offload.activations = true;
   if (has("--optimizer-cpu-offload")) p.offload.optimizer = OffloadTarget::Cpu;
   used.insert("--use-precision-aware-optimizer");
+  if (const auto avg = value("--exp-avg-dtype"), sq = value("--exp-avg-sq-dtype"); avg || sq) {
+    if (!has("--use-precision-aware-optimizer"))
+      throw InputError(file, avg ? "--exp-avg-dtype" : "--exp-avg-sq-dtype",
+                       "applies only with --use-precision-aware-optimizer [import-value]");
+    const std::string a = avg.value_or("fp32"), q = sq.value_or("fp32");
+    if (a != q)
+      throw InputError(file, "--exp-avg-sq-dtype",
+                       "'" + q + "' differs from --exp-avg-dtype '" + a +
+                           "': Strata keeps both moments in one number type [import-value]");
+    if (a == "bf16") p.optimizer_states = strategies::StateDtype::BF16;
+    else if (a != "fp32")
+      throw InputError(file, "--exp-avg-dtype", "'" + a + "' is not fp32 or bf16 [import-value]");
+  }
 
   // --- optimizer and precision ---
   const auto opt = value("--optimizer").value_or("adam");

@@ -29,6 +29,8 @@ std::string plan_summary(const strategies::Scenario& sc) {
   if (p.recompute == cost::Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules)
     s += " (" + cost::module_list(p.recompute_modules) + ")";
   s += ", " + std::string(enum_name(p.optimizer)) + " " + std::string(enum_name(p.precision));
+  if (p.optimizer_states != strategies::StateDtype::FP32)
+    s += ", " + std::string(enum_name(p.optimizer_states)) + " optimizer statistics";
   if (p.offload.activations) s += ", offload activations";
   if (p.offload.weights)
     s += p.offload.weights_target == strategies::OffloadTarget::Nvme ? ", offload weights to NVMe" : ", offload weights";

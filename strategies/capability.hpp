@@ -43,6 +43,7 @@ enum class PlanField : std::uint8_t {
   RecomputeModules,
   Precision,
   Optimizer,
+  OptimizerStates,
   Compression,
   DpTopology,
   SequenceParallel,
@@ -59,7 +60,7 @@ namespace strata {
 template <>
 struct EnumNames<strategies::PlanField> {
   using F = strategies::PlanField;
-  static constexpr std::array<std::pair<F, std::string_view>, 20> table{{
+  static constexpr std::array<std::pair<F, std::string_view>, 21> table{{
       {F::Zero, "zero"},
       {F::Schedule, "schedule"},
       {F::VirtualStages, "virtual_stages"},
@@ -72,6 +73,7 @@ struct EnumNames<strategies::PlanField> {
       {F::RecomputeModules, "recompute_modules"},
       {F::Precision, "precision"},
       {F::Optimizer, "optimizer"},
+      {F::OptimizerStates, "optimizer_states"},
       {F::Compression, "compression.method"},
       {F::DpTopology, "dp_topology"},
       {F::SequenceParallel, "sequence_parallel"},

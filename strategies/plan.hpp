@@ -28,6 +28,12 @@ enum class OffloadPlanner { All, Vdnn, Lifetime, Priority, Joint };
 enum class CompressionMethod { None, TopK, RandomK, Qsgd, OneBit, PowerSgd };
 enum class Optimizer { Sgd, Momentum, Adam, AdamW, Adam8bit, Adam4bit, Adafactor, Sm3, Lamb, Lars };
 enum class DpTopology { AllReduce, ParameterServer };
+// The number type of the optimizer's statistics (Adam's moments, momentum):
+// fp32, or bf16 (DeepSeek-V3, arXiv:2412.19437 Sec. 3.3.3: "BF16 ... to
+// track the first and second moments in the AdamW optimizer"; Megatron-Core's
+// --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype
+// bf16). The fp32 master weights stay fp32.
+enum class StateDtype { FP32, BF16 };
 enum class TpCommOverlap { None, Bulk, Ring };
 enum class ParallelDim { TP, CP, DP, PP };
 // How balanced pipeline chunks share the model (without stage_layers):
@@ -152,6 +158,7 @@ struct Plan {
   Offload offload;
   Compression compression;
   Optimizer optimizer = Optimizer::Adam;
+  StateDtype optimizer_states = StateDtype::FP32;
   Precision precision = Precision::BF16;
   DpTopology dp_topology = DpTopology::AllReduce;
   // With a parameter server: how many updates a worker's weights may lag
@@ -230,6 +237,8 @@ STRATA_ENUM_NAMES(strategies::Optimizer, 10, {strategies::Optimizer::Sgd, "sgd"}
                   {strategies::Optimizer::Adafactor, "adafactor"},
                   {strategies::Optimizer::Sm3, "sm3"}, {strategies::Optimizer::Lamb, "lamb"},
                   {strategies::Optimizer::Lars, "lars"});
+STRATA_ENUM_NAMES(strategies::StateDtype, 2, {strategies::StateDtype::FP32, "fp32"},
+                  {strategies::StateDtype::BF16, "bf16"});
 STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce, "allreduce"},
                   {strategies::DpTopology::ParameterServer, "parameter_server"});
 STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},

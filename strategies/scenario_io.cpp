@@ -164,6 +164,7 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   }
   if (auto c = r.get("compression")) p.compression = read_compression(*c);
   p.optimizer = r.enum_or("optimizer", p.optimizer);
+  p.optimizer_states = r.enum_or("optimizer_states", p.optimizer_states);
   p.precision = r.enum_or("precision", p.precision);
   p.dp_topology = r.enum_or("dp_topology", p.dp_topology);
   p.ps_staleness = r.int_or("ps_staleness", p.ps_staleness, 0, 1000);

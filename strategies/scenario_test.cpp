@@ -252,6 +252,28 @@ TEST_CASE("recompute_modules: Megatron-Core's list under selective, checked, in 
   CHECK(rule(with(R"(["core_attn", "layernorm"])")) == "valid");
 }
 
+TEST_CASE("optimizer_states: bf16 statistics where the optimizer keeps fp32 ones, in the plan's id when set") {
+  const Scenario s = parse_scenario(scenario("\"optimizer\": \"adam\"", "\"optimizer\": \"adam\", \"optimizer_states\": \"bf16\""),
+                                    "s.json");
+  CHECK(s.plan.optimizer_states == StateDtype::BF16);
+  CHECK(canonical_json(s.plan, s.batch).find(R"("optimizer_states":"bf16")") != std::string::npos);
+  const Scenario plain = parse_scenario(scenario(), "s.json");
+  CHECK(canonical_json(plain.plan, plain.batch).find("optimizer_states") == std::string::npos);
+  auto rule = [](const std::string& text) {
+    try {
+      require_valid_plan(parse_scenario(text, "s.json"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("valid");
+  };
+  CHECK(rule(scenario("\"optimizer\": \"adam\"", "\"optimizer\": \"adam8bit\", \"optimizer_states\": \"bf16\"")) ==
+        "s.json: plan.optimizer_states: adam8bit keeps its statistics in its own format (quantized or factored); "
+        "bf16 statistics apply to adam, adamw, lamb, momentum and lars");
+  CHECK(error_of(scenario("\"optimizer\": \"adam\"", "\"optimizer\": \"adam\", \"optimizer_states\": \"fp16\"")) ==
+        "s.json: plan.optimizer_states: must be one of fp32|bf16 (got \"fp16\")");
+}
+
 TEST_CASE("keys that apply to other choices are rejected, not ignored") {
   CHECK(error_of(scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_k\": 2")) ==
         "s.json: plan.recompute_k: applies only to recompute \"every_k\" and \"every_nth\"");

@@ -254,6 +254,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   // Only where it is not the default, so plans without it keep their ids.
   if (p.pipeline_layout != PipelineLayout::Balanced) plan["pipeline_layout"] = nm(p.pipeline_layout);
   if (p.ps_staleness > 0) plan["ps_staleness"] = p.ps_staleness;
+  if (p.optimizer_states != StateDtype::FP32) plan["optimizer_states"] = nm(p.optimizer_states);
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
   if (p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules) {
     json mods = json::array();

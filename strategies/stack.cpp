@@ -148,6 +148,7 @@ std::string field_value_text(PlanField f, std::int64_t v) {
     case PlanField::OffloadPlanner: return std::string(enum_name(static_cast<OffloadPlanner>(v)));
     case PlanField::Compression: return std::string(enum_name(static_cast<CompressionMethod>(v)));
     case PlanField::Optimizer: return std::string(enum_name(static_cast<Optimizer>(v)));
+    case PlanField::OptimizerStates: return std::string(enum_name(static_cast<StateDtype>(v)));
     case PlanField::Precision: return std::string(enum_name(static_cast<Precision>(v)));
     case PlanField::DpTopology: return std::string(enum_name(static_cast<DpTopology>(v)));
     default: break;
@@ -197,6 +198,7 @@ std::int64_t plan_field(const Plan& p, PlanField f) {
     case PlanField::OffloadPlanner: return num(p.offload.planner);
     case PlanField::Compression: return num(p.compression.method);
     case PlanField::Optimizer: return num(p.optimizer);
+    case PlanField::OptimizerStates: return num(p.optimizer_states);
     case PlanField::Precision: return num(p.precision);
     case PlanField::DpTopology: return num(p.dp_topology);
   }

@@ -100,6 +100,7 @@ std::int64_t read_enum_value(const JsonReader& v, PlanField f) {
     case PlanField::OffloadPlanner: return num(v.as_enum<OffloadPlanner>());
     case PlanField::Compression: return num(v.as_enum<CompressionMethod>());
     case PlanField::Optimizer: return num(v.as_enum<Optimizer>());
+    case PlanField::OptimizerStates: return num(v.as_enum<StateDtype>());
     case PlanField::Precision: return num(v.as_enum<Precision>());
     case PlanField::DpTopology: return num(v.as_enum<DpTopology>());
     default: break;

@@ -178,6 +178,13 @@ TEST_CASE("a stack's capabilities refuse the plans its engine cannot launch, nam
     CHECK(error_of(mods, std::string(R"(, "stack": ")") + stack + "\"")
               .find(std::string(stack) + " cannot launch this plan (recompute-modules: recompute_modules true)") !=
           std::string::npos);
+  // bf16 optimizer statistics: Megatron-Core's precision-aware optimizer.
+  const std::string states = R"("dp": 8, "optimizer": "adamw", "optimizer_states": "bf16")";
+  CHECK_NOTHROW(with(states, R"(, "stack": "megatron-lm-2025")"));
+  for (const char* stack : {"megatron-core-0.7", "nemo-24.07", "deepspeed", "torchtitan", "llm-foundry"})
+    CHECK(error_of(states, std::string(R"(, "stack": ")") + stack + "\"")
+              .find(std::string(stack) + " cannot launch this plan (optimizer-states-bf16: optimizer_states bf16)") !=
+          std::string::npos);
   // Without a stack no engine is named: every valid plan is accepted.
   CHECK_NOTHROW(with(R"("dp": 2, "pp": 4, "zero": 2, "offload": {"activations": true})", ""));
 }

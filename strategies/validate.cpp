@@ -220,6 +220,16 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 std::string(enum_name(p.precision)) + " is not supported by " + c.gpu.name +
                     " (no " + std::string(enum_name(p.precision)) + " peak)");
 
+  // --- the optimizer's statistics in bf16 ---
+  if (p.optimizer_states == StateDtype::BF16 &&
+      (p.optimizer == Optimizer::Adam8bit || p.optimizer == Optimizer::Adam4bit ||
+       p.optimizer == Optimizer::Adafactor || p.optimizer == Optimizer::Sm3 || p.optimizer == Optimizer::Sgd))
+    return fail("optimizer-states-bf16", "plan.optimizer_states",
+                std::string(enum_name(p.optimizer)) +
+                    (p.optimizer == Optimizer::Sgd ? " keeps no statistics"
+                                                   : " keeps its statistics in its own format (quantized or factored)") +
+                    "; bf16 statistics apply to adam, adamw, lamb, momentum and lars");
+
   // --- what selective recompute reruns (Megatron-Core's recompute_modules) ---
   if (p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules) {
     using cost::RecomputeModule;

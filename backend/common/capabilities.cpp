@@ -148,6 +148,10 @@ const std::array kTable{
                   "recompute reruns the attention core)"),
                no("recompute_modules other than core_attn are not executed by the CUDA backend (its selective "
                   "recompute reruns the attention core)")},
+    Capability{"optimizer-states-bf16", "memory", "optimizer statistics in bf16 (optimizer_states)",
+               [](const Scenario& s) { return s.plan.optimizer_states != strategies::StateDtype::FP32; },
+               no("bf16 optimizer statistics are not executed by the CPU backend (its optimizers keep fp32)"),
+               no("bf16 optimizer statistics are not executed by the CUDA backend (its optimizers keep fp32)")},
     Capability{"activation-offload", "memory", "activation offload (every planner)",
                [](const Scenario& s) { return s.plan.offload.activations; }, yes("to a separate host pool"),
                yes("to pinned host memory on the copy streams")},
