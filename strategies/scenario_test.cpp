@@ -212,17 +212,19 @@ TEST_CASE("offload.weights: true, false, or where: cpu or nvme; NVMe needs a dis
         std::string::npos);
 }
 
+// "valid", or the message of the first rule the scenario's plan breaks.
+std::string rule(const std::string& text) {
+  try {
+    require_valid_plan(parse_scenario(text, "s.json"));
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("valid");
+}
+
 TEST_CASE("recompute_modules: Megatron-Core's list under selective, checked, in the plan's id when not the default") {
   const auto with = [](const std::string& mods) {
     return scenario("\"recompute\": \"selective\"", "\"recompute\": \"selective\", \"recompute_modules\": " + mods);
-  };
-  auto rule = [](const std::string& text) {
-    try {
-      require_valid_plan(parse_scenario(text, "s.json"));
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("valid");
   };
   const Scenario s = parse_scenario(with(R"(["layernorm", "core_attn"])"), "s.json");
   CHECK(s.plan.recompute_modules ==
@@ -259,14 +261,6 @@ TEST_CASE("optimizer_states: bf16 statistics where the optimizer keeps fp32 ones
   CHECK(canonical_json(s.plan, s.batch).find(R"("optimizer_states":"bf16")") != std::string::npos);
   const Scenario plain = parse_scenario(scenario(), "s.json");
   CHECK(canonical_json(plain.plan, plain.batch).find("optimizer_states") == std::string::npos);
-  auto rule = [](const std::string& text) {
-    try {
-      require_valid_plan(parse_scenario(text, "s.json"));
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("valid");
-  };
   CHECK(rule(scenario("\"optimizer\": \"adam\"", "\"optimizer\": \"adam8bit\", \"optimizer_states\": \"bf16\"")) ==
         "s.json: plan.optimizer_states: adam8bit keeps its statistics in its own format (quantized or factored); "
         "bf16 statistics apply to adam, adamw, lamb, momentum and lars");
