@@ -350,7 +350,9 @@ class StepBuilder : StepLayout {
   // (its gather or fetch, or a segment's recompute before those) to the end
   // of its pass; a ZeRO-3 gather also holds the flat gathered copy.
   bool cpu_remote_layers() const { return cpu_ && (zero3() || plan_.offload.weights); }
-  std::int64_t cpu_layer_chunk() const { return (chain_.block.params() + plan_.dp - 1) / plan_.dp; }
+  // ZeRO's shards: every rank the gradients are reduced over, dp × cp.
+  std::int64_t shards() const { return zero_shards(plan_); }
+  std::int64_t cpu_layer_chunk() const { return (chain_.block.params() + shards() - 1) / shards(); }
   // The CPU kernels' largest tensor-parallel message: a ring step of the
   // b·s·h activation (all-reduce, or sequence parallelism's all-gather and
   // reduce-scatter), ⌈b·s·h / tp⌉ floats; the tp communicator keeps two
@@ -365,7 +367,7 @@ class StepBuilder : StepLayout {
     present = cpu_buffer(BufKind::Working, 4 * chain_.block.params(), sim::MemTag::Params);
     std::vector<std::int32_t> allocs{present};
     if (zero3()) {
-      allocs.push_back(cpu_buffer(BufKind::Working, 4 * plan_.dp * cpu_layer_chunk(), sim::MemTag::CommBuffers));
+      allocs.push_back(cpu_buffer(BufKind::Working, 4 * shards() * cpu_layer_chunk(), sim::MemTag::CommBuffers));
       frees.push_back(allocs.back());
     }
     return allocs;
@@ -376,8 +378,7 @@ class StepBuilder : StepLayout {
     present = kNone;
   }
 
-  // ZeRO shards over dp · cp (zero_shards); the CPU executor runs ZeRO only
-  // with cp 1, where that is dp, so its buffers below count dp.
+  // ZeRO shards over dp · cp (zero_shards; the CPU executor's too).
   bool zero3() const { return plan_.zero >= 3 && zero_shards(plan_) > 1; }
   // ZeRO-1/2 with implementation.overlap_param_gather (Megatron-LM's
   // --overlap-param-gather): the all-gather of the weights the optimizer
@@ -882,7 +883,7 @@ class StepBuilder : StepLayout {
           // The flat padded copy and the reduced part, added into the
           // layer's gradient chunk (made by its first microbatch).
           const std::int64_t c = cpu_layer_chunk();
-          std::vector<std::int32_t> z{cpu_buffer(BufKind::Working, 4 * plan_.dp * c, sim::MemTag::CommBuffers),
+          std::vector<std::int32_t> z{cpu_buffer(BufKind::Working, 4 * shards() * c, sim::MemTag::CommBuffers),
                                       cpu_buffer(BufKind::Working, 4 * c, sim::MemTag::CommBuffers)};
           std::vector<std::int32_t> zf = z;
           zf.push_back(layer_grads);
@@ -1162,8 +1163,8 @@ class StepBuilder : StepLayout {
           if (s == p_ - 1 && sc_.model.tied_embeddings && p_ > 1) numel += chain_.embedding.ops.front().params;
           CpuBucket b;
           b.numel = numel;
-          b.chunk = (numel + plan_.dp - 1) / plan_.dp;
-          b.padded = plan_.dp * b.chunk;
+          b.chunk = (numel + shards() - 1) / shards();
+          b.padded = shards() * b.chunk;
           const std::int32_t flat = cpu_buffer(BufKind::Working, 4 * b.padded, sim::MemTag::CommBuffers);
           const std::int32_t part = cpu_buffer(BufKind::Working, 4 * b.chunk, sim::MemTag::CommBuffers);
           b.shard_grad = cpu_buffer(BufKind::Grad, 4 * b.chunk, sim::MemTag::Grads);
@@ -1284,7 +1285,7 @@ class StepBuilder : StepLayout {
       const std::int32_t up = task(sim::TaskKind::Copy, sim::Lane::H2D,
                                    costs().copy(static_cast<Bytes>(local * per_.weights), CopyDir::ToDevice),
                                    sim::Phase::Comm, CommKind::Offload, info(TaskOp::WeightsToDevice, Part::None));
-      if (cpu_dp && !nvme && dp && plan_.zero >= 1) {
+      if (cpu_dp && !nvme && shards() > 1 && plan_.zero >= 1) {
         // The updated chunks come back as device chunks, gathered next.
         std::vector<std::int32_t> allocs;
         for (CpuBucket& b : cpu_buckets_)
@@ -1296,7 +1297,7 @@ class StepBuilder : StepLayout {
     } else {
       const std::int32_t step = task(sim::TaskKind::Compute, sim::Lane::Compute, costs().optimizer_step(local, false),
                                      sim::Phase::Optim, CommKind::None, info(TaskOp::OptimizerStep, Part::None));
-      if (cpu_dp && dp && plan_.zero >= 1) {
+      if (cpu_dp && shards() > 1 && plan_.zero >= 1) {
         // The step updates a copy of this rank's chunk of each bucket (under
         // ZeRO-3 the layers' chunks are the parameters; the embedding's and
         // head's chunk is gathered back whole within the step); the
@@ -1361,9 +1362,9 @@ class StepBuilder : StepLayout {
       numel += chain_.embedding.ops.front().params;
     CpuBucket b;
     b.numel = numel;
-    b.chunk = (numel + plan_.dp - 1) / plan_.dp;
-    const bool zero = plan_.zero >= 1 && plan_.dp > 1;
-    b.padded = zero ? plan_.dp * b.chunk : numel;
+    b.chunk = (numel + shards() - 1) / shards();
+    const bool zero = plan_.zero >= 1 && shards() > 1;
+    b.padded = zero ? shards() * b.chunk : numel;
     const std::int32_t flat = cpu_buffer(BufKind::Working, 4 * b.padded, sim::MemTag::CommBuffers);
     std::vector<std::int32_t> allocs{flat};
     if (zero) allocs.push_back(b.shard_grad = cpu_buffer(BufKind::Grad, 4 * b.chunk, sim::MemTag::Grads));
@@ -1373,7 +1374,7 @@ class StepBuilder : StepLayout {
   // Elements of the optimizer's step on this rank: its chunks under ZeRO,
   // else the stage's parameters.
   std::int64_t cpu_stepped() const {
-    if (plan_.zero >= 1 && plan_.dp > 1) {
+    if (plan_.zero >= 1 && shards() > 1) {
       std::int64_t chunks = 0;
       for (const CpuBucket& b : cpu_buckets_) chunks += b.chunk;
       if (zero3())
@@ -1402,7 +1403,7 @@ class StepBuilder : StepLayout {
     const double all = static_cast<double>(st.params);
     const double layers = static_cast<double>(stage.blocks) * static_cast<double>(chain_.block.params());
     const double stepped = static_cast<double>(cpu_stepped());
-    const bool zero = plan_.zero >= 1 && plan_.dp > 1;
+    const bool zero = plan_.zero >= 1 && shards() > 1;
     const bool host_states = plan_.offload.optimizer == OffloadTarget::Cpu;
     double params = per_.weights * all, grads = per_.grads * all;
     if (zero3()) {

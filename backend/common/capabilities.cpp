@@ -22,7 +22,8 @@ constexpr Support no(std::string_view why) { return {Status::Refused, why}; }
 constexpr Support moot(std::string_view which) { return {Status::NotApplicable, which}; }
 
 bool dp(const Scenario& s) { return s.plan.dp > 1; }
-bool zero(const Scenario& s) { return dp(s) && s.plan.zero > 0; }
+// ZeRO acts where it has ranks to shard over: dp × cp (strategies::zero_shards).
+bool zero(const Scenario& s) { return strategies::zero_shards(s.plan) > 1 && s.plan.zero > 0; }
 bool compressed(const Scenario& s) { return dp(s) && s.plan.compression.method != CompressionMethod::None; }
 bool ps(const Scenario& s) { return dp(s) && s.plan.dp_topology == DpTopology::ParameterServer; }
 bool pipedream(const Scenario& s) { return s.plan.pp > 1 && s.plan.schedule == Schedule::PipeDream; }
@@ -116,8 +117,7 @@ const std::array kTable{
                moot("context parallelism is refused")},
     Capability{"zero-cp", "parallelism", "ZeRO with context parallelism",
                [](const Scenario& s) { return s.plan.cp > 1 && s.plan.zero > 0; },
-               no("ZeRO with context parallelism (sharded over dp x cp, as Megatron-LM and torchtitan shard it) is "
-                  "not executed by the CPU backend, whose ZeRO shards over dp"),
+               yes("sharded over dp x cp, as Megatron-LM and torchtitan shard it"),
                moot("context parallelism is refused")},
     Capability{"pipedream-2bw-zero-offload", "parallelism", "PipeDream-2BW with ZeRO, optimizer offload or weight offload",
                [](const Scenario& s) { return two_bw(s) && (zero(s) || opt_offload(s) || s.plan.offload.weights); },

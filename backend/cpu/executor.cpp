@@ -284,7 +284,9 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   tp = static_cast<int>(plan.tp);
   cp = static_cast<int>(plan.cp);
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
-  zero = dp > 1 ? static_cast<int>(plan.zero) : 0;
+  // ZeRO shards over every rank the gradients are reduced over, dp × cp
+  // (strategies::zero_shards), in the dp × cp group's order.
+  zero = dp * cp > 1 ? static_cast<int>(plan.zero) : 0;
   compressed = dp > 1 && plan.compression.method != strategies::CompressionMethod::None;
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
@@ -361,7 +363,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
         world->group({R.pp_members.front(), R.pp_members.back()}), r, R.device);
 
   // Buckets: the plan's (the lowering's, by task), with this rank's shards.
-  for (const FlatBucket& fb : R.plan->buckets) R.buckets.push_back({&fb, fb.shard(R.dp_index), {}, {}});
+  for (const FlatBucket& fb : R.plan->buckets) R.buckets.push_back({&fb, fb.shard(R.dp->rank()), {}, {}});
   // The ring staging the lowering declares for the step: the dp ring's
   // (dp x cp ranks) largest chunk of what it reduces (a bucket, padded to
   // equal shards under ZeRO), the tie's half of the word embedding.
@@ -403,7 +405,7 @@ void Executor::Impl::build_rank(Rank& R, const strategies::RankMesh& mesh, int r
       Bucket& b = R.buckets[static_cast<std::size_t>(bi)];
       Tensor flat = pack(R, b, false, MemTag::CommBuffers, true);
       b.shard_param = Tensor(R.device, {b.chunk()}, MemTag::Params);
-      std::memcpy(b.shard_param.data(), flat.data() + static_cast<std::int64_t>(R.dp_index) * b.chunk(),
+      std::memcpy(b.shard_param.data(), flat.data() + static_cast<std::int64_t>(R.dp->rank()) * b.chunk(),
                   static_cast<std::size_t>(b.chunk()) * sizeof(float));
       for (int i : b.params()) {
         model.params()[static_cast<std::size_t>(i)].release();

@@ -531,6 +531,22 @@ TEST_CASE("cpu/executor: context parallelism (cp 2 and 4, load-balanced chunks) 
   check_equivalent(tiny(2, p, 4, 1));
 }
 
+TEST_CASE("cpu/executor: ZeRO over dp x cp (1, 2 and 3) equals one rank") {
+  // The gradients are reduced over dp x cp, so ZeRO shards over those ranks
+  // (Megatron-LM's distributed optimizer and torchtitan's FSDP do): cp 2 at
+  // dp 1 shards in two, cp 2 beside dp 2 in four; the update is the same
+  // elementwise.
+  for (int zero : {1, 2, 3}) {
+    CAPTURE(zero);
+    Plan p = plan_with(1, 1, zero);
+    p.cp = 2;
+    check_equivalent(tiny(2, p, 4, 2));
+    p = plan_with(2, 1, zero);
+    p.cp = 2;
+    check_equivalent(tiny(2, p, 8, 2));
+  }
+}
+
 TEST_CASE("cpu/executor: context-parallel positions: chunks r and 2cp-1-r, all positions once") {
   // seq 16, cp 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
   CHECK(ContextParallel::positions(16, 2, 0) ==
