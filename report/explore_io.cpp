@@ -22,6 +22,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "strata_build_id.hpp"
 #include "report/explore.hpp"
 #include "report/table.hpp"
 #include "report/fields_io.hpp"
@@ -767,6 +768,8 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
   }
   ordered_json j;
   j["strata"] = STRATA_VERSION;
+  // The build (its source commit): another build may price plans otherwise.
+  j["build"] = STRATA_BUILD;
   j["model"] = model;
   j["cluster"] = cluster;
   // Before the space: the stack sets the template's implementation, so a
@@ -843,6 +846,11 @@ void check_manifest(const std::string& path, const strategies::Scenario& sc, con
     throw InputError(path, "strata",
                      "the directory was written by strata " + have.at("strata").dump() + ", this is strata " +
                          want.at("strata").dump() + ": explore again into another directory");
+  const std::string built = have.contains("build") ? have.at("build").dump() : std::string("an unrecorded build");
+  if (!have.contains("build") || have.at("build") != want.at("build"))
+    throw InputError(path, "build",
+                     "the directory was written by " + built + ", this is " + want.at("build").dump() +
+                         ", which may price its plans otherwise: explore again into another directory");
   if (auto d = first_difference(have, want, ""))
     throw InputError(path, d->key,
                      "the directory holds plans of " + d->a + ", " + what + " has " + d->b +

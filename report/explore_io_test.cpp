@@ -480,6 +480,22 @@ TEST_CASE("explore --resume: another cluster is refused before anything is writt
   CHECK(testing::input_error_of([&] { run_explore(scenario_file(t / "h100.json"), o); })
             .find("manifest.json: shards.count: the directory holds plans of 1, the scenario has 2") !=
         std::string::npos);
+  // Another build of strata (another commit) may price plans otherwise: a
+  // directory it wrote is not resumed, nor one whose build is unrecorded.
+  o.shard_count = 1;
+  auto m = nlohmann::json::parse(manifest);
+  CHECK(m.at("build").is_string());
+  CHECK(!m.at("build").get<std::string>().empty());
+  m["build"] = "git 000000000000";
+  std::ofstream(t / "d/manifest.json") << m.dump(2);
+  CHECK(testing::input_error_of([&] { run_explore(scenario_file(t / "h100.json"), o); }) ==
+        t / "d/manifest.json" + ": build: the directory was written by \"git 000000000000\", this is \"" +
+            nlohmann::json::parse(manifest).at("build").get<std::string>() +
+            "\", which may price its plans otherwise: explore again into another directory");
+  m.erase("build");
+  std::ofstream(t / "d/manifest.json") << m.dump(2);
+  CHECK(testing::input_error_of([&] { run_explore(scenario_file(t / "h100.json"), o); })
+            .find("build: the directory was written by an unrecorded build") != std::string::npos);
   // A directory without a manifest (an older strata's, or made by hand) is not resumed.
   fs::remove(t / "d/manifest.json");
   o.shard_count = 1;
