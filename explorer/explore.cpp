@@ -199,10 +199,12 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   if (keeps.find('S') != std::string::npos && !sc.model.chain) {
     const ActivationRule rule =
         ActivationRule::of(cost::expand(sc.model, expand_options(sc)), selective_policy(sc.plan));
-    if (rule.full == rule.selective) std::replace(keeps.begin(), keeps.end(), 'S', 'A');
-    // Layers kept selectively under torchtitan's op policy are not
-    // Megatron-LM's: another plan.
+    if (rule.full == rule.selective && !rule.selective_reruns) std::replace(keeps.begin(), keeps.end(), 'S', 'A');
+    // Layers kept selectively under torchtitan's op policy, or Megatron-Core's
+    // other recompute modules, are not the attention core's: another plan.
     else if (selective_policy(sc.plan) == Recompute::SelectiveOp) key += "|op";
+    else if (sc.plan.recompute == Recompute::Selective && sc.plan.recompute_modules != cost::kDefaultRecomputeModules)
+      key += "|modules " + cost::module_list(sc.plan.recompute_modules);
   }
   key += '|';
   key += keeps;

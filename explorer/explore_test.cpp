@@ -261,6 +261,27 @@ TEST_CASE("explore: a scenario without a space is its one plan") {
   CHECK(r.plans[0].plan_id == plan_id(sc.plan, sc.batch));
 }
 
+TEST_CASE("equivalence_key: layers kept selectively under recompute modules are not the attention core's") {
+  // GPT-2 with standard attention, every layer kept "selectively": under
+  // optimal recompute (its selective choice is the attention core's) and
+  // plain selective that is one plan; selective with the layernorm module
+  // drops and reruns more, so it is another.
+  auto scenario = [](const std::string& plan) {
+    return parse_scenario(R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 64, "micro": 8},
+        "plan": {"implementation": {"attention": "standard"}, )" + plan + "}}",
+                          "s.json");
+  };
+  const Scenario core = scenario(R"("recompute": "selective")");
+  const Scenario optimal = scenario(R"("recompute": "optimal")");
+  const Scenario modules = scenario(R"("recompute": "selective", "recompute_modules": ["core_attn", "layernorm"])");
+  LayerPlan all_s;
+  all_s.keeps.assign(12, Keep::Selective);
+  all_s.swaps.assign(12, Swap::None);
+  CHECK(equivalence_key(core, all_s) == equivalence_key(optimal, all_s));
+  CHECK(equivalence_key(modules, all_s) != equivalence_key(core, all_s));
+  CHECK(equivalence_key(modules, all_s).find("|modules core_attn layernorm") != std::string::npos);
+}
+
 TEST_CASE("equivalent plans score alike: one score per equivalence class gives every plan its own figures") {
   // Spaces with every setting equivalence_key drops: recompute none,
   // selective (flash attention: keeps what none keeps) and optimal (which
@@ -287,6 +308,15 @@ TEST_CASE("equivalent plans score alike: one score per equivalence class gives e
           "plan": {"optimizer": "adamw"},
           "space": {"tp": [1, 2], "pp": [1, 2], "zero": [0, 1, 3], "compression.method": ["none", "topk", "powersgd"],
                     "recompute": ["none", "full"], "implementation.overlap_p2p": [false, true],
+                    "implementation.overlap_grad_reduce": [false, true]}})",
+      // Selective with Megatron-Core's layernorm module beside optimal
+      // recompute, whose selective choice is the attention core's: layers
+      // kept "selectively" by the two are not alike.
+      R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 32, "micro": 8},
+          "plan": {"optimizer": "adamw", "recompute": "selective", "recompute_modules": ["core_attn", "layernorm"],
+                   "implementation": {"attention": "standard"}},
+          "space": {"tp": [1, 2], "pp": [1, 2], "zero": [0, 1, 3], "recompute": ["none", "selective", "optimal"],
+                    "implementation.overlap_p2p": [false, true],
                     "implementation.overlap_grad_reduce": [false, true]}})",
   };
   for (const char* text : scenarios) {

@@ -43,7 +43,10 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.attention = plan.implementation.attention;
   o.fused_elementwise = plan.implementation.fused_elementwise;
   o.cross_entropy = plan.implementation.cross_entropy;
-  o.recompute_modules = plan.recompute_modules;
+  // Only recompute "selective" reruns the modules (optimal recompute's
+  // selective choice is the attention core's, as its plan records it).
+  o.recompute_modules = plan.recompute == cost::Recompute::Selective ? plan.recompute_modules
+                                                                      : cost::kDefaultRecomputeModules;
   return o;
 }
 
