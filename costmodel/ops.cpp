@@ -496,6 +496,8 @@ struct Builder {
       if (m.moe->shared_experts > 0) at.mlp_norm_consumer = mlp0 + 4;
     } else {
       at.mlp_norm_consumer = mlp0;
+      // The dense MLP: up-projection, activation, down-projection.
+      at.dense_mlp = mlp0;
     }
     if (post) ops.push_back(norm("mlp_post_norm"));
     if (m.dropout) ops.push_back(dropout_mask("mlp_dropout", rep(b * s * h)));
@@ -514,6 +516,7 @@ struct Builder {
     int rope = -1;
     std::pair<int, int> attention{0, 0};  // [first, last) of the attention's ops
     int expert_act = -1, expert_down = -1;
+    int dense_mlp = -1;  // a dense block's MLP: its first of three ops
   };
 
   // What Recompute::Selective drops and reruns under o.recompute_modules
@@ -525,7 +528,8 @@ struct Builder {
   // the shared experts' up-projection), rerun from the norms' saved inputs;
   // mla_up_proj the query and key-value up-projections and RoPE, whose
   // outputs are the attention's saved Q, K and V; moe_act the routed
-  // experts' activation, whose output their down-projection keeps.
+  // experts' activation, whose output their down-projection keeps; mlp a
+  // dense MLP from its input.
   void selective_modules(std::vector<Op>& ops, const Sites& at) const {
     const RecomputeModules mods = o.recompute_modules;
     auto drop = [&](int i, Bytes b) {
@@ -564,6 +568,14 @@ struct Builder {
     if (has_module(mods, RecomputeModule::MoeAct) && at.expert_act >= 0) {
       rerun(at.expert_act);
       drop(at.expert_down, ops[static_cast<std::size_t>(at.expert_down)].saved_bytes);
+    }
+    // mlp: a dense MLP checkpointed from its input (Megatron-Core's
+    // recompute_mlp, not for MoE layers): the activation's and the
+    // down-projection's saved inputs dropped, the three ops rerun; the
+    // up-projection's input is what the checkpoint keeps.
+    if (has_module(mods, RecomputeModule::Mlp) && at.dense_mlp >= 0) {
+      for (int i = at.dense_mlp; i < at.dense_mlp + 3; ++i) rerun(i);
+      for (int i = at.dense_mlp + 1; i < at.dense_mlp + 3; ++i) drop(i, ops[static_cast<std::size_t>(i)].saved_bytes);
     }
   }
 

@@ -466,6 +466,16 @@ TEST_CASE("recompute_modules: what Megatron-Core's selective recompute drops and
   // the norms' outputs: 2·s·h bytes each, s = 2048.
   CHECK(no_core.saved_bytes(Recompute::None) - no_core.saved_bytes(Recompute::Selective) ==
         static_cast<Bytes>(2 * (2 * 2048 * 1024)));
+  // mlp: the dense MLP from its input: GeLU's input and the down-projection's
+  // input (4h each, 2 bytes) dropped; up, GeLU and down rerun.
+  st.recompute_modules = module_bit(RecomputeModule::Mlp);
+  const Layer mlp = expand(g, st).block;
+  CHECK(mlp.saved_bytes(Recompute::None) - mlp.saved_bytes(Recompute::Selective) ==
+        static_cast<Bytes>(2 * (2 * 2048 * 4 * 1024)));
+  for (const char* n : {"mlp_up", "gelu", "mlp_down"}) CHECK(rerun_share(op_named(mlp, n), Recompute::Selective) == 1.0);
+  CHECK(rerun_share(op_named(mlp, "qkv"), Recompute::Selective) == 0.0);
+  // MoE blocks are not dense MLPs: nothing of them.
+  CHECK(block(module_bit(RecomputeModule::Mlp)).saved_bytes(Recompute::Selective) == all);
 }
 
 TEST_CASE("parallel blocks: same FLOPs, the MLP's input saved once") {

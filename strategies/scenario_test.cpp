@@ -249,8 +249,11 @@ TEST_CASE("recompute_modules: Megatron-Core's list under selective, checked, in 
         "gpt3-175b has none");
   CHECK(rule(with(R"(["moe_act"])")) ==
         "s.json: plan.recompute_modules: moe_act reruns the routed experts' activation; gpt3-175b has no experts");
-  CHECK(rule(with(R"(["core_attn", "mlp"])")).find("plan.recompute_modules: \"mlp\" checkpoints a whole submodule") !=
+  CHECK(rule(with(R"(["core_attn", "moe"])")).find("plan.recompute_modules: \"moe\" checkpoints a whole submodule") !=
         std::string::npos);
+  // mlp is priced at tp 1 (the scenario's tp 8 would rerun its reduction).
+  CHECK(rule(with(R"(["core_attn", "mlp"])")).find("plan.recompute_modules: \"mlp\" reruns the MLP with its "
+                                                     "tensor-parallel reduction") != std::string::npos);
   CHECK(rule(with(R"(["core_attn", "layernorm"])")) == "valid");
 }
 
