@@ -203,8 +203,8 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
     // Layers kept selectively under torchtitan's op policy, or Megatron-Core's
     // other recompute modules, are not the attention core's: another plan.
     else if (selective_policy(sc.plan) == Recompute::SelectiveOp) key += "|op";
-    else if (sc.plan.recompute == Recompute::Selective && sc.plan.recompute_modules != cost::kDefaultRecomputeModules)
-      key += "|modules " + cost::module_list(sc.plan.recompute_modules);
+    else if (const auto mods = recompute_modules_of(sc.plan); mods != cost::kDefaultRecomputeModules)
+      key += "|modules " + cost::module_list(mods);
   }
   key += '|';
   key += keeps;

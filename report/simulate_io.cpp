@@ -26,8 +26,8 @@ std::string plan_summary(const strategies::Scenario& sc) {
   if (p.zero > 0) s += ", ZeRO-" + std::to_string(p.zero);
   if (p.sequence_parallel) s += ", sequence parallel";
   s += ", recompute " + std::string(enum_name(p.recompute));
-  if (p.recompute == cost::Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules)
-    s += " (" + cost::module_list(p.recompute_modules) + ")";
+  if (const auto mods = strategies::recompute_modules_of(p); mods != cost::kDefaultRecomputeModules)
+    s += " (" + cost::module_list(mods) + ")";
   s += ", " + std::string(enum_name(p.optimizer)) + " " + std::string(enum_name(p.precision));
   if (p.optimizer_states != strategies::StateDtype::FP32)
     s += ", " + std::string(enum_name(p.optimizer_states)) + " optimizer statistics";

@@ -43,11 +43,12 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.attention = plan.implementation.attention;
   o.fused_elementwise = plan.implementation.fused_elementwise;
   o.cross_entropy = plan.implementation.cross_entropy;
-  // Only recompute "selective" reruns the modules (optimal recompute's
-  // selective choice is the attention core's, as its plan records it).
-  o.recompute_modules = plan.recompute == cost::Recompute::Selective ? plan.recompute_modules
-                                                                      : cost::kDefaultRecomputeModules;
+  o.recompute_modules = recompute_modules_of(plan);
   return o;
+}
+
+cost::RecomputeModules recompute_modules_of(const Plan& plan) {
+  return plan.recompute == cost::Recompute::Selective ? plan.recompute_modules : cost::kDefaultRecomputeModules;
 }
 
 std::int64_t microbatches(const Plan& plan, const Batch& batch) {

@@ -186,6 +186,11 @@ std::vector<std::int64_t> chunk_layers(const Plan& plan, std::int64_t layers);
 // The op-chain options of a plan's ranks (microbatch, tp, sp, cp, ep,
 // precision, attention kernel, fused elementwise ops, cross-entropy).
 cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch);
+// What the plan's recompute reruns of a block's modules: its
+// recompute_modules under "selective", the attention core's under every
+// other policy (optimal recompute's selective choice included). What the
+// plan is priced, recorded, exported and executed with.
+cost::RecomputeModules recompute_modules_of(const Plan& plan);
 
 // Microbatches per pipeline per step: global / (dp · micro).
 std::int64_t microbatches(const Plan& plan, const Batch& batch);

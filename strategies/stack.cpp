@@ -191,7 +191,7 @@ std::int64_t plan_field(const Plan& p, PlanField f) {
     case PlanField::SequenceParallel: return p.sequence_parallel ? 1 : 0;
     case PlanField::Recompute: return num(p.recompute);
     case PlanField::RecomputeModules:
-      return p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules ? 1 : 0;
+      return recompute_modules_of(p) != cost::kDefaultRecomputeModules ? 1 : 0;
     case PlanField::OffloadActivations: return p.offload.activations ? 1 : 0;
     case PlanField::OffloadWeights: return p.offload.weights ? 1 : 0;
     case PlanField::OffloadOptimizer: return num(p.offload.optimizer);

@@ -231,25 +231,25 @@ std::optional<Violation> first_violation(const Scenario& s) {
                     "; bf16 statistics apply to adam, adamw, lamb, momentum and lars");
 
   // --- what selective recompute reruns (Megatron-Core's recompute_modules) ---
-  if (p.recompute == Recompute::Selective && p.recompute_modules != cost::kDefaultRecomputeModules) {
+  if (const auto mods = recompute_modules_of(p); mods != cost::kDefaultRecomputeModules) {
     using cost::RecomputeModule;
     for (const RecomputeModule whole : {RecomputeModule::Moe, RecomputeModule::SharedExperts})
-      if (cost::has_module(p.recompute_modules, whole))
+      if (cost::has_module(mods, whole))
         return fail("recompute-module-not-modelled", "plan.recompute_modules",
                     "\"" + std::string(enum_name(whole)) +
                         "\" checkpoints a whole submodule, whose rerun repeats its tensor- and expert-parallel "
                         "communication, which Strata does not price; use core_attn, layernorm, mla_up_proj, "
                         "moe_act or (tp 1, dense models) mlp");
-    if (cost::has_module(p.recompute_modules, RecomputeModule::Mlp) && (p.tp > 1 || m.moe))
+    if (cost::has_module(mods, RecomputeModule::Mlp) && (p.tp > 1 || m.moe))
       return fail("recompute-module-not-modelled", "plan.recompute_modules",
                   p.tp > 1 ? "\"mlp\" reruns the MLP with its tensor-parallel reduction, which Strata does not "
                              "price again; it is priced with tp 1"
                            : "\"mlp\" reruns the dense MLPs of a model with experts (its dense blocks only), "
                              "which the lowering prices as expert blocks; it is priced for dense models");
-    if (cost::has_module(p.recompute_modules, RecomputeModule::MlaUpProj) && !m.mla)
+    if (cost::has_module(mods, RecomputeModule::MlaUpProj) && !m.mla)
       return fail("recompute-module-needs-mla", "plan.recompute_modules",
                   "mla_up_proj reruns multi-head latent attention's up-projections; " + m.name + " has none");
-    if (cost::has_module(p.recompute_modules, RecomputeModule::MoeAct) && !m.moe)
+    if (cost::has_module(mods, RecomputeModule::MoeAct) && !m.moe)
       return fail("recompute-module-needs-moe", "plan.recompute_modules",
                   "moe_act reruns the routed experts' activation; " + m.name + " has no experts");
   }

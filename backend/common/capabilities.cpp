@@ -143,7 +143,7 @@ const std::array kTable{
                no("recompute selective_op is not executed by the CPU backend (its blocks keep no save list)"),
                no("recompute selective_op is not executed by the CUDA backend (its blocks keep no save list)")},
     Capability{"recompute-modules", "memory", "recompute_modules other than the attention core (Megatron-Core's)",
-               [](const Scenario& s) { return s.plan.recompute_modules != cost::kDefaultRecomputeModules; },
+               [](const Scenario& s) { return strategies::recompute_modules_of(s.plan) != cost::kDefaultRecomputeModules; },
                no("recompute_modules other than core_attn are not executed by the CPU backend (its selective "
                   "recompute reruns the attention core)"),
                no("recompute_modules other than core_attn are not executed by the CUDA backend (its selective "

@@ -121,6 +121,15 @@ TEST_CASE("common/capabilities: the refusals are the executors' reasons") {
   CHECK(why(sc, Backend::Cpu).empty());
   CHECK(why(sc, Backend::Cuda).find("loss scaling") != std::string::npos);
   CHECK_FALSE(refusal(sc, Backend::Cuda, "optimizer"));
+  // Recompute modules beyond the attention core are refused where the plan
+  // reruns them (selective), not on a plan of another policy that carries
+  // them, as an explored point of a selective template does.
+  sc = tiny();
+  sc.plan.recompute = cost::Recompute::Selective;
+  sc.plan.recompute_modules = cost::kDefaultRecomputeModules | cost::module_bit(cost::RecomputeModule::Layernorm);
+  CHECK(why(sc, Backend::Cpu).find("recompute_modules other than core_attn") != std::string::npos);
+  sc.plan.recompute = cost::Recompute::Full;
+  CHECK(why(sc, Backend::Cpu).empty());
 }
 
 TEST_CASE("common/capabilities: a combination marked not applicable is refused by another row") {
