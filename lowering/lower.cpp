@@ -379,7 +379,7 @@ class StepBuilder : StepLayout {
   }
 
   // ZeRO shards over dp · cp (zero_shards; the CPU executor's too).
-  bool zero3() const { return plan_.zero >= 3 && zero_shards(plan_) > 1; }
+  bool zero3() const { return plan_.zero >= 3 && shards() > 1; }
   // ZeRO-1/2 with implementation.overlap_param_gather (Megatron-LM's
   // --overlap-param-gather): the all-gather of the weights the optimizer
   // updated runs during the next step's first forward, each layer's
@@ -1418,7 +1418,7 @@ class StepBuilder : StepLayout {
     if (!is_factored(plan_.optimizer) && plan_.offload.optimizer == OffloadTarget::None && (zero || zero3()))
       set(sim::MemTag::OptimizerStates, states);
     Bytes comm = 0;
-    if (const std::int64_t ring = plan_.dp * plan_.cp; ring > 1) {
+    if (const std::int64_t ring = shards(); ring > 1) {
       // The ring over dp × cp steps a ring-th of what it reduces (a bucket,
       // padded to dp chunks under ZeRO); under ZeRO-3 a layer's chunk too
       // (none on a stage without layers).

@@ -23,7 +23,7 @@ BucketPlan::BucketPlan(const strategies::Scenario& sc, const strategies::Lowered
   const auto& plan = sc.plan;
   dp_ = static_cast<int>(plan.dp);
   cp_ = static_cast<int>(plan.cp);
-  zero_ = dp_ * cp_ > 1 ? static_cast<int>(plan.zero) : 0;
+  zero_ = strategies::zero_shards(plan) > 1 ? static_cast<int>(plan.zero) : 0;
   compressed_ = dp_ > 1 && plan.compression.method != strategies::CompressionMethod::None;
   m_ = static_cast<int>(strategies::microbatches(plan, sc.batch));
   micro_ = sc.batch.micro;
@@ -80,7 +80,7 @@ BucketPlan::BucketPlan(const strategies::Scenario& sc, const strategies::Lowered
         b.numel += n;
       }
       // Reduced (and under ZeRO sharded) over dp × cp.
-      b.ranks = dp_ * cp_;
+      b.ranks = static_cast<int>(strategies::zero_shards(plan));
       b.chunk = (b.numel + b.ranks - 1) / b.ranks;
       st.buckets.push_back(std::move(b));
       return static_cast<int>(st.buckets.size()) - 1;

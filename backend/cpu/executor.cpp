@@ -286,7 +286,7 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   m = static_cast<int>(strategies::microbatches(plan, sc.batch));
   // ZeRO shards over every rank the gradients are reduced over, dp × cp
   // (strategies::zero_shards), in the dp × cp group's order.
-  zero = dp * cp > 1 ? static_cast<int>(plan.zero) : 0;
+  zero = strategies::zero_shards(plan) > 1 ? static_cast<int>(plan.zero) : 0;
   compressed = dp > 1 && plan.compression.method != strategies::CompressionMethod::None;
   micro = sc.batch.micro;
   seq = sc.model.seq_len;
