@@ -59,6 +59,12 @@ struct Case {
 
 enum class Offload { None, Activations, Weights, Optimizer };
 
+void set_offload(Plan& p, Offload off) {
+  p.offload.activations = off == Offload::Activations;
+  p.offload.weights = off == Offload::Weights;
+  if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+}
+
 std::vector<Case> matrix() {
   struct Policy {
     cost::Recompute recompute;
@@ -94,9 +100,7 @@ std::vector<Case> matrix() {
             p.zero = zero;
             p.recompute = pol.recompute;
             p.recompute_k = 2;
-            p.offload.activations = off == Offload::Activations;
-            p.offload.weights = off == Offload::Weights;
-            if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+            set_offload(p, off);
             Scenario sc = tiny(p);
             if (pol.budget_GiB > 0) sc.plan.memory_budget_GiB = pol.budget_GiB;
             if (pol.budget_GiB < 0) {
@@ -149,6 +153,26 @@ std::string declaration_gaps(const Scenario& sc, std::set<std::string>& nonzero,
   return gaps;
 }
 
+// Plans checked one after another: each one the executor runs against its
+// declarations (declaration_gaps), the others counted as refused, by name.
+struct Sweep {
+  int run = 0, refused = 0, with_host = 0;
+  std::set<std::string> nonzero;
+  // False when the executor refuses the plan.
+  bool check(const std::string& name, const Scenario& sc) {
+    CAPTURE(name);
+    if (const auto why = Executor::unsupported(sc)) {
+      MESSAGE(name << ": refused by the CPU executor: " << *why);
+      ++refused;
+      return false;
+    }
+    ++run;
+    const std::string gaps = declaration_gaps(sc, nonzero, with_host);
+    CHECK_MESSAGE(gaps.empty(), name << gaps);
+    return true;
+  }
+};
+
 TEST_CASE("cpu/memory: the measured peak equals the step program's declarations, per rank and tag, over the matrix") {
   // For every plan the CPU executor runs: each rank's device peak (all tags
   // at once), each tag's own peak, and the host pool's peak, measured over
@@ -198,8 +222,7 @@ TEST_CASE("cpu/memory: tensor parallelism, with and without sequence parallelism
   const cost::Recompute policies[] = {cost::Recompute::None, cost::Recompute::Selective, cost::Recompute::Full,
                                       cost::Recompute::EveryK, cost::Recompute::Sqrt};
   const std::tuple<int, int> layouts[] = {{1, 1}, {2, 1}, {1, 2}};  // (dp, pp)
-  int run = 0, refused = 0, with_host = 0;
-  std::set<std::string> nonzero;
+  Sweep sweep;
   for (const auto& [dp, pp] : layouts)
     for (const bool sp : {false, true})
       for (const cost::Recompute rc : policies)
@@ -213,26 +236,16 @@ TEST_CASE("cpu/memory: tensor parallelism, with and without sequence parallelism
             p.zero = zero;
             p.recompute = rc;
             p.recompute_k = 2;
-            p.offload.activations = off == Offload::Activations;
-            p.offload.weights = off == Offload::Weights;
-            if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+            set_offload(p, off);
             const Scenario sc = tiny(p);
             const std::string name = "dp" + std::to_string(dp) + "-pp" + std::to_string(pp) + "-tp2" +
                                      (sp ? "-sp" : "") + "-zero" + std::to_string(zero) + "/" +
                                      std::string(enum_name(rc)) + "/" + std::to_string(static_cast<int>(off));
-            CAPTURE(name);
-            if (const auto why = Executor::unsupported(sc)) {
-              MESSAGE(name << ": refused by the CPU executor: " << *why);
-              ++refused;
-              continue;
-            }
-            ++run;
-            const std::string gaps = declaration_gaps(sc, nonzero, with_host);
-            CHECK_MESSAGE(gaps.empty(), name << gaps);
+            sweep.check(name, sc);
           }
-  MESSAGE(run << " tensor-parallel plans run, " << refused << " refused");
-  CHECK(run >= 100);
-  CHECK(nonzero.count("comm_buffers") == 1);
+  MESSAGE(sweep.run << " tensor-parallel plans run, " << sweep.refused << " refused");
+  CHECK(sweep.run >= 100);
+  CHECK(sweep.nonzero.count("comm_buffers") == 1);
 }
 
 TEST_CASE("cpu/memory: context parallelism holds its declarations too") {
@@ -248,8 +261,7 @@ TEST_CASE("cpu/memory: context parallelism holds its declarations too") {
                                       cost::Recompute::EveryK, cost::Recompute::Sqrt};
   const std::tuple<int, int, int, int> layouts[] = {{2, 1, 1, 1}, {4, 1, 1, 1}, {2, 2, 1, 1},
                                                     {2, 1, 2, 1}, {2, 1, 1, 2}};  // (cp, dp, tp, pp)
-  int run = 0, refused = 0, with_host = 0;
-  std::set<std::string> nonzero;
+  Sweep sweep;
   for (const auto& [cp, dp, tp, pp] : layouts)
     for (const cost::Recompute rc : policies)
       for (int zero = 0; zero <= 3; zero += (rc == cost::Recompute::None ? 1 : 3))
@@ -262,27 +274,17 @@ TEST_CASE("cpu/memory: context parallelism holds its declarations too") {
         p.pp = pp;
         p.recompute = rc;
         p.recompute_k = 2;
-        p.offload.activations = off == Offload::Activations;
-        p.offload.weights = off == Offload::Weights;
-        if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+        set_offload(p, off);
         Scenario sc = tiny(p);
         sc.model.seq_len = 16;  // 2·cp divides it: load-balanced chunks of the sequence
         const std::string name = "cp" + std::to_string(cp) + "-dp" + std::to_string(dp) + "-tp" + std::to_string(tp) +
                                  "-pp" + std::to_string(pp) + "-zero" + std::to_string(zero) + "/" +
                                  std::string(enum_name(rc)) + "/" + std::to_string(static_cast<int>(off));
-        CAPTURE(name);
-        if (const auto why = Executor::unsupported(sc)) {
-          MESSAGE(name << ": refused by the CPU executor: " << *why);
-          ++refused;
-          continue;
-        }
-        ++run;
-        const std::string gaps = declaration_gaps(sc, nonzero, with_host);
-        CHECK_MESSAGE(gaps.empty(), name << gaps);
+        sweep.check(name, sc);
       }
-  MESSAGE(run << " context-parallel plans run, " << refused << " refused");
-  CHECK(run >= 150);
-  CHECK(nonzero.count("comm_buffers") == 1);
+  MESSAGE(sweep.run << " context-parallel plans run, " << sweep.refused << " refused");
+  CHECK(sweep.run >= 150);
+  CHECK(sweep.nonzero.count("comm_buffers") == 1);
 }
 
 TEST_CASE("cpu/memory: chunks holding only the embedding or only the head hold their declarations too") {
@@ -306,8 +308,8 @@ TEST_CASE("cpu/memory: chunks holding only the embedding or only the head hold t
                             {"interleaved-counted", 2, Schedule::Interleaved, {}}};
   const cost::Recompute policies[] = {cost::Recompute::None, cost::Recompute::Selective, cost::Recompute::Full,
                                       cost::Recompute::EveryK};
-  int run = 0, refused = 0, with_host = 0, alone = 0;
-  std::set<std::string> nonzero;
+  Sweep sweep;
+  int alone = 0;
   for (const Layout& l : layouts)
     for (const int dp : {1, 2})
       for (const cost::Recompute rc : policies)
@@ -325,8 +327,7 @@ TEST_CASE("cpu/memory: chunks holding only the embedding or only the head hold t
             p.zero = zero;
             p.recompute = rc;
             p.recompute_k = 2;
-            p.offload.activations = off == Offload::Activations;
-            if (off == Offload::Optimizer) p.offload.optimizer = OffloadTarget::Cpu;
+            set_offload(p, off);
             const Scenario sc = tiny(p);
             const auto chunks = strategies::chunk_layers(sc.plan, sc.model.layers);
             const std::string name = std::string(l.name) + "-dp" + std::to_string(dp) + "-zero" +
@@ -334,21 +335,13 @@ TEST_CASE("cpu/memory: chunks holding only the embedding or only the head hold t
                                      std::to_string(static_cast<int>(off));
             CAPTURE(name);
             REQUIRE((chunks.front() == 0 || chunks.back() == 0));
-            if (const auto why = Executor::unsupported(sc)) {
-              MESSAGE(name << ": refused by the CPU executor: " << *why);
-              ++refused;
-              continue;
-            }
-            ++run;
-            alone += chunks.front() == 0 && chunks.back() == 0;
-            const std::string gaps = declaration_gaps(sc, nonzero, with_host);
-            CHECK_MESSAGE(gaps.empty(), name << gaps);
+            if (sweep.check(name, sc)) alone += chunks.front() == 0 && chunks.back() == 0;
           }
-  MESSAGE(run << " plans with embedding- or head-only chunks run, " << refused << " refused");
-  CHECK(refused == 0);
-  CHECK(run == 5 * (4 + 16) * 3);
+  MESSAGE(sweep.run << " plans with embedding- or head-only chunks run, " << sweep.refused << " refused");
+  CHECK(sweep.refused == 0);
+  CHECK(sweep.run == 5 * (4 + 16) * 3);
   CHECK(alone == 3 * (4 + 16) * 3);
-  CHECK(with_host > 0);
+  CHECK(sweep.with_host > 0);
 }
 
 }  // namespace
