@@ -23,6 +23,10 @@
 // per schedule, pp, virtual stages, ZeRO-3 and what the steady-state
 // extrapolation did ("steady", or why not), most first:
 //   bench_explore --profile [stride]
+// With --phases it splits the scoring of every `stride`-th feasible plan
+// (the whole chunk program, no extrapolation; the least of three runs) into
+// building the program, replaying it and the prediction, per task:
+//   bench_explore --phases [stride]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -250,9 +254,58 @@ int profile(std::size_t stride) {
   for (const auto& [ms, line] : rows) std::printf("%5.1f %%  %s\n", 100 * ms / total, line.c_str());
   return 0;
 }
+
+// Where a scored plan's time goes: building the chunk program, replaying
+// it, and the prediction from the run (every `stride`-th feasible plan,
+// the whole program: no steady-state extrapolation).
+int phases(std::size_t stride) {
+  const auto& w = sweep();
+  ProgramWorkspace ws;
+  double build_ms = 0, replay_ms = 0, predict_ms = 0;
+  std::size_t tasks = 0, plans = 0;
+  using Clock = std::chrono::steady_clock;
+  const auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  for (std::size_t i = 0; i < w.feasible.size(); i += stride) {
+    const Scenario& sc = w.feasible[i];
+    const ModelStepCosts costs(sc);
+    const PipelineSchedule sched = make_schedule(sc.plan.schedule, static_cast<int>(sc.plan.pp),
+                                                 static_cast<int>(sc.plan.virtual_stages),
+                                                 static_cast<int>(microbatches(sc.plan, sc.batch)));
+    // The least of three runs of each phase: the machine is shared.
+    double b = 1e300, r = 1e300, q = 1e300;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      build_step_program(sc, costs, Granularity::Chunk, nullptr, &sched, ws);
+      const auto t1 = Clock::now();
+      replay(ws.program, ws);
+      const auto t2 = Clock::now();
+      const StepPrediction pr = prediction(sc, ws.program, ws.run, false);
+      benchmark::DoNotOptimize(pr.step_time);
+      const auto t3 = Clock::now();
+      b = std::min(b, ms(t0, t1));
+      r = std::min(r, ms(t1, t2));
+      q = std::min(q, ms(t2, t3));
+    }
+    build_ms += b;
+    replay_ms += r;
+    predict_ms += q;
+    tasks += ws.program.tasks.size();
+    ++plans;
+  }
+  const double total = build_ms + replay_ms + predict_ms;
+  std::printf("%zu plans, %zu tasks: build %.0f ms (%.1f ns/task), replay %.0f ms (%.1f ns/task), "
+              "prediction %.0f ms; %.3f ms a plan\n",
+              plans, tasks, build_ms, 1e6 * build_ms / static_cast<double>(tasks), replay_ms,
+              1e6 * replay_ms / static_cast<double>(tasks), predict_ms, total / static_cast<double>(plans));
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--phases") == 0)
+    return phases(argc >= 3 ? static_cast<std::size_t>(std::stoul(argv[2])) : 7);
   if (argc >= 2 && std::strcmp(argv[1], "--agreement") == 0)
     return agreement(argc >= 3 ? static_cast<std::size_t>(std::stoul(argv[2])) : 50);
   if (argc >= 2 && std::strcmp(argv[1], "--profile") == 0)

@@ -174,8 +174,29 @@ class StepBuilder : StepLayout {
     std::initializer_list<std::int32_t> allocs, frees;
   };
 
+  // What a task does, in brief: most tasks need no more, and the chunk
+  // level none of it (only the layer level keeps TaskInfo), so it is made
+  // into one only there.
+  struct Brief {
+    TaskOp op = TaskOp::Framework;
+    Part part = Part::None;
+    Pass pass = Pass::Forward;
+    std::int32_t layer = -1, microbatch = -1;
+    operator TaskInfo() const {  // NOLINT(google-explicit-constructor): a TaskInfo with these fields
+      TaskInfo i;
+      i.op = op;
+      i.part = part;
+      i.pass = pass;
+      i.layer = layer;
+      i.microbatch = microbatch;
+      return i;
+    }
+  };
+
+  // Info: TaskInfo or Brief.
+  template <class Info>
   std::int32_t task(sim::TaskKind kind, sim::Lane lane, Time duration, sim::Phase phase, CommKind comm,
-                    TaskInfo info, Mem mem = {}) {
+                    Info&& info, Mem mem = {}) {
     ProgramTask t;
     t.kind = kind;
     t.lane = lane;
@@ -186,20 +207,21 @@ class StepBuilder : StepLayout {
     t.mem = static_cast<std::uint32_t>(out_.mem.size());
     t.allocs = static_cast<std::uint16_t>(mem.allocs.size());
     t.frees = static_cast<std::uint16_t>(mem.frees.size());
-    out_.mem.insert(out_.mem.end(), mem.allocs);
-    out_.mem.insert(out_.mem.end(), mem.frees);
+    for (const std::int32_t b : mem.allocs) out_.mem.push_back(b);
+    for (const std::int32_t b : mem.frees) out_.mem.push_back(b);
     if (out_.granularity == Granularity::Layer) {
-      if (info.chunk < 0) info.chunk = chunk_;
-      out_.info.push_back(std::move(info));
+      TaskInfo& i = out_.info.emplace_back(std::forward<Info>(info));
+      if (i.chunk < 0) i.chunk = chunk_;
     }
     const auto index = static_cast<std::int32_t>(out_.tasks.size());
-    out_.tasks.push_back(std::move(t));
+    out_.tasks.push_back(t);
     return index;
   }
   // A task on the compute lane; remembers the first of the current step.
-  std::int32_t compute(Time d, sim::Phase phase, TaskInfo info, CommKind comm = CommKind::None, Mem mem = {}) {
+  template <class Info>
+  std::int32_t compute(Time d, sim::Phase phase, Info&& info, CommKind comm = CommKind::None, Mem mem = {}) {
     const std::int32_t t = task(comm == CommKind::None ? sim::TaskKind::Compute : sim::TaskKind::Collective,
-                                sim::Lane::Compute, d, phase, comm, std::move(info), mem);
+                                sim::Lane::Compute, d, phase, comm, std::forward<Info>(info), mem);
     if (step_first_ == kNone) step_first_ = t;
     last_compute_ = t;
     return t;
@@ -215,18 +237,8 @@ class StepBuilder : StepLayout {
     t.frees = static_cast<std::uint16_t>(frees.size());
   }
 
-  static TaskInfo info(TaskOp op, Part part, std::int64_t layer = -1, int mb = -1) {
-    TaskInfo i;
-    i.op = op;
-    i.part = part;
-    i.layer = static_cast<std::int32_t>(layer);
-    i.microbatch = mb;
-    return i;
-  }
-  static TaskInfo info(TaskOp op, Part part, std::int64_t layer, int mb, Pass pass) {
-    TaskInfo i = info(op, part, layer, mb);
-    i.pass = pass;
-    return i;
+  static Brief info(TaskOp op, Part part, std::int64_t layer = -1, int mb = -1, Pass pass = Pass::Forward) {
+    return {.op = op, .part = part, .pass = pass, .layer = static_cast<std::int32_t>(layer), .microbatch = mb};
   }
 
   static std::uint64_t code(BufKind b, std::int64_t layer, int mb) {
@@ -456,8 +468,8 @@ class StepBuilder : StepLayout {
     m.nparts = static_cast<std::uint16_t>(out_.parts.size() - m.parts);
     return m;
   }
-  std::int32_t merged(const MergedPass& m, sim::Phase phase, TaskInfo inf, Mem mem) {
-    const std::int32_t t = compute(m.total, phase, std::move(inf), CommKind::None, mem);
+  std::int32_t merged(const MergedPass& m, sim::Phase phase, Brief inf, Mem mem) {
+    const std::int32_t t = compute(m.total, phase, inf, CommKind::None, mem);
     ProgramTask& pt = out_.tasks[static_cast<std::size_t>(t)];
     pt.merged = true;
     pt.parts = m.parts;
@@ -482,14 +494,26 @@ class StepBuilder : StepLayout {
   const Split& fold_pass(int k, bool fwd) {
     auto& cached = folded_[static_cast<std::size_t>(2 * k + (fwd ? 0 : 1))];
     if (cached) return *cached;
-    StepProgram saved = std::exchange(out_, StepProgram{});
+    // The step's program and per-stage lists are swapped with the fold's
+    // scratch ones (which keep their capacity from one fold to the next)
+    // and swapped back at the end.
+    const auto swap_state = [&] {
+      std::swap(out_, fold_.program);
+      std::swap(recent_, fold_.recent);
+      std::swap(recent_fetch_, fold_.recent_fetch);
+      std::swap(zero3_reduced_, fold_.zero3_reduced);
+      std::swap(offloaded_, fold_.offloaded);
+      std::swap(buffers_, fold_.buffers);
+      std::swap(last_bwd_of_layer_, fold_.last_bwd_of_layer);
+    };
+    swap_state();
     const auto keep_state = std::make_tuple(stage_, step_first_, last_compute_, embedding_bwd_, head_bwd_);
-    auto keep_lists = std::make_tuple(std::move(recent_), std::move(recent_fetch_), std::move(zero3_reduced_),
-                                      std::move(offloaded_), std::move(buffers_), std::move(last_bwd_of_layer_));
     const bool was_merging = merge_;
     merge_ = false;
     folding_ = true;
     stage_ = 0;
+    out_.clear();
+    out_.granularity = Granularity::Layer;
     out_.stages = 1;
     out_.gpu_capacity = {0};
     out_.host_capacity = {0};
@@ -525,7 +549,8 @@ class StepBuilder : StepLayout {
       backward(k, 0);
       for (std::size_t t = from; t < out_.tasks.size(); ++t) dep(barrier, static_cast<std::int32_t>(t));
     }
-    const ProgramRun run = replay(out_);
+    replay(out_, fold_.workspace);
+    const ProgramRun& run = fold_.workspace.run;
     Split sp;
     Time begin = -1, end = 0, busy = 0;
     for (std::size_t t = from; t < out_.tasks.size(); ++t) {
@@ -539,9 +564,8 @@ class StepBuilder : StepLayout {
     }
     const Time idle = std::max<Time>(0, end - std::max<Time>(begin, 0) - busy);
     sp.add(zero3() ? comm_cat(CommKind::DP) : static_cast<int>(TimeCat::OffloadStall), idle);
-    out_ = std::move(saved);
+    swap_state();
     std::tie(stage_, step_first_, last_compute_, embedding_bwd_, head_bwd_) = keep_state;
-    std::tie(recent_, recent_fetch_, zero3_reduced_, offloaded_, buffers_, last_bwd_of_layer_) = std::move(keep_lists);
     merge_ = was_merging;
     folding_ = false;
     cached = sp;
@@ -586,16 +610,16 @@ class StepBuilder : StepLayout {
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Act, .tag = sim::MemTag::Activations,
                             .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.saved});
     chunk_act_[slot(k, mb)] = act;
-    TaskInfo i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
+    const Brief i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
     if (m.host == 0) {
-      merged(m, sim::Phase::Fwd, std::move(i), {{act}, {}});
+      merged(m, sim::Phase::Fwd, i, {{act}, {}});
       return;
     }
     const auto moved = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::ActHost, .tag = sim::MemTag::Activations,
                             .host = true, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.host});
     chunk_host_[slot(k, mb)] = moved;
-    merged(m, sim::Phase::Fwd, std::move(i), {{act, moved}, {}});
+    merged(m, sim::Phase::Fwd, i, {{act, moved}, {}});
   }
 
   // The layer level's allocations and frees in order, as levels: the most a
@@ -1049,24 +1073,28 @@ class StepBuilder : StepLayout {
     // when the stage has one.
     std::optional<Time> p2p_next, p2p_prev;
     const auto& steps = sched.stages[static_cast<std::size_t>(s)];
+    // The model chunk of each of the stage's virtual stages.
+    stage_chunks_.clear();
+    for (int c = 0; c < sched.v; ++c) stage_chunks_.push_back(model_chunk(sched, s, c));
+    const auto chunk_of = [&](const Step& st) { return stage_chunks_.at(static_cast<std::size_t>(st.chunk)); };
     // The microbatch whose backward of each model chunk comes last runs
     // layer by layer, forward and backward: the gradient buckets wait for
     // its layers.
     last_bwd_mb_.assign(chunks_.size(), -1);
     for (const Step& st : steps)
-      if (st.pass == Pass::Backward) last_bwd_mb_[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
+      if (st.pass == Pass::Backward) last_bwd_mb_[static_cast<std::size_t>(chunk_of(st))] = st.microbatch;
     plan_hook_buckets();
     std::vector<int> fine_mb(chunks_.size(), -1);
     if (merge_)
       for (const Step& st : steps)
         if (st.pass == Pass::Backward)
-          fine_mb[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))] = st.microbatch;
+          fine_mb[static_cast<std::size_t>(chunk_of(st))] = st.microbatch;
     // So does the microbatch of each chunk's first forward when its layers
     // wait for their weights (gather_in_forward), forward and backward.
     gather_mb_.assign(chunks_.size(), -1);
     if (gather_in_forward())
       for (const Step& st : steps) {
-        int& mb = gather_mb_[static_cast<std::size_t>(model_chunk(sched, s, st.chunk))];
+        int& mb = gather_mb_[static_cast<std::size_t>(chunk_of(st))];
         if (st.pass == Pass::Forward && mb < 0) mb = st.microbatch;
       }
     chunk_ = -1;
@@ -1077,7 +1105,7 @@ class StepBuilder : StepLayout {
       ps_pull(StageGradients{static_cast<std::int64_t>(mine_.size()), s == 0, s == p_ - 1}.params(chain_));
     if (const Time t = costs().overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
-      const int k = model_chunk(sched, s, st.chunk);
+      const int k = chunk_of(st);
       chunk_ = k;
       step_first_ = kNone;
       const bool fwd = st.pass == Pass::Forward;
@@ -1563,6 +1591,7 @@ class StepBuilder : StepLayout {
   std::int32_t hook_head_ = -1;           // the head's bucket, else −1
   StageGradients hook_rest_;              // exchanged after the backward
   std::vector<int> last_bwd_mb_;          // by model chunk: the microbatch of its last backward on the stage
+  std::vector<int> stage_chunks_;         // by virtual stage: the stage's model chunk
   std::vector<std::int64_t> mine_;        // the stage's layers in backward order (collect_stage_layers)
 
   const Scenario& sc_;
@@ -1604,6 +1633,13 @@ class StepBuilder : StepLayout {
   std::vector<std::int32_t> chunk_act_;   // merged forward's buffer by (model chunk, microbatch)
   std::vector<std::int32_t> chunk_host_;  // ... and what it moved to host memory (folded offload)
   std::vector<std::optional<Split>> folded_;  // fold_pass by (model chunk, pass)
+  // fold_pass's scratch program, replay storage and per-stage lists.
+  struct FoldScratch {
+    StepProgram program;
+    ProgramWorkspace workspace;
+    std::vector<std::int32_t> recent, recent_fetch, zero3_reduced, last_bwd_of_layer;
+    std::unordered_map<std::uint64_t, std::int32_t> offloaded, buffers;
+  } fold_;
   std::vector<std::optional<MergedPass>> merged_;  // forward_pass, backward_pass by (model chunk, pass)
   // Cross-stage: first compute task and send of each (model chunk, microbatch).
   std::vector<std::int32_t> fwd_first_, bwd_first_, fwd_send_, bwd_send_;
