@@ -8,6 +8,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -537,28 +538,45 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
     opt.on_progress(p);
   };
 
-  // Runs `body` on `jobs` threads, reporting progress from this one until `finished`.
-  auto run_phase = [&](auto body, auto finished) {
+  // Runs `body` on `jobs` threads, reporting progress from this one every
+  // progress_interval_s until they have all returned (each returns when its
+  // phase's work is done or the run stops). This thread sleeps on a
+  // condition the last of them signals, so a phase of little work (one plan
+  // re-scored) ends when it does, not at the next tick of a poll.
+  auto run_phase = [&](auto body) {
+    std::mutex m;
+    std::condition_variable cv;
+    int returned = 0;
     std::vector<std::thread> threads;
-    for (int i = 0; i < jobs; ++i) threads.emplace_back([&, i] { body(static_cast<std::size_t>(i)); });
-    auto last = Clock::now();
-    while (!finished() && !stop.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (std::chrono::duration<double>(Clock::now() - last).count() >= opt.progress_interval_s) {
-        last = Clock::now();
-        try {
-          progress();
-        } catch (...) {
-          fail();
+    for (int i = 0; i < jobs; ++i)
+      threads.emplace_back([&, i] {
+        body(static_cast<std::size_t>(i));
+        {
+          std::lock_guard lock(m);
+          ++returned;
         }
+        cv.notify_one();
+      });
+    const auto interval = std::chrono::duration<double>(std::min(opt.progress_interval_s, 3600.0));
+    auto next_report = Clock::now() + std::chrono::duration_cast<Clock::duration>(interval);
+    std::unique_lock lock(m);
+    while (returned < jobs) {
+      if (cv.wait_until(lock, next_report, [&] { return returned >= jobs; })) break;
+      next_report = Clock::now() + std::chrono::duration_cast<Clock::duration>(interval);
+      lock.unlock();
+      try {
+        progress();
+      } catch (...) {
+        fail();
       }
+      lock.lock();
     }
+    lock.unlock();
     for (auto& th : threads) th.join();
     if (error) std::rethrow_exception(error);
   };
 
-  run_phase([&](std::size_t i) { check(tallies[i], found[i]); },
-            [&] { return checked.load() >= total; });
+  run_phase([&](std::size_t i) { check(tallies[i], found[i]); });
   for (auto& f : found)
     candidates.insert(candidates.end(), std::make_move_iterator(f.begin()), std::make_move_iterator(f.end()));
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -580,8 +598,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
   scoring_start = Clock::now().time_since_epoch().count();
   scoring = true;
   const auto scoring_t0 = Clock::now();
-  run_phase([&](std::size_t i) { score(tallies[i]); },
-            [&] { return scored_now.load() >= candidates.size(); });
+  run_phase([&](std::size_t i) { score(tallies[i]); });
   res.scoring_s = std::chrono::duration<double>(Clock::now() - scoring_t0).count();
   progress();
 
@@ -656,13 +673,7 @@ ExploreResult explore(const Scenario& sc, const ExploreOptions& opt) {
           fail();
         }
       };
-      std::atomic<std::uint64_t> finished_workers{0};
-      run_phase(
-          [&](std::size_t i) {
-            work(i);
-            finished_workers.fetch_add(1);
-          },
-          [&] { return finished_workers.load() >= static_cast<std::uint64_t>(jobs); });
+      run_phase(work);
       // A refined plan's figures are its whole class's (the lists hold one
       // plan per class; the next of a class would otherwise come in unrefined
       // and be replayed in a round of its own), and so is its removal.
