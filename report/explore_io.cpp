@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_set>
 
 #include "strata_build_id.hpp"
@@ -605,12 +607,28 @@ void parse_record(std::string_view line, std::uint64_t line_no, const std::strin
     }
   }
   // Its equivalence class (records written before classes have none: a
-  // class of their own).
+  // class of their own). The plans of one class are one step program, so
+  // one file gives them one step time and one peak: a record changed alone
+  // (the true best plan made slow, say) disagrees with its class.
   if (auto c = r.get("class_id")) {
     const auto text = c->as_string();
     const auto cls = strategies::parse_plan_id(text);
     if (!cls) r.fail_at("class_id", "must be 16 lower-case hex digits (got \"" + text + "\")");
     sp.class_id = *cls;
+    const auto [first, fresh] = out.class_figures.try_emplace(sp.class_id, sp);
+    const ScoredPlan& f = first->second;
+    if (!fresh && f.plan_id != sp.plan_id)
+      for (const auto& [key, mine, theirs] :
+           {std::tuple{"step_time_s", sp.step_time_s, f.step_time_s},
+            std::tuple{"peak_memory_bytes", static_cast<double>(sp.peak_memory_bytes),
+                       static_cast<double>(f.peak_memory_bytes)}})
+        if (mine != theirs) {
+          std::ostringstream os;
+          os.precision(17);
+          os << "is " << mine << " and plan " << strategies::plan_id_hex(f.plan_id) << " of the same equivalence class "
+             << text << " has " << theirs << ": the plans of one class are one step program, scored once";
+          r.fail_at(key, os.str());
+        }
   }
   // With a goal; null: never reached.
   if (auto t = r.get("time_to_train_s"))
@@ -936,16 +954,67 @@ std::vector<std::uint64_t> shown_plans(const std::vector<ScoredPlan>& plans, std
   return ids;
 }
 
+namespace {
+// The lines of the records of `want` in `path`, with their numbers: the
+// first of each id, as read_results keeps them. For files read_results has
+// checked already (rescore_records' callers): a record whose line starts
+// with its plan_id, as explore writes every one, is told by that alone,
+// any other is parsed.
+ResultsFile wanted_lines(const std::string& path, const std::unordered_set<std::uint64_t>& want) {
+  ResultsFile out;
+  LineReader in(path);
+  std::string line;
+  bool complete = false;
+  std::uint64_t line_no = 0;
+  static constexpr std::string_view kPrefix = "{\"plan_id\":\"";
+  while (in.next(line, complete) && complete) {
+    ++line_no;
+    if (line.empty()) continue;
+    std::optional<std::uint64_t> id;
+    if (line.size() > kPrefix.size() + 16 && line.compare(0, kPrefix.size(), kPrefix) == 0 &&
+        line[kPrefix.size() + 16] == '"')
+      id = strategies::parse_plan_id(line.substr(kPrefix.size(), 16));
+    if (!id) {
+      const json j = parse_json_text(line, path + ":" + std::to_string(line_no));
+      id = strategies::parse_plan_id(j.at("plan_id").get<std::string>());
+    }
+    if (id && want.count(*id) && out.lines.try_emplace(*id, line).second) out.line_numbers[*id] = line_no;
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::uint64_t> plans_to_rescore(const std::vector<ScoredPlan>& plans, std::vector<std::uint64_t> shown,
+                                            std::size_t drawn) {
+  std::sort(shown.begin(), shown.end());
+  shown.erase(std::unique(shown.begin(), shown.end()), shown.end());
+  std::vector<std::uint64_t> others;
+  for (const auto& p : plans)
+    if (!std::binary_search(shown.begin(), shown.end(), p.plan_id)) others.push_back(p.plan_id);
+  std::sort(others.begin(), others.end());
+  others.erase(std::unique(others.begin(), others.end()), others.end());
+  // A partial Fisher-Yates shuffle: the first `drawn` are a uniform sample.
+  std::mt19937_64 rng((static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}());
+  const std::size_t n = std::min(drawn, others.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uniform_int_distribution<std::size_t> pick(i, others.size() - 1);
+    std::swap(others[i], others[pick(rng)]);
+  }
+  shown.insert(shown.end(), others.begin(), others.begin() + static_cast<std::ptrdiff_t>(n));
+  std::sort(shown.begin(), shown.end());
+  return shown;
+}
+
 void rescore_records(const strategies::Scenario& sc, const std::string& results, const std::string& refined,
                      const std::vector<std::uint64_t>& ids, const PhaseProgress& progress) {
   if (ids.empty()) return;
-  const std::string phase = "re-scoring the " + std::to_string(ids.size()) + " plans the summary shows";
+  const std::string phase = "re-scoring " + std::to_string(ids.size()) +
+                            " plans (those the summary shows and others drawn at random)";
   std::uint64_t done = 0;
   const std::unordered_set<std::uint64_t> want(ids.begin(), ids.end());
-  const auto keep = [&](std::uint64_t id) { return want.count(id) > 0; };
-  const ResultsFile coarse = read_results(results, keep);
+  const ResultsFile coarse = wanted_lines(results, want);
   ResultsFile fine;
-  if (!refined.empty() && fs::exists(refined)) fine = read_results(refined, keep);
+  if (!refined.empty() && fs::exists(refined)) fine = wanted_lines(refined, want);
   strategies::Scenario pt = sc;
   pt.space.reset();
   for (const std::uint64_t id : ids) {
@@ -973,6 +1042,8 @@ void rescore_records(const strategies::Scenario& sc, const std::string& results,
     eo.jobs = 1;
     eo.top_k = 1;
     eo.progress_interval_s = 1e9;
+    // Refined per layer only where the directory holds refined figures.
+    eo.refine_kept = f != fine.lines.end();
     std::string scored, refined_line;
     eo.on_scored = [&](const strategies::ScoredOutcome& so) { scored = result_line(so); };
     eo.on_refined = [&](const strategies::ScoredOutcome& so) { refined_line = result_line(so); };
@@ -1129,7 +1200,8 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProg
   std::sort(plans.begin(), plans.end(), [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
   out.pareto = strategies::pareto_front(plans);
   out.top = strategies::top_plans(plans, top_k, rank_by);
-  if (out.explored && verify) rescore_records(*out.explored, rp, fp, shown_plans(plans, top_k, rank_by), progress);
+  if (out.explored && verify)
+    rescore_records(*out.explored, rp, fp, plans_to_rescore(plans, shown_plans(plans, top_k, rank_by)), progress);
   return out;
 }
 
@@ -1182,7 +1254,8 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   }
   // Records are trusted for their figures only once re-scored: those a
   // summary of them would show (a plan the final summary shows is among
-  // them, fewer plans competing here), before anything is written.
+  // them, fewer plans competing here) and a sample of the others drawn at
+  // random (plans_to_rescore), before anything is written.
   std::unordered_set<std::uint64_t> rescored;
   auto rescore_kept = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<std::uint64_t> todo;
@@ -1196,7 +1269,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
     for (const auto& [id, p] : prev.plans) before.push_back(p);
     std::sort(before.begin(), before.end(),
               [](const ScoredPlan& a, const ScoredPlan& b) { return a.plan_id < b.plan_id; });
-    rescore_kept(shown_plans(before, o.top_k, *eo.rank_by));
+    rescore_kept(plans_to_rescore(before, shown_plans(before, o.top_k, *eo.rank_by)));
   }
   for (const char* name : {"summary.json", "refined.jsonl", "scenario.json"})
     require_regular_or_missing((fs::path(o.out_dir) / name).string());
@@ -1475,10 +1548,11 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
   const auto pareto = strategies::pareto_front(plans);
   const auto top = strategies::top_plans(plans, h.top_k, h.rank_by);
   {
-    // The plans the merged summary shows, re-scored in the directories
-    // their records come from, before anything is written.
+    // The plans the merged summary shows and a sample of the others drawn
+    // at random, re-scored in the directories their records come from,
+    // before anything is written.
     std::map<std::size_t, std::vector<std::uint64_t>> by_dir;
-    for (const auto id : shown_plans(plans, h.top_k, h.rank_by)) {
+    for (const auto id : plans_to_rescore(plans, shown_plans(plans, h.top_k, h.rank_by))) {
       const std::size_t from = dir_of_plan.at(id);
       by_dir[from].push_back(id);
       if (const auto it = refined_from.find(id); it != refined_from.end() && it->second != from)

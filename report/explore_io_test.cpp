@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -738,6 +739,33 @@ std::size_t edit_record(const std::string& path, const std::string& id,
   return at;
 }
 
+// Every record of the equivalence class of plan `id` in `path` changed by
+// `edit` (a class's plans share their figures: one changed alone disagrees
+// with the others). How many.
+std::size_t edit_class(const std::string& path, const std::string& id,
+                       const std::function<void(nlohmann::ordered_json&)>& edit) {
+  std::string cls;
+  {
+    std::istringstream in(read(path));
+    for (std::string l; std::getline(in, l);)
+      if (l.find("\"plan_id\":\"" + id + "\"") != std::string::npos)
+        cls = nlohmann::json::parse(l)["class_id"].get<std::string>();
+  }
+  std::size_t n = 0;
+  if (!cls.empty())
+    for (const auto& member : [&] {
+           std::vector<std::string> ids;
+           std::istringstream in(read(path));
+           for (std::string l; std::getline(in, l);) {
+             const auto j = nlohmann::json::parse(l);
+             if (j["class_id"] == cls) ids.push_back(j["plan_id"].get<std::string>());
+           }
+           return ids;
+         }())
+      n += edit_record(path, member, edit) > 0 ? 1 : 0;
+  return n;
+}
+
 TEST_CASE("resume, merge and report: a record of a real plan with forged figures is refused") {
   // The plan id is the record's own and the plan is the space's: only its
   // figures are made up. A step time alone disagrees with the record's
@@ -768,15 +796,19 @@ TEST_CASE("resume, merge and report: a record of a real plan with forged figures
     CHECK(msg.rfind(where + ": tokens_per_s_per_gpu: is ", 0) == 0);
   CHECK(read(t / "d/summary.json") == summary);
 
-  // 2. Step time and throughput forged together, the peak too: the re-score refuses them.
+  // 2. Step time and throughput forged together, the peak too, for its
+  // whole equivalence class (one plan alone disagrees with its class): the
+  // re-score refuses them, naming the first of them it re-scores.
   std::ofstream(t / "d/results.jsonl", std::ios::binary | std::ios::trunc) << clean;
-  edit_record(t / "d/results.jsonl", id, [](auto& j) {
-    j["step_time_s"] = j["step_time_s"].template get<double>() / 1000;
-    j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() * 1000;
-  });
+  REQUIRE(edit_class(t / "d/results.jsonl", id, [](auto& j) {
+            j["step_time_s"] = j["step_time_s"].template get<double>() / 1000;
+            j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() * 1000;
+          }) >= 1);
   for (const auto& msg : {testing::input_error_of(resume), testing::input_error_of([&] { load_report_data(t / "d"); }),
-                          testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); })})
-    CHECK(msg.rfind(where + ": step_time_s: is ", 0) == 0);
+                          testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); })}) {
+    CHECK(msg.rfind(t / "d/results.jsonl:", 0) == 0);
+    CHECK(msg.find(": step_time_s: is ") != std::string::npos);
+  }
   CHECK(testing::input_error_of(resume).find(" re-scored: the record's figures are not what strata explore computes") !=
         std::string::npos);
   CHECK(read(t / "d/summary.json") == summary);
@@ -791,11 +823,10 @@ TEST_CASE("resume, merge and report: a record of a real plan with forged figures
   for (const auto& r : s0["top"])
     if (r["granularity"] == "chunk") id0 = r["plan_id"].get<std::string>();
   REQUIRE(!id0.empty());
-  const std::size_t line0 = edit_record(t / "s0/results.jsonl", id0, [](auto& j) {
-    j["step_time_s"] = j["step_time_s"].template get<double>() / 1000;
-    j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() * 1000;
-  });
-  REQUIRE(line0 > 0);
+  REQUIRE(edit_class(t / "s0/results.jsonl", id0, [](auto& j) {
+            j["step_time_s"] = j["step_time_s"].template get<double>() / 1000;
+            j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() * 1000;
+          }) >= 1);
   const std::string merged_msg = testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); });
   // Its refined record (where it has one) or its coarse one is named.
   CHECK(merged_msg.find(": step_time_s: is ") != std::string::npos);
@@ -806,6 +837,140 @@ TEST_CASE("resume, merge and report: a record of a real plan with forged figures
   CHECK_NOTHROW(resume());
   CHECK(read(t / "d/summary.json") == summary);
   CHECK(load_report_data(t / "d").plans.size() == 144);
+}
+
+// Every record of `path` but those of the equivalence classes of `keep`
+// made slower with figures that agree with each other and with their class
+// (step time doubled, throughput halved): a forgery the record checks cannot
+// see, which leaves the top and the Pareto front as they were. How many
+// records it changed.
+std::size_t forge_all_but(const std::string& path, const std::set<std::string>& keep) {
+  // Whole equivalence classes: those of the kept plans stay as they are.
+  std::set<std::string> kept_classes;
+  {
+    std::istringstream in(read(path));
+    for (std::string l; std::getline(in, l);) {
+      const auto j = nlohmann::json::parse(l);
+      if (keep.count(j["plan_id"].get<std::string>())) kept_classes.insert(j["class_id"].get<std::string>());
+    }
+  }
+  std::istringstream in(read(path));
+  std::string out, l;
+  std::size_t n = 0;
+  while (std::getline(in, l)) {
+    auto j = nlohmann::ordered_json::parse(l);
+    if (!kept_classes.count(j["class_id"].get<std::string>())) {
+      j["step_time_s"] = j["step_time_s"].get<double>() * 2;
+      j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].get<double>() / 2;
+      l = j.dump();
+      ++n;
+    }
+    out += l + "\n";
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << out;
+  return n;
+}
+
+// The plans a summary shows (its top and Pareto front), by id.
+std::set<std::string> shown_in(const std::string& summary_path) {
+  const auto s = nlohmann::json::parse(read(summary_path));
+  std::set<std::string> ids;
+  for (const char* list : {"top", "pareto"})
+    for (const auto& r : s[list]) ids.insert(r["plan_id"].get<std::string>());
+  return ids;
+}
+
+TEST_CASE("report, export, resume and merge: records the summary does not show are re-scored by a random sample") {
+  // The shown plans are re-scored whole; a consistent forgery of the others
+  // (here every one of them, slower, so the shown lists stay the same) was
+  // read as it stood. A sample of kDrawnPlans of them drawn at random is
+  // re-scored too: with every one forged, any draw finds one.
+  TempDir t("forged-unshown");
+  const auto sc = scenario_file(t / "small.json");
+  run_explore(sc, options(t / "d", 2));
+  const std::string clean = read(t / "d/results.jsonl");
+  const std::string summary = read(t / "d/summary.json");
+  REQUIRE(forge_all_but(t / "d/results.jsonl", shown_in(t / "d/summary.json")) > 0);
+  auto resume = [&] {
+    auto o = options(t / "d", 1);
+    o.resume = true;
+    run_explore(sc, o);
+  };
+  for (const auto& msg : {testing::input_error_of([&] { load_report_data(t / "d"); }),
+                          testing::input_error_of([&] { load_export_scenario(t / "d", 1, ""); }),
+                          testing::input_error_of(resume)}) {
+    CHECK(msg.find(t / "d/results.jsonl:") == 0);
+    CHECK(msg.find(": step_time_s: is ") != std::string::npos);
+    CHECK(msg.find(" re-scored: the record's figures are not what strata explore computes") != std::string::npos);
+  }
+  CHECK(read(t / "d/summary.json") == summary);
+  // Merge: one shard forged so.
+  explore_shards(sc, t);
+  REQUIRE(forge_all_but(t / "s0/results.jsonl", shown_in(t / "s0/summary.json")) > 0);
+  const std::string merged = testing::input_error_of([&] { merge_explore({t / "s0", t / "s1"}, t / "m"); });
+  CHECK(merged.find(t / "s0/results.jsonl:") == 0);
+  CHECK(merged.find(" re-scored: the record's figures are not what strata explore computes") != std::string::npos);
+  CHECK(!fs::exists(t / "m"));
+  // Untouched, the sample passes.
+  std::ofstream(t / "d/results.jsonl", std::ios::binary | std::ios::trunc) << clean;
+  CHECK(load_report_data(t / "d").plans.size() == 144);
+}
+
+TEST_CASE("report and resume: a record forged alone disagrees with its equivalence class") {
+  // The true best plan made ten times slower, throughput with it (the
+  // figures agree with each other), so that it is no longer shown and not
+  // re-scored: the other plans of its class keep the class's figures.
+  TempDir t("forged-class");
+  const auto sc = scenario_file(t / "small.json");
+  run_explore(sc, options(t / "d", 2));
+  // A class of more than one plan, and its first plan's id.
+  std::map<std::string, std::vector<std::string>> members;
+  {
+    std::istringstream in(read(t / "d/results.jsonl"));
+    for (std::string l; std::getline(in, l);) {
+      const auto j = nlohmann::json::parse(l);
+      members[j["class_id"].get<std::string>()].push_back(j["plan_id"].get<std::string>());
+    }
+  }
+  std::string cls, id;
+  for (const auto& [c, ids] : members)
+    if (ids.size() > 1) cls = c, id = ids.front();
+  REQUIRE(!id.empty());
+  const std::size_t line = edit_record(t / "d/results.jsonl", id, [](auto& j) {
+    j["step_time_s"] = j["step_time_s"].template get<double>() * 10;
+    j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() / 10;
+  });
+  REQUIRE(line > 0);
+  auto resume = [&] {
+    auto o = options(t / "d", 1);
+    o.resume = true;
+    run_explore(sc, o);
+  };
+  for (const auto& msg : {testing::input_error_of([&] { load_report_data(t / "d"); }),
+                          testing::input_error_of(resume)}) {
+    // The class's first record read names the disagreement, whichever of the two it is.
+    CHECK(msg.find(t / "d/results.jsonl:") == 0);
+    CHECK(msg.find(": step_time_s: is ") != std::string::npos);
+    CHECK(msg.find(" of the same equivalence class " + cls + " has ") != std::string::npos);
+  }
+}
+
+TEST_CASE("plans_to_rescore: the shown plans and a uniform sample of the others, once each") {
+  std::vector<strategies::ScoredPlan> plans;
+  for (std::uint64_t id = 1; id <= 1000; ++id) plans.push_back(strategies::ScoredPlan{id, 1.0, 1, 1.0});
+  const std::vector<std::uint64_t> shown{5, 7, 7, 999};
+  const auto ids = plans_to_rescore(plans, shown, 50);
+  // 3 shown (7 once) and 50 drawn, sorted, no repeats.
+  CHECK(ids.size() == 53);
+  CHECK(std::is_sorted(ids.begin(), ids.end()));
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+  for (const auto id : {5, 7, 999}) CHECK(std::binary_search(ids.begin(), ids.end(), static_cast<std::uint64_t>(id)));
+  for (const auto id : ids) CHECK((id >= 1 && id <= 1000));
+  // Fewer others than asked: all of them.
+  CHECK(plans_to_rescore(plans, shown, 5000).size() == 1000);
+  // Drawn at random: two draws of 50 of 997 agree on every plan with
+  // probability 1 / C(997, 50), i.e. never.
+  CHECK(plans_to_rescore(plans, shown, 50) != plans_to_rescore(plans, shown, 50));
 }
 
 TEST_CASE("merge, report and export: a summary's counts must be a partition of its space, checked again") {

@@ -552,7 +552,7 @@ def report_progress(strata):
         check(loud.stdout == quiet.stdout, "report's stdout depends on --quiet")
         lines = loud.stderr.splitlines()
         for phase in ("report: checking " + os.path.join(d, "results.jsonl") + ": 100 %",
-                      "report: re-scoring the ", "report: re-simulating the best plan ",
+                      "report: re-scoring ", "report: re-simulating the best plan ",
                       "report: the recompute trade-off of the best plan"):
             check(any(l.startswith(phase) for l in lines), f"no {phase!r} line in {lines!r}")
     finally:
