@@ -158,7 +158,7 @@ std::vector<std::uint64_t> shown_plans(const std::vector<strategies::ScoredPlan>
 inline constexpr std::size_t kDrawnPlans = 200;
 // The shown plans and up to `drawn` others of `plans`, drawn at random
 // (seeded by std::random_device, so a forger cannot know which), by id,
-// once each: what report, export and merge re-score.
+// once each: what report, export, merge and resume re-score.
 std::vector<std::uint64_t> plans_to_rescore(const std::vector<strategies::ScoredPlan>& plans,
                                             std::vector<std::uint64_t> shown, std::size_t drawn = kDrawnPlans);
 
