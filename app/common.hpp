@@ -209,17 +209,8 @@ void require_table_or_json(report::Format format, const std::string& command);
 // app/scenarios.hpp (shared with the Python module).
 
 #if STRATA_HAVE_CUDA
-// This process's place among the processes mpirun or srun started (one per
-// GPU), from their variables; a malformed one is bad input. Bad input too
-// when the CUDA executor cannot run the scenario's plan on that many GPUs.
-backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::string& scenario_path);
-
-// The CUDA calibration a prediction uses: --calibration FILE, else the
-// scenario's "calibration", else the cached one (`strata calibrate
-// --backend cuda` writes it), else none: the bundled estimates for the GPU,
-// with a warning naming `command`.
-std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
-                                                 const char* command);
+// cuda_launch and cuda_calibration_path: app/scenarios.hpp (shared with the
+// Python module).
 
 // Runs f(group) on this process's GPU (its local rank) as on_device does.
 // With several processes, one that fails ends them all (MPI_Abort) after

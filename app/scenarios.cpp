@@ -20,6 +20,7 @@
 #include "sim/error.hpp"
 #if STRATA_HAVE_CUDA
 #include "backend/cuda/calibrate.hpp"
+#include "backend/cuda/executor.hpp"
 #endif
 
 namespace strata::app {
@@ -167,5 +168,33 @@ std::string cpu_calibration_path(const std::string& given, const strategies::Sce
       path, backend::cpu::calibration_json(m, cost::cluster_preset("cpu-local"), today()));
   return path;
 }
+
+#if STRATA_HAVE_CUDA
+backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::string& scenario_path) {
+  backend::cuda::Launch launch;
+  try {
+    launch = backend::cuda::launch_from_env();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError("environment", "", e.what());
+  }
+  if (auto why = backend::cuda::Executor::unsupported(sc, launch.world))
+    throw InputError(scenario_path, "plan", *why);
+  if (launch.rank == 0) print_differences(sc, backend::Backend::Cuda);
+  return launch;
+}
+
+std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
+                                                 const char* command) {
+  if (auto found = named_or_cached_calibration(given, sc, backend::cuda::default_calibration_cache_path))
+    return found;
+  const std::string path = backend::cuda::default_calibration_cache_path();
+  std::cerr << "strata: warning: " << command << ": no CUDA calibration given or cached at " << path
+            << "; the prediction uses the bundled estimates for " << sc.cluster.gpu.name
+            << " (run `strata calibrate --backend cuda` first)\n";
+  return std::nullopt;
+}
+#endif
 
 }  // namespace strata::app

@@ -13,6 +13,9 @@
 
 #include "backend/common/capabilities.hpp"
 #include "strategies/scenario.hpp"
+#if STRATA_HAVE_CUDA
+#include "backend/cuda/process_group.hpp"
+#endif
 
 namespace strata::app {
 
@@ -62,5 +65,20 @@ std::optional<std::string> named_or_cached_calibration(const std::string& given,
 // must exist), else the scenario's "calibration", else the cache file; else
 // measured (quickly, with the scenario's rank count) into the cache on first use.
 std::string cpu_calibration_path(const std::string& given, const strategies::Scenario& sc);
+
+#if STRATA_HAVE_CUDA
+// This process's place among the processes mpirun or srun started (one per
+// GPU), from their variables; a malformed one is bad input. Bad input too
+// when the CUDA executor cannot run the scenario's plan on that many GPUs.
+// (Then print_differences for the CUDA backend, on rank 0.)
+backend::cuda::Launch cuda_launch(const strategies::Scenario& sc, const std::string& scenario_path);
+
+// The CUDA calibration a prediction uses: --calibration FILE, else the
+// scenario's "calibration", else the cached one (`strata calibrate
+// --backend cuda` writes it), else none: the bundled estimates for the GPU,
+// with a warning naming `command`.
+std::optional<std::string> cuda_calibration_path(const std::string& given, const strategies::Scenario& sc,
+                                                 const char* command);
+#endif
 
 }  // namespace strata::app

@@ -42,6 +42,10 @@
 #include "backend/common/out_of_memory.hpp"
 #include "backend/cpu/blas.hpp"
 #include "backend/cpu/validate.hpp"
+#if STRATA_HAVE_CUDA
+#include "backend/cuda/executor.hpp"
+#include "backend/cuda/process_group.hpp"
+#endif
 #include "costmodel/model_io.hpp"
 #include "report/describe.hpp"
 #include "report/explore.hpp"
@@ -331,16 +335,22 @@ std::tuple<std::string, std::vector<std::string>, std::vector<std::string>> impo
   return {report::imported_scenario_json(base_text, im, target), std::move(im.from_base), std::move(im.ignored)};
 }
 
-// validate --backend cpu: the plan run on the CPU executor and compared
-// with the prediction; JSON (or table) as the CLI prints it.
+// validate --backend cpu|cuda: the plan run on the CPU executor, or on
+// this process's GPU, and compared with the prediction; JSON (or table) as
+// the CLI prints it.
 std::string validate(const Source& s, std::size_t rank, const std::string& backend, int steps,
                      const std::string& calibration, const std::string& format) {
   const auto f = name_to<report::Format>(format, "format");
   if (f == report::Format::Csv) throw InputError("format", "", "validate prints table or json");
+  if (backend != "cpu" && backend != "cuda")
+    throw InputError("backend", "", "must be cpu or cuda (got \"" + backend + "\")");
+#if !STRATA_HAVE_CUDA
   if (backend == "cuda")
     throw InputError("backend", "",
-                     "cuda: the Python module runs the CPU backend only; use `strata validate --backend cuda`");
-  if (backend != "cpu") throw InputError("backend", "", "must be cpu or cuda (got \"" + backend + "\")");
+                     "cuda: this strata module was built without the CUDA backend (build it where the CUDA "
+                     "toolkit and NCCL are found, e.g. `pip install . -C cmake.define.STRATA_CUDA=ON`), or "
+                     "use `strata validate --backend cuda`");
+#endif
   if (steps < 1) throw InputError("steps", "", "must be at least 1");
   std::atomic<bool> stop{false};
   return interruptible(stop, [&] {
@@ -352,13 +362,32 @@ std::string validate(const Source& s, std::size_t rank, const std::string& backe
       sc = app::load_scenario_text(s.text, s.source, s.base_dir);
       app::require_plan(sc, "validate");
     }
-    app::require_cpu_executor(sc, s.name());
-    sc.calibration = app::cpu_calibration_path(calibration, sc);
-    backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
     backend::cpu::ValidateOptions options;
     options.steps = steps;
     options.stop = &stop;
-    const auto rep = backend::cpu::validate(sc, options);
+    backend::cpu::ValidateReport rep;
+    if (backend == "cuda") {
+#if STRATA_HAVE_CUDA
+      // One process on one GPU: a plan of several GPUs is refused (the
+      // executor's rule names the launcher), and so is a module started by
+      // mpirun or srun for several processes, whose failure would leave the
+      // others waiting in a collective (the CLI ends them all instead).
+      const auto launch = app::cuda_launch(sc, s.name());
+      if (launch.world > 1)
+        throw InputError("backend", "",
+                         "cuda: the Python module validates in one process on one GPU; for " +
+                             std::to_string(launch.world) + " processes, " + backend::cuda::launch_hint(launch.world));
+      if (auto cal = app::cuda_calibration_path(calibration, sc, "validate")) sc.calibration = *cal;
+      backend::cuda::ProcessGroup group(launch);
+      backend::cuda::Executor ex(sc, {.seed = options.seed, .device = group.local_rank(), .group = &group});
+      rep = backend::cpu::validate(sc, ex, options);
+#endif
+    } else {
+      app::require_cpu_executor(sc, s.name());
+      sc.calibration = app::cpu_calibration_path(calibration, sc);
+      backend::cpu::set_blas_threads(1);  // one OpenBLAS thread per rank thread
+      rep = backend::cpu::validate(sc, options);
+    }
     return f == report::Format::Json ? backend::cpu::render_validate_json(rep)
                                      : backend::cpu::render_validate_table(rep);
   });
@@ -395,6 +424,7 @@ NB_MODULE(_core, m) {
   m.def("import_plan", &import_plan, "settings_path"_a.none(), "settings_text"_a, "from_"_a, "scenario"_a);
   m.def("validate", &validate, "source"_a, "rank"_a, "backend"_a, "steps"_a, "calibration"_a, "format"_a);
   m.attr("default_max_plans") = strategies::kDefaultMaxPlans;
+  m.attr("has_cuda") = STRATA_HAVE_CUDA != 0;  // built with the CUDA backend: validate(backend="cuda")
   m.attr("version") = STRATA_VERSION;
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

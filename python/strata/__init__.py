@@ -421,11 +421,16 @@ def validate(
     calibration: Optional[Union[str, "_os.PathLike[str]"]] = None,
     rank: Optional[int] = None,
 ) -> Result:
-    """``strata validate SCENARIO_OR_DIR --backend cpu --format json``: run
-    the plan on the CPU executor and compare with the prediction. The
-    calibration is the CLI's: ``calibration``, else the scenario's, else the
-    cached one, else measured into the cache first. Releases the GIL; Ctrl-C
-    stops it after the step in flight (KeyboardInterrupt)."""
+    """``strata validate SCENARIO_OR_DIR --backend cpu|cuda --format json``:
+    run the plan on the CPU executor, or (``backend="cuda"``, a module built
+    with the CUDA backend: ``strata._core.has_cuda``) on this process's GPU,
+    and compare with the prediction. One process validates on one GPU: a
+    plan of several GPUs needs ``mpirun -n N strata validate --backend
+    cuda``. The calibration is the CLI's: ``calibration``, else the
+    scenario's, else the cached one (for the CPU: else measured into the
+    cache first; for CUDA: else the bundled estimates, with a warning).
+    Releases the GIL; Ctrl-C stops it after the step in flight
+    (KeyboardInterrupt)."""
     cal = _os.fspath(calibration) if calibration is not None else ""
     text = _core.validate(_source(scenario), int(rank or 0), backend, int(steps), cal, "json")
     return Result(_json.loads(text), "strata validate")

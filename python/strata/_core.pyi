@@ -51,4 +51,7 @@ def validate(source: Source, rank: int, backend: str, steps: int, calibration: s
 
 default_max_plans: int = 20000000
 
+# Built with the CUDA backend (validate(backend="cuda")).
+has_cuda: bool
+
 version: str = '0.1.0'

@@ -369,6 +369,26 @@ def test_validate_cpu_predicts_as_cli(root, cli):
         strata.validate(str(root / TINY), backend="tpu")
 
 
+def test_validate_cuda_runs_on_this_gpu_or_says_why_not(root):
+    # A module built with the CUDA backend runs a one-GPU plan on this
+    # process's GPU (without one, the executor's error, as the CLI's); a
+    # plan of several GPUs is refused by the executor's rule before any
+    # device is touched. A module built without it refuses the backend.
+    one_gpu = str(root / "configs/scenarios/gpu-1x-plain.json")
+    if not strata._core.has_cuda:
+        with pytest.raises(strata.InputError, match="built without the CUDA backend"):
+            strata.validate(one_gpu, backend="cuda")
+        return
+    with pytest.raises(strata.InputError, match="the plan runs on 4 GPUs"):
+        strata.validate(str(root / TINY), backend="cuda")
+    try:
+        r = strata.validate(one_gpu, backend="cuda", steps=1)
+    except strata.Error as e:
+        assert "no CUDA device is visible" in str(e)
+        return
+    assert r["ranks"] == 1 and len(r["step_times_s"]) == 1 and r["measured"]["step_time_s"] > 0
+
+
 def test_explore_releases_gil_and_stops_on_ctrl_c(root, tmp_path):
     # The GPT-3 auto space takes far longer than a second: a Python thread
     # keeps running beside it (the GIL is released), and SIGINT raises
