@@ -174,29 +174,8 @@ class StepBuilder : StepLayout {
     std::initializer_list<std::int32_t> allocs, frees;
   };
 
-  // What a task does, in brief: most tasks need no more, and the chunk
-  // level none of it (only the layer level keeps TaskInfo), so it is made
-  // into one only there.
-  struct Brief {
-    TaskOp op = TaskOp::Framework;
-    Part part = Part::None;
-    Pass pass = Pass::Forward;
-    std::int32_t layer = -1, microbatch = -1;
-    operator TaskInfo() const {  // NOLINT(google-explicit-constructor): a TaskInfo with these fields
-      TaskInfo i;
-      i.op = op;
-      i.part = part;
-      i.pass = pass;
-      i.layer = layer;
-      i.microbatch = microbatch;
-      return i;
-    }
-  };
-
-  // Info: TaskInfo or Brief.
-  template <class Info>
   std::int32_t task(sim::TaskKind kind, sim::Lane lane, Time duration, sim::Phase phase, CommKind comm,
-                    Info&& info, Mem mem = {}) {
+                    TaskInfo info, Mem mem = {}) {
     ProgramTask t;
     t.kind = kind;
     t.lane = lane;
@@ -210,18 +189,17 @@ class StepBuilder : StepLayout {
     for (const std::int32_t b : mem.allocs) out_.mem.push_back(b);
     for (const std::int32_t b : mem.frees) out_.mem.push_back(b);
     if (out_.granularity == Granularity::Layer) {
-      TaskInfo& i = out_.info.emplace_back(std::forward<Info>(info));
-      if (i.chunk < 0) i.chunk = chunk_;
+      if (info.chunk < 0) info.chunk = chunk_;
+      out_.info.push_back(std::move(info));
     }
     const auto index = static_cast<std::int32_t>(out_.tasks.size());
     out_.tasks.push_back(t);
     return index;
   }
   // A task on the compute lane; remembers the first of the current step.
-  template <class Info>
-  std::int32_t compute(Time d, sim::Phase phase, Info&& info, CommKind comm = CommKind::None, Mem mem = {}) {
+  std::int32_t compute(Time d, sim::Phase phase, TaskInfo info, CommKind comm = CommKind::None, Mem mem = {}) {
     const std::int32_t t = task(comm == CommKind::None ? sim::TaskKind::Compute : sim::TaskKind::Collective,
-                                sim::Lane::Compute, d, phase, comm, std::forward<Info>(info), mem);
+                                sim::Lane::Compute, d, phase, comm, std::move(info), mem);
     if (step_first_ == kNone) step_first_ = t;
     last_compute_ = t;
     return t;
@@ -237,8 +215,14 @@ class StepBuilder : StepLayout {
     t.frees = static_cast<std::uint16_t>(frees.size());
   }
 
-  static Brief info(TaskOp op, Part part, std::int64_t layer = -1, int mb = -1, Pass pass = Pass::Forward) {
-    return {.op = op, .part = part, .pass = pass, .layer = static_cast<std::int32_t>(layer), .microbatch = mb};
+  static TaskInfo info(TaskOp op, Part part, std::int64_t layer = -1, int mb = -1, Pass pass = Pass::Forward) {
+    TaskInfo i;
+    i.op = op;
+    i.part = part;
+    i.layer = static_cast<std::int32_t>(layer);
+    i.microbatch = mb;
+    i.pass = pass;
+    return i;
   }
 
   static std::uint64_t code(BufKind b, std::int64_t layer, int mb) {
@@ -468,8 +452,8 @@ class StepBuilder : StepLayout {
     m.nparts = static_cast<std::uint16_t>(out_.parts.size() - m.parts);
     return m;
   }
-  std::int32_t merged(const MergedPass& m, sim::Phase phase, Brief inf, Mem mem) {
-    const std::int32_t t = compute(m.total, phase, inf, CommKind::None, mem);
+  std::int32_t merged(const MergedPass& m, sim::Phase phase, TaskInfo inf, Mem mem) {
+    const std::int32_t t = compute(m.total, phase, std::move(inf), CommKind::None, mem);
     ProgramTask& pt = out_.tasks[static_cast<std::size_t>(t)];
     pt.merged = true;
     pt.parts = m.parts;
@@ -610,16 +594,16 @@ class StepBuilder : StepLayout {
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::Act, .tag = sim::MemTag::Activations,
                             .host = false, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.saved});
     chunk_act_[slot(k, mb)] = act;
-    const Brief i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
+    TaskInfo i = info(TaskOp::Forward, Part::None, -1, mb, Pass::Forward);
     if (m.host == 0) {
-      merged(m, sim::Phase::Fwd, i, {{act}, {}});
+      merged(m, sim::Phase::Fwd, std::move(i), {{act}, {}});
       return;
     }
     const auto moved = static_cast<std::int32_t>(out_.buffers.size());
     out_.buffers.push_back({.stage = stage_, .kind = BufKind::ActHost, .tag = sim::MemTag::Activations,
                             .host = true, .layer = -1, .microbatch = mb, .chunk = k, .bytes = m.host});
     chunk_host_[slot(k, mb)] = moved;
-    merged(m, sim::Phase::Fwd, i, {{act, moved}, {}});
+    merged(m, sim::Phase::Fwd, std::move(i), {{act, moved}, {}});
   }
 
   // The layer level's allocations and frees in order, as levels: the most a
