@@ -739,31 +739,42 @@ std::size_t edit_record(const std::string& path, const std::string& id,
   return at;
 }
 
+// Every record of `path` that `which` picks changed by `edit`; how many.
+std::size_t edit_records(const std::string& path, const std::function<bool(const nlohmann::ordered_json&)>& which,
+                         const std::function<void(nlohmann::ordered_json&)>& edit) {
+  std::istringstream in(read(path));
+  std::string out;
+  std::size_t n = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (auto j = nlohmann::ordered_json::parse(l); which(j)) {
+      edit(j);
+      l = j.dump();
+      ++n;
+    }
+    out += l + "\n";
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << out;
+  return n;
+}
+
+// The equivalence classes of the plans `ids` in `path`.
+std::set<std::string> classes_of(const std::string& path, const std::set<std::string>& ids) {
+  std::set<std::string> out;
+  std::istringstream in(read(path));
+  for (std::string l; std::getline(in, l);)
+    if (const auto j = nlohmann::json::parse(l); ids.count(j["plan_id"].get<std::string>()))
+      out.insert(j["class_id"].get<std::string>());
+  return out;
+}
+
 // Every record of the equivalence class of plan `id` in `path` changed by
 // `edit` (a class's plans share their figures: one changed alone disagrees
 // with the others). How many.
 std::size_t edit_class(const std::string& path, const std::string& id,
                        const std::function<void(nlohmann::ordered_json&)>& edit) {
-  std::string cls;
-  {
-    std::istringstream in(read(path));
-    for (std::string l; std::getline(in, l);)
-      if (l.find("\"plan_id\":\"" + id + "\"") != std::string::npos)
-        cls = nlohmann::json::parse(l)["class_id"].get<std::string>();
-  }
-  std::size_t n = 0;
-  if (!cls.empty())
-    for (const auto& member : [&] {
-           std::vector<std::string> ids;
-           std::istringstream in(read(path));
-           for (std::string l; std::getline(in, l);) {
-             const auto j = nlohmann::json::parse(l);
-             if (j["class_id"] == cls) ids.push_back(j["plan_id"].get<std::string>());
-           }
-           return ids;
-         }())
-      n += edit_record(path, member, edit) > 0 ? 1 : 0;
-  return n;
+  const auto cls = classes_of(path, {id});
+  return edit_records(path, [&](const auto& j) { return cls.count(j["class_id"].template get<std::string>()) > 0; },
+                      edit);
 }
 
 TEST_CASE("resume, merge and report: a record of a real plan with forged figures is refused") {
@@ -845,30 +856,13 @@ TEST_CASE("resume, merge and report: a record of a real plan with forged figures
 // see, which leaves the top and the Pareto front as they were. How many
 // records it changed.
 std::size_t forge_all_but(const std::string& path, const std::set<std::string>& keep) {
-  // Whole equivalence classes: those of the kept plans stay as they are.
-  std::set<std::string> kept_classes;
-  {
-    std::istringstream in(read(path));
-    for (std::string l; std::getline(in, l);) {
-      const auto j = nlohmann::json::parse(l);
-      if (keep.count(j["plan_id"].get<std::string>())) kept_classes.insert(j["class_id"].get<std::string>());
-    }
-  }
-  std::istringstream in(read(path));
-  std::string out, l;
-  std::size_t n = 0;
-  while (std::getline(in, l)) {
-    auto j = nlohmann::ordered_json::parse(l);
-    if (!kept_classes.count(j["class_id"].get<std::string>())) {
-      j["step_time_s"] = j["step_time_s"].get<double>() * 2;
-      j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].get<double>() / 2;
-      l = j.dump();
-      ++n;
-    }
-    out += l + "\n";
-  }
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << out;
-  return n;
+  const auto kept = classes_of(path, keep);
+  return edit_records(
+      path, [&](const auto& j) { return kept.count(j["class_id"].template get<std::string>()) == 0; },
+      [](auto& j) {
+        j["step_time_s"] = j["step_time_s"].template get<double>() * 2;
+        j["tokens_per_s_per_gpu"] = j["tokens_per_s_per_gpu"].template get<double>() / 2;
+      });
 }
 
 // The plans a summary shows (its top and Pareto front), by id.
