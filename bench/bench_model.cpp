@@ -14,7 +14,7 @@ void BM_ExpandModel(benchmark::State& state, const char* preset) {
   o.sequence_parallel = true;
   for (auto _ : state) {
     auto chain = strata::cost::expand(model, o);
-    benchmark::DoNotOptimize(chain.block.saved_bytes());
+    benchmark::DoNotOptimize(chain.main_block().saved_bytes());
   }
   state.SetItemsProcessed(state.iterations());
 }

@@ -45,7 +45,7 @@ struct Published {
 const std::vector<Published> kPublished = {
     {"llama-3.1-8b.json", {}, 8'030'261'248, "meta-llama/Llama-3.1-8B safetensors: 8,030,261,248"},
     {"llama-3.1-70b.json", {}, 70'553'706'496, "meta-llama/Llama-3.1-70B safetensors: 70,553,706,496"},
-    {"mistral-7b-v0.1.json", {"sliding_window"}, 7'241'732'096,
+    {"mistral-7b-v0.1.json", {}, 7'241'732'096,
      "mistralai/Mistral-7B-v0.1 safetensors: 7,241,732,096"},
     {"mistral-nemo-base-2407.json", {}, 12'247'782'400,
      "mistralai/Mistral-Nemo-Base-2407 safetensors: 12,247,782,400 (card: 12B)"},
@@ -62,11 +62,11 @@ const std::vector<Published> kPublished = {
      "Qwen/Qwen3-30B-A3B safetensors: 30,532,122,624 (card: 30.5B)", 3.3e9, 0.1e9,
      "Qwen/Qwen3-30B-A3B card: 3.3B activated"},
     {"gemma-7b.json", {}, 8'537'680'896, "google/gemma-7b safetensors: 8,537,680,896 (card: 8.54B)"},
-    {"gemma-2-9b.json", {"sliding_window", "attn_logit_softcapping", "final_logit_softcapping"},
+    {"gemma-2-9b.json", {"attn_logit_softcapping", "final_logit_softcapping"},
      9'241'705'984, "google/gemma-2-9b safetensors: 9,241,705,984"},
-    {"gemma-3-1b-pt.json", {"sliding_window"}, 999'885'952,
+    {"gemma-3-1b-pt.json", {}, 999'885'952,
      "google/gemma-3-1b-pt safetensors: 999,885,952 (card: 1B)"},
-    {"phi-3-mini-4k-instruct.json", {"sliding_window"}, 3'821'079'552,
+    {"phi-3-mini-4k-instruct.json", {}, 3'821'079'552,
      "microsoft/Phi-3-mini-4k-instruct safetensors: 3,821,079,552 (card: 3.8B)"},
     {"deepseek-v2-lite.json", {}, 15'706'484'224,
      "deepseek-ai/DeepSeek-V2-Lite safetensors: 15,706,484,224 (card: 15.7B)", 2.4e9, 0.1e9,
@@ -147,14 +147,29 @@ TEST_CASE("each family's rules come from its model_type") {
 }
 
 TEST_CASE("unmodelled architecture keys and unknown model types are errors") {
-  // Gemma 2's sliding window is refused, naming the key and the opt-out.
+  // Gemma 2's soft-capped attention scores are refused, naming the key and
+  // the opt-out (its sliding window is modelled).
   const std::string gemma2 = hf_path("gemma-2-9b.json");
   const std::string err = testing::input_error_of([&] { load_model_file(gemma2); });
-  CHECK(err.rfind(gemma2 + ": sliding_window: 4096 changes the architecture and Strata does not model it", 0) == 0);
+  CHECK(err.rfind(gemma2 + ": attn_logit_softcapping: 50.0 changes the architecture and Strata does not model it",
+                  0) == 0);
   CHECK(err.find("\"ignore_hf_keys\"") != std::string::npos);
   // Ignoring one key leaves the next one named.
-  CHECK(testing::input_error_of([&] { import("gemma-2-9b.json", {"sliding_window"}); })
-            .rfind(gemma2 + ": attn_logit_softcapping: 50.0 changes the architecture", 0) == 0);
+  CHECK(testing::input_error_of([&] { import("gemma-2-9b.json", {"attn_logit_softcapping"}); })
+            .rfind(gemma2 + ": final_logit_softcapping: 30.0 changes the architecture", 0) == 0);
+  // A modelled window is not ignored: attention_window null drops it.
+  CHECK(testing::input_error_of([&] {
+          import("gemma-2-9b.json", {"sliding_window", "attn_logit_softcapping", "final_logit_softcapping"});
+        }) == "scenario.json: model.ignore_hf_keys[0]: \"sliding_window\" is modelled for gemma2 (the model's "
+              "attention_window); to price full attention instead, give \"attention_window\": null beside "
+              "\"file\"");
+  // A family whose window pattern Strata does not know keeps sliding_window
+  // unmodelled (here a config without model_type).
+  CHECK(testing::input_error_of([] {
+          parse_model_file_text(R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "vocab_size": 10, "max_position_embeddings": 8, "sliding_window": 4})",
+                                "w.json");
+        }).rfind("w.json: sliding_window: 4 changes the architecture and Strata does not model it", 0) == 0);
   // An ignore entry must name a key the config sets.
   CHECK(testing::input_error_of([&] { import("llama-3.1-8b.json", {"sliding_window"}); }) ==
         "scenario.json: model.ignore_hf_keys[0]: \"sliding_window\" is not an unmodelled key this "
@@ -166,6 +181,94 @@ TEST_CASE("unmodelled architecture keys and unknown model types are errors") {
                                     "n_head": 4, "vocab_size": 10})",
                                 "b.json");
         }).rfind("b.json: model_type: unknown Hugging Face model_type \"bloom\" (Strata reads llama, ", 0) == 0);
+}
+
+// A config under tests/hf/ with `edit` applied, read as a model to describe.
+ModelSpec edited(const std::string& file, const nlohmann::json& edit) {
+  nlohmann::json j = load_json_file(hf_path(file));
+  j.merge_patch(edit);
+  return parse_model_file_text(j.dump(), file);
+}
+
+TEST_CASE("sliding windows from Hugging Face configs, per family") {
+  // Mistral-7B-v0.1 and Phi-3-mini: every layer (4096 and 2047 keys).
+  const ModelSpec mistral = import("mistral-7b-v0.1.json", {});
+  REQUIRE(mistral.attention_window);
+  CHECK(mistral.window_size() == 4096);
+  CHECK_FALSE(mistral.attention_window->global_every);
+  const ModelSpec phi3 = import("phi-3-mini-4k-instruct.json", {});
+  REQUIRE(phi3.attention_window);
+  CHECK(phi3.window_size() == 2047);
+  CHECK_FALSE(phi3.attention_window->global_every);
+  // Gemma 2: sliding in even layers (0-based), global in odd: global_every 2.
+  const ModelSpec gemma2 = import("gemma-2-9b.json", {"attn_logit_softcapping", "final_logit_softcapping"});
+  REQUIRE(gemma2.attention_window);
+  CHECK(gemma2.window_size() == 4096);
+  CHECK(gemma2.attention_window->global_every == 2);
+  CHECK(gemma2.windowed_at(0));
+  CHECK_FALSE(gemma2.windowed_at(1));
+  // Gemma 3 1B: sliding_window_pattern 6, a 512-token window; layers 5, 11,
+  // 17 and 23 of 26 global.
+  const ModelSpec gemma3 = import("gemma-3-1b-pt.json", {});
+  REQUIRE(gemma3.attention_window);
+  CHECK(gemma3.window_size() == 512);
+  CHECK(gemma3.attention_window->global_every == 6);
+  CHECK(expand(gemma3).kinds.size() == 2);
+  // Without sliding_window_pattern, Gemma3TextConfig's default of 6.
+  CHECK(edited("gemma-3-1b-pt.json", {{"sliding_window_pattern", nullptr}}).attention_window->global_every == 6);
+  // No window: Mixtral's sliding_window null, Qwen2.5's use_sliding_window
+  // false, a Llama.
+  CHECK_FALSE(import("mixtral-8x7b-v0.1.json", {}).attention_window);
+  CHECK_FALSE(import("qwen2.5-7b.json", {}).attention_window);
+  CHECK_FALSE(import("llama-3.1-8b.json", {}).attention_window);
+}
+
+TEST_CASE("layer_types and max_window_layers: a pattern Strata models, or an error naming the key") {
+  // Gemma 3's layer_types as transformers >= 4.53 writes it (the 1B config
+  // with its 26 layers listed): the same pattern as sliding_window_pattern 6.
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < 26; ++i) types.push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
+  const ModelSpec listed = edited("gemma-3-1b-pt.json", {{"layer_types", types}});
+  REQUIRE(listed.attention_window);
+  CHECK(listed.attention_window->global_every == 6);
+  // All sliding: every layer windowed, whatever sliding_window_pattern says.
+  nlohmann::json sliding = nlohmann::json::array();
+  for (int i = 0; i < 26; ++i) sliding.push_back("sliding_attention");
+  CHECK_FALSE(edited("gemma-3-1b-pt.json", {{"layer_types", sliding}}).attention_window->global_every);
+  // Two global layers next to each other are no global_every pattern.
+  nlohmann::json odd = types;
+  odd[4] = "full_attention";
+  CHECK(testing::input_error_of([&] { edited("gemma-3-1b-pt.json", {{"layer_types", odd}}); })
+            .rfind("gemma-3-1b-pt.json: layer_types: gives its sliding_attention layers (21 of 26 layers "
+                   "sliding-window): Strata models a window in every layer or in all but every k-th layer",
+                   0) == 0);
+  CHECK(testing::input_error_of([&] {
+          edited("gemma-3-1b-pt.json", {{"layer_types", nlohmann::json::array({"sliding_attention"})}});
+        }) == "gemma-3-1b-pt.json: layer_types: has 1 entries for num_hidden_layers=26");
+  odd[0] = "chunked_attention";
+  CHECK(testing::input_error_of([&] { edited("gemma-3-1b-pt.json", {{"layer_types", odd}}); }) ==
+        "gemma-3-1b-pt.json: layer_types[0]: \"chunked_attention\": Strata models \"sliding_attention\" and "
+        "\"full_attention\" layers");
+  // Qwen with use_sliding_window: layers i >= max_window_layers slide. 0:
+  // every layer; 28 of 28: none; 21 of 28 (the first 21 full) is no
+  // pattern Strata models.
+  const nlohmann::json on = {{"use_sliding_window", true}, {"sliding_window", 4096}};
+  nlohmann::json all = on, none = on, some = on;
+  all["max_window_layers"] = 0;
+  none["max_window_layers"] = 28;
+  some["max_window_layers"] = 21;
+  const ModelSpec q_all = edited("qwen2.5-7b.json", all);
+  REQUIRE(q_all.attention_window);
+  CHECK(q_all.window_size() == 4096);
+  CHECK_FALSE(q_all.attention_window->global_every);
+  CHECK_FALSE(edited("qwen2.5-7b.json", none).attention_window);
+  CHECK(testing::input_error_of([&] { edited("qwen2.5-7b.json", some); }) ==
+        "qwen2.5-7b.json: max_window_layers: gives layers 21 and above sliding, the first 21 full (7 of 28 "
+        "layers sliding-window): Strata models a window in every layer or in all but every k-th layer "
+        "counting from 1 (attention_window.global_every)");
+  // A bad window names its key.
+  CHECK(testing::input_error_of([] { edited("mistral-7b-v0.1.json", {{"sliding_window", 0}}); }) ==
+        "mistral-7b-v0.1.json: sliding_window: must be in [1, 16777216], got 0");
 }
 
 TEST_CASE("a Hugging Face config's sequence length") {

@@ -63,6 +63,22 @@ struct MlaSpec {
   std::int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// Sliding-window (local) attention (Mistral, Gemma 2 and 3): a windowed
+// layer's query attends to the `size` most recent keys, itself included
+// (Hugging Face transformers, masking_utils.py sliding_window_overlay:
+// kv_idx > q_idx - sliding_window, under the causal mask). With
+// `global_every`, every global_every-th layer counting from 1 attends to
+// the whole sequence instead: layer i (0-based) is global when
+// (i + 1) % global_every == 0. That is transformers' rule for Gemma 3
+// (configuration_gemma3.py: "sliding_attention" if bool((i + 1) %
+// sliding_window_pattern), the pattern 6 by default) and for Gemma 2
+// (configuration_gemma2.py: bool((i + 1) % 2), global_every 2).
+struct AttentionWindow {
+  std::int64_t size = 0;  // keys a windowed query attends to
+  // None: every layer is windowed.
+  std::optional<std::int64_t> global_every;
+};
+
 // One stage of a layer-chain model (docs/input-format.md, `chain`): a layer
 // or a block (a residual unit) whose input is the previous stage's output.
 // Every count is per input sample; a microbatch of b samples scales them by b.
@@ -126,6 +142,9 @@ struct ModelSpec {
   std::optional<std::int64_t> max_positions;
   std::optional<MoeSpec> moe;
   std::optional<MlaSpec> mla;
+  // Sliding-window attention in some or all layers; none: every layer
+  // attends to the whole (causal) sequence.
+  std::optional<AttentionWindow> attention_window;
   // A layer-chain model: `layers` is its stage count and the transformer
   // dimensions are 0.
   std::optional<LayerChain> chain;
@@ -153,6 +172,15 @@ struct ModelSpec {
   }
   // Blocks whose MLP is the routed experts: all but the first_dense ones.
   std::int64_t moe_blocks() const { return moe ? layers - moe->first_dense : 0; }
+  // Whether block i (0-based) has the routed experts.
+  bool moe_at(std::int64_t i) const { return moe && i >= moe->first_dense; }
+  // Whether block i (0-based) has windowed attention (AttentionWindow).
+  bool windowed_at(std::int64_t i) const {
+    return attention_window &&
+           !(attention_window->global_every && (i + 1) % *attention_window->global_every == 0);
+  }
+  // Keys a windowed layer's query attends to (0 without a window).
+  std::int64_t window_size() const { return attention_window ? attention_window->size : 0; }
 };
 
 }  // namespace strata::cost

@@ -142,7 +142,8 @@ LayerChain read_chain(const JsonReader& r) {
 constexpr const char* kTransformerKeys[] = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
     "bias", "position_embedding", "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias",
-    "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys", "rope_theta"};
+    "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys", "rope_theta",
+    "attention_window"};
 
 // The model a "file" key names: Strata's format or a Hugging Face config
 // (with the object's "ignore_hf_keys"); `hf_max_pos` is set for the latter.
@@ -289,6 +290,24 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
     mla->reject_unknown_keys();
     m.mla = l;
   }
+  // null drops a base model's window: every layer attends to the whole
+  // sequence.
+  if (auto w = r.get("attention_window")) {
+    if (w->is_null()) {
+      m.attention_window.reset();
+    } else {
+      if (!w->is_object()) w->fail("must be an object {\"size\", \"global_every\"} or null");
+      AttentionWindow aw;
+      aw.size = w->at("size").as_int(1, kMaxDim);
+      if (auto g = w->get("global_every")) {
+        aw.global_every = g->as_int(1, kMaxLayers);
+        if (*aw.global_every == 1)
+          g->fail("1 makes every layer global (full attention): leave attention_window out instead");
+      }
+      w->reject_unknown_keys();
+      m.attention_window = aw;
+    }
+  }
   m.source = r.string_or("source", m.source);
   r.reject_unknown_keys();
   check_model(m, r);
@@ -334,15 +353,19 @@ constexpr HfFamily kHfFamilies[] = {
     {"mistral", R"({"hidden_act": "silu", "tie_word_embeddings": false, "sliding_window": 4096})"},
     {"mixtral", R"({"hidden_act": "silu", "tie_word_embeddings": false, "num_local_experts": 8,
                    "num_experts_per_tok": 2})"},
-    {"qwen2", R"({"hidden_act": "silu", "tie_word_embeddings": false, "use_sliding_window": false})"},
+    {"qwen2", R"({"hidden_act": "silu", "tie_word_embeddings": false, "use_sliding_window": false,
+                 "sliding_window": 4096, "max_window_layers": 28})"},
     {"qwen2_moe", R"({"hidden_act": "silu", "tie_word_embeddings": false, "use_sliding_window": false,
+                     "sliding_window": 4096, "max_window_layers": 28,
                      "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
                      "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4,
                      "num_experts": 60, "mlp_only_layers": []})"},
     {"qwen3", R"({"hidden_act": "silu", "tie_word_embeddings": false, "head_dim": 128,
-                 "attention_bias": false, "use_sliding_window": false})"},
+                 "attention_bias": false, "use_sliding_window": false, "sliding_window": 4096,
+                 "max_window_layers": 28})"},
     {"qwen3_moe", R"({"hidden_act": "silu", "tie_word_embeddings": false, "head_dim": 128,
-                     "attention_bias": false, "use_sliding_window": false,
+                     "attention_bias": false, "use_sliding_window": false, "sliding_window": 4096,
+                     "max_window_layers": 28,
                      "decoder_sparse_step": 1, "moe_intermediate_size": 768,
                      "num_experts_per_tok": 8, "num_experts": 128, "mlp_only_layers": []})"},
     {"gemma", R"({"hidden_act": "gelu_pytorch_tanh", "tie_word_embeddings": true, "head_dim": 256,
@@ -354,7 +377,8 @@ constexpr HfFamily kHfFamilies[] = {
                        "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
                        "num_hidden_layers": 26, "num_attention_heads": 8,
                        "num_key_value_heads": 4, "head_dim": 256, "attention_bias": false,
-                       "max_position_embeddings": 131072, "sliding_window": 4096})"},
+                       "max_position_embeddings": 131072, "sliding_window": 4096,
+                       "sliding_window_pattern": 6})"},
     {"phi3", R"({"hidden_act": "silu", "tie_word_embeddings": false})"},
     {"deepseek_v2", R"({"hidden_act": "silu", "tie_word_embeddings": false, "attention_bias": false,
                        "first_k_dense_replace": 0, "moe_layer_freq": 1, "kv_lora_rank": 512,
@@ -389,8 +413,10 @@ struct Unmodelled {
   const char* what;
 };
 constexpr Unmodelled kUnmodelled[] = {
-    {"sliding_window", "sliding-window attention; Strata prices attention over the whole sequence, "
-                       "exact when seq_len is at most the window"},
+    {"sliding_window", "sliding-window attention in a family whose layer pattern Strata does not know "
+                       "(it reads mistral's, mixtral's, phi3's, gemma2's, gemma3's and qwen's); priced "
+                       "without it, attention is over the whole sequence, exact when seq_len is at most "
+                       "the window"},
     {"attn_logit_softcapping", "soft-capped attention scores (the attention kernel must support it)"},
     {"final_logit_softcapping", "soft-capped output logits"},
     {"num_nextn_predict_layers", "multi-token prediction modules"},
@@ -399,12 +425,21 @@ constexpr Unmodelled kUnmodelled[] = {
     {"moe_layer_freq", "MoE blocks only every k-th layer"},
 };
 
+// The families whose sliding-window layers Strata reads (read_hf_window).
+bool hf_window_family(std::string_view type) {
+  for (std::string_view t : {"mistral", "mixtral", "phi3", "gemma2", "gemma3_text", "qwen2", "qwen2_moe",
+                             "qwen3", "qwen3_moe"})
+    if (t == type) return true;
+  return false;
+}
+
 // Whether an unmodelled key is in effect in `c` (the config with its
-// family's defaults).
-bool unmodelled_active(const nlohmann::json& c, std::string_view key) {
+// family's defaults) of model_type `type`.
+bool unmodelled_active(const nlohmann::json& c, std::string_view key, std::string_view type) {
   const auto it = c.find(std::string(key));
   if (it == c.end() || it->is_null()) return false;
   if (key == "sliding_window") {
+    if (hf_window_family(type)) return false;  // read: read_hf_window
     const auto use = c.find("use_sliding_window");
     return !(use != c.end() && use->is_boolean() && !use->get<bool>());
   }
@@ -413,6 +448,89 @@ bool unmodelled_active(const nlohmann::json& c, std::string_view key) {
   if (key == "mlp_only_layers") return !(it->is_array() && it->empty());
   if (key == "num_nextn_predict_layers") return !(it->is_number_integer() && it->get<std::int64_t>() == 0);
   return true;
+}
+
+// The sliding-window attention of a window family's config (none for the
+// other families, whose sliding_window is in kUnmodelled): the window, and
+// which layers have it, from `layer_types` where the config gives it (the
+// list transformers builds since v4.53, one "sliding_attention" or
+// "full_attention" per layer) or else the family's rule, each as its
+// configuration class applies it:
+// - mistral, mixtral, phi3: every layer (Phi3Attention in modular_phi3.py
+//   passes sliding_window=getattr(config, "sliding_window", None) in every
+//   layer, as Mistral's and Mixtral's attention, which Phi-3's derives
+//   from, do);
+// - gemma2: layer i slides when (i + 1) % 2 != 0 (configuration_gemma2.py,
+//   layer_types default; modeling_gemma2.py before it: is_sliding = not
+//   bool(layer_idx % 2)), so global_every 2;
+// - gemma3_text: (i + 1) % sliding_window_pattern != 0, the pattern 6 by
+//   default (modular_gemma3.py, Gemma3TextConfig: _sliding_window_pattern =
+//   kwargs.get("sliding_window_pattern", 6));
+// - qwen2, qwen2_moe, qwen3, qwen3_moe: with use_sliding_window only (else
+//   their config sets sliding_window to None), layer i slides when
+//   i >= max_window_layers (configuration_qwen2.py: the first
+//   max_window_layers layers have full attention, 28 by default).
+// Strata models a window in every layer or in all but every k-th
+// (AttentionWindow): another pattern is an error naming the key.
+std::optional<AttentionWindow> read_hf_window(const JsonReader& r, std::string_view type, std::int64_t layers) {
+  if (!hf_window_family(type)) return std::nullopt;
+  const bool qwen = type.substr(0, 4) == "qwen";
+  if (qwen && !r.bool_or("use_sliding_window", false)) return std::nullopt;
+  const auto w_r = first_of(r, {"sliding_window"});
+  if (!w_r) return std::nullopt;  // null: no window, whatever layer_types says
+  AttentionWindow w;
+  w.size = w_r->as_int(1, kMaxDim);
+  std::vector<char> sliding(static_cast<std::size_t>(layers), 1);
+  const auto set = [&](auto&& slides) {
+    for (std::int64_t i = 0; i < layers; ++i) sliding[static_cast<std::size_t>(i)] = slides(i) ? 1 : 0;
+  };
+  // What the pattern came from, for its error.
+  std::optional<JsonReader> from;
+  std::string rule = "its family's sliding layers";
+  if (auto lt = first_of(r, {"layer_types"})) {
+    if (!lt->is_array()) lt->fail("must be an array of \"sliding_attention\" or \"full_attention\", one a layer");
+    const auto el = lt->elements();
+    if (static_cast<std::int64_t>(el.size()) != layers)
+      lt->fail("has " + std::to_string(el.size()) + " entries for num_hidden_layers=" + std::to_string(layers));
+    for (std::size_t i = 0; i < el.size(); ++i) {
+      const std::string t = el[i].as_string();
+      if (t != "sliding_attention" && t != "full_attention")
+        el[i].fail("\"" + t + "\": Strata models \"sliding_attention\" and \"full_attention\" layers");
+      sliding[i] = t == "sliding_attention" ? 1 : 0;
+    }
+    from = lt;
+    rule = "its sliding_attention layers";
+  } else if (type == "gemma2") {
+    set([](std::int64_t i) { return (i + 1) % 2 != 0; });
+  } else if (type == "gemma3_text") {
+    const auto p_r = r.at("sliding_window_pattern");
+    const std::int64_t p = p_r.as_int(1, kMaxLayers);
+    set([p](std::int64_t i) { return (i + 1) % p != 0; });
+    from = p_r;
+  } else if (qwen) {
+    const auto n_r = r.at("max_window_layers");
+    const std::int64_t n = n_r.as_int(0, kMaxLayers);
+    set([n](std::int64_t i) { return i >= n; });
+    from = n_r;
+    rule = "layers " + std::to_string(n) + " and above sliding, the first " + std::to_string(n) + " full";
+  }
+  const auto windowed = static_cast<std::int64_t>(std::count(sliding.begin(), sliding.end(), 1));
+  if (windowed == 0) return std::nullopt;
+  if (windowed == layers) return w;
+  // All but every k-th: k is one past the first full layer.
+  const auto first_full = static_cast<std::int64_t>(std::find(sliding.begin(), sliding.end(), 0) - sliding.begin());
+  const std::int64_t k = first_full + 1;
+  bool pattern = k >= 2;
+  for (std::int64_t i = 0; pattern && i < layers; ++i)
+    pattern = (sliding[static_cast<std::size_t>(i)] != 0) == ((i + 1) % k != 0);
+  if (!pattern) {
+    const JsonReader& at = from ? *from : r;
+    at.fail("gives " + rule + " (" + std::to_string(windowed) + " of " + std::to_string(layers) +
+            " layers sliding-window): Strata models a window in every layer or in all but every k-th "
+            "layer counting from 1 (attention_window.global_every)");
+  }
+  w.global_every = k;
+  return w;
 }
 
 // `ignore`: the keys of kUnmodelled the user accepts pricing without
@@ -455,7 +573,7 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
   // Unmodelled keys in effect: errors unless ignored.
   std::vector<std::string> active;
   for (const auto& u : kUnmodelled) {
-    if (!unmodelled_active(merged, u.key)) continue;
+    if (!unmodelled_active(merged, u.key, type)) continue;
     active.emplace_back(u.key);
     if (std::find(ignore.begin(), ignore.end(), u.key) != ignore.end()) continue;
     r.fail_at(u.key, std::string(merged.at(u.key).dump()) + " changes the architecture and Strata does not model it (" +
@@ -463,7 +581,11 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
                          "\"ignore_hf_keys\": {\"file\": \"" + path + "\", \"ignore_hf_keys\": [\"" + u.key + "\"]}");
   }
   for (std::size_t i = 0; i < ignore.size(); ++i)
-    if (std::find(active.begin(), active.end(), ignore[i]) == active.end()) {
+    if (ignore[i] == "sliding_window" && hf_window_family(type))
+      ignore_at->elements()[i].fail("\"sliding_window\" is modelled for " + std::string(type) +
+                                    " (the model's attention_window); to price full attention instead, "
+                                    "give \"attention_window\": null beside \"file\"");
+    else if (std::find(active.begin(), active.end(), ignore[i]) == active.end()) {
       std::string set;
       for (const auto& a : active) set += (set.empty() ? "" : ", ") + a;
       ignore_at->elements()[i].fail("\"" + ignore[i] + "\" is not an unmodelled key this config sets (it sets: " +
@@ -586,6 +708,7 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
   if (is({"olmo2"})) m.norm_placement = NormPlacement::Post;
   if (is({"qwen3", "qwen3_moe", "gemma3_text"})) m.qk_norm = QkNorm::Head;
   if (is({"olmo2"})) m.qk_norm = QkNorm::Full;
+  m.attention_window = read_hf_window(r, type, m.layers);
   if (is({"gpt_neox"}) && r.at("use_parallel_residual").as_bool()) m.block = BlockKind::Parallel2Norm;
   if (is({"falcon"}) && r.at("parallel_attn").as_bool()) {
     const std::int64_t norms =

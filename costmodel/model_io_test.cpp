@@ -211,6 +211,58 @@ TEST_CASE("layer-chain errors name the path and the rule") {
         "m.json: model.hidden: applies to transformer models; this model is a layer chain (\"chain\")");
 }
 
+TEST_CASE("attention_window: every layer, or all but every global_every-th") {
+  // {"size": 4096}: every layer windowed; with global_every 6, layer i is
+  // global when (i + 1) % 6 == 0 (layers 5 and 11 of 12).
+  const auto all = model_from(R"({"layers": 12, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32,
+                                  "attention_window": {"size": 4096}})");
+  REQUIRE(all.attention_window);
+  CHECK(all.window_size() == 4096);
+  CHECK_FALSE(all.attention_window->global_every);
+  for (std::int64_t i = 0; i < 12; ++i) CHECK(all.windowed_at(i));
+  const auto five_one = model_from(R"({"layers": 12, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32,
+                                       "attention_window": {"size": 1024, "global_every": 6}})");
+  CHECK(five_one.window_size() == 1024);
+  for (std::int64_t i = 0; i < 12; ++i) {
+    CAPTURE(i);
+    CHECK(five_one.windowed_at(i) == (i != 5 && i != 11));
+  }
+  // Without a window no layer is windowed.
+  const auto none = model_from(R"({"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32})");
+  CHECK_FALSE(none.windowed_at(0));
+  CHECK(none.window_size() == 0);
+  // Gemma 3 27B's preset: 1024-token windows, every sixth layer global; null
+  // drops a base model's window.
+  const auto gemma = model_preset("gemma3-27b");
+  REQUIRE(gemma.attention_window);
+  CHECK(gemma.window_size() == 1024);
+  CHECK(gemma.attention_window->global_every == 6);
+  CHECK_FALSE(model_from(R"({"preset": "gemma3-27b", "attention_window": null})").attention_window);
+}
+
+TEST_CASE("attention_window errors name the path and the rule") {
+  const std::string base = R"({"layers": 12, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32, )";
+  auto err = [&](const std::string& window) {
+    return error_of([&] { model_from(base + R"("attention_window": )" + window + "}"); });
+  };
+  CHECK(err(R"({"size": 0})") == "m.json: model.attention_window.size: must be in [1, 16777216], got 0");
+  CHECK(err(R"({"global_every": 6})") == "m.json: model.attention_window.size: missing required key");
+  CHECK(err(R"({"size": 8, "global_every": 0})") ==
+        "m.json: model.attention_window.global_every: must be in [1, 100000], got 0");
+  CHECK(err(R"({"size": 8, "global_every": -6})") ==
+        "m.json: model.attention_window.global_every: must be in [1, 100000], got -6");
+  CHECK(err(R"({"size": 8, "global_every": 1})") ==
+        "m.json: model.attention_window.global_every: 1 makes every layer global (full attention): leave "
+        "attention_window out instead");
+  CHECK(err(R"({"size": 8, "every": 6})").rfind("m.json: model.attention_window.every: unknown key", 0) == 0);
+  CHECK(err("4096") == "m.json: model.attention_window: must be an object {\"size\", \"global_every\"} or null");
+  // A layer chain has no attention.
+  CHECK(error_of([] {
+          model_from(R"({"preset": "resnet50", "attention_window": {"size": 8}})");
+        }) == "m.json: model.attention_window: applies to transformer models; this model is a layer chain "
+              "(\"chain\")");
+}
+
 TEST_CASE("Hugging Face config.json imports as a model") {
   // meta-llama/Meta-Llama-3-70B's config.json keys; the result has the
   // preset's parameter count (70.55 B).

@@ -79,17 +79,38 @@ Flops LayerChain::bwd_flops() const {
   return f;
 }
 
+std::vector<std::int64_t> OpChain::kind_counts(std::span<const std::int64_t> layers) const {
+  std::vector<std::int64_t> n(kinds.size(), 0);
+  for (const std::int64_t l : layers) ++n[static_cast<std::size_t>(kind_of[static_cast<std::size_t>(l)])];
+  return n;
+}
+
+std::vector<std::int64_t> OpChain::kind_counts(std::int64_t first, std::int64_t count) const {
+  std::vector<std::int64_t> n(kinds.size(), 0);
+  for (std::int64_t l = first; l < first + count; ++l) ++n[static_cast<std::size_t>(kind_of[static_cast<std::size_t>(l)])];
+  return n;
+}
+
+double OpChain::block_params(std::span<const std::int64_t> layers) const {
+  double n = 0;
+  for (const std::int64_t l : layers) n += static_cast<double>(block_at(l).params());
+  return n;
+}
+
 std::int64_t OpChain::params() const {
-  return embedding.params() + (blocks - dense_blocks) * block.params() +
-         dense_blocks * dense_block.params() + head.params();
+  std::int64_t n = embedding.params() + head.params();
+  for (const std::int32_t k : kind_of) n += kinds[static_cast<std::size_t>(k)].params();
+  return n;
 }
 Flops OpChain::fwd_flops() const {
-  return embedding.fwd_flops() + static_cast<double>(blocks - dense_blocks) * block.fwd_flops() +
-         static_cast<double>(dense_blocks) * dense_block.fwd_flops() + head.fwd_flops();
+  Flops f = embedding.fwd_flops() + head.fwd_flops();
+  for (const std::int32_t k : kind_of) f += kinds[static_cast<std::size_t>(k)].fwd_flops();
+  return f;
 }
 Flops OpChain::bwd_flops() const {
-  return embedding.bwd_flops() + static_cast<double>(blocks - dense_blocks) * block.bwd_flops() +
-         static_cast<double>(dense_blocks) * dense_block.bwd_flops() + head.bwd_flops();
+  Flops f = embedding.bwd_flops() + head.bwd_flops();
+  for (const std::int32_t k : kind_of) f += kinds[static_cast<std::size_t>(k)].bwd_flops();
+  return f;
 }
 
 namespace {
@@ -277,15 +298,45 @@ struct Builder {
     ops.push_back(linear("kv_up", kvl, H * (nope + v), Split::Column, /*in_rep=*/true, false));
   }
 
-  void attention(std::vector<Op>& ops) const {
+  // Keys each query of a windowed layer attends to, in the convention
+  // attention() prices full causal attention by (every query against all
+  // S = s_full keys). A causal query at position p (0-based) attends to
+  // p + 1 keys: S(S + 1)/2 pairs over the sequence, priced as S·S, so a pair
+  // counts 2S/(S + 1). With a window of w <= S keys (AttentionWindow in
+  // model.hpp) query p attends to min(p + 1, w): the first w queries
+  // 1 … w keys, w(w + 1)/2 pairs, the other S − w queries w each, so
+  // wS − w(w − 1)/2 pairs in all (a mean of w − w(w − 1)/(2S) keys a query,
+  // against (S + 1)/2 for full causal attention). Priced alike, per query:
+  //   (wS − w(w − 1)/2) · 2S/(S + 1) / S = w(2S − w + 1)/(S + 1),
+  // which is S at w = S; a window of S keys or more covers the sequence and
+  // is full attention, returned as S exactly (bit-for-bit the full op).
+  // Example: S = 8, w = 3: 1+2+3+3+3+3+3+3 = 21 of 36 causal pairs, so
+  // 8·21/36 = 3·14/9 keys a query. Under context parallelism each rank's s
+  // queries count this mean (its load-balanced chunks' average).
+  double window_keys() const {
+    const double w = static_cast<double>(m.window_size());
+    if (w >= s_full) return s_full;
+    return w * (2.0 * s_full - w + 1.0) / (s_full + 1.0);
+  }
+
+  // `windowed`: the layer has sliding-window attention (window_keys()).
+  void attention(std::vector<Op>& ops, bool windowed) const {
     const double q = b * s * qw, k = b * s * kw, v = b * s * vw, out = b * s * ow;
     // Scores cost 2·b·s·s_full per query feature (heads · query-key head
     // dim) and values 2·b·s·s_full per output feature (heads · value head
     // dim), each local query against all keys of the sequence (s = s_full
     // without context parallelism): 2·b·s·s_full·h each when head_dim is
     // hidden / heads. Grouped keys and values serve several query heads.
-    const double score_flops = 2.0 * b * s * s_full * qw / t;
-    const double value_flops = 2.0 * b * s * s_full * ow / t;
+    // A windowed layer under flash attention (FlashAttention's window_size,
+    // which skips the blocks outside the window) prices window_keys() keys
+    // a query instead of s_full; its saved bytes (Q, K, V and the
+    // log-sum-exp) and traffic do not change. Standard attention keeps full
+    // attention's FLOPs and bytes: the eager kernel computes the whole
+    // s × s_full product and masks it (Hugging Face's eager_attention_forward
+    // adds the sliding-window mask to the full score matrix).
+    const double keys = windowed && o.attention == AttentionKernel::Flash ? window_keys() : s_full;
+    const double score_flops = 2.0 * b * s * keys * qw / t;
+    const double value_flops = 2.0 * b * s * keys * ow / t;
     if (o.attention == AttentionKernel::Flash) {
       Op op;
       op.name = "attention";
@@ -431,8 +482,9 @@ struct Builder {
     return l;
   }
 
-  // A transformer block; `moe_block`: its MLP is the routed experts.
-  Layer block(bool moe_block) const {
+  // A transformer block; `moe_block`: its MLP is the routed experts;
+  // `windowed`: its attention is the model's sliding window.
+  Layer block(bool moe_block, bool windowed) const {
     Layer l;
     l.name = "block";
     l.kind = LayerKind::Block;
@@ -469,7 +521,7 @@ struct Builder {
       }
     }
     at.attention = {static_cast<int>(ops.size()), 0};
-    attention(ops);
+    attention(ops, windowed);
     at.attention.second = static_cast<int>(ops.size());
     ops.push_back(linear("attn_proj", ow, h, Split::Row, /*in_rep=*/false, m.bias));
     if (post) ops.push_back(norm("attn_post_norm"));
@@ -743,12 +795,32 @@ OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
   Builder bld(model, opts);
   OpChain c;
   c.embedding = bld.embedding();
-  c.block = bld.block(model.moe.has_value());
+  // Each block shape present is one kind, in a fixed order (the main block
+  // first): the expert MLP before a dense one, and within each full
+  // attention before a sliding window.
+  struct Shape {
+    bool moe;
+    bool windowed;
+    bool operator==(const Shape&) const = default;
+  };
+  auto shape_at = [&](std::int64_t i) { return Shape{model.moe_at(i), model.windowed_at(i)}; };
+  std::vector<Shape> shapes;
   c.blocks = model.layers;
-  if (model.moe && model.moe->first_dense > 0) {
-    c.dense_block = bld.block(false);
-    c.dense_blocks = model.moe->first_dense;
+  c.kind_of.resize(static_cast<std::size_t>(model.layers));
+  for (const bool moe : {true, false})
+    for (const bool windowed : {false, true})
+      for (std::int64_t i = 0; i < model.layers; ++i)
+        if (shape_at(i) == Shape{moe, windowed}) {
+          shapes.push_back({moe, windowed});
+          break;
+        }
+  for (const Shape& sh : shapes) {
+    c.kinds.push_back(bld.block(sh.moe, sh.windowed));
+    c.kinds.back().block_kind = static_cast<std::int32_t>(c.kinds.size() - 1);
   }
+  for (std::int64_t i = 0; i < model.layers; ++i)
+    c.kind_of[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(
+        std::find(shapes.begin(), shapes.end(), shape_at(i)) - shapes.begin());
   c.head = bld.head();
   return c;
 }
@@ -764,7 +836,7 @@ std::int64_t active_params(const ModelSpec& model) {
   if (!model.moe) return c.params();
   // A routed-expert op holds `experts` copies; a token visits top_k of them.
   std::int64_t routed = 0;
-  for (const Op& op : c.block.ops)
+  for (const Op& op : c.main_block().ops)
     if (op.expert) routed += op.params / model.moe->experts * (model.moe->experts - model.moe->top_k);
   return c.params() - model.moe_blocks() * routed;
 }

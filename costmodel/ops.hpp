@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <span>
 #include <vector>
 
 #include "costmodel/model.hpp"
@@ -96,6 +97,8 @@ enum class LayerKind { Embedding, Block, Head };
 struct Layer {
   std::string_view name;  // "embedding", "block" or "head"
   LayerKind kind = LayerKind::Block;
+  // A block's index in its OpChain's kinds (0 for the embedding and head).
+  std::int32_t block_kind = 0;
   std::vector<Op> ops;
   // Bytes of the layer's input on this rank: what full recompute keeps.
   Bytes input_bytes = 0;
@@ -136,19 +139,31 @@ struct ExpandOptions {
 };
 
 // The whole model: embedding, one block per transformer layer, head (final
-// norm, logits, loss). Blocks are alike except that a MoE model's first
-// `dense_blocks` (DeepSeek's first_k_dense_replace) have a dense MLP:
-// `dense_block`; the other blocks - dense_blocks are `block`.
+// norm, logits, loss). Blocks differ by kind: each distinct kind is built
+// once (`kinds`) and block i is kinds[kind_of[i]]. Kinds are the shapes
+// present in a fixed order: expert MLP before dense (a MoE model's first
+// blocks, DeepSeek's first_k_dense_replace), and within each full attention
+// before a sliding window (ModelSpec::windowed_at: Gemma 2 and 3's local
+// layers). kinds[0], the first present, is the model's main block. A model
+// with one shape (dense, windowed in no layer or in every layer) has one kind.
 struct OpChain {
   Layer embedding;
-  Layer block;
-  std::int64_t blocks = 0;  // every transformer block, dense_blocks included
-  Layer dense_block;        // empty unless dense_blocks > 0
-  std::int64_t dense_blocks = 0;
+  std::vector<Layer> kinds;
+  std::vector<std::int32_t> kind_of;  // per block, 0-based
+  std::int64_t blocks = 0;            // kind_of.size()
   Layer head;
 
   // Block i (0-based) of the model.
-  const Layer& block_at(std::int64_t i) const { return i < dense_blocks ? dense_block : block; }
+  const Layer& block_at(std::int64_t i) const {
+    return kinds[static_cast<std::size_t>(kind_of[static_cast<std::size_t>(i)])];
+  }
+  const Layer& main_block() const { return kinds.front(); }
+  // Blocks of each kind (indexed as `kinds`) among the blocks listed.
+  std::vector<std::int64_t> kind_counts(std::span<const std::int64_t> layers) const;
+  // … among blocks first … first + n − 1.
+  std::vector<std::int64_t> kind_counts(std::int64_t first, std::int64_t n) const;
+  // Parameters of the blocks listed (each block's own kind).
+  double block_params(std::span<const std::int64_t> layers) const;
 
   std::int64_t params() const;
   Flops fwd_flops() const;

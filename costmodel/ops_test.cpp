@@ -71,7 +71,7 @@ TEST_CASE("full-recompute FLOPs match Megatron Eq. 3") {
   ExpandOptions o;
   o.micro_batch = 1024;
   const auto c = expand(m, o);
-  const double summed = c.model_flops() + static_cast<double>(c.blocks) * c.block.fwd_flops();
+  const double summed = c.model_flops() + static_cast<double>(c.blocks) * c.main_block().fwd_flops();
   const double eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
   CHECK(summed == doctest::Approx(eq3).epsilon(1e-12));
 }
@@ -94,7 +94,7 @@ Bytes block_bytes(const ModelSpec& m, std::int64_t b, std::int64_t t, bool sp, R
   o.tp = t;
   o.sequence_parallel = sp;
   o.attention = AttentionKernel::Standard;
-  return expand(m, o).block.saved_bytes(r);
+  return expand(m, o).main_block().saved_bytes(r);
 }
 
 TEST_CASE("activation bytes per layer match Korthikanti Table 2") {
@@ -137,9 +137,9 @@ TEST_CASE("flash attention saves no score matrix") {
   ExpandOptions std_o, flash_o;
   std_o.attention = AttentionKernel::Standard;
   const double s = 512, b = 1, h = 1024, a = 16;
-  const Bytes flash = expand(m, flash_o).block.saved_bytes();
+  const Bytes flash = expand(m, flash_o).main_block().saved_bytes();
   CHECK(flash == static_cast<Bytes>(s * b * h * 34 + 4 * a * s * b));
-  CHECK(expand(m, std_o).block.saved_bytes() - flash ==
+  CHECK(expand(m, std_o).main_block().saved_bytes() - flash ==
         static_cast<Bytes>(5 * a * s * s * b - 4 * a * s * b));
 }
 
@@ -177,7 +177,7 @@ TEST_CASE("MoE forward FLOPs: top_k expert MLPs plus the router") {
   auto dense = moe;
   dense.moe.reset();
   const double b = 1, s = static_cast<double>(moe.seq_len), h = 4096, f = 14336, E = 8, k = 2;
-  const double diff = expand(moe).block.fwd_flops() - expand(dense).block.fwd_flops();
+  const double diff = expand(moe).main_block().fwd_flops() - expand(dense).main_block().fwd_flops();
   CHECK(diff == doctest::Approx((k - 1) * 2 * b * s * 3 * h * f + 2 * b * s * h * E).epsilon(1e-12));
 }
 
@@ -188,7 +188,7 @@ TEST_CASE("tensor parallelism splits weights, not replicated biases and norms") 
   ExpandOptions o;
   o.tp = 4;
   const std::int64_t h = 1024, t = 4;
-  CHECK(expand(m, o).block.params() == 12 * h * h / t + 7 * h / t + 2 * h + 4 * h);
+  CHECK(expand(m, o).main_block().params() == 12 * h * h / t + 7 * h / t + 2 * h + 4 * h);
 }
 
 TEST_CASE("fp32 doubles activation bytes; fp8 halves GEMM inputs") {
@@ -197,9 +197,9 @@ TEST_CASE("fp32 doubles activation bytes; fp8 halves GEMM inputs") {
   for (auto* o : {&bf16, &fp32, &fp8}) o->attention = AttentionKernel::Standard;
   fp32.precision = Precision::FP32;
   fp8.precision = Precision::FP8;
-  const auto& ops16 = expand(m, bf16).block.ops;
-  const auto& ops32 = expand(m, fp32).block.ops;
-  const auto& ops8 = expand(m, fp8).block.ops;
+  const auto ops16 = expand(m, bf16).main_block().ops;
+  const auto ops32 = expand(m, fp32).main_block().ops;
+  const auto ops8 = expand(m, fp8).main_block().ops;
   for (std::size_t i = 0; i < ops16.size(); ++i) {
     CAPTURE(ops16[i].name);
     if (ops16[i].kind == OpKind::Dropout) {
@@ -228,8 +228,8 @@ TEST_CASE("size_bound is above every byte count and parameter count expand forms
       CAPTURE(m.name);
       CHECK(static_cast<double>(c.params()) <= b.params);
       double kept = 0, traffic = 0;
-      for (const Layer* l : {&c.embedding, &c.block, &c.head}) {
-        const double times = l == &c.block ? static_cast<double>(c.blocks) : 1.0;
+      for (const Layer* l : {&c.embedding, &c.main_block(), &c.head}) {
+        const double times = l == &c.main_block() ? static_cast<double>(c.blocks) : 1.0;
         for (const Op& op : l->ops) {
           kept += times * static_cast<double>(op.saved_bytes + op.grad_bytes);
           traffic += times * static_cast<double>(op.fwd_bytes + op.bwd_bytes);
@@ -268,7 +268,7 @@ TEST_CASE("weight shapes: a GPT block has 12h² in matrices and 13h in vectors")
   const auto m = gpt(2, 256, 4, 64, 1000);
   const auto c = expand(m);
   std::int64_t mat = 0, vec = 0;
-  for (const auto& op : c.block.ops) {
+  for (const auto& op : c.main_block().ops) {
     CHECK(op.vector_params() >= 0);
     mat += op.matrix_params();
     vec += op.vector_params();
@@ -289,8 +289,8 @@ TEST_CASE("expert parallelism divides expert weights, not attention") {
   const auto full = expand(m);
   const auto part = expand(m, o);
   const std::int64_t expert = 8 * 3 * 4096 * 14336;  // 8 SwiGLU experts
-  CHECK(full.block.params() - part.block.params() == expert - expert / 4);
-  CHECK(part.block.fwd_flops() == full.block.fwd_flops());
+  CHECK(full.main_block().params() - part.main_block().params() == expert - expert / 4);
+  CHECK(part.main_block().fwd_flops() == full.main_block().fwd_flops());
 }
 
 // A Llama-style block without dropout for the architecture options below.
@@ -322,11 +322,11 @@ TEST_CASE("head_dim apart from hidden/heads widens q/k/v, the scores and the out
   m.head_size = 256;
   const OpChain c = expand(m);
   const double q = 16 * 256, h = 3072, s = 512;
-  CHECK(op_named(c.block, "qkv").params == static_cast<std::int64_t>(h * 3 * q));
-  CHECK(op_named(c.block, "attn_proj").params == static_cast<std::int64_t>(q * h));
-  CHECK(op_named(c.block, "attention").fwd_flops == doctest::Approx(2 * 2 * s * s * q));
+  CHECK(op_named(c.main_block(), "qkv").params == static_cast<std::int64_t>(h * 3 * q));
+  CHECK(op_named(c.main_block(), "attn_proj").params == static_cast<std::int64_t>(q * h));
+  CHECK(op_named(c.main_block(), "attention").fwd_flops == doctest::Approx(2 * 2 * s * s * q));
   // Flash keeps Q, K, V at their width and fp32 statistics.
-  CHECK(op_named(c.block, "attention").saved_bytes ==
+  CHECK(op_named(c.main_block(), "attention").saved_bytes ==
         static_cast<Bytes>(2 * s * 3 * q + 4 * 16 * s));
 }
 
@@ -335,17 +335,17 @@ TEST_CASE("GeGLU is priced as SwiGLU: three matrices, gate and up saved") {
   geglu.mlp = MlpKind::Geglu;
   const OpChain a = expand(swiglu), b = expand(geglu);
   CHECK(a.params() == b.params());
-  CHECK(a.block.fwd_flops() == b.block.fwd_flops());
-  CHECK(a.block.saved_bytes() == b.block.saved_bytes());
-  CHECK(op_named(b.block, "geglu").saved_bytes == op_named(a.block, "swiglu").saved_bytes);
+  CHECK(a.main_block().fwd_flops() == b.main_block().fwd_flops());
+  CHECK(a.main_block().saved_bytes() == b.main_block().saved_bytes());
+  CHECK(op_named(b.main_block(), "geglu").saved_bytes == op_named(a.main_block(), "swiglu").saved_bytes);
 }
 
 TEST_CASE("q/k/v biases apart from the output and MLP biases (Qwen2)") {
   // Qwen2: biases on q (h), k and v (kv_hidden each) only.
   ModelSpec m = llama_like(1024, 16, 4, 2816);
-  const std::int64_t plain = expand(m).block.params();
+  const std::int64_t plain = expand(m).main_block().params();
   m.qkv_bias = true;
-  CHECK(expand(m).block.params() - plain == 1024 + 2 * 4 * 64);
+  CHECK(expand(m).main_block().params() - plain == 1024 + 2 * 4 * 64);
 }
 
 TEST_CASE("MoE: expert width, shared experts, dense first blocks, active parameters") {
@@ -357,21 +357,25 @@ TEST_CASE("MoE: expert width, shared experts, dense first blocks, active paramet
   m.moe = MoeSpec{.experts = 64, .top_k = 6, .expert_ffn = 1408, .shared_experts = 2, .first_dense = 1};
   const OpChain c = expand(m);
   const std::int64_t h = 2048, attn = 4 * h * h + 2 * h, expert = 3 * h * 1408;
-  CHECK(c.dense_blocks == 1);
-  CHECK(c.dense_block.params() == attn + 3 * h * 10944);
-  CHECK(c.block.params() == attn + 66 * expert + 64 * h);
-  CHECK(c.params() == c.embedding.params() + c.dense_block.params() + 26 * c.block.params() +
+  // Two kinds: the expert block (main) and the first block's dense one.
+  REQUIRE(c.kinds.size() == 2);
+  CHECK(c.kind_of[0] == 1);
+  CHECK(c.kind_of[1] == 0);
+  CHECK(&c.block_at(0) == &c.kinds[1]);
+  CHECK(c.kinds[1].params() == attn + 3 * h * 10944);
+  CHECK(c.main_block().params() == attn + 66 * expert + 64 * h);
+  CHECK(c.params() == c.embedding.params() + c.kinds[1].params() + 26 * c.main_block().params() +
                           c.head.params());
   // A token visits 6 routed and the 2 shared experts.
   CHECK(active_params(m) == c.params() - 26 * (64 - 6) * expert);
   // FLOPs: 8 expert MLPs a token in MoE blocks, one wide MLP in the dense one.
   const double tokens = 512;
-  CHECK(c.block.fwd_flops() - c.dense_block.fwd_flops() ==
+  CHECK(c.main_block().fwd_flops() - c.kinds[1].fwd_flops() ==
         doctest::Approx(2 * tokens * (8 * expert + 64 * h - 3 * h * 10944)));
   // Shared experts are not expert-parallel: only the routed ones split by ep.
   ExpandOptions o;
   o.ep = 8;
-  CHECK(expand(m, o).block.params() == attn + (8 + 2) * expert + 64 * h);
+  CHECK(expand(m, o).main_block().params() == attn + (8 + 2) * expert + 64 * h);
 }
 
 TEST_CASE("multi-head latent attention: projections, scores and what flash keeps") {
@@ -387,12 +391,12 @@ TEST_CASE("multi-head latent attention: projections, scores and what flash keeps
                                    512 * H * 256 + H * 128 * h;
   std::int64_t sum = 0;
   for (const char* n : {"q_down", "q_down_norm", "q_up", "kv_down", "kv_down_norm", "kv_up", "attn_proj"})
-    sum += op_named(c.block, n).params;
+    sum += op_named(c.main_block(), n).params;
   CHECK(sum == attn_params);  // 187,107,328: DeepSeek-V3's per-layer attention
   CHECK(sum == 187'107'328);
   const double s = 512;
-  CHECK(op_named(c.block, "attention").fwd_flops == doctest::Approx(2 * s * s * H * (192 + 128)));
-  CHECK(op_named(c.block, "attention").saved_bytes ==
+  CHECK(op_named(c.main_block(), "attention").fwd_flops == doctest::Approx(2 * s * s * H * (192 + 128)));
+  CHECK(op_named(c.main_block(), "attention").saved_bytes ==
         static_cast<Bytes>(2 * s * H * (192 + 192 + 128) + 4 * H * s));
   // Context parallelism's K/V exchange sees K and V together.
   CHECK(2 * m.kv_hidden() == H * (192 + 128));
@@ -410,7 +414,7 @@ TEST_CASE("recompute_modules: what Megatron-Core's selective recompute drops and
   auto block = [&](RecomputeModules mods) {
     ExpandOptions o;
     o.recompute_modules = mods;
-    return expand(m, o).block;
+    return expand(m, o).main_block();
   };
   const Layer base = block(kDefaultRecomputeModules);
   // The default, the attention core, drops nothing under flash attention
@@ -456,9 +460,9 @@ TEST_CASE("recompute_modules: what Megatron-Core's selective recompute drops and
   ModelSpec g = gpt(2, 1024, 16);
   ExpandOptions st;
   st.attention = AttentionKernel::Standard;
-  const Layer core = expand(g, st).block;
+  const Layer core = expand(g, st).main_block();
   st.recompute_modules = module_bit(RecomputeModule::Layernorm);
-  const Layer no_core = expand(g, st).block;
+  const Layer no_core = expand(g, st).main_block();
   CHECK(core.saved_bytes(Recompute::Selective) < core.saved_bytes(Recompute::None));
   CHECK(rerun_share(op_named(core, "softmax"), Recompute::Selective) == 1.0);
   CHECK(rerun_share(op_named(no_core, "softmax"), Recompute::Selective) == 0.0);
@@ -469,7 +473,7 @@ TEST_CASE("recompute_modules: what Megatron-Core's selective recompute drops and
   // mlp: the dense MLP from its input: GeLU's input and the down-projection's
   // input (4h each, 2 bytes) dropped; up, GeLU and down rerun.
   st.recompute_modules = module_bit(RecomputeModule::Mlp);
-  const Layer mlp = expand(g, st).block;
+  const Layer mlp = expand(g, st).main_block();
   CHECK(mlp.saved_bytes(Recompute::None) - mlp.saved_bytes(Recompute::Selective) ==
         static_cast<Bytes>(2 * (2 * 2048 * 4 * 1024)));
   for (const char* n : {"mlp_up", "gelu", "mlp_down"}) CHECK(rerun_share(op_named(mlp, n), Recompute::Selective) == 1.0);
@@ -487,13 +491,13 @@ TEST_CASE("parallel blocks: same FLOPs, the MLP's input saved once") {
   par.block = BlockKind::Parallel;
   par2.block = BlockKind::Parallel2Norm;
   const OpChain a = expand(seq), b = expand(par), c = expand(par2);
-  CHECK(a.block.fwd_flops() == b.block.fwd_flops());
-  CHECK(a.block.fwd_flops() == c.block.fwd_flops());
-  CHECK(b.block.params() == a.block.params() - 1024);  // one RMSNorm fewer
-  CHECK(c.block.params() == a.block.params());
+  CHECK(a.main_block().fwd_flops() == b.main_block().fwd_flops());
+  CHECK(a.main_block().fwd_flops() == c.main_block().fwd_flops());
+  CHECK(b.main_block().params() == a.main_block().params() - 1024);  // one RMSNorm fewer
+  CHECK(c.main_block().params() == a.main_block().params());
   const Bytes x = 2 * 512 * 1024;  // one hidden-state tensor, bf16
-  CHECK(a.block.saved_bytes() - b.block.saved_bytes() == 2 * x);  // mlp_norm's and mlp_up's input
-  CHECK(a.block.saved_bytes() - c.block.saved_bytes() == x);      // mlp_norm's input
+  CHECK(a.main_block().saved_bytes() - b.main_block().saved_bytes() == 2 * x);  // mlp_norm's and mlp_up's input
+  CHECK(a.main_block().saved_bytes() - c.main_block().saved_bytes() == x);      // mlp_norm's input
 }
 
 TEST_CASE("q/k norms and post- and sandwich norms") {
@@ -501,16 +505,16 @@ TEST_CASE("q/k norms and post- and sandwich norms") {
   // all heads (q and k widths). Sandwich (Gemma 2) adds two norms a block.
   ModelSpec m = llama_like(4096, 32, 8, 12288);
   m.head_size = 128;
-  const std::int64_t plain = expand(m).block.params();
+  const std::int64_t plain = expand(m).main_block().params();
   m.qk_norm = QkNorm::Head;
-  CHECK(expand(m).block.params() - plain == 2 * 128);
+  CHECK(expand(m).main_block().params() - plain == 2 * 128);
   m.qk_norm = QkNorm::Full;
-  CHECK(expand(m).block.params() - plain == 4096 + 8 * 128);
+  CHECK(expand(m).main_block().params() - plain == 4096 + 8 * 128);
   m.qk_norm = QkNorm::None;
   m.norm_placement = NormPlacement::Sandwich;
-  CHECK(expand(m).block.params() - plain == 2 * 4096);
+  CHECK(expand(m).main_block().params() - plain == 2 * 4096);
   m.norm_placement = NormPlacement::Post;
-  CHECK(expand(m).block.params() == plain);
+  CHECK(expand(m).main_block().params() == plain);
 }
 
 TEST_CASE("size_bound stays above the counts of models with every option") {
@@ -548,7 +552,7 @@ TEST_CASE("RoPE: one fused kernel per tensor over q and k, saving nothing; none 
   auto m = model_preset("llama3-8b");
   m.seq_len = 8192;
   const auto c = expand(m);
-  const Op& rope = op_named(c.block, "rope");
+  const Op& rope = op_named(c.main_block(), "rope");
   const double elems = 8192.0 * (4096 + 1024);
   CHECK(rope.kind == OpKind::Rotary);
   CHECK(rope.fwd_bytes == static_cast<Bytes>(4 * elems));
@@ -559,9 +563,9 @@ TEST_CASE("RoPE: one fused kernel per tensor over q and k, saving nothing; none 
   // tp 4 splits the heads, so q and k with them.
   ExpandOptions o;
   o.tp = 4;
-  CHECK(op_named(expand(m, o).block, "rope").fwd_bytes == static_cast<Bytes>(elems));
+  CHECK(op_named(expand(m, o).main_block(), "rope").fwd_bytes == static_cast<Bytes>(elems));
   // GPT's learned positions have no rotary op; nor does the op change a FLOP.
-  for (const auto& op : expand(gpt(2, 256, 4)).block.ops) CHECK(op.kind != OpKind::Rotary);
+  for (const auto& op : expand(gpt(2, 256, 4)).main_block().ops) CHECK(op.kind != OpKind::Rotary);
   o.tp = 1;
   o.fused_elementwise = false;
   CHECK(expand(m, o).model_flops() == c.model_flops());
@@ -580,39 +584,39 @@ TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their
   // RMSNorm: x.float() 6, pow 8, mean 4, x·rsqrt 8, type_as 6, ·weight 4 =
   // 36 bytes per element, 8 kernels (two of them over one value per token);
   // fused: read and write once, 4 bytes, one kernel.
-  const Op& norm = op_named(eager.block, "attn_norm");
+  const Op& norm = op_named(eager.main_block(), "attn_norm");
   CHECK(norm.fwd_bytes == static_cast<Bytes>(36 * N));
   CHECK(norm.fwd_kernels == 8);
   CHECK(norm.bwd_bytes == 2 * norm.fwd_bytes);
   CHECK(norm.bwd_kernels == 16);
-  CHECK(op_named(fused.block, "attn_norm").fwd_bytes == static_cast<Bytes>(4 * N));
-  CHECK(op_named(fused.block, "attn_norm").fwd_kernels == 1);
+  CHECK(op_named(fused.main_block(), "attn_norm").fwd_bytes == static_cast<Bytes>(4 * N));
+  CHECK(op_named(fused.main_block(), "attn_norm").fwd_kernels == 1);
   // What an op saves does not depend on how it is computed.
-  CHECK(eager.block.saved_bytes() == fused.block.saved_bytes());
+  CHECK(eager.main_block().saved_bytes() == fused.main_block().saved_bytes());
   // RoPE: float 6, complex product 8, type_as 6 = 20 bytes, 3 kernels per tensor.
-  const Op& rope = op_named(eager.block, "rope");
+  const Op& rope = op_named(eager.main_block(), "rope");
   CHECK(rope.fwd_bytes == static_cast<Bytes>(20 * QK));
   CHECK(rope.fwd_kernels == 6);
   // SwiGLU as silu(gate) · up: 2 + 2 + 4 + 2 = 10 bytes per output element, 2 kernels.
-  const Op& act = op_named(eager.block, "swiglu");
+  const Op& act = op_named(eager.main_block(), "swiglu");
   CHECK(act.fwd_bytes == static_cast<Bytes>(10 * F));
   CHECK(act.fwd_kernels == 2);
   // fp32 activations: no casts (RMSNorm 8 + 4 + 8 + 8 = 28 bytes, 6 kernels;
   // RoPE 8 bytes, one kernel per tensor).
   o.precision = Precision::FP32;
   const auto fp32 = expand(m, o);
-  CHECK(op_named(fp32.block, "attn_norm").fwd_bytes == static_cast<Bytes>(28 * N));
-  CHECK(op_named(fp32.block, "attn_norm").fwd_kernels == 6);
-  CHECK(op_named(fp32.block, "rope").fwd_bytes == static_cast<Bytes>(8 * QK));
-  CHECK(op_named(fp32.block, "rope").fwd_kernels == 2);
+  CHECK(op_named(fp32.main_block(), "attn_norm").fwd_bytes == static_cast<Bytes>(28 * N));
+  CHECK(op_named(fp32.main_block(), "attn_norm").fwd_kernels == 6);
+  CHECK(op_named(fp32.main_block(), "rope").fwd_bytes == static_cast<Bytes>(8 * QK));
+  CHECK(op_named(fp32.main_block(), "rope").fwd_kernels == 2);
   // LayerNorm and plain GeLU are one native kernel eager too (aten::native_layer_norm, gelu).
   ExpandOptions g;
   g.fused_elementwise = false;
   const auto gpt_eager = expand(gpt(2, 256, 4), g);
   const auto gpt_fused = expand(gpt(2, 256, 4));
-  for (std::size_t i = 0; i < gpt_fused.block.ops.size(); ++i) {
-    CHECK(gpt_eager.block.ops[i].fwd_bytes == gpt_fused.block.ops[i].fwd_bytes);
-    CHECK(gpt_eager.block.ops[i].fwd_kernels == gpt_fused.block.ops[i].fwd_kernels);
+  for (std::size_t i = 0; i < gpt_fused.main_block().ops.size(); ++i) {
+    CHECK(gpt_eager.main_block().ops[i].fwd_bytes == gpt_fused.main_block().ops[i].fwd_bytes);
+    CHECK(gpt_eager.main_block().ops[i].fwd_kernels == gpt_fused.main_block().ops[i].fwd_kernels);
   }
 }
 
@@ -644,7 +648,7 @@ TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gra
   CHECK(unfused.fwd_kernels == 3);
   CHECK(unfused.bwd_kernels == 4);
   // Nothing else in the model changes.
-  CHECK(unfused_chain.block.saved_bytes() == in_place_chain.block.saved_bytes());
+  CHECK(unfused_chain.main_block().saved_bytes() == in_place_chain.main_block().saved_bytes());
   CHECK(unfused_chain.head.saved_bytes() == in_place_chain.head.saved_bytes());
   // fp32 training has no casts: 8 and 16 bytes per logit, 2 and 3 kernels.
   o.precision = Precision::FP32;
@@ -664,32 +668,32 @@ TEST_CASE("torchtitan's op-level checkpointing: wq, wv, w1, w2 and attention sto
   m.seq_len = 8192;
   const auto c = expand(m);
   const double s = 8192, h = 4096, kv = 1024, f = 14336;
-  const Op& qkv = op_named(c.block, "qkv");
+  const Op& qkv = op_named(c.main_block(), "qkv");
   CHECK(qkv.sac_stored_bytes == static_cast<Bytes>(2 * s * (h + kv)));  // wq, wv
   CHECK(qkv.sac_rerun == doctest::Approx(kv / (h + 2 * kv)));              // wk
-  CHECK(op_named(c.block, "attn_proj").sac_rerun == 1.0);                  // wo
-  CHECK(op_named(c.block, "attn_proj").sac_stored_bytes == 0);
-  CHECK(op_named(c.block, "mlp_up_gate").sac_stored_bytes == static_cast<Bytes>(2 * s * f));  // w1
-  CHECK(op_named(c.block, "mlp_up_gate").sac_rerun == 0.5);                                  // w3
-  CHECK(op_named(c.block, "mlp_down").sac_stored_bytes == static_cast<Bytes>(2 * s * h));     // w2
-  CHECK(op_named(c.block, "mlp_down").sac_rerun == 0.0);
-  const Op& attn = op_named(c.block, "attention");
+  CHECK(op_named(c.main_block(), "attn_proj").sac_rerun == 1.0);                  // wo
+  CHECK(op_named(c.main_block(), "attn_proj").sac_stored_bytes == 0);
+  CHECK(op_named(c.main_block(), "mlp_up_gate").sac_stored_bytes == static_cast<Bytes>(2 * s * f));  // w1
+  CHECK(op_named(c.main_block(), "mlp_up_gate").sac_rerun == 0.5);                                  // w3
+  CHECK(op_named(c.main_block(), "mlp_down").sac_stored_bytes == static_cast<Bytes>(2 * s * h));     // w2
+  CHECK(op_named(c.main_block(), "mlp_down").sac_rerun == 0.0);
+  const Op& attn = op_named(c.main_block(), "attention");
   CHECK(attn.sac_stored_bytes == static_cast<Bytes>(2 * s * h + 4 * 32 * s));
   CHECK(rerun_share(attn, Recompute::SelectiveOp) == 0.0);
   // Norms, RoPE, the gated unit and residuals are rerun; none is stored.
   for (const char* name : {"attn_norm", "rope", "mlp_norm", "swiglu", "attn_residual", "mlp_residual"}) {
     CAPTURE(name);
-    CHECK(rerun_share(op_named(c.block, name), Recompute::SelectiveOp) == 1.0);
-    CHECK(op_named(c.block, name).sac_stored_bytes == 0);
+    CHECK(rerun_share(op_named(c.main_block(), name), Recompute::SelectiveOp) == 1.0);
+    CHECK(op_named(c.main_block(), name).sac_stored_bytes == 0);
   }
   // Input + wq + wv + attention (+ lse) + w1 + w2 = (4h + kv + f)·2 bytes
   // per token and the log-sum-exp, below what no recompute keeps.
-  const Bytes stored = c.block.saved_bytes(Recompute::SelectiveOp);
+  const Bytes stored = c.main_block().saved_bytes(Recompute::SelectiveOp);
   CHECK(stored == static_cast<Bytes>(2 * s * (4 * h + kv + f) + 4 * 32 * s));
-  CHECK(stored < c.block.saved_bytes(Recompute::None));
-  CHECK(stored > c.block.saved_bytes(Recompute::Full));
+  CHECK(stored < c.main_block().saved_bytes(Recompute::None));
+  CHECK(stored > c.main_block().saved_bytes(Recompute::Full));
   // Megatron-LM's policy reruns nothing under flash attention.
-  for (const auto& op : c.block.ops) CHECK(rerun_share(op, Recompute::Selective) == 0.0);
+  for (const auto& op : c.main_block().ops) CHECK(rerun_share(op, Recompute::Selective) == 0.0);
 }
 
 TEST_CASE("torchtitan's op-level checkpointing counts only aten.mm: a biased projection is addmm") {
@@ -699,11 +703,127 @@ TEST_CASE("torchtitan's op-level checkpointing counts only aten.mm: a biased pro
   auto m = model_preset("llama3-8b");
   m.qkv_bias = true;
   const auto c = expand(m);
-  CHECK(op_named(c.block, "qkv").sac_rerun == 1.0);
-  CHECK(op_named(c.block, "qkv").sac_stored_bytes == 0);
-  CHECK(op_named(c.block, "attn_proj").sac_rerun == 0.0);
-  CHECK(op_named(c.block, "mlp_up_gate").sac_rerun == 0.5);
-  CHECK(op_named(c.block, "mlp_down").sac_rerun == 1.0);
+  CHECK(op_named(c.main_block(), "qkv").sac_rerun == 1.0);
+  CHECK(op_named(c.main_block(), "qkv").sac_stored_bytes == 0);
+  CHECK(op_named(c.main_block(), "attn_proj").sac_rerun == 0.0);
+  CHECK(op_named(c.main_block(), "mlp_up_gate").sac_rerun == 0.5);
+  CHECK(op_named(c.main_block(), "mlp_down").sac_rerun == 1.0);
+}
+
+// Every op of two layers alike, field by field (Op has no operator==).
+void check_same_ops(const Layer& x, const Layer& y) {
+  REQUIRE(x.ops.size() == y.ops.size());
+  for (std::size_t i = 0; i < x.ops.size(); ++i) {
+    const Op &p = x.ops[i], &q = y.ops[i];
+    CAPTURE(p.name);
+    CHECK(p.name == q.name);
+    CHECK(p.params == q.params);
+    CHECK(p.fwd_flops == q.fwd_flops);
+    CHECK(p.bwd_flops == q.bwd_flops);
+    CHECK(p.fwd_bytes == q.fwd_bytes);
+    CHECK(p.bwd_bytes == q.bwd_bytes);
+    CHECK(p.saved_bytes == q.saved_bytes);
+    CHECK(p.core_saved_bytes == q.core_saved_bytes);
+    CHECK(p.grad_bytes == q.grad_bytes);
+    CHECK(p.sac_stored_bytes == q.sac_stored_bytes);
+  }
+}
+
+// A model of `layers` blocks of h 64, 4 heads, seq_len 8.
+ModelSpec small_windowed(std::int64_t layers, std::int64_t window, std::optional<std::int64_t> global_every) {
+  ModelSpec m = llama_like(64, 4, 4, 128);
+  m.layers = layers;
+  m.seq_len = 8;
+  m.attention_window = AttentionWindow{.size = window, .global_every = global_every};
+  return m;
+}
+
+TEST_CASE("sliding-window attention prices the causal pairs inside the window") {
+  // s = 8, w = 3: query p attends to min(p + 1, 3) keys, 1+2+3+3+3+3+3+3 =
+  // 21 of the 36 causal pairs. Full attention is priced as every query
+  // against all 8 keys (2·b·s·s per query and per output feature, 64 + 64
+  // here), so the window costs 21/36 of it: 8·21/36 keys a query, which is
+  // w(2s − w + 1)/(s + 1) = 3·14/9.
+  const ModelSpec win = small_windowed(2, 3, std::nullopt);
+  ModelSpec full = win;
+  full.attention_window.reset();
+  const double s = 8, qw = 64, ow = 64;
+  const OpChain c_full = expand(full), c_win = expand(win);
+  const Op& a_full = op_named(c_full.main_block(), "attention");
+  const Op& a_win = op_named(c_win.main_block(), "attention");
+  CHECK(a_full.fwd_flops == doctest::Approx(2 * s * s * (qw + ow)));
+  CHECK(a_win.fwd_flops == doctest::Approx(2 * s * (8.0 * 21 / 36) * (qw + ow)));
+  CHECK(a_win.fwd_flops == doctest::Approx(2 * s * (3.0 * 14 / 9) * (qw + ow)));
+  CHECK(a_win.bwd_flops == doctest::Approx(2 * a_win.fwd_flops));
+  // Every layer windowed: one kind.
+  CHECK(c_win.kinds.size() == 1);
+  // Flash attention keeps Q, K, V and the log-sum-exp whatever the window,
+  // and moves the same bytes.
+  CHECK(a_win.saved_bytes == a_full.saved_bytes);
+  CHECK(a_win.fwd_bytes == a_full.fwd_bytes);
+  CHECK(c_win.main_block().saved_bytes() == c_full.main_block().saved_bytes());
+  // Context parallelism: each rank's s/2 queries count the same mean.
+  ExpandOptions cp2;
+  cp2.cp = 2;
+  CHECK(op_named(expand(win, cp2).main_block(), "attention").fwd_flops ==
+        doctest::Approx(a_win.fwd_flops / 2));
+  // Standard (eager) attention computes the whole masked score matrix: the
+  // window changes nothing.
+  ExpandOptions eager;
+  eager.attention = AttentionKernel::Standard;
+  check_same_ops(expand(win, eager).main_block(), expand(full, eager).main_block());
+}
+
+TEST_CASE("a window of seq_len keys or more is full attention, bit for bit") {
+  // min(p + 1, w) = p + 1 for every query when w >= s = 8.
+  ModelSpec full = small_windowed(2, 8, std::nullopt);
+  full.attention_window.reset();
+  for (const std::int64_t w : {8, 9, 4096}) {
+    CAPTURE(w);
+    const ModelSpec m = small_windowed(2, w, std::nullopt);
+    check_same_ops(expand(m).main_block(), expand(full).main_block());
+    CHECK(expand(m).model_flops() == expand(full).model_flops());
+  }
+}
+
+TEST_CASE("global_every 6: layers 5 and 11 of 12 are global, the others windowed") {
+  // Gemma 3's 5:1 rule, (i + 1) % 6 == 0 global: kinds[0] is the full
+  // attention block (the main block), kinds[1] the windowed one.
+  const ModelSpec m = small_windowed(12, 3, 6);
+  const OpChain c = expand(m);
+  REQUIRE(c.kinds.size() == 2);
+  for (std::int64_t i = 0; i < 12; ++i) {
+    CAPTURE(i);
+    CHECK(m.windowed_at(i) == (i != 5 && i != 11));
+    CHECK(c.kind_of[static_cast<std::size_t>(i)] == (i == 5 || i == 11 ? 0 : 1));
+    CHECK(c.block_at(i).block_kind == c.kind_of[static_cast<std::size_t>(i)]);
+  }
+  const double s = 8, qw = 64, ow = 64;
+  CHECK(op_named(c.kinds[0], "attention").fwd_flops == doctest::Approx(2 * s * s * (qw + ow)));
+  CHECK(op_named(c.kinds[1], "attention").fwd_flops == doctest::Approx(2 * s * (8.0 * 21 / 36) * (qw + ow)));
+  // Parameters and saved bytes do not depend on the window.
+  CHECK(c.kinds[0].params() == c.kinds[1].params());
+  CHECK(c.kinds[0].saved_bytes() == c.kinds[1].saved_bytes());
+  // The chain's FLOPs are each block's own: 2 full and 10 windowed.
+  CHECK(c.fwd_flops() == doctest::Approx(c.embedding.fwd_flops() + c.head.fwd_flops() +
+                                         2 * c.kinds[0].fwd_flops() + 10 * c.kinds[1].fwd_flops()));
+}
+
+TEST_CASE("block kinds with experts and a window: expert before dense, full before windowed") {
+  // 4 layers, the first dense (first_dense 1), global_every 2: layer 0 is
+  // dense and windowed, 1 and 3 expert and full, 2 expert and windowed. The
+  // kinds present in order: (expert, full), (expert, windowed), (dense,
+  // windowed).
+  ModelSpec m = small_windowed(4, 3, 2);
+  m.moe = MoeSpec{.experts = 4, .top_k = 2, .first_dense = 1};
+  const OpChain c = expand(m);
+  REQUIRE(c.kinds.size() == 3);
+  CHECK(c.kind_of == std::vector<std::int32_t>{2, 0, 1, 0});
+  const double full = op_named(c.kinds[0], "attention").fwd_flops;
+  CHECK(op_named(c.kinds[1], "attention").fwd_flops < full);
+  CHECK(op_named(c.kinds[2], "attention").fwd_flops == op_named(c.kinds[1], "attention").fwd_flops);
+  CHECK(c.kinds[0].params() == c.kinds[1].params());
+  CHECK(c.kinds[2].params() < c.kinds[1].params());  // a dense MLP: no experts
 }
 
 }  // namespace

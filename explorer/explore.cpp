@@ -198,9 +198,11 @@ std::string equivalence_key(const Scenario& sc, const LayerPlan& layers) {
   std::string key = canonical_json(p, sc.batch);
   std::string keeps = keeps_pattern(layers.keeps);
   if (keeps.find('S') != std::string::npos && !sc.model.chain) {
-    const ActivationRule rule =
+    const std::vector<ActivationRule> rules =
         ActivationRule::of(cost::expand(sc.model, expand_options(sc)), selective_policy(sc.plan));
-    if (rule.full == rule.selective && !rule.selective_reruns) std::replace(keeps.begin(), keeps.end(), 'S', 'A');
+    if (std::all_of(rules.begin(), rules.end(),
+                    [](const ActivationRule& r) { return r.full == r.selective && !r.selective_reruns; }))
+      std::replace(keeps.begin(), keeps.end(), 'S', 'A');
     // Layers kept selectively under torchtitan's op policy, or Megatron-Core's
     // other recompute modules, are not the attention core's: another plan.
     else if (selective_policy(sc.plan) == Recompute::SelectiveOp) key += "|op";

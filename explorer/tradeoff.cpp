@@ -52,16 +52,14 @@ remat::Chain transformer_chain(const Scenario& sc, const ModelStepCosts& costs) 
                      "strata tradeoff models one chain per GPU (pp = 1); a pipeline stage's "
                      "microbatches overlap");
   const cost::OpChain oc = cost::expand(sc.model, expand_options(sc));
-  const Time tp_f = costs.layer_comm(CommKind::TP, Pass::Forward) +
-                    costs.layer_comm(CommKind::CP, Pass::Forward) +
-                    costs.layer_comm(CommKind::EP, Pass::Forward);
-  const Time tp_b = costs.layer_comm(CommKind::TP, Pass::Backward) +
-                    costs.layer_comm(CommKind::CP, Pass::Backward) +
-                    costs.layer_comm(CommKind::EP, Pass::Backward);
+  auto comm = [&](const cost::Layer& l, Pass pass) {
+    return costs.layer_comm(l, CommKind::TP, pass) + costs.layer_comm(l, CommKind::CP, pass) +
+           costs.layer_comm(l, CommKind::EP, pass);
+  };
   // A layer's saved bytes include its input (the previous stage's output).
   auto stage = [&](const cost::Layer& l, Bytes output, bool block) {
-    return remat::Stage{costs.layer(l, Pass::Forward, false) + (block ? tp_f : 0),
-                        costs.layer(l, Pass::Backward, false) + (block ? tp_b : 0),
+    return remat::Stage{costs.layer(l, Pass::Forward, false) + (block ? comm(l, Pass::Forward) : 0),
+                        costs.layer(l, Pass::Backward, false) + (block ? comm(l, Pass::Backward) : 0),
                         output,
                         std::max<Bytes>(0, l.saved_bytes() - l.input_bytes),
                         0,
@@ -69,10 +67,10 @@ remat::Chain transformer_chain(const Scenario& sc, const ModelStepCosts& costs) 
   };
   remat::Chain c;
   c.input = oc.embedding.input_bytes;
-  c.stages.push_back(stage(oc.embedding, oc.block.input_bytes, false));
+  c.stages.push_back(stage(oc.embedding, oc.main_block().input_bytes, false));
   for (std::int64_t i = 0; i < oc.blocks; ++i)
-    c.stages.push_back(
-        stage(oc.block, i + 1 < oc.blocks ? oc.block.input_bytes : oc.head.input_bytes, true));
+    c.stages.push_back(stage(oc.block_at(i),
+                             i + 1 < oc.blocks ? oc.block_at(i + 1).input_bytes : oc.head.input_bytes, true));
   // The head ends in the loss: its output is a scalar.
   c.stages.push_back(stage(oc.head, 1, false));
   return c;

@@ -66,18 +66,18 @@ TEST_CASE("groups: a stage's work is priced on its own GPUs, a mixed stage at th
   const auto sc = scenario(two_groups(2), "{\"pp\": 2, \"dp\": 8}");
   const ModelStepCosts costs(sc, cost::ideal_calibration());
   const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
-  const auto ops = static_cast<Time>(chain.block.ops.size());
+  const auto ops = static_cast<Time>(chain.main_block().ops.size());
   for (Pass pass : {Pass::Forward, Pass::Backward}) {
-    const Time fast = costs.stage(0).layer(chain.block, pass), slow = costs.stage(1).layer(chain.block, pass);
+    const Time fast = costs.stage(0).layer(chain.main_block(), pass), slow = costs.stage(1).layer(chain.main_block(), pass);
     CHECK(fast > 0);
     CHECK(std::abs(slow - 2 * fast) <= 2 * ops);
   }
   // The top-level answers are the first group's.
-  CHECK(costs.layer(chain.block, Pass::Forward, false) == costs.stage(0).layer(chain.block, Pass::Forward));
+  CHECK(costs.layer(chain.main_block(), Pass::Forward, false) == costs.stage(0).layer(chain.main_block(), Pass::Forward));
   // A stage on both groups runs every op at the slow group's pace.
   const auto inner = scenario(two_groups(2), "{\"pp\": 2, \"dp\": 8, \"implementation\": {\"rank_order\": \"pp-tp-cp-dp\"}}");
   const ModelStepCosts mixed(inner, cost::ideal_calibration());
-  CHECK(mixed.stage(0).layer(chain.block, Pass::Forward) == costs.stage(1).layer(chain.block, Pass::Forward));
+  CHECK(mixed.stage(0).layer(chain.main_block(), Pass::Forward) == costs.stage(1).layer(chain.main_block(), Pass::Forward));
   CHECK(mixed.stage(0).optimizer_step(1e6, false) == costs.stage(1).optimizer_step(1e6, false));
   // A send between the groups runs at the slower end's link: the second
   // group's network at a fifth of the first's prices both directions.

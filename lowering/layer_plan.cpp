@@ -199,7 +199,7 @@ std::vector<std::pair<std::size_t, std::int64_t>> stage_chunks(const MemoryModel
 LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bool joint,
                  bool swap_all) {
   const Plan& plan = model.scenario().plan;
-  const ActivationRule& r = model.rule();
+  const ActivationRule& r = model.largest_rule();
   const auto layers = static_cast<std::size_t>(model.scenario().model.layers);
   LayerPlan out{Keeps(layers, Keep::All), Swaps(layers, swap_all ? Swap::Saved : Swap::None)};
   if (r.full <= 0) return out;
@@ -328,11 +328,26 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
   return out;
 }
 
-// The time layer i's backward needs beyond the plain backward: its
-// segment's rerun (at the segment's end) or its attention core.
-Time rerun(std::span<const Keep> chunk, std::int64_t i, const ActivationRule& r, const LayerTimes& t) {
-  if (segment_end(chunk, i)) return (i - segment_start(chunk, i) + 1) * t.recompute;
-  if (chunk[static_cast<std::size_t>(i)] == Keep::Selective && r.selective_reruns) return t.core;
+// Each kind of block's times, and the layers' kinds (MemoryModel::chain).
+struct KindTimes {
+  const MemoryModel& model;
+  std::vector<LayerTimes> times;  // per kind
+  const LayerTimes& at(std::int64_t layer) const {
+    return times[static_cast<std::size_t>(model.chain().kind_of[static_cast<std::size_t>(layer)])];
+  }
+};
+
+// The time layer i (of the chunk starting at model layer `first`) needs in
+// its backward beyond the plain backward: its segment's rerun (at the
+// segment's end) or its attention core.
+Time rerun(std::span<const Keep> chunk, std::int64_t first, std::int64_t i, const KindTimes& t) {
+  if (segment_end(chunk, i)) {
+    Time sum = 0;
+    for (std::int64_t j = segment_start(chunk, i); j <= i; ++j) sum += t.at(first + j).recompute;
+    return sum;
+  }
+  if (chunk[static_cast<std::size_t>(i)] == Keep::Selective && t.model.rule(first + i).selective_reruns)
+    return t.at(first + i).core;
   return 0;
 }
 
@@ -342,32 +357,36 @@ Time rerun(std::span<const Keep> chunk, std::int64_t i, const ActivationRule& r,
 // does; in backward order, its prefetch starts when the backward
 // prefetch_depth + 1 layers ahead ends (the lowering's rule) and the
 // host-to-device engine is free, and must end before its backward starts.
-Swaps lifetime_swaps(const MemoryModel& model, const Keeps& keeps, const LayerTimes& t,
+Swaps lifetime_swaps(const MemoryModel& model, const Keeps& keeps, const KindTimes& t,
                      const StepCosts& costs) {
-  const ActivationRule& r = model.rule();
   const std::int64_t depth = model.scenario().plan.offload.prefetch_depth;
   Swaps out(keeps.size(), Swap::None);
   for (std::size_t k = 0; k < model.chunks().size(); ++k) {
     const std::int64_t n = model.chunks()[k];
-    const auto first = static_cast<std::size_t>(model.first_layer(k));
+    const std::int64_t first = model.first_layer(k);
     const std::span<const Keep> chunk(keeps.data() + first, static_cast<std::size_t>(n));
-    const auto bytes = [&](std::int64_t i) { return r.stored(chunk[static_cast<std::size_t>(i)]); };
+    const auto bytes = [&](std::int64_t i) { return model.rule(first + i).stored(chunk[static_cast<std::size_t>(i)]); };
+    // The ends of the chunk's forwards, layer by layer.
+    std::vector<Time> fwd_end(static_cast<std::size_t>(n), 0);
+    for (std::int64_t i = 0; i < n; ++i)
+      fwd_end[static_cast<std::size_t>(i)] = (i > 0 ? fwd_end[static_cast<std::size_t>(i) - 1] : 0) + t.at(first + i).fwd;
+    const Time forward = n > 0 ? fwd_end.back() : 0;
     std::vector<bool> out_ok(static_cast<std::size_t>(n), false);
     Time d2h = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       if (bytes(i) == 0) continue;
-      const Time end = std::max((i + 1) * t.fwd, d2h) + costs.copy(bytes(i), CopyDir::ToHost);
-      if (end > n * t.fwd) continue;
+      const Time end = std::max(fwd_end[static_cast<std::size_t>(i)], d2h) + costs.copy(bytes(i), CopyDir::ToHost);
+      if (end > forward) continue;
       out_ok[static_cast<std::size_t>(i)] = true;
       d2h = end;
     }
     // Backward: layer i's backward starts at start[i] and takes its rerun and backward.
+    const auto back = [&](std::int64_t i) { return rerun(chunk, first, i, t) + t.at(first + i).bwd; };
     std::vector<Time> start(static_cast<std::size_t>(n) + 1, 0);
     for (std::int64_t i = n - 1; i >= 0; --i)
-      start[static_cast<std::size_t>(i)] =
-          start[static_cast<std::size_t>(i) + 1] + (i + 1 < n ? rerun(chunk, i + 1, r, t) + t.bwd : 0);
+      start[static_cast<std::size_t>(i)] = start[static_cast<std::size_t>(i) + 1] + (i + 1 < n ? back(i + 1) : 0);
     const auto end_of = [&](std::int64_t i) {  // end of layer i's backward
-      return start[static_cast<std::size_t>(i)] + rerun(chunk, i, r, t) + t.bwd;
+      return start[static_cast<std::size_t>(i)] + back(i);
     };
     Time h2d = 0;
     for (std::int64_t i = n - 1; i >= 0; --i) {
@@ -375,7 +394,7 @@ Swaps lifetime_swaps(const MemoryModel& model, const Keeps& keeps, const LayerTi
       const Time ready = i + 1 + depth < n ? end_of(i + 1 + depth) : 0;
       const Time end = std::max(ready, h2d) + costs.copy(bytes(i), CopyDir::ToDevice);
       if (end > start[static_cast<std::size_t>(i)]) continue;
-      out[first + static_cast<std::size_t>(i)] = Swap::Saved;
+      out[static_cast<std::size_t>(first + i)] = Swap::Saved;
       h2d = end;
     }
   }
@@ -387,8 +406,7 @@ Swaps lifetime_swaps(const MemoryModel& model, const Keeps& keeps, const LayerTi
 // start of its backward (the rest of the chunk's forward, the backward of
 // the layers after it, and the passes of the other microbatches in flight);
 // the best are swapped, one at a time, until the stage fits the budget.
-Swaps priority_swaps(const MemoryModel& model, const Keeps& keeps, Bytes budget, const LayerTimes& t) {
-  const ActivationRule& r = model.rule();
+Swaps priority_swaps(const MemoryModel& model, const Keeps& keeps, Bytes budget, const KindTimes& t) {
   LayerPlan plan{keeps, Swaps(keeps.size(), Swap::None)};
   for (int s = 0; s < static_cast<int>(model.scenario().plan.pp); ++s) {
     const auto chunks = stage_chunks(model, s);
@@ -399,17 +417,22 @@ Swaps priority_swaps(const MemoryModel& model, const Keeps& keeps, Bytes budget,
     std::vector<Scored> order;
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       const auto [k, n] = chunks[c];
-      const auto first = static_cast<std::size_t>(model.first_layer(k));
+      const std::int64_t first = model.first_layer(k);
       const std::span<const Keep> chunk(keeps.data() + first, static_cast<std::size_t>(n));
-      Time bwd_pass = 0;
-      for (std::int64_t i = 0; i < n; ++i) bwd_pass += rerun(chunk, i, r, t) + t.bwd;
-      const Time others = (model.in_flight(s)[c] - 1) * (n * t.fwd + bwd_pass);
-      Time after = 0;  // backward of the layers after i
+      Time fwd_pass = 0, bwd_pass = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        fwd_pass += t.at(first + i).fwd;
+        bwd_pass += rerun(chunk, first, i, t) + t.at(first + i).bwd;
+      }
+      const Time others = (model.in_flight(s)[c] - 1) * (fwd_pass + bwd_pass);
+      Time after = 0, fwd_after = 0;  // backward and forward of the layers after i
       for (std::int64_t i = n - 1; i >= 0; --i) {
-        const Bytes b = r.stored(chunk[static_cast<std::size_t>(i)]);
-        const Time idle = (n - 1 - i) * t.fwd + after + others;
-        if (b > 0) order.push_back({static_cast<double>(b) * static_cast<double>(idle), first + static_cast<std::size_t>(i)});
-        after += rerun(chunk, i, r, t) + t.bwd;
+        const Bytes b = model.rule(first + i).stored(chunk[static_cast<std::size_t>(i)]);
+        const Time idle = fwd_after + after + others;
+        if (b > 0)
+          order.push_back({static_cast<double>(b) * static_cast<double>(idle), static_cast<std::size_t>(first + i)});
+        after += rerun(chunk, first, i, t) + t.at(first + i).bwd;
+        fwd_after += t.at(first + i).fwd;
       }
     }
     std::stable_sort(order.begin(), order.end(), [](const Scored& x, const Scored& y) {
@@ -425,20 +448,32 @@ Swaps priority_swaps(const MemoryModel& model, const Keeps& keeps, Bytes budget,
 
 }  // namespace
 
-LayerTimes layer_times(const Plan& plan, const cost::OpChain& chain, const StepCosts& costs) {
+LayerTimes LayerTimes::largest(std::span<const LayerTimes> times) {
+  LayerTimes t;
+  for (const LayerTimes& x : times) {
+    t.fwd = std::max(t.fwd, x.fwd);
+    t.bwd = std::max(t.bwd, x.bwd);
+    t.recompute = std::max(t.recompute, x.recompute);
+    t.core = std::max(t.core, x.core);
+    t.copy_in = std::max(t.copy_in, x.copy_in);
+  }
+  return t;
+}
+
+LayerTimes layer_times(const Plan& plan, const cost::Layer& block, const StepCosts& costs) {
   LayerTimes t;
   Time fwd_comm = 0, bwd_comm = 0;
   for (const auto& [kind, on] : {std::pair{CommKind::TP, plan.tp > 1}, std::pair{CommKind::CP, plan.cp > 1},
                                  std::pair{CommKind::EP, plan.ep > 1}})
     if (on) {
-      fwd_comm += std::max<Time>(0, costs.layer_comm(kind, Pass::Forward));
-      bwd_comm += std::max<Time>(0, costs.layer_comm(kind, Pass::Backward));
+      fwd_comm += std::max<Time>(0, costs.layer_comm(block, kind, Pass::Forward));
+      bwd_comm += std::max<Time>(0, costs.layer_comm(block, kind, Pass::Backward));
     }
-  t.fwd = costs.layer(chain.block, Pass::Forward) + fwd_comm;
-  t.bwd = costs.layer(chain.block, Pass::Backward) + bwd_comm;
-  t.recompute = costs.layer(chain.block, Pass::Recompute) + fwd_comm;
-  t.core = costs.layer(chain.block, Pass::Recompute, true);
-  t.copy_in = costs.copy(chain.block.saved_bytes(Recompute::None), CopyDir::ToDevice);
+  t.fwd = costs.layer(block, Pass::Forward) + fwd_comm;
+  t.bwd = costs.layer(block, Pass::Backward) + bwd_comm;
+  t.recompute = costs.layer(block, Pass::Recompute) + fwd_comm;
+  t.core = costs.layer(block, Pass::Recompute, true);
+  t.copy_in = costs.copy(block.saved_bytes(Recompute::None), CopyDir::ToDevice);
   return t;
 }
 
@@ -465,7 +500,7 @@ namespace {
 
 // An offload planner's swaps over the layers' keeps.
 Swaps planner_swaps(OffloadPlanner planner, const MemoryModel& model, const Keeps& keeps,
-                    Bytes budget, const LayerTimes& t, const StepCosts& costs) {
+                    Bytes budget, const KindTimes& t, const StepCosts& costs) {
   switch (planner) {
     case OffloadPlanner::All: return Swaps(keeps.size(), Swap::Saved);
     case OffloadPlanner::Vdnn: return Swaps(keeps.size(), Swap::LinearInputs);
@@ -489,9 +524,10 @@ bool fits(const MemoryModel& model, const LayerPlan& layers, Bytes budget) {
 // lowered and replayed (the stall the model can only estimate: a pipeline
 // stage waiting for its neighbour hides copies). When none fits, the
 // search's least peak.
-LayerPlan joint_layers(const MemoryModel& model, Bytes budget, const LayerTimes& t,
+LayerPlan joint_layers(const MemoryModel& model, Bytes budget, const KindTimes& kinds,
                        const StepCosts& costs) {
   const Scenario& sc = model.scenario();
+  const LayerTimes t = LayerTimes::largest(kinds.times);
   std::vector<LayerPlan> cands;
   cands.push_back(search(model, budget, t, true, false));
   LayerTimes hidden = t;
@@ -507,7 +543,7 @@ LayerPlan joint_layers(const MemoryModel& model, Bytes budget, const LayerTimes&
   const Keeps all(cands.front().keeps.size(), Keep::All);
   for (const OffloadPlanner p : {OffloadPlanner::All, OffloadPlanner::Vdnn, OffloadPlanner::Lifetime,
                                  OffloadPlanner::Priority})
-    cands.push_back({all, planner_swaps(p, model, all, budget, t, costs)});
+    cands.push_back({all, planner_swaps(p, model, all, budget, kinds, costs)});
   // Fastest first; among equals the fewest layers swapped (no copies for nothing).
   std::optional<std::tuple<Time, std::ptrdiff_t, std::size_t>> best;
   for (std::size_t i = 0; i < cands.size(); ++i) {
@@ -532,9 +568,14 @@ LayerPlan plan_layers(const MemoryModel& model, const StepCosts& costs) {
   const Plan& plan = sc.plan;
   if (!needs_solver(plan)) return fixed_layers(plan, model.chunks());
   const Bytes budget = memory_budget(sc, model.rules());
-  const LayerTimes t = layer_times(plan, model.chain(), costs);
+  // Each kind of block's times; the search prices every layer as the
+  // largest (MemoryModel::largest_rule), the offload planners each layer as
+  // its own kind.
+  KindTimes kinds{model, {}};
+  for (const auto& block : model.chain().kinds) kinds.times.push_back(layer_times(plan, block, costs));
+  const LayerTimes t = LayerTimes::largest(kinds.times);
   const OffloadPlanner planner = plan.offload.activations ? plan.offload.planner : OffloadPlanner::All;
-  if (planner == OffloadPlanner::Joint) return joint_layers(model, budget, t, costs);
+  if (planner == OffloadPlanner::Joint) return joint_layers(model, budget, kinds, costs);
   LayerPlan out;
   if (plan.recompute == Recompute::Optimal) {
     // Planner all swaps whatever the layers keep, so it is planned with
@@ -545,7 +586,7 @@ LayerPlan plan_layers(const MemoryModel& model, const StepCosts& costs) {
     fixed.offload.activations = false;
     out = fixed_layers(fixed, model.chunks());
   }
-  if (plan.offload.activations) out.swaps = planner_swaps(planner, model, out.keeps, budget, t, costs);
+  if (plan.offload.activations) out.swaps = planner_swaps(planner, model, out.keeps, budget, kinds, costs);
   return out;
 }
 

@@ -109,8 +109,11 @@ struct LayerTimes {
   Time fwd = 0, bwd = 0;
   Time recompute = 0, core = 0;
   Time copy_in = 0;
+  // Each field the most of any of `times`.
+  static LayerTimes largest(std::span<const LayerTimes> times);
 };
-LayerTimes layer_times(const Plan& plan, const cost::OpChain& chain, const StepCosts& costs);
+// Of one kind of block.
+LayerTimes layer_times(const Plan& plan, const cost::Layer& block, const StepCosts& costs);
 
 // Whether the plan's choices are searched (optimal recompute; the lifetime,
 // priority and joint offload planners) rather than fixed patterns.

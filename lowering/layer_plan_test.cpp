@@ -163,7 +163,7 @@ TEST_CASE("optimal recompute: the fastest per-layer choice within the budget (br
     const Scenario sc = pipeline ? scenario(plan, 12, "\"dgx-h100\"", 16) : scenario(plan, 7);
     CAPTURE(plan);
     const MemoryModel mm(sc, {});
-    const ActivationRule& r = mm.rule();
+    const ActivationRule& r = mm.largest_rule();
     REQUIRE(r.selective < r.full);
     for (const Time core : {100, 700, 990, 1}) {
       UnitCosts t;  // a layer's rerun 1000, its attention core `core`
@@ -308,7 +308,7 @@ TEST_CASE("offload planners: all moves everything a layer keeps, vdnn its linear
     CHECK(swaps_pattern(all.layers.swaps) == std::string(16, 'H'));
     CHECK(swaps_pattern(vdnn.layers.swaps) == std::string(16, 'L'));
     const MemoryModel mm(offloading("vdnn", r), {});
-    const ActivationRule& a = mm.rule();
+    const ActivationRule& a = mm.largest_rule();
     REQUIRE(a.linear_inputs > 0);
     REQUIRE(a.linear_inputs < a.selective);
     // Stage 0 holds 4 microbatches of its 4 layers.

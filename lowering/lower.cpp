@@ -27,9 +27,21 @@ Time TimeBreakdown::total() const {
   return t;
 }
 
+std::int64_t StageGradients::block_count() const {
+  std::int64_t n = 0;
+  for (const std::int64_t b : blocks) n += b;
+  return n;
+}
+
+double StageGradients::block_params(const cost::OpChain& chain) const {
+  double n = 0;
+  for (std::size_t k = 0; k < blocks.size(); ++k)
+    n += static_cast<double>(blocks[k]) * static_cast<double>(chain.kinds[k].params());
+  return n;
+}
+
 double StageGradients::params(const cost::OpChain& chain) const {
-  return static_cast<double>(blocks) * static_cast<double>(chain.block.params()) +
-         (embedding ? static_cast<double>(chain.embedding.params()) : 0.0) +
+  return block_params(chain) + (embedding ? static_cast<double>(chain.embedding.params()) : 0.0) +
          (head ? static_cast<double>(chain.head.params()) : 0.0);
 }
 
@@ -87,7 +99,7 @@ GradientExchange compressed_exchange(const Plan& plan, const cost::OpChain& chai
           vectors += copies * static_cast<double>(op.vector_params());
         }
       };
-      add(chain.block, static_cast<double>(stage.blocks));
+      for (std::size_t k = 0; k < stage.blocks.size(); ++k) add(chain.kinds[k], static_cast<double>(stage.blocks[k]));
       if (stage.embedding) add(chain.embedding, 1);
       if (stage.head) add(chain.head, 1);
       rounds.push_back({Collective::AllReduce, 4 * (p_elems + vectors)});
@@ -303,8 +315,8 @@ class StepBuilder : StepLayout {
   // what its choice does not keep. Beyond what it keeps: full − stored,
   // and the output (I), which the next layer keeps as its input, the head
   // as its own, or the chunk's send (`out`: held until then).
-  Bytes cpu_forward_transient(Bytes stored, bool to_send) const {
-    return rule_.full - stored + (to_send ? 0 : rule_.input);
+  Bytes cpu_forward_transient(const ActivationRule& rule, Bytes stored, bool to_send) const {
+    return rule.full - stored + (to_send ? 0 : rule.input);
   }
   // The chunk's first backward task allocates its backward buffers.
   std::vector<std::int32_t> cpu_backward_start(int k, int mb) {
@@ -348,7 +360,9 @@ class StepBuilder : StepLayout {
   bool cpu_remote_layers() const { return cpu_ && (zero3() || plan_.offload.weights); }
   // ZeRO's shards: every rank the gradients are reduced over, dp × cp.
   std::int64_t shards() const { return zero_shards(plan_); }
-  std::int64_t cpu_layer_chunk() const { return (chain_.block.params() + shards() - 1) / shards(); }
+  std::int64_t cpu_layer_chunk(std::int64_t layer) const {
+    return (chain_.block_at(layer).params() + shards() - 1) / shards();
+  }
   // The CPU kernels' largest tensor-parallel message: a ring step of the
   // b·s·h activation (all-reduce, or sequence parallelism's all-gather and
   // reduce-scatter), ⌈b·s·h / tp⌉ floats; the tp communicator keeps two
@@ -360,10 +374,10 @@ class StepBuilder : StepLayout {
   std::vector<std::int32_t> cpu_bring_layer(std::int64_t layer, std::vector<std::int32_t>& frees) {
     auto& present = cpu_layer_params_[static_cast<std::size_t>(layer)];
     if (present != kNone) return {};
-    present = cpu_buffer(BufKind::Working, 4 * chain_.block.params(), sim::MemTag::Params);
+    present = cpu_buffer(BufKind::Working, 4 * chain_.block_at(layer).params(), sim::MemTag::Params);
     std::vector<std::int32_t> allocs{present};
     if (zero3()) {
-      allocs.push_back(cpu_buffer(BufKind::Working, 4 * shards() * cpu_layer_chunk(), sim::MemTag::CommBuffers));
+      allocs.push_back(cpu_buffer(BufKind::Working, 4 * shards() * cpu_layer_chunk(layer), sim::MemTag::CommBuffers));
       frees.push_back(allocs.back());
     }
     return allocs;
@@ -399,13 +413,13 @@ class StepBuilder : StepLayout {
   // Blocking tensor-, context- and expert-parallel communication of a layer
   // (a recompute reruns the forward's).
   template <class Fn>
-  void for_layer_comm(Pass pass, Fn&& fn) const {
+  void for_layer_comm(const cost::Layer& block, Pass pass, Fn&& fn) const {
     const Pass priced = pass == Pass::Recompute ? Pass::Forward : pass;
     const std::pair<CommKind, bool> kinds[] = {
         {CommKind::TP, plan_.tp > 1}, {CommKind::CP, plan_.cp > 1}, {CommKind::EP, plan_.ep > 1}};
     for (const auto& [kind, on] : kinds) {
       if (!on) continue;
-      const Time d = costs().layer_comm(kind, priced);
+      const Time d = costs().layer_comm(block, kind, priced);
       if (d > 0) fn(kind, d);
     }
   }
@@ -413,7 +427,7 @@ class StepBuilder : StepLayout {
     return pass == Pass::Backward ? sim::Phase::Bwd : pass == Pass::Forward ? sim::Phase::Fwd : sim::Phase::Recompute;
   }
   void layer_comm(std::int64_t layer, int mb, Pass pass) {
-    for_layer_comm(pass, [&](CommKind kind, Time d) {
+    for_layer_comm(chain_.block_at(layer), pass, [&](CommKind kind, Time d) {
       compute(d, phase_of(pass), info(TaskOp::LayerComm, Part::Layer, layer, mb, pass), kind);
     });
   }
@@ -430,8 +444,8 @@ class StepBuilder : StepLayout {
       total += d;
     }
   };
-  void add_comm(Split& sp, Pass pass) const {
-    for_layer_comm(pass, [&](CommKind kind, Time d) { sp.add(comm_cat(kind), d); });
+  void add_comm(Split& sp, const cost::Layer& block, Pass pass) const {
+    for_layer_comm(block, pass, [&](CommKind kind, Time d) { sp.add(comm_cat(kind), d); });
   }
   // A chunk's pass is the same for every microbatch that runs it merged:
   // its time by category (StepProgram::parts, written once and shared by
@@ -567,10 +581,11 @@ class StepBuilder : StepLayout {
       sp.add(0, costs().layer(chain_.embedding, Pass::Forward));
       saved += chain_.embedding.saved_bytes();
     }
-    const Time f = costs().layer(chain_.block, Pass::Forward);
+    const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     for (std::int64_t i = 0; i < n; ++i) {
-      sp.add(0, f);
-      add_comm(sp, Pass::Forward);
+      const cost::Layer& block = chain_.block_at(first + i);
+      sp.add(0, costs().layer(block, Pass::Forward));
+      add_comm(sp, block, Pass::Forward);
       // Folded: what goes to host memory leaves as the pass ends.
       const Bytes swapped = layer_swapped(k, i);
       saved += layer_stored(k, i) - swapped;
@@ -626,27 +641,29 @@ class StepBuilder : StepLayout {
       hold(g);
       level -= g + chain_.head.saved_bytes();
     }
-    const Time b = costs().layer(chain_.block, Pass::Backward), r = costs().layer(chain_.block, Pass::Recompute);
-    const bool core = rule_.selective_reruns;
+    const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const Keep keep = keeps[static_cast<std::size_t>(i)];
+      const cost::Layer& block = chain_.block_at(first + i);
+      const ActivationRule& rule = StepLayout::rule(first + i);
       if (segment_end(keeps, i)) {
         for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
-          sp.add(static_cast<int>(TimeCat::Recompute), r);
-          hold(rule_.full);
-          add_comm(sp, Pass::Recompute);
+          const cost::Layer& rerun = chain_.block_at(first + j);
+          sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(rerun, Pass::Recompute));
+          hold(StepLayout::rule(first + j).full);
+          add_comm(sp, rerun, Pass::Recompute);
         }
-      } else if (keep == Keep::Selective && core) {
-        sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(chain_.block, Pass::Recompute, true));
+      } else if (keep == Keep::Selective && rule.selective_reruns) {
+        sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(block, Pass::Recompute, true));
       }
       // Folded offload: the layer's swapped bytes are back for its backward.
       const Bytes swapped = layer_swapped(k, i);
-      const Bytes working = rule_.grad + (keep == Keep::Selective ? rule_.selective_rebuilt() : 0) + swapped;
+      const Bytes working = rule.grad + (keep == Keep::Selective ? rule.selective_rebuilt() : 0) + swapped;
       hold(working);
       level -= working + layer_stored(k, i) - swapped;
-      if (keep == Keep::Input || keep == Keep::Nothing) level -= rule_.full;
-      sp.add(0, b);
-      add_comm(sp, Pass::Backward);
+      if (keep == Keep::Input || keep == Keep::Nothing) level -= rule.full;
+      sp.add(0, costs().layer(block, Pass::Backward));
+      add_comm(sp, block, Pass::Backward);
     }
     if (k == 0) sp.add(0, costs().layer(chain_.embedding, Pass::Backward));
     if (!out_.exact) sp = fold_pass(k, false);
@@ -688,8 +705,9 @@ class StepBuilder : StepLayout {
       // The token ids it keeps and its output (the first layer's input, or
       // an embedding-only chunk's send, held until then).
       const bool to_send = sends && n == 0;
-      const std::int32_t out = to_send ? (chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule_.input))
-                                       : buffer(BufKind::Working, -1, mb, rule_.input);
+      const Bytes input = StepLayout::rule(0).input;
+      const std::int32_t out = to_send ? (chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, input))
+                                       : buffer(BufKind::Working, -1, mb, input);
       compute(costs().layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb));
       add_mem({buffer(BufKind::Embedding, -1, mb, chain_.embedding.saved_bytes()), out},
@@ -702,27 +720,29 @@ class StepBuilder : StepLayout {
       if (zero3())
         gather = i == 0 && prefetched_gather_ != kNone ? std::exchange(prefetched_gather_, kNone)
                                                        : param_gather(layer, mb, Pass::Forward);
-      if (gathers) gather = weight_gather(static_cast<double>(chain_.block.params()), Part::Layer, layer);
+      const cost::Layer& block = chain_.block_at(layer);
+      const ActivationRule& rule = StepLayout::rule(layer);
+      if (gathers) gather = weight_gather(static_cast<double>(block.params()), Part::Layer, layer);
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
-      const std::int32_t f = compute(costs().layer(chain_.block, Pass::Forward), sim::Phase::Fwd,
+      const std::int32_t f = compute(costs().layer(block, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Layer, layer, mb));
       std::vector<std::int32_t> allocs, frees;
       if (swapped > 0 && swapped < stored) allocs.push_back(buffer(BufKind::ActKept, layer, mb, stored - swapped));
       if (stored > 0) allocs.push_back(buffer(BufKind::Act, layer, mb, swapped > 0 ? swapped : stored));
       if (cpu_) {
         const bool to_send = sends && i + 1 == n;
-        const Bytes extra = cpu_forward_transient(stored, to_send);
+        const Bytes extra = cpu_forward_transient(rule, stored, to_send);
         if (extra > 0) {
           allocs.push_back(buffer(BufKind::Working, layer, mb, extra));
           frees.push_back(allocs.back());
         }
         // The forward declares its saved bytes and its output.
-        for (std::int32_t b : cpu_kv_transient(cpu_bytes_.before_core, rule_.full + rule_.input)) {
+        for (std::int32_t b : cpu_kv_transient(cpu_bytes_.before_core, rule.full + rule.input)) {
           allocs.push_back(b);
           frees.push_back(b);
         }
-        if (to_send) allocs.push_back(chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule_.input));
+        if (to_send) allocs.push_back(chunk_out_[slot(k, mb)] = chunk_buffer(BufKind::Act, k, mb, rule.input));
         if (cpu_remote_layers()) cpu_drop_layer(layer, frees);
       }
       if (!allocs.empty()) add_mem(allocs, frees);
@@ -782,6 +802,8 @@ class StepBuilder : StepLayout {
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const std::int64_t layer = first + i;
       const Keep keep = keeps[static_cast<std::size_t>(i)];
+      const cost::Layer& block = chain_.block_at(layer);
+      const ActivationRule& rule = StepLayout::rule(layer);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       // What the layer's backward waits for off the compute lane.
       std::int32_t ready[3] = {kNone, kNone, kNone};
@@ -804,9 +826,10 @@ class StepBuilder : StepLayout {
           // The CPU kernels: a layer before the segment's last keeps its
           // output as the next one's input; the last one refills its saved
           // tensors around the input it has (no output).
-          const Bytes bytes = cpu_ && j == i ? rule_.full - rule_.input : rule_.full;
+          const ActivationRule& rerun = StepLayout::rule(first + j);
+          const Bytes bytes = cpu_ && j == i ? rerun.full - rerun.input : rerun.full;
           const std::int32_t r =
-              compute(costs().layer(chain_.block, Pass::Recompute), sim::Phase::Recompute,
+              compute(costs().layer(chain_.block_at(first + j), Pass::Recompute), sim::Phase::Recompute,
                       info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
           std::vector<std::int32_t> re_frees, re_allocs{buffer(BufKind::Recomputed, first + j, mb, bytes)};
           // The CPU kernels: a segment's first layer reruns from its input
@@ -820,7 +843,7 @@ class StepBuilder : StepLayout {
             for (std::int32_t b : cpu_bring_layer(first + j, re_frees)) re_allocs.push_back(b);
           // A rerun starts from its input, which it holds already.
           if (cpu_)
-            for (std::int32_t b : cpu_kv_transient(cpu_bytes_.before_core - rule_.input, bytes)) {
+            for (std::int32_t b : cpu_kv_transient(cpu_bytes_.before_core - rerun.input, bytes)) {
               re_allocs.push_back(b);
               re_frees.push_back(b);
             }
@@ -828,10 +851,10 @@ class StepBuilder : StepLayout {
           wait(r);
           layer_comm(first + j, mb, Pass::Recompute);
         }
-      } else if (keep == Keep::Selective && rule_.selective_reruns) {
+      } else if (keep == Keep::Selective && rule.selective_reruns) {
         TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb, Pass::Recompute);
         core.core_only = true;
-        wait(compute(costs().layer(chain_.block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
+        wait(compute(costs().layer(block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
         // The CPU kernels under context parallelism: the core reruns into
         // its scores (declared from the backward on) beside the gathered
         // keys and values.
@@ -843,8 +866,8 @@ class StepBuilder : StepLayout {
       // The gradient flowing through the layer's ops, and (selective) the
       // attention core recomputed for it.
       std::vector<std::int32_t> allocs;
-      if (!cpu_) allocs.push_back(buffer(BufKind::Grad, layer, mb, rule_.grad));
-      if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule_.selective_rebuilt()));
+      if (!cpu_) allocs.push_back(buffer(BufKind::Grad, layer, mb, rule.grad));
+      if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule.selective_rebuilt()));
       std::vector<std::int32_t> frees = allocs;
       // The CPU kernels: the chunk's first backward task starts its
       // backward buffers (the last chunk's: the head's).
@@ -861,11 +884,11 @@ class StepBuilder : StepLayout {
       // reduce-scatter.
       std::int32_t layer_grads = kNone;
       if (cpu_ && zero3())
-        allocs.push_back(layer_grads = cpu_buffer(BufKind::Grad, 4 * chain_.block.params(), sim::MemTag::Grads));
+        allocs.push_back(layer_grads = cpu_buffer(BufKind::Grad, 4 * block.params(), sim::MemTag::Grads));
       if (recomputes) frees.push_back(existing(BufKind::Recomputed, layer, mb));
       if (stored > 0) frees.push_back(existing(saved, layer, mb));
       if (swapped > 0 && swapped < stored) frees.push_back(existing(BufKind::ActKept, layer, mb));
-      const std::int32_t b = compute(costs().layer(chain_.block, Pass::Backward), sim::Phase::Bwd,
+      const std::int32_t b = compute(costs().layer(block, Pass::Backward), sim::Phase::Bwd,
                                      info(TaskOp::Backward, Part::Layer, layer, mb));
       add_mem(allocs, frees);
       wait(b);
@@ -880,8 +903,7 @@ class StepBuilder : StepLayout {
         // ZeRO-3 (DeepSpeed, PyTorch FSDP) reduce-scatters each layer's
         // gradients after every microbatch's backward, overlapped with the
         // next layer's backward.
-        const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) *
-                                               std::min(per_.grads, 4.0));
+        const Bytes bytes = static_cast<Bytes>(static_cast<double>(block.params()) * std::min(per_.grads, 4.0));
         TaskInfo ri = info(TaskOp::Zero3Reduce, Part::Layer, layer, mb);
         ri.layers = {static_cast<std::int32_t>(layer)};
         const std::int32_t rs = task(sim::TaskKind::Collective, sim::Lane::Comm,
@@ -890,7 +912,7 @@ class StepBuilder : StepLayout {
         if (cpu_) {
           // The flat padded copy and the reduced part, added into the
           // layer's gradient chunk (made by its first microbatch).
-          const std::int64_t c = cpu_layer_chunk();
+          const std::int64_t c = cpu_layer_chunk(layer);
           std::vector<std::int32_t> z{cpu_buffer(BufKind::Working, 4 * shards() * c, sim::MemTag::CommBuffers),
                                       cpu_buffer(BufKind::Working, 4 * c, sim::MemTag::CommBuffers)};
           std::vector<std::int32_t> zf = z;
@@ -923,7 +945,8 @@ class StepBuilder : StepLayout {
   // stage3_prefetch_bucket_size 0) once the compute lane finished the layer
   // before, so the gather is exposed.
   std::int32_t param_gather(std::int64_t layer, int mb, Pass pass) {
-    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, layer_gather_, sim::Phase::Comm,
+    const Time gather = layer_gather_[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(layer)])];
+    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, gather, sim::Phase::Comm,
                                 CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
     if (cpu_) {
       std::vector<std::int32_t> frees;
@@ -943,14 +966,14 @@ class StepBuilder : StepLayout {
   // norm's), skipping the tensors below zero3_persistence_threshold, which
   // every rank keeps whole (an op's vectors count as one tensor). Strata's
   // executors gather by layer.
-  Time layer_gather_time() const {
+  Time layer_gather_time(const cost::Layer& block) const {
     const auto& im = plan_.implementation;
     if (!im.zero3_gather_per_module || sc_.executed)
       return costs().collective(Collective::AllGather, Group::DP,
-                               static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights));
+                               static_cast<Bytes>(static_cast<double>(block.params()) * per_.weights));
     const std::int64_t keep = im.zero3_persistence_threshold;
     Time t = 0;
-    for (const cost::Op& op : chain_.block.ops) {
+    for (const cost::Op& op : block.ops) {
       double gathered = 0;
       if (op.matrices > 0 && op.rows * op.cols >= keep) gathered += static_cast<double>(op.matrix_params());
       if (op.vector_params() > 0 && op.vector_params() >= keep) gathered += static_cast<double>(op.vector_params());
@@ -963,7 +986,7 @@ class StepBuilder : StepLayout {
 
   // Weight offload: bring a layer's weights to the device ahead of use.
   std::int32_t weight_fetch(std::int64_t layer, int mb, Pass pass) {
-    const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block.params()) * per_.weights);
+    const Bytes bytes = static_cast<Bytes>(static_cast<double>(chain_.block_at(layer).params()) * per_.weights);
     // Weights on NVMe (ZeRO-Infinity's offload_param device nvme): read
     // into a host staging buffer on the host's lane, then copied as from
     // host memory; the prefetch window holds the read back.
@@ -1011,7 +1034,10 @@ class StepBuilder : StepLayout {
     stage_ = s;
     stage_costs_ = &costs_.stage(s);
     collect_stage_layers();
-    if (zero3()) layer_gather_ = layer_gather_time();  // on this stage's links
+    if (zero3()) {  // on this stage's links
+      layer_gather_.clear();
+      for (const auto& block : chain_.kinds) layer_gather_.push_back(layer_gather_time(block));
+    }
     // Memory: the GPU pool holds this stage's static bytes from the start
     // (weights, gradients, optimizer state, buffers, workspace, runtime:
     // the analytical model's) and the activations the tasks allocate; the
@@ -1086,7 +1112,7 @@ class StepBuilder : StepLayout {
     // runs under this step, which does not wait for it (the weights it
     // brings are for a later step).
     if (plan_.dp > 1 && plan_.dp_topology == DpTopology::ParameterServer && plan_.ps_staleness > 0)
-      ps_pull(StageGradients{static_cast<std::int64_t>(mine_.size()), s == 0, s == p_ - 1}.params(chain_));
+      ps_pull(StageGradients{chain_.kind_counts(mine_), s == 0, s == p_ - 1}.params(chain_));
     if (const Time t = costs().overhead_per_step(); t > 0) compute(t, sim::Phase::None, info(TaskOp::Framework, Part::None));
     for (const Step& st : steps) {
       const int k = chunk_of(st);
@@ -1139,8 +1165,7 @@ class StepBuilder : StepLayout {
   void reduce_and_step() {
     const int s = stage_;
     const std::vector<std::int64_t>& mine = mine_;
-    const auto layers = static_cast<std::int64_t>(mine.size());
-    const StageGradients stage{layers, s == 0, s == p_ - 1};
+    const StageGradients stage{chain_.kind_counts(mine), s == 0, s == p_ - 1};
     const double params = stage.params(chain_);
     const std::int32_t end_of_backward = last_compute_;
     std::vector<std::int32_t> reduced;  // what the optimizer waits for
@@ -1190,7 +1215,6 @@ class StepBuilder : StepLayout {
       // Buckets of about 25 MiB of gradients, filled in backward order
       // (reduced over dp × cp: each context-parallel rank saw its tokens).
       const double grad_bytes = std::min(per_.grads, 4.0);  // the reduced (fp32 or 16-bit) copy
-      const double layer_bytes = static_cast<double>(chain_.block.params()) * grad_bytes;
       const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
       // A parameter server takes pushed gradients per bucket and serves the
       // updated weights after its step; all-reduce sums them among workers.
@@ -1218,7 +1242,7 @@ class StepBuilder : StepLayout {
         flush(static_cast<double>(chain_.head.params()) * grad_bytes, head_bwd_);
       }
       for (std::int64_t l : mine) {
-        fill += layer_bytes;
+        fill += static_cast<double>(chain_.block_at(l).params()) * grad_bytes;
         contents.layers.push_back(static_cast<std::int32_t>(l));
         last_dep = last_bwd_of_layer_[static_cast<std::size_t>(l)];
         if (fill >= bucket) {
@@ -1390,8 +1414,8 @@ class StepBuilder : StepLayout {
       std::int64_t chunks = 0;
       for (const CpuBucket& b : cpu_buckets_) chunks += b.chunk;
       if (zero3())
-        for (std::int32_t g : cpu_layer_shard_grad_)
-          if (g != kNone) chunks += cpu_layer_chunk();
+        for (std::size_t l = 0; l < cpu_layer_shard_grad_.size(); ++l)
+          if (cpu_layer_shard_grad_[l] != kNone) chunks += cpu_layer_chunk(static_cast<std::int64_t>(l));
       return chunks;
     }
     return statics_.stages[static_cast<std::size_t>(stage_)].params;
@@ -1413,14 +1437,15 @@ class StepBuilder : StepLayout {
     };
     const StageMemory& st = statics_.stages[static_cast<std::size_t>(stage_)];
     const double all = static_cast<double>(st.params);
-    const double layers = static_cast<double>(stage.blocks) * static_cast<double>(chain_.block.params());
+    const double layers = stage.block_params(chain_);
     const double stepped = static_cast<double>(cpu_stepped());
     const bool zero = plan_.zero >= 1 && shards() > 1;
     const bool host_states = plan_.offload.optimizer == OffloadTarget::Cpu;
     double params = per_.weights * all, grads = per_.grads * all;
     if (zero3()) {
-      params = per_.weights * (all - layers) +
-               4.0 * static_cast<double>(stage.blocks) * static_cast<double>(cpu_layer_chunk());
+      double chunks = 0;
+      for (const std::int64_t l : mine_) chunks += static_cast<double>(cpu_layer_chunk(l));
+      params = per_.weights * (all - layers) + 4.0 * chunks;
       grads = per_.grads * (all - layers);
     }
     if (plan_.offload.weights) params = per_.weights * (all - layers);
@@ -1434,7 +1459,9 @@ class StepBuilder : StepLayout {
       // The ring over dp × cp steps a ring-th of what it reduces (a bucket,
       // padded to dp chunks under ZeRO); under ZeRO-3 a layer's chunk too
       // (none on a stage without layers).
-      std::int64_t most = zero3() && stage.blocks > 0 ? cpu_layer_chunk() : 0;
+      std::int64_t most = 0;
+      if (zero3())
+        for (const std::int64_t l : mine_) most = std::max(most, cpu_layer_chunk(l));
       for (const CpuBucket& b : cpu_buckets_) most = std::max(most, (b.padded + ring - 1) / ring);
       comm += 2 * 4 * most;
     }
@@ -1524,20 +1551,23 @@ class StepBuilder : StepLayout {
     hook_head_ = -1;
     hook_rest_ = {};
     if (!hooked()) return;
-    const double layer_bytes = static_cast<double>(chain_.block.params()) * std::min(per_.grads, 4.0);
+    const double grad_bytes = std::min(per_.grads, 4.0);
     const double cap = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
     if (stage_ == p_ - 1 && chain_.head.params() > 0) {
       hook_head_ = 0;
-      hook_.push_back({StageGradients{0, false, true}, {}, kNone});
+      hook_.push_back({StageGradients{{}, false, true}, {}, kNone});
     }
+    const std::vector<std::int64_t> none(chain_.kinds.size(), 0);
+    hook_rest_.blocks = none;
     double fill = 0;
     for (std::int64_t l : mine_) {
-      fill += layer_bytes;
-      ++hook_rest_.blocks;
+      fill += static_cast<double>(chain_.block_at(l).params()) * grad_bytes;
+      ++hook_rest_.blocks[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(l)])];
       if (fill >= cap) {
         hook_closes_[static_cast<std::size_t>(l)] = static_cast<std::int32_t>(hook_.size());
         hook_.push_back({hook_rest_, {}, kNone});
         hook_rest_ = {};
+        hook_rest_.blocks = none;
         fill = 0;
       }
     }
@@ -1557,7 +1587,7 @@ class StepBuilder : StepLayout {
   }
   // After the backward: the rest's exchange, then every bucket's decode.
   void hook_finish(std::int32_t after, std::vector<std::int32_t>& reduced) {
-    if (hook_rest_.blocks > 0 || hook_rest_.embedding) {
+    if (hook_rest_.block_count() > 0 || hook_rest_.embedding) {
       hook_.push_back({hook_rest_, {}, kNone});
       hook_send(static_cast<std::int32_t>(hook_.size()) - 1, after);
     }
@@ -1588,7 +1618,7 @@ class StepBuilder : StepLayout {
   StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
-  Time layer_gather_ = 0;   // ZeRO-3: one layer's all-gather (layer_gather_time)
+  std::vector<Time> layer_gather_;  // ZeRO-3: one layer's all-gather per kind of block (layer_gather_time)
   bool folding_ = false;    // fold_pass is replaying a pass alone
   std::int32_t prefetched_gather_ = kNone;  // fold_pass: a pass's first ZeRO-3 gather, issued before it
   std::vector<int> gather_mb_;  // by model chunk: the microbatch of its first forward on the stage (gather_in_forward), else -1
@@ -1707,11 +1737,16 @@ void add_step_flops(const Scenario& sc, const Keeps& keeps, StepPrediction& pr) 
   pr.model_flops_per_step = whole.model_flops() * seqs;
   // The matrix products a selectively kept block reruns (Megatron-LM's
   // attention core, or all off torchtitan's save list).
-  double rerun = 0;
-  for (const auto& op : whole.block.ops) rerun += cost::rerun_share(op, selective_policy(sc.plan)) * op.fwd_flops;
-  const KeepCounts n = count_keeps(keeps);
-  const double recompute = static_cast<double>(n.input + n.nothing) * whole.block.fwd_flops() +
-                           static_cast<double>(n.selective) * rerun;
+  std::vector<double> rerun(whole.kinds.size(), 0);  // per kind of block
+  for (std::size_t k = 0; k < whole.kinds.size(); ++k)
+    for (const auto& op : whole.kinds[k].ops)
+      rerun[k] += cost::rerun_share(op, selective_policy(sc.plan)) * op.fwd_flops;
+  double recompute = 0;
+  for (std::size_t l = 0; l < keeps.size(); ++l) {
+    const auto kind = static_cast<std::size_t>(whole.kind_of[l]);
+    if (keeps[l] == Keep::Input || keeps[l] == Keep::Nothing) recompute += whole.kinds[kind].fwd_flops();
+    else if (keeps[l] == Keep::Selective) recompute += rerun[kind];
+  }
   pr.hardware_flops_per_step = pr.model_flops_per_step + recompute * seqs;
 }
 

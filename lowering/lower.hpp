@@ -62,9 +62,10 @@ class StepCosts {
   // a forward over what the policy drops: the whole layer, or with
   // `selective_only` what the plan's selective policy reruns, cost::rerun_share).
   virtual Time layer(const cost::Layer& layer, Pass pass, bool selective_only = false) const = 0;
-  // Tensor-, context- and expert-parallel communication one layer blocks on,
-  // per microbatch and pass.
-  virtual Time layer_comm(CommKind kind, Pass pass) const = 0;
+  // Tensor-, context- and expert-parallel communication one block of this
+  // kind blocks on, per microbatch and pass (0 for the embedding and head,
+  // whose passes hold theirs).
+  virtual Time layer_comm(const cost::Layer& layer, CommKind kind, Pass pass) const = 0;
   virtual Time collective(Collective op, Group group, Bytes bytes_per_rank) const = 0;
   virtual Time p2p(Bytes bytes) const = 0;
   // A memory-bound kernel touching `bytes` (compression encode/decode), and
@@ -94,8 +95,10 @@ class StepCosts {
 // The gradients one pipeline stage reduces over dp: its transformer blocks,
 // the embedding (first stage) and the head (last stage).
 struct StageGradients {
-  std::int64_t blocks = 0;
+  std::vector<std::int64_t> blocks;  // per kind of block (OpChain::kinds); empty: none
   bool embedding = false, head = false;
+  std::int64_t block_count() const;
+  double block_params(const cost::OpChain& chain) const;
   double params(const cost::OpChain& chain) const;
 };
 

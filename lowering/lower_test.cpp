@@ -61,6 +61,43 @@ TEST_CASE("PipeDream and 2BW without flushes: step m·(tf + tb) per stage, the f
   }
 }
 
+// UnitCosts whose dense blocks (kind 1: a MoE model's first blocks) take
+// three times as long as its expert blocks (kind 0).
+struct KindCosts : UnitCosts {
+  Time layer(const cost::Layer& l, Pass pass, bool core) const override {
+    return (l.kind == cost::LayerKind::Block && l.block_kind == 1 ? 3 : 1) * UnitCosts::layer(l, pass, core);
+  }
+};
+
+TEST_CASE("blocks of two kinds: each layer priced as its own kind, the slowest stage sets the pace") {
+  // 16 layers, the first 4 dense (three times the time of an expert
+  // block), over p = 4 stages of 4 layers under GPipe, m = 8 microbatches
+  // (dp 2), free communication: stage 0 holds the dense blocks and is the
+  // bottleneck both ways.
+  const auto sc = parse_scenario(
+      R"({"model": {"layers": 16, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000,
+                    "moe": {"experts": 4, "top_k": 2, "first_dense": 4}},
+          "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 16},
+          "plan": {"pp": 4, "schedule": "gpipe"}})",
+      "t.json");
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  REQUIRE(chain.kinds.size() == 2);
+  for (std::int64_t l = 0; l < 16; ++l) CHECK(chain.kind_of[static_cast<std::size_t>(l)] == (l < 4 ? 1 : 0));
+  const KindCosts c;
+  const Time expert = 4 * (c.tf + c.tb), dense = 3 * expert;
+  const auto pr = predict_step(sc, c);
+  CHECK(pr.per_stage[0].compute == 8 * dense);
+  for (int s = 1; s < 4; ++s) CHECK(pr.per_stage[static_cast<std::size_t>(s)].compute == 8 * expert);
+  // Forwards: stage 0 ends one every fwd_d and each faster stage passes it
+  // on at once, so the last reaches the end of stage 3 at 8·fwd_d +
+  // 3·fwd_e. Backwards: stage 3's first ends bwd_e later and reaches stage
+  // 0 after two more expert stages; there they queue, bwd_d each.
+  const Time fwd_d = dense / 3, bwd_d = 2 * dense / 3, fwd_e = expert / 3, bwd_e = 2 * expert / 3;
+  CHECK(pr.step_time == 8 * fwd_d + 3 * fwd_e + 3 * bwd_e + 8 * bwd_d);
+  // The chunk level builds the same program.
+  CHECK(predict_step_coarse(sc, c).step_time == pr.step_time);
+}
+
 TEST_CASE("interleaved: bubble (p − 1)/(v·m + p − 1)") {
   // p = 4, v = 2, m = 8: the bubble shrinks by v (Megatron Sec 2.2.2).
   const auto sc = scenario("{\"pp\": 4, \"schedule\": \"interleaved\", \"virtual_stages\": 2}");
@@ -381,9 +418,9 @@ TEST_CASE("compression.bucketed: each bucket's exchange overlaps the backward th
     REQUIRE(ex.rounds.size() == 1);
     return c.collective(ex.rounds[0].first, Group::DP, static_cast<Bytes>(ex.rounds[0].second));
   };
-  const Time layer = round({1, false, false}), rest = round({0, true, false});
+  const Time layer = round({{1}, false, false}), rest = round({{}, true, false});
   REQUIRE(layer < c.tb);
-  CHECK(predict_step(one, c).step_time == t + round({16, true, true}));
+  CHECK(predict_step(one, c).step_time == t + round({{16}, true, true}));
   CHECK(predict_step(hooked, c).step_time == t + layer + rest);
   // The chunk level builds the same program.
   CHECK(predict_step_coarse(hooked, c).step_time == t + layer + rest);

@@ -321,9 +321,9 @@ std::vector<std::int64_t> in_flight_per_chunk(const Plan& plan, std::int64_t m, 
 std::vector<std::string> plan_notes(const Scenario& sc) {
   std::vector<std::string> notes;
   if (sc.plan.recompute == Recompute::Selective && !sc.model.chain) {
-    const ActivationRule rule =
+    const std::vector<ActivationRule> rules =
         ActivationRule::of(cost::expand(sc.model, expand_options(sc)), Recompute::Selective);
-    if (rule.full == rule.selective)
+    if (std::all_of(rules.begin(), rules.end(), [](const ActivationRule& r) { return r.full == r.selective; }))
       notes.push_back("recompute \"selective\" is \"none\" here: the " +
                       std::string(enum_name(sc.plan.implementation.attention)) +
                       " attention kernel saves no attention scores, so there is no attention core to drop or "
@@ -338,13 +338,33 @@ Recompute selective_policy(const Plan& plan) {
   return plan.recompute == Recompute::SelectiveOp ? Recompute::SelectiveOp : Recompute::Selective;
 }
 
-ActivationRule ActivationRule::of(const cost::OpChain& chain, Recompute selective) {
+ActivationRule ActivationRule::of(const cost::Layer& block, Recompute selective) {
   Bytes linear = 0;
-  for (const auto& op : chain.block.ops)
+  for (const auto& op : block.ops)
     if (op.kind == cost::OpKind::Linear) linear += op.saved_bytes;
-  ActivationRule r{chain.block.saved_bytes(Recompute::None), chain.block.saved_bytes(selective),
-                   chain.block.input_bytes, chain.block.max_grad_bytes(), linear};
-  for (const auto& op : chain.block.ops) r.selective_reruns |= cost::rerun_share(op, selective) > 0;
+  ActivationRule r{block.saved_bytes(Recompute::None), block.saved_bytes(selective), block.input_bytes,
+                   block.max_grad_bytes(), linear};
+  for (const auto& op : block.ops) r.selective_reruns |= cost::rerun_share(op, selective) > 0;
+  return r;
+}
+
+std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, Recompute selective) {
+  std::vector<ActivationRule> out;
+  out.reserve(chain.kinds.size());
+  for (const auto& k : chain.kinds) out.push_back(of(k, selective));
+  return out;
+}
+
+ActivationRule ActivationRule::largest(std::span<const ActivationRule> rules) {
+  ActivationRule r;
+  for (const auto& x : rules) {
+    r.full = std::max(r.full, x.full);
+    r.selective = std::max(r.selective, x.selective);
+    r.input = std::max(r.input, x.input);
+    r.grad = std::max(r.grad, x.grad);
+    r.linear_inputs = std::max(r.linear_inputs, x.linear_inputs);
+    r.selective_reruns |= x.selective_reruns;
+  }
   return r;
 }
 
@@ -370,24 +390,33 @@ Bytes ActivationRule::swapped(Keep k, Swap s) const {
 
 ActivationRule::Chunk ActivationRule::chunk(std::span<const Keep> keeps,
                                             std::span<const Swap> swaps) const {
+  const std::vector<std::int32_t> one(keeps.size(), 0);
+  return chunk({this, 1}, one, keeps, swaps);
+}
+
+ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rules,
+                                            std::span<const std::int32_t> kinds, std::span<const Keep> keeps,
+                                            std::span<const Swap> swaps) {
   // Layer i's backward holds `holds` while what layers i+1… kept is freed:
   // with `before` kept by layers 0…i, its excess over what the microbatch
   // kept in all is holds + before − total, so one forward pass suffices.
   Chunk c;
   Bytes before = 0, most = 0;
-  std::int64_t rerun = 0;  // layers of the current segment up to i
+  Bytes rerun = 0;  // what the layers of the current segment up to i save when rerun
   for (std::size_t i = 0; i < keeps.size(); ++i) {
+    const ActivationRule& r = rules[static_cast<std::size_t>(kinds[i])];
     const Keep k = keeps[i];
-    Bytes holds = grad;
-    if (k == Keep::Selective) holds += selective_rebuilt();
+    Bytes holds = r.grad;
+    if (k == Keep::Selective) holds += r.selective_rebuilt();
     if (k == Keep::Input || k == Keep::Nothing) {
       if (k == Keep::Input) rerun = 0;
       else if (rerun == 0) throw Error("a layer keeps nothing and follows no segment start");
-      holds += ++rerun * full;
+      rerun += r.full;
+      holds += rerun;
     }
-    before += stored(k);
+    before += r.stored(k);
     most = std::max(most, holds + before);
-    const Bytes out = swapped(k, swaps[i]);
+    const Bytes out = r.swapped(k, swaps[i]);
     c.swapped += out;
     c.largest_swapped = std::max(c.largest_swapped, out);
   }
@@ -432,7 +461,9 @@ struct MemoryModel::Statics {
 
 MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     : sc_(sc), rules_(rules), chain_(cost::expand(sc.model, expand_options(sc))),
-      act_(ActivationRule::of(chain_, selective_policy(sc.plan))), chunks_(chunk_layers(sc.plan, sc.model.layers)) {
+      acts_(ActivationRule::of(chain_, selective_policy(sc.plan))),
+      largest_(ActivationRule::largest(acts_)),
+      chunks_(chunk_layers(sc.plan, sc.model.layers)) {
   const Plan& plan = sc.plan;
   const auto& model = sc.model;
   first_.assign(chunks_.size() + 1, 0);
@@ -444,7 +475,8 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
   const PerParam per = bytes_per_param(plan);
   const bool factored = is_factored(plan.optimizer);
 
-  const ParamSplit block = split_of(chain_.block);
+  std::vector<ParamSplit> kinds;  // per kind of block
+  for (const auto& k : chain_.kinds) kinds.push_back(split_of(k));
   const ParamSplit embedding = split_of(chain_.embedding);
   const ParamSplit head = split_of(chain_.head);
   const ParamSplit word_embedding = split_of(chain_.embedding.ops.front());
@@ -462,9 +494,24 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
   statics_.reserve(static_cast<std::size_t>(p));
   for (int s = 0; s < p; ++s) {
     Statics st;
-    std::int64_t layers = 0;
-    for (std::int64_t c = 0; c < v; ++c) layers += chunks_[static_cast<std::size_t>(c * p + s)];
-    ParamSplit ps = block * static_cast<double>(layers);
+    // The stage's blocks, each of its kind; the largest of them bounds what
+    // one layer's weights take in flight (gathered, fetched or staged).
+    ParamSplit ps;
+    ParamSplit block;
+    std::vector<std::int64_t> count(kinds.size(), 0);
+    for (std::int64_t c = 0; c < v; ++c) {
+      const auto k = static_cast<std::size_t>(c * p + s);
+      const std::vector<std::int64_t> n = chain_.kind_counts(first_[k], chunks_[k]);
+      for (std::size_t i = 0; i < n.size(); ++i) count[i] += n[i];
+    }
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      if (count[i] == 0) continue;
+      ps += kinds[i] * static_cast<double>(count[i]);
+      if (kinds[i].params() > block.params()) block = kinds[i];
+    }
+    // A stage without blocks (an embedding- or head-only chunk) is charged
+    // the main block's buffers, as every stage was before blocks had kinds.
+    if (block.params() == 0 && !kinds.empty()) block = kinds.front();
     if (s == 0) ps += embedding;
     if (s == p - 1) ps += head;
     // Tied embeddings: the last stage keeps its own copy of the word
@@ -564,7 +611,8 @@ MemoryModel::Blocks MemoryModel::blocks(int s, const LayerPlan& layers) const {
     const std::size_t k = c * p + static_cast<std::size_t>(s);
     const auto n = static_cast<std::size_t>(chunks_[k]);
     const auto at = static_cast<std::size_t>(first_[k]);
-    const auto chunk = act_.chunk({layers.keeps.data() + at, n}, {layers.swaps.data() + at, n});
+    const auto chunk = ActivationRule::chunk(acts_, {chain_.kind_of.data() + at, n}, {layers.keeps.data() + at, n},
+                                             {layers.swaps.data() + at, n});
     out.add({static_cast<double>(chunk.stored), static_cast<double>(chunk.working),
              static_cast<double>(chunk.swapped)},
             static_cast<double>(counts[c]));

@@ -73,8 +73,13 @@ struct ActivationRule {
   // outputs the backward never reads, more than that set: then nothing).
   Bytes selective_rebuilt() const { return std::max<Bytes>(0, full - selective); }
 
-  // `selective`: the policy a Keep::Selective layer follows.
-  static ActivationRule of(const cost::OpChain& chain, Recompute selective);
+  // `selective`: the policy a Keep::Selective layer follows. Of one kind of
+  // block, and of each kind of the chain's (indexed as chain.kinds).
+  static ActivationRule of(const cost::Layer& block, Recompute selective);
+  static std::vector<ActivationRule> of(const cost::OpChain& chain, Recompute selective);
+  // Each field the most of any of `rules`: a block at least as large as each
+  // (every byte count above grows with each field).
+  static ActivationRule largest(std::span<const ActivationRule> rules);
   // What a layer keeps from its forward to its backward, and of that what
   // goes to host memory.
   Bytes stored(Keep k) const;
@@ -91,6 +96,10 @@ struct ActivationRule {
     Bytes stored = 0, working = 0, swapped = 0, largest_swapped = 0;
   };
   Chunk chunk(std::span<const Keep> keeps, std::span<const Swap> swaps) const;
+  // The same for a chunk of blocks of several kinds: layer i follows
+  // rules[kinds[i]].
+  static Chunk chunk(std::span<const ActivationRule> rules, std::span<const std::int32_t> kinds,
+                     std::span<const Keep> keeps, std::span<const Swap> swaps);
 };
 
 // What a Keep::Selective layer of the plan follows: torchtitan's op-level
@@ -215,7 +224,14 @@ class MemoryModel {
   const Scenario& scenario() const { return sc_; }
   const MemoryRules& rules() const { return rules_; }
   const cost::OpChain& chain() const { return chain_; }
-  const ActivationRule& rule() const { return act_; }
+  // What block `layer` keeps under each choice (its kind's rule), and a
+  // rule at least as large as every kind's (ActivationRule::largest): the
+  // searches of layer_plan.cpp price every layer of a stage as it, so that
+  // what they choose fits when each layer is counted as its own.
+  const ActivationRule& rule(std::int64_t layer) const {
+    return acts_[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(layer)])];
+  }
+  const ActivationRule& largest_rule() const { return largest_; }
   const std::vector<std::int64_t>& chunks() const { return chunks_; }  // layers per model chunk
   std::int64_t first_layer(std::size_t chunk) const { return first_[chunk]; }
   // Chunk-microbatches in flight at the stage's peak, per virtual chunk.
@@ -230,7 +246,8 @@ class MemoryModel {
   const Scenario& sc_;
   MemoryRules rules_;
   cost::OpChain chain_;
-  ActivationRule act_;
+  std::vector<ActivationRule> acts_;  // per kind of block
+  ActivationRule largest_;
   std::vector<std::int64_t> chunks_, first_;
   std::vector<Statics> statics_;
 };

@@ -11,6 +11,7 @@
 #include "lowering/step_costs.hpp"
 #include "sim/engine.hpp"
 #include "lowering/schedule.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::strategies {
 namespace {
@@ -463,6 +464,88 @@ TEST_CASE("analytical memory equals the simulated timeline") {
   }
 }
 
+TEST_CASE("blocks of two kinds: each stage holds its own blocks' parameters and activations") {
+  // A MoE model whose first 3 of 8 blocks are dense (DeepSeek's
+  // first_k_dense_replace), over pp 2: stage 0 holds the embedding, the 3
+  // dense blocks and one expert block; stage 1 four expert blocks and the
+  // head. Its parameters are those blocks' own, and the analytical
+  // activations equal the timeline's, stage by stage, under every policy.
+  const std::string model =
+      R"({"layers": 8, "hidden": 512, "heads": 8, "ffn_hidden": 2048, "seq_len": 256, "vocab": 5000,
+          "tied_embeddings": false, "moe": {"experts": 8, "top_k": 2, "expert_ffn": 512, "first_dense": 3}})";
+  for (const char* pol : {"none", "selective", "full", "every_k", "optimal"}) {
+    for (const char* sched : {"1f1b", "interleaved"}) {
+      const std::string policy = pol, schedule = sched;
+      CAPTURE(policy);
+      CAPTURE(schedule);
+      const bool inter = schedule == "interleaved";
+      auto with = [&](const std::string& rec) {
+        return make(model, "{\"preset\": \"dgx-h100\"}", "{\"global\": 8}",
+                    "{\"pp\": 2, \"tp\": 2, \"schedule\": \"" + schedule + "\", \"virtual_stages\": " +
+                        (inter ? "2" : "1") + ", \"recompute\": \"" + rec + "\"" +
+                        (rec == "every_k" ? ", \"recompute_k\": 2" : "") +
+                        ", \"implementation\": {\"attention\": \"standard\"}}");
+      };
+      Scenario sc = with(policy);
+      if (sc.plan.recompute == Recompute::Optimal) {
+        const double none = static_cast<double>(estimate_memory(with("none")).peak_bytes);
+        const double full = static_cast<double>(estimate_memory(with("full")).peak_bytes);
+        sc.plan.memory_budget_GiB = (none + full) / 2 / static_cast<double>(kGiB);
+      }
+      const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+      REQUIRE(chain.kinds.size() == 2);
+      const std::int64_t dense = chain.kinds[1].params(), expert = chain.kinds[0].params();
+      CHECK(dense != expert);
+      const auto a = estimate_memory(sc);
+      REQUIRE(a.stages.size() == 2);
+      // Interleaved, the chunks are layers 0-1, 2-3 (stage 0, 1), 4-5, 6-7:
+      // stage 0 holds layers 0, 1, 4, 5.
+      const std::int64_t stage0 = inter ? 2 * dense + 2 * expert : 3 * dense + expert;
+      const std::int64_t stage1 = inter ? dense + 3 * expert : 4 * expert;
+      CHECK(a.stages[0].params == chain.embedding.params() + stage0);
+      CHECK(a.stages[1].params == chain.head.params() + stage1);
+      const auto t = simulate_memory(sc);
+      CHECK(t.layers == a.layers);
+      for (std::size_t s = 0; s < 2; ++s) {
+        CAPTURE(s);
+        CHECK(tag(t.stages[s], MemTag::Activations) == tag(a.stages[s], MemTag::Activations));
+        CHECK(t.stages[s].total == a.stages[s].total);
+      }
+    }
+  }
+}
+
+TEST_CASE("recompute_modules mlp reruns a MoE model's dense blocks only, and is refused where there are none") {
+  // 8 blocks, the first 3 dense, pp 1, tp 1, one microbatch in flight:
+  // adding "mlp" to the modules drops, in each dense block only, its MLP
+  // activation's and down-projection's saved inputs (cost::Layer::
+  // saved_bytes under the policy), so the step's activations fall by
+  // three times one dense block's difference.
+  const std::string moe = R"({"experts": 8, "top_k": 2, "expert_ffn": 512)";
+  auto with = [&](const std::string& first_dense, const std::string& mods) {
+    return make(R"({"layers": 8, "hidden": 512, "heads": 8, "ffn_hidden": 2048, "seq_len": 256, "vocab": 5000,
+                    "moe": )" + moe + first_dense + "}}",
+                R"({"preset": "dgx-h100", "nodes": 1})", R"({"global": 8})",
+                R"({"dp": 8, "recompute": "selective", "recompute_modules": )" + mods + "}");
+  };
+  const Scenario plain = with(R"(, "first_dense": 3)", R"(["core_attn"])");
+  const Scenario mlp = with(R"(, "first_dense": 3)", R"(["core_attn", "mlp"])");
+  CHECK(first_violation(mlp) == std::nullopt);
+  const cost::OpChain a = cost::expand(plain.model, expand_options(plain));
+  const cost::OpChain b = cost::expand(mlp.model, expand_options(mlp));
+  const Bytes dense_saved = a.kinds[1].saved_bytes(Recompute::Selective) - b.kinds[1].saved_bytes(Recompute::Selective);
+  CHECK(dense_saved > 0);
+  CHECK(a.kinds[0].saved_bytes(Recompute::Selective) == b.kinds[0].saved_bytes(Recompute::Selective));
+  const Bytes before = tag(estimate_memory(plain).stages[0], MemTag::Activations);
+  const Bytes after = tag(estimate_memory(mlp).stages[0], MemTag::Activations);
+  CHECK(before - after == 3 * dense_saved);
+  // Without dense blocks "mlp" would change nothing: refused by name.
+  CHECK_THROWS_WITH_AS(with("", R"(["core_attn", "mlp"])"),
+                       "test.json: plan.recompute_modules: \"mlp\" reruns dense MLPs; every block of custom has "
+                       "routed experts (moe.first_dense is 0), so it would change nothing",
+                       InputError);
+}
+
 TEST_CASE("torchtitan's unfused loss holds 6 bytes per logit more at the peak, the allocator's 20 % on top") {
   // Llama 3.1 8B as torchtitan runs it (docs/accuracy.md): two sequences of
   // 8192 tokens, vocabulary 128256, no tensor parallelism.
@@ -546,7 +629,7 @@ TEST_CASE("Llama 3 405B's layout: the embedding and the output layer in chunks o
   const MemoryEstimate a = estimate_memory(sc);
   const MemoryEstimate t = simulate_memory(sc);
   REQUIRE(t.stages.size() == 16);
-  const std::int64_t block = chain.block.params();
+  const std::int64_t block = chain.main_block().params();
   CHECK(t.stages[0].params == 7 * block + chain.embedding.params());
   for (int s = 1; s < 15; ++s) CHECK(t.stages[static_cast<std::size_t>(s)].params == 8 * block);
   CHECK(t.stages[15].params == 7 * block + chain.head.params());

@@ -49,6 +49,7 @@ constexpr const char* kBase = R"({
 // Shorthands for the bases several cases share.
 #define GOAL R"("goal": {"target_loss": 2.5})"
 #define MOE R"("model": {"moe": {"experts": 8, "top_k": 2}})"
+#define WINDOW R"("model": {"attention_window": {"size": 256}})"
 #define MLA R"("model": {"position_embedding": "rope", "mla": {"kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64}})"
 #define LR R"("goal": {"target_loss": 2.5}, "lr": {"base": 1e-4, "scaling": "linear", "reference_batch": 16})"
 
@@ -94,6 +95,12 @@ const Case kCases[] = {
     {"model/shared_gate", R"({"model": {"moe": {"experts": 8, "top_k": 2, "shared_experts": 1}}})",
      R"({"model": {"moe": {"shared_gate": true}}})", Effect::PeakUp},
     {"model/first_dense", "{" MOE "}", R"({"model": {"moe": {"first_dense": 2}}})", Effect::Changes},
+    // A window shorter than the sequence prices fewer keys a query; a wider
+    // one, or full attention in every second layer, more.
+    {"model/attention_window", "{}", "{" WINDOW "}", Effect::StepDown},
+    {"model/size", "{" WINDOW "}", R"({"model": {"attention_window": {"size": 512}}})", Effect::StepUp},
+    {"model/global_every", "{" WINDOW "}", R"({"model": {"attention_window": {"global_every": 2}}})",
+     Effect::StepUp},
     {"model/q_lora_rank", "{" MLA "}", R"({"model": {"mla": {"q_lora_rank": 256}}})", Effect::Changes},
     {"model/kv_lora_rank", "{" MLA "}", R"({"model": {"mla": {"kv_lora_rank": 512}}})", Effect::PeakUp},
     {"model/qk_nope_head_dim", "{" MLA "}", R"({"model": {"mla": {"qk_nope_head_dim": 128}}})", Effect::StepUp},

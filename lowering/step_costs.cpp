@@ -27,10 +27,6 @@ cost::CollectiveOp op_of(Collective c) {
   return cost::CollectiveOp::AllReduce;
 }
 
-int layer_index(const cost::Layer& l) {
-  return l.kind == cost::LayerKind::Embedding ? 0 : l.kind == cost::LayerKind::Block ? 1 : 2;
-}
-
 // A stage whose GPUs sit on several groups: each task at the pace of the
 // slowest group's (tensor- and context-parallel groups synchronise every
 // layer; a collective waits for its slowest member), each link at the
@@ -41,8 +37,8 @@ class SlowestOf final : public StepCosts {
   Time layer(const cost::Layer& l, Pass pass, bool selective_only) const override {
     return most([&](const StepCosts& c) { return c.layer(l, pass, selective_only); });
   }
-  Time layer_comm(CommKind kind, Pass pass) const override {
-    return most([&](const StepCosts& c) { return c.layer_comm(kind, pass); });
+  Time layer_comm(const cost::Layer& l, CommKind kind, Pass pass) const override {
+    return most([&](const StepCosts& c) { return c.layer_comm(l, kind, pass); });
   }
   Time collective(Collective op, Group group, Bytes bytes) const override {
     return most([&](const StepCosts& c) { return c.collective(op, group, bytes); });
@@ -116,36 +112,44 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       chain_(sc.model.chain ? cost::OpChain{} : cost::expand(sc.model, expand_options(sc))) {
   const auto& gpu = sc.cluster.gpu;
   const auto precision = sc.plan.precision;
-  const cost::Layer* layers[3] = {&chain_.embedding, &chain_.block, &chain_.head};
-  for (int i = 0; i < 3; ++i) {
+  // The layers priced: the embedding, the head, then each kind of block
+  // (priced_index).
+  std::vector<const cost::Layer*> layers{&chain_.embedding, &chain_.head};
+  for (const auto& k : chain_.kinds) layers.push_back(&k);
+  const std::size_t n = layers.size();
+  pass_.assign(n, {});
+  for (std::size_t i = 0; i < n; ++i) {
     Time f = 0, b = 0;
     for (const auto& op : layers[i]->ops) {
       f += cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind);
       b += cost::op_time(gpu, cal_, precision, op, true, layers[i]->kind);
     }
-    pass_[static_cast<std::size_t>(i)] = {f, b, f};
+    pass_[i] = {f, b, f};
   }
   // Kernels each layer's passes launch (forward, backward, recompute), for
   // the host's dispatch bound below.
-  std::array<std::array<std::int64_t, 3>, 3> launches{};
-  for (int i = 0; i < 3; ++i)
+  std::vector<std::array<std::int64_t, 3>> launches(n);
+  for (std::size_t i = 0; i < n; ++i)
     for (const auto& op : layers[i]->ops) {
       const std::int64_t f = cost::op_kernels(op, false).kernels;
-      launches[static_cast<std::size_t>(i)][0] += f;
-      launches[static_cast<std::size_t>(i)][1] += cost::op_kernels(op, true).kernels;
-      launches[static_cast<std::size_t>(i)][2] += f;
+      launches[i][0] += f;
+      launches[i][1] += cost::op_kernels(op, true).kernels;
+      launches[i][2] += f;
     }
   // A selectively kept block reruns its policy's share of each op: the
   // attention core (Megatron-LM), or all off torchtitan's save list.
   // Not priced: the sequence-parallel all-gathers torchtitan's rerun of wk
   // and w3 repeats with tp > 1 (its list stores reduce-scatters only).
-  std::int64_t selective_launches = 0;
+  const std::size_t kinds = chain_.kinds.size();
+  selective_.assign(kinds, 0);
+  std::vector<std::int64_t> selective_launches(kinds, 0);
   const cost::Recompute policy = selective_policy(sc.plan);
-  for (const auto& op : chain_.block.ops)
-    if (const double share = cost::rerun_share(op, policy); share > 0) {
-      selective_ += share * cost::op_time(gpu, cal_, precision, op, false);
-      selective_launches += cost::op_kernels(op, false).kernels;
-    }
+  for (std::size_t k = 0; k < kinds; ++k)
+    for (const auto& op : chain_.kinds[k].ops)
+      if (const double share = cost::rerun_share(op, policy); share > 0) {
+        selective_[k] += share * cost::op_time(gpu, cal_, precision, op, false);
+        selective_launches[k] += cost::op_kernels(op, false).kernels;
+      }
 
   // Gradient accumulation without fusion (implementation.grad_accumulation_
   // fusion false): after each layer's backward of a microbatch, a separate
@@ -166,7 +170,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     const bool mixed = precision != Precision::FP32;
     const bool fp32_buffer = !mixed || sc.plan.implementation.fp32_grad_accumulation;
     const double per_param = (mixed ? 2.0 : 4.0) + 2.0 * (fp32_buffer ? 4.0 : 2.0);
-    for (int i = 0; i < 3; ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
       double params = 0;
       cost::KernelShape shape;
       shape.kernels = 0;
@@ -176,9 +180,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
           shape.kernels += op.matrices;
         }
       if (shape.kernels == 0) continue;
-      launches[static_cast<std::size_t>(i)][1] += shape.kernels;
-      pass_[static_cast<std::size_t>(i)][1] += cost::compute_time(
-          gpu, cal_, precision, 0, static_cast<Bytes>(params * per_param), shape);
+      launches[i][1] += shape.kernels;
+      pass_[i][1] += cost::compute_time(gpu, cal_, precision, 0, static_cast<Bytes>(params * per_param), shape);
     }
   }
 
@@ -190,7 +193,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   edp_g_ = mesh_.placement(rep, MeshDim::ExpertDP);
   pp_g_ = mesh_.placement(rep, MeshDim::PP);
 
-  // Blocking communication per layer and microbatch.
+  // Blocking communication per layer and microbatch, for each kind of block.
+  comm_.assign(kinds, {});
   const auto& p = sc.plan;
   const double e = static_cast<double>(cost::activation_bytes(precision));
   const double b = static_cast<double>(sc.batch.micro);
@@ -205,67 +209,72 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     const Time rs = ring(cost::CollectiveOp::ReduceScatter, act, tp_g_);
     const Time ar = ring(cost::CollectiveOp::AllReduce, act, tp_g_);
     const Time one = p.sequence_parallel ? 2 * (ag + rs) : 2 * ar;
-    // Transformer Engine's overlap (tp_comm_overlap) also hides forward
-    // communication behind the layer's GEMMs: bulk behind half of them, ring
-    // behind all.
-    Time gemm = 0;
-    std::vector<Time> col_half;  // column-parallel linears' backward GEMM (dgrad = wgrad)
-    for (const auto& op : chain_.block.ops) {
-      if (op.kind != cost::OpKind::Linear) continue;
-      gemm += cost::op_time(gpu, cal_, precision, op, false);
-      if (op.name == "qkv" || op.name == "mlp_up" || op.name == "mlp_up_gate")
-        col_half.push_back(cost::op_time(gpu, cal_, precision, op, true) / 2);
+    for (std::size_t k = 0; k < kinds; ++k) {
+      // Transformer Engine's overlap (tp_comm_overlap) also hides forward
+      // communication behind the layer's GEMMs: bulk behind half of them, ring
+      // behind all.
+      Time gemm = 0;
+      std::vector<Time> col_half;  // column-parallel linears' backward GEMM (dgrad = wgrad)
+      for (const auto& op : chain_.kinds[k].ops) {
+        if (op.kind != cost::OpKind::Linear) continue;
+        gemm += cost::op_time(gpu, cal_, precision, op, false);
+        if (op.name == "qkv" || op.name == "mlp_up" || op.name == "mlp_up_gate")
+          col_half.push_back(cost::op_time(gpu, cal_, precision, op, true) / 2);
+      }
+      const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
+                        : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
+                                                                                  : 0;
+      auto& tp = comm_[k].tp;
+      tp[0] = std::max<Time>(0, one - hide);
+      // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
+      // Communication). Without sequence parallelism both backward all-reduces
+      // are the column-parallel linears' (QKV, MLP up) input gradients, each
+      // launched beside that linear's weight-gradient GEMM (Korthikanti et al.
+      // 2022, Table 4's note); the row-parallel linears have none. With sequence
+      // parallelism the row-parallel linears' output gradients are all-gathered
+      // before their GEMMs (exposed), and each column-parallel linear gathers
+      // its input again for its weight gradient ("an extra all-gather in the
+      // back-propagation", Sec. 4.2.2) beside its input-gradient GEMM, then
+      // reduce-scatters the input gradient beside its weight-gradient GEMM.
+      // Without that overlap (implementation.tp_grad_overlap false: Megatron-LM
+      // of 2021, before --async-tensor-model-parallel-allreduce) each
+      // communication waits for the GEMM before it: all of it is exposed.
+      const bool overlap = p.implementation.tp_grad_overlap;
+      Time bwd = p.sequence_parallel ? 2 * ag : 0;
+      for (const Time col : col_half) {
+        const Time half = overlap ? col : 0;
+        bwd += p.sequence_parallel ? std::max<Time>(0, ag - half) + std::max<Time>(0, rs - half)
+                                   : std::max<Time>(0, ar - half);
+      }
+      // A chain without recognised column-parallel linears keeps its backward
+      // communication exposed.
+      if (col_half.empty()) bwd = one;
+      tp[1] = std::max<Time>(0, bwd - hide);
+      // The collectives each block pass launches.
+      const auto cols = static_cast<std::int64_t>(col_half.size());
+      const std::int64_t fwd_launches = p.sequence_parallel ? 4 : 2;
+      auto& l = launches[priced_index(chain_.kinds[k])];
+      l[0] += fwd_launches;
+      l[2] += fwd_launches;
+      l[1] += cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols;
     }
-    const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
-                      : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
-                                                                                : 0;
-    tp_[0] = std::max<Time>(0, one - hide);
-    // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
-    // Communication). Without sequence parallelism both backward all-reduces
-    // are the column-parallel linears' (QKV, MLP up) input gradients, each
-    // launched beside that linear's weight-gradient GEMM (Korthikanti et al.
-    // 2022, Table 4's note); the row-parallel linears have none. With sequence
-    // parallelism the row-parallel linears' output gradients are all-gathered
-    // before their GEMMs (exposed), and each column-parallel linear gathers
-    // its input again for its weight gradient ("an extra all-gather in the
-    // back-propagation", Sec. 4.2.2) beside its input-gradient GEMM, then
-    // reduce-scatters the input gradient beside its weight-gradient GEMM.
-    // Without that overlap (implementation.tp_grad_overlap false: Megatron-LM
-    // of 2021, before --async-tensor-model-parallel-allreduce) each
-    // communication waits for the GEMM before it: all of it is exposed.
-    const bool overlap = p.implementation.tp_grad_overlap;
-    Time bwd = p.sequence_parallel ? 2 * ag : 0;
-    for (const Time col : col_half) {
-      const Time half = overlap ? col : 0;
-      bwd += p.sequence_parallel
-                 ? std::max<Time>(0, ag - half) + std::max<Time>(0, rs - half)
-                 : std::max<Time>(0, ar - half);
-    }
-    // A chain without recognised column-parallel linears keeps its backward
-    // communication exposed.
-    if (col_half.empty()) bwd = one;
-    tp_[1] = std::max<Time>(0, bwd - hide);
-    // The collectives each block pass launches.
-    const auto cols = static_cast<std::int64_t>(col_half.size());
-    const std::int64_t fwd_launches = p.sequence_parallel ? 4 : 2;
-    launches[1][0] += fwd_launches;
-    launches[1][2] += fwd_launches;
-    launches[1][1] += cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols;
     // Vocabulary-parallel embedding and logits (Megatron-LM): forward, the
     // embedding's partial lookups are summed over the group (reduce-scattered
     // with sequence parallelism) and, with sequence parallelism, the logits'
     // input is all-gathered; backward, the logits' input gradient is
     // all-reduced (reduce-scattered). Blocking, before and after the head's
     // and embedding's own kernels.
-    auto& emb = pass_[0];
-    auto& head = pass_[2];
+    auto& emb = pass_[priced_index(chain_.embedding)];
+    auto& head = pass_[priced_index(chain_.head)];
     emb[0] += p.sequence_parallel ? rs : ar;
     emb[2] = emb[0];
     head[0] += p.sequence_parallel ? ag : 0;
     head[2] = head[0];
     head[1] += p.sequence_parallel ? rs : ar;
-    ++launches[0][0], ++launches[0][2], ++launches[2][1];
-    if (p.sequence_parallel) ++launches[2][0], ++launches[2][2];
+    auto& emb_l = launches[priced_index(chain_.embedding)];
+    auto& head_l = launches[priced_index(chain_.head)];
+    ++emb_l[0], ++emb_l[2], ++head_l[1];
+    if (p.sequence_parallel) ++head_l[0], ++head_l[2];
   }
   if (p.cp > 1) {
     // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
@@ -273,27 +282,35 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // in hand; only what exceeds it is exposed.
     const Bytes kv = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
                                         static_cast<double>(p.tp) * e);
-    Time attn_f = 0, attn_b = 0;
-    for (const auto& op : chain_.block.ops)
-      if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
-          op.kind == cost::OpKind::AttnValues) {
-        attn_f += cost::op_time(gpu, cal_, precision, op, false);
-        attn_b += cost::op_time(gpu, cal_, precision, op, true);
-      }
     const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,
                                             cp_g_.intra_node() ? 2 : 1, sc.cluster.node, cal_);
     const Time exch = capped_product(p.cp - 1, step);
-    cp_[0] = std::max<Time>(0, exch - attn_f);
-    cp_[1] = std::max<Time>(0, 2 * exch - attn_b);
-    launches[1][0] += p.cp - 1, launches[1][2] += p.cp - 1, launches[1][1] += 2 * (p.cp - 1);
+    for (std::size_t k = 0; k < kinds; ++k) {
+      Time attn_f = 0, attn_b = 0;
+      for (const auto& op : chain_.kinds[k].ops)
+        if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
+            op.kind == cost::OpKind::AttnValues) {
+          attn_f += cost::op_time(gpu, cal_, precision, op, false);
+          attn_b += cost::op_time(gpu, cal_, precision, op, true);
+        }
+      comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
+      auto& l = launches[priced_index(chain_.kinds[k])];
+      l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
+    }
   }
   if (p.ep > 1 && sc.model.moe) {
-    // Dispatch and combine all-to-alls forward, and their gradients backward.
+    // Dispatch and combine all-to-alls forward, and their gradients
+    // backward, in the blocks with routed experts (not a MoE model's dense
+    // blocks).
     const Bytes tokens = static_cast<Bytes>(static_cast<double>(sc.model.moe->top_k) * b * s * h * e /
                                             (p.sequence_parallel ? static_cast<double>(p.tp) : 1.0));
     const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_);
-    ep_[0] = ep_[1] = 2 * a2a;
-    for (auto& n : launches[1]) n += 2;
+    for (std::size_t k = 0; k < kinds; ++k) {
+      const auto& ops = chain_.kinds[k].ops;
+      if (std::none_of(ops.begin(), ops.end(), [](const cost::Op& op) { return op.expert; })) continue;
+      comm_[k].ep = {2 * a2a, 2 * a2a};
+      for (auto& l : launches[priced_index(chain_.kinds[k])]) l += 2;
+    }
   }
 
   // The host's dispatch bound (implementation.host_dispatch_us): an eager
@@ -306,12 +323,17 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   // max(compute, host − communication). The embedding's and head's passes
   // hold their communication already.
   if (host_dispatch_us_ > 0) {
-    for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t i = 0; i < n; ++i) {
+      const BlockComm* c = layers[i]->kind == cost::LayerKind::Block
+                               ? &comm_[static_cast<std::size_t>(layers[i]->block_kind)]
+                               : nullptr;
       for (std::size_t j = 0; j < 3; ++j) {
-        const Time comm = i == 1 ? tp_[j == 1 ? 1 : 0] + cp_[j == 1 ? 1 : 0] + ep_[j == 1 ? 1 : 0] : 0;
+        const std::size_t way = j == 1 ? 1 : 0;
+        const Time comm = c ? c->tp[way] + c->cp[way] + c->ep[way] : 0;
         pass_[i][j] = std::max(pass_[i][j], host_time(launches[i][j]) - comm);
       }
-    selective_ = std::max(selective_, host_time(selective_launches));
+    }
+    for (std::size_t k = 0; k < kinds; ++k) selective_[k] = std::max(selective_[k], host_time(selective_launches[k]));
   }
 
   if (!sc.cluster.heterogeneous()) return;
@@ -346,19 +368,31 @@ Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlaceme
   return cost::collective_time(op, bytes, g.size, g.ranks_per_node, sc_.cluster.node, cal_);
 }
 
+std::size_t ModelStepCosts::priced_index(const cost::Layer& l) {
+  switch (l.kind) {
+    case cost::LayerKind::Embedding: return 0;
+    case cost::LayerKind::Head: return 1;
+    case cost::LayerKind::Block: break;
+  }
+  return 2 + static_cast<std::size_t>(l.block_kind);
+}
+
 Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool selective_only) const {
   // Sums of a layer's op times (each at most kMaxStepTime): capped, so the
   // levels' sums stay in 64 bits until the step is refused.
-  if (pass == Pass::Recompute && selective_only) return capped(selective_);
-  return capped(pass_[static_cast<std::size_t>(layer_index(l))][static_cast<std::size_t>(pass)]);
+  if (pass == Pass::Recompute && selective_only)
+    return l.kind == cost::LayerKind::Block ? capped(selective_[static_cast<std::size_t>(l.block_kind)]) : 0;
+  return capped(pass_[priced_index(l)][static_cast<std::size_t>(pass)]);
 }
 
-Time ModelStepCosts::layer_comm(CommKind kind, Pass pass) const {
+Time ModelStepCosts::layer_comm(const cost::Layer& l, CommKind kind, Pass pass) const {
+  if (l.kind != cost::LayerKind::Block) return 0;
+  const BlockComm& c = comm_[static_cast<std::size_t>(l.block_kind)];
   const std::size_t i = pass == Pass::Backward ? 1 : 0;
   switch (kind) {
-    case CommKind::TP: return capped(tp_[i]);
-    case CommKind::CP: return capped(cp_[i]);
-    case CommKind::EP: return capped(ep_[i]);
+    case CommKind::TP: return capped(c.tp[i]);
+    case CommKind::CP: return capped(c.cp[i]);
+    case CommKind::EP: return capped(c.ep[i]);
     default: return 0;
   }
 }

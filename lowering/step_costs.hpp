@@ -4,6 +4,7 @@
 // group's size and placement in the rank mesh, copies over PCIe/NVMe.
 #include <array>
 #include <memory>
+#include <vector>
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/ops.hpp"
@@ -20,7 +21,7 @@ class ModelStepCosts final : public StepCosts {
   ModelStepCosts(const Scenario& sc, cost::Calibration calibration);
 
   Time layer(const cost::Layer& layer, Pass pass, bool selective_only) const override;
-  Time layer_comm(CommKind kind, Pass pass) const override;
+  Time layer_comm(const cost::Layer& layer, CommKind kind, Pass pass) const override;
   Time collective(Collective op, Group group, Bytes bytes_per_rank) const override;
   Time p2p(Bytes bytes) const override;
   Time copy(Bytes bytes, CopyDir dir) const override;
@@ -55,11 +56,18 @@ class ModelStepCosts final : public StepCosts {
   double host_dispatch_us_;  // implementation.host_dispatch_us, 0 when executed
   RankMesh mesh_;
   cost::OpChain chain_;
-  // [layer kind][pass]: forward, backward, full recompute (= forward); and
-  // the block's rerun under the plan's selective policy.
-  std::array<std::array<Time, 3>, 3> pass_{};
-  Time selective_ = 0;
-  std::array<Time, 2> tp_{}, cp_{}, ep_{};  // blocking per layer: forward, backward
+  // Index of a layer of chain_ in pass_: the embedding, the head, then
+  // each kind of block.
+  static std::size_t priced_index(const cost::Layer& l);
+  // [priced_index][pass]: forward, backward, full recompute (= forward).
+  std::vector<std::array<Time, 3>> pass_;
+  // Per kind of block: its rerun under the plan's selective policy, and the
+  // communication it blocks on per layer (forward, backward).
+  std::vector<Time> selective_;
+  struct BlockComm {
+    std::array<Time, 2> tp{}, cp{}, ep{};
+  };
+  std::vector<BlockComm> comm_;
   GroupPlacement tp_g_, cp_g_, dp_g_, ep_g_, edp_g_, pp_g_;
   std::shared_ptr<const Stages> stages_;  // with cluster.groups
 };

@@ -32,27 +32,58 @@ Time coll(const Scenario& sc, const cost::Calibration& cal, cost::CollectiveOp o
   return cost::collective_time(op, bytes, 8, 8, sc.cluster.node, cal);
 }
 
+// The blocking communication of the scenario's (one kind of) block.
+Time block_comm(const Scenario& sc, const ModelStepCosts& c, CommKind kind, Pass pass) {
+  return c.layer_comm(cost::expand(sc.model, expand_options(sc)).main_block(), kind, pass);
+}
+
 TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps it") {
   const cost::Calibration cal = cost::ideal_calibration();
   SUBCASE("without sequence parallelism") {
     const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");
     const ModelStepCosts c(sc, cal);
     const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
-    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * ar);
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Forward) == 2 * ar);
     // Both backward all-reduces run beside the QKV and MLP-up weight-gradient
     // GEMMs, each longer than an all-reduce of b·s·h here: nothing exposed.
-    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 0);
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Backward) == 0);
   }
   SUBCASE("with sequence parallelism") {
     const auto sc = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true})");
     const ModelStepCosts c(sc, cal);
     const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, kAct);
     const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, kAct);
-    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * (ag + rs));
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Forward) == 2 * (ag + rs));
     // The row-parallel linears' output-gradient all-gathers stay exposed; the
     // extra input all-gathers and the reduce-scatters hide behind GEMMs.
-    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ag);
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Backward) == 2 * ag);
   }
+}
+
+TEST_CASE("expert parallelism: the all-to-alls block the expert blocks only, not a MoE model's dense ones") {
+  // 8 experts over ep 8 on one DGX A100: dispatch and combine forward and
+  // their gradients backward, top_k·b·s·h activations each, in the blocks
+  // with routed experts; the first (dense) block has none.
+  const auto sc = parse_scenario(
+      R"({"model": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 32000,
+                    "moe": {"experts": 8, "top_k": 2, "first_dense": 1}},
+          "cluster": {"preset": "dgx-a100-80g", "nodes": 1}, "batch": {"global": 8},
+          "plan": {"ep": 8, "precision": "bf16"}})",
+      "t.json");
+  const cost::Calibration cal = cost::ideal_calibration();
+  const ModelStepCosts c(sc, cal);
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  REQUIRE(chain.kinds.size() == 2);
+  const Bytes tokens = 2LL * 1 * 1024 * 1024 * 2;  // top_k · b · s · h · 2 bytes
+  const Time a2a = cost::collective_time(cost::CollectiveOp::AllToAll, tokens, 8, 8, sc.cluster.node, cal);
+  REQUIRE(a2a > 0);
+  for (const Pass pass : {Pass::Forward, Pass::Backward}) {
+    CHECK(c.layer_comm(chain.kinds[0], CommKind::EP, pass) == 2 * a2a);
+    CHECK(c.layer_comm(chain.kinds[1], CommKind::EP, pass) == 0);
+    CHECK(c.layer_comm(chain.head, CommKind::EP, pass) == 0);
+  }
+  // Each kind's passes are its own ops' times.
+  CHECK(c.layer(chain.kinds[0], Pass::Forward, false) != c.layer(chain.kinds[1], Pass::Forward, false));
 }
 
 TEST_CASE("tensor parallelism without the backward overlap (tp_grad_overlap false)") {
@@ -64,8 +95,8 @@ TEST_CASE("tensor parallelism without the backward overlap (tp_grad_overlap fals
                             "implementation": {"tp_grad_overlap": false}})");
     const ModelStepCosts c(sc, cal);
     const Time ar = coll(sc, cal, cost::CollectiveOp::AllReduce, kAct);
-    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ar);
-    CHECK(c.layer_comm(CommKind::TP, Pass::Forward) == 2 * ar);  // forward unchanged
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Backward) == 2 * ar);
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Forward) == 2 * ar);  // forward unchanged
   }
   SUBCASE("with sequence parallelism: the output-gradient all-gathers, and per "
           "column-parallel linear the input all-gather and the reduce-scatter") {
@@ -74,7 +105,7 @@ TEST_CASE("tensor parallelism without the backward overlap (tp_grad_overlap fals
     const ModelStepCosts c(sc, cal);
     const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, kAct);
     const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, kAct);
-    CHECK(c.layer_comm(CommKind::TP, Pass::Backward) == 2 * ag + 2 * (ag + rs));
+    CHECK(block_comm(sc, c, CommKind::TP, Pass::Backward) == 2 * ag + 2 * (ag + rs));
   }
 }
 
@@ -93,7 +124,7 @@ TEST_CASE("gradient accumulation without fusion: a pass over the weight gradient
   const cost::OpChain chain = cost::expand(fused.model, expand_options(fused));
   const ModelStepCosts base(fused, cal);
   auto added = [&](const Scenario& sc, Pass p) {
-    return ModelStepCosts(sc, cal).layer(chain.block, p, false) - base.layer(chain.block, p, false);
+    return ModelStepCosts(sc, cal).layer(chain.main_block(), p, false) - base.layer(chain.main_block(), p, false);
   };
   const auto fp16 = gpt(R"({"tp": 8, "precision": "fp16",
                             "implementation": {"grad_accumulation_fusion": false}})");
@@ -107,11 +138,11 @@ TEST_CASE("gradient accumulation without fusion: a pass over the weight gradient
                                 "implementation": {"grad_accumulation_fusion": false,
                                                    "fp32_grad_accumulation": true}})");
   const cost::OpChain acc_chain = cost::expand(fp32_acc.model, expand_options(fp32_acc));
-  CHECK(ModelStepCosts(fp32_acc, cal).layer(acc_chain.block, Pass::Backward, false) -
+  CHECK(ModelStepCosts(fp32_acc, cal).layer(acc_chain.main_block(), Pass::Backward, false) -
             ModelStepCosts(gpt(R"({"tp": 8, "precision": "fp16",
                                    "implementation": {"fp32_grad_accumulation": true}})"),
                            cal)
-                .layer(acc_chain.block, Pass::Backward, false) ==
+                .layer(acc_chain.main_block(), Pass::Backward, false) ==
         pass(fp32_acc, 10));
 }
 
@@ -190,28 +221,28 @@ TEST_CASE("host dispatch: a pass takes at least its kernels times the host's tim
     // kernel forward, two backward), the activation, two dropouts and two
     // residual adds (one kernel each way): 12 kernels forward, 17 backward.
     const ModelStepCosts c(small(R"({"host_dispatch_us": 10})"), cal);
-    CHECK(chain.block.ops.size() == 12);
-    CHECK(c.layer(chain.block, Pass::Forward, false) == 12 * 10'000);
-    CHECK(c.layer(chain.block, Pass::Backward, false) == 17 * 10'000);
-    CHECK(c.layer(chain.block, Pass::Recompute, false) == 12 * 10'000);
+    CHECK(chain.main_block().ops.size() == 12);
+    CHECK(c.layer(chain.main_block(), Pass::Forward, false) == 12 * 10'000);
+    CHECK(c.layer(chain.main_block(), Pass::Backward, false) == 17 * 10'000);
+    CHECK(c.layer(chain.main_block(), Pass::Recompute, false) == 12 * 10'000);
     // Without it the same pass is the roofline's 2 µs.
     const ModelStepCosts none(small("{}"), cal);
-    CHECK(none.layer(chain.block, Pass::Forward, false) < 12 * 10'000 / 10);
+    CHECK(none.layer(chain.main_block(), Pass::Forward, false) < 12 * 10'000 / 10);
   }
   SUBCASE("tensor parallelism: the pass and its blocking all-reduces take the host's time") {
     // Two forward all-reduces are launched by the host too (14 launches);
     // the pass is charged what the host needs beyond the communication, so
     // pass + communication = 14 launches exactly when the host is the bound.
     const ModelStepCosts c(small(R"({"host_dispatch_us": 10})", 2), cal);
-    const Time comm = c.layer_comm(CommKind::TP, Pass::Forward);
+    const Time comm = c.layer_comm(chain.main_block(), CommKind::TP, Pass::Forward);
     CHECK(comm > 0);
-    CHECK(c.layer(chain.block, Pass::Forward, false) + comm == 14 * 10'000);
+    CHECK(c.layer(chain.main_block(), Pass::Forward, false) + comm == 14 * 10'000);
   }
   SUBCASE("Strata's own executors issue kernels without a framework") {
     Scenario sc = small(R"({"host_dispatch_us": 10})");
     sc.executed = true;
-    CHECK(ModelStepCosts(sc, cal).layer(chain.block, Pass::Forward, false) ==
-          ModelStepCosts(small("{}"), cal).layer(chain.block, Pass::Forward, false));
+    CHECK(ModelStepCosts(sc, cal).layer(chain.main_block(), Pass::Forward, false) ==
+          ModelStepCosts(small("{}"), cal).layer(chain.main_block(), Pass::Forward, false));
   }
   SUBCASE("a GPU slower than the host is not charged") {
     // The 22B-like layer's forward runs for milliseconds: 12 launches at
@@ -219,8 +250,8 @@ TEST_CASE("host dispatch: a pass takes at least its kernels times the host's tim
     const Scenario slow = gpt(R"({"tp": 8, "precision": "fp16", "implementation": {"host_dispatch_us": 10}})");
     const Scenario fast = gpt(R"({"tp": 8, "precision": "fp16"})");
     const cost::OpChain big = cost::expand(slow.model, expand_options(slow));
-    CHECK(ModelStepCosts(slow, cal).layer(big.block, Pass::Forward, false) ==
-          ModelStepCosts(fast, cal).layer(big.block, Pass::Forward, false));
+    CHECK(ModelStepCosts(slow, cal).layer(big.main_block(), Pass::Forward, false) ==
+          ModelStepCosts(fast, cal).layer(big.main_block(), Pass::Forward, false));
   }
 }
 
@@ -240,11 +271,11 @@ TEST_CASE("a selectively kept block reruns its policy's share of each op's forwa
     const Scenario sc = llama("selective_op", "flash");
     const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
     double expected = 0, full = 0;
-    for (const auto& op : chain.block.ops) {
+    for (const auto& op : chain.main_block().ops) {
       expected += op.sac_rerun * forward(sc, op);
       full += forward(sc, op);
     }
-    const Time rerun = ModelStepCosts(sc, cal).layer(chain.block, Pass::Recompute, true);
+    const Time rerun = ModelStepCosts(sc, cal).layer(chain.main_block(), Pass::Recompute, true);
     CHECK(static_cast<double>(rerun) == doctest::Approx(expected).epsilon(1e-6));
     // About a third of the block's products plus its memory-bound ops.
     CHECK(rerun > 0);
@@ -254,14 +285,14 @@ TEST_CASE("a selectively kept block reruns its policy's share of each op's forwa
     const Scenario sc = llama("selective", "standard");
     const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
     double core = 0;
-    for (const auto& op : chain.block.ops)
+    for (const auto& op : chain.main_block().ops)
       if (op.kind == cost::OpKind::AttnScores || op.kind == cost::OpKind::Softmax ||
           op.kind == cost::OpKind::AttnValues)
         core += forward(sc, op);
-    CHECK(static_cast<double>(ModelStepCosts(sc, cal).layer(chain.block, Pass::Recompute, true)) ==
+    CHECK(static_cast<double>(ModelStepCosts(sc, cal).layer(chain.main_block(), Pass::Recompute, true)) ==
           doctest::Approx(core).epsilon(1e-6));
     const Scenario flash = llama("selective", "flash");
-    CHECK(ModelStepCosts(flash, cal).layer(cost::expand(flash.model, expand_options(flash)).block,
+    CHECK(ModelStepCosts(flash, cal).layer(cost::expand(flash.model, expand_options(flash)).main_block(),
                                            Pass::Recompute, true) == 0);
   }
 }

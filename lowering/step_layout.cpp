@@ -9,7 +9,7 @@ LayerPlan plan_layers(const Scenario& sc, const StepCosts& costs, const MemoryRu
 
 StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
     : chain_(cost::expand(sc.model, expand_options(sc))),
-      rule_(ActivationRule::of(chain_, selective_policy(sc.plan))),
+      rules_(ActivationRule::of(chain_, selective_policy(sc.plan))),
       chunks_(chunk_layers(sc.plan, sc.model.layers)),
       p_(static_cast<int>(sc.plan.pp)),
       v_(static_cast<int>(sc.plan.virtual_stages)),
@@ -26,12 +26,13 @@ std::span<const Keep> StepLayout::chunk_keeps(int k) const {
 }
 
 Bytes StepLayout::layer_stored(int k, std::int64_t i) const {
-  return rule_.stored(chunk_keeps(k)[static_cast<std::size_t>(i)]);
+  return rule(first_layer_[static_cast<std::size_t>(k)] + i).stored(chunk_keeps(k)[static_cast<std::size_t>(i)]);
 }
 
 Bytes StepLayout::layer_swapped(int k, std::int64_t i) const {
-  const auto layer = static_cast<std::size_t>(first_layer_[static_cast<std::size_t>(k)] + i);
-  return rule_.swapped(layers_.keeps[layer], layers_.swaps[layer]);
+  const std::int64_t layer = first_layer_[static_cast<std::size_t>(k)] + i;
+  const auto at = static_cast<std::size_t>(layer);
+  return rule(layer).swapped(layers_.keeps[at], layers_.swaps[at]);
 }
 
 Bytes StepLayout::p2p_bytes(const Scenario& sc) const {

@@ -34,8 +34,14 @@ struct StepLayout {
   // between chunks, split over tp with sequence parallelism or scatter-gather.
   Bytes p2p_bytes(const Scenario& sc) const;
 
+  // What block `layer` (0-based, of the model) keeps under each choice: its
+  // kind's rule.
+  const ActivationRule& rule(std::int64_t layer) const {
+    return rules_[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(layer)])];
+  }
+
   cost::OpChain chain_;
-  ActivationRule rule_;
+  std::vector<ActivationRule> rules_;      // per kind of block (chain_.kinds)
   std::vector<std::int64_t> chunks_;       // layers per model chunk
   std::vector<std::int64_t> first_layer_;  // of each chunk, and the layer count last
   int p_, v_, m_;                          // stages, virtual chunks, microbatches

@@ -250,6 +250,38 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
   CHECK(n.folded_err.size() >= static_cast<std::size_t>(300 / share));
 }
 
+TEST_CASE("step program: blocks of two kinds (a MoE model's dense first blocks): the levels agree") {
+  // A small DeepSeek-like model (its first 2 of 8 blocks dense, shared and
+  // routed experts) over its auto space on one DGX H100: the chunk level
+  // sums each chunk's blocks kind by kind as the layer level emits them,
+  // so where it merges passes exactly the figures are equal, and every
+  // other check of compare() holds.
+  const Scenario sc = parse_scenario(
+      R"({"model": {"name": "mixed", "layers": 8, "hidden": 1024, "heads": 8, "ffn_hidden": 4096,
+                    "seq_len": 1024, "vocab": 16000, "tied_embeddings": false,
+                    "moe": {"experts": 8, "top_k": 2, "expert_ffn": 1024, "shared_experts": 1,
+                            "first_dense": 2}},
+          "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 32},
+          "plan": {"precision": "bf16", "optimizer": "adamw"}, "space": "auto"})",
+      "auto.json");
+  Counts n;
+  int pipelined = 0, experts = 0;
+  const int share = kSanitized ? 4 : 1;
+  const std::uint64_t stride = sc.space->size() / 1999 * share + 1;
+  const int k = for_plans(sc, stride, 3, 120 / share, [&](const Scenario& plan) {
+    pipelined += plan.plan.pp > 1;
+    experts += plan.plan.ep > 1;
+    return compare(plan, n);
+  });
+  MESSAGE("plans compared: " << k << " (" << pipelined << " pipelined, " << experts << " with ep > 1, "
+                             << n.merged << " merged exactly, " << n.folded_err.size() << " folded)");
+  CHECK(n.wrong_prunes == 0);
+  CHECK(k >= 100 / share);
+  CHECK(pipelined >= 30 / share);
+  CHECK(experts >= 30 / share);
+  CHECK(n.merged >= 30 / share);
+}
+
 // The steady state's extrapolation against the whole program's replay, at
 // one granularity: equal to the nanosecond and to the byte where it is used.
 struct SteadyCounts {

@@ -20,7 +20,8 @@ struct UnitCosts : StepCosts {
     if (pass == Pass::Recompute && core) return tc;
     return tf;
   }
-  Time layer_comm(CommKind k, Pass) const override {
+  Time layer_comm(const cost::Layer& l, CommKind k, Pass) const override {
+    if (l.kind != cost::LayerKind::Block) return 0;
     return k == CommKind::TP ? tp : k == CommKind::CP ? cp : ep;
   }
   Time collective(Collective, Group, Bytes) const override { return collective_t; }

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "report/describe.hpp"
@@ -77,6 +79,12 @@ ordered_json model_json(const cost::ModelSpec& m) {
     mla["qk_rope_head_dim"] = m.mla->qk_rope_head_dim;
     mla["v_head_dim"] = m.mla->v_head_dim;
     j["mla"] = mla;
+  }
+  if (m.attention_window) {
+    ordered_json w;
+    w["size"] = m.attention_window->size;
+    if (m.attention_window->global_every) w["global_every"] = *m.attention_window->global_every;
+    j["attention_window"] = w;
   }
   j["source"] = m.source;
   return j;
@@ -336,19 +344,28 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
                    num(op.bwd_flops), std::to_string(op.saved_bytes)});
     return to_csv(t);
   }
-  // Terminal: a summary, then the embedding, one block (all are alike) and
-  // the head.
+  // Terminal: a summary, then the embedding, each kind of block once (with
+  // how many blocks have it) and the head.
   auto add = [&](const std::string& name, const cost::Layer& layer) {
     for (const auto& op : layer.ops)
       t.add_row({name, std::string(op.name), count(static_cast<double>(op.params)), si(op.fwd_flops),
                  si(op.bwd_flops), bytes_iec(static_cast<double>(op.saved_bytes))});
   };
   add(std::string(chain.embedding.name), chain.embedding);
-  if (chain.dense_blocks > 0)
-    add("dense block (x" + std::to_string(chain.dense_blocks) + ")", chain.dense_block);
-  add((chain.dense_blocks > 0 ? "moe block (x" : "block (x") +
-          std::to_string(chain.blocks - chain.dense_blocks) + ")",
-      chain.block);
+  // Each kind of block once, with how many blocks have it.
+  const std::vector<std::int64_t> counts = chain.kind_counts(0, chain.blocks);
+  for (std::size_t k = 0; k < chain.kinds.size(); ++k) {
+    const cost::Layer& kind = chain.kinds[k];
+    const bool experts = std::any_of(kind.ops.begin(), kind.ops.end(), [](const cost::Op& op) { return op.expert; });
+    std::string name = "block";
+    if (chain.kinds.size() > 1) {
+      // The first block of this kind says what it is.
+      const auto at = std::find(chain.kind_of.begin(), chain.kind_of.end(), static_cast<std::int32_t>(k));
+      const bool windowed = model.windowed_at(at - chain.kind_of.begin());
+      name = std::string(model.moe ? (experts ? "moe " : "dense ") : "") + (windowed ? "local " : model.attention_window ? "global " : "") + "block";
+    }
+    add(name + " (x" + std::to_string(counts[k]) + ")", kind);
+  }
   add(std::string(chain.head.name), chain.head);
   std::string out;
   out += "model            " + printable(model.name) + "\n";
@@ -393,6 +410,13 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
           model.moe ? std::to_string(model.moe->shared_experts) + " shared expert(s) of " +
                           std::to_string(model.shared_ffn()) + (model.moe->shared_gate ? ", gated" : "")
                     : "");
+  feature(model.attention_window.has_value(),
+          model.attention_window
+              ? "sliding window " + std::to_string(model.window_size()) +
+                    (model.attention_window->global_every
+                         ? ", every " + std::to_string(*model.attention_window->global_every) + "th layer global"
+                         : " in every layer")
+              : "");
   feature(model.moe && model.moe->first_dense > 0,
           model.moe ? "first " + std::to_string(model.moe->first_dense) + " blocks dense" : "");
   feature(model.has_qkv_bias() != model.bias, model.has_qkv_bias() ? "q/k/v bias only" : "no q/k/v bias");

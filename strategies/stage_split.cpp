@@ -34,9 +34,13 @@ std::vector<double> stage_weights(const Plan& plan, const Batch& batch, const co
       const bool given = curves && g < curves->size();
       const cost::Calibration bundled = given ? cost::Calibration{} : cost::default_calibration(gpus[g]);
       const cost::Calibration& cal = given ? (*curves)[g] : bundled;
+      // The model's blocks, each kind as often as the model has it.
       Time t = 0;
-      for (const auto& op : chain.block.ops)
-        t += cost::op_time(gpus[g], cal, plan.precision, op, false) + cost::op_time(gpus[g], cal, plan.precision, op, true);
+      const std::vector<std::int64_t> counts = chain.kind_counts(0, chain.blocks);
+      for (std::size_t k = 0; k < chain.kinds.size(); ++k)
+        for (const auto& op : chain.kinds[k].ops)
+          t += counts[k] * (cost::op_time(gpus[g], cal, plan.precision, op, false) +
+                            cost::op_time(gpus[g], cal, plan.precision, op, true));
       group[g] = t > 0 ? 1.0 / to_seconds(t) : 1.0;
     }
   }

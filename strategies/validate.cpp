@@ -239,13 +239,17 @@ std::optional<Violation> first_violation(const Scenario& s) {
                     "\"" + std::string(enum_name(whole)) +
                         "\" checkpoints a whole submodule, whose rerun repeats its tensor- and expert-parallel "
                         "communication, which Strata does not price; use core_attn, layernorm, mla_up_proj, "
-                        "moe_act or (tp 1, dense models) mlp");
-    if (cost::has_module(mods, RecomputeModule::Mlp) && (p.tp > 1 || m.moe))
+                        "moe_act or (tp 1) mlp");
+    if (cost::has_module(mods, RecomputeModule::Mlp) && p.tp > 1)
       return fail("recompute-module-not-modelled", "plan.recompute_modules",
-                  p.tp > 1 ? "\"mlp\" reruns the MLP with its tensor-parallel reduction, which Strata does not "
-                             "price again; it is priced with tp 1"
-                           : "\"mlp\" reruns the dense MLPs of a model with experts (its dense blocks only), "
-                             "which the lowering prices as expert blocks; it is priced for dense models");
+                  "\"mlp\" reruns the MLP with its tensor-parallel reduction, which Strata does not price again; "
+                  "it is priced with tp 1");
+    // Megatron-Core's recompute_mlp checkpoints dense MLPs only: a model
+    // whose every block has routed experts has none to rerun.
+    if (cost::has_module(mods, RecomputeModule::Mlp) && m.moe && m.moe->first_dense == 0)
+      return fail("recompute-module-no-dense-mlp", "plan.recompute_modules",
+                  "\"mlp\" reruns dense MLPs; every block of " + m.name +
+                      " has routed experts (moe.first_dense is 0), so it would change nothing");
     if (cost::has_module(mods, RecomputeModule::MlaUpProj) && !m.mla)
       return fail("recompute-module-needs-mla", "plan.recompute_modules",
                   "mla_up_proj reruns multi-head latent attention's up-projections; " + m.name + " has none");

@@ -235,19 +235,25 @@ const std::array kTable{
                no("grouped-query attention (kv_heads != heads) is not implemented by the CUDA backend")},
     Capability{"architecture", "model",
                "head_dim apart from hidden/heads, GeGLU, q/k/v biases apart, q/k norms, post- or sandwich "
-               "norms, parallel blocks, latent attention, a position table longer than seq_len",
+               "norms, parallel blocks, latent attention, a position table longer than seq_len, a sliding "
+               "attention window shorter than seq_len",
                [](const Scenario& s) {
                  const auto& m = s.model;
+                 // A window of seq_len keys or more is full attention, which
+                 // the backends run.
                  return (m.head_size && *m.head_size * m.heads != m.hidden) || m.mlp == cost::MlpKind::Geglu ||
                         m.has_qkv_bias() != m.bias || m.qk_norm != cost::QkNorm::None ||
                         m.norm_placement != cost::NormPlacement::Pre || m.block != cost::BlockKind::Sequential ||
                         m.mla.has_value() ||
-                        (m.position_embedding == cost::PositionEmbedding::Learned && m.position_rows() != m.seq_len);
+                        (m.position_embedding == cost::PositionEmbedding::Learned && m.position_rows() != m.seq_len) ||
+                        (m.attention_window && m.window_size() < m.seq_len);
                },
                no("the CPU backend builds GPT and Llama blocks only (head_dim = hidden/heads, GeLU or SwiGLU, one "
-                  "bias switch, pre-norms, sequential attention and MLP, a position table of seq_len rows)"),
+                  "bias switch, pre-norms, sequential attention and MLP, full causal attention in every layer, a "
+                  "position table of seq_len rows)"),
                no("the CUDA backend builds GPT and Llama blocks only (head_dim = hidden/heads, GeLU or SwiGLU, one "
-                  "bias switch, pre-norms, sequential attention and MLP, a position table of seq_len rows)")},
+                  "bias switch, pre-norms, sequential attention and MLP, full causal attention in every layer, a "
+                  "position table of seq_len rows)")},
     Capability{"positions", "model", "rotary or ALiBi positions",
                [](const Scenario& s) {
                  return s.model.position_embedding != cost::PositionEmbedding::Learned &&

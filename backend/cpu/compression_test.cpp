@@ -375,14 +375,14 @@ TEST_CASE("cpu/compression: every round moves the bytes compressed_exchange pric
         const auto sc = tiny(dp, m, tied);
         const auto chain = cost::expand(sc.model, strategies::expand_options(sc));
         const auto predicted = strategies::compressed_exchange(
-            sc.plan, chain, {sc.model.layers, true, true}, strategies::ModelStepCosts(sc));
+            sc.plan, chain, {{sc.model.layers}, true, true}, strategies::ModelStepCosts(sc));
         TrackingAllocator scratch;
         const GptModel model(sc.model, scratch, 1);
         std::vector<Shape> shapes;
         for (const auto& p : model.params()) shapes.push_back(p.shape());
         const FlatLayout layout = flat_layout(shapes);
         const std::int64_t n = layout.back().offset + layout.back().numel();
-        CHECK(static_cast<double>(n) == strategies::StageGradients{sc.model.layers, true, true}.params(chain));
+        CHECK(static_cast<double>(n) == strategies::StageGradients{{sc.model.layers}, true, true}.params(chain));
         std::vector<ExchangedRound> ran;
         on_ranks(static_cast<int>(dp), sc.plan.compression, layout, [&](RankCtx& R) {
           run_exchange(R, std::vector<float>(static_cast<std::size_t>(n), 0.5f));

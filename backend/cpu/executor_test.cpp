@@ -762,7 +762,7 @@ TEST_CASE("cpu/executor: each layer's forward keeps exactly the bytes its planne
       c.model.seq_len = 64;  // the attention core worth dropping alone
       const auto est = strategies::estimate_memory(c);
       const auto keeps = est.layers.keeps;
-      const auto rule = strategies::ActivationRule::of(cost::expand(c.model, strategies::expand_options(c)),
+      const auto rule = strategies::ActivationRule::of(cost::expand(c.model, strategies::expand_options(c)).main_block(),
                                                        strategies::selective_policy(c.plan));
       CAPTURE(pp);
       CAPTURE(enum_name(c.plan.recompute));

@@ -152,7 +152,7 @@ TEST_CASE("cpu/gpt: GPT parameters and saved activations equal the op chain's at
     model.forward_backward(tokens, targets, batch);
     const auto& s = model.last_saved_bytes();
     CHECK(s.embedding == chain.embedding.saved_bytes());
-    CHECK(s.block == chain.block.saved_bytes());
+    CHECK(s.block == chain.main_block().saved_bytes());
     CHECK(s.head == chain.head.saved_bytes());
     const std::int64_t sb = spec.seq_len * batch, h = spec.hidden, f = spec.ffn_hidden;
     const std::int64_t up = spec.mlp == cost::MlpKind::Swiglu ? 2 * f : f;
@@ -229,7 +229,7 @@ TEST_CASE("cpu/gpt: recompute (selective, full, per layer) gives bit-identical g
     CHECK(model.forward_backward(tokens, targets, batch, opts) == base_loss);
     CHECK(grad_mismatch(base, model) == 0.0);
     const R policy = opts.layer_recompute.empty() ? opts.recompute : R::None;  // the largest block
-    CHECK(model.last_saved_bytes().block == chain.block.saved_bytes(policy));
+    CHECK(model.last_saved_bytes().block == chain.main_block().saved_bytes(policy));
     if (opts.recompute == R::Full)
       CHECK(alloc.stats().peak[tag(MemTag::Activations)] < base_peak);
   }

@@ -220,9 +220,9 @@ TEST_CASE("cpu/optimizer: optimizer state bytes equal the memory model's for a G
   cost::ModelSpec m = testing::tiny_gpt();
   const auto chain = cost::expand(m, {.precision = cost::Precision::FP32});
   double factored = 0.0;
-  for (const auto* layer : {&chain.embedding, &chain.block, &chain.head})
+  for (const auto* layer : {&chain.embedding, &chain.main_block(), &chain.head})
     for (const auto& op : layer->ops)
-      factored += strategies::factored_state_bytes(op) * (layer == &chain.block ? m.layers : 1);
+      factored += strategies::factored_state_bytes(op) * (layer == &chain.main_block() ? m.layers : 1);
   using O = strategies::Optimizer;
   auto run = [&](O kind, auto make) {
     TrackingAllocator alloc;
