@@ -52,6 +52,17 @@ Exported export_plan(const strategies::Scenario& sc, ExportTarget target);
 // megatron-lm-2025, deepspeed, torchtitan.
 std::string_view export_stack_name(ExportTarget target);
 
+// Megatron-Core's model flags for a model's per-layer choices, "" where the
+// model needs none: --moe-layer-freq as the Python list expression
+// arguments.py evaluates (1 an expert layer, 0 a dense one), for a MoE
+// model's dense first blocks; --window-size as the (left, right) pair
+// FlashAttention's window_size takes (a query attends to `left` earlier
+// keys and itself, so a window of w keys is w − 1, 0), beside
+// --window-attn-skip-freq N (one full-attention layer after N − 1 windowed
+// ones: the model's global_every). A window covering the sequence is none.
+std::string megatron_moe_layer_freq(const cost::ModelSpec& m);
+std::string megatron_window_size(const cost::ModelSpec& m);
+
 // The engine's name as the unsupported lines write it ("Megatron-LM",
 // "DeepSpeed", "torchtitan").
 std::string_view engine_name(ExportTarget target);

@@ -157,6 +157,20 @@ void common_unsupported(const Plan& p, std::string_view engine, std::vector<std:
 
 // ---------------------------------------------------------------- Megatron-LM
 
+}  // namespace
+
+std::string megatron_moe_layer_freq(const cost::ModelSpec& m) {
+  if (!m.moe || m.moe->first_dense == 0) return "";
+  return "[0]*" + str(m.moe->first_dense) + "+[1]*" + str(m.layers - m.moe->first_dense);
+}
+
+std::string megatron_window_size(const cost::ModelSpec& m) {
+  if (!m.attention_window || m.window_size() >= m.seq_len) return "";
+  return str(m.window_size() - 1) + ",0";
+}
+
+namespace {
+
 struct Flags {
   std::vector<std::string> items;  // "--flag" or "--flag value"
   void add(std::string flag) { items.push_back(std::move(flag)); }
@@ -466,6 +480,11 @@ Exported export_megatron(const Scenario& sc) {
   if (m.moe) {
     f.add("--num-experts", m.moe->experts);
     f.add("--moe-router-topk", m.moe->top_k);
+  }
+  if (const std::string freq = megatron_moe_layer_freq(m); !freq.empty()) f.add("--moe-layer-freq", "'" + freq + "'");
+  if (const std::string w = megatron_window_size(m); !w.empty()) {
+    f.add("--window-size", w);
+    if (m.attention_window->global_every) f.add("--window-attn-skip-freq", *m.attention_window->global_every);
   }
   f.add("--attention-backend",
         std::string(im.attention == AttentionKernel::Flash ? "flash" : "unfused"));

@@ -235,6 +235,38 @@ TEST_CASE("megatron: ZeRO-3 with pipeline parallelism is not expressible") {
   CHECK_FALSE(has(f, "--optimizer-cpu-offload"));
 }
 
+TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back by import") {
+  // arguments.py (NVIDIA/Megatron-LM): --moe-layer-freq takes "a Python list
+  // expression ... where 1 indicates an expert layer and 0 indicates a dense
+  // layer"; --window-size is FlashAttention's (left, right) window and
+  // --window-attn-skip-freq N puts "one full attention layer after (N-1) SWA
+  // layers". DeepSeek-V3's 3 dense blocks of 61; Gemma 3's window of 1024
+  // keys (1023 earlier keys and the query) with every 6th layer global.
+  const auto deepseek = scenario(R"({"model": "deepseek-v3", "cluster": {"gpu": "h800", "nodes": 256},
+      "batch": {"global": 15360, "micro": 1},
+      "plan": {"dp": 128, "tp": 1, "pp": 16, "ep": 64, "zero": 1, "precision": "bf16"}})");
+  const auto ds = flags(export_megatron(deepseek));
+  CHECK(has(ds, "--moe-layer-freq '[0]*3+[1]*58'"));
+  CHECK_FALSE(has_prefix(ds, "--window-size"));
+  const auto gemma = scenario(R"({"model": "gemma3-27b", "cluster": {"preset": "dgx-h100", "nodes": 4},
+      "batch": {"global": 256, "micro": 1}, "plan": {"dp": 8, "tp": 4, "precision": "bf16"}})");
+  const Exported g = export_megatron(gemma);
+  CHECK(has(flags(g), "--window-size 1023,0"));
+  CHECK(has(flags(g), "--window-attn-skip-freq 6"));
+  CHECK_FALSE(has_prefix(flags(g), "--moe-layer-freq"));
+  // Read back on the same models; on another model the flags are named.
+  for (const auto* sc : {&deepseek, &gemma})
+    CHECK(import_plan(*sc, ExportTarget::Megatron, export_megatron(*sc).text, "x.sh").scenario.plan.tp ==
+          sc->plan.tp);
+  auto other = gemma;
+  other.model.attention_window->global_every = 2;
+  CHECK(testing::input_error_of([&] { import_plan(other, ExportTarget::Megatron, g.text, "x.sh"); }) ==
+        "x.sh: --window-attn-skip-freq: is 6, the scenario's model has 2 [import-model]");
+  other.model.attention_window.reset();
+  CHECK(testing::input_error_of([&] { import_plan(other, ExportTarget::Megatron, g.text, "x.sh"); }) ==
+        "x.sh: --window-size: is 1023,0, the scenario's model has no sliding window [import-model]");
+}
+
 TEST_CASE("megatron: every_k and sqrt recompute are uniform segments") {
   // 12 layers on one stage: every_k 4 checkpoints every 4th layer input;
   // sqrt keeps ceil(sqrt(12)) = 4 as well.

@@ -241,6 +241,20 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
     same_int("--num-experts", m.moe->experts);
     same_int("--moe-router-topk", m.moe->top_k);
   }
+  // Per-layer choices (export's megatron_moe_layer_freq and
+  // megatron_window_size): as the model has them, or absent where it has none.
+  auto same_text = [&](const std::string& f, const std::string& model_value, const std::string& none) {
+    const auto v = value(f);
+    require_model(v.value_or("") == model_value, file, f, v.value_or("absent"),
+                  model_value.empty() ? none : model_value);
+  };
+  same_text("--moe-layer-freq", megatron_moe_layer_freq(m), "no dense blocks among its expert blocks");
+  same_text("--window-size", megatron_window_size(m), "no sliding window");
+  same_text("--window-attn-skip-freq",
+            m.attention_window && m.attention_window->global_every && !megatron_window_size(m).empty()
+                ? str(*m.attention_window->global_every)
+                : "",
+            "no full-attention layers among windowed ones");
   for (const char* f : {"--position-embedding-type", "--rotary-base", "--disable-bias-linear",
                         "--attention-dropout", "--hidden-dropout", "--group-query-attention"})
     used.insert(f);
