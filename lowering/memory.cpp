@@ -495,7 +495,8 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
   for (int s = 0; s < p; ++s) {
     Statics st;
     // The stage's blocks, each of its kind; the largest of them bounds what
-    // one layer's weights take in flight (gathered, fetched or staged).
+    // one layer's weights take in flight (gathered, fetched or staged): none
+    // on a stage without blocks (an embedding- or head-only chunk).
     ParamSplit ps;
     ParamSplit block;
     std::vector<std::int64_t> count(kinds.size(), 0);
@@ -509,9 +510,6 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       ps += kinds[i] * static_cast<double>(count[i]);
       if (kinds[i].params() > block.params()) block = kinds[i];
     }
-    // A stage without blocks (an embedding- or head-only chunk) is charged
-    // the main block's buffers, as every stage was before blocks had kinds.
-    if (block.params() == 0 && !kinds.empty()) block = kinds.front();
     if (s == 0) ps += embedding;
     if (s == p - 1) ps += head;
     // Tied embeddings: the last stage keeps its own copy of the word
