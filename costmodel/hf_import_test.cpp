@@ -38,6 +38,9 @@ struct Published {
   // The card counts active parameters without the token embedding
   // (DeepSeek's convention); Strata's active_params includes it.
   bool active_without_embedding = false;
+  // The figures are the main model's, without its multi-token prediction
+  // modules (checked on their own below).
+  bool main_model = false;
 };
 
 // Totals are exact sums of the checkpoint's tensors (Hugging Face's
@@ -72,11 +75,12 @@ const std::vector<Published> kPublished = {
      "deepseek-ai/DeepSeek-V2-Lite safetensors: 15,706,484,224 (card: 15.7B)", 2.4e9, 0.1e9,
      "deepseek-ai/DeepSeek-V2-Lite card: 2.4B activated", true},
     // The card: "685B ... includes 671B of the Main Model weights and 14B of
-    // the Multi-Token Prediction (MTP) Module weights"; Strata does not model
-    // the MTP module (ignored), so the main model's 671B is the figure.
-    {"deepseek-v3.json", {"num_nextn_predict_layers"}, 671e9,
+    // the Multi-Token Prediction (MTP) Module weights"; the main model's
+    // 671B and 37B activated are the figures (main_model), the MTP module is
+    // checked in its own test case.
+    {"deepseek-v3.json", {}, 671e9,
      "deepseek-ai/DeepSeek-V3 card: 671B main model (685B with the 14B MTP module)", 37e9, 1e9,
-     "deepseek-ai/DeepSeek-V3 card: 37B activated", true},
+     "deepseek-ai/DeepSeek-V3 card: 37B activated", true, true},
     {"gpt2.json", {}, 124'439'808,
      "openai-community/gpt2: GPT2LMHeadModel's 124,439,808 parameters (the checkpoint's 137M "
      "counts its causal-mask buffers attn.bias too)"},
@@ -92,7 +96,8 @@ TEST_CASE("Hugging Face configs import with their published parameter counts") {
   // models' active count is their total.
   CHECK(kPublished.size() >= 15);
   for (const auto& p : kPublished) {
-    const ModelSpec m = import(p.file, p.ignore);
+    ModelSpec m = import(p.file, p.ignore);
+    if (p.main_model) m.mtp_layers = 0;
     const double total = static_cast<double>(total_params(m));
     const double active = static_cast<double>(active_params(m));
     INFO(p.file << " (" << p.total_source << "): total " << std::llround(total) << ", active "
@@ -124,7 +129,7 @@ TEST_CASE("each family's rules come from its model_type") {
   // Mistral-Nemo: head_dim 128 with hidden 5120 and 32 heads.
   CHECK(import("mistral-nemo-base-2407.json", {}).q_hidden() == 4096);
   // DeepSeek-V3: MLA, 256 routed + 1 shared expert of 2048, first 3 dense.
-  const ModelSpec v3 = import("deepseek-v3.json", {"num_nextn_predict_layers"});
+  const ModelSpec v3 = import("deepseek-v3.json", {});
   REQUIRE(v3.mla);
   CHECK(v3.mla->q_lora_rank == 1536);
   REQUIRE(v3.moe);
@@ -132,6 +137,8 @@ TEST_CASE("each family's rules come from its model_type") {
   CHECK(v3.moe->shared_experts == 1);
   CHECK(v3.expert_ffn() == 2048);
   CHECK(v3.ffn_hidden == 18432);
+  // Its num_nextn_predict_layers: one multi-token prediction module.
+  CHECK(v3.mtp_layers == 1);
   // Falcon-7B: multi-query attention, one norm shared by the parallel
   // attention and MLP; Pythia: parallel with two norms; OLMo 2: post-norms
   // and q/k norms over all heads.
@@ -269,6 +276,95 @@ TEST_CASE("layer_types and max_window_layers: a pattern Strata models, or an err
   // A bad window names its key.
   CHECK(testing::input_error_of([] { edited("mistral-7b-v0.1.json", {{"sliding_window", 0}}); }) ==
         "mistral-7b-v0.1.json: sliding_window: must be in [1, 16777216], got 0");
+}
+
+TEST_CASE("DeepSeek-V3's multi-token prediction module: its parameters in closed form") {
+  // num_nextn_predict_layers 1: one module of (h = 7168, untied, no biases)
+  // enorm and hnorm (h each), eh_proj 2h·h, a block with routed experts as
+  // the last main block (MLA: q_down h·1536, its norm 1536, q_up
+  // 1536·128·192, kv_down h·576, its norm 512, kv_up 512·128·256,
+  // projection 128·128·h; router h·256, 256 experts and 1 shared of
+  // 3·h·2048; two norms 2h) and a final norm h: 11,610,067,968 parameters.
+  // The card's 14B counts the module's copies of the shared embedding and
+  // output head (2·129280·h = 1,853,358,080) too: 13,463,426,048 here.
+  const ModelSpec v3 = import("deepseek-v3.json", {});
+  ModelSpec main = v3;
+  main.mtp_layers = 0;
+  const std::int64_t h = 7168;
+  const std::int64_t block = h + h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 +
+                             128 * 128 * h + h + h * 256 + 257 * 3 * h * 2048;
+  const std::int64_t module = 2 * h + 2 * h * h + block + h;
+  CHECK(module == 11'610'067'968);
+  CHECK(total_params(v3) - total_params(main) == module);
+  CHECK(module + 2 * 129280 * h == 13'463'426'048);
+  // A token visits 8 of the module's 256 routed experts.
+  CHECK(active_params(v3) - active_params(main) == module - (256 - 8) * 3 * h * 2048);
+  // The bundled preset carries the same module.
+  CHECK(total_params(model_preset("deepseek-v3")) == total_params(v3));
+}
+
+TEST_CASE("MoE layer patterns from Hugging Face configs: Qwen's and DeepSeek's rules") {
+  // Qwen1.5-MoE-A2.7B's config (tests/hf, the model's own) with
+  // decoder_sparse_step 2 and mlp_only_layers [0]: transformers'
+  // Qwen2MoeDecoderLayer makes layer i sparse when i is not in
+  // mlp_only_layers and (i + 1) % 2 == 0, so the 12 odd layers of 24 keep
+  // their experts (layer 0 is even: dense by the step alone).
+  const ModelSpec all = import("qwen1.5-moe-a2.7b.json", {});
+  const ModelSpec q = edited("qwen1.5-moe-a2.7b.json", {{"decoder_sparse_step", 2}, {"mlp_only_layers", {0}}});
+  REQUIRE(q.moe);
+  CHECK(q.moe->every == 2);
+  CHECK(q.moe->offset == 1);
+  CHECK(q.moe->dense_layers == std::vector<std::int64_t>{0});
+  CHECK(q.moe_blocks() == 12);
+  const OpChain c = expand(q);
+  for (std::int64_t i = 0; i < q.layers; ++i) CHECK(c.kind_of[static_cast<std::size_t>(i)] == (i % 2 == 1 ? 0 : 1));
+  // Each of the 12 dense layers trades its MoE MLP (router h·60, 60 experts
+  // of 3·h·1408, the shared expert 3·h·5632 and its gate h) for a dense
+  // MLP of intermediate_size 5632 (3·h·5632); a token visited top-4 of the
+  // experts, the shared expert and the gate.
+  const std::int64_t h = 2048;
+  CHECK(total_params(q) == total_params(all) - 12 * (60 * h + 60 * 3 * h * 1408 + h));
+  CHECK(active_params(q) == active_params(all) - 12 * (60 * h + 4 * 3 * h * 1408 + h));
+  // mlp_only_layers alone (decoder_sparse_step 1): layer 0 dense, 23 sparse.
+  const ModelSpec q0 = edited("qwen1.5-moe-a2.7b.json", {{"mlp_only_layers", {0}}});
+  CHECK(q0.moe_blocks() == 23);
+  CHECK_FALSE(q0.moe_at(0));
+  // DeepSeek-V2-Lite (first_k_dense_replace 1) with moe_layer_freq 2: the
+  // remote code's layer_idx >= 1 and layer_idx % 2 == 0, experts in layers
+  // 2, 4, …, 26 of 27 (13).
+  const ModelSpec ds = edited("deepseek-v2-lite.json", {{"moe_layer_freq", 2}});
+  REQUIRE(ds.moe);
+  CHECK(ds.moe->first_dense == 1);
+  CHECK(ds.moe->every == 2);
+  CHECK(ds.moe->offset == 0);
+  CHECK(ds.moe_blocks() == 13);
+  CHECK(ds.moe_at(2));
+  CHECK_FALSE(ds.moe_at(3));
+}
+
+TEST_CASE("MoE layer pattern errors name the config's key") {
+  CHECK(testing::input_error_of([] { edited("qwen1.5-moe-a2.7b.json", {{"mlp_only_layers", {3, 24}}}); }) ==
+        "qwen1.5-moe-a2.7b.json: mlp_only_layers[1]: must be in [0, 23], got 24");
+  CHECK(testing::input_error_of([] { edited("qwen1.5-moe-a2.7b.json", {{"mlp_only_layers", {3, 3}}}); }) ==
+        "qwen1.5-moe-a2.7b.json: mlp_only_layers[1]: 3 is listed twice");
+  CHECK(testing::input_error_of([] { edited("qwen1.5-moe-a2.7b.json", {{"decoder_sparse_step", 0}}); }) ==
+        "qwen1.5-moe-a2.7b.json: decoder_sparse_step: must be in [1, 24], got 0");
+  // Every layer dense: step 25 > 24 layers is out of range; step 24 leaves
+  // layer 23 sparse, and listing it leaves none.
+  CHECK(testing::input_error_of([] {
+          edited("qwen1.5-moe-a2.7b.json", {{"decoder_sparse_step", 24}, {"mlp_only_layers", {23}}});
+        }) == "qwen1.5-moe-a2.7b.json: mlp_only_layers: makes every layer dense (as Strata's moe every=24, "
+              "offset=23, dense_layers=[23], with num_hidden_layers=24); drop the MoE keys instead");
+  CHECK(testing::input_error_of([] { edited("deepseek-v2-lite.json", {{"first_k_dense_replace", 27}}); }) ==
+        "deepseek-v2-lite.json: first_k_dense_replace: makes every layer dense (as Strata's moe first_dense=27, "
+        "with num_hidden_layers=27); drop the MoE keys instead");
+  // Without a model_type the rule is not known: the keys stay unmodelled.
+  CHECK(testing::input_error_of([] {
+          parse_model_file_text(R"({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                    "vocab_size": 10, "max_position_embeddings": 8, "num_experts": 4,
+                                    "decoder_sparse_step": 2})",
+                                "s.json");
+        }).rfind("s.json: decoder_sparse_step: 2 changes the architecture and Strata does not model it", 0) == 0);
 }
 
 TEST_CASE("a Hugging Face config's sequence length") {

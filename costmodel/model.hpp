@@ -1,6 +1,7 @@
 #pragma once
 // Model description: the architecture of a transformer (GPT, Llama, Mixtral
 // style) as plain data, independent of any plan or hardware.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -45,9 +46,28 @@ struct MoeSpec {
   std::optional<std::int64_t> shared_ffn;
   // A sigmoid gate h → 1 scaling the shared experts' output (Qwen2-MoE).
   bool shared_gate = false;
-  // The first `first_dense` blocks have a dense MLP of ffn_hidden instead
-  // (DeepSeek's first_k_dense_replace).
+  // Which blocks have the routed experts; the others have a dense MLP of
+  // ffn_hidden. Block i (0-based) has them when all three hold:
+  //   i >= first_dense, i % every == offset, i not in dense_layers.
+  // Every rule the frameworks use is one of these:
+  // - DeepSeek-V2/V3 (modeling_deepseek.py, the remote code of the
+  //   deepseek-ai Hub repositories, DeepseekV3DecoderLayer.__init__: MoE when
+  //   layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq ==
+  //   0): first_dense = first_k_dense_replace, every = moe_layer_freq,
+  //   offset 0;
+  // - Qwen2-MoE and Qwen3-MoE (transformers, modeling_qwen2_moe.py and
+  //   modeling_qwen3_moe.py, Qwen2MoeDecoderLayer.__init__: sparse when
+  //   layer_idx not in mlp_only_layers and (layer_idx + 1) %
+  //   decoder_sparse_step == 0): every = decoder_sparse_step, offset =
+  //   decoder_sparse_step - 1 (i + 1 ≡ 0 is i ≡ step - 1), dense_layers =
+  //   mlp_only_layers;
+  // - Megatron-Core's integer --moe-layer-freq N (megatron/core/models/gpt/
+  //   gpt_layer_specs.py, get_gpt_decoder_layer_specs: 1 if i % N == 0):
+  //   every = N, offset 0.
   std::int64_t first_dense = 0;
+  std::int64_t every = 1;   // >= 1
+  std::int64_t offset = 0;  // 0 <= offset < every
+  std::vector<std::int64_t> dense_layers;  // ascending, unique, each < layers
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3): keys and values come from a
@@ -145,6 +165,12 @@ struct ModelSpec {
   // Sliding-window attention in some or all layers; none: every layer
   // attends to the whole (causal) sequence.
   std::optional<AttentionWindow> attention_window;
+  // Multi-token prediction modules (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2):
+  // D sequential modules after the main model, module k predicting the token
+  // k + 1 ahead with its own transformer block (the last block's shape),
+  // two RMSNorms and a 2h → h projection, sharing the embedding and output
+  // head. 0: none. Built into the head (OpChain::head), on the last stage.
+  std::int64_t mtp_layers = 0;
   // A layer-chain model: `layers` is its stage count and the transformer
   // dimensions are 0.
   std::optional<LayerChain> chain;
@@ -170,10 +196,17 @@ struct ModelSpec {
   std::int64_t shared_ffn() const {
     return moe && moe->shared_experts > 0 ? moe->shared_ffn.value_or(expert_ffn()) : 0;
   }
-  // Blocks whose MLP is the routed experts: all but the first_dense ones.
-  std::int64_t moe_blocks() const { return moe ? layers - moe->first_dense : 0; }
-  // Whether block i (0-based) has the routed experts.
-  bool moe_at(std::int64_t i) const { return moe && i >= moe->first_dense; }
+  // Whether block i (0-based) has the routed experts (MoeSpec's rule).
+  bool moe_at(std::int64_t i) const {
+    return moe && i >= moe->first_dense && i % moe->every == moe->offset &&
+           !std::binary_search(moe->dense_layers.begin(), moe->dense_layers.end(), i);
+  }
+  // Blocks whose MLP is the routed experts (0 without MoE).
+  std::int64_t moe_blocks() const {
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; moe && i < layers; ++i) n += moe_at(i) ? 1 : 0;
+    return n;
+  }
   // Whether block i (0-based) has windowed attention (AttentionWindow).
   bool windowed_at(std::int64_t i) const {
     return attention_window &&

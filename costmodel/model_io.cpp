@@ -56,6 +56,21 @@ struct ModelKeys {
   std::string heads = "heads", kv_heads = "kv_heads", top_k = "moe.top_k";
 };
 
+// A MoE layer pattern in its keys, for an error: "first_dense=3, every=2".
+std::string moe_pattern_text(const MoeSpec& s) {
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (s.first_dense > 0) add("first_dense=" + std::to_string(s.first_dense));
+  if (s.every > 1) add("every=" + std::to_string(s.every));
+  if (s.offset > 0) add("offset=" + std::to_string(s.offset));
+  if (!s.dense_layers.empty()) {
+    std::string list;
+    for (const std::int64_t i : s.dense_layers) list += (list.empty() ? "" : ",") + std::to_string(i);
+    add("dense_layers=[" + list + "]");
+  }
+  return out.empty() ? "the pattern" : out;
+}
+
 // Validates the cross-field rules of a complete model.
 void check_model(const ModelSpec& m, const JsonReader& r, const ModelKeys& keys = {}) {
   if (!m.head_size && !m.mla && m.hidden % m.heads != 0)
@@ -68,9 +83,15 @@ void check_model(const ModelSpec& m, const JsonReader& r, const ModelKeys& keys 
     throw InputError(r.file(), r.child_path(keys.top_k),
                      std::to_string(m.moe->top_k) + " exceeds experts=" +
                          std::to_string(m.moe->experts));
-  if (m.moe && m.moe->first_dense >= m.layers)
-    r.fail_at("moe", "first_dense=" + std::to_string(m.moe->first_dense) +
-                         " leaves no MoE block of layers=" + std::to_string(m.layers));
+  // The layer pattern (MoeSpec): a base model's dense_layers must still
+  // name blocks after `layers` changed, and some block must keep its experts.
+  if (m.moe && !m.moe->dense_layers.empty() && m.moe->dense_layers.back() >= m.layers)
+    r.fail_at("moe", "dense_layers names block " + std::to_string(m.moe->dense_layers.back()) +
+                         " of layers=" + std::to_string(m.layers) + " (blocks are 0 … " +
+                         std::to_string(m.layers - 1) + ")");
+  if (m.moe && m.moe_blocks() == 0)
+    r.fail_at("moe", moe_pattern_text(*m.moe) + " leaves no MoE block of layers=" +
+                         std::to_string(m.layers));
   if (m.mla && m.qk_norm != QkNorm::None)
     r.fail_at("qk_norm", "applies to q/k/v attention; multi-head latent attention (\"mla\") "
                          "normalises its latents instead");
@@ -143,7 +164,7 @@ constexpr const char* kTransformerKeys[] = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
     "bias", "position_embedding", "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias",
     "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys", "rope_theta",
-    "attention_window"};
+    "attention_window", "mtp_layers"};
 
 // The model a "file" key names: Strata's format or a Hugging Face config
 // (with the object's "ignore_hf_keys"); `hf_max_pos` is set for the latter.
@@ -181,6 +202,24 @@ void hf_seq_len_default(const JsonReader& where, const std::string& what, const 
     ctx.notes->push_back(m.source.substr(std::string("Hugging Face config ").size()) + ": seq_len " +
                          std::to_string(m.seq_len) + ", Strata's default for a Hugging Face config (" +
                          limit + "); a model object {\"file\": ..., \"seq_len\": N} sets it");
+}
+
+// A list of distinct 0-based indices below `layers` (`what`: "block" or
+// "layer", as the file calls them), ascending. Duplicates are found after
+// sorting, so a long list is read in O(n log n).
+std::vector<std::int64_t> layer_list(const JsonReader& list, std::int64_t layers, const std::string& what) {
+  if (!list.is_array()) list.fail("must be an array of " + what + " indices (0-based)");
+  std::vector<std::pair<std::int64_t, std::size_t>> at;  // (index, position in the list)
+  const auto elements = list.elements();
+  for (std::size_t k = 0; k < elements.size(); ++k) at.push_back({elements[k].as_int(0, layers - 1), k});
+  std::sort(at.begin(), at.end());
+  for (std::size_t k = 1; k < at.size(); ++k)
+    if (at[k].first == at[k - 1].first)
+      elements[std::max(at[k].second, at[k - 1].second)].fail(std::to_string(at[k].first) + " is listed twice");
+  std::vector<std::int64_t> out;
+  out.reserve(at.size());
+  for (const auto& [i, k] : at) out.push_back(i);
+  return out;
 }
 
 ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, int depth, const Ctx& ctx) {
@@ -276,6 +315,11 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
     s.shared_gate = moe->bool_or("shared_gate", false);
     if (s.shared_gate && s.shared_experts == 0) moe->fail_at("shared_gate", "applies with shared_experts >= 1");
     s.first_dense = moe->int_or("first_dense", 0, 0, kMaxLayers);
+    // The layer pattern (MoeSpec): every `every`-th block from `offset`,
+    // less the listed dense ones.
+    s.every = moe->int_or("every", 1, 1, kMaxLayers);
+    if (auto v = moe->get("offset")) s.offset = v->as_int(0, s.every - 1);
+    if (auto d = moe->get("dense_layers")) s.dense_layers = layer_list(*d, m.layers, "block");
     moe->reject_unknown_keys();
     m.moe = s;
   }
@@ -308,6 +352,8 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
       m.attention_window = aw;
     }
   }
+  // Multi-token prediction modules (ModelSpec::mtp_layers).
+  m.mtp_layers = r.int_or("mtp_layers", m.mtp_layers, 0, kMaxLayers);
   m.source = r.string_or("source", m.source);
   r.reject_unknown_keys();
   check_model(m, r);
@@ -419,11 +465,25 @@ constexpr Unmodelled kUnmodelled[] = {
                        "the window"},
     {"attn_logit_softcapping", "soft-capped attention scores (the attention kernel must support it)"},
     {"final_logit_softcapping", "soft-capped output logits"},
-    {"num_nextn_predict_layers", "multi-token prediction modules"},
-    {"decoder_sparse_step", "MoE blocks only every k-th layer"},
-    {"mlp_only_layers", "dense MLPs in chosen layers of a MoE model"},
-    {"moe_layer_freq", "MoE blocks only every k-th layer"},
+    // Read for deepseek_v3 (mtp_layers), whose modules Strata models.
+    {"num_nextn_predict_layers", "multi-token prediction modules, read for deepseek_v3"},
+    // MoE layer patterns: read for the families that define them (qwen2_moe
+    // and qwen3_moe, deepseek_v2 and deepseek_v3: moe_pattern_family);
+    // unmodelled in a config without a model_type, whose rule is not known.
+    {"decoder_sparse_step", "MoE blocks only every k-th layer, by a rule Strata reads for qwen2_moe and qwen3_moe"},
+    {"mlp_only_layers", "dense MLPs in chosen layers of a MoE model, read for qwen2_moe and qwen3_moe"},
+    {"moe_layer_freq", "MoE blocks only every k-th layer, by a rule Strata reads for deepseek_v2 and deepseek_v3"},
 };
+
+// Whether a family's MoE layer-pattern key is read (read_hf_config).
+bool moe_pattern_family(std::string_view key, std::string_view type) {
+  if (key == "moe_layer_freq") return type == "deepseek_v2" || type == "deepseek_v3";
+  return type == "qwen2_moe" || type == "qwen3_moe";
+}
+
+// The family whose multi-token prediction modules Strata reads
+// (transformers' DeepseekV3Config keeps num_nextn_predict_layers).
+bool mtp_family(std::string_view type) { return type == "deepseek_v3"; }
 
 // The families whose sliding-window layers Strata reads (read_hf_window).
 bool hf_window_family(std::string_view type) {
@@ -443,10 +503,13 @@ bool unmodelled_active(const nlohmann::json& c, std::string_view key, std::strin
     const auto use = c.find("use_sliding_window");
     return !(use != c.end() && use->is_boolean() && !use->get<bool>());
   }
-  if (key == "decoder_sparse_step" || key == "moe_layer_freq")
+  if (key == "decoder_sparse_step" || key == "moe_layer_freq" || key == "mlp_only_layers") {
+    if (moe_pattern_family(key, type)) return false;  // read: read_hf_config
+    if (key == "mlp_only_layers") return !(it->is_array() && it->empty());
     return !(it->is_number_integer() && it->get<std::int64_t>() == 1);
-  if (key == "mlp_only_layers") return !(it->is_array() && it->empty());
-  if (key == "num_nextn_predict_layers") return !(it->is_number_integer() && it->get<std::int64_t>() == 0);
+  }
+  if (key == "num_nextn_predict_layers")
+    return !mtp_family(type) && !(it->is_number_integer() && it->get<std::int64_t>() == 0);
   return true;
 }
 
@@ -730,14 +793,41 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
         s.shared_gate = true;  // Qwen2MoeSparseMoeBlock.shared_expert_gate
       }
     }
+    // Which layers have the experts (MoeSpec, each family's rule there):
+    // DeepSeek's first_k_dense_replace and moe_layer_freq; Qwen's
+    // decoder_sparse_step (layer i sparse when (i + 1) % step == 0, so
+    // offset step − 1) and mlp_only_layers. `pattern_key`: where an error
+    // about the pattern points.
+    std::optional<JsonReader> pattern_key;
     if (is({"deepseek_v2", "deepseek_v3"})) {
       if (auto n = first_of(r, {"n_shared_experts"})) s.shared_experts = n->as_int(0, 65536);
       if (auto k0 = first_of(r, {"first_k_dense_replace"})) {
         s.first_dense = k0->as_int(0, m.layers);
-        if (s.first_dense == m.layers) k0->fail("makes every layer dense; drop the MoE keys instead");
+        pattern_key = k0;
+      }
+      if (auto fq = first_of(r, {"moe_layer_freq"})) {
+        s.every = fq->as_int(1, m.layers);
+        if (s.every > 1) pattern_key = fq;
       }
     }
-    if (s.experts > 1 || s.shared_experts > 0) m.moe = s;
+    if (is({"qwen2_moe", "qwen3_moe"})) {
+      if (auto st = first_of(r, {"decoder_sparse_step"})) {
+        s.every = st->as_int(1, m.layers);
+        s.offset = s.every - 1;
+        if (s.every > 1) pattern_key = st;
+      }
+      if (auto d = first_of(r, {"mlp_only_layers"})) {
+        s.dense_layers = layer_list(*d, m.layers, "layer");
+        if (!s.dense_layers.empty()) pattern_key = d;
+      }
+    }
+    if (s.experts > 1 || s.shared_experts > 0) {
+      m.moe = s;
+      if (m.moe_blocks() == 0)
+        (pattern_key ? *pattern_key : r).fail("makes every layer dense (as Strata's moe " + moe_pattern_text(s) +
+                                              ", with num_hidden_layers=" + std::to_string(m.layers) +
+                                              "); drop the MoE keys instead");
+    }
   }
 
   // Multi-head latent attention.
@@ -753,6 +843,11 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
     m.kv_heads = m.heads;
     m.head_size.reset();
   }
+
+  // DeepSeek-V3's multi-token prediction modules (its config: 1), stored
+  // in the checkpoint after the main layers (model.layers.61).
+  if (mtp_family(type))
+    if (auto n = first_of(r, {"num_nextn_predict_layers"})) m.mtp_layers = n->as_int(0, kMaxLayers);
 
   auto name = first_of(r, {"_name_or_path"});
   m.name = name ? name->as_string() : std::filesystem::path(path).stem().string();

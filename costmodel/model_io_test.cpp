@@ -78,7 +78,10 @@ TEST_CASE("current open-family presets have their published sizes") {
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
-    const ModelSpec m = model_preset(c.name);
+    // The published sizes are the main model's: DeepSeek-V3's 671B and 37B
+    // leave out its multi-token prediction module (mtp_layers 1).
+    ModelSpec m = model_preset(c.name);
+    m.mtp_layers = 0;
     const double total = static_cast<double>(total_params(m));
     const double active = static_cast<double>(active_params(m));
     if (c.total_unit == 0)
@@ -261,6 +264,53 @@ TEST_CASE("attention_window errors name the path and the rule") {
           model_from(R"({"preset": "resnet50", "attention_window": {"size": 8}})");
         }) == "m.json: model.attention_window: applies to transformer models; this model is a layer chain "
               "(\"chain\")");
+}
+
+TEST_CASE("moe layer patterns: every, offset and dense_layers read as MoeSpec's rule") {
+  // 8 layers; every 3 from block 2 less block 5: experts in block 2 only
+  // (2 % 3 == 2, 5 listed dense): moe_blocks 1. dense_layers come sorted.
+  const ModelSpec m = model_from(R"({"layers": 8, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32,
+      "moe": {"experts": 4, "top_k": 2, "every": 3, "offset": 2, "dense_layers": [5, 0]}})");
+  REQUIRE(m.moe);
+  CHECK(m.moe->every == 3);
+  CHECK(m.moe->offset == 2);
+  CHECK(m.moe->dense_layers == std::vector<std::int64_t>{0, 5});
+  CHECK(m.moe_blocks() == 1);
+  CHECK(m.moe_at(2));
+  CHECK_FALSE(m.moe_at(5));
+  // Without the keys every block has experts, as before.
+  CHECK(model_from(R"({"preset": "mixtral-8x7b"})").moe_blocks() == 32);
+}
+
+TEST_CASE("moe layer pattern errors name the path and the rule") {
+  const std::string base = R"({"layers": 4, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 32, "moe": )";
+  auto err = [&](const std::string& moe) { return error_of([&] { model_from(base + moe + "}"); }); };
+  CHECK(err(R"({"experts": 4, "every": 0})") == "m.json: model.moe.every: must be in [1, 100000], got 0");
+  // offset counts within one period of `every`.
+  CHECK(err(R"({"experts": 4, "every": 2, "offset": 2})") == "m.json: model.moe.offset: must be in [0, 1], got 2");
+  CHECK(err(R"({"experts": 4, "offset": 1})") == "m.json: model.moe.offset: must be in [0, 0], got 1");
+  // dense_layers: block indices of this model, each once.
+  CHECK(err(R"({"experts": 4, "dense_layers": [4]})") ==
+        "m.json: model.moe.dense_layers[0]: must be in [0, 3], got 4");
+  CHECK(err(R"({"experts": 4, "dense_layers": [1, 1]})") == "m.json: model.moe.dense_layers[1]: 1 is listed twice");
+  CHECK(err(R"({"experts": 4, "dense_layers": 1})") ==
+        "m.json: model.moe.dense_layers: must be an array of block indices (0-based)");
+  // A pattern that leaves every block dense is refused at the moe object:
+  // every 8 from block 5 of 4 blocks has none; first_dense 2 with every 2
+  // from 1 leaves block 3, which dense_layers takes.
+  CHECK(err(R"({"experts": 4, "every": 8, "offset": 5})") ==
+        "m.json: model.moe: every=8, offset=5 leaves no MoE block of layers=4");
+  CHECK(err(R"({"experts": 4, "first_dense": 2, "every": 2, "offset": 1, "dense_layers": [3]})") ==
+        "m.json: model.moe: first_dense=2, every=2, offset=1, dense_layers=[3] leaves no MoE block of layers=4");
+  CHECK(err(R"({"experts": 4, "first_dense": 4})") ==
+        "m.json: model.moe: first_dense=4 leaves no MoE block of layers=4");
+  CHECK(err(R"({"experts": 4, "every_k": 2})").rfind("m.json: model.moe.every_k: unknown key", 0) == 0);
+  // A base model's dense_layers must still name blocks when an object
+  // over it sets fewer layers.
+  const std::string file = write_temp("strata_moe_pattern.json", R"({"layers": 8, "hidden": 64, "heads": 4,
+      "vocab": 100, "seq_len": 32, "moe": {"experts": 4, "dense_layers": [6]}})");
+  CHECK(error_of([&] { model_from(R"({"file": ")" + file + R"(", "layers": 4})"); }) ==
+        "m.json: model.moe: dense_layers names block 6 of layers=4 (blocks are 0 … 3)");
 }
 
 TEST_CASE("Hugging Face config.json imports as a model") {

@@ -661,25 +661,27 @@ struct Builder {
     }
   }
 
-  Layer head() const {
-    Layer l;
-    l.name = "head";
-    l.kind = LayerKind::Head;
-    l.ops.reserve(3);
-    l.input_bytes = bytes(rep(b * s * h), e);
-    l.ops.push_back(norm("final_norm"));
-    Op logits = linear("logits", h, V, Split::Column, /*in_rep=*/true, m.bias);
-    logits.params = m.tied_embeddings ? 0 : static_cast<std::int64_t>(V * h / t);
-    logits.matrices = m.tied_embeddings ? 0 : 1;
+  // The output layer's logits, and the cross-entropy over them, named
+  // `logits` and `loss` (the main head's, or a prediction module's).
+  // `shared`: the weights are another op's (a prediction module's output
+  // head is the main model's), so this one holds none.
+  Op logits_op(std::string_view name, bool shared) const {
+    Op logits = linear(name, h, V, Split::Column, /*in_rep=*/true, m.bias);
+    const bool owns = !shared && !m.tied_embeddings;
+    logits.params = owns ? static_cast<std::int64_t>(V * h / t) : 0;
+    logits.matrices = owns ? 1 : 0;
     logits.rows = static_cast<std::int64_t>(V / t);
     logits.cols = m.hidden;
-    l.ops.push_back(logits);
+    return logits;
+  }
+
+  Op loss_op(std::string_view name) const {
     // Cross-entropy keeps fp32 logits (vocabulary-parallel) for backward.
     // In place (Megatron-LM's vocab-parallel cross-entropy) its backward
     // turns the saved fp32 softmax into the gradient and casts it back to
     // the activation type: that cast is the gradient it holds.
     const double n = shard(b * s * V);
-    Op loss = elementwise("loss", OpKind::Loss, n, 4, n, n);
+    Op loss = elementwise(name, OpKind::Loss, n, 4, n, n);
     if (o.cross_entropy == CrossEntropy::Unfused) {
       // PyTorch's F.cross_entropy of pred.float(): the cast (none in fp32),
       // log_softmax (saves its fp32 output) and nll_loss forward; backward,
@@ -695,7 +697,72 @@ struct Builder {
       loss.fwd_kernels = casts + 2;  // cast, log_softmax, nll_loss
       loss.bwd_kernels = casts + 3;  // fill and scatter, log_softmax backward, cast
     }
-    l.ops.push_back(loss);
+    return loss;
+  }
+
+  // A prediction module's op names: its block's are the main block's with
+  // "mtp_" before them (names are literals: expanding allocates no strings).
+  static std::string_view mtp_name(std::string_view name) {
+    static constexpr std::pair<std::string_view, std::string_view> kNames[] = {
+        {"attn_norm", "mtp_attn_norm"}, {"q_down", "mtp_q_down"}, {"q_down_norm", "mtp_q_down_norm"},
+        {"q_up", "mtp_q_up"}, {"q", "mtp_q"}, {"kv_down", "mtp_kv_down"}, {"kv_down_norm", "mtp_kv_down_norm"},
+        {"kv_up", "mtp_kv_up"}, {"qkv", "mtp_qkv"}, {"qk_norm", "mtp_qk_norm"}, {"rope", "mtp_rope"},
+        {"attention", "mtp_attention"}, {"attn_scores", "mtp_attn_scores"}, {"softmax", "mtp_softmax"},
+        {"attn_dropout", "mtp_attn_dropout"}, {"attn_values", "mtp_attn_values"}, {"attn_proj", "mtp_attn_proj"},
+        {"attn_post_norm", "mtp_attn_post_norm"}, {"attn_out_dropout", "mtp_attn_out_dropout"},
+        {"attn_residual", "mtp_attn_residual"}, {"mlp_norm", "mtp_mlp_norm"}, {"router", "mtp_router"},
+        {"mlp_up", "mtp_mlp_up"}, {"mlp_up_gate", "mtp_mlp_up_gate"}, {"gelu", "mtp_gelu"},
+        {"swiglu", "mtp_swiglu"}, {"geglu", "mtp_geglu"}, {"mlp_down", "mtp_mlp_down"},
+        {"shared_up", "mtp_shared_up"}, {"shared_up_gate", "mtp_shared_up_gate"}, {"shared_act", "mtp_shared_act"},
+        {"shared_down", "mtp_shared_down"}, {"shared_gate", "mtp_shared_gate"},
+        {"mlp_post_norm", "mtp_mlp_post_norm"}, {"mlp_dropout", "mtp_mlp_dropout"}, {"residual", "mtp_residual"},
+        {"mlp_residual", "mtp_mlp_residual"}};
+    for (const auto& [from, to] : kNames)
+      if (from == name) return to;
+    throw Error("expand: op \"" + std::string(name) + "\" has no multi-token prediction name (ops.cpp mtp_name)");
+  }
+
+  // One multi-token prediction module (DeepSeek-V3, arXiv:2412.19437 Sec.
+  // 2.2 and Fig. 3; Megatron-Core's MultiTokenPredictionLayer, which
+  // DeepSeek-V3's checkpoint layer 61 matches: enorm, hnorm, eh_proj, one
+  // transformer layer, a final norm): the shared embedding of the token k
+  // ahead, an RMSNorm of it and one of the previous depth's hidden state,
+  // their concatenation projected 2h → h (M_k, column-parallel without bias
+  // as Megatron-Core's eh_proj), one transformer block of the main model's
+  // last block's shape (Megatron-Core's get_gpt_mtp_block_spec takes the
+  // decoder's last layer spec; DeepSeek-V3's layer 61 has routed experts),
+  // a final norm, the shared output head's logits and a cross-entropy loss.
+  // The embedding and the output head hold no parameters here: they are the
+  // main model's.
+  void mtp_module(std::vector<Op>& ops) const {
+    Op emb;
+    emb.name = "mtp_embedding";
+    emb.kind = OpKind::Embedding;
+    emb.fwd_bytes = bytes(2.0 * b * s * h, e);
+    emb.bwd_bytes = 2 * emb.fwd_bytes;
+    ops.push_back(emb);
+    ops.push_back(norm("mtp_enorm"));
+    ops.push_back(norm("mtp_hnorm"));
+    ops.push_back(linear("mtp_eh_proj", 2 * h, h, Split::Column, /*in_rep=*/true, false));
+    const std::int64_t last = m.layers - 1;
+    for (Op op : block(m.moe_at(last), m.windowed_at(last)).ops) {
+      op.name = mtp_name(op.name);
+      ops.push_back(op);
+    }
+    ops.push_back(norm("mtp_final_norm"));
+    ops.push_back(logits_op("mtp_logits", /*shared=*/true));
+    ops.push_back(loss_op("mtp_loss"));
+  }
+
+  Layer head() const {
+    Layer l;
+    l.name = "head";
+    l.kind = LayerKind::Head;
+    l.input_bytes = bytes(rep(b * s * h), e);
+    l.ops.push_back(norm("final_norm"));
+    l.ops.push_back(logits_op("logits", /*shared=*/false));
+    l.ops.push_back(loss_op("loss"));
+    for (std::int64_t k = 0; k < m.mtp_layers; ++k) mtp_module(l.ops);
     return l;
   }
 };
@@ -750,7 +817,7 @@ SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches
       extra += 3 * S * h * fs + 3 * S * fs + h;
       extra_act += S * (h + 2 * fs);
     }
-    if (m.moe->first_dense > 0) {
+    if (m.moe_blocks() < m.layers) {  // dense blocks among the expert ones
       extra += 3 * h * f + 3 * f;
       extra_act += h + 2 * f;
     }
@@ -769,7 +836,6 @@ SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches
   const double block =
       h * (h + 2 * kv) + h * h + 3 * E * h * f + E * h + 3 * E * f + 2 * kv + 8 * h + extra;
   b.params = L * block + 2 * V * h + std::max(s, static_cast<double>(m.position_rows())) * h + 4 * h;
-  b.state_bytes = 32 * b.params * gpus_per_node;
   // Per token, 32 bytes per element (4 in fp32: kept, its gradient, and
   // read and written forward and backward): what a block keeps and touches
   // (ops.cpp: norms, inputs of every matrix product, Q/K/V, the experts'
@@ -778,7 +844,12 @@ SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches
   const double attn = attention == AttentionKernel::Standard ? 32 * 5 * a * s : 32 * a;
   const double per_block =
       32 * (16 * h + 4 * kv + 4 * k * (h + 2 * f) + 4 * E + 4 * extra_act) + attn;
-  const double per_token = L * per_block + 128 * V + 128 * h + 32;
+  // A multi-token prediction module is a block, a 2h → h projection, three
+  // norms and a second head's fp32 logits.
+  const double D = static_cast<double>(m.mtp_layers);
+  b.params += D * (block + 2 * h * h + 4 * h);
+  b.state_bytes = 32 * b.params * gpus_per_node;
+  const double per_token = (L + D) * per_block + (1 + D) * (128 * V + 128 * h + 32) + D * 32 * 8 * h;
   b.activation_bytes = microbatches * micro_batch * s * per_token;
   return b;
 }
@@ -834,11 +905,16 @@ std::int64_t active_params(const ModelSpec& model) {
   if (model.chain) return model.chain->params();
   const OpChain c = expand(model);
   if (!model.moe) return c.params();
-  // A routed-expert op holds `experts` copies; a token visits top_k of them.
-  std::int64_t routed = 0;
-  for (const Op& op : c.main_block().ops)
-    if (op.expert) routed += op.params / model.moe->experts * (model.moe->experts - model.moe->top_k);
-  return c.params() - model.moe_blocks() * routed;
+  // A routed-expert op holds `experts` copies; a token visits top_k of them:
+  // in each block with experts, and in a multi-token prediction module's
+  // block when it has them (its ops are the head's).
+  auto unvisited = [&](const Layer& l) {
+    std::int64_t n = 0;
+    for (const Op& op : l.ops)
+      if (op.expert) n += op.params / model.moe->experts * (model.moe->experts - model.moe->top_k);
+    return n;
+  };
+  return c.params() - model.moe_blocks() * unvisited(c.main_block()) - unvisited(c.head);
 }
 
 }  // namespace strata::cost

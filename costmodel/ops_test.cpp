@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "costmodel/model_io.hpp"
@@ -254,6 +255,188 @@ TEST_CASE("a model beyond 2^60 bytes is refused when read") {
   CHECK(testing::input_error_of([&] { parse_model_file_text(j.dump(), "huge.json"); }) ==
         "huge.json: needs about 1.44e+22 bytes (4.5e+20 parameters, 3.08e+18 bytes of "
         "activations for one sequence); Strata counts at most 2^60 bytes (1 EiB)");
+}
+
+// A small untied SwiGLU model of 8 layers with RMSNorm, rope and no biases,
+// so its parameters have a closed form (moe_pattern_model's test).
+ModelSpec moe_pattern_model(const MoeSpec& moe) {
+  ModelSpec m;
+  m.name = "pattern";
+  m.layers = 8;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.ffn_hidden = 256;
+  m.vocab = 1000;
+  m.seq_len = 16;
+  m.mlp = MlpKind::Swiglu;
+  m.norm = NormKind::RmsNorm;
+  m.position_embedding = PositionEmbedding::Rope;
+  m.bias = false;
+  m.tied_embeddings = false;
+  m.dropout = false;
+  m.moe = moe;
+  return m;
+}
+
+TEST_CASE("moe layer patterns: DeepSeek's, Qwen's and Megatron's rules give their blocks") {
+  // kinds[0] is the expert block, kinds[1] the dense one. Of 8 blocks:
+  // - DeepSeek (first_k_dense_replace 1, moe_layer_freq 2: i >= 1 and
+  //   i % 2 == 0): experts in 2, 4, 6;
+  // - Qwen (decoder_sparse_step 2, mlp_only_layers [3]: (i + 1) % 2 == 0,
+  //   i not 3): every 2 from 1 less 3, experts in 1, 5, 7;
+  // - Megatron-Core (--moe-layer-freq 3: i % 3 == 0): experts in 0, 3, 6.
+  const MoeSpec base{.experts = 4, .top_k = 2, .expert_ffn = 128};
+  MoeSpec deepseek = base, qwen = base, megatron = base;
+  deepseek.first_dense = 1, deepseek.every = 2;
+  qwen.every = 2, qwen.offset = 1, qwen.dense_layers = {3};
+  megatron.every = 3;
+  const std::pair<MoeSpec, std::vector<std::int32_t>> cases[] = {
+      {deepseek, {1, 1, 0, 1, 0, 1, 0, 1}},
+      {qwen, {1, 0, 1, 1, 1, 0, 1, 0}},
+      {megatron, {0, 1, 1, 0, 1, 1, 0, 1}},
+  };
+  for (const auto& [moe, kinds] : cases) {
+    const ModelSpec m = moe_pattern_model(moe);
+    const OpChain c = expand(m);
+    CAPTURE(m.moe->every);
+    REQUIRE(c.kinds.size() == 2);
+    CHECK(c.kind_of == kinds);
+    CHECK(m.moe_blocks() == 3);
+    for (std::int64_t i = 0; i < m.layers; ++i)
+      CHECK(m.moe_at(i) == (kinds[static_cast<std::size_t>(i)] == 0));
+  }
+}
+
+TEST_CASE("moe layer pattern: total and active parameters in closed form") {
+  // Megatron's rule with N = 3: experts in blocks 0, 3, 6, dense MLPs in the
+  // other 5. h = 64, f = 256, E = 4 experts of fe = 128, top_k 2, V = 1000:
+  //   embedding and untied logits 2·V·h, final norm h;
+  //   each block: attention 4h² (qkv 3h², projection h²) and two norms 2h;
+  //   an expert block: router h·E and E experts of 3·h·fe (SwiGLU);
+  //   a dense block: 3·h·f.
+  // Active: a token visits top_k of each expert block's E experts.
+  MoeSpec moe{.experts = 4, .top_k = 2, .expert_ffn = 128};
+  moe.every = 3;
+  const ModelSpec m = moe_pattern_model(moe);
+  const std::int64_t h = 64, f = 256, E = 4, fe = 128, k = 2, V = 1000;
+  const std::int64_t total =
+      2 * V * h + h + 8 * (4 * h * h + 2 * h) + 3 * (h * E + E * 3 * h * fe) + 5 * (3 * h * f);
+  CHECK(total_params(m) == total);
+  CHECK(active_params(m) == total - 3 * (E - k) * 3 * h * fe);
+}
+
+// moe_pattern_model's dense twin: 2 layers, no experts.
+ModelSpec mtp_model(std::int64_t mtp_layers) {
+  ModelSpec m = moe_pattern_model({});
+  m.moe.reset();
+  m.layers = 2;
+  m.mtp_layers = mtp_layers;
+  return m;
+}
+
+TEST_CASE("multi-token prediction: each module's parameters in closed form, in the head") {
+  // DeepSeek-V3 Sec. 2.2: a module adds two RMSNorms (h each), the 2h → h
+  // projection M_k (2h², no bias), one transformer block (attention 4h²,
+  // two norms 2h, SwiGLU 3·h·f) and a final norm (h); the embedding and
+  // output head are the main model's (no parameters). h = 64, f = 256.
+  const std::int64_t h = 64, f = 256, V = 1000;
+  const std::int64_t module = 2 * h + 2 * h * h + (4 * h * h + 2 * h + 3 * h * f) + h;
+  for (const std::int64_t D : {1, 2}) {
+    CAPTURE(D);
+    const OpChain c = expand(mtp_model(D));
+    CHECK(c.head.params() == h + V * h + D * module);  // final norm, untied logits, modules
+    CHECK(total_params(mtp_model(D)) == total_params(mtp_model(0)) + D * module);
+    CHECK(active_params(mtp_model(D)) == total_params(mtp_model(D)));  // dense: every parameter
+    // The blocks and the embedding do not change.
+    CHECK(c.main_block().params() == expand(mtp_model(0)).main_block().params());
+  }
+  // Ops after the main head's three are the module's, each named "mtp_…".
+  const OpChain c = expand(mtp_model(1));
+  REQUIRE(c.head.ops.size() > 3);
+  for (std::size_t i = 3; i < c.head.ops.size(); ++i) CHECK(c.head.ops[i].name.substr(0, 4) == "mtp_");
+  auto named = [&](std::string_view name) {
+    return *std::find_if(c.head.ops.begin(), c.head.ops.end(), [&](const Op& op) { return op.name == name; });
+  };
+  CHECK(named("mtp_logits").params == 0);
+  CHECK(named("mtp_eh_proj").params == 2 * h * h);
+}
+
+TEST_CASE("multi-token prediction: forward FLOPs and saved bytes of a module") {
+  // One sequence of s = 16 tokens: M_k is 2·s·2h·h, the block as the main
+  // one (QKV, projection, SwiGLU: 2·s·(3h² + h² + 3·h·f); flash attention
+  // over s keys: 2·2·s·s·h), the shared logits 2·s·h·V; backward twice.
+  const double s = 16, h = 64, f = 256, V = 1000;
+  const OpChain with = expand(mtp_model(1)), without = expand(mtp_model(0));
+  const double block = 2 * s * (3 * h * h + h * h + 3 * h * f) + 4 * s * s * h;
+  CHECK(with.main_block().fwd_flops() == doctest::Approx(block));
+  const double module = 2 * s * 2 * h * h + block + 2 * s * h * V;
+  CHECK(with.head.fwd_flops() - without.head.fwd_flops() == doctest::Approx(module));
+  CHECK(with.head.bwd_flops() - without.head.bwd_flops() == doctest::Approx(2 * module));
+  CHECK(with.model_flops() - without.model_flops() == doctest::Approx(3 * module));
+  // Saved for backward (bf16): the two norms' and the final norm's inputs
+  // (s·h each, 2 bytes), M_k's input (s·2h), the block's own, the logits'
+  // input (s·h) and the loss's fp32 logits (s·V, 4 bytes).
+  const double saved = 3 * s * h * 2 + s * 2 * h * 2 + s * h * 2 + s * V * 4;
+  CHECK(static_cast<double>(with.head.saved_bytes() - without.head.saved_bytes()) ==
+        doctest::Approx(saved + static_cast<double>(with.main_block().saved_bytes())));
+}
+
+TEST_CASE("multi-token prediction: the module's block has the last block's shape") {
+  // Megatron-Core builds the module's layer from the decoder's last layer
+  // spec: with Qwen's rule (experts in 1, 5, 7 of 8) the module has experts,
+  // and a token visits top_k of them as in every expert block: active =
+  // total − (3 + 1)·(E − top_k)·3·h·fe. With Megatron's N = 3 (experts in
+  // 0, 3, 6) block 7 is dense, and so is the module.
+  MoeSpec qwen{.experts = 4, .top_k = 2, .expert_ffn = 128};
+  qwen.every = 2, qwen.offset = 1, qwen.dense_layers = {3};
+  ModelSpec m = moe_pattern_model(qwen);
+  m.mtp_layers = 1;
+  const OpChain c = expand(m);
+  CHECK(std::any_of(c.head.ops.begin(), c.head.ops.end(), [](const Op& op) { return op.name == "mtp_router"; }));
+  const std::int64_t h = 64, E = 4, k = 2, fe = 128;
+  CHECK(active_params(m) == total_params(m) - 4 * (E - k) * 3 * h * fe);
+  MoeSpec megatron{.experts = 4, .top_k = 2, .expert_ffn = 128};
+  megatron.every = 3;
+  ModelSpec d = moe_pattern_model(megatron);
+  d.mtp_layers = 1;
+  const OpChain dc = expand(d);
+  CHECK(std::none_of(dc.head.ops.begin(), dc.head.ops.end(), [](const Op& op) { return op.expert; }));
+  CHECK(active_params(d) == total_params(d) - 3 * (E - k) * 3 * h * fe);
+}
+
+TEST_CASE("multi-token prediction: every block variant's ops have their mtp_ names") {
+  // Each option that adds ops to a block (dropout and eager attention,
+  // sandwich norms, q/k norms, a parallel block, latent attention, shared
+  // gated experts, GeLU) expands with a module, every op after the main
+  // head's three named "mtp_…" (mtp_name throws on an op it lacks).
+  std::vector<ModelSpec> variants;
+  ModelSpec base = mtp_model(1);
+  base.dropout = true;
+  variants.push_back(base);
+  ModelSpec v = base;
+  v.norm_placement = NormPlacement::Sandwich;
+  v.qk_norm = QkNorm::Head;
+  variants.push_back(v);
+  v = base;
+  v.block = BlockKind::Parallel;
+  v.mlp = MlpKind::Gelu;
+  variants.push_back(v);
+  v = base;
+  v.mla = MlaSpec{.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8,
+                  .v_head_dim = 16};
+  v.moe = MoeSpec{.experts = 4, .top_k = 2, .shared_experts = 1, .shared_gate = true};
+  variants.push_back(v);
+  v = base;
+  v.mlp = MlpKind::Geglu;
+  variants.push_back(v);
+  ExpandOptions eager;
+  eager.attention = AttentionKernel::Standard;
+  for (const auto& m : variants)
+    for (const ExpandOptions& o : {ExpandOptions{}, eager}) {
+      const OpChain c = expand(m, o);
+      for (std::size_t i = 3; i < c.head.ops.size(); ++i) CHECK(c.head.ops[i].name.substr(0, 4) == "mtp_");
+    }
 }
 
 }  // namespace

@@ -423,6 +423,24 @@ class StepBuilder : StepLayout {
       if (d > 0) fn(kind, d);
     }
   }
+  // DeepSeek-V3's multi-token prediction modules run in the head (ops.cpp
+  // Builder::head), each with a block of the last block's kind: its
+  // blocking tensor-, context- and expert-parallel communication follows
+  // the head's pass, one task per module (TaskInfo::layer: the module).
+  const cost::Layer& mtp_block() const {
+    return chain_.kinds[static_cast<std::size_t>(chain_.kind_of.back())];
+  }
+  void head_comm(int mb, Pass pass) {
+    for (std::int64_t d = 0; d < sc_.model.mtp_layers; ++d)
+      for_layer_comm(mtp_block(), pass, [&](CommKind kind, Time t) {
+        compute(t, phase_of(pass), info(TaskOp::LayerComm, Part::Head, d, mb, pass), kind);
+      });
+  }
+  // partition_activations: the all-gather over tp of the input layer
+  // `layer` keeps as a segment's start (each rank kept 1/tp of it).
+  Time input_gather(std::int64_t layer) const {
+    return costs().collective(Collective::AllGather, Group::TP, chain_.block_at(layer).input_bytes);
+  }
   static sim::Phase phase_of(Pass pass) {
     return pass == Pass::Backward ? sim::Phase::Bwd : pass == Pass::Forward ? sim::Phase::Fwd : sim::Phase::Recompute;
   }
@@ -593,6 +611,7 @@ class StepBuilder : StepLayout {
     }
     if (last) {
       sp.add(0, costs().layer(chain_.head, Pass::Forward));
+      for (std::int64_t d = 0; d < sc_.model.mtp_layers; ++d) add_comm(sp, mtp_block(), Pass::Forward);
       saved += chain_.head.saved_bytes();
     }
     if (!out_.exact) sp = fold_pass(k, true);
@@ -637,6 +656,7 @@ class StepBuilder : StepLayout {
     };
     if (last) {
       sp.add(0, costs().layer(chain_.head, Pass::Backward));
+      for (std::int64_t d = 0; d < sc_.model.mtp_layers; ++d) add_comm(sp, mtp_block(), Pass::Backward);
       const Bytes g = chain_.head.max_grad_bytes();
       hold(g);
       level -= g + chain_.head.saved_bytes();
@@ -647,7 +667,9 @@ class StepBuilder : StepLayout {
       const cost::Layer& block = chain_.block_at(first + i);
       const ActivationRule& rule = StepLayout::rule(first + i);
       if (segment_end(keeps, i)) {
-        for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
+        const std::int64_t start = segment_start(keeps, i);
+        if (plan_.partition_activations) sp.add(comm_cat(CommKind::TP), input_gather(first + start));
+        for (std::int64_t j = start; j <= i; ++j) {
           const cost::Layer& rerun = chain_.block_at(first + j);
           sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(rerun, Pass::Recompute));
           hold(StepLayout::rule(first + j).full);
@@ -766,6 +788,7 @@ class StepBuilder : StepLayout {
                                      info(TaskOp::Forward, Part::Head, -1, mb), CommKind::None,
                                      {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
       dep(head_weights, h);
+      head_comm(mb, Pass::Forward);
     }
   }
 
@@ -779,6 +802,7 @@ class StepBuilder : StepLayout {
       const auto grad = buffer(BufKind::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
       compute(costs().layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
               CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
+      head_comm(mb, Pass::Backward);
       head_bwd_ = last_compute_;
       if (hook_head_ >= 0 && completes(k, mb)) hook_send(hook_head_, head_bwd_);
     }
@@ -821,8 +845,14 @@ class StepBuilder : StepLayout {
       if (segment_end(keeps, i)) {
         // Rerun the segment ending at layer i (one layer for full recompute)
         // from its first layer's input: its layers' saved bytes live until
-        // their backward.
-        for (std::int64_t j = segment_start(keeps, i); j <= i; ++j) {
+        // their backward. With partition_activations that input is first
+        // all-gathered over tp, blocking (Megatron-LM's CheckpointFunction.
+        // backward calls gather_split_1d_tensor before it reruns).
+        const std::int64_t start = segment_start(keeps, i);
+        if (plan_.partition_activations)
+          wait(compute(input_gather(first + start), sim::Phase::Recompute,
+                       info(TaskOp::InputGather, Part::Layer, first + start, mb, Pass::Recompute), CommKind::TP));
+        for (std::int64_t j = start; j <= i; ++j) {
           // The CPU kernels: a layer before the segment's last keeps its
           // output as the next one's input; the last one refills its saved
           // tensors around the input it has (no output).

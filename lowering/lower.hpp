@@ -134,6 +134,7 @@ enum class TaskOp : std::uint8_t {
   Backward,        // backward of `part`
   Recompute,       // recompute of layer `layer` (attention core only when `core_only`)
   LayerComm,       // blocking tensor/context/expert-parallel communication of a layer (`pass`)
+  InputGather,     // partition_activations: all-gather over tp of the input layer `layer` kept split
   SendActivation,  // pipeline send of model chunk `chunk`'s output
   SendGradient,    // pipeline send of the gradient of model chunk `chunk`'s input
   DpReduce,        // bucketed gradient reduction over dp: `layers`, plus `head`/`embedding`

@@ -98,6 +98,55 @@ TEST_CASE("blocks of two kinds: each layer priced as its own kind, the slowest s
   CHECK(predict_step_coarse(sc, c).step_time == pr.step_time);
 }
 
+TEST_CASE("partition_activations: each recomputed segment's input is all-gathered over tp before it reruns") {
+  // 16 layers, tp 2 (dp 4, m = 4 microbatches), full recompute: every layer
+  // is a segment of one, so each microbatch's backward gathers 16 inputs
+  // on the compute stream, one collective each (collective_t): the step
+  // grows by 16·4·collective_t; the gradient all-reduce after the backward
+  // moves with it. The chunk level prices the same.
+  UnitCosts c;
+  c.collective_t = 700;
+  const auto plain = scenario(R"({"tp": 2, "recompute": "full"})");
+  const auto split = scenario(R"({"tp": 2, "recompute": "full", "partition_activations": true})");
+  const Time before = predict_step(plain, c).step_time, after = predict_step(split, c).step_time;
+  CHECK(after - before == 16 * 4 * c.collective_t);
+  CHECK(predict_step_coarse(split, c).step_time == after);
+  // Every gather is a blocking tp task of the recompute pass.
+  const StepProgram prog = build_step_program(split, c, Granularity::Layer);
+  int gathers = 0;
+  for (std::size_t i = 0; i < prog.tasks.size(); ++i)
+    gathers += prog.info[i].op == TaskOp::InputGather;
+  CHECK(gathers == 16 * 4);
+}
+
+TEST_CASE("multi-token prediction: the head's module blocks block on their expert all-to-alls, as the blocks do") {
+  // A MoE model with one MTP module (DeepSeek-V3's), ep 2, m = 8 (dp 8 on
+  // one node, micro 1, global 64): after each head forward and backward,
+  // one blocking ep task of the module's block (UnitCosts::ep), so the step
+  // grows by 2·m·ep over the same model without the module (whose head the
+  // unit costs price at 0 either way); the chunk level prices the same.
+  UnitCosts c;
+  c.ep = 300;
+  auto with = [](int mtp) {
+    return parse_scenario(
+        R"({"model": {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000,
+                      "moe": {"experts": 4, "top_k": 2}, "mtp_layers": )" +
+            std::to_string(mtp) + R"(},
+            "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 64},
+            "plan": {"ep": 2}})",
+        "t.json");
+  };
+  const Scenario none = with(0), one = with(1);
+  const Time before = predict_step(none, c).step_time, after = predict_step(one, c).step_time;
+  CHECK(after - before == 2 * 8 * c.ep);
+  CHECK(predict_step_coarse(one, c).step_time == after);
+  const StepProgram prog = build_step_program(one, c, Granularity::Layer);
+  int head_comm = 0;
+  for (std::size_t i = 0; i < prog.tasks.size(); ++i)
+    head_comm += prog.info[i].op == TaskOp::LayerComm && prog.info[i].part == Part::Head;
+  CHECK(head_comm == 2 * 8);
+}
+
 TEST_CASE("interleaved: bubble (p − 1)/(v·m + p − 1)") {
   // p = 4, v = 2, m = 8: the bubble shrinks by v (Megatron Sec 2.2.2).
   const auto sc = scenario("{\"pp\": 4, \"schedule\": \"interleaved\", \"virtual_stages\": 2}");

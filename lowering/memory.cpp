@@ -355,6 +355,13 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, Recom
   return out;
 }
 
+std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const Plan& plan) {
+  std::vector<ActivationRule> out = of(chain, selective_policy(plan));
+  if (plan.partition_activations)
+    for (ActivationRule& r : out) r.input = (r.input + plan.tp - 1) / plan.tp;
+  return out;
+}
+
 ActivationRule ActivationRule::largest(std::span<const ActivationRule> rules) {
   ActivationRule r;
   for (const auto& x : rules) {
@@ -461,7 +468,7 @@ struct MemoryModel::Statics {
 
 MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     : sc_(sc), rules_(rules), chain_(cost::expand(sc.model, expand_options(sc))),
-      acts_(ActivationRule::of(chain_, selective_policy(sc.plan))),
+      acts_(ActivationRule::of(chain_, sc.plan)),
       largest_(ActivationRule::largest(acts_)),
       chunks_(chunk_layers(sc.plan, sc.model.layers)) {
   const Plan& plan = sc.plan;

@@ -77,6 +77,10 @@ struct ActivationRule {
   // block, and of each kind of the chain's (indexed as chain.kinds).
   static ActivationRule of(const cost::Layer& block, Recompute selective);
   static std::vector<ActivationRule> of(const cost::OpChain& chain, Recompute selective);
+  // … under the plan: its selective policy (selective_policy), and with
+  // partition_activations the input a recomputed segment keeps split over
+  // the tp ranks (each keeps ⌈input / tp⌉).
+  static std::vector<ActivationRule> of(const cost::OpChain& chain, const Plan& plan);
   // Each field the most of any of `rules`: a block at least as large as each
   // (every byte count above grows with each field).
   static ActivationRule largest(std::span<const ActivationRule> rules);

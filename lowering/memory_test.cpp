@@ -546,6 +546,50 @@ TEST_CASE("recompute_modules mlp reruns a MoE model's dense blocks only, and is 
                        InputError);
 }
 
+TEST_CASE("partition_activations: a recomputed layer keeps 1/tp of its input, in the timeline as in the model") {
+  // 16 layers over pp 4 (1F1B), tp 2, full recompute, m = 8: stage 0 holds
+  // 4 microbatches in flight (p − s) of 4 layers, each keeping its input
+  // b·s·h·2 bytes (1·256·512·2) whole without the option and half of it
+  // with; the step's working set (a layer rerun, its input gathered whole)
+  // is the same.
+  auto with = [&](bool split) {
+    return make(gpt(16, 512, 8, 256, 5000), R"({"preset": "dgx-h100"})", R"({"global": 8})",
+                std::string(R"({"pp": 4, "tp": 2, "recompute": "full", "partition_activations": )") +
+                    (split ? "true" : "false") + "}");
+  };
+  const Scenario plain = with(false), split = with(true);
+  const Bytes input = 1LL * 256 * 512 * 2;
+  const auto a = estimate_memory(plain), b = estimate_memory(split);
+  CHECK(tag(a.stages[0], MemTag::Activations) - tag(b.stages[0], MemTag::Activations) ==
+        4 * 4 * (input - input / 2));
+  for (const Scenario* sc : {&plain, &split}) {
+    const auto est = estimate_memory(*sc);
+    const auto t = simulate_memory(*sc);
+    for (std::size_t s = 0; s < est.stages.size(); ++s) {
+      CAPTURE(s);
+      CHECK(tag(t.stages[s], MemTag::Activations) == tag(est.stages[s], MemTag::Activations));
+    }
+  }
+  // Refused where it cannot act, naming the rule's reason.
+  CHECK_THROWS_WITH_AS(make(gpt(16, 512, 8, 256, 5000), R"({"preset": "dgx-h100"})", R"({"global": 8})",
+                            R"({"tp": 2, "recompute": "selective", "partition_activations": true})"),
+                       "test.json: plan.partition_activations: splits the layer inputs recomputed segments keep; "
+                       "recompute \"selective\" keeps none (use full, every_k, sqrt, every_nth or optimal)",
+                       InputError);
+  CHECK_THROWS_WITH_AS(make(gpt(16, 512, 8, 256, 5000), R"({"preset": "dgx-h100"})", R"({"global": 8})",
+                            R"({"tp": 1, "recompute": "full", "partition_activations": true})"),
+                       "test.json: plan.partition_activations: splits the layer inputs recomputed segments keep "
+                       "over the tp ranks: needs tp > 1",
+                       InputError);
+  CHECK_THROWS_WITH_AS(
+      make(gpt(16, 512, 8, 256, 5000), R"({"preset": "dgx-h100"})", R"({"global": 8})",
+           R"({"tp": 2, "sequence_parallel": true, "recompute": "full", "partition_activations": true})"),
+      "test.json: plan.partition_activations: with sequence parallelism each tp rank keeps 1/tp of a layer's "
+      "input already, so it would change nothing (Megatron-LM uses it only without: "
+      "distribute_saved_activations and not sequence_parallel)",
+      InputError);
+}
+
 TEST_CASE("torchtitan's unfused loss holds 6 bytes per logit more at the peak, the allocator's 20 % on top") {
   // Llama 3.1 8B as torchtitan runs it (docs/accuracy.md): two sequences of
   // 8192 tokens, vocabulary 128256, no tensor parallelism.

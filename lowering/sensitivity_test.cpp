@@ -95,6 +95,16 @@ const Case kCases[] = {
     {"model/shared_gate", R"({"model": {"moe": {"experts": 8, "top_k": 2, "shared_experts": 1}}})",
      R"({"model": {"moe": {"shared_gate": true}}})", Effect::PeakUp},
     {"model/first_dense", "{" MOE "}", R"({"model": {"moe": {"first_dense": 2}}})", Effect::Changes},
+    // Dense blocks (one MLP of ffn_hidden) cost less than expert blocks
+    // (top_k 2 of them): experts in every 2nd block of 8, in 2 of 8 (every 3
+    // from block 2: 2 and 5, against 0, 3, 6), or in all but 2.
+    {"model/every", "{" MOE "}", R"({"model": {"moe": {"every": 2}}})", Effect::StepDown},
+    {"model/offset", R"({"model": {"moe": {"experts": 8, "top_k": 2, "every": 3}}})",
+     R"({"model": {"moe": {"offset": 2}}})", Effect::StepDown},
+    {"model/dense_layers", "{" MOE "}", R"({"model": {"moe": {"dense_layers": [0, 1]}}})", Effect::StepDown},
+    // A multi-token prediction module adds a block, a projection and a
+    // second output layer to the head.
+    {"model/mtp_layers", "{}", R"({"model": {"mtp_layers": 1}})", Effect::StepUp},
     // A window shorter than the sequence prices fewer keys a query; a wider
     // one, or full attention in every second layer, more.
     {"model/attention_window", "{}", "{" WINDOW "}", Effect::StepDown},
@@ -162,6 +172,10 @@ const Case kCases[] = {
     {"plan/sequence_parallel", R"({"plan": {"tp": 2}})", R"({"plan": {"sequence_parallel": true}})",
      Effect::PeakDown},
     {"plan/recompute", "{}", R"({"plan": {"recompute": "full"}})", Effect::PeakDown},
+    // The kept layer inputs split over tp: less memory (and a gather before
+    // each rerun).
+    {"plan/partition_activations", R"({"plan": {"tp": 4, "recompute": "full"}})",
+     R"({"plan": {"partition_activations": true}})", Effect::PeakDown},
     {"plan/recompute_k", R"({"plan": {"recompute": "every_k", "recompute_k": 2}})", R"({"plan": {"recompute_k": 4}})",
      Effect::Changes},
     // The norms' outputs dropped and rerun: less kept, a little more time.

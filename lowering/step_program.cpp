@@ -38,7 +38,11 @@ std::string what(const ProgramTask& t, const TaskInfo& i) {
     case TaskOp::Backward: return part("bwd");
     case TaskOp::Recompute: return "recompute" + layer_mb(i.layer, i.microbatch);
     case TaskOp::LayerComm:
+      // In the head: a multi-token prediction module's block (`layer`: the module).
+      if (i.part == Part::Head)
+        return std::string(enum_name(t.comm)) + "-" + pass_tag(i.pass) + "/mtp" + std::to_string(i.layer) + mb;
       return std::string(enum_name(t.comm)) + "-" + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
+    case TaskOp::InputGather: return "tp-gather-input" + layer_mb(i.layer, i.microbatch);
     case TaskOp::SendActivation: return "send-act" + chunk_mb(i.chunk, i.microbatch);
     case TaskOp::SendGradient: return "send-grad" + chunk_mb(i.chunk, i.microbatch);
     case TaskOp::DpReduce: return "dp-reduce/bucket" + std::to_string(i.bucket);

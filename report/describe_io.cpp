@@ -69,6 +69,13 @@ ordered_json model_json(const cost::ModelSpec& m) {
       moe["shared_gate"] = m.moe->shared_gate;
     }
     moe["first_dense"] = m.moe->first_dense;
+    // The rest of the layer pattern where it is not the default.
+    if (m.moe->every > 1) {
+      moe["every"] = m.moe->every;
+      moe["offset"] = m.moe->offset;
+    }
+    if (!m.moe->dense_layers.empty()) moe["dense_layers"] = m.moe->dense_layers;
+    moe["moe_blocks"] = m.moe_blocks();
     j["moe"] = moe;
   }
   if (m.mla) {
@@ -80,6 +87,7 @@ ordered_json model_json(const cost::ModelSpec& m) {
     mla["v_head_dim"] = m.mla->v_head_dim;
     j["mla"] = mla;
   }
+  if (m.mtp_layers > 0) j["mtp_layers"] = m.mtp_layers;
   if (m.attention_window) {
     ordered_json w;
     w["size"] = m.attention_window->size;
@@ -283,6 +291,38 @@ std::string describe_chain(const cost::ModelSpec& model, std::int64_t micro_batc
 
 }  // namespace
 
+namespace {
+
+// The features line's account of a MoE model's dense blocks: "experts in 30
+// of 61 blocks: first 3 dense, then every 2nd from block 0, blocks 7, 9
+// dense" (MoeSpec's rule, each part only where it applies).
+std::string moe_pattern_feature(const cost::ModelSpec& m) {
+  if (!m.moe) return "";
+  const cost::MoeSpec& x = *m.moe;
+  std::string parts;
+  auto add = [&](const std::string& p) { parts += (parts.empty() ? "" : ", ") + p; };
+  if (x.first_dense > 0) add("first " + std::to_string(x.first_dense) + " dense");
+  if (x.every > 1) {
+    const std::int64_t n = x.every, units = n % 10;
+    const bool teen = n % 100 >= 11 && n % 100 <= 13;
+    const std::string nth = std::to_string(n) + (teen         ? "th"
+                                                 : units == 1 ? "st"
+                                                 : units == 2 ? "nd"
+                                                 : units == 3 ? "rd"
+                                                              : "th");
+    add("every " + nth + " block from block " + std::to_string(x.offset));
+  }
+  if (!x.dense_layers.empty()) {
+    std::string list;
+    for (const std::int64_t i : x.dense_layers) list += (list.empty() ? "" : ", ") + std::to_string(i);
+    add((x.dense_layers.size() == 1 ? "block " : "blocks ") + list + " dense");
+  }
+  return "experts in " + std::to_string(m.moe_blocks()) + " of " + std::to_string(m.layers) + " blocks (" +
+         parts + ")";
+}
+
+}  // namespace
+
 std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& options,
                      const strategies::Scenario* scenario, Format f) {
   if (model.chain) return describe_chain(model, options.micro_batch, f);
@@ -417,8 +457,10 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
                          ? ", every " + std::to_string(*model.attention_window->global_every) + "th layer global"
                          : " in every layer")
               : "");
-  feature(model.moe && model.moe->first_dense > 0,
-          model.moe ? "first " + std::to_string(model.moe->first_dense) + " blocks dense" : "");
+  feature(model.moe && model.moe_blocks() < model.layers, moe_pattern_feature(model));
+  // The modules' ops are the head's ("mtp_…" in the table).
+  feature(model.mtp_layers > 0, std::to_string(model.mtp_layers) + " multi-token prediction module" +
+                                    (model.mtp_layers > 1 ? "s" : "") + " in the head");
   feature(model.has_qkv_bias() != model.bias, model.has_qkv_bias() ? "q/k/v bias only" : "no q/k/v bias");
   feature(model.qk_norm != cost::QkNorm::None, "qk_norm " + std::string(enum_name(model.qk_norm)));
   feature(model.norm_placement != cost::NormPlacement::Pre,

@@ -53,9 +53,12 @@ Exported export_plan(const strategies::Scenario& sc, ExportTarget target);
 std::string_view export_stack_name(ExportTarget target);
 
 // Megatron-Core's model flags for a model's per-layer choices, "" where the
-// model needs none: --moe-layer-freq as the Python list expression
-// arguments.py evaluates (1 an expert layer, 0 a dense one), for a MoE
-// model's dense first blocks; --window-size as the (left, right) pair
+// model needs none: --moe-layer-freq for a MoE model's dense blocks, as the
+// integer N where the model's rule is Megatron-Core's own (an expert block
+// every N from block 0: gpt_layer_specs.py, get_gpt_decoder_layer_specs),
+// else as the Python list expression arguments.py's moe_freq_type evaluates
+// (1 an expert layer, 0 a dense one: "[0]*3+[1]*58", "([0]+[1])*12");
+// --window-size as the (left, right) pair
 // FlashAttention's window_size takes (a query attends to `left` earlier
 // keys and itself, so a window of w keys is w − 1, 0), beside
 // --window-attn-skip-freq N (one full-attention layer after N − 1 windowed

@@ -160,8 +160,53 @@ void common_unsupported(const Plan& p, std::string_view engine, std::vector<std:
 }  // namespace
 
 std::string megatron_moe_layer_freq(const cost::ModelSpec& m) {
-  if (!m.moe || m.moe->first_dense == 0) return "";
-  return "[0]*" + str(m.moe->first_dense) + "+[1]*" + str(m.layers - m.moe->first_dense);
+  if (!m.moe || m.moe_blocks() == m.layers) return "";
+  const cost::MoeSpec& x = *m.moe;
+  // Megatron-Core's own integer rule (gpt_layer_specs.py,
+  // get_gpt_decoder_layer_specs: block i has experts when i % N == 0).
+  if (x.first_dense == 0 && x.offset == 0 && x.dense_layers.empty()) return str(x.every);
+  // Otherwise the list, as runs of one value ("[0]*3" or "[1]"), and a group
+  // of runs repeated ("([0]+[1])*12") where the pattern repeats.
+  struct Run {
+    int bit;
+    std::int64_t n;
+    bool operator==(const Run&) const = default;
+  };
+  std::vector<Run> runs;
+  for (std::int64_t i = 0; i < m.layers; ++i) {
+    const int bit = m.moe_at(i) ? 1 : 0;
+    if (!runs.empty() && runs.back().bit == bit) ++runs.back().n;
+    else runs.push_back({bit, 1});
+  }
+  auto term = [](const Run& r) { return "[" + str(r.bit) + "]" + (r.n > 1 ? "*" + str(r.n) : ""); };
+  std::string out;
+  auto add = [&](const std::string& t) { out += (out.empty() ? "" : "+") + t; };
+  const std::size_t n = runs.size();
+  for (std::size_t i = 0; i < n;) {
+    // The group of q runs from i repeated most often in a row (q even: a
+    // group of odd length cannot follow itself, its ends having one value;
+    // at most 16 runs, which keeps this linear in the layers).
+    std::size_t best_q = 0, best_reps = 1;
+    for (std::size_t q = 2; q <= 16 && i + 2 * q <= n; q += 2) {
+      std::size_t reps = 1;
+      while (i + (reps + 1) * q <= n &&
+             std::equal(runs.begin() + static_cast<std::ptrdiff_t>(i),
+                        runs.begin() + static_cast<std::ptrdiff_t>(i + q),
+                        runs.begin() + static_cast<std::ptrdiff_t>(i + reps * q)))
+        ++reps;
+      if (reps >= 2 && reps * q > best_reps * best_q) best_q = q, best_reps = reps;
+    }
+    if (best_q == 0) {
+      add(term(runs[i]));
+      ++i;
+      continue;
+    }
+    std::string group;
+    for (std::size_t k = i; k < i + best_q; ++k) group += (group.empty() ? "" : "+") + term(runs[k]);
+    add("(" + group + ")*" + str(static_cast<std::int64_t>(best_reps)));
+    i += best_q * best_reps;
+  }
+  return out;
 }
 
 std::string megatron_window_size(const cost::ModelSpec& m) {
@@ -346,6 +391,15 @@ Exported export_megatron(const Scenario& sc) {
                    "layers of each stage)");
       break;
   }
+  // The kept inputs split over tp (Megatron-LM's CheckpointFunction, used
+  // by --recompute-granularity full).
+  if (p.partition_activations) {
+    if (p.recompute == Recompute::Full || p.recompute == Recompute::EveryK || p.recompute == Recompute::Sqrt)
+      f.add("--distribute-saved-activations");
+    else
+      un.push_back("partition_activations with recompute=" + std::string(enum_name(p.recompute)) +
+                   " (Megatron-LM splits the inputs of --recompute-granularity full only)");
+  }
 
   // --- offload ---
   if (p.offload.activations) {
@@ -482,6 +536,9 @@ Exported export_megatron(const Scenario& sc) {
     f.add("--moe-router-topk", m.moe->top_k);
   }
   if (const std::string freq = megatron_moe_layer_freq(m); !freq.empty()) f.add("--moe-layer-freq", "'" + freq + "'");
+  // arguments.py, _add_mtp_args: --mtp-num-layers, "D sequential modules
+  // to predict D additional tokens" (default None: none).
+  if (m.mtp_layers > 0) f.add("--mtp-num-layers", m.mtp_layers);
   if (const std::string w = megatron_window_size(m); !w.empty()) {
     f.add("--window-size", w);
     if (m.attention_window->global_every) f.add("--window-attn-skip-freq", *m.attention_window->global_every);
@@ -595,7 +652,7 @@ Exported export_deepspeed(const Scenario& sc) {
                    "deepspeed.checkpointing.checkpoint reruns whole wrapped modules)");
     } else {
       j["activation_checkpointing"] = {
-          {"partition_activations", false},
+          {"partition_activations", p.partition_activations},
           {"cpu_checkpointing", p.offload.activations},
           {"contiguous_memory_optimization", false}};
       std::string what = p.recompute == Recompute::Selective ? "the attention core of each layer"
@@ -682,6 +739,9 @@ Exported export_torchtitan(const Scenario& sc) {
   const std::string E = "torchtitan";
   std::ostringstream par, train, ac, model, opt;
   auto q = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
+  if (p.partition_activations)
+    un.push_back("partition_activations (torchtitan's checkpointing keeps each wrapped block's input whole; its "
+                 "tensor parallelism splits it by sequence instead)");
 
   // --- [parallelism] ---
   // torchtitan applies FSDP over dp_shard x cp (the flattened "dp_shard_cp"

@@ -248,6 +248,9 @@ TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back
   const auto ds = flags(export_megatron(deepseek));
   CHECK(has(ds, "--moe-layer-freq '[0]*3+[1]*58'"));
   CHECK_FALSE(has_prefix(ds, "--window-size"));
+  // arguments.py's --mtp-num-layers ("D sequential modules to predict D
+  // additional tokens"): DeepSeek-V3's one module.
+  CHECK(has(ds, "--mtp-num-layers 1"));
   const auto gemma = scenario(R"({"model": "gemma3-27b", "cluster": {"preset": "dgx-h100", "nodes": 4},
       "batch": {"global": 256, "micro": 1}, "plan": {"dp": 8, "tp": 4, "precision": "bf16"}})");
   const Exported g = export_megatron(gemma);
@@ -258,6 +261,15 @@ TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back
   for (const auto* sc : {&deepseek, &gemma})
     CHECK(import_plan(*sc, ExportTarget::Megatron, export_megatron(*sc).text, "x.sh").scenario.plan.tp ==
           sc->plan.tp);
+  auto no_mtp = deepseek;
+  no_mtp.model.mtp_layers = 0;
+  CHECK(testing::input_error_of([&] {
+          import_plan(no_mtp, ExportTarget::Megatron, export_megatron(deepseek).text, "x.sh");
+        }) == "x.sh: --mtp-num-layers: is 1, the scenario's model has no multi-token prediction modules "
+              "[import-model]");
+  CHECK(testing::input_error_of([&] {
+          import_plan(deepseek, ExportTarget::Megatron, export_megatron(no_mtp).text, "x.sh");
+        }) == "x.sh: --mtp-num-layers: is absent, the scenario's model has 1 [import-model]");
   auto other = gemma;
   other.model.attention_window->global_every = 2;
   CHECK(testing::input_error_of([&] { import_plan(other, ExportTarget::Megatron, g.text, "x.sh"); }) ==
@@ -265,6 +277,65 @@ TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back
   other.model.attention_window.reset();
   CHECK(testing::input_error_of([&] { import_plan(other, ExportTarget::Megatron, g.text, "x.sh"); }) ==
         "x.sh: --window-size: is 1023,0, the scenario's model has no sliding window [import-model]");
+}
+
+TEST_CASE("megatron: --moe-layer-freq expresses the whole MoE layer pattern") {
+  // arguments.py's moe_freq_type: an integer N is Megatron-Core's "one
+  // expert layer for every N-1 dense layers" (gpt_layer_specs.py: i % N ==
+  // 0); any other pattern is a Python list expression such as
+  // "([1]*3+[0]*1)*3". On an 8-layer model of 4 experts:
+  auto export_with = [](const std::string& moe) {
+    return export_megatron(scenario(R"({"model": {"layers": 8, "hidden": 256, "heads": 4, "vocab": 1000,
+        "seq_len": 128, "moe": )" + moe + R"(}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+        "batch": {"global": 8, "micro": 1}, "plan": {"dp": 8, "precision": "bf16"}})"));
+  };
+  // - every 2 from block 0: Megatron's own rule, the integer 2;
+  CHECK(has(flags(export_with(R"({"experts": 4, "every": 2})")), "--moe-layer-freq '2'"));
+  // - Qwen's decoder_sparse_step 2 (every 2 from block 1): 0, 1 four times;
+  CHECK(has(flags(export_with(R"({"experts": 4, "every": 2, "offset": 1})")), "--moe-layer-freq '([0]+[1])*4'"));
+  // - DeepSeek's first_k_dense_replace 3 with moe_layer_freq 2: experts in
+  //   4 and 6 of 0 … 7;
+  CHECK(has(flags(export_with(R"({"experts": 4, "first_dense": 3, "every": 2})")),
+            "--moe-layer-freq '[0]*4+([1]+[0])*2'"));
+  // - blocks 2 and 5 dense among expert ones: two experts and a dense
+  //   block twice, then two experts;
+  CHECK(has(flags(export_with(R"({"experts": 4, "dense_layers": [2, 5]})")),
+            "--moe-layer-freq '([1]*2+[0])*2+[1]*2'"));
+  // - every block: no flag (Megatron's default 1).
+  CHECK_FALSE(has_prefix(flags(export_with(R"({"experts": 4})")), "--moe-layer-freq"));
+  // Import requires the model's pattern: the Qwen one read on the
+  // DeepSeek-like model is named.
+  const auto ds = scenario(R"({"model": {"layers": 8, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128,
+      "moe": {"experts": 4, "first_dense": 3, "every": 2}}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+      "batch": {"global": 8, "micro": 1}, "plan": {"dp": 8, "precision": "bf16"}})");
+  CHECK(import_plan(ds, ExportTarget::Megatron, export_megatron(ds).text, "x.sh").scenario.plan.dp == 8);
+  const Exported qwen = export_with(R"({"experts": 4, "every": 2, "offset": 1})");
+  CHECK(testing::input_error_of([&] { import_plan(ds, ExportTarget::Megatron, qwen.text, "x.sh"); }) ==
+        "x.sh: --moe-layer-freq: is ([0]+[1])*4, the scenario's model has [0]*4+([1]+[0])*2 [import-model]");
+}
+
+TEST_CASE("partition_activations: Megatron-LM's --distribute-saved-activations, DeepSpeed's partition_activations") {
+  // arguments.py: --distribute-saved-activations ("If set, distribute
+  // recomputed activations across model parallel group"); DeepSpeed's
+  // activation_checkpointing.partition_activations. Both read back; torchtitan
+  // lists it as not expressible.
+  const auto sc = scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 2},
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"tp": 4, "recompute": "full", "partition_activations": true, "precision": "bf16"}})");
+  const Exported m = export_megatron(sc);
+  CHECK(has(flags(m), "--distribute-saved-activations"));
+  CHECK(import_plan(sc, ExportTarget::Megatron, m.text, "x.sh").scenario.plan.partition_activations);
+  const Exported d = export_deepspeed(sc);
+  const auto j = nlohmann::json::parse(d.text);
+  CHECK(j["activation_checkpointing"]["partition_activations"] == true);
+  CHECK(import_plan(sc, ExportTarget::DeepSpeed, d.text, "ds.json").scenario.plan.partition_activations);
+  CHECK(contains(unsupported(export_torchtitan(sc), "partition_activations"), "torchtitan's checkpointing"));
+  // Without it, neither writes it.
+  auto plain = sc;
+  plain.plan.partition_activations = false;
+  CHECK_FALSE(has(flags(export_megatron(plain)), "--distribute-saved-activations"));
+  CHECK(nlohmann::json::parse(export_deepspeed(plain).text)["activation_checkpointing"]["partition_activations"] ==
+        false);
 }
 
 TEST_CASE("megatron: every_k and sqrt recompute are uniform segments") {

@@ -249,6 +249,7 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
                   model_value.empty() ? none : model_value);
   };
   same_text("--moe-layer-freq", megatron_moe_layer_freq(m), "no dense blocks among its expert blocks");
+  same_text("--mtp-num-layers", m.mtp_layers > 0 ? str(m.mtp_layers) : "", "no multi-token prediction modules");
   same_text("--window-size", megatron_window_size(m), "no sliding window");
   same_text("--window-attn-skip-freq",
             m.attention_window && m.attention_window->global_every && !megatron_window_size(m).empty()
@@ -341,6 +342,7 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
       throw InputError(file, "--recompute-granularity", "'" + *g + "' is not full or selective [import-value]");
     }
   }
+  p.partition_activations = has("--distribute-saved-activations");
   // --- offload ---
   if (has("--cpu-offloading-num-layers")) p.offload.activations = true;
   if (has("--optimizer-cpu-offload")) p.offload.optimizer = OffloadTarget::Cpu;
@@ -476,6 +478,7 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
                        "is given, but which layers the model code checkpoints is not in ds_config.json: "
                        "set plan.recompute in the scenario [import-base]");
     p.offload.activations = get_bool(*ac, "cpu_checkpointing", "activation_checkpointing", false);
+    p.partition_activations = get_bool(*ac, "partition_activations", "activation_checkpointing", false);
   } else {
     p.offload.activations = false;
   }

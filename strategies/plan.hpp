@@ -155,6 +155,16 @@ struct Plan {
   // attention core by default). Only with recompute "selective".
   cost::RecomputeModules recompute_modules = cost::kDefaultRecomputeModules;
   std::optional<double> memory_budget_GiB;       // optimal
+  // The layer inputs a recomputed segment keeps, split over the tp ranks
+  // (each keeps 1/tp) and all-gathered over tp before the segment reruns:
+  // Megatron-LM's --distribute-saved-activations (tensor_parallel/random.py
+  // CheckpointFunction: "Divide hidden states across model parallel group
+  // and only keep the chunk corresponding to the current rank", gathered by
+  // gather_split_1d_tensor in its backward) and DeepSpeed's
+  // activation_checkpointing.partition_activations. With tp > 1, without
+  // sequence parallelism (whose inputs are already split) and a recompute
+  // that keeps layer inputs.
+  bool partition_activations = false;
   Offload offload;
   Compression compression;
   Optimizer optimizer = Optimizer::Adam;

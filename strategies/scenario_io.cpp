@@ -155,6 +155,7 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
     }
     if (p.recompute_modules == 0) mods->fail("lists no module: recompute \"none\" reruns nothing");
   }
+  p.partition_activations = r.bool_or("partition_activations", false);
   if (auto o = r.get("offload")) p.offload = read_offload(*o);
   if (auto budget = r.get("memory_budget_GiB")) {
     if (p.recompute != Recompute::Optimal && p.offload.planner != OffloadPlanner::Joint &&

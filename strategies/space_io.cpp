@@ -256,6 +256,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (p.ps_staleness > 0) plan["ps_staleness"] = p.ps_staleness;
   if (p.optimizer_states != StateDtype::FP32) plan["optimizer_states"] = nm(p.optimizer_states);
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
+  if (p.partition_activations) plan["partition_activations"] = true;
   if (const auto modules = recompute_modules_of(p); modules != cost::kDefaultRecomputeModules) {
     json mods = json::array();
     for (const std::string_view name : cost::module_names(modules)) mods.push_back(name);

@@ -246,7 +246,8 @@ std::optional<Violation> first_violation(const Scenario& s) {
                   "it is priced with tp 1");
     // Megatron-Core's recompute_mlp checkpoints dense MLPs only: a model
     // whose every block has routed experts has none to rerun.
-    if (cost::has_module(mods, RecomputeModule::Mlp) && m.moe && m.moe->first_dense == 0)
+    // (Every block has them only with first_dense 0 and no other pattern.)
+    if (cost::has_module(mods, RecomputeModule::Mlp) && m.moe && m.moe_blocks() == m.layers)
       return fail("recompute-module-no-dense-mlp", "plan.recompute_modules",
                   "\"mlp\" reruns dense MLPs; every block of " + m.name +
                       " has routed experts (moe.first_dense is 0), so it would change nothing");
@@ -256,6 +257,25 @@ std::optional<Violation> first_violation(const Scenario& s) {
     if (cost::has_module(mods, RecomputeModule::MoeAct) && !m.moe)
       return fail("recompute-module-needs-moe", "plan.recompute_modules",
                   "moe_act reruns the routed experts' activation; " + m.name + " has no experts");
+  }
+
+  // --- the kept layer inputs split over tp (Megatron-LM's
+  // --distribute-saved-activations, DeepSpeed's partition_activations) ---
+  if (p.partition_activations) {
+    if (p.tp < 2)
+      return fail("partition-activations-needs-tp", "plan.partition_activations",
+                  "splits the layer inputs recomputed segments keep over the tp ranks: needs tp > 1");
+    if (p.sequence_parallel)
+      return fail("partition-activations-not-with-sp", "plan.partition_activations",
+                  "with sequence parallelism each tp rank keeps 1/tp of a layer's input already, so it would "
+                  "change nothing (Megatron-LM uses it only without: distribute_saved_activations and not "
+                  "sequence_parallel)");
+    if (p.recompute == Recompute::None || p.recompute == Recompute::Selective ||
+        p.recompute == Recompute::SelectiveOp)
+      return fail("partition-activations-needs-recompute", "plan.partition_activations",
+                  "splits the layer inputs recomputed segments keep; recompute \"" +
+                      std::string(enum_name(p.recompute)) +
+                      "\" keeps none (use full, every_k, sqrt, every_nth or optimal)");
   }
 
   // --- offload ---

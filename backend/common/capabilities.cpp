@@ -148,6 +148,13 @@ const std::array kTable{
                   "recompute reruns the attention core)"),
                no("recompute_modules other than core_attn are not executed by the CUDA backend (its selective "
                   "recompute reruns the attention core)")},
+    Capability{"partition-activations", "memory",
+               "kept layer inputs split over tp (partition_activations: Megatron-LM's --distribute-saved-activations)",
+               [](const Scenario& s) { return s.plan.partition_activations; },
+               no("partition_activations is not executed by the CPU backend (a recomputed segment keeps its whole "
+                  "input on every tp rank)"),
+               no("partition_activations is not executed by the CUDA backend (a recomputed segment keeps its whole "
+                  "input on every tp rank)")},
     Capability{"optimizer-states-bf16", "memory", "optimizer statistics in bf16 (optimizer_states)",
                [](const Scenario& s) { return s.plan.optimizer_states != strategies::StateDtype::FP32; },
                no("bf16 optimizer statistics are not executed by the CPU backend (its optimizers keep fp32)"),
@@ -236,7 +243,7 @@ const std::array kTable{
     Capability{"architecture", "model",
                "head_dim apart from hidden/heads, GeGLU, q/k/v biases apart, q/k norms, post- or sandwich "
                "norms, parallel blocks, latent attention, a position table longer than seq_len, a sliding "
-               "attention window shorter than seq_len",
+               "attention window shorter than seq_len, multi-token prediction modules",
                [](const Scenario& s) {
                  const auto& m = s.model;
                  // A window of seq_len keys or more is full attention, which
@@ -246,14 +253,14 @@ const std::array kTable{
                         m.norm_placement != cost::NormPlacement::Pre || m.block != cost::BlockKind::Sequential ||
                         m.mla.has_value() ||
                         (m.position_embedding == cost::PositionEmbedding::Learned && m.position_rows() != m.seq_len) ||
-                        (m.attention_window && m.window_size() < m.seq_len);
+                        (m.attention_window && m.window_size() < m.seq_len) || m.mtp_layers > 0;
                },
                no("the CPU backend builds GPT and Llama blocks only (head_dim = hidden/heads, GeLU or SwiGLU, one "
                   "bias switch, pre-norms, sequential attention and MLP, full causal attention in every layer, a "
-                  "position table of seq_len rows)"),
+                  "position table of seq_len rows, one output head)"),
                no("the CUDA backend builds GPT and Llama blocks only (head_dim = hidden/heads, GeLU or SwiGLU, one "
                   "bias switch, pre-norms, sequential attention and MLP, full causal attention in every layer, a "
-                  "position table of seq_len rows)")},
+                  "position table of seq_len rows, one output head)")},
     Capability{"positions", "model", "rotary or ALiBi positions",
                [](const Scenario& s) {
                  return s.model.position_embedding != cost::PositionEmbedding::Learned &&

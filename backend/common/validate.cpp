@@ -133,6 +133,7 @@ WorkKind work_kind(TaskOp op) {
     case TaskOp::SendActivation:
     case TaskOp::SendGradient: return WorkKind::P2p;
     case TaskOp::LayerComm:
+    case TaskOp::InputGather:
     case TaskOp::DpReduce:
     case TaskOp::PsPush:
     case TaskOp::PsPull:
