@@ -410,26 +410,46 @@ class StepBuilder : StepLayout {
                 sim::Phase::Comm, CommKind::DP, info(TaskOp::GatherWeights, part, layer));
   }
 
-  // Blocking tensor-, context- and expert-parallel communication of a layer
-  // (a recompute reruns the forward's).
-  template <class Fn>
-  void for_layer_comm(const cost::Layer& block, Pass pass, Fn&& fn) const {
-    const Pass priced = pass == Pass::Recompute ? Pass::Forward : pass;
-    const std::pair<CommKind, bool> kinds[] = {
-        {CommKind::TP, plan_.tp > 1}, {CommKind::CP, plan_.cp > 1}, {CommKind::EP, plan_.ep > 1}};
-    for (const auto& [kind, on] : kinds) {
-      if (!on) continue;
-      const Time d = costs().layer_comm(block, kind, priced);
-      if (d > 0) fn(kind, d);
+  // One block of each kind on this stage, priced once per stage
+  // (price_kinds): its passes (forward, backward, recompute) and its
+  // attention core's rerun, and the tensor-, context- and expert-parallel
+  // communication each pass blocks on (a recompute reruns the forward's).
+  struct KindTimes {
+    std::array<Time, 3> pass{};
+    Time core = 0;
+    std::array<std::array<Time, 3>, 3> comm{};  // [pass][TP, CP, EP]
+  };
+  static constexpr std::array<CommKind, 3> kLayerComm{CommKind::TP, CommKind::CP, CommKind::EP};
+  void price_kinds() {
+    kind_times_.assign(chain_.kinds.size(), {});
+    const bool on[] = {plan_.tp > 1, plan_.cp > 1, plan_.ep > 1};
+    for (std::size_t k = 0; k < chain_.kinds.size(); ++k) {
+      const cost::Layer& block = chain_.kinds[k];
+      KindTimes& t = kind_times_[k];
+      for (const Pass pass : {Pass::Forward, Pass::Backward, Pass::Recompute}) {
+        const auto p = static_cast<std::size_t>(pass);
+        t.pass[p] = costs().layer(block, pass);
+        const Pass priced = pass == Pass::Recompute ? Pass::Forward : pass;
+        for (std::size_t c = 0; c < kLayerComm.size(); ++c)
+          if (on[c]) t.comm[p][c] = costs().layer_comm(block, kLayerComm[c], priced);
+      }
+      t.core = costs().layer(block, Pass::Recompute, true);
     }
+  }
+  const KindTimes& kind_times(std::int64_t layer) const {
+    return kind_times_[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(layer)])];
+  }
+  template <class Fn>
+  void for_layer_comm(const KindTimes& t, Pass pass, Fn&& fn) const {
+    const auto& comm = t.comm[static_cast<std::size_t>(pass)];
+    for (std::size_t c = 0; c < kLayerComm.size(); ++c)
+      if (comm[c] > 0) fn(kLayerComm[c], comm[c]);
   }
   // DeepSeek-V3's multi-token prediction modules run in the head (ops.cpp
   // Builder::head), each with a block of the last block's kind: its
   // blocking tensor-, context- and expert-parallel communication follows
   // the head's pass, one task per module (TaskInfo::layer: the module).
-  const cost::Layer& mtp_block() const {
-    return chain_.kinds[static_cast<std::size_t>(chain_.kind_of.back())];
-  }
+  const KindTimes& mtp_block() const { return kind_times(chain_.blocks - 1); }
   void head_comm(int mb, Pass pass) {
     for (std::int64_t d = 0; d < sc_.model.mtp_layers; ++d)
       for_layer_comm(mtp_block(), pass, [&](CommKind kind, Time t) {
@@ -445,7 +465,7 @@ class StepBuilder : StepLayout {
     return pass == Pass::Backward ? sim::Phase::Bwd : pass == Pass::Forward ? sim::Phase::Fwd : sim::Phase::Recompute;
   }
   void layer_comm(std::int64_t layer, int mb, Pass pass) {
-    for_layer_comm(chain_.block_at(layer), pass, [&](CommKind kind, Time d) {
+    for_layer_comm(kind_times(layer), pass, [&](CommKind kind, Time d) {
       compute(d, phase_of(pass), info(TaskOp::LayerComm, Part::Layer, layer, mb, pass), kind);
     });
   }
@@ -462,7 +482,7 @@ class StepBuilder : StepLayout {
       total += d;
     }
   };
-  void add_comm(Split& sp, const cost::Layer& block, Pass pass) const {
+  void add_comm(Split& sp, const KindTimes& block, Pass pass) const {
     for_layer_comm(block, pass, [&](CommKind kind, Time d) { sp.add(comm_cat(kind), d); });
   }
   // A chunk's pass is the same for every microbatch that runs it merged:
@@ -601,8 +621,8 @@ class StepBuilder : StepLayout {
     }
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     for (std::int64_t i = 0; i < n; ++i) {
-      const cost::Layer& block = chain_.block_at(first + i);
-      sp.add(0, costs().layer(block, Pass::Forward));
+      const KindTimes& block = kind_times(first + i);
+      sp.add(0, block.pass[static_cast<std::size_t>(Pass::Forward)]);
       add_comm(sp, block, Pass::Forward);
       // Folded: what goes to host memory leaves as the pass ends.
       const Bytes swapped = layer_swapped(k, i);
@@ -664,19 +684,19 @@ class StepBuilder : StepLayout {
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const Keep keep = keeps[static_cast<std::size_t>(i)];
-      const cost::Layer& block = chain_.block_at(first + i);
+      const KindTimes& block = kind_times(first + i);
       const ActivationRule& rule = StepLayout::rule(first + i);
       if (segment_end(keeps, i)) {
         const std::int64_t start = segment_start(keeps, i);
         if (plan_.partition_activations) sp.add(comm_cat(CommKind::TP), input_gather(first + start));
         for (std::int64_t j = start; j <= i; ++j) {
-          const cost::Layer& rerun = chain_.block_at(first + j);
-          sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(rerun, Pass::Recompute));
+          const KindTimes& rerun = kind_times(first + j);
+          sp.add(static_cast<int>(TimeCat::Recompute), rerun.pass[static_cast<std::size_t>(Pass::Recompute)]);
           hold(StepLayout::rule(first + j).full);
           add_comm(sp, rerun, Pass::Recompute);
         }
       } else if (keep == Keep::Selective && rule.selective_reruns) {
-        sp.add(static_cast<int>(TimeCat::Recompute), costs().layer(block, Pass::Recompute, true));
+        sp.add(static_cast<int>(TimeCat::Recompute), block.core);
       }
       // Folded offload: the layer's swapped bytes are back for its backward.
       const Bytes swapped = layer_swapped(k, i);
@@ -684,7 +704,7 @@ class StepBuilder : StepLayout {
       hold(working);
       level -= working + layer_stored(k, i) - swapped;
       if (keep == Keep::Input || keep == Keep::Nothing) level -= rule.full;
-      sp.add(0, costs().layer(block, Pass::Backward));
+      sp.add(0, block.pass[static_cast<std::size_t>(Pass::Backward)]);
       add_comm(sp, block, Pass::Backward);
     }
     if (k == 0) sp.add(0, costs().layer(chain_.embedding, Pass::Backward));
@@ -747,7 +767,7 @@ class StepBuilder : StepLayout {
       if (gathers) gather = weight_gather(static_cast<double>(block.params()), Part::Layer, layer);
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
-      const std::int32_t f = compute(costs().layer(block, Pass::Forward), sim::Phase::Fwd,
+      const std::int32_t f = compute(kind_times(layer).pass[static_cast<std::size_t>(Pass::Forward)], sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Layer, layer, mb));
       std::vector<std::int32_t> allocs, frees;
       if (swapped > 0 && swapped < stored) allocs.push_back(buffer(BufKind::ActKept, layer, mb, stored - swapped));
@@ -859,7 +879,7 @@ class StepBuilder : StepLayout {
           const ActivationRule& rerun = StepLayout::rule(first + j);
           const Bytes bytes = cpu_ && j == i ? rerun.full - rerun.input : rerun.full;
           const std::int32_t r =
-              compute(costs().layer(chain_.block_at(first + j), Pass::Recompute), sim::Phase::Recompute,
+              compute(kind_times(first + j).pass[static_cast<std::size_t>(Pass::Recompute)], sim::Phase::Recompute,
                       info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
           std::vector<std::int32_t> re_frees, re_allocs{buffer(BufKind::Recomputed, first + j, mb, bytes)};
           // The CPU kernels: a segment's first layer reruns from its input
@@ -884,7 +904,7 @@ class StepBuilder : StepLayout {
       } else if (keep == Keep::Selective && rule.selective_reruns) {
         TaskInfo core = info(TaskOp::Recompute, Part::Layer, layer, mb, Pass::Recompute);
         core.core_only = true;
-        wait(compute(costs().layer(block, Pass::Recompute, true), sim::Phase::Recompute, std::move(core)));
+        wait(compute(kind_times(layer).core, sim::Phase::Recompute, std::move(core)));
         // The CPU kernels under context parallelism: the core reruns into
         // its scores (declared from the backward on) beside the gathered
         // keys and values.
@@ -918,7 +938,7 @@ class StepBuilder : StepLayout {
       if (recomputes) frees.push_back(existing(BufKind::Recomputed, layer, mb));
       if (stored > 0) frees.push_back(existing(saved, layer, mb));
       if (swapped > 0 && swapped < stored) frees.push_back(existing(BufKind::ActKept, layer, mb));
-      const std::int32_t b = compute(costs().layer(block, Pass::Backward), sim::Phase::Bwd,
+      const std::int32_t b = compute(kind_times(layer).pass[static_cast<std::size_t>(Pass::Backward)], sim::Phase::Bwd,
                                      info(TaskOp::Backward, Part::Layer, layer, mb));
       add_mem(allocs, frees);
       wait(b);
@@ -1064,6 +1084,7 @@ class StepBuilder : StepLayout {
     stage_ = s;
     stage_costs_ = &costs_.stage(s);
     collect_stage_layers();
+    price_kinds();  // on this stage's GPUs
     if (zero3()) {  // on this stage's links
       layer_gather_.clear();
       for (const auto& block : chain_.kinds) layer_gather_.push_back(layer_gather_time(block));
@@ -1648,6 +1669,7 @@ class StepBuilder : StepLayout {
   StepProgram out_;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
+  std::vector<KindTimes> kind_times_;  // per kind of block, this stage's (price_kinds)
   std::vector<Time> layer_gather_;  // ZeRO-3: one layer's all-gather per kind of block (layer_gather_time)
   bool folding_ = false;    // fold_pass is replaying a pass alone
   std::int32_t prefetched_gather_ = kNone;  // fold_pass: a pass's first ZeRO-3 gather, issued before it
