@@ -65,7 +65,7 @@ const std::vector<Published> kPublished = {
      "Qwen/Qwen3-30B-A3B safetensors: 30,532,122,624 (card: 30.5B)", 3.3e9, 0.1e9,
      "Qwen/Qwen3-30B-A3B card: 3.3B activated"},
     {"gemma-7b.json", {}, 8'537'680'896, "google/gemma-7b safetensors: 8,537,680,896 (card: 8.54B)"},
-    {"gemma-2-9b.json", {"attn_logit_softcapping", "final_logit_softcapping"},
+    {"gemma-2-9b.json", {},
      9'241'705'984, "google/gemma-2-9b safetensors: 9,241,705,984"},
     {"gemma-3-1b-pt.json", {}, 999'885'952,
      "google/gemma-3-1b-pt safetensors: 999,885,952 (card: 1B)"},
@@ -154,20 +154,14 @@ TEST_CASE("each family's rules come from its model_type") {
 }
 
 TEST_CASE("unmodelled architecture keys and unknown model types are errors") {
-  // Gemma 2's soft-capped attention scores are refused, naming the key and
-  // the opt-out (its sliding window is modelled).
+  // Gemma 2's soft-capped scores and logits are read (ModelSpec::
+  // attn_softcap, logit_softcap: 50 and 30 in google/gemma-2-9b's config).
   const std::string gemma2 = hf_path("gemma-2-9b.json");
-  const std::string err = testing::input_error_of([&] { load_model_file(gemma2); });
-  CHECK(err.rfind(gemma2 + ": attn_logit_softcapping: 50.0 changes the architecture and Strata does not model it",
-                  0) == 0);
-  CHECK(err.find("\"ignore_hf_keys\"") != std::string::npos);
-  // Ignoring one key leaves the next one named.
-  CHECK(testing::input_error_of([&] { import("gemma-2-9b.json", {"attn_logit_softcapping"}); })
-            .rfind(gemma2 + ": final_logit_softcapping: 30.0 changes the architecture", 0) == 0);
+  const ModelSpec g2 = load_model_file(gemma2);
+  CHECK(g2.attn_softcap == 50.0);
+  CHECK(g2.logit_softcap == 30.0);
   // A modelled window is not ignored: attention_window null drops it.
-  CHECK(testing::input_error_of([&] {
-          import("gemma-2-9b.json", {"sliding_window", "attn_logit_softcapping", "final_logit_softcapping"});
-        }) == "scenario.json: model.ignore_hf_keys[0]: \"sliding_window\" is modelled for gemma2 (the model's "
+  CHECK(testing::input_error_of([&] { import("gemma-2-9b.json", {"sliding_window"}); }) == "scenario.json: model.ignore_hf_keys[0]: \"sliding_window\" is modelled for gemma2 (the model's "
               "attention_window); to price full attention instead, give \"attention_window\": null beside "
               "\"file\"");
   // A family whose window pattern Strata does not know keeps sliding_window
@@ -208,7 +202,7 @@ TEST_CASE("sliding windows from Hugging Face configs, per family") {
   CHECK(phi3.window_size() == 2047);
   CHECK_FALSE(phi3.attention_window->global_every);
   // Gemma 2: sliding in even layers (0-based), global in odd: global_every 2.
-  const ModelSpec gemma2 = import("gemma-2-9b.json", {"attn_logit_softcapping", "final_logit_softcapping"});
+  const ModelSpec gemma2 = import("gemma-2-9b.json", {});
   REQUIRE(gemma2.attention_window);
   CHECK(gemma2.window_size() == 4096);
   CHECK(gemma2.attention_window->global_every == 2);

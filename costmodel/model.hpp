@@ -165,6 +165,12 @@ struct ModelSpec {
   // Sliding-window attention in some or all layers; none: every layer
   // attends to the whole (causal) sequence.
   std::optional<AttentionWindow> attention_window;
+  // Soft-capping (Gemma 2): scores, or output logits, pass through
+  // cap · tanh(x / cap) (transformers' modeling_gemma2.py: in
+  // eager_attention_forward for the scores, after lm_head for the logits:
+  // a division, tanh and a product, the tanh's output kept for backward).
+  // The caps do not change the cost; they are kept for the description.
+  std::optional<double> attn_softcap, logit_softcap;
   // Multi-token prediction modules (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2):
   // D sequential modules after the main model, module k predicting the token
   // k + 1 ahead with its own transformer block (the last block's shape),

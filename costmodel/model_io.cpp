@@ -164,7 +164,7 @@ constexpr const char* kTransformerKeys[] = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
     "bias", "position_embedding", "tied_embeddings", "dropout", "moe", "head_dim", "qkv_bias",
     "norm_placement", "block", "qk_norm", "max_positions", "mla", "ignore_hf_keys", "rope_theta",
-    "attention_window", "mtp_layers"};
+    "attention_window", "mtp_layers", "attn_softcap", "logit_softcap"};
 
 // The model a "file" key names: Strata's format or a Hugging Face config
 // (with the object's "ignore_hf_keys"); `hf_max_pos` is set for the latter.
@@ -354,6 +354,13 @@ ModelSpec read_model_object(const JsonReader& r, const std::string& base_dir, in
   }
   // Multi-token prediction modules (ModelSpec::mtp_layers).
   m.mtp_layers = r.int_or("mtp_layers", m.mtp_layers, 0, kMaxLayers);
+  // Soft-capped scores and logits (ModelSpec::attn_softcap, logit_softcap);
+  // null drops a base model's.
+  for (const auto& [key, cap] : {std::pair{"attn_softcap", &m.attn_softcap}, std::pair{"logit_softcap", &m.logit_softcap}})
+    if (auto v = r.get(key)) {
+      if (v->is_null()) cap->reset();
+      else *cap = v->as_number(1e-6, 1e9);
+    }
   m.source = r.string_or("source", m.source);
   r.reject_unknown_keys();
   check_model(m, r);
@@ -463,8 +470,6 @@ constexpr Unmodelled kUnmodelled[] = {
                        "(it reads mistral's, mixtral's, phi3's, gemma2's, gemma3's and qwen's); priced "
                        "without it, attention is over the whole sequence, exact when seq_len is at most "
                        "the window"},
-    {"attn_logit_softcapping", "soft-capped attention scores (the attention kernel must support it)"},
-    {"final_logit_softcapping", "soft-capped output logits"},
     // Read for deepseek_v3 (mtp_layers), whose modules Strata models.
     {"num_nextn_predict_layers", "multi-token prediction modules, read for deepseek_v3"},
     // MoE layer patterns: read for the families that define them (qwen2_moe
@@ -843,6 +848,10 @@ HfModel read_hf_config(const JsonReader& file_r, const std::string& path,
     m.kv_heads = m.heads;
     m.head_size.reset();
   }
+
+  // Gemma 2's soft-capping (null, as in Gemma 3's configs, is none).
+  if (auto v = first_of(r, {"attn_logit_softcapping"}); v && !v->is_null()) m.attn_softcap = v->as_number(1e-6, 1e9);
+  if (auto v = first_of(r, {"final_logit_softcapping"}); v && !v->is_null()) m.logit_softcap = v->as_number(1e-6, 1e9);
 
   // DeepSeek-V3's multi-token prediction modules (its config: 1), stored
   // in the checkpoint after the main layers (model.layers.61).

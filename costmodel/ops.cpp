@@ -361,6 +361,10 @@ struct Builder {
     qk.fwd_flops = score_flops;
     qk.bwd_flops = 2.0 * score_flops;
     ops.push_back(qk);
+    // Soft-capped scores (Gemma 2's eager attention): under flash
+    // attention the kernel caps them itself (FlashAttention's softcap
+    // argument, from release 2.6), priced as the uncapped kernel.
+    if (m.attn_softcap) ops.push_back(softcap("attn_softcap", shard(scores), true));
     ops.push_back(elementwise("softmax", OpKind::Softmax, shard(scores), e, shard(scores),
                               shard(scores), true));
     if (m.dropout) ops.push_back(dropout_mask("attn_dropout", shard(scores), true));
@@ -594,8 +598,10 @@ struct Builder {
     };
     for (int i = at.attention.first; i < at.attention.second; ++i) {
       Op& op = ops[static_cast<std::size_t>(i)];
+      // (An activation between the scores and the softmax is their soft-capping.)
       const bool core = op.kind == OpKind::AttnScores || op.kind == OpKind::Softmax ||
-                        op.kind == OpKind::AttnValues || (op.kind == OpKind::Dropout && op.core_saved_bytes > 0);
+                        op.kind == OpKind::AttnValues || op.kind == OpKind::Activation ||
+                        (op.kind == OpKind::Dropout && op.core_saved_bytes > 0);
       if (!has_module(mods, RecomputeModule::CoreAttn)) op.core_saved_bytes = 0;
       else if (core) op.selective_rerun = 1.0;
     }
@@ -675,6 +681,18 @@ struct Builder {
     return logits;
   }
 
+  // Soft-capping of `elems` scores or logits, cap · tanh(x / cap), as
+  // transformers' Gemma 2 runs it: a division, tanh and a product, three
+  // kernels of one read and one write each (one fused kernel with fused
+  // elementwise ops); the tanh's output is kept for backward, in the
+  // activation type. `core`: part of the attention core (Recompute::
+  // Selective drops and reruns it with the softmax).
+  Op softcap(std::string_view name, double elems, bool core) const {
+    Op op = elementwise(name, OpKind::Activation, elems, e, elems, elems, core);
+    if (!o.fused_elementwise) eager(op, elems, 6.0 * static_cast<double>(e), 3);
+    return op;
+  }
+
   Op loss_op(std::string_view name) const {
     // Cross-entropy keeps fp32 logits (vocabulary-parallel) for backward.
     // In place (Megatron-LM's vocab-parallel cross-entropy) its backward
@@ -707,7 +725,8 @@ struct Builder {
         {"attn_norm", "mtp_attn_norm"}, {"q_down", "mtp_q_down"}, {"q_down_norm", "mtp_q_down_norm"},
         {"q_up", "mtp_q_up"}, {"q", "mtp_q"}, {"kv_down", "mtp_kv_down"}, {"kv_down_norm", "mtp_kv_down_norm"},
         {"kv_up", "mtp_kv_up"}, {"qkv", "mtp_qkv"}, {"qk_norm", "mtp_qk_norm"}, {"rope", "mtp_rope"},
-        {"attention", "mtp_attention"}, {"attn_scores", "mtp_attn_scores"}, {"softmax", "mtp_softmax"},
+        {"attention", "mtp_attention"}, {"attn_scores", "mtp_attn_scores"}, {"attn_softcap", "mtp_attn_softcap"},
+        {"softmax", "mtp_softmax"},
         {"attn_dropout", "mtp_attn_dropout"}, {"attn_values", "mtp_attn_values"}, {"attn_proj", "mtp_attn_proj"},
         {"attn_post_norm", "mtp_attn_post_norm"}, {"attn_out_dropout", "mtp_attn_out_dropout"},
         {"attn_residual", "mtp_attn_residual"}, {"mlp_norm", "mtp_mlp_norm"}, {"router", "mtp_router"},
@@ -751,6 +770,7 @@ struct Builder {
     }
     ops.push_back(norm("mtp_final_norm"));
     ops.push_back(logits_op("mtp_logits", /*shared=*/true));
+    if (m.logit_softcap) ops.push_back(softcap("mtp_logit_softcap", shard(b * s * V), false));
     ops.push_back(loss_op("mtp_loss"));
   }
 
@@ -761,6 +781,7 @@ struct Builder {
     l.input_bytes = bytes(rep(b * s * h), e);
     l.ops.push_back(norm("final_norm"));
     l.ops.push_back(logits_op("logits", /*shared=*/false));
+    if (m.logit_softcap) l.ops.push_back(softcap("logit_softcap", shard(b * s * V), false));
     l.ops.push_back(loss_op("loss"));
     for (std::int64_t k = 0; k < m.mtp_layers; ++k) mtp_module(l.ops);
     return l;

@@ -1009,5 +1009,46 @@ TEST_CASE("block kinds with experts and a window: expert before dense, full befo
   CHECK(c.kinds[2].params() < c.kinds[1].params());  // a dense MLP: no experts
 }
 
+TEST_CASE("soft-capping: one more score- or logit-sized tensor kept, three eager kernels, nothing under flash") {
+  // A Llama-like model (h 1024, 16 heads, seq 512, vocab 1000), microbatch
+  // 1, bf16. Gemma 2's cap · tanh(x / cap): over the logits, the tanh's
+  // output (s·V elements, 2 bytes) is kept and the three kernels each read
+  // and write the tensor once (12 bytes an element forward); over standard
+  // attention's scores (a·s·s elements) the same, as part of the attention
+  // core; under flash attention the kernel caps in place: no op.
+  ModelSpec m = llama_like(1024, 16, 16, 2816);
+  const double s = 512, V = 1000, a = 16;
+  ExpandOptions eager;
+  eager.fused_elementwise = false;
+  eager.attention = AttentionKernel::Standard;
+  const OpChain plain = expand(m, eager);
+  m.logit_softcap = 30.0;
+  m.attn_softcap = 50.0;
+  const OpChain capped = expand(m, eager);
+  const Op& logits = op_named(capped.head, "logit_softcap");
+  CHECK(logits.saved_bytes == static_cast<Bytes>(s * V * 2));
+  CHECK(logits.fwd_bytes == static_cast<Bytes>(s * V * 12));
+  CHECK(logits.fwd_kernels == 3);
+  CHECK(capped.head.saved_bytes() - plain.head.saved_bytes() == static_cast<Bytes>(s * V * 2));
+  const Op& scores = op_named(capped.main_block(), "attn_softcap");
+  CHECK(scores.saved_bytes == static_cast<Bytes>(a * s * s * 2));
+  CHECK(capped.main_block().saved_bytes() - plain.main_block().saved_bytes() ==
+        static_cast<Bytes>(a * s * s * 2));
+  // Part of the attention core: selective recompute drops and reruns it.
+  CHECK(capped.main_block().saved_bytes(Recompute::Selective) == plain.main_block().saved_bytes(Recompute::Selective));
+  CHECK(rerun_share(scores, Recompute::Selective) == 1.0);
+  // Fused, one kernel of one read and one write.
+  ExpandOptions fused = eager;
+  fused.fused_elementwise = true;
+  CHECK(op_named(expand(m, fused).head, "logit_softcap").fwd_bytes == static_cast<Bytes>(s * V * 4));
+  // Flash attention caps in its kernel: the block is the uncapped one.
+  ExpandOptions flash;
+  const Layer flash_capped = expand(m, flash).main_block();
+  ModelSpec no_attn_cap = m;
+  no_attn_cap.attn_softcap.reset();
+  CHECK(flash_capped.ops.size() == expand(no_attn_cap, flash).main_block().ops.size());
+  CHECK(flash_capped.saved_bytes() == expand(no_attn_cap, flash).main_block().saved_bytes());
+}
+
 }  // namespace
 }  // namespace strata::cost

@@ -108,6 +108,11 @@ const Case kCases[] = {
     // A window shorter than the sequence prices fewer keys a query; a wider
     // one, or full attention in every second layer, more.
     {"model/attention_window", "{}", "{" WINDOW "}", Effect::StepDown},
+    // Soft-capping keeps one more score-sized (standard attention) or
+    // logit-sized tensor.
+    {"model/attn_softcap", R"({"plan": {"implementation": {"attention": "standard"}}})",
+     R"({"model": {"attn_softcap": 50}})", Effect::PeakUp},
+    {"model/logit_softcap", "{}", R"({"model": {"logit_softcap": 30}})", Effect::PeakUp},
     {"model/size", "{" WINDOW "}", R"({"model": {"attention_window": {"size": 512}}})", Effect::StepUp},
     {"model/global_every", "{" WINDOW "}", R"({"model": {"attention_window": {"global_every": 2}}})",
      Effect::StepUp},

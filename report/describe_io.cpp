@@ -88,6 +88,8 @@ ordered_json model_json(const cost::ModelSpec& m) {
     j["mla"] = mla;
   }
   if (m.mtp_layers > 0) j["mtp_layers"] = m.mtp_layers;
+  if (m.attn_softcap) j["attn_softcap"] = *m.attn_softcap;
+  if (m.logit_softcap) j["logit_softcap"] = *m.logit_softcap;
   if (m.attention_window) {
     ordered_json w;
     w["size"] = m.attention_window->size;
@@ -462,6 +464,8 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
   feature(model.mtp_layers > 0, std::to_string(model.mtp_layers) + " multi-token prediction module" +
                                     (model.mtp_layers > 1 ? "s" : "") + " in the head");
   feature(model.has_qkv_bias() != model.bias, model.has_qkv_bias() ? "q/k/v bias only" : "no q/k/v bias");
+  feature(model.attn_softcap.has_value(), model.attn_softcap ? "scores soft-capped at " + num(*model.attn_softcap) : "");
+  feature(model.logit_softcap.has_value(), model.logit_softcap ? "logits soft-capped at " + num(*model.logit_softcap) : "");
   feature(model.qk_norm != cost::QkNorm::None, "qk_norm " + std::string(enum_name(model.qk_norm)));
   feature(model.norm_placement != cost::NormPlacement::Pre,
           std::string(enum_name(model.norm_placement)) + " norms");

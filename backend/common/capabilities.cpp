@@ -243,7 +243,7 @@ const std::array kTable{
     Capability{"architecture", "model",
                "head_dim apart from hidden/heads, GeGLU, q/k/v biases apart, q/k norms, post- or sandwich "
                "norms, parallel blocks, latent attention, a position table longer than seq_len, a sliding "
-               "attention window shorter than seq_len, multi-token prediction modules",
+               "attention window shorter than seq_len, multi-token prediction modules, soft-capped scores or logits",
                [](const Scenario& s) {
                  const auto& m = s.model;
                  // A window of seq_len keys or more is full attention, which
@@ -253,14 +253,15 @@ const std::array kTable{
                         m.norm_placement != cost::NormPlacement::Pre || m.block != cost::BlockKind::Sequential ||
                         m.mla.has_value() ||
                         (m.position_embedding == cost::PositionEmbedding::Learned && m.position_rows() != m.seq_len) ||
-                        (m.attention_window && m.window_size() < m.seq_len) || m.mtp_layers > 0;
+                        (m.attention_window && m.window_size() < m.seq_len) || m.mtp_layers > 0 ||
+                        m.attn_softcap.has_value() || m.logit_softcap.has_value();
                },
                no("the CPU backend builds GPT and Llama blocks only (head_dim = hidden/heads, GeLU or SwiGLU, one "
                   "bias switch, pre-norms, sequential attention and MLP, full causal attention in every layer, a "
-                  "position table of seq_len rows, one output head)"),
+                  "position table of seq_len rows, one output head, no soft-capping)"),
                no("the CUDA backend builds GPT and Llama blocks only (head_dim = hidden/heads, GeLU or SwiGLU, one "
                   "bias switch, pre-norms, sequential attention and MLP, full causal attention in every layer, a "
-                  "position table of seq_len rows, one output head)")},
+                  "position table of seq_len rows, one output head, no soft-capping)")},
     Capability{"positions", "model", "rotary or ALiBi positions",
                [](const Scenario& s) {
                  return s.model.position_embedding != cost::PositionEmbedding::Learned &&
