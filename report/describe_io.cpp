@@ -295,6 +295,13 @@ std::string describe_chain(const cost::ModelSpec& model, std::int64_t micro_batc
 
 namespace {
 
+// "1st", "2nd", "3rd", "4th", "11th", "22nd".
+std::string ordinal(std::int64_t n) {
+  const std::int64_t units = n % 10;
+  const bool teen = n % 100 >= 11 && n % 100 <= 13;
+  return std::to_string(n) + (teen ? "th" : units == 1 ? "st" : units == 2 ? "nd" : units == 3 ? "rd" : "th");
+}
+
 // The features line's account of a MoE model's dense blocks: "experts in 30
 // of 61 blocks: first 3 dense, then every 2nd from block 0, blocks 7, 9
 // dense" (MoeSpec's rule, each part only where it applies).
@@ -304,16 +311,7 @@ std::string moe_pattern_feature(const cost::ModelSpec& m) {
   std::string parts;
   auto add = [&](const std::string& p) { parts += (parts.empty() ? "" : ", ") + p; };
   if (x.first_dense > 0) add("first " + std::to_string(x.first_dense) + " dense");
-  if (x.every > 1) {
-    const std::int64_t n = x.every, units = n % 10;
-    const bool teen = n % 100 >= 11 && n % 100 <= 13;
-    const std::string nth = std::to_string(n) + (teen         ? "th"
-                                                 : units == 1 ? "st"
-                                                 : units == 2 ? "nd"
-                                                 : units == 3 ? "rd"
-                                                              : "th");
-    add("every " + nth + " block from block " + std::to_string(x.offset));
-  }
+  if (x.every > 1) add("every " + ordinal(x.every) + " block from block " + std::to_string(x.offset));
   if (!x.dense_layers.empty()) {
     std::string list;
     for (const std::int64_t i : x.dense_layers) list += (list.empty() ? "" : ", ") + std::to_string(i);
@@ -456,7 +454,7 @@ std::string describe(const cost::ModelSpec& model, const cost::ExpandOptions& op
           model.attention_window
               ? "sliding window " + std::to_string(model.window_size()) +
                     (model.attention_window->global_every
-                         ? ", every " + std::to_string(*model.attention_window->global_every) + "th layer global"
+                         ? ", every " + ordinal(*model.attention_window->global_every) + " layer global"
                          : " in every layer")
               : "");
   feature(model.moe && model.moe_blocks() < model.layers, moe_pattern_feature(model));
