@@ -435,8 +435,9 @@ struct Builder {
     router.grad_bytes = bytes(b * s * experts, 4);
     ops.push_back(router);
     // Each token visits top_k experts; the weights exist once per expert.
+    // The busiest rank computes and keeps expert_load times its share.
     mlp_of(ops, up_name(m.mlp), act_name(m.mlp), "mlp_down",
-           static_cast<double>(m.expert_ffn()), top_k, local_experts, true);
+           static_cast<double>(m.expert_ffn()), top_k * o.expert_load, local_experts, true);
     if (x.shared_experts > 0) {
       // Shared experts: a dense MLP per expert that every token visits,
       // split by tp like a dense MLP and not spread by ep.

@@ -136,6 +136,10 @@ struct ExpandOptions {
   // What Recompute::Selective drops and reruns (Op::core_saved_bytes,
   // Op::selective_rerun).
   RecomputeModules recompute_modules = kDefaultRecomputeModules;
+  // The routed experts' tokens on this rank over their balanced share
+  // (top_k per token spread evenly): the busiest expert-parallel rank's
+  // load under the plan's routing (strategies::MoeRouting::load).
+  double expert_load = 1.0;
 };
 
 // The whole model: embedding, one block per transformer layer, head (final

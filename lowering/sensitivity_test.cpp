@@ -196,6 +196,15 @@ const Case kCases[] = {
     {"plan.offload/activations", "{}", R"({"plan": {"offload": {"activations": true}}})", Effect::PeakDown},
     {"plan.offload/weights", "{}", R"({"plan": {"offload": {"weights": true}}})", Effect::PeakDown},
     {"plan.offload/optimizer", "{}", R"({"plan": {"offload": {"optimizer": "cpu"}}})", Effect::PeakDown},
+    // The busiest expert-parallel rank's load: more expert work and
+    // all-to-all bytes (a capacity below the imbalance cuts it; padding
+    // raises a balanced router's to the capacity).
+    {"plan.moe/load_imbalance", "{" MOE R"(, "plan": {"ep": 2}})", R"({"plan": {"moe": {"load_imbalance": 1.5}}})",
+     Effect::StepUp},
+    {"plan.moe/capacity_factor", "{" MOE R"(, "plan": {"ep": 2, "moe": {"load_imbalance": 1.5}}})",
+     R"({"plan": {"moe": {"capacity_factor": 1.1}}})", Effect::StepDown},
+    {"plan.moe/pad_to_capacity", "{" MOE R"(, "plan": {"ep": 2, "moe": {"capacity_factor": 1.5}}})",
+     R"({"plan": {"moe": {"pad_to_capacity": true}}})", Effect::StepUp},
     {"plan.offload/prefetch_depth", R"({"plan": {"offload": {"activations": true}}})",
      R"({"plan": {"offload": {"prefetch_depth": 0}}})", Effect::StepUp},
     {"plan.offload/planner", R"({"plan": {"offload": {"activations": true}}})",
@@ -284,6 +293,7 @@ const std::map<std::string, std::string> kInert = {
     {"gpu/source", "a label for people"},
     {"plan/offload", "an object: its keys are checked one by one"},
     {"plan/compression", "an object: its keys are checked one by one"},
+    {"plan/moe", "an object: its keys are checked one by one"},
     {"plan/implementation", "an object: its keys are checked one by one"},
 };
 
@@ -297,6 +307,7 @@ const std::map<std::string, std::string> kSections = {
     {"## `batch`", "batch"},
     {"## `plan`", "plan"},
     {"### `plan.offload`", "plan.offload"},
+    {"### `plan.moe`", "plan.moe"},
     {"### `plan.compression`", "plan.compression"},
     {"### `plan.implementation`", "plan.implementation"},
     {"## `goal`, `convergence` and `lr`", "goal"},

@@ -302,7 +302,9 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // Dispatch and combine all-to-alls forward, and their gradients
     // backward, in the blocks with routed experts (not a MoE model's dense
     // blocks).
-    const Bytes tokens = static_cast<Bytes>(static_cast<double>(sc.model.moe->top_k) * b * s * h * e /
+    // The busiest rank receives (and sends back) MoeRouting::load() times
+    // its balanced share.
+    const Bytes tokens = static_cast<Bytes>(static_cast<double>(sc.model.moe->top_k) * p.moe.load() * b * s * h * e /
                                             (p.sequence_parallel ? static_cast<double>(p.tp) : 1.0));
     const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_);
     for (std::size_t k = 0; k < kinds; ++k) {

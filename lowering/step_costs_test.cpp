@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "costmodel/time_model.hpp"
@@ -84,6 +85,55 @@ TEST_CASE("expert parallelism: the all-to-alls block the expert blocks only, not
   }
   // Each kind's passes are its own ops' times.
   CHECK(c.layer(chain.kinds[0], Pass::Forward, false) != c.layer(chain.kinds[1], Pass::Forward, false));
+}
+
+TEST_CASE("plan.moe: the busiest expert-parallel rank's load scales its experts' work and its all-to-alls") {
+  // The model above with ep 8. MoeRouting::load(): the imbalance (1.5),
+  // cut at a capacity of 1.25 without padding, the capacity when padded
+  // (1.25, even for a balanced router). The routed experts' FLOPs, bytes
+  // and kept activations, and the dispatched tokens, scale by it; the
+  // router, the shared experts and the dense blocks do not.
+  auto with = [](const std::string& moe) {
+    return parse_scenario(
+        R"({"model": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 32000,
+                      "moe": {"experts": 8, "top_k": 2, "first_dense": 1}},
+            "cluster": {"preset": "dgx-a100-80g", "nodes": 1}, "batch": {"global": 8},
+            "plan": {"ep": 8, "precision": "bf16", "moe": )" + moe + "}}",
+        "t.json");
+  };
+  const Scenario balanced = with("{}"), skewed = with(R"({"load_imbalance": 1.5})"),
+                 capped = with(R"({"load_imbalance": 1.5, "capacity_factor": 1.25})"),
+                 padded = with(R"({"capacity_factor": 1.25, "pad_to_capacity": true})");
+  CHECK(balanced.plan.moe.load() == 1.0);
+  CHECK(skewed.plan.moe.load() == 1.5);
+  CHECK(capped.plan.moe.load() == 1.25);
+  CHECK(padded.plan.moe.load() == 1.25);
+  const cost::Calibration cal = cost::ideal_calibration();
+  const Bytes tokens = 2LL * 1 * 1024 * 1024 * 2;  // top_k · b · s · h · 2 bytes, balanced
+  for (const Scenario* sc : {&balanced, &skewed, &capped, &padded}) {
+    const double load = sc->plan.moe.load();
+    const cost::OpChain chain = cost::expand(sc->model, expand_options(*sc));
+    const cost::OpChain base = cost::expand(balanced.model, expand_options(balanced));
+    const Time a2a = cost::collective_time(cost::CollectiveOp::AllToAll, static_cast<Bytes>(load * tokens), 8, 8,
+                                           sc->cluster.node, cal);
+    CHECK(ModelStepCosts(*sc, cal).layer_comm(chain.kinds[0], CommKind::EP, Pass::Forward) == 2 * a2a);
+    for (const char* name : {"mlp_up_gate", "mlp_down"}) {
+      const auto find = [&](const cost::Layer& l) {
+        return *std::find_if(l.ops.begin(), l.ops.end(), [&](const cost::Op& op) { return op.name == name && op.expert; });
+      };
+      CHECK(find(chain.kinds[0]).fwd_flops == doctest::Approx(load * find(base.kinds[0]).fwd_flops));
+    }
+    CHECK(chain.kinds[1].fwd_flops() == base.kinds[1].fwd_flops());  // the dense block
+  }
+  // Refused where it cannot act.
+  CHECK(testing::input_error_of([] {
+          parse_scenario(R"({"model": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 100},
+                             "cluster": {"preset": "dgx-a100-80g", "nodes": 1}, "batch": {"global": 8},
+                             "plan": {"moe": {"load_imbalance": 1.2}}})",
+                         "d.json");
+        }) == "d.json: plan.moe: routes tokens to experts: custom has none");
+  CHECK(testing::input_error_of([&] { with(R"({"pad_to_capacity": true})"); }) ==
+        "t.json: plan.moe.pad_to_capacity: pads each expert's tokens to its capacity: needs capacity_factor");
 }
 
 TEST_CASE("tensor parallelism without the backward overlap (tp_grad_overlap false)") {

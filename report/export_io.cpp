@@ -4,6 +4,8 @@
 // lists them with their sources, and export_io_test.cpp asserts them.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -45,6 +47,15 @@ std::string comment_safe(std::string_view s) {
 }
 
 std::string str(std::int64_t v) { return std::to_string(v); }
+// The shortest text that reads back as `v` ("1.25").
+std::string real(double v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
 
 std::string join(const std::vector<std::int64_t>& v) {
   std::string s;
@@ -534,6 +545,14 @@ Exported export_megatron(const Scenario& sc) {
   if (m.moe) {
     f.add("--num-experts", m.moe->experts);
     f.add("--moe-router-topk", m.moe->top_k);
+    // Token dropping (arguments.py: "The capacity factor for each expert,
+    // None means no token will be dropped"; padding "effective only after
+    // the --moe-expert-capacity-factor is set").
+    if (p.moe.capacity_factor) f.add("--moe-expert-capacity-factor", real(*p.moe.capacity_factor));
+    if (p.moe.pad_to_capacity) f.add("--moe-pad-expert-input-to-capacity");
+    if (p.moe.load_imbalance != 1.0)
+      notes.push_back("moe.load_imbalance=" + real(p.moe.load_imbalance) +
+                      ": how the router spreads tokens in the run, not a setting Megatron-LM takes");
   }
   if (const std::string freq = megatron_moe_layer_freq(m); !freq.empty()) f.add("--moe-layer-freq", "'" + freq + "'");
   // arguments.py, _add_mtp_args: --mtp-num-layers, "D sequential modules
@@ -577,6 +596,9 @@ Exported export_deepspeed(const Scenario& sc) {
   auto& un = ex.unsupported;
   auto& notes = ex.notes;
   const std::string E = "DeepSpeed";
+  if (p.moe.capacity_factor)
+    un.push_back("moe.capacity_factor (DeepSpeed's MoE layer takes capacity_factor in the model code, "
+                 "deepspeed.moe.layer.MoE; ds_config.json has no key for it)");
   nlohmann::ordered_json j;
 
   j["train_batch_size"] = sc.batch.global;
@@ -739,6 +761,8 @@ Exported export_torchtitan(const Scenario& sc) {
   const std::string E = "torchtitan";
   std::ostringstream par, train, ac, model, opt;
   auto q = [](std::string_view s) { return "\"" + std::string(s) + "\""; };
+  if (p.moe.capacity_factor)
+    un.push_back("moe.capacity_factor (torchtitan's MoE routes without dropping tokens)");
   if (p.partition_activations)
     un.push_back("partition_activations (torchtitan's checkpointing keeps each wrapped block's input whole; its "
                  "tensor parallelism splits it by sequence instead)");

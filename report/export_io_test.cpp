@@ -314,6 +314,31 @@ TEST_CASE("megatron: --moe-layer-freq expresses the whole MoE layer pattern") {
         "x.sh: --moe-layer-freq: is ([0]+[1])*4, the scenario's model has [0]*4+([1]+[0])*2 [import-model]");
 }
 
+TEST_CASE("plan.moe: Megatron-LM's token dropping flags, read back; the load imbalance is the run's") {
+  // arguments.py: --moe-expert-capacity-factor ("None means no token will
+  // be dropped") and --moe-pad-expert-input-to-capacity.
+  const auto sc = scenario(R"({"model": "mixtral-8x7b", "cluster": {"preset": "dgx-h100", "nodes": 4},
+      "batch": {"global": 64, "micro": 1},
+      "plan": {"tp": 2, "ep": 8, "precision": "bf16",
+               "moe": {"capacity_factor": 1.25, "pad_to_capacity": true, "load_imbalance": 1.5}}})");
+  const Exported m = export_megatron(sc);
+  CHECK(has(flags(m), "--moe-expert-capacity-factor 1.25"));
+  CHECK(has(flags(m), "--moe-pad-expert-input-to-capacity"));
+  CHECK(std::any_of(m.notes.begin(), m.notes.end(), [](const std::string& n) {
+    return contains(n, "moe.load_imbalance=1.5");
+  }));
+  const Imported back = import_plan(sc, ExportTarget::Megatron, m.text, "x.sh");
+  CHECK(back.scenario.plan.moe == sc.plan.moe);
+  CHECK(std::find(back.from_base.begin(), back.from_base.end(), "plan.moe.load_imbalance") != back.from_base.end());
+  CHECK(contains(unsupported(export_deepspeed(sc), "moe.capacity_factor"), "deepspeed.moe.layer.MoE"));
+  CHECK(contains(unsupported(export_torchtitan(sc), "moe.capacity_factor"), "without dropping"));
+  // Dropless: neither flag.
+  auto dropless = sc;
+  dropless.plan.moe = {};
+  CHECK_FALSE(has_prefix(flags(export_megatron(dropless)), "--moe-expert-capacity-factor"));
+  CHECK_FALSE(has(flags(export_megatron(dropless)), "--moe-pad-expert-input-to-capacity"));
+}
+
 TEST_CASE("partition_activations: Megatron-LM's --distribute-saved-activations, DeepSpeed's partition_activations") {
   // arguments.py: --distribute-saved-activations ("If set, distribute
   // recomputed activations across model parallel group"); DeepSpeed's

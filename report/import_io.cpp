@@ -241,6 +241,12 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
     same_int("--num-experts", m.moe->experts);
     same_int("--moe-router-topk", m.moe->top_k);
   }
+  if (const auto cf = value("--moe-expert-capacity-factor"))
+    p.moe.capacity_factor = to_number(*cf, file, "--moe-expert-capacity-factor");
+  p.moe.pad_to_capacity = has("--moe-pad-expert-input-to-capacity");
+  // How evenly the router spreads tokens is the run's, not a flag: the base's.
+  p.moe.load_imbalance = base.plan.moe.load_imbalance;
+  if (p.moe.load_imbalance != 1.0) out.from_base.push_back("plan.moe.load_imbalance");
   // Per-layer choices (export's megatron_moe_layer_freq and
   // megatron_window_size): as the model has them, or absent where it has none.
   auto same_text = [&](const std::string& f, const std::string& model_value, const std::string& none) {

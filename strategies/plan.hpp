@@ -3,6 +3,7 @@
 // as typed data with documented defaults. Parsing and validation live in
 // scenario_io.cpp; the rules that relate the plan to a model and a cluster
 // live in validate.cpp.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -138,6 +139,32 @@ struct Implementation {
                                         ParallelDim::PP};
 };
 
+// How a MoE model's tokens reach its experts as the framework routes them
+// (plan.moe). The step is as slow as its busiest expert-parallel rank: its
+// routed experts compute, keep and receive load() times their balanced
+// share of tokens (top_k · tokens / experts each).
+struct MoeRouting {
+  // Megatron-LM's --moe-expert-capacity-factor: an expert takes at most
+  // this times its balanced share, the rest dropped; absent: dropless
+  // (Megatron-Core's default, moe_expert_capacity_factor None).
+  std::optional<double> capacity_factor;
+  // --moe-pad-expert-input-to-capacity: every expert computes its whole
+  // capacity, padded. Only with capacity_factor.
+  bool pad_to_capacity = false;
+  // The busiest rank's routed tokens over the balanced share: a property of
+  // the router and the data, read from a run (Megatron-Core can log the
+  // tokens per expert); 1 is perfectly balanced routing.
+  double load_imbalance = 1.0;
+
+  // The busiest rank's load as a multiple of the balanced share: the
+  // capacity when padded, else the imbalance cut at the capacity.
+  double load() const {
+    if (capacity_factor && pad_to_capacity) return *capacity_factor;
+    return capacity_factor ? std::min(load_imbalance, *capacity_factor) : load_imbalance;
+  }
+  bool operator==(const MoeRouting&) const = default;
+};
+
 struct Plan {
   std::int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
   std::int64_t zero = 0;
@@ -165,6 +192,7 @@ struct Plan {
   // sequence parallelism (whose inputs are already split) and a recompute
   // that keeps layer inputs.
   bool partition_activations = false;
+  MoeRouting moe;  // MoE models only
   Offload offload;
   Compression compression;
   Optimizer optimizer = Optimizer::Adam;

@@ -109,6 +109,17 @@ Compression read_compression(const JsonReader& r) {
   return c;
 }
 
+MoeRouting read_moe_routing(const JsonReader& r) {
+  MoeRouting m;
+  if (auto c = r.get("capacity_factor")) m.capacity_factor = c->as_number(0.01, 1e3);
+  m.pad_to_capacity = r.bool_or("pad_to_capacity", false);
+  if (m.pad_to_capacity && !m.capacity_factor)
+    r.fail_at("pad_to_capacity", "pads each expert's tokens to its capacity: needs capacity_factor");
+  m.load_imbalance = r.number_or("load_imbalance", 1.0, 1.0, 1e3);
+  r.reject_unknown_keys();
+  return m;
+}
+
 Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   Plan p;
   p.tp = r.int_or("tp", 1, 1, kMaxGpus);
@@ -156,6 +167,7 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
     if (p.recompute_modules == 0) mods->fail("lists no module: recompute \"none\" reruns nothing");
   }
   p.partition_activations = r.bool_or("partition_activations", false);
+  if (auto m = r.get("moe")) p.moe = read_moe_routing(*m);
   if (auto o = r.get("offload")) p.offload = read_offload(*o);
   if (auto budget = r.get("memory_budget_GiB")) {
     if (p.recompute != Recompute::Optimal && p.offload.planner != OffloadPlanner::Joint &&

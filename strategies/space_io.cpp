@@ -257,6 +257,13 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (p.optimizer_states != StateDtype::FP32) plan["optimizer_states"] = nm(p.optimizer_states);
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
   if (p.partition_activations) plan["partition_activations"] = true;
+  if (!(p.moe == MoeRouting{})) {
+    json moe = json::object();
+    if (p.moe.capacity_factor) moe["capacity_factor"] = *p.moe.capacity_factor;
+    if (p.moe.pad_to_capacity) moe["pad_to_capacity"] = true;
+    if (p.moe.load_imbalance != 1.0) moe["load_imbalance"] = p.moe.load_imbalance;
+    plan["moe"] = moe;
+  }
   if (const auto modules = recompute_modules_of(p); modules != cost::kDefaultRecomputeModules) {
     json mods = json::array();
     for (const std::string_view name : cost::module_names(modules)) mods.push_back(name);

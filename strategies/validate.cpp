@@ -278,6 +278,10 @@ std::optional<Violation> first_violation(const Scenario& s) {
                       "\" keeps none (use full, every_k, sqrt, every_nth or optimal)");
   }
 
+  // --- how a MoE model's tokens are routed ---
+  if (!(p.moe == MoeRouting{}) && !m.moe)
+    return fail("moe-routing-needs-moe", "plan.moe", "routes tokens to experts: " + m.name + " has none");
+
   // --- offload ---
   if (p.offload.planner != OffloadPlanner::All && !p.offload.activations)
     return fail("planner-needs-activation-offload", "plan.offload.planner",
