@@ -91,12 +91,6 @@ std::vector<std::int64_t> OpChain::kind_counts(std::int64_t first, std::int64_t 
   return n;
 }
 
-double OpChain::block_params(std::span<const std::int64_t> layers) const {
-  double n = 0;
-  for (const std::int64_t l : layers) n += static_cast<double>(block_at(l).params());
-  return n;
-}
-
 std::int64_t OpChain::params() const {
   std::int64_t n = embedding.params() + head.params();
   for (const std::int32_t k : kind_of) n += kinds[static_cast<std::size_t>(k)].params();

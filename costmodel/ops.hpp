@@ -166,8 +166,6 @@ struct OpChain {
   std::vector<std::int64_t> kind_counts(std::span<const std::int64_t> layers) const;
   // … among blocks first … first + n − 1.
   std::vector<std::int64_t> kind_counts(std::int64_t first, std::int64_t n) const;
-  // Parameters of the blocks listed (each block's own kind).
-  double block_params(std::span<const std::int64_t> layers) const;
 
   std::int64_t params() const;
   Flops fwd_flops() const;

@@ -412,12 +412,16 @@ class StepBuilder : StepLayout {
 
   // One block of each kind on this stage, priced once per stage
   // (price_kinds): its passes (forward, backward, recompute) and its
-  // attention core's rerun, and the tensor-, context- and expert-parallel
-  // communication each pass blocks on (a recompute reruns the forward's).
+  // attention core's rerun, the tensor-, context- and expert-parallel
+  // communication each pass blocks on (a recompute reruns the forward's),
+  // its ZeRO-3 all-gather (layer_gather_time) and, with
+  // partition_activations, the all-gather over tp of the input it keeps as
+  // a segment's start (each rank kept 1/tp of it).
   struct KindTimes {
     std::array<Time, 3> pass{};
     Time core = 0;
     std::array<std::array<Time, 3>, 3> comm{};  // [pass][TP, CP, EP]
+    Time zero3_gather = 0, input_gather = 0;
   };
   static constexpr std::array<CommKind, 3> kLayerComm{CommKind::TP, CommKind::CP, CommKind::EP};
   void price_kinds() {
@@ -434,6 +438,9 @@ class StepBuilder : StepLayout {
           if (on[c]) t.comm[p][c] = costs().layer_comm(block, kLayerComm[c], priced);
       }
       t.core = costs().layer(block, Pass::Recompute, true);
+      if (zero3()) t.zero3_gather = layer_gather_time(block);  // on this stage's links
+      if (plan_.partition_activations)
+        t.input_gather = costs().collective(Collective::AllGather, Group::TP, block.input_bytes);
     }
   }
   const KindTimes& kind_times(std::int64_t layer) const {
@@ -455,11 +462,6 @@ class StepBuilder : StepLayout {
       for_layer_comm(mtp_block(), pass, [&](CommKind kind, Time t) {
         compute(t, phase_of(pass), info(TaskOp::LayerComm, Part::Head, d, mb, pass), kind);
       });
-  }
-  // partition_activations: the all-gather over tp of the input layer
-  // `layer` keeps as a segment's start (each rank kept 1/tp of it).
-  Time input_gather(std::int64_t layer) const {
-    return costs().collective(Collective::AllGather, Group::TP, chain_.block_at(layer).input_bytes);
   }
   static sim::Phase phase_of(Pass pass) {
     return pass == Pass::Backward ? sim::Phase::Bwd : pass == Pass::Forward ? sim::Phase::Fwd : sim::Phase::Recompute;
@@ -688,7 +690,7 @@ class StepBuilder : StepLayout {
       const ActivationRule& rule = StepLayout::rule(first + i);
       if (segment_end(keeps, i)) {
         const std::int64_t start = segment_start(keeps, i);
-        if (plan_.partition_activations) sp.add(comm_cat(CommKind::TP), input_gather(first + start));
+        if (plan_.partition_activations) sp.add(comm_cat(CommKind::TP), kind_times(first + start).input_gather);
         for (std::int64_t j = start; j <= i; ++j) {
           const KindTimes& rerun = kind_times(first + j);
           sp.add(static_cast<int>(TimeCat::Recompute), rerun.pass[static_cast<std::size_t>(Pass::Recompute)]);
@@ -870,7 +872,7 @@ class StepBuilder : StepLayout {
         // backward calls gather_split_1d_tensor before it reruns).
         const std::int64_t start = segment_start(keeps, i);
         if (plan_.partition_activations)
-          wait(compute(input_gather(first + start), sim::Phase::Recompute,
+          wait(compute(kind_times(first + start).input_gather, sim::Phase::Recompute,
                        info(TaskOp::InputGather, Part::Layer, first + start, mb, Pass::Recompute), CommKind::TP));
         for (std::int64_t j = start; j <= i; ++j) {
           // The CPU kernels: a layer before the segment's last keeps its
@@ -995,9 +997,8 @@ class StepBuilder : StepLayout {
   // stage3_prefetch_bucket_size 0) once the compute lane finished the layer
   // before, so the gather is exposed.
   std::int32_t param_gather(std::int64_t layer, int mb, Pass pass) {
-    const Time gather = layer_gather_[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(layer)])];
-    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, gather, sim::Phase::Comm,
-                                CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
+    const std::int32_t g = task(sim::TaskKind::Collective, sim::Lane::Comm, kind_times(layer).zero3_gather,
+                                sim::Phase::Comm, CommKind::DP, info(TaskOp::Zero3Gather, Part::Layer, layer, mb, pass));
     if (cpu_) {
       std::vector<std::int32_t> frees;
       const auto allocs = cpu_bring_layer(layer, frees);
@@ -1084,11 +1085,7 @@ class StepBuilder : StepLayout {
     stage_ = s;
     stage_costs_ = &costs_.stage(s);
     collect_stage_layers();
-    price_kinds();  // on this stage's GPUs
-    if (zero3()) {  // on this stage's links
-      layer_gather_.clear();
-      for (const auto& block : chain_.kinds) layer_gather_.push_back(layer_gather_time(block));
-    }
+    price_kinds();  // on this stage's GPUs and links
     // Memory: the GPU pool holds this stage's static bytes from the start
     // (weights, gradients, optimizer state, buffers, workspace, runtime:
     // the analytical model's) and the activations the tasks allocate; the
@@ -1670,7 +1667,6 @@ class StepBuilder : StepLayout {
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
   std::vector<KindTimes> kind_times_;  // per kind of block, this stage's (price_kinds)
-  std::vector<Time> layer_gather_;  // ZeRO-3: one layer's all-gather per kind of block (layer_gather_time)
   bool folding_ = false;    // fold_pass is replaying a pass alone
   std::int32_t prefetched_gather_ = kNone;  // fold_pass: a pass's first ZeRO-3 gather, issued before it
   std::vector<int> gather_mb_;  // by model chunk: the microbatch of its first forward on the stage (gather_in_forward), else -1
