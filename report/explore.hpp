@@ -24,6 +24,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "report/progress.hpp"
 #include "report/format.hpp"
 #include "explorer/explore.hpp"
@@ -104,12 +106,14 @@ struct ResultsFile {
   std::uint64_t torn_bytes = 0;
   std::uint64_t lines_read = 0;  // whole non-empty lines
 };
+// A whole record read: its plan id, its line and the line parsed (once,
+// for every reader: callers take what they need from it).
+using RecordFn = std::function<void(std::uint64_t id, std::string_view line, const nlohmann::json& record)>;
 // `on_line`, when given, is called with every whole record, in file order;
 // `progress` with the bytes read of the file's, every thousand records.
 ResultsFile read_results(const std::string& path,
                          const std::function<bool(std::uint64_t)>& keep_line = {},
-                         const RecordCheck* check = nullptr,
-                         const std::function<void(std::uint64_t, std::string_view)>& on_line = {},
+                         const RecordCheck* check = nullptr, const RecordFn& on_line = {},
                          const PhaseProgress& progress = {});
 // The same from the file's text (`path` names it in errors).
 ResultsFile parse_results(std::string_view text, const std::string& path,
@@ -168,8 +172,9 @@ std::vector<std::uint64_t> plans_to_rescore(const std::vector<strategies::Scored
 // its own batch and plan and consistent figures, and the plans the summary
 // shows and a random sample of the others are re-scored (rescore_records,
 // plans_to_rescore). A directory of an older strata (no
-// manifest) has its records' ids checked only. `lines`: keep every
-// record's line (refined ones in place of the coarse).
+// manifest) has its records' ids checked only. `on_record`, when given, is
+// called with every record read, results.jsonl's first and then
+// refined.jsonl's (which replace the coarse ones of their plans).
 struct CheckedDir {
   std::optional<strategies::Scenario> explored;  // the scenario copy, when checked against a manifest
   ResultsFile results;
@@ -179,8 +184,12 @@ struct CheckedDir {
 // breakdowns as every read checks them), not placed in the space, ruled or
 // re-scored: for the report explore writes of the records it has just
 // written itself.
-CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress = {},
+CheckedDir check_explore_dir(const std::string& dir, const RecordFn& on_record, const PhaseProgress& progress = {},
                              bool verify = true);
+
+// Plan `id`'s record in an explore directory, as a report reads it: its
+// refined.jsonl line where it has one, else its results.jsonl line.
+std::string record_line(const std::string& dir, std::uint64_t id);
 
 // One results.jsonl line (no newline) for a scored plan.
 std::string result_line(const strategies::ScoredOutcome& o);

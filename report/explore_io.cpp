@@ -518,7 +518,7 @@ SpaceIndex space_index(const strategies::Scenario& sc, const json& batch, const 
 // One whole line of a results file, checked and added to `out`.
 void parse_record(std::string_view line, std::uint64_t line_no, const std::string& where, const RecordCheck* check,
                   std::optional<strategies::Scenario>& point, const std::function<bool(std::uint64_t)>& keep_line,
-                  const std::function<void(std::uint64_t, std::string_view)>& on_line, ResultsFile& out) {
+                  const RecordFn& on_line, ResultsFile& out) {
   // The strict parser: a key twice in one record is refused (a plain parse
   // keeps the last, so an appended key could override what was scored).
   json j;
@@ -638,15 +638,13 @@ void parse_record(std::string_view line, std::uint64_t line_no, const std::strin
     throw InputError(where, "", "plan " + id_text + " appears twice with different results");
   if (auto e = r.get("exact"); e && !e->as_bool()) out.inexact.insert(*id);
   if (keep_line && keep_line(*id) && out.lines.try_emplace(*id, line).second) out.line_numbers[*id] = line_no;
-  if (on_line) on_line(*id, line);
+  if (on_line) on_line(*id, line, j);
 }
 
 }  // namespace
 
 ResultsFile read_results(const std::string& path, const std::function<bool(std::uint64_t)>& keep_line,
-                         const RecordCheck* check,
-                         const std::function<void(std::uint64_t, std::string_view)>& on_line,
-                         const PhaseProgress& progress) {
+                         const RecordCheck* check, const RecordFn& on_line, const PhaseProgress& progress) {
   ResultsFile out;
   if (!fs::exists(path)) return out;
   LineReader in(path);
@@ -984,6 +982,16 @@ ResultsFile wanted_lines(const std::string& path, const std::unordered_set<std::
 }
 }  // namespace
 
+std::string record_line(const std::string& dir, std::uint64_t id) {
+  const std::unordered_set<std::uint64_t> want{id};
+  for (const std::string& path : {refined_path(dir), results_path(dir)}) {
+    if (!fs::exists(path)) continue;
+    ResultsFile f = wanted_lines(path, want);
+    if (auto it = f.lines.find(id); it != f.lines.end()) return std::move(it->second);
+  }
+  throw InputError(results_path(dir), "", "holds no record of plan " + strategies::plan_id_hex(id));
+}
+
 std::vector<std::uint64_t> plans_to_rescore(const std::vector<ScoredPlan>& plans, std::vector<std::uint64_t> shown,
                                             std::size_t drawn) {
   std::sort(shown.begin(), shown.end());
@@ -1142,7 +1150,8 @@ void check_counts(const JsonReader& r, const Counts& k, const strategies::Scenar
 
 }  // namespace
 
-CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProgress& progress, bool verify) {
+CheckedDir check_explore_dir(const std::string& dir, const RecordFn& on_record, const PhaseProgress& progress,
+                             bool verify) {
   const std::string sp = summary_path(dir), rp = results_path(dir), fp = refined_path(dir);
   for (const auto& p : {sp, rp})
     if (!fs::exists(p)) throw InputError(p, "", "file not found (not an explore output directory?)");
@@ -1176,7 +1185,6 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProg
     }
   }
   const RecordCheck* checking = out.explored && verify ? &check : nullptr;
-  const auto all = [](std::uint64_t) { return true; };
   // A torn last line is a record the run was writing when it was killed:
   // reporting without it would show a top and a front the summary does not.
   const auto whole = [](const std::string& path, const ResultsFile& f) {
@@ -1185,14 +1193,13 @@ CheckedDir check_explore_dir(const std::string& dir, bool lines, const PhaseProg
                        "ends in a torn line (the run was killed while writing it): finish the run with explore "
                        "--resume before reporting it");
   };
-  out.results = read_results(rp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
+  out.results = read_results(rp, {}, checking, on_record, progress);
   whole(rp, out.results);
   // Plans the explorer re-simulated at layer granularity count with those figures, as in its summary.
   if (fs::exists(fp)) {
-    ResultsFile rr = read_results(fp, lines ? std::function<bool(std::uint64_t)>(all) : nullptr, checking, {}, progress);
+    ResultsFile rr = read_results(fp, {}, checking, on_record, progress);
     whole(fp, rr);
     for (auto& [id, p] : rr.plans) out.results.plans[id] = p;
-    for (auto& [id, line] : rr.lines) out.results.lines[id] = std::move(line);
   }
   std::vector<ScoredPlan> plans;
   plans.reserve(out.results.plans.size());
@@ -1342,7 +1349,9 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   std::unordered_set<std::uint64_t> wanted;
   for (const auto& p : rep.result.pareto) wanted.insert(p.plan_id);
   for (const auto& p : rep.result.top) wanted.insert(p.plan_id);
-  ResultsFile now = read_results(results, [&](std::uint64_t id) { return wanted.count(id) > 0; });
+  // The shown plans' lines, found by their ids alone: every record was
+  // checked as it was read (resumed) or written by this run.
+  ResultsFile now = wanted_lines(results, wanted);
   for (const auto& [id, line] : refined) now.lines[id] = line;
   write_file_atomically(refined_path(o.out_dir), jsonl(refined));
 
@@ -1601,7 +1610,7 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
       for (const auto& p : *set) kept.insert(p.plan_id);
     std::string buf;
     for (std::size_t d : order) {
-      read_results(results_path(dirs[d]), {}, nullptr, [&](std::uint64_t id, std::string_view line) {
+      read_results(results_path(dirs[d]), {}, nullptr, [&](std::uint64_t id, std::string_view line, const json&) {
         if (!written.insert(id).second) return;
         buf.append(line);
         buf += '\n';

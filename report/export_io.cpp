@@ -1094,7 +1094,7 @@ strategies::Scenario load_export_scenario(const std::string& path, std::size_t r
   // and the summary's top list must be the one its records give: a plan
   // edited into summary.json is not exported.
   const DirReadLock lock(path);
-  const CheckedDir checked = check_explore_dir(path, /*lines=*/false);
+  const CheckedDir checked = check_explore_dir(path, {});
   for (std::size_t i = 0; i < records.size(); ++i) {
     const JsonReader id_at = records[i].at("plan_id");
     const std::string id_text = id_at.as_string();

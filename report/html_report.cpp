@@ -1101,8 +1101,7 @@ std::string ranking_chart(const ReportData& d, const ReportAnalysis& an) {
   return svg::scatter(s);
 }
 
-std::string report_html(const ReportData& d) {
-  const ReportAnalysis an = analyse(d);
+std::string report_html(const ReportData& d, const ReportAnalysis& an) {
   const std::string heading = "Strata report: " + d.model + " on " + cluster_text(d);
   std::string o;
   o += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
@@ -1221,8 +1220,7 @@ std::string report_html(const ReportData& d) {
   return o;
 }
 
-std::string report_markdown(const ReportData& d) {
-  const ReportAnalysis an = analyse(d);
+std::string report_markdown(const ReportData& d, const ReportAnalysis& an) {
   std::string o;
   o += "# Strata report: " + md(d.model) + " on " + md(cluster_text(d)) + "\n\n";
   o += "Explore directory " + md(d.dir) + ", scenario " + md(d.scenario) + ": " + fmt_count(d.plans.size()) +
@@ -1312,8 +1310,7 @@ std::string report_markdown(const ReportData& d) {
   return o;
 }
 
-std::string results_csv(const ReportData& d) {
-  const ReportAnalysis an = analyse(d);
+std::string results_csv(const ReportData& d, const ReportAnalysis& an) {
   Table t;
   t.columns = {"plan_id", "batch_global", "batch_micro", "dp", "tp", "pp"};
   std::vector<std::size_t> axes;

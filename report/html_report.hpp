@@ -175,9 +175,14 @@ struct ReportAnalysis {
 };
 ReportAnalysis analyse(const ReportData& d);
 
-std::string report_html(const ReportData& d);
-std::string report_markdown(const ReportData& d);
-std::string results_csv(const ReportData& d);
+// Each renders `an`, analyse(d) (analysed once for all three by a caller
+// that writes them together), or analyses d itself.
+std::string report_html(const ReportData& d, const ReportAnalysis& an);
+std::string report_markdown(const ReportData& d, const ReportAnalysis& an);
+std::string results_csv(const ReportData& d, const ReportAnalysis& an);
+inline std::string report_html(const ReportData& d) { return report_html(d, analyse(d)); }
+inline std::string report_markdown(const ReportData& d) { return report_markdown(d, analyse(d)); }
+inline std::string results_csv(const ReportData& d) { return results_csv(d, analyse(d)); }
 
 // Reads DIR/summary.json and DIR/results.jsonl (report/explore.hpp) and
 // re-simulates the best plan from DIR/scenario.json (or, failing that, the
@@ -188,7 +193,9 @@ std::string results_csv(const ReportData& d);
 // plan's re-simulation and trade-off search.
 // `verify` false: for explore's own report of what it has just written
 // (check_explore_dir's `verify`).
-ReportData load_report_data(const std::string& dir, const PhaseProgress& progress = {}, bool verify = true);
+// `analysis`, when given, receives analyse() of the data returned.
+ReportData load_report_data(const std::string& dir, const PhaseProgress& progress = {}, bool verify = true,
+                            ReportAnalysis* analysis = nullptr);
 
 // load_report_data, then report.html, report.md and results.csv written
 // atomically into `out_dir` (made when missing). Nothing is written when

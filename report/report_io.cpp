@@ -187,7 +187,8 @@ Timeline replay(const strategies::Scenario& scenario, const std::string& plan_id
 
 }  // namespace
 
-ReportData load_report_data(const std::string& dir, const PhaseProgress& progress, bool verify) {
+ReportData load_report_data(const std::string& dir, const PhaseProgress& progress, bool verify,
+                            ReportAnalysis* analysis) {
   if (!fs::is_directory(dir))
     throw InputError(dir, "", "not a directory (strata report reads the --out directory of strata explore)");
   const std::string sp = (fs::path(dir) / "summary.json").string();
@@ -233,24 +234,35 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   // plans the summary shows are re-scored (check_explore_dir). A directory
   // of an older strata has no manifest: its records' ids are still checked
   // against their own batch and plan.
-  CheckedDir checked = check_explore_dir(dir, /*lines=*/true, progress, verify);
-  ResultsFile& rf = checked.results;
+  // Each record is parsed once, as it is checked: a refined record (read
+  // after the coarse ones) replaces its plan's coarse one. The goal is the
+  // first record's that has one, by id.
+  std::unordered_map<std::uint64_t, PlanRecord> records;
+  std::uint64_t goal_id = 0;
+  bool have_goal = false;
+  CheckedDir checked = check_explore_dir(
+      dir,
+      [&](std::uint64_t id, std::string_view, const json& j) {
+        records.insert_or_assign(id, plan_record(j, rp + ": plan " + strategies::plan_id_hex(id), d.axes, d.memory_tags));
+        if (j.contains("training") && (!have_goal || id < goal_id)) {
+          const json& tr = j.at("training");
+          const json& g = tr.at("goal");
+          d.goal = g.contains("target_loss") ? "target loss " + g.at("target_loss").dump()
+                                             : si(g.at("tokens").get<double>()) + " tokens";
+          d.b_noise_tokens = tr.contains("B_noise_tokens") ? std::optional(tr.at("B_noise_tokens").get<double>())
+                                                           : std::nullopt;
+          goal_id = id;
+          have_goal = true;
+        }
+      },
+      progress, verify);
   std::vector<std::uint64_t> ids;
-  for (const auto& [id, line] : rf.lines) ids.push_back(id);
+  ids.reserve(records.size());
+  for (const auto& [id, p] : records) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   d.plans.reserve(ids.size());
-  for (std::uint64_t id : ids) {
-    const std::string& line = rf.lines.at(id);
-    const json j = json::parse(line);
-    d.plans.push_back(plan_record(j, rp + ": plan " + strategies::plan_id_hex(id), d.axes, d.memory_tags));
-    if (d.goal.empty() && j.contains("training")) {
-      const json& tr = j.at("training");
-      const json& g = tr.at("goal");
-      d.goal = g.contains("target_loss") ? "target loss " + g.at("target_loss").dump()
-                                         : si(g.at("tokens").get<double>()) + " tokens";
-      if (tr.contains("B_noise_tokens")) d.b_noise_tokens = tr.at("B_noise_tokens").get<double>();
-    }
-  }
+  for (std::uint64_t id : ids) d.plans.push_back(std::move(records.at(id)));
+  records.clear();
   // Tags in the order `simulate` prints them; any other after them, by name.
   static const std::vector<std::string> kOrder = {"params", "grads", "optimizer_states", "activations",
                                                   "comm_buffers", "workspace", "allocator_reserve",
@@ -274,14 +286,14 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   }
   d.memory_tags = std::move(tags);
 
-  const ReportAnalysis an = analyse(d);
+  ReportAnalysis an = analyse(d);
   if (an.winner) {
     const auto& best = d.plans[*an.winner];
     const auto id = strategies::parse_plan_id(best.plan_id);
     std::optional<strategies::Scenario> sc;
     try {
       if (progress) progress("re-simulating the best plan " + best.plan_id + " per layer", 0, 1);
-      sc = best_scenario(dir, d.scenario, rf.lines.at(*id), best.plan_id);
+      sc = best_scenario(dir, d.scenario, record_line(dir, *id), best.plan_id);
       d.timeline = replay(*sc, best.plan_id);
     } catch (const std::exception& e) {
       d.timeline_note = std::string("re-simulating plan ") + best.plan_id + " failed: " + e.what();
@@ -295,6 +307,7 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   } else {
     d.timeline_note = d.tradeoff_note = "no plan fits";
   }
+  if (analysis) *analysis = std::move(an);
   return d;
 }
 
@@ -336,10 +349,11 @@ std::string write_report(const std::string& dir, const std::string& out_dir, con
     write_lock.emplace(dir, "report");
   else
     read_lock.emplace(dir);
-  const ReportData d = load_report_data(dir, progress, verify);
-  const std::string html = report_html(d);
-  const std::string markdown = report_markdown(d);
-  const std::string csv = results_csv(d);
+  ReportAnalysis an;
+  const ReportData d = load_report_data(dir, progress, verify, &an);
+  const std::string html = report_html(d, an);
+  const std::string markdown = report_markdown(d, an);
+  const std::string csv = results_csv(d, an);
   ec.clear();
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir))
