@@ -196,6 +196,15 @@ struct ModelSpec {
   // Features per token entering the attention output projection.
   std::int64_t attn_out_hidden() const { return heads * (mla ? mla->v_head_dim : head_dim()); }
   bool has_qkv_bias() const { return qkv_bias.value_or(bias); }
+  // With a pipeline (pp > 1) the last stage keeps its own copy of the word
+  // embedding, whose gradient the first and last stage all-reduce, when the
+  // output layer shares it (tied embeddings: Megatron-LM) or the
+  // multi-token prediction modules there embed their shifted tokens
+  // (Megatron-Core's GPTModel builds the embedding `if self.pre_process or
+  // self.mtp_process`; finalize_model_grads.py, _allreduce_word_embedding_grads:
+  // "we also need to maintain duplicated embedding weights in mtp process
+  // stage").
+  bool embedding_on_last_stage(std::int64_t pp) const { return pp > 1 && (tied_embeddings || mtp_layers > 0); }
   std::int64_t position_rows() const { return max_positions.value_or(seq_len); }
   // MoE widths (0 without MoE).
   std::int64_t expert_ffn() const { return moe ? moe->expert_ffn.value_or(ffn_hidden) : 0; }

@@ -1305,9 +1305,9 @@ class StepBuilder : StepLayout {
       }
       if (fill > 0) flush(fill, last_dep);
     }
-    // Tied embeddings across the pipeline: first and last stage all-reduce
-    // the word embedding's gradient.
-    if (p_ > 1 && sc_.model.tied_embeddings && (s == 0 || s == p_ - 1)) {
+    // The word embedding's copy on the last stage (tied embeddings,
+    // multi-token prediction): first and last stage all-reduce its gradient.
+    if (sc_.model.embedding_on_last_stage(p_) && (s == 0 || s == p_ - 1)) {
       const double bytes = static_cast<double>(chain_.embedding.ops.front().params) * per_.grads;
       TaskInfo i = info(TaskOp::EmbeddingTie, Part::Embedding);
       i.embedding = true;

@@ -509,5 +509,40 @@ TEST_CASE("ps_staleness: a parameter server's pull leaves the worker's critical 
   }
 }
 
+TEST_CASE("multi-token prediction on a pipeline: the last stage keeps a copy of the word embedding") {
+  // Megatron-Core builds the embedding on the stage of the MTP modules (the
+  // last) and all-reduces its gradient between the first and last stage,
+  // as for tied embeddings (finalize_model_grads.py). An untied model, pp 2,
+  // tp 1: with one module the last stage holds V·h more parameters and each
+  // end stage runs one embedding all-reduce; without, neither.
+  auto with = [](int mtp) {
+    return parse_scenario(
+        R"({"model": {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000,
+                      "tied_embeddings": false, "mtp_layers": )" +
+            std::to_string(mtp) + R"(},
+            "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 16},
+            "plan": {"pp": 2, "dp": 4}})",
+        "t.json");
+  };
+  const Scenario none = with(0), one = with(1);
+  const auto a = estimate_memory(none), b = estimate_memory(one);
+  CHECK(b.stages[0].params == a.stages[0].params);
+  // The module's own block, norms and 2h → h projection, and the copy.
+  const std::int64_t h = 256, V = 1000;
+  const double module = cost::expand(one.model, expand_options(one)).head.params() -
+                        cost::expand(none.model, expand_options(none)).head.params();
+  CHECK(module > 0);
+  CHECK(static_cast<double>(b.stages[1].params - a.stages[1].params) == doctest::Approx(module + V * h).epsilon(1e-12));
+  const UnitCosts c;
+  auto ties = [&](const Scenario& sc) {
+    const StepProgram prog = build_step_program(sc, c, Granularity::Layer);
+    int n = 0;
+    for (const auto& i : prog.info) n += i.op == TaskOp::EmbeddingTie;
+    return n;
+  };
+  CHECK(ties(none) == 0);
+  CHECK(ties(one) == 2);
+}
+
 }  // namespace
 }  // namespace strata::strategies

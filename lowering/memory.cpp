@@ -519,9 +519,9 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     }
     if (s == 0) ps += embedding;
     if (s == p - 1) ps += head;
-    // Tied embeddings: the last stage keeps its own copy of the word
-    // embedding for the logits (Megatron-LM), synchronised by an all-reduce.
-    if (model.tied_embeddings && p > 1 && s == p - 1) ps += word_embedding;
+    // Tied embeddings or multi-token prediction: the last stage keeps its
+    // own copy of the word embedding, synchronised by an all-reduce.
+    if (model.embedding_on_last_stage(p) && s == p - 1) ps += word_embedding;
     st.params = whole(ps.params());
 
     // --- model states, ZeRO-sharded over dp · cp (experts over dp · cp / ep) ---
