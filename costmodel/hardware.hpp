@@ -34,6 +34,14 @@ struct NodeSpec {
   std::string source;
 };
 
+// Block-scaled FP8 GEMMs (fp8_recipe blockwise and mxfp8): none; emulated
+// in software by cuBLAS (12.9+) on tensor cores that take one scale per
+// operand (Hopper: "block-scaled GEMMs are software-emulated", Transformer
+// Engine docs fp8_blockwise_scaling.rst); native on tensor cores that read
+// block scales and column-wise operands (Blackwell's fifth generation:
+// MXFP8, NVIDIA cuBLAS 12.9 blog).
+enum class Fp8BlockScaling { None, Emulated, Native };
+
 struct GpuSpec {
   std::string name;
   double memory_GiB = 0;
@@ -43,6 +51,7 @@ struct GpuSpec {
   // blocks take from the GEMMs beside it (Calibration::collective_sms). 0:
   // unknown, no interference priced.
   std::int64_t sms = 0;
+  Fp8BlockScaling fp8_block_scaling = Fp8BlockScaling::None;
   NodeSpec server;  // the GPU's standard server (DGX/HGX), cluster defaults
   std::string source;
   // The GPU preset it was built from, the innermost where presets build on
@@ -126,3 +135,13 @@ struct ClusterSpec {
 };
 
 }  // namespace strata::cost
+
+namespace strata {
+template <>
+struct EnumNames<cost::Fp8BlockScaling> {
+  static constexpr std::array<std::pair<cost::Fp8BlockScaling, std::string_view>, 3> table{
+      {{cost::Fp8BlockScaling::None, "none"},
+       {cost::Fp8BlockScaling::Emulated, "emulated"},
+       {cost::Fp8BlockScaling::Native, "native"}}};
+};
+}  // namespace strata

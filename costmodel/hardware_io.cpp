@@ -106,6 +106,7 @@ GpuSpec read_gpu_object(const JsonReader& r) {
     r.fail_at("tflops", "missing required key");
   }
   g.sms = r.int_or("sms", g.sms, 0, 1 << 20);
+  g.fp8_block_scaling = r.enum_or("fp8_block_scaling", g.fp8_block_scaling);
   if (auto s = r.get("server")) {
     s->allow({"source"});
     g.server.name = s->string_or("name", g.server.name);

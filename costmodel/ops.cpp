@@ -175,8 +175,15 @@ struct Builder {
     op.bwd_flops = 2.0 * op.fwd_flops;
     const double in_elems = b * s * in;
     const double saved = tokens * (in_rep ? rep(in_elems) : shard(in_elems));
-    op.saved_bytes = bytes(saved, gi);
+    // FP8 keeps the input's column-wise copy for the weight gradient
+    // (Transformer Engine's Linear discards the row-wise one after the
+    // forward GEMM), with the recipe's scales.
+    op.saved_bytes = bytes(saved, gi) + (o.precision == Precision::FP8
+                                             ? bytes(saved * fp8_quantization(o.fp8_recipe, false).scale_bytes, 1)
+                                             : 0);
     const double out_elems = tokens * b * s * (column ? out / t : out);
+    op.gemm_in_elems = saved;
+    op.gemm_out_elems = out_elems;
     op.fwd_bytes = bytes(copies * w, e) + bytes(saved, e) + bytes(out_elems, e);
     op.grad_bytes = bytes(out_elems, e);
     op.bwd_bytes = 2 * op.fwd_bytes;

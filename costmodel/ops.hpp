@@ -80,6 +80,11 @@ struct Op {
   // several products of which some are stored).
   Bytes sac_stored_bytes = 0;
   double sac_rerun = 1.0;
+  // A Linear op's GEMM operands that FP8 training quantizes each pass: its
+  // input's elements on this rank (forward) and its output gradient's
+  // (backward). The weights are quantized once a step and cached
+  // (Transformer Engine's is_first_microbatch, which Megatron-Core passes).
+  double gemm_in_elems = 0, gemm_out_elems = 0;
 
   std::int64_t matrix_params() const { return matrices * rows * cols; }
   std::int64_t vector_params() const { return params - matrix_params(); }
@@ -124,6 +129,7 @@ struct ExpandOptions {
   std::int64_t cp = 1;  // context parallel: each rank holds seq_len / cp tokens
   std::int64_t ep = 1;  // expert parallel: each rank holds experts / ep experts
   Precision precision = Precision::BF16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // with precision fp8
   AttentionKernel attention = AttentionKernel::Flash;
   // Elementwise ops run as one fused kernel each (Megatron's and Transformer
   // Engine's fused norms and RoPE, or torch.compile). False: as eager PyTorch

@@ -61,6 +61,61 @@ constexpr RecomputeModules module_bit(RecomputeModule m) {
 constexpr bool has_module(RecomputeModules set, RecomputeModule m) { return (set & module_bit(m)) != 0; }
 inline constexpr RecomputeModules kDefaultRecomputeModules = module_bit(RecomputeModule::CoreAttn);
 
+// How FP8 training scales its operands: Transformer Engine's recipes
+// (transformer_engine/common/recipe/__init__.py), named as Megatron-Core's
+// --fp8-recipe (0.12+: delayed, tensorwise, blockwise, mxfp8).
+//   Delayed     one fp32 scale per tensor from an amax history (DelayedScaling,
+//               TE's default): the amax is taken in the cast, one read.
+//   Tensorwise  one scale per tensor from the tensor itself (Float8CurrentScaling):
+//               a read for the amax, then a read to cast ("reading the tensor
+//               twice", TE docs fp8_current_scaling.rst).
+//   Blockwise   an fp32 scale per 1×128 block of activations and gradients
+//               (128×128 of weights) (Float8BlockScaling; DeepSeek-V3's recipe).
+//   Mxfp8       an E8M0 byte per 32 elements (MXFP8BlockScaling; Blackwell).
+enum class Fp8Recipe { Delayed, Tensorwise, Blockwise, Mxfp8 };
+
+// What quantizing one element of a GEMM operand costs and keeps under a
+// recipe. `native_columnwise`: the GPU's tensor cores read a column-wise
+// (transposed) operand without a physical copy (Blackwell; Hopper cannot:
+// TE docs performance_considerations.rst).
+struct Fp8Quantization {
+  double reads = 1;        // passes over the 16-bit operand (2 bytes an element)
+  double copies = 1;       // FP8 copies written (row-wise and column-wise)
+  double scale_bytes = 0;  // bytes of scales per element of each copy
+  double bytes_written() const { return copies * (1 + scale_bytes); }
+};
+constexpr Fp8Quantization fp8_quantization(Fp8Recipe r, bool native_columnwise) {
+  switch (r) {
+    // Per-tensor: the wgrad GEMM needs the operand column-wise, a second
+    // (transposed) copy on Hopper, the same bytes on Blackwell.
+    case Fp8Recipe::Delayed: return {1, native_columnwise ? 1.0 : 2.0, 0};
+    case Fp8Recipe::Tensorwise: return {2, native_columnwise ? 1.0 : 2.0, 0};
+    // Block scales are along one dimension: the column-wise copy is
+    // quantized on its own (TE docs: "transposing a 1D quantized tensor is
+    // not supported"; MXFP8: "Both must be quantized independently").
+    case Fp8Recipe::Blockwise: return {1, 2, 4.0 / 128};
+    case Fp8Recipe::Mxfp8: return {1, 2, 1.0 / 32};
+  }
+  return {};
+}
+
+// Bytes a block GEMM's weight keeps per element in FP8 for the step: Transformer
+// Engine quantizes it at a step's first microbatch and keeps it for the rest
+// (is_first_microbatch, which Megatron-Core passes; the column-wise transpose
+// is not kept: Megatron-Core's --keep-fp8-transpose-cache is off by default).
+// One byte (TE docs' memory example: "1 MB (weight in FP8)" for a 2 MB bf16
+// weight), with 128×128 block scales under blockwise; MXFP8's row-wise and
+// column-wise copies are quantized apart, each with its scales.
+constexpr double fp8_weight_bytes(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::Delayed:
+    case Fp8Recipe::Tensorwise: return 1;
+    case Fp8Recipe::Blockwise: return 1 + 4.0 / (128 * 128);
+    case Fp8Recipe::Mxfp8: return 2 * (1 + 1.0 / 32);
+  }
+  return 1;
+}
+
 // Bytes per element of a saved activation.
 constexpr Bytes activation_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
 // Bytes per element of a matrix-product input kept for backward: fp8 training
@@ -80,6 +135,14 @@ struct EnumNames<cost::Precision> {
        {cost::Precision::FP16, "fp16"},
        {cost::Precision::BF16, "bf16"},
        {cost::Precision::FP8, "fp8"}}};
+};
+template <>
+struct EnumNames<cost::Fp8Recipe> {
+  static constexpr std::array<std::pair<cost::Fp8Recipe, std::string_view>, 4> table{
+      {{cost::Fp8Recipe::Delayed, "delayed"},
+       {cost::Fp8Recipe::Tensorwise, "tensorwise"},
+       {cost::Fp8Recipe::Blockwise, "blockwise"},
+       {cost::Fp8Recipe::Mxfp8, "mxfp8"}}};
 };
 template <>
 struct EnumNames<cost::AttentionKernel> {

@@ -217,11 +217,24 @@ GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer) {
 }
 
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
-             bool backward, LayerKind layer) {
+             bool backward, LayerKind layer, Fp8Recipe recipe) {
   KernelShape shape = op_kernels(op, backward);
   if (op.kind == OpKind::Attention) shape.efficiency_scale = cal.attention_fraction;
-  return compute_time(gpu, cal, op_gemm_dtype(p, op, layer), backward ? op.bwd_flops : op.fwd_flops,
-                      backward ? op.bwd_bytes : op.fwd_bytes, shape);
+  const GemmDtype dtype = op_gemm_dtype(p, op, layer);
+  const Flops flops = backward ? op.bwd_flops : op.fwd_flops;
+  const Bytes bytes = backward ? op.bwd_bytes : op.fwd_bytes;
+  Time t = compute_time(gpu, cal, dtype, flops, bytes, shape);
+  if (dtype != GemmDtype::FP8 || op.kind != OpKind::Linear) return t;
+  const bool blocks = recipe == Fp8Recipe::Blockwise || recipe == Fp8Recipe::Mxfp8;
+  if (blocks && gpu.fp8_block_scaling == Fp8BlockScaling::Emulated)
+    t = std::max(t, seconds_to_time(to_seconds(compute_time(gpu, cal, GemmDtype::BF16, flops, bytes, shape)) /
+                                    kEmulatedBlockFp8Speedup));
+  const Fp8Quantization q = fp8_quantization(recipe, gpu.fp8_block_scaling == Fp8BlockScaling::Native);
+  const double elems = backward ? op.gemm_out_elems : op.gemm_in_elems;
+  const auto traffic = static_cast<Bytes>(std::llround(elems * (2 * q.reads + q.bytes_written())));
+  if (traffic > 0)
+    t += compute_time(gpu, cal, GemmDtype::FP8, 0, traffic, {0, static_cast<std::int64_t>(q.reads)});
+  return t;
 }
 
 CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,

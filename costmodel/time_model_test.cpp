@@ -360,6 +360,46 @@ TEST_CASE("A100 bf16 GEMM of 8192^3 against the published achievable rate") {
   CHECK(gemm_flops(16384, 16384, 16384) / to_seconds(th) / 1e12 <= 792.1);
 }
 
+TEST_CASE("FP8 recipes: each pass quantizes its operand; emulated block scaling runs at BF16 / 1.75") {
+  // GPU: 300 TFLOP/s bf16 and 600 fp8, GEMM efficiency 0.8, HBM 2,000 GB/s at
+  // 0.9 (1,800 GB/s), no launch overhead. A block linear of 6e12 FLOPs
+  // forward whose input holds 1e9 elements and whose output 5e8.
+  GpuSpec g = test_gpu();
+  g.tflops.fp8 = 600;
+  g.hbm_GBps = 2000;
+  Calibration c = test_cal();
+  c.gemm[static_cast<std::size_t>(GemmDtype::FP8)] = EfficiencyCurve::constant(0.8);
+  Op op;
+  op.kind = OpKind::Linear;
+  op.fwd_flops = 6e12;
+  op.bwd_flops = 12e12;
+  op.matrices = 1;
+  op.gemm_in_elems = 1e9;
+  op.gemm_out_elems = 5e8;
+  const double bw = 1800e9;
+  auto ns = [](double s) { return seconds_to_time(s); };
+  auto fwd = [&](Fp8Recipe r) { return op_time(g, c, Precision::FP8, op, false, LayerKind::Block, r); };
+  auto bwd = [&](Fp8Recipe r) { return op_time(g, c, Precision::FP8, op, true, LayerKind::Block, r); };
+  const Time gemm_f = 12'500'000, gemm_b = 25'000'000;  // 6e12 / (600e12 · 0.8), twice that
+  // Hopper (no native column-wise reads): delayed reads the bf16 input once
+  // (2 bytes) and writes it and its transpose (1 + 1): 4 bytes an element.
+  g.fp8_block_scaling = Fp8BlockScaling::Emulated;
+  CHECK(fwd(Fp8Recipe::Delayed) == gemm_f + ns(4e9 / bw));
+  CHECK(bwd(Fp8Recipe::Delayed) == gemm_b + ns(4 * 5e8 / bw));
+  // Current scaling reads twice: 6 bytes, over two kernels.
+  CHECK(fwd(Fp8Recipe::Tensorwise) == gemm_f + ns(6e9 / bw));
+  // Block scaling: both copies with an fp32 per 128 (2 + 2·(1 + 1/32)
+  // bytes), and the GEMM emulated: the bf16 GEMM (25 ms) over 1.75.
+  CHECK(fwd(Fp8Recipe::Blockwise) == ns(0.025 / 1.75) + ns((2 + 2 * (1 + 4.0 / 128)) * 1e9 / bw));
+  // Blackwell-like (native): one per-tensor copy read in place, block
+  // scales read by the tensor cores at the FP8 rate.
+  g.fp8_block_scaling = Fp8BlockScaling::Native;
+  CHECK(fwd(Fp8Recipe::Delayed) == gemm_f + ns(3e9 / bw));
+  CHECK(fwd(Fp8Recipe::Mxfp8) == gemm_f + ns((2 + 2 * (1 + 1.0 / 32)) * 1e9 / bw));
+  // Not an FP8 GEMM (the head's): nothing quantized.
+  CHECK(op_time(g, c, Precision::FP8, op, false, LayerKind::Head, Fp8Recipe::Mxfp8) == 25'000'000);
+}
+
 TEST_CASE("FP8 training multiplies only the blocks' linear layers in FP8") {
   // Transformer Engine's recipe: attention in 16 bits (fp8_dpa off), the
   // output layer outside TE in bf16. GPU: 300 TFLOP/s bf16, 600 fp8, both

@@ -38,6 +38,71 @@ std::string gpt(int layers, int hidden, int heads, int seq = 2048, int vocab = 5
          ", \"vocab\": " + std::to_string(vocab) + "}";
 }
 
+TEST_CASE("FP8 recipes: the blocks' weights kept in FP8 for the step, the saved inputs with their scales") {
+  // One DGX node, dp 8, ZeRO-1: under fp8 every block GEMM's weight is kept
+  // in FP8 beside the bf16 one: a byte per weight (delayed), two with an
+  // E8M0 byte per 32 each (mxfp8: row-wise and column-wise copies); none
+  // under ZeRO-3. A Linear op's saved input gains the recipe's scales
+  // (blockwise: an fp32 per 128 elements).
+  const std::string model = gpt(4, 1024, 16), batch = R"({"global": 8, "micro": 1})";
+  auto on = [&](const std::string& gpu, const std::string& plan) {
+    return make(model, "{\"gpu\": {\"preset\": \"" + gpu + "\"}, \"nodes\": 1}", batch, plan);
+  };
+  const Scenario bf16 = on("b200", R"({"dp": 8, "zero": 1})");
+  const Scenario delayed = on("b200", R"({"dp": 8, "zero": 1, "precision": "fp8"})");
+  const Scenario mx = on("b200", R"({"dp": 8, "zero": 1, "precision": "fp8", "fp8_recipe": "mxfp8"})");
+  const cost::OpChain chain = cost::expand(delayed.model, expand_options(delayed));
+  double matrices = 0;
+  for (const auto& op : chain.main_block().ops)
+    if (op.kind == cost::OpKind::Linear) matrices += static_cast<double>(op.matrix_params());
+  matrices *= 4;  // layers
+  CHECK(matrices > 0);
+  const auto params = [](const Scenario& sc) {
+    return static_cast<double>(tag(estimate_memory(sc).stages[0], MemTag::Params));
+  };
+  CHECK(params(delayed) - params(bf16) == doctest::Approx(matrices).epsilon(1e-9));
+  CHECK(params(mx) - params(bf16) == doctest::Approx(2 * (1 + 1.0 / 32) * matrices).epsilon(1e-9));
+  const Scenario z3 = on("b200", R"({"dp": 8, "zero": 3, "precision": "fp8"})");
+  const Scenario z3_bf16 = on("b200", R"({"dp": 8, "zero": 3})");
+  CHECK(params(z3) == params(z3_bf16));
+  // Saved inputs: blockwise against delayed, on a Hopper node.
+  const Scenario per_tensor = on("h100-sxm", R"({"dp": 8, "precision": "fp8"})");
+  const Scenario block = on("h100-sxm", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "blockwise"})");
+  const cost::OpChain a = cost::expand(per_tensor.model, expand_options(per_tensor));
+  const cost::OpChain b = cost::expand(block.model, expand_options(block));
+  for (std::size_t i = 0; i < a.main_block().ops.size(); ++i) {
+    const auto& x = a.main_block().ops[i];
+    const auto& y = b.main_block().ops[i];
+    CAPTURE(x.name);
+    if (x.kind == cost::OpKind::Linear)
+      CHECK(static_cast<double>(y.saved_bytes - x.saved_bytes) ==
+            doctest::Approx(static_cast<double>(x.saved_bytes) * 4.0 / 128).epsilon(1e-6));
+    else
+      CHECK(y.saved_bytes == x.saved_bytes);
+  }
+}
+
+TEST_CASE("FP8 recipes are refused where they cannot run, naming the rule") {
+  const std::string model = gpt(4, 1024, 16), batch = R"({"global": 8, "micro": 1})";
+  // The scenario is refused as it is read (parse_scenario checks its plan).
+  auto rule = [&](const std::string& gpu, const std::string& plan) -> std::string {
+    try {
+      (void)make(model, "{\"gpu\": {\"preset\": \"" + gpu + "\"}, \"nodes\": 1}", batch, plan);
+      return "none";
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  CHECK(rule("h100-sxm", R"({"dp": 8, "fp8_recipe": "tensorwise"})") ==
+        "test.json: plan.fp8_recipe: the tensorwise recipe scales FP8 operands; precision is bf16 "
+        "(set precision \"fp8\", or leave fp8_recipe out)");
+  CHECK(rule("h100-sxm", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "mxfp8"})") ==
+        "test.json: plan.fp8_recipe: mxfp8 needs tensor cores that read block scales (Blackwell); "
+        "h100-sxm's fp8_block_scaling is \"emulated\"");
+  CHECK(rule("h100-sxm", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "blockwise"})") == "none");
+  CHECK(rule("b200", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "mxfp8"})") == "none");
+}
+
 TEST_CASE("selective recompute under flash attention is named as no recompute") {
   // Flash attention saves no attention scores: selective recompute keeps
   // what none keeps and reruns nothing, in memory and in step time, and

@@ -152,6 +152,9 @@ const Case kCases[] = {
      Effect::StepUp},
     {"gpu/sms", R"({"cluster": {"gpu": {"preset": "a100-80g"}}, "plan": {"zero": 3}})",
      R"({"cluster": {"gpu": {"sms": 0}}})", Effect::StepDown},
+    // Column-wise operands read in place: one per-tensor FP8 copy written, not two.
+    {"gpu/fp8_block_scaling", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
+     R"({"cluster": {"gpu": {"fp8_block_scaling": "native"}}})", Effect::StepDown},
     {"gpu/tflops", R"({"cluster": {"gpu": {"preset": "a100-80g"}}})",
      R"({"cluster": {"gpu": {"tflops": {"fp32": 19.5, "tf32": 156, "fp16": 100, "bf16": 100, "fp8": 0}}}})",
      Effect::StepUp},
@@ -191,6 +194,9 @@ const Case kCases[] = {
     {"plan/optimizer", "{}", R"({"plan": {"optimizer": "sgd"}})", Effect::PeakDown},
     {"plan/precision", "{}", R"({"plan": {"precision": "fp32"}})", Effect::StepUp},
     {"plan/optimizer_states", "{}", R"({"plan": {"optimizer_states": "bf16"}})", Effect::PeakDown},
+    // Block scales emulated on Hopper: the GEMMs no faster than BF16 / 1.75.
+    {"plan/fp8_recipe", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
+     R"({"plan": {"fp8_recipe": "blockwise"}})", Effect::StepUp},
     {"plan/dp_topology", "{}", R"({"plan": {"dp_topology": "parameter_server"}})", Effect::Changes},
     // ---- plan.offload ----
     {"plan.offload/activations", "{}", R"({"plan": {"offload": {"activations": true}}})", Effect::PeakDown},

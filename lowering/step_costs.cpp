@@ -112,6 +112,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       chain_(sc.model.chain ? cost::OpChain{} : cost::expand(sc.model, expand_options(sc))) {
   const auto& gpu = sc.cluster.gpu;
   const auto precision = sc.plan.precision;
+  const auto recipe = sc.plan.fp8_recipe;
+  const auto block = cost::LayerKind::Block;
   // The layers priced: the embedding, the head, then each kind of block
   // (priced_index).
   std::vector<const cost::Layer*> layers{&chain_.embedding, &chain_.head};
@@ -121,8 +123,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   for (std::size_t i = 0; i < n; ++i) {
     Time f = 0, b = 0;
     for (const auto& op : layers[i]->ops) {
-      f += cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind);
-      b += cost::op_time(gpu, cal_, precision, op, true, layers[i]->kind);
+      f += cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind, recipe);
+      b += cost::op_time(gpu, cal_, precision, op, true, layers[i]->kind, recipe);
     }
     pass_[i] = {f, b, f};
   }
@@ -147,7 +149,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   for (std::size_t k = 0; k < kinds; ++k)
     for (const auto& op : chain_.kinds[k].ops)
       if (const double share = cost::rerun_share(op, policy); share > 0) {
-        selective_[k] += share * cost::op_time(gpu, cal_, precision, op, false);
+        selective_[k] += share * cost::op_time(gpu, cal_, precision, op, false, block, recipe);
         selective_launches[k] += cost::op_kernels(op, false).kernels;
       }
 
@@ -217,9 +219,9 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       std::vector<Time> col_half;  // column-parallel linears' backward GEMM (dgrad = wgrad)
       for (const auto& op : chain_.kinds[k].ops) {
         if (op.kind != cost::OpKind::Linear) continue;
-        gemm += cost::op_time(gpu, cal_, precision, op, false);
+        gemm += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
         if (op.name == "qkv" || op.name == "mlp_up" || op.name == "mlp_up_gate")
-          col_half.push_back(cost::op_time(gpu, cal_, precision, op, true) / 2);
+          col_half.push_back(cost::op_time(gpu, cal_, precision, op, true, block, recipe) / 2);
       }
       const Time hide = p.implementation.tp_comm_overlap == TpCommOverlap::Ring   ? gemm
                         : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
@@ -290,8 +292,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       for (const auto& op : chain_.kinds[k].ops)
         if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
             op.kind == cost::OpKind::AttnValues) {
-          attn_f += cost::op_time(gpu, cal_, precision, op, false);
-          attn_b += cost::op_time(gpu, cal_, precision, op, true);
+          attn_f += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
+          attn_b += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
         }
       comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
       auto& l = launches[priced_index(chain_.kinds[k])];

@@ -480,10 +480,19 @@ Exported export_megatron(const Scenario& sc) {
   switch (p.precision) {
     case Precision::BF16: f.add("--bf16"); break;
     case Precision::FP16: f.add("--fp16"); break;
-    case Precision::FP8:
+    case Precision::FP8: {
       f.add("--bf16");
-      f.add("--fp8-format", std::string("hybrid"));
+      // Block-scaled recipes quantize in E4M3 both ways (Transformer
+      // Engine's Float8BlockScaling and MXFP8BlockScaling default format;
+      // Megatron-LM's low_precision_training.md: "--fp8-format e4m3
+      // --fp8-recipe mxfp8" on B200), the per-tensor ones E4M3 forward and
+      // E5M2 backward.
+      const bool blocks = p.fp8_recipe == cost::Fp8Recipe::Blockwise || p.fp8_recipe == cost::Fp8Recipe::Mxfp8;
+      f.add("--fp8-format", std::string(blocks ? "e4m3" : "hybrid"));
+      if (p.fp8_recipe != cost::Fp8Recipe::Delayed)  // Megatron-Core's default is delayed
+        f.add("--fp8-recipe", std::string(enum_name(p.fp8_recipe)));
       break;
+    }
     case Precision::FP32: break;
   }
   // Megatron-LM accumulates bf16 gradients in fp32 unless told otherwise,

@@ -235,6 +235,26 @@ TEST_CASE("megatron: ZeRO-3 with pipeline parallelism is not expressible") {
   CHECK_FALSE(has(f, "--optimizer-cpu-offload"));
 }
 
+TEST_CASE("megatron: the FP8 recipe as --fp8-recipe and its format, read back by import") {
+  // arguments.py: --fp8-recipe, default 'delayed', choices tensorwise,
+  // delayed, mxfp8, blockwise; the block-scaled recipes quantize in E4M3
+  // (low_precision_training.md's B200 flags: --fp8-format e4m3 --fp8-recipe mxfp8).
+  auto on = [](const std::string& gpu, const std::string& recipe) {
+    return scenario(R"({"model": "llama3-8b", "cluster": {"gpu": ")" + gpu + R"(", "nodes": 1},
+        "batch": {"global": 64, "micro": 1}, "plan": {"dp": 8, "precision": "fp8")" +
+                    (recipe.empty() ? std::string() : R"(, "fp8_recipe": ")" + recipe + "\"") + "}}");
+  };
+  const auto delayed = on("h100-sxm", ""), mx = on("b200", "mxfp8"), block = on("h100-sxm", "blockwise");
+  CHECK(has(flags(export_megatron(delayed)), "--fp8-format hybrid"));
+  CHECK_FALSE(has_prefix(flags(export_megatron(delayed)), "--fp8-recipe"));
+  CHECK(has(flags(export_megatron(mx)), "--fp8-format e4m3"));
+  CHECK(has(flags(export_megatron(mx)), "--fp8-recipe mxfp8"));
+  CHECK(has(flags(export_megatron(block)), "--fp8-recipe blockwise"));
+  for (const auto* sc : {&delayed, &mx, &block})
+    CHECK(import_plan(*sc, ExportTarget::Megatron, export_megatron(*sc).text, "x.sh").scenario.plan.fp8_recipe ==
+          sc->plan.fp8_recipe);
+}
+
 TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back by import") {
   // arguments.py (NVIDIA/Megatron-LM): --moe-layer-freq takes "a Python list
   // expression ... where 1 indicates an expert layer and 0 indicates a dense

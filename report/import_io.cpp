@@ -382,6 +382,13 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
                 : has("--bf16")     ? Precision::BF16
                 : has("--fp16")     ? Precision::FP16
                                     : Precision::FP32;
+  if (const auto recipe = value("--fp8-recipe")) {
+    const auto r = enum_from_name<cost::Fp8Recipe>(*recipe);
+    if (!r)
+      throw InputError(file, "--fp8-recipe",
+                       "'" + *recipe + "' is not delayed, tensorwise, blockwise or mxfp8 [import-value]");
+    p.fp8_recipe = *r;
+  }
 
   // --- the engine's defaults, then the implementation flags ---
   strategies::apply_stack(strategies::bundled_stack(export_stack_name(ExportTarget::Megatron)), p, {});

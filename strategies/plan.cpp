@@ -40,6 +40,7 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.cp = plan.cp;
   o.ep = plan.ep;
   o.precision = plan.precision;
+  o.fp8_recipe = plan.fp8_recipe;
   o.attention = plan.implementation.attention;
   o.fused_elementwise = plan.implementation.fused_elementwise;
   o.cross_entropy = plan.implementation.cross_entropy;

@@ -198,6 +198,8 @@ struct Plan {
   Optimizer optimizer = Optimizer::Adam;
   StateDtype optimizer_states = StateDtype::FP32;
   Precision precision = Precision::BF16;
+  // How FP8 operands are scaled (precision fp8 only; costmodel/techniques.hpp).
+  cost::Fp8Recipe fp8_recipe = cost::Fp8Recipe::Delayed;
   DpTopology dp_topology = DpTopology::AllReduce;
   // With a parameter server: how many updates a worker's weights may lag
   // (bounded staleness: Ho et al. 2013's stale synchronous parallel,

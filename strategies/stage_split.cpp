@@ -39,8 +39,10 @@ std::vector<double> stage_weights(const Plan& plan, const Batch& batch, const co
       const std::vector<std::int64_t> counts = chain.kind_counts(0, chain.blocks);
       for (std::size_t k = 0; k < chain.kinds.size(); ++k)
         for (const auto& op : chain.kinds[k].ops)
-          t += counts[k] * (cost::op_time(gpus[g], cal, plan.precision, op, false) +
-                            cost::op_time(gpus[g], cal, plan.precision, op, true));
+          t += counts[k] * (cost::op_time(gpus[g], cal, plan.precision, op, false, cost::LayerKind::Block,
+                                          plan.fp8_recipe) +
+                            cost::op_time(gpus[g], cal, plan.precision, op, true, cost::LayerKind::Block,
+                                          plan.fp8_recipe));
       group[g] = t > 0 ? 1.0 / to_seconds(t) : 1.0;
     }
   }

@@ -220,6 +220,26 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 std::string(enum_name(p.precision)) + " is not supported by " + c.gpu.name +
                     " (no " + std::string(enum_name(p.precision)) + " peak)");
 
+  // --- the FP8 recipe (Transformer Engine's; Megatron-Core --fp8-recipe) ---
+  if (p.fp8_recipe != cost::Fp8Recipe::Delayed) {
+    const std::string recipe(enum_name(p.fp8_recipe));
+    if (p.precision != Precision::FP8)
+      return fail("fp8-recipe-needs-fp8", "plan.fp8_recipe",
+                  "the " + recipe + " recipe scales FP8 operands; precision is " +
+                      std::string(enum_name(p.precision)) + " (set precision \"fp8\", or leave fp8_recipe out)");
+    const bool mx = p.fp8_recipe == cost::Fp8Recipe::Mxfp8;
+    std::vector<const cost::GpuSpec*> gpus{&c.gpu};
+    for (const auto& g : c.groups) gpus.push_back(&g.gpu);
+    for (const cost::GpuSpec* g : gpus) {
+      const auto has = g->fp8_block_scaling;
+      if (has == cost::Fp8BlockScaling::Native || (!mx && has == cost::Fp8BlockScaling::Emulated)) continue;
+      return fail("fp8-recipe-supported", "plan.fp8_recipe",
+                  recipe + (mx ? " needs tensor cores that read block scales (Blackwell)"
+                               : " needs block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, or Blackwell)") +
+                      "; " + g->name + "'s fp8_block_scaling is \"" + std::string(enum_name(has)) + "\"");
+    }
+  }
+
   // --- the optimizer's statistics in bf16 ---
   if (p.optimizer_states == StateDtype::BF16 &&
       (p.optimizer == Optimizer::Adam8bit || p.optimizer == Optimizer::Adam4bit ||
