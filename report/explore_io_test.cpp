@@ -281,6 +281,26 @@ TEST_CASE("explore output: the pipeline layout axis reads back, its default incl
   CHECK(run_explore(sc, o).result.resumed == 4);
 }
 
+TEST_CASE("explore output: the FP8 recipe axis, its default read back and its unsupported values ruled out") {
+  // On H100s (block scaling emulated): delayed, tensorwise and blockwise
+  // are scored, mxfp8 is rejected by its rule; delayed records leave the
+  // key out (canonical_json) and read back as "delayed"; a resume finds them.
+  TempDir t("fp8");
+  const std::string text = R"({"model": "gpt2-124m", "cluster": "dgx-h100", "batch": {"global": 64},
+      "plan": {"optimizer": "adamw", "precision": "fp8"},
+      "space": {"fp8_recipe": ["delayed", "tensorwise", "blockwise", "mxfp8"]}})";
+  const auto sc = scenario_file(t / "fp8.json", text);
+  const auto r = run_explore(sc, options(t / "d", 1)).result;
+  CHECK(r.scored == 3);
+  CHECK(r.rejected.at("fp8-recipe-supported").count == 1);
+  write_report(t / "d", t / "d");
+  const std::string csv = read(t / "d/results.csv");
+  for (const char* v : {",delayed,", ",tensorwise,", ",blockwise,"}) CHECK(csv.find(v) != std::string::npos);
+  auto o = options(t / "d", 1);
+  o.resume = true;
+  CHECK(run_explore(sc, o).result.resumed == 3);
+}
+
 TEST_CASE("explore output: shards 0/2 and 1/2 merged equal the unsharded run") {
   TempDir t("shard");
   const auto sc = scenario_file(t / "small.json");

@@ -27,6 +27,7 @@ auto visit_enum(Axis a, F&& f) {
     case Axis::Compression: return f(CompressionMethod{});
     case Axis::Optimizer: return f(Optimizer{});
     case Axis::Precision: return f(Precision{});
+    case Axis::Fp8Recipe: return f(cost::Fp8Recipe{});
     case Axis::DpTopology: return f(DpTopology{});
     case Axis::Attention: return f(AttentionKernel{});
     case Axis::TpCommOverlap: return f(TpCommOverlap{});
@@ -203,6 +204,7 @@ const SpaceAxis* Space::find(Axis a) const {
 
 std::optional<std::string_view> omitted_default(std::string_view axis) {
   if (enum_from_name<Axis>(axis) == Axis::PipelineLayout) return enum_name(PipelineLayout::Balanced);
+  if (enum_from_name<Axis>(axis) == Axis::Fp8Recipe) return enum_name(cost::Fp8Recipe::Delayed);
   return std::nullopt;
 }
 
@@ -246,6 +248,7 @@ void Space::apply(std::uint64_t index, Plan& p, Batch& b) const {
       case Axis::Compression: p.compression.method = as<CompressionMethod>(v); break;
       case Axis::Optimizer: p.optimizer = as<Optimizer>(v); break;
       case Axis::Precision: p.precision = as<Precision>(v); break;
+      case Axis::Fp8Recipe: p.fp8_recipe = as<cost::Fp8Recipe>(v); break;
       case Axis::DpTopology: p.dp_topology = as<DpTopology>(v); break;
       case Axis::Attention: p.implementation.attention = as<AttentionKernel>(v); break;
       case Axis::FusedElementwise: p.implementation.fused_elementwise = on; break;

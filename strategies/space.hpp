@@ -54,6 +54,7 @@ enum class Axis : std::uint8_t {
   Compression,  // compression.method
   Optimizer,
   Precision,
+  Fp8Recipe,  // plan.fp8_recipe (precision fp8 only)
   DpTopology,
   Attention,
   FusedElementwise,
@@ -170,6 +171,7 @@ struct EnumNames<strategies::Axis> {
       {A::Compression, "compression.method"},
       {A::Optimizer, "optimizer"},
       {A::Precision, "precision"},
+      {A::Fp8Recipe, "fp8_recipe"},
       {A::DpTopology, "dp_topology"},
       {A::Attention, "implementation.attention"},
       {A::FusedElementwise, "implementation.fused_elementwise"},

@@ -48,6 +48,7 @@ std::int64_t read_enum(Axis a, const JsonReader& e) {
     case Axis::Compression: return enum_value<CompressionMethod>(e);
     case Axis::Optimizer: return enum_value<Optimizer>(e);
     case Axis::Precision: return enum_value<Precision>(e);
+    case Axis::Fp8Recipe: return enum_value<cost::Fp8Recipe>(e);
     case Axis::DpTopology: return enum_value<DpTopology>(e);
     case Axis::Attention: return enum_value<AttentionKernel>(e);
     case Axis::TpCommOverlap: return enum_value<TpCommOverlap>(e);
