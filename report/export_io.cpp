@@ -948,7 +948,16 @@ Exported export_torchtitan(const Scenario& sc) {
 
   // --- [model], [optimizer] ---
   std::ostringstream converters;
-  if (p.precision == Precision::FP8) converters << "converters = [" << q("float8") << "]\n";
+  if (p.precision == Precision::FP8) {
+    converters << "converters = [" << q("float8") << "]\n";
+    // torchao's Float8Linear scales dynamically, per tensor by default
+    // (Float8LinearConfig's "tensorwise"); Transformer Engine's delayed,
+    // block and MXFP8 recipes are not its.
+    if (p.fp8_recipe != cost::Fp8Recipe::Tensorwise)
+      un.push_back("fp8_recipe=" + std::string(enum_name(p.fp8_recipe)) +
+                   " (torchtitan's float8 converter is torchao's, which scales each tensor from itself: "
+                   "fp8_recipe \"tensorwise\", emitted)");
+  }
   switch (p.optimizer) {
     case Optimizer::Adam: opt << "name = " << q("Adam") << "\n"; break;
     case Optimizer::AdamW: opt << "name = " << q("AdamW") << "\n"; break;

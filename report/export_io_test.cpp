@@ -834,7 +834,7 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
                    "batch": {"global": 64, "micro": 1}, "plan": {"dp": 16}})")};
   std::map<ExportTarget, int> tripped, refused, inexpressible;
   std::map<ExportTarget, int> nvme_weights;
-  for (int draw = 0; draw < 8000; ++draw) {
+  for (int draw = 0; draw < 10000; ++draw) {
     strategies::Scenario sc = bases[static_cast<std::size_t>(draw % 2)];
     auto& p = sc.plan;
     p.tp = pick(1, 2, 4);
@@ -869,6 +869,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
                        Optimizer::Lamb);
     p.precision = pick(cost::Precision::BF16, cost::Precision::BF16, cost::Precision::FP16, cost::Precision::FP32,
                        cost::Precision::FP8);
+    if (p.precision == cost::Precision::FP8)
+      p.fp8_recipe = pick(cost::Fp8Recipe::Delayed, cost::Fp8Recipe::Tensorwise, cost::Fp8Recipe::Blockwise);
     sc.batch.micro = pick(1, 2);
     auto& im = p.implementation;
     auto fix = [&](strategies::ImplKey k) { sc.implementation_keys.add(k); };

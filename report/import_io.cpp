@@ -800,6 +800,8 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
     return conv && conv->is_array() && std::find(conv->begin(), conv->end(), "float8") != conv->end();
   }();
   p.precision = param == "float32" ? Precision::FP32 : fp8 ? Precision::FP8 : Precision::BF16;
+  // torchao's float8 converter scales each tensor dynamically (its default recipe).
+  if (fp8) p.fp8_recipe = cost::Fp8Recipe::Tensorwise;
   if (boolean("training", "enable_cpu_offload", false)) {
     p.offload.weights = true;
     p.offload.optimizer = OffloadTarget::Cpu;
