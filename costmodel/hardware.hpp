@@ -34,7 +34,7 @@ struct NodeSpec {
   std::string source;
 };
 
-// Block-scaled FP8 GEMMs (fp8_recipe blockwise and mxfp8): none; emulated
+// Row- and block-scaled FP8 GEMMs (fp8_recipe rowwise, blockwise, mxfp8): none; emulated
 // in software by cuBLAS (12.9+) on tensor cores that take one scale per
 // operand (Hopper: "block-scaled GEMMs are software-emulated", Transformer
 // Engine docs fp8_blockwise_scaling.rst); native on tensor cores that read

@@ -177,10 +177,13 @@ struct Builder {
     const double saved = tokens * (in_rep ? rep(in_elems) : shard(in_elems));
     // FP8 keeps the input's column-wise copy for the weight gradient
     // (Transformer Engine's Linear discards the row-wise one after the
-    // forward GEMM), with the recipe's scales.
-    op.saved_bytes = bytes(saved, gi) + (o.precision == Precision::FP8
-                                             ? bytes(saved * fp8_quantization(o.fp8_recipe, false).scale_bytes, 1)
-                                             : 0);
+    // forward GEMM), with the recipe's scales; torchao's rowwise keeps the
+    // 16-bit input and casts it again in the backward.
+    const bool fp8 = o.precision == Precision::FP8;
+    op.saved_bytes = fp8 && o.fp8_recipe == Fp8Recipe::Rowwise
+                         ? bytes(saved, e)
+                         : bytes(saved, gi) + (fp8 ? bytes(saved * fp8_quantization(o.fp8_recipe, false).scale_bytes, 1)
+                                                   : 0);
     const double out_elems = tokens * b * s * (column ? out / t : out);
     op.gemm_in_elems = saved;
     op.gemm_out_elems = out_elems;

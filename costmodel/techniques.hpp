@@ -72,7 +72,12 @@ inline constexpr RecomputeModules kDefaultRecomputeModules = module_bit(Recomput
 //   Blockwise   an fp32 scale per 1×128 block of activations and gradients
 //               (128×128 of weights) (Float8BlockScaling; DeepSeek-V3's recipe).
 //   Mxfp8       an E8M0 byte per 32 elements (MXFP8BlockScaling; Blackwell).
-enum class Fp8Recipe { Delayed, Tensorwise, Blockwise, Mxfp8 };
+//   Rowwise     torchao's (torchtitan's float8 recipe_name "rowwise"): an fp32
+//               scale per row, taken from the tensor itself along the GEMM's
+//               reduction axis — each GEMM's operands cast apart (torchao
+//               float8_linear.py, manual_float8_matmul_with_args_in_hp: the
+//               16-bit input and weight saved, cast again in the backward).
+enum class Fp8Recipe { Delayed, Tensorwise, Blockwise, Mxfp8, Rowwise };
 
 // What quantizing one element of a GEMM operand costs and keeps under a
 // recipe. `native_columnwise`: the GPU's tensor cores read a column-wise
@@ -95,6 +100,9 @@ constexpr Fp8Quantization fp8_quantization(Fp8Recipe r, bool native_columnwise) 
     // not supported"; MXFP8: "Both must be quantized independently").
     case Fp8Recipe::Blockwise: return {1, 2, 4.0 / 128};
     case Fp8Recipe::Mxfp8: return {1, 2, 1.0 / 32};
+    // Per cast: an amax pass and the cast (dynamic scaling), one copy; the
+    // scale per row (4 bytes per row of thousands) is left out.
+    case Fp8Recipe::Rowwise: return {2, 1, 0};
   }
   return {};
 }
@@ -112,6 +120,7 @@ constexpr double fp8_weight_bytes(Fp8Recipe r) {
     case Fp8Recipe::Tensorwise: return 1;
     case Fp8Recipe::Blockwise: return 1 + 4.0 / (128 * 128);
     case Fp8Recipe::Mxfp8: return 2 * (1 + 1.0 / 32);
+    case Fp8Recipe::Rowwise: return 0;  // cast in every pass, none kept
   }
   return 1;
 }
@@ -138,11 +147,12 @@ struct EnumNames<cost::Precision> {
 };
 template <>
 struct EnumNames<cost::Fp8Recipe> {
-  static constexpr std::array<std::pair<cost::Fp8Recipe, std::string_view>, 4> table{
+  static constexpr std::array<std::pair<cost::Fp8Recipe, std::string_view>, 5> table{
       {{cost::Fp8Recipe::Delayed, "delayed"},
        {cost::Fp8Recipe::Tensorwise, "tensorwise"},
        {cost::Fp8Recipe::Blockwise, "blockwise"},
-       {cost::Fp8Recipe::Mxfp8, "mxfp8"}}};
+       {cost::Fp8Recipe::Mxfp8, "mxfp8"},
+       {cost::Fp8Recipe::Rowwise, "rowwise"}}};
 };
 template <>
 struct EnumNames<cost::AttentionKernel> {

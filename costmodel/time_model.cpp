@@ -225,15 +225,26 @@ Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& 
   const Bytes bytes = backward ? op.bwd_bytes : op.fwd_bytes;
   Time t = compute_time(gpu, cal, dtype, flops, bytes, shape);
   if (dtype != GemmDtype::FP8 || op.kind != OpKind::Linear) return t;
-  const bool blocks = recipe == Fp8Recipe::Blockwise || recipe == Fp8Recipe::Mxfp8;
-  if (blocks && gpu.fp8_block_scaling == Fp8BlockScaling::Emulated)
+  if (recipe != Fp8Recipe::Delayed && recipe != Fp8Recipe::Tensorwise &&
+      gpu.fp8_block_scaling == Fp8BlockScaling::Emulated)
     t = std::max(t, seconds_to_time(to_seconds(compute_time(gpu, cal, GemmDtype::BF16, flops, bytes, shape)) /
                                     kEmulatedBlockFp8Speedup));
   const Fp8Quantization q = fp8_quantization(recipe, gpu.fp8_block_scaling == Fp8BlockScaling::Native);
-  const double elems = backward ? op.gemm_out_elems : op.gemm_in_elems;
+  // The elements cast: Transformer Engine's recipes cast the pass's new
+  // operand once (the weights are cached for the step); torchao's rowwise
+  // casts every GEMM operand along its GEMM's reduction axis, the input and
+  // the weight forward, the output gradient twice, the weight and the saved
+  // input again backward.
+  const double w = static_cast<double>(op.matrix_params());
+  double elems = backward ? op.gemm_out_elems : op.gemm_in_elems;
+  double casts = 1;
+  if (recipe == Fp8Recipe::Rowwise) {
+    elems = backward ? 2 * op.gemm_out_elems + w + op.gemm_in_elems : op.gemm_in_elems + w;
+    casts = backward ? 4 : 2;
+  }
   const auto traffic = static_cast<Bytes>(std::llround(elems * (2 * q.reads + q.bytes_written())));
   if (traffic > 0)
-    t += compute_time(gpu, cal, GemmDtype::FP8, 0, traffic, {0, static_cast<std::int64_t>(q.reads)});
+    t += compute_time(gpu, cal, GemmDtype::FP8, 0, traffic, {0, static_cast<std::int64_t>(casts * q.reads)});
   return t;
 }
 

@@ -66,12 +66,13 @@ GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer);
 // Under FP8 a Linear op's pass also quantizes its operand (the input
 // forward, the output gradient backward): a memory-bound pass reading it
 // in 16 bits `reads` times and writing the recipe's FP8 copies and scales
-// (fp8_quantization), one kernel per read. Block-scaled GEMMs emulated in
+// (fp8_quantization), one kernel per read (torchao's rowwise casts more
+// operands: time_model.cpp). Row- and block-scaled GEMMs emulated in
 // software (Hopper, GpuSpec::fp8_block_scaling) run no faster than the BF16
 // GEMM over kEmulatedBlockFp8Speedup.
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
              bool backward, LayerKind layer = LayerKind::Block, Fp8Recipe recipe = Fp8Recipe::Delayed);
-// cuBLAS 12.9's block-scaled FP8 matmuls on Hopper: "a 1.75x speedup for
+// cuBLAS 12.9's channel- and block-scaled FP8 matmuls on Hopper: "a 1.75x speedup for
 // large matmuls ... compared to the BF16 baseline" (NVIDIA technical blog,
 // "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS
 // 12.9", 2025; "at least 1.25x" for most other sizes: the bound is the

@@ -396,6 +396,17 @@ TEST_CASE("FP8 recipes: each pass quantizes its operand; emulated block scaling 
   g.fp8_block_scaling = Fp8BlockScaling::Native;
   CHECK(fwd(Fp8Recipe::Delayed) == gemm_f + ns(3e9 / bw));
   CHECK(fwd(Fp8Recipe::Mxfp8) == gemm_f + ns((2 + 2 * (1 + 1.0 / 32)) * 1e9 / bw));
+  // torchao's rowwise casts every GEMM operand along its reduction axis,
+  // each an amax pass and a cast (2 + 2 bytes read, 1 written): the input
+  // and the weight (1e6 parameters) forward; the output gradient twice, the
+  // weight and the saved input backward. Its GEMM on Hopper is bound as
+  // block scaling's (channel-scaled: cuBLAS 12.9's figure); natively, the FP8 rate.
+  op.rows = 1000;
+  op.cols = 1000;
+  CHECK(fwd(Fp8Recipe::Rowwise) == gemm_f + ns(5 * (1e9 + 1e6) / bw));
+  CHECK(bwd(Fp8Recipe::Rowwise) == gemm_b + ns(5 * (2 * 5e8 + 1e6 + 1e9) / bw));
+  g.fp8_block_scaling = Fp8BlockScaling::Emulated;
+  CHECK(fwd(Fp8Recipe::Rowwise) == ns(0.025 / 1.75) + ns(5 * (1e9 + 1e6) / bw));
   // Not an FP8 GEMM (the head's): nothing quantized.
   CHECK(op_time(g, c, Precision::FP8, op, false, LayerKind::Head, Fp8Recipe::Mxfp8) == 25'000'000);
 }

@@ -62,23 +62,33 @@ TEST_CASE("FP8 recipes: the blocks' weights kept in FP8 for the step, the saved 
   };
   CHECK(params(delayed) - params(bf16) == doctest::Approx(matrices).epsilon(1e-9));
   CHECK(params(mx) - params(bf16) == doctest::Approx(2 * (1 + 1.0 / 32) * matrices).epsilon(1e-9));
+  // torchao's rowwise keeps no FP8 weights (it casts them in every pass).
+  const Scenario rows = on("b200", R"({"dp": 8, "zero": 1, "precision": "fp8", "fp8_recipe": "rowwise"})");
+  CHECK(params(rows) == params(bf16));
   const Scenario z3 = on("b200", R"({"dp": 8, "zero": 3, "precision": "fp8"})");
   const Scenario z3_bf16 = on("b200", R"({"dp": 8, "zero": 3})");
   CHECK(params(z3) == params(z3_bf16));
   // Saved inputs: blockwise against delayed, on a Hopper node.
   const Scenario per_tensor = on("h100-sxm", R"({"dp": 8, "precision": "fp8"})");
   const Scenario block = on("h100-sxm", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "blockwise"})");
+  // torchao's rowwise saves the 16-bit input: twice the per-tensor bytes.
+  const Scenario row = on("h100-sxm", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "rowwise"})");
   const cost::OpChain a = cost::expand(per_tensor.model, expand_options(per_tensor));
   const cost::OpChain b = cost::expand(block.model, expand_options(block));
+  const cost::OpChain r = cost::expand(row.model, expand_options(row));
   for (std::size_t i = 0; i < a.main_block().ops.size(); ++i) {
     const auto& x = a.main_block().ops[i];
     const auto& y = b.main_block().ops[i];
+    const auto& z = r.main_block().ops[i];
     CAPTURE(x.name);
-    if (x.kind == cost::OpKind::Linear)
+    if (x.kind == cost::OpKind::Linear) {
       CHECK(static_cast<double>(y.saved_bytes - x.saved_bytes) ==
             doctest::Approx(static_cast<double>(x.saved_bytes) * 4.0 / 128).epsilon(1e-6));
-    else
+      CHECK(z.saved_bytes == 2 * x.saved_bytes);
+    } else {
       CHECK(y.saved_bytes == x.saved_bytes);
+      CHECK(z.saved_bytes == x.saved_bytes);
+    }
   }
 }
 

@@ -489,7 +489,10 @@ Exported export_megatron(const Scenario& sc) {
       // E5M2 backward.
       const bool blocks = p.fp8_recipe == cost::Fp8Recipe::Blockwise || p.fp8_recipe == cost::Fp8Recipe::Mxfp8;
       f.add("--fp8-format", std::string(blocks ? "e4m3" : "hybrid"));
-      if (p.fp8_recipe != cost::Fp8Recipe::Delayed)  // Megatron-Core's default is delayed
+      if (p.fp8_recipe == cost::Fp8Recipe::Rowwise)
+        un.push_back("fp8_recipe=rowwise (torchao's; Megatron-Core's --fp8-recipe is delayed, tensorwise, "
+                     "blockwise or mxfp8: its default, delayed, emitted)");
+      else if (p.fp8_recipe != cost::Fp8Recipe::Delayed)  // Megatron-Core's default is delayed
         f.add("--fp8-recipe", std::string(enum_name(p.fp8_recipe)));
       break;
     }
@@ -947,16 +950,19 @@ Exported export_torchtitan(const Scenario& sc) {
     un.push_back("offload.activations=true (torchtitan's config has no activation offload)");
 
   // --- [model], [optimizer] ---
-  std::ostringstream converters;
+  std::ostringstream converters, float8;
   if (p.precision == Precision::FP8) {
     converters << "converters = [" << q("float8") << "]\n";
     // torchao's Float8Linear scales dynamically, per tensor by default
-    // (Float8LinearConfig's "tensorwise"); Transformer Engine's delayed,
-    // block and MXFP8 recipes are not its.
-    if (p.fp8_recipe != cost::Fp8Recipe::Tensorwise)
+    // (torchtitan's [float8] recipe_name: "tensorwise", "rowwise",
+    // "rowwise_with_gw_hp" or none); Transformer Engine's delayed, block
+    // and MXFP8 recipes are not its.
+    if (p.fp8_recipe == cost::Fp8Recipe::Rowwise)
+      float8 << "recipe_name = " << q("rowwise") << "\n";
+    else if (p.fp8_recipe != cost::Fp8Recipe::Tensorwise)
       un.push_back("fp8_recipe=" + std::string(enum_name(p.fp8_recipe)) +
-                   " (torchtitan's float8 converter is torchao's, which scales each tensor from itself: "
-                   "fp8_recipe \"tensorwise\", emitted)");
+                   " (torchtitan's float8 converter is torchao's, which scales each tensor or each row from "
+                   "itself: fp8_recipe \"tensorwise\", emitted)");
   }
   switch (p.optimizer) {
     case Optimizer::Adam: opt << "name = " << q("Adam") << "\n"; break;
@@ -998,6 +1004,7 @@ Exported export_torchtitan(const Scenario& sc) {
   model << converters.str();
   if (!model.str().empty()) out += "\n[model]\n" + model.str();
   if (!opt.str().empty()) out += "\n[optimizer]\n" + opt.str();
+  if (!float8.str().empty()) out += "\n[float8]\n" + float8.str();
   ex.text = std::move(out);
   return ex;
 }

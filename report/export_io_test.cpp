@@ -253,6 +253,18 @@ TEST_CASE("megatron: the FP8 recipe as --fp8-recipe and its format, read back by
   for (const auto* sc : {&delayed, &mx, &block})
     CHECK(import_plan(*sc, ExportTarget::Megatron, export_megatron(*sc).text, "x.sh").scenario.plan.fp8_recipe ==
           sc->plan.fp8_recipe);
+  // torchao's rowwise: torchtitan's [float8] recipe_name (its tensorwise the
+  // converter's default); Megatron-Core has no such recipe: listed.
+  const auto rows = on("h100-sxm", "rowwise"), tensor = on("h100-sxm", "tensorwise");
+  const Exported tt = export_plan(rows, ExportTarget::TorchTitan);
+  CHECK(tt.unsupported.empty());
+  CHECK(tt.text.find("[float8]\nrecipe_name = \"rowwise\"") != std::string::npos);
+  for (const auto* sc : {&rows, &tensor})
+    CHECK(import_plan(*sc, ExportTarget::TorchTitan, export_plan(*sc, ExportTarget::TorchTitan).text, "x.toml")
+              .scenario.plan.fp8_recipe == sc->plan.fp8_recipe);
+  const Exported mg = export_megatron(rows);
+  REQUIRE(mg.unsupported.size() == 1);
+  CHECK(mg.unsupported[0].rfind("fp8_recipe=rowwise", 0) == 0);
 }
 
 TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back by import") {
@@ -870,7 +882,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
     p.precision = pick(cost::Precision::BF16, cost::Precision::BF16, cost::Precision::FP16, cost::Precision::FP32,
                        cost::Precision::FP8);
     if (p.precision == cost::Precision::FP8)
-      p.fp8_recipe = pick(cost::Fp8Recipe::Delayed, cost::Fp8Recipe::Tensorwise, cost::Fp8Recipe::Blockwise);
+      p.fp8_recipe = pick(cost::Fp8Recipe::Delayed, cost::Fp8Recipe::Tensorwise, cost::Fp8Recipe::Blockwise,
+                          cost::Fp8Recipe::Rowwise);
     sc.batch.micro = pick(1, 2);
     auto& im = p.implementation;
     auto fix = [&](strategies::ImplKey k) { sc.implementation_keys.add(k); };

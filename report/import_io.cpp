@@ -384,7 +384,7 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
                                     : Precision::FP32;
   if (const auto recipe = value("--fp8-recipe")) {
     const auto r = enum_from_name<cost::Fp8Recipe>(*recipe);
-    if (!r)
+    if (!r || *r == cost::Fp8Recipe::Rowwise)
       throw InputError(file, "--fp8-recipe",
                        "'" + *recipe + "' is not delayed, tensorwise, blockwise or mxfp8 [import-value]");
     p.fp8_recipe = *r;
@@ -800,8 +800,19 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
     return conv && conv->is_array() && std::find(conv->begin(), conv->end(), "float8") != conv->end();
   }();
   p.precision = param == "float32" ? Precision::FP32 : fp8 ? Precision::FP8 : Precision::BF16;
-  // torchao's float8 converter scales each tensor dynamically (its default recipe).
-  if (fp8) p.fp8_recipe = cost::Fp8Recipe::Tensorwise;
+  // torchao's float8 converter scales each tensor dynamically (its default
+  // recipe), or each row ([float8] recipe_name "rowwise").
+  if (fp8) {
+    const std::string recipe = text_of("float8", "recipe_name", "tensorwise");
+    if (recipe == "tensorwise")
+      p.fp8_recipe = cost::Fp8Recipe::Tensorwise;
+    else if (recipe == "rowwise")
+      p.fp8_recipe = cost::Fp8Recipe::Rowwise;
+    else
+      throw InputError(file, "float8.recipe_name",
+                       "'" + recipe + "' is not tensorwise or rowwise (rowwise_with_gw_hp keeps the weight "
+                       "gradient in 16 bits, which Strata does not price) [import-value]");
+  }
   if (boolean("training", "enable_cpu_offload", false)) {
     p.offload.weights = true;
     p.offload.optimizer = OffloadTarget::Cpu;

@@ -228,14 +228,16 @@ std::optional<Violation> first_violation(const Scenario& s) {
                   "the " + recipe + " recipe scales FP8 operands; precision is " +
                       std::string(enum_name(p.precision)) + " (set precision \"fp8\", or leave fp8_recipe out)");
     const bool mx = p.fp8_recipe == cost::Fp8Recipe::Mxfp8;
+    const bool per_tensor = p.fp8_recipe == cost::Fp8Recipe::Tensorwise;
     std::vector<const cost::GpuSpec*> gpus{&c.gpu};
     for (const auto& g : c.groups) gpus.push_back(&g.gpu);
     for (const cost::GpuSpec* g : gpus) {
       const auto has = g->fp8_block_scaling;
-      if (has == cost::Fp8BlockScaling::Native || (!mx && has == cost::Fp8BlockScaling::Emulated)) continue;
+      if (per_tensor || has == cost::Fp8BlockScaling::Native || (!mx && has == cost::Fp8BlockScaling::Emulated))
+        continue;
       return fail("fp8-recipe-supported", "plan.fp8_recipe",
                   recipe + (mx ? " needs tensor cores that read block scales (Blackwell)"
-                               : " needs block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, or Blackwell)") +
+                               : " needs row- or block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, or Blackwell)") +
                       "; " + g->name + "'s fp8_block_scaling is \"" + std::string(enum_name(has)) + "\"");
     }
   }
