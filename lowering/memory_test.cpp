@@ -111,6 +111,12 @@ TEST_CASE("FP8 recipes are refused where they cannot run, naming the rule") {
         "h100-sxm's fp8_block_scaling is \"emulated\"");
   CHECK(rule("h100-sxm", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "blockwise"})") == "none");
   CHECK(rule("b200", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "mxfp8"})") == "none");
+  // Per-tensor scaling needs FP8 tensor cores only: a GPU without row- or
+  // block-scaled GEMMs runs it; not rowwise.
+  CHECK(rule("mi300x", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "tensorwise"})") == "none");
+  CHECK(rule("mi300x", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "rowwise"})") ==
+        "test.json: plan.fp8_recipe: rowwise needs row- or block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, "
+        "or Blackwell); mi300x's fp8_block_scaling is \"none\"");
 }
 
 TEST_CASE("selective recompute under flash attention is named as no recompute") {
