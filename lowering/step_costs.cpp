@@ -211,6 +211,15 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     const Time rs = ring(cost::CollectiveOp::ReduceScatter, act, tp_g_);
     const Time ar = ring(cost::CollectiveOp::AllReduce, act, tp_g_);
     const Time one = p.sequence_parallel ? 2 * (ag + rs) : 2 * ar;
+    // Current per-tensor scaling of a tensor that sequence parallelism
+    // gathers takes its amax over the tensor-parallel group first (Transformer
+    // Engine: "Tensors that are gathered across nodes (e.g. input and gradient
+    // in sequence parallelism) require amax synchronization before
+    // quantization", fp8_current_scaling.rst; the column-parallel input and
+    // the row-parallel output gradient quantizers reduce over tp_group): an
+    // all-reduce of one fp32 before each of the two gathers each way, blocking.
+    const bool amax = precision == Precision::FP8 && recipe == cost::Fp8Recipe::Tensorwise && p.sequence_parallel;
+    const Time amax_sync = amax ? 2 * ring(cost::CollectiveOp::AllReduce, 4, tp_g_) : 0;
     for (std::size_t k = 0; k < kinds; ++k) {
       // Transformer Engine's overlap (tp_comm_overlap) also hides forward
       // communication behind the layer's GEMMs: bulk behind half of them, ring
@@ -227,7 +236,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
                         : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
                                                                                   : 0;
       auto& tp = comm_[k].tp;
-      tp[0] = std::max<Time>(0, one - hide);
+      tp[0] = std::max<Time>(0, one - hide) + amax_sync;
       // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
       // Communication). Without sequence parallelism both backward all-reduces
       // are the column-parallel linears' (QKV, MLP up) input gradients, each
@@ -251,14 +260,14 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       // A chain without recognised column-parallel linears keeps its backward
       // communication exposed.
       if (col_half.empty()) bwd = one;
-      tp[1] = std::max<Time>(0, bwd - hide);
+      tp[1] = std::max<Time>(0, bwd - hide) + amax_sync;
       // The collectives each block pass launches.
       const auto cols = static_cast<std::int64_t>(col_half.size());
-      const std::int64_t fwd_launches = p.sequence_parallel ? 4 : 2;
+      const std::int64_t fwd_launches = (p.sequence_parallel ? 4 : 2) + (amax ? 2 : 0);
       auto& l = launches[priced_index(chain_.kinds[k])];
       l[0] += fwd_launches;
       l[2] += fwd_launches;
-      l[1] += cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols;
+      l[1] += (cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols) + (amax && cols != 0 ? 2 : 0);
     }
     // Vocabulary-parallel embedding and logits (Megatron-LM): forward, the
     // embedding's partial lookups are summed over the group (reduce-scattered

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "costmodel/model_io.hpp"
 #include "costmodel/time_model.hpp"
 #include "sim/limits.hpp"
 #include "lowering/coarse.hpp"
@@ -59,6 +60,36 @@ TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps
     // extra input all-gathers and the reduce-scatters hide behind GEMMs.
     CHECK(block_comm(sc, c, CommKind::TP, Pass::Backward) == 2 * ag);
   }
+}
+
+TEST_CASE("current FP8 scaling under sequence parallelism: an amax all-reduce before each gathered cast") {
+  // Transformer Engine's Float8CurrentScaling reduces the amax of the
+  // tensors sequence parallelism gathers over the tp group (the two
+  // column-parallel inputs forward, the two row-parallel output gradients
+  // backward): tensorwise adds 2 all-reduces of 4 bytes each way over
+  // delayed, blocking; without sequence parallelism, none. (The backward
+  // gathers wait for no GEMM here, tp_grad_overlap off, so the difference
+  // is the amax all-reduces alone; the bundled calibration has latencies.)
+  const cost::Calibration cal = cost::default_calibration(cost::gpu_preset("h100-sxm"));
+  auto on = [](const std::string& plan) {
+    return parse_scenario(R"({"model": {"layers": 4, "hidden": 4096, "heads": 32, "seq_len": 2048, "vocab": 32000},
+        "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 4, "micro": 4},
+        "plan": )" + plan + "}",
+                          "t.json");
+  };
+  const auto delayed = on(R"({"tp": 8, "precision": "fp8", "sequence_parallel": true,
+                             "implementation": {"tp_grad_overlap": false}})");
+  const auto current = on(R"({"tp": 8, "precision": "fp8", "sequence_parallel": true, "fp8_recipe": "tensorwise",
+                             "implementation": {"tp_grad_overlap": false}})");
+  const Time amax = cost::collective_time(cost::CollectiveOp::AllReduce, 4, 8, 8, delayed.cluster.node, cal);
+  CHECK(amax > 0);
+  const ModelStepCosts a(delayed, cal), b(current, cal);
+  for (const Pass pass : {Pass::Forward, Pass::Backward})
+    CHECK(block_comm(current, b, CommKind::TP, pass) - block_comm(delayed, a, CommKind::TP, pass) == 2 * amax);
+  const auto plain = on(R"({"tp": 8, "precision": "fp8"})");
+  const auto plain_current = on(R"({"tp": 8, "precision": "fp8", "fp8_recipe": "tensorwise"})");
+  CHECK(block_comm(plain_current, ModelStepCosts(plain_current, cal), CommKind::TP, Pass::Forward) ==
+        block_comm(plain, ModelStepCosts(plain, cal), CommKind::TP, Pass::Forward));
 }
 
 TEST_CASE("expert parallelism: the all-to-alls block the expert blocks only, not a MoE model's dense ones") {
