@@ -112,6 +112,8 @@ ordered_json gpu_json(const cost::GpuSpec& g) {
   j["memory_GiB"] = g.memory_GiB;
   j["hbm_GBps"] = g.hbm_GBps;
   j["tflops"] = tflops_json(g.tflops);
+  j["sms"] = g.sms;
+  j["fp8_block_scaling"] = std::string(enum_name(g.fp8_block_scaling));
   j["server"] = node_json(g.server);
   j["source"] = g.source;
   return j;
@@ -163,13 +165,13 @@ std::string list_gpus(const std::vector<cost::GpuSpec>& gpus, Format f) {
   }
   Table t;
   t.columns = {"name", "memory_GiB", "hbm_GBps", "fp32_tflops", "tf32_tflops", "fp16_tflops",
-               "bf16_tflops", "fp8_tflops", "server"};
+               "bf16_tflops", "fp8_tflops", "fp8_block_scaling", "server"};
   t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right,
-             Align::Right, Align::Right, Align::Right};
+             Align::Right, Align::Right, Align::Right, Align::Left};
   for (const auto& g : gpus)
     t.add_row({g.name, fixed(g.memory_GiB, 1), fixed(g.hbm_GBps, 0), peak(g.tflops.fp32),
                peak(g.tflops.tf32), peak(g.tflops.fp16), peak(g.tflops.bf16), peak(g.tflops.fp8),
-               g.server.name});
+               std::string(enum_name(g.fp8_block_scaling)), g.server.name});
   return render(t, f);
 }
 

@@ -713,11 +713,16 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
   model["moe"] = m.moe ? ordered_json{{"experts", m.moe->experts}, {"top_k", m.moe->top_k}} : ordered_json();
   const auto& c = sc.cluster;
   const auto gpu_json = [](const cost::GpuSpec& g) {
-    return ordered_json{{"name", g.name},
-                        {"memory_GiB", g.memory_GiB},
-                        {"hbm_GBps", g.hbm_GBps},
-                        {"sms", g.sms},
-                        {"tflops", tflops_json(g.tflops)}};
+    ordered_json j{{"name", g.name},
+                   {"memory_GiB", g.memory_GiB},
+                   {"hbm_GBps", g.hbm_GBps},
+                   {"sms", g.sms},
+                   {"tflops", tflops_json(g.tflops)}};
+    // Prices row- and block-scaled FP8; written only where the GPU has such
+    // GEMMs, so directories explored on others keep their manifest.
+    if (g.fp8_block_scaling != cost::Fp8BlockScaling::None)
+      j["fp8_block_scaling"] = std::string(enum_name(g.fp8_block_scaling));
+    return j;
   };
   ordered_json cluster = {{"name", c.name},
                           {"gpus", c.gpus()},
