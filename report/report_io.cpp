@@ -240,7 +240,7 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   std::unordered_map<std::uint64_t, PlanRecord> records;
   std::uint64_t goal_id = 0;
   bool have_goal = false;
-  CheckedDir checked = check_explore_dir(
+  (void)check_explore_dir(
       dir,
       [&](std::uint64_t id, std::string_view, const json& j) {
         records.insert_or_assign(id, plan_record(j, rp + ": plan " + strategies::plan_id_hex(id), d.axes, d.memory_tags));
