@@ -15,6 +15,12 @@ std::int64_t Layer::params() const {
   for (const auto& op : ops) n += op.params;
   return n;
 }
+std::int64_t Layer::gemm_weight_params() const {
+  std::int64_t n = 0;
+  for (const auto& op : ops)
+    if (op.kind == OpKind::Linear) n += op.matrix_params();
+  return n;
+}
 Flops Layer::fwd_flops() const {
   Flops f = 0;
   for (const auto& op : ops) f += op.fwd_flops;

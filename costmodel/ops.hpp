@@ -109,6 +109,9 @@ struct Layer {
   Bytes input_bytes = 0;
 
   std::int64_t params() const;
+  // Its Linear ops' weight matrices: what FP8 training multiplies in FP8
+  // (in a block) and keeps as FP8 copies or parameters.
+  std::int64_t gemm_weight_params() const;
   Flops fwd_flops() const;
   Flops bwd_flops() const;
   Bytes saved_bytes() const;

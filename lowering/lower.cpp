@@ -402,11 +402,20 @@ class StepBuilder : StepLayout {
     return !sc_.executed && zero_shards(plan_) > 1 && plan_.zero >= 1 && plan_.zero <= 2 &&
            plan_.implementation.overlap_param_gather;
   }
-  // The previous step's gather of `params` weights, for the first forward
+  // Bytes of `params` weights the distributed optimizer gathers, `fp8` of
+  // them the blocks' GEMM weights: a byte each when they are FP8
+  // parameters (implementation.fp8_param_gather).
+  Bytes gathered_weight_bytes(double params, double fp8) const {
+    if (!plan_.implementation.fp8_param_gather) fp8 = 0;
+    return static_cast<Bytes>((params - fp8) * per_.weights + fp8);
+  }
+  // The previous step's gather of a layer's weights, for the first forward
   // of a chunk: on the communication lane from the step's start.
-  std::int32_t weight_gather(double params, Part part, std::int64_t layer) {
+  std::int32_t weight_gather(const cost::Layer& l, Part part, std::int64_t layer) {
+    const double fp8 = l.kind == cost::LayerKind::Block ? static_cast<double>(l.gemm_weight_params()) : 0.0;
     return task(sim::TaskKind::Collective, sim::Lane::Comm,
-                costs().collective(Collective::AllGather, Group::DP, static_cast<Bytes>(params * per_.weights)),
+                costs().collective(Collective::AllGather, Group::DP,
+                                   gathered_weight_bytes(static_cast<double>(l.params()), fp8)),
                 sim::Phase::Comm, CommKind::DP, info(TaskOp::GatherWeights, part, layer));
   }
 
@@ -739,7 +748,7 @@ class StepBuilder : StepLayout {
     // The chunk's first forward of the step waits for its weights.
     const bool gathers = gather_in_forward() && !folding_ && mb == gather_mb_[static_cast<std::size_t>(k)];
     const std::int32_t embedding_weights =
-        k == 0 && gathers ? weight_gather(static_cast<double>(chain_.embedding.params()), Part::Embedding, -1) : kNone;
+        k == 0 && gathers ? weight_gather(chain_.embedding, Part::Embedding, -1) : kNone;
     if (k == 0 && !cpu_)
       compute(costs().layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
@@ -766,7 +775,7 @@ class StepBuilder : StepLayout {
                                                        : param_gather(layer, mb, Pass::Forward);
       const cost::Layer& block = chain_.block_at(layer);
       const ActivationRule& rule = StepLayout::rule(layer);
-      if (gathers) gather = weight_gather(static_cast<double>(block.params()), Part::Layer, layer);
+      if (gathers) gather = weight_gather(block, Part::Layer, layer);
       if (plan_.offload.weights) fetch = weight_fetch(layer, mb, Pass::Forward);
       const Bytes stored = layer_stored(k, i), swapped = layer_swapped(k, i);
       const std::int32_t f = compute(kind_times(layer).pass[static_cast<std::size_t>(Pass::Forward)], sim::Phase::Fwd,
@@ -805,7 +814,7 @@ class StepBuilder : StepLayout {
     }
     if (k + 1 == static_cast<int>(chunks_.size())) {
       const std::int32_t head_weights =
-          gathers ? weight_gather(static_cast<double>(chain_.head.params()), Part::Head, -1) : kNone;
+          gathers ? weight_gather(chain_.head, Part::Head, -1) : kNone;
       const std::int32_t h = compute(costs().layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Head, -1, mb), CommKind::None,
                                      {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
@@ -1409,8 +1418,11 @@ class StepBuilder : StepLayout {
     if (zero_shards(plan_) > 1 && plan_.zero >= 1 && plan_.zero <= 2 && !gather_in_forward()) {
       // The distributed optimizer's all-gather of updated weights (with
       // overlap_param_gather, in the next step's first forward instead).
+      double fp8 = 0;
+      for (std::size_t k = 0; k < stage.blocks.size(); ++k)
+        fp8 += static_cast<double>(stage.blocks[k]) * static_cast<double>(chain_.kinds[k].gemm_weight_params());
       const std::int32_t ag = comm(costs().collective(Collective::AllGather, Group::DP,
-                                                     static_cast<Bytes>(params * per_.weights)),
+                                                     gathered_weight_bytes(params, fp8)),
                                    CommKind::DP, info(TaskOp::GatherWeights, Part::None));
       if (cpu_dp && plan_.offload.optimizer != OffloadTarget::Nvme) {
         // One flat buffer of the largest bucket; the chunks die after.

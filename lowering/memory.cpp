@@ -516,9 +516,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     for (std::size_t i = 0; i < kinds.size(); ++i) {
       if (count[i] == 0) continue;
       ps += kinds[i] * static_cast<double>(count[i]);
-      for (const auto& op : chain_.kinds[i].ops)
-        if (op.kind == cost::OpKind::Linear)
-          fp8_matrices += static_cast<double>(op.matrix_params()) * static_cast<double>(count[i]);
+      fp8_matrices += static_cast<double>(chain_.kinds[i].gemm_weight_params()) * static_cast<double>(count[i]);
       if (kinds[i].params() > block.params()) block = kinds[i];
     }
     if (s == 0) ps += embedding;
@@ -544,8 +542,10 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     // FP8: the blocks' GEMM weights quantized for the step (fp8_weight_bytes),
     // kept beside the 16-bit ones. Not under ZeRO-3 or weight offload, where
     // a layer's weights are on the GPU only while it runs.
+    // With FP8 parameters (fp8_param_gather) they replace the 16-bit ones.
     if (plan.precision == Precision::FP8 && plan.zero < 3 && !plan.offload.weights)
-      weights += fp8_matrices * cost::fp8_weight_bytes(plan.fp8_recipe);
+      weights += fp8_matrices * (cost::fp8_weight_bytes(plan.fp8_recipe) -
+                                 (plan.implementation.fp8_param_gather ? per.weights : 0.0));
 
     double host = 0, nvme = 0;
     if (opt_offload) {

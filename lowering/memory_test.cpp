@@ -114,6 +114,13 @@ TEST_CASE("FP8 recipes are refused where they cannot run, naming the rule") {
   // Per-tensor scaling needs FP8 tensor cores only: a GPU without row- or
   // block-scaled GEMMs runs it; not rowwise.
   CHECK(rule("mi300x", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "tensorwise"})") == "none");
+  // FP8 parameters: with the distributed optimizer (zero 1-2) and an FP8 recipe of Transformer Engine.
+  CHECK(rule("h100-sxm", R"({"dp": 8, "zero": 1, "precision": "fp8", "implementation": {"fp8_param_gather": true}})") ==
+        "none");
+  CHECK(rule("h100-sxm", R"({"dp": 8, "zero": 3, "precision": "fp8", "implementation": {"fp8_param_gather": true}})")
+            .rfind("test.json: plan.implementation.fp8_param_gather: FP8 parameters gathered by the distributed "
+                   "optimizer need precision fp8",
+                   0) == 0);
   CHECK(rule("mi300x", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "rowwise"})") ==
         "test.json: plan.fp8_recipe: rowwise needs row- or block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, "
         "or Blackwell); mi300x's fp8_block_scaling is \"none\"");

@@ -194,6 +194,10 @@ const Case kCases[] = {
     {"plan/optimizer", "{}", R"({"plan": {"optimizer": "sgd"}})", Effect::PeakDown},
     {"plan/precision", "{}", R"({"plan": {"precision": "fp32"}})", Effect::StepUp},
     {"plan/optimizer_states", "{}", R"({"plan": {"optimizer_states": "bf16"}})", Effect::PeakDown},
+    // The blocks' weights as FP8 parameters: no 16-bit copy.
+    {"plan.implementation/fp8_param_gather",
+     R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8", "zero": 1}})",
+     R"({"plan": {"implementation": {"fp8_param_gather": true}}})", Effect::PeakDown},
     // Block scales emulated on Hopper: the GEMMs no faster than BF16 / 1.75.
     {"plan/fp8_recipe", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
      R"({"plan": {"fp8_recipe": "blockwise"}})", Effect::StepUp},

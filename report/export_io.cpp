@@ -342,6 +342,7 @@ Exported export_megatron(const Scenario& sc) {
                  "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
                  "--no-async-tensor-model-parallel-allreduce is deprecated and ignored)");
   if (im.overlap_grad_reduce) f.add("--overlap-grad-reduce");
+  if (im.fp8_param_gather) f.add("--fp8-param-gather");
   if (im.overlap_param_gather && sharded_optimizer) {
     if (im.overlap_grad_reduce)
       f.add("--overlap-param-gather");
@@ -867,6 +868,9 @@ Exported export_torchtitan(const Scenario& sc) {
     un.push_back("implementation.rank_order=" + rank_order_text(p) +
                  " (torchtitan's device mesh is pp, dp_replicate, dp_shard, cp, tp from "
                  "outermost to innermost)");
+  if (im.fp8_param_gather)
+    un.push_back("implementation.fp8_param_gather=true (Megatron-Core's FP8 parameters; torchtitan's float8 "
+                 "all-gather is FSDP's, enable_fsdp_float8_all_gather, for zero 3)");
   if (!im.overlap_grad_reduce)
     un.push_back("implementation.overlap_grad_reduce=false (torchtitan's FSDP and DDP always "
                  "overlap gradient reduction with backward)");

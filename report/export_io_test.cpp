@@ -895,6 +895,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
     if (p.precision != cost::Precision::FP32 && pick(false, true))
       im.fp32_grad_accumulation = pick(false, true), fix(strategies::ImplKey::Fp32GradAccumulation);
     if (pick(false, false, true)) im.fused_elementwise = false, fix(strategies::ImplKey::FusedElementwise);
+    if (p.precision == cost::Precision::FP8 && p.zero >= 1 && p.zero <= 2 && pick(false, true))
+      im.fp8_param_gather = true, fix(strategies::ImplKey::Fp8ParamGather);
     try {
       strategies::require_valid_plan(sc);
     } catch (const InputError&) {

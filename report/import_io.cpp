@@ -403,6 +403,7 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   if (!(p.zero >= 2 && p.pp == 1)) im.grad_accumulation_fusion = !has("--no-gradient-accumulation-fusion");
   im.overlap_grad_reduce = has("--overlap-grad-reduce");
   if (p.zero >= 1) im.overlap_param_gather = has("--overlap-param-gather");
+  im.fp8_param_gather = has("--fp8-param-gather");
   if (has("--tp-comm-overlap"))
     im.tp_comm_overlap = has("--disable-tp-comm-overlap-ag") && has("--disable-tp-comm-overlap-rs")
                              ? TpCommOverlap::Bulk

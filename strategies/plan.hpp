@@ -99,6 +99,11 @@ struct Implementation {
   CrossEntropy cross_entropy = CrossEntropy::InPlace;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
+  // FP8 parameters (Megatron-Core's --fp8-param-gather: "Keep the compute
+  // param in fp8 ... and perform the param all-gather in fp8"): the blocks'
+  // GEMM weights are FP8 parameters instead of 16-bit ones beside an FP8
+  // copy, and the distributed optimizer gathers them in FP8.
+  bool fp8_param_gather = false;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::None;
   bool pp_scatter_gather = false;
   // Pipeline sends overlapped with the next step's compute (Megatron-LM's

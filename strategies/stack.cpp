@@ -28,6 +28,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Zero3GatherPerModule: im.zero3_gather_per_module = on; break;
     case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
     case ImplKey::CrossEntropy: im.cross_entropy = static_cast<CrossEntropy>(v); break;
+    case ImplKey::Fp8ParamGather: im.fp8_param_gather = on; break;
   }
 }
 
@@ -92,6 +93,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Zero3GatherPerModule: return im.zero3_gather_per_module;
     case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(im.cross_entropy);
+    case ImplKey::Fp8ParamGather: return im.fp8_param_gather;
   }
   return 0;
 }

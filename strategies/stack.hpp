@@ -45,6 +45,7 @@ enum class ImplKey : std::uint8_t {
   Zero3GatherPerModule,
   Zero3PersistenceThreshold,
   CrossEntropy,
+  Fp8ParamGather,
 };
 
 }  // namespace strata::strategies
@@ -52,7 +53,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 14> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 15> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -67,6 +68,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Zero3GatherPerModule, "zero3_gather_per_module"},
       {strategies::ImplKey::Zero3PersistenceThreshold, "zero3_persistence_threshold"},
       {strategies::ImplKey::CrossEntropy, "cross_entropy"},
+      {strategies::ImplKey::Fp8ParamGather, "fp8_param_gather"},
   }};
 };
 }  // namespace strata

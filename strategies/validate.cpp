@@ -242,6 +242,15 @@ std::optional<Violation> first_violation(const Scenario& s) {
     }
   }
 
+  // --- FP8 parameters (Megatron-Core's --fp8-param-gather) ---
+  if (p.implementation.fp8_param_gather &&
+      (p.precision != Precision::FP8 || p.zero < 1 || p.zero > 2 || p.offload.weights ||
+       p.fp8_recipe == cost::Fp8Recipe::Rowwise))
+    return fail("fp8-param-gather", "plan.implementation.fp8_param_gather",
+                "FP8 parameters gathered by the distributed optimizer need precision fp8 with a Transformer "
+                "Engine recipe (not rowwise), zero 1 or 2 (Megatron-Core's distributed optimizer; its FSDP "
+                "is not modelled) and weights on the GPU");
+
   // --- the optimizer's statistics in bf16 ---
   if (p.optimizer_states == StateDtype::BF16 &&
       (p.optimizer == Optimizer::Adam8bit || p.optimizer == Optimizer::Adam4bit ||
