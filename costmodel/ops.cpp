@@ -185,11 +185,11 @@ struct Builder {
     // (Transformer Engine's Linear discards the row-wise one after the
     // forward GEMM), with the recipe's scales; torchao's rowwise keeps the
     // 16-bit input and casts it again in the backward.
-    const bool fp8 = o.precision == Precision::FP8;
-    op.saved_bytes = fp8 && o.fp8_recipe == Fp8Recipe::Rowwise
-                         ? bytes(saved, e)
-                         : bytes(saved, gi) + (fp8 ? bytes(saved * fp8_quantization(o.fp8_recipe, false).scale_bytes, 1)
-                                                   : 0);
+    op.saved_bytes = bytes(saved, gi);
+    if (o.precision == Precision::FP8 && o.fp8_recipe == Fp8Recipe::Rowwise)
+      op.saved_bytes = bytes(saved, e);
+    else if (o.precision == Precision::FP8)  // scales do not depend on the GPU's copies
+      op.saved_bytes += bytes(saved * fp8_quantization(o.fp8_recipe, false).scale_bytes, 1);
     const double out_elems = tokens * b * s * (column ? out / t : out);
     op.gemm_in_elems = saved;
     op.gemm_out_elems = out_elems;

@@ -16,6 +16,14 @@
 namespace strata::strategies {
 namespace {
 
+// Tasks of a layer-granularity program whose description satisfies `pred`.
+template <class Pred>
+int count_tasks(const StepProgram& p, Pred pred) {
+  int n = 0;
+  for (const TaskInfo& i : p.info) n += pred(i) ? 1 : 0;
+  return n;
+}
+
 Scenario scenario(const std::string& plan, int global = 16, int hidden = 256) {
   return unit_scenario(plan, global, hidden);
 }
@@ -113,11 +121,8 @@ TEST_CASE("partition_activations: each recomputed segment's input is all-gathere
   CHECK(after - before == 16 * 4 * c.collective_t);
   CHECK(predict_step_coarse(split, c).step_time == after);
   // Every gather is a blocking tp task of the recompute pass.
-  const StepProgram prog = build_step_program(split, c, Granularity::Layer);
-  int gathers = 0;
-  for (std::size_t i = 0; i < prog.tasks.size(); ++i)
-    gathers += prog.info[i].op == TaskOp::InputGather;
-  CHECK(gathers == 16 * 4);
+  CHECK(count_tasks(build_step_program(split, c, Granularity::Layer),
+                    [](const TaskInfo& i) { return i.op == TaskOp::InputGather; }) == 16 * 4);
 }
 
 TEST_CASE("multi-token prediction: the head's module blocks block on their expert all-to-alls, as the blocks do") {
@@ -141,11 +146,9 @@ TEST_CASE("multi-token prediction: the head's module blocks block on their exper
   const Time before = predict_step(none, c).step_time, after = predict_step(one, c).step_time;
   CHECK(after - before == 2 * 8 * c.ep);
   CHECK(predict_step_coarse(one, c).step_time == after);
-  const StepProgram prog = build_step_program(one, c, Granularity::Layer);
-  int head_comm = 0;
-  for (std::size_t i = 0; i < prog.tasks.size(); ++i)
-    head_comm += prog.info[i].op == TaskOp::LayerComm && prog.info[i].part == Part::Head;
-  CHECK(head_comm == 2 * 8);
+  CHECK(count_tasks(build_step_program(one, c, Granularity::Layer), [](const TaskInfo& i) {
+          return i.op == TaskOp::LayerComm && i.part == Part::Head;
+        }) == 2 * 8);
 }
 
 TEST_CASE("interleaved: bubble (p − 1)/(v·m + p − 1)") {
@@ -573,10 +576,8 @@ TEST_CASE("multi-token prediction on a pipeline: the last stage keeps a copy of 
   CHECK(static_cast<double>(b.stages[1].params - a.stages[1].params) == doctest::Approx(module + V * h).epsilon(1e-12));
   const UnitCosts c;
   auto ties = [&](const Scenario& sc) {
-    const StepProgram prog = build_step_program(sc, c, Granularity::Layer);
-    int n = 0;
-    for (const auto& i : prog.info) n += i.op == TaskOp::EmbeddingTie;
-    return n;
+    return count_tasks(build_step_program(sc, c, Granularity::Layer),
+                       [](const TaskInfo& i) { return i.op == TaskOp::EmbeddingTie; });
   };
   CHECK(ties(none) == 0);
   CHECK(ties(one) == 2);
