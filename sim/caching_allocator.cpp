@@ -1,0 +1,244 @@
+#include "sim/caching_allocator.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace strata::sim {
+
+namespace {
+// Virtual address space given to an expandable segment: the source reserves
+// more than the GPU's memory; any range larger than a device will do.
+constexpr Bytes kExpandableSpan = Bytes{1} << 46;
+Bytes round_up(Bytes v, Bytes to) { return (v + to - 1) / to * to; }
+}  // namespace
+
+Bytes allocator_round(Bytes bytes) { return bytes < kAllocMinBlock ? kAllocMinBlock : round_up(bytes, kAllocMinBlock); }
+
+Bytes allocator_segment(Bytes rounded) {
+  if (rounded <= kAllocSmallSize) return kAllocSmallBuffer;
+  if (rounded < kAllocMinLargeAlloc) return kAllocLargeBuffer;
+  return round_up(rounded, kAllocRoundLarge);
+}
+
+CachingAllocator::CachingAllocator(AllocatorConfig config) : config_(config) {}
+
+std::int32_t CachingAllocator::new_block(std::int32_t segment, Bytes address, Bytes size) {
+  std::int32_t b;
+  if (!spare_.empty()) {
+    b = spare_.back();
+    spare_.pop_back();
+  } else {
+    b = static_cast<std::int32_t>(blocks_.size());
+    blocks_.emplace_back();
+  }
+  blocks_[static_cast<std::size_t>(b)] = Block{segment, address, size, -1, -1, true};
+  return b;
+}
+
+void CachingAllocator::mark_free(std::int32_t b) {
+  Block& k = blocks_[static_cast<std::size_t>(b)];
+  k.free = true;
+  pool(segments_[static_cast<std::size_t>(k.segment)].small).insert({k.size, k.address, b});
+}
+
+void CachingAllocator::unmark_free(std::int32_t b) {
+  const Block& k = blocks_[static_cast<std::size_t>(b)];
+  pool(segments_[static_cast<std::size_t>(k.segment)].small).erase({k.size, k.address, b});
+}
+
+std::int32_t CachingAllocator::take_free(bool small, Bytes rounded) {
+  auto& set = pool(small);
+  const auto it = set.lower_bound({rounded, 0, 0});
+  if (it == set.end()) return -1;
+  const std::int32_t b = std::get<2>(*it);
+  set.erase(it);
+  return b;
+}
+
+void CachingAllocator::reserve(Bytes bytes) {
+  if (reserved_ + bytes > config_.limit && config_.mode == AllocatorMode::Native) {
+    release_cached();
+    ++releases_;
+  }
+  if (reserved_ + bytes > config_.limit && overflow_ == 0) overflow_ = reserved_ + bytes - config_.limit;
+  reserved_ += bytes;
+  reserved_peak_ = std::max(reserved_peak_, reserved_);
+  ++segments_made_;
+}
+
+void CachingAllocator::release_cached() {
+  for (Segment& s : segments_) {
+    if (!s.live || s.first != s.last) continue;
+    const std::int32_t b = s.first;
+    if (!blocks_[static_cast<std::size_t>(b)].free) continue;
+    unmark_free(b);
+    spare_.push_back(b);
+    s.live = false;
+    reserved_ -= s.size;
+  }
+}
+
+std::int32_t CachingAllocator::grow(bool small, Bytes rounded) {
+  if (config_.mode == AllocatorMode::Native) {
+    const Bytes size = allocator_segment(rounded);
+    reserve(size);
+    const auto s = static_cast<std::int32_t>(segments_.size());
+    const std::int32_t b = new_block(s, next_address_, size);
+    segments_.push_back({small, next_address_, size, b, b, true});
+    next_address_ += size;
+    return b;
+  }
+  std::int32_t& es = expandable_[small ? 1 : 0];
+  if (es < 0) {
+    es = static_cast<std::int32_t>(segments_.size());
+    segments_.push_back({small, next_address_, 0, -1, -1, true});
+    next_address_ += kExpandableSpan;
+  }
+  Segment& seg = segments_[static_cast<std::size_t>(es)];
+  // A free block at the mapped end is extended; else new pages start a block.
+  std::int32_t tail = seg.last;
+  Bytes have = 0;
+  if (tail >= 0 && blocks_[static_cast<std::size_t>(tail)].free) {
+    unmark_free(tail);
+    have = blocks_[static_cast<std::size_t>(tail)].size;
+  } else {
+    tail = -1;
+  }
+  const Bytes pages = round_up(rounded - have, small ? kAllocSmallBuffer : kAllocLargeBuffer);
+  reserve(pages);
+  const Bytes end = seg.address + seg.size;
+  seg.size += pages;
+  if (tail >= 0) {
+    blocks_[static_cast<std::size_t>(tail)].size += pages;
+    return tail;
+  }
+  const std::int32_t b = new_block(es, end, pages);
+  Block& nb = blocks_[static_cast<std::size_t>(b)];
+  nb.prev = seg.last;
+  if (seg.last >= 0) blocks_[static_cast<std::size_t>(seg.last)].next = b;
+  if (seg.first < 0) seg.first = b;
+  seg.last = b;
+  return b;
+}
+
+void CachingAllocator::malloc(std::int64_t id, Bytes bytes) {
+  if (bytes <= 0) throw std::logic_error("caching allocator: request of " + std::to_string(bytes) + " bytes");
+  if (live_.count(id)) throw std::logic_error("caching allocator: id " + std::to_string(id) + " is live");
+  const Bytes r = allocator_round(bytes);
+  const bool small = r <= kAllocSmallSize;
+  std::int32_t b = take_free(small, r);
+  if (b < 0) b = grow(small, r);
+  // Split off the rest when it is worth keeping (should_split).
+  const Bytes rest = blocks_[static_cast<std::size_t>(b)].size - r;
+  const bool split =
+      (small || config_.mode == AllocatorMode::ExpandableSegments) ? rest >= kAllocMinBlock : rest > kAllocSmallSize;
+  if (split) {
+    Block cur = blocks_[static_cast<std::size_t>(b)];
+    const std::int32_t n = new_block(cur.segment, cur.address + r, rest);
+    Block& nb = blocks_[static_cast<std::size_t>(n)];
+    nb.prev = b;
+    nb.next = cur.next;
+    Segment& seg = segments_[static_cast<std::size_t>(cur.segment)];
+    if (cur.next >= 0)
+      blocks_[static_cast<std::size_t>(cur.next)].prev = n;
+    else
+      seg.last = n;
+    blocks_[static_cast<std::size_t>(b)].next = n;
+    blocks_[static_cast<std::size_t>(b)].size = r;
+    mark_free(n);
+  }
+  blocks_[static_cast<std::size_t>(b)].free = false;
+  live_.emplace(id, std::pair{b, bytes});
+  allocated_ += bytes;
+  allocated_peak_ = std::max(allocated_peak_, allocated_);
+}
+
+void CachingAllocator::free(std::int64_t id) {
+  const auto it = live_.find(id);
+  if (it == live_.end()) throw std::logic_error("caching allocator: id " + std::to_string(id) + " is not live");
+  std::int32_t b = it->second.first;
+  allocated_ -= it->second.second;
+  live_.erase(it);
+  // Merge with free neighbours (try_merge_blocks).
+  auto absorb_next = [&](std::int32_t into) {
+    Block& k = blocks_[static_cast<std::size_t>(into)];
+    const std::int32_t n = k.next;
+    Block& nb = blocks_[static_cast<std::size_t>(n)];
+    k.size += nb.size;
+    k.next = nb.next;
+    Segment& seg = segments_[static_cast<std::size_t>(k.segment)];
+    if (nb.next >= 0)
+      blocks_[static_cast<std::size_t>(nb.next)].prev = into;
+    else
+      seg.last = into;
+    spare_.push_back(n);
+  };
+  const std::int32_t next = blocks_[static_cast<std::size_t>(b)].next;
+  if (next >= 0 && blocks_[static_cast<std::size_t>(next)].free) {
+    unmark_free(next);
+    absorb_next(b);
+  }
+  const std::int32_t prev = blocks_[static_cast<std::size_t>(b)].prev;
+  if (prev >= 0 && blocks_[static_cast<std::size_t>(prev)].free) {
+    unmark_free(prev);
+    absorb_next(prev);
+    b = prev;
+  }
+  mark_free(b);
+}
+
+AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const PoolUsage& usage, AllocatorConfig config,
+                                 int max_steps) {
+  const auto& buffers = graph.buffers();
+  auto request = [&](BufferId id) {
+    const Buffer& b = buffers[static_cast<std::size_t>(id.index)];
+    return b.pool == pool && b.bytes > 0 && b.tag != MemTag::Runtime && b.tag != MemTag::AllocatorReserve;
+  };
+  CachingAllocator a(config);
+  std::vector<char> live(buffers.size(), 0);
+  std::vector<BufferId> at_start;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const BufferId id{static_cast<std::int32_t>(i)};
+    if (buffers[i].live_at_start && request(id)) at_start.push_back(id);
+  }
+  AllocatorReplay out;
+  Bytes before = -1;
+  for (int step = 0; step < std::max(1, max_steps); ++step) {
+    // The step starts with the buffers live at start, and only them, live.
+    std::vector<char> want(buffers.size(), 0);
+    for (BufferId id : at_start) want[static_cast<std::size_t>(id.index)] = 1;
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      if (live[i] && !want[i]) {
+        a.free(static_cast<std::int64_t>(i));
+        live[i] = 0;
+      }
+    for (BufferId id : at_start)
+      if (!live[static_cast<std::size_t>(id.index)]) {
+        a.malloc(id.index, buffers[static_cast<std::size_t>(id.index)].bytes);
+        live[static_cast<std::size_t>(id.index)] = 1;
+      }
+    for (const MemChange& c : usage.changes) {
+      if (!request(c.buffer)) continue;
+      const auto i = static_cast<std::size_t>(c.buffer.index);
+      if (c.alloc) {
+        a.malloc(c.buffer.index, buffers[i].bytes);
+        live[i] = 1;
+      } else if (live[i]) {
+        a.free(c.buffer.index);
+        live[i] = 0;
+      }
+    }
+    out.steps = step + 1;
+    if (a.reserved_peak() == before) break;
+    before = a.reserved_peak();
+  }
+  out.reserved_peak = a.reserved_peak();
+  out.allocated_peak = a.allocated_peak();
+  out.segments_made = a.segments_made();
+  out.releases = a.releases();
+  out.overflow = a.overflow();
+  return out;
+}
+
+}  // namespace strata::sim
