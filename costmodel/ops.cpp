@@ -55,6 +55,26 @@ Bytes Layer::saved_bytes(Recompute policy) const {
   }
 }
 
+std::vector<Bytes> Layer::saved_tensors(Recompute policy) const {
+  std::vector<Bytes> out;
+  auto add = [&](Bytes b) {
+    if (b > 0) out.push_back(b);
+  };
+  switch (policy) {
+    case Recompute::None:
+    case Recompute::Selective:
+      for (const auto& op : ops) add(op.saved_bytes - (policy == Recompute::Selective ? op.core_saved_bytes : 0));
+      break;
+    case Recompute::SelectiveOp:
+      add(input_bytes);
+      for (const auto& op : ops) add(op.sac_stored_bytes);
+      break;
+    default:
+      add(saved_bytes(policy));
+  }
+  return out;
+}
+
 double rerun_share(const Op& op, Recompute selective_policy) {
   switch (selective_policy) {
     case Recompute::Selective: return op.selective_rerun;

@@ -120,6 +120,10 @@ struct Layer {
   // and its save list's outputs, Full keeps only the layer's input. Other
   // policies are schedules over many layers; they throw here.
   Bytes saved_bytes(Recompute policy) const;
+  // The same as the tensors its ops save, in forward order (the non-empty
+  // ones; they sum to saved_bytes(policy)): what a framework allocates one
+  // by one, for the caching allocator's replay.
+  std::vector<Bytes> saved_tensors(Recompute policy) const;
   // The largest output gradient of its ops: what one backward holds at once
   // beyond the saved bytes.
   Bytes max_grad_bytes() const;

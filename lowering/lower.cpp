@@ -249,6 +249,19 @@ class StepBuilder : StepLayout {
     buffers_[code(kind, layer, mb)] = id;
     return id;
   }
+  // Buffer b, a layer's saved bytes under `keep`, as the tensors its ops
+  // save (StepProgram::splits: what the caching allocator's replay sees);
+  // left whole when they do not add up to it (part moved to the host).
+  void split_saved(std::int32_t b, std::int64_t layer, Keep keep) {
+    if (cpu_ || (keep != Keep::All && keep != Keep::Selective)) return;
+    const std::vector<Bytes> t =
+        chain_.block_at(layer).saved_tensors(keep == Keep::All ? Recompute::None : selective_policy(plan_));
+    Bytes sum = 0;
+    for (Bytes x : t) sum += x;
+    if (t.size() < 2 || sum != out_.buffers[static_cast<std::size_t>(b)].bytes) return;
+    out_.splits.push_back({b, static_cast<std::uint32_t>(out_.tensors.size()), static_cast<std::uint32_t>(t.size())});
+    out_.tensors.insert(out_.tensors.end(), t.begin(), t.end());
+  }
   std::int32_t existing(BufKind kind, std::int64_t layer, int mb) const {
     return buffers_.at(code(kind, layer, mb));
   }
@@ -782,7 +795,10 @@ class StepBuilder : StepLayout {
                                      info(TaskOp::Forward, Part::Layer, layer, mb));
       std::vector<std::int32_t> allocs, frees;
       if (swapped > 0 && swapped < stored) allocs.push_back(buffer(BufKind::ActKept, layer, mb, stored - swapped));
-      if (stored > 0) allocs.push_back(buffer(BufKind::Act, layer, mb, swapped > 0 ? swapped : stored));
+      if (stored > 0) {
+        allocs.push_back(buffer(BufKind::Act, layer, mb, swapped > 0 ? swapped : stored));
+        split_saved(allocs.back(), layer, chunk_keeps(k)[static_cast<std::size_t>(i)]);
+      }
       if (cpu_) {
         const bool to_send = sends && i + 1 == n;
         const Bytes extra = cpu_forward_transient(rule, stored, to_send);
@@ -893,6 +909,7 @@ class StepBuilder : StepLayout {
               compute(kind_times(first + j).pass[static_cast<std::size_t>(Pass::Recompute)], sim::Phase::Recompute,
                       info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
           std::vector<std::int32_t> re_frees, re_allocs{buffer(BufKind::Recomputed, first + j, mb, bytes)};
+          split_saved(re_allocs.front(), first + j, Keep::All);
           // The CPU kernels: a segment's first layer reruns from its input
           // wherever it is, copying it to the device when it was offloaded
           // (its prefetch, later, then moves nothing).
@@ -1777,6 +1794,16 @@ LoweredStep lowered_step(const StepProgram& p) {
   low.layers = p.layers;
   low.comm_kind.reserve(p.tasks.size());
   low.info = p.info;
+  if (!p.splits.empty()) {
+    std::vector<std::uint32_t> count(p.buffers.size() + 1, 0);
+    for (const auto& s : p.splits) count[static_cast<std::size_t>(s.buffer)] = s.count;
+    low.tensors_at.assign(p.buffers.size() + 1, 0);
+    for (std::size_t b = 0; b < p.buffers.size(); ++b) low.tensors_at[b + 1] = low.tensors_at[b] + count[b];
+    low.tensors.resize(low.tensors_at.back());
+    for (const auto& s : p.splits)
+      std::copy_n(p.tensors.begin() + s.first, s.count,
+                  low.tensors.begin() + low.tensors_at[static_cast<std::size_t>(s.buffer)]);
+  }
   for (const auto& t : p.tasks) low.comm_kind.push_back(t.comm);
   for (int s = 0; s < p.stages; ++s) {
     low.gpu_pool.push_back(gpu_pool_of(s));

@@ -184,6 +184,11 @@ struct LoweredStep {
   int stages = 0;
   std::vector<sim::PoolId> gpu_pool, host_pool;  // by stage
   LayerPlan layers;                 // what each layer keeps for its backward, and where
+  // Buffer b is allocated as the tensors [tensors_at[b], tensors_at[b + 1])
+  // of `tensors` when that range is not empty, else as one (StepProgram::
+  // splits); empty when no buffer is split.
+  std::vector<std::uint32_t> tensors_at;
+  std::vector<Bytes> tensors;
 };
 
 // `layers`, when given, replaces what plan_layers decides for the plan (the

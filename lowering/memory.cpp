@@ -432,6 +432,12 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rule
   return c;
 }
 
+MemoryFigures memory_figures(const MemoryEstimate& m) {
+  const auto at = [&](sim::MemTag t) { return m.breakdown[static_cast<std::size_t>(t)]; };
+  const Bytes reserved = m.peak_bytes - at(sim::MemTag::Runtime);
+  return {reserved - at(sim::MemTag::AllocatorReserve), reserved};
+}
+
 void finish_estimate(MemoryEstimate& out) {
   out.peak_bytes = 0;
   out.infeasible.reset();

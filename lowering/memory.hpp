@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "costmodel/ops.hpp"
+#include "sim/allocator_mode.hpp"
 #include "sim/task_graph.hpp"
 #include "lowering/layer_plan.hpp"
 #include "strategies/scenario.hpp"
@@ -139,6 +140,10 @@ struct StageMemory {
   Bytes host_activation_bytes = 0;  // of host_bytes: offloaded activations
   Bytes nvme_bytes = 0;        // this rank's bytes on NVMe
   Bytes capacity = 0;          // its GPU's memory (the smallest, on several groups)
+  // The caching allocator replayed over the stage's allocations (simulate's
+  // layer-level timeline; absent elsewhere). Reported beside the
+  // AllocatorReserve tag, which follows MemoryRules' rule.
+  std::optional<sim::AllocatorReplay> allocator;
 };
 
 struct Infeasible {
@@ -163,6 +168,16 @@ struct MemoryEstimate {
   std::optional<Bytes> budget;        // a searched plan's (needs_solver): the budget it planned within
   bool feasible() const { return !infeasible.has_value(); }
 };
+
+// The peak as PyTorch and nvidia-smi name its figures: `allocated`, the
+// tensors (every tag but the allocator's reserve and the runtime:
+// torch.cuda.max_memory_allocated); `reserved`, with the allocator's reserve
+// (max_memory_reserved, torchtitan's logged "memory"); the device's total
+// is peak_bytes, with the CUDA context (what nvidia-smi shows).
+struct MemoryFigures {
+  Bytes allocated = 0, reserved = 0;
+};
+MemoryFigures memory_figures(const MemoryEstimate& m);
 
 // Sets peak_stage, peak_bytes, breakdown and infeasible from the stages and
 // capacities (shared by the analytical and the timeline estimates).

@@ -785,3 +785,83 @@ TEST_CASE("Llama 3 405B's layout: the embedding and the output layer in chunks o
 
 }  // namespace
 }  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+TEST_CASE("the caching allocator's replay: each stage's declared tensors, reported beside the rule") {
+  // gpt3-1.3b over a 2-stage 1F1B pipeline, tp 2, without recompute: the
+  // replay runs the layer level's allocations of each stage's GPU pool, so
+  // its allocated peak is the timeline's peak less what is outside the
+  // allocator (the runtime) — the same sequence of allocations and frees —,
+  // and what it reserves is at least that. The AllocatorReserve tag keeps
+  // the rule (20 % of the transient bytes at the peak).
+  const std::string dgx = "{\"preset\": \"dgx-h100\"}";
+  std::vector<Bytes> reserved;
+  for (const char* mode : {"native", "expandable_segments"}) {
+    CAPTURE(mode);
+    const auto sc = make("\"gpt3-1.3b\"", dgx, "{\"global\": 16, \"micro\": 2}",
+                         std::string("{\"pp\": 2, \"tp\": 2, \"implementation\": {\"allocator\": \"") + mode + "\"}}");
+    CHECK(enum_name(sc.plan.implementation.allocator) == mode);
+    const MemoryEstimate m = simulate_memory(sc);
+    REQUIRE(m.stages.size() == 2);
+    for (const StageMemory& st : m.stages) {
+      REQUIRE(st.allocator);
+      const double transient = static_cast<double>(tag(st, MemTag::Activations) + tag(st, MemTag::CommBuffers) +
+                                                   tag(st, MemTag::Workspace));
+      CHECK(tag(st, MemTag::AllocatorReserve) == std::llround(0.2 * transient));
+      CHECK(st.allocator->allocated_peak ==
+            st.total - tag(st, MemTag::AllocatorReserve) - tag(st, MemTag::Runtime));
+      CHECK(st.allocator->reserved_peak >= st.allocator->allocated_peak);
+      CHECK(st.allocator->steps >= 2);
+      CHECK(st.allocator->overflow == 0);
+    }
+    reserved.push_back(m.stages[0].allocator->reserved_peak);
+    // memory_figures names the peak's parts.
+    const MemoryFigures f = memory_figures(m);
+    CHECK(f.reserved == m.peak_bytes - m.breakdown[static_cast<std::size_t>(MemTag::Runtime)]);
+    CHECK(f.allocated == f.reserved - m.breakdown[static_cast<std::size_t>(MemTag::AllocatorReserve)]);
+  }
+  // The mode reaches the replay: natively the freed blocks that cannot serve
+  // a larger tensor stay cached beside new segments (229 MiB beyond the
+  // tensors on stage 0); expandable segments grow into a free end instead
+  // (15 MiB).
+  CHECK(reserved[1] < reserved[0]);
+  // The analytical estimate and the chunk level do not replay it.
+  const auto sc = make("\"gpt3-1.3b\"", dgx, "{\"global\": 16, \"micro\": 2}", "{\"pp\": 2, \"tp\": 2}");
+  CHECK(!estimate_memory(sc).stages[0].allocator);
+}
+
+TEST_CASE("a layer's saved activations reach the allocator op by op") {
+  // Without recompute every layer's Act buffer is its ops' saved tensors
+  // (Layer::saved_tensors(None), in forward order; they add up to the
+  // buffer); with full recompute a layer keeps its input alone, one tensor,
+  // and each rerun's Recomputed buffer is split as a kept layer's.
+  const auto sc = make("\"gpt3-1.3b\"", "{\"preset\": \"dgx-h100\"}", "{\"global\": 8, \"micro\": 1}", "{\"dp\": 8}");
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  const std::vector<Bytes> want = chain.block_at(0).saved_tensors(Recompute::None);
+  REQUIRE(want.size() > 2);
+  for (const char* recompute : {"none", "full"}) {
+    CAPTURE(recompute);
+    const auto s = make("\"gpt3-1.3b\"", "{\"preset\": \"dgx-h100\"}", "{\"global\": 8, \"micro\": 1}",
+                        std::string("{\"dp\": 8, \"recompute\": \"") + recompute + "\"}");
+    const StepProgram p = build_step_program(s, ModelStepCosts(s), Granularity::Layer);
+    std::size_t split = 0, act = 0, rerun = 0;
+    for (const auto& sp : p.splits) {
+      const ProgramBuffer& b = p.buffers[static_cast<std::size_t>(sp.buffer)];
+      CHECK((b.kind == BufKind::Act || b.kind == BufKind::Recomputed));
+      const std::vector<Bytes> got(p.tensors.begin() + sp.first, p.tensors.begin() + sp.first + sp.count);
+      CHECK(got == want);
+      ++split;
+    }
+    for (const auto& b : p.buffers) {
+      act += b.kind == BufKind::Act && b.layer >= 0;
+      rerun += b.kind == BufKind::Recomputed;
+    }
+    CHECK(split == (std::string(recompute) == "none" ? act : rerun));
+    CHECK(split == static_cast<std::size_t>(sc.model.layers));
+  }
+}
+
+}  // namespace
+}  // namespace strata::strategies

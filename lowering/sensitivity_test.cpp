@@ -282,6 +282,9 @@ const std::map<std::string, std::string> kInert = {
     {"/plan", "an object: its keys are checked one by one"},
     {"/space", "explore's axes, each a plan key checked here; simulate does not search"},
     {"/name", "a label for people"},
+    {"plan.implementation/allocator",
+     "read only by simulate's caching-allocator replay (allocator_replay, a figure reported beside the peak), "
+     "which the replayed program here does not run; memory_test checks that each mode reaches it"},
     {"/description", "a label for people"},
     {"model/preset", "picks a model whose fields are checked here"},
     {"model/file", "reads a model whose fields are checked here"},

@@ -30,11 +30,13 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "sim/allocator_mode.hpp"
 #include "sim/engine.hpp"
 #include "sim/names.hpp"
 #include "sim/task_graph.hpp"
@@ -106,6 +108,16 @@ struct StepProgram {
   // executors); the chunk level needs only times and bytes.
   std::vector<TaskInfo> info;
   std::vector<ProgramBuffer> buffers;
+  // Buffers that a framework allocates as several tensors (a layer's saved
+  // activations, op by op; Layer granularity, the GPU rule): buffer `buffer`
+  // is tensors[first, first + count), in allocation order. The others are
+  // one tensor each. Read by the caching allocator's replay only.
+  struct TensorSplit {
+    std::int32_t buffer = 0;
+    std::uint32_t first = 0, count = 0;
+  };
+  std::vector<TensorSplit> splits;
+  std::vector<Bytes> tensors;
   std::vector<std::int32_t> mem;                           // buffer indices (see ProgramTask)
   std::vector<std::pair<std::int32_t, std::int32_t>> deps;  // (before, after) task indices
   std::vector<std::pair<std::int32_t, Time>> parts;         // (TimeCat index, duration)
@@ -124,6 +136,8 @@ struct StepProgram {
     tasks.clear();
     info.clear();
     buffers.clear();
+    splits.clear();
+    tensors.clear();
     mem.clear();
     deps.clear();
     parts.clear();
@@ -165,6 +179,9 @@ struct StageMemoryPeak {
   Bytes gpu_peak = 0;
   sim::TagBytes gpu_peak_by_tag{};
   Bytes host_peak = 0;
+  // The caching allocator replayed over the GPU pool's allocations (the
+  // layer level's, memory_from_run); absent elsewhere.
+  std::optional<sim::AllocatorReplay> allocator;
 };
 
 struct ProgramRun {

@@ -1053,6 +1053,8 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            // the framework's own, not flags.
                            (key == strategies::ImplKey::HostDispatch || key == strategies::ImplKey::CrossEntropy
                                 ? "; no flag sets it: simulate with \"stack\": \""
+                            : key == strategies::ImplKey::Allocator
+                                ? "; the launch's environment sets it (below): simulate with \"stack\": \""
                                 : "; set it in plan.implementation to export it, or simulate with \"stack\": \"") +
                            st.name + "\" to predict what the engine runs)");
     }
@@ -1064,6 +1066,9 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
     case ExportTarget::TorchTitan: ex = export_torchtitan(run); break;
   }
   ex.rendered = run.plan;
+  // The allocator is configured by the launch's environment, not a flag.
+  if (run.plan.implementation.allocator == sim::AllocatorMode::ExpandableSegments)
+    defaults.push_back("launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (implementation.allocator)");
   if (!defaults.empty()) {
     // Notes first in the text's comment header as in `notes`.
     std::string header;

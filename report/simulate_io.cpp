@@ -271,6 +271,20 @@ std::string render_simulation(const strategies::Scenario& sc,
     j["gpu_memory_bytes"] = mem.gpu_capacity;
     j["peak_stage"] = mem.peak_stage;
     j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
+    // Which figure is which (PyTorch's names): the tensors, what the
+    // caching allocator holds, what the device shows.
+    const strategies::MemoryFigures fig = strategies::memory_figures(mem);
+    j["memory_allocated_bytes"] = fig.allocated;
+    j["memory_reserved_bytes"] = fig.reserved;
+    if (const auto& a = mem.stages[static_cast<std::size_t>(mem.peak_stage)].allocator)
+      j["allocator_replay"] = {{"mode", enum_name(sc.plan.implementation.allocator)},
+                               {"reserved_bytes", a->reserved_peak},
+                               {"allocated_bytes", a->allocated_peak},
+                               {"fragmentation_bytes", a->reserved_peak - a->allocated_peak},
+                               {"segments", a->segments_made},
+                               {"steps", a->steps},
+                               {"releases", a->releases},
+                               {"overflow_bytes", a->overflow}};
     ordered_json stages = ordered_json::array();
     for (const auto& st : mem.stages) {
       stages.push_back({{"stage", st.stage},
@@ -395,6 +409,15 @@ std::string render_simulation(const strategies::Scenario& sc,
   }
   b.add_row({"total", gib(mem.peak_bytes), "100.0 %"});
   out += to_text(b);
+  const strategies::MemoryFigures fig = strategies::memory_figures(mem);
+  out += "allocated  " + gib(fig.allocated) + "  the tensors (torch.cuda.max_memory_allocated)\n";
+  out += "reserved   " + gib(fig.reserved) + "  with the allocator's reserve (max_memory_reserved)\n";
+  out += "device     " + gib(mem.peak_bytes) + "  with the CUDA context (what nvidia-smi shows)\n";
+  if (const auto& a = mem.stages[static_cast<std::size_t>(mem.peak_stage)].allocator)
+    out += "replayed   " + std::string(enum_name(sc.plan.implementation.allocator)) + " caching allocator: " +
+           gib(a->reserved_peak) + " reserved for the step's declared tensors (" +
+           gib(a->reserved_peak - a->allocated_peak) + " beyond them, " + std::to_string(a->segments_made) +
+           " segments); a lower bound: ops' temporaries are not declared\n";
   out += "\nper pipeline stage\n" + to_text(per_stage);
   return out;
 }

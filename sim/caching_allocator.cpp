@@ -189,13 +189,28 @@ void CachingAllocator::free(std::int64_t id) {
 }
 
 AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const PoolUsage& usage, AllocatorConfig config,
-                                 int max_steps) {
+                                 int max_steps, const std::function<std::span<const Bytes>(BufferId)>& tensors) {
   const auto& buffers = graph.buffers();
   auto request = [&](BufferId id) {
     const Buffer& b = buffers[static_cast<std::size_t>(id.index)];
     return b.pool == pool && b.bytes > 0 && b.tag != MemTag::Runtime && b.tag != MemTag::AllocatorReserve;
   };
   CachingAllocator a(config);
+  // A buffer's tensors have ids buffer · 2^20 + j.
+  constexpr int kShift = 20;
+  auto take = [&](std::size_t i) {
+    const std::span<const Bytes> t = tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};
+    const auto id = static_cast<std::int64_t>(i) << kShift;
+    if (t.empty()) return a.malloc(id, buffers[i].bytes);
+    if (t.size() >= (std::size_t{1} << kShift)) throw std::logic_error("caching allocator: too many tensors in a buffer");
+    for (std::size_t j = 0; j < t.size(); ++j) a.malloc(id + static_cast<std::int64_t>(j), t[j]);
+  };
+  auto give = [&](std::size_t i) {
+    const std::span<const Bytes> t = tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};
+    const auto id = static_cast<std::int64_t>(i) << kShift;
+    if (t.empty()) return a.free(id);
+    for (std::size_t j = t.size(); j-- > 0;) a.free(id + static_cast<std::int64_t>(j));
+  };
   std::vector<char> live(buffers.size(), 0);
   std::vector<BufferId> at_start;
   for (std::size_t i = 0; i < buffers.size(); ++i) {
@@ -210,22 +225,22 @@ AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const Pool
     for (BufferId id : at_start) want[static_cast<std::size_t>(id.index)] = 1;
     for (std::size_t i = 0; i < buffers.size(); ++i)
       if (live[i] && !want[i]) {
-        a.free(static_cast<std::int64_t>(i));
+        give(i);
         live[i] = 0;
       }
     for (BufferId id : at_start)
       if (!live[static_cast<std::size_t>(id.index)]) {
-        a.malloc(id.index, buffers[static_cast<std::size_t>(id.index)].bytes);
+        take(static_cast<std::size_t>(id.index));
         live[static_cast<std::size_t>(id.index)] = 1;
       }
     for (const MemChange& c : usage.changes) {
       if (!request(c.buffer)) continue;
       const auto i = static_cast<std::size_t>(c.buffer.index);
       if (c.alloc) {
-        a.malloc(c.buffer.index, buffers[i].bytes);
+        take(i);
         live[i] = 1;
       } else if (live[i]) {
-        a.free(c.buffer.index);
+        give(i);
         live[i] = 0;
       }
     }

@@ -34,7 +34,9 @@
 // and garbage_collection_threshold (both off by default), and blocks held
 // by CUDA graphs' private pools.
 #include <cstdint>
+#include <functional>
 #include <set>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -42,13 +44,11 @@
 
 #include "sim/task_graph.hpp"
 
+#include "sim/allocator_mode.hpp"
 #include "sim/memory.hpp"
-#include "sim/names.hpp"
 #include "sim/units.hpp"
 
 namespace strata::sim {
-
-enum class AllocatorMode : std::uint8_t { Native, ExpandableSegments };
 
 struct AllocatorConfig {
   AllocatorMode mode = AllocatorMode::Native;
@@ -133,25 +133,11 @@ class CachingAllocator {
 // start, and only them, live) until a step reserves no more than the one
 // before or `max_steps` have run, as a training loop's steady state does.
 // Buffers tagged Runtime (outside the allocator) and empty ones are not
-// requests.
-struct AllocatorReplay {
-  Bytes reserved_peak = 0;
-  Bytes allocated_peak = 0;  // the requests' live bytes at their highest
-  int steps = 0;
-  std::int64_t segments_made = 0, releases = 0;
-  Bytes overflow = 0;
-};
+// requests. `tensors`, when given, splits a buffer into the tensors a
+// framework allocates for it (an empty span: one tensor of its bytes): they
+// are allocated in order and freed in reverse.
 AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const PoolUsage& usage,
-                                 AllocatorConfig config, int max_steps = 3);
+                                 AllocatorConfig config, int max_steps = 3,
+                                 const std::function<std::span<const Bytes>(BufferId)>& tensors = {});
 
 }  // namespace strata::sim
-
-namespace strata {
-template <>
-struct EnumNames<sim::AllocatorMode> {
-  static constexpr std::array<std::pair<sim::AllocatorMode, std::string_view>, 2> table{{
-      {sim::AllocatorMode::Native, "native"},
-      {sim::AllocatorMode::ExpandableSegments, "expandable_segments"},
-  }};
-};
-}  // namespace strata

@@ -14,6 +14,7 @@
 
 #include "costmodel/ops.hpp"
 #include "costmodel/techniques.hpp"
+#include "sim/allocator_mode.hpp"
 #include "sim/names.hpp"
 
 namespace strata::strategies {
@@ -104,6 +105,10 @@ struct Implementation {
   // GEMM weights are FP8 parameters instead of 16-bit ones beside an FP8
   // copy, and the distributed optimizer gathers them in FP8.
   bool fp8_param_gather = false;
+  // How PyTorch's caching allocator is configured (PYTORCH_CUDA_ALLOC_CONF):
+  // simulate replays the step's allocations through it for the reserved
+  // bytes (sim/caching_allocator.hpp).
+  sim::AllocatorMode allocator = sim::AllocatorMode::Native;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::None;
   bool pp_scatter_gather = false;
   // Pipeline sends overlapped with the next step's compute (Megatron-LM's

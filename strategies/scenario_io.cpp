@@ -47,6 +47,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.overlap_grad_reduce = r.bool_or("overlap_grad_reduce", im.overlap_grad_reduce);
   im.overlap_param_gather = r.bool_or("overlap_param_gather", im.overlap_param_gather);
   im.fp8_param_gather = r.bool_or("fp8_param_gather", im.fp8_param_gather);
+  im.allocator = r.enum_or("allocator", im.allocator);
   im.tp_comm_overlap = r.enum_or("tp_comm_overlap", im.tp_comm_overlap);
   im.pp_scatter_gather = r.bool_or("pp_scatter_gather", im.pp_scatter_gather);
   im.overlap_p2p = r.bool_or("overlap_p2p", im.overlap_p2p);

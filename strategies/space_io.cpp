@@ -229,6 +229,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   // Added later: written only when off, so the ids of existing plans stay.
   if (!im.tp_grad_overlap) implementation["tp_grad_overlap"] = false;
   if (im.fp8_param_gather) implementation["fp8_param_gather"] = true;
+  if (im.allocator != sim::AllocatorMode::Native) implementation["allocator"] = nm(im.allocator);
   if (!im.grad_accumulation_fusion) implementation["grad_accumulation_fusion"] = false;
   if (im.host_dispatch_us != 0) implementation["host_dispatch_us"] = im.host_dispatch_us;
   if (im.zero3_gather_per_module) implementation["zero3_gather_per_module"] = true;

@@ -29,6 +29,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
     case ImplKey::CrossEntropy: im.cross_entropy = static_cast<CrossEntropy>(v); break;
     case ImplKey::Fp8ParamGather: im.fp8_param_gather = on; break;
+    case ImplKey::Allocator: im.allocator = static_cast<sim::AllocatorMode>(v); break;
   }
 }
 
@@ -47,6 +48,7 @@ std::string value_text(ImplKey k, std::int64_t v) {
     case ImplKey::Attention: return std::string(enum_name(static_cast<AttentionKernel>(v)));
     case ImplKey::TpCommOverlap: return std::string(enum_name(static_cast<TpCommOverlap>(v)));
     case ImplKey::CrossEntropy: return std::string(enum_name(static_cast<CrossEntropy>(v)));
+    case ImplKey::Allocator: return std::string(enum_name(static_cast<sim::AllocatorMode>(v)));
     case ImplKey::HostDispatch: {
       std::string t = std::to_string(static_cast<double>(v) / 1000.0);
       t.erase(t.find_last_not_of('0') + 1);
@@ -94,6 +96,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(im.cross_entropy);
     case ImplKey::Fp8ParamGather: return im.fp8_param_gather;
+    case ImplKey::Allocator: return static_cast<std::int64_t>(im.allocator);
   }
   return 0;
 }

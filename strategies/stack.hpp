@@ -46,6 +46,7 @@ enum class ImplKey : std::uint8_t {
   Zero3PersistenceThreshold,
   CrossEntropy,
   Fp8ParamGather,
+  Allocator,
 };
 
 }  // namespace strata::strategies
@@ -53,7 +54,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 15> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 16> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -69,6 +70,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Zero3PersistenceThreshold, "zero3_persistence_threshold"},
       {strategies::ImplKey::CrossEntropy, "cross_entropy"},
       {strategies::ImplKey::Fp8ParamGather, "fp8_param_gather"},
+      {strategies::ImplKey::Allocator, "allocator"},
   }};
 };
 }  // namespace strata
