@@ -85,7 +85,6 @@ std::string explore(const ExploreArgs& a) {
   std::pair<std::uint64_t, std::uint64_t> shard{0, 1};
   if (!a.shard.empty()) shard = parse_shard(a.shard);
   const auto sc = load_scenario_file(a.scenario);
-  strategies::require_transformer(sc, "explore");
   ProgressLine line(a.quiet);
   report::ExploreRunOptions o;
   o.out_dir = a.out_dir;

@@ -24,7 +24,7 @@ std::string simulate(const SimulateArgs& a) {
     report::require_output_apart(a.trace, "--trace", {a.scenario});
     report::check_output_target(a.trace);
   }
-  const auto sc = load_plan_scenario(a.scenario, "simulate");
+  const auto sc = load_plan_scenario(a.scenario, "simulate", /*chain_models=*/true);
   // Nor a file the scenario names (its model, cluster, stack, convergence
   // model, calibration).
   report::require_output_apart(a.trace, "--trace", scenario_inputs(sc));

@@ -88,14 +88,14 @@ strategies::Scenario load_scenario_text(std::string_view text, const std::string
   return sc;
 }
 
-void require_plan(const strategies::Scenario& sc, const std::string& command) {
-  strategies::require_transformer(sc, command);
+void require_plan(const strategies::Scenario& sc, const std::string& command, bool chain_models) {
+  if (!chain_models) strategies::require_transformer(sc, command);
   if (sc.space) strategies::require_valid_plan(sc);
 }
 
-strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command) {
+strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command, bool chain_models) {
   auto sc = load_scenario_file(path);
-  require_plan(sc, command);
+  require_plan(sc, command, chain_models);
   return sc;
 }
 

@@ -30,9 +30,12 @@ strategies::Scenario load_scenario_text(std::string_view text, const std::string
 // What a command that lowers the plan itself (simulate, run, validate,
 // fit-convergence) requires of a scenario read: a transformer, and with a
 // space, a plan that keeps the space's rules.
-void require_plan(const strategies::Scenario& sc, const std::string& command);
+// With `chain_models` the command takes layer-chain models too (simulate,
+// explore); else it refuses them (require_transformer).
+void require_plan(const strategies::Scenario& sc, const std::string& command, bool chain_models = false);
 // load_scenario_file, then require_plan.
-strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command);
+strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command,
+                                        bool chain_models = false);
 // `path` a scenario file (load_plan_scenario; `rank` must be 0, not
 // given), or an explore output directory: the plan of entry `rank` of its
 // top list (0 or 1: the best by throughput) on the explored model and

@@ -204,8 +204,13 @@ struct ModelSpec {
   // self.mtp_process`; finalize_model_grads.py, _allreduce_word_embedding_grads:
   // "we also need to maintain duplicated embedding weights in mtp process
   // stage").
-  bool embedding_on_last_stage(std::int64_t pp) const { return pp > 1 && (tied_embeddings || mtp_layers > 0); }
+  bool embedding_on_last_stage(std::int64_t pp) const {
+    return pp > 1 && !chain && (tied_embeddings || mtp_layers > 0);
+  }
   std::int64_t position_rows() const { return max_positions.value_or(seq_len); }
+  // What a throughput counts per sample of the batch: its tokens, or one
+  // for a layer chain (whose "tokens per second" are samples per second).
+  std::int64_t tokens_per_sample() const { return chain ? 1 : seq_len; }
   // MoE widths (0 without MoE).
   std::int64_t expert_ffn() const { return moe ? moe->expert_ffn.value_or(ffn_hidden) : 0; }
   std::int64_t shared_ffn() const {

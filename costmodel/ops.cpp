@@ -906,13 +906,79 @@ SizeBound size_bound(const ModelSpec& m, double micro_batch, double microbatches
   return b;
 }
 
+namespace {
+
+// A layer-chain model as an op chain: each stage one block of one Stage op,
+// the stages of equal costs (and equal input) one kind. Per microbatch of b
+// samples: the op keeps the stage's input and its saved tensors for the
+// backward (its output is the next stage's input, kept there; the last
+// stage's by the head, where the loss reads it); while its backward runs it
+// holds its output's gradient and its workspace; it moves its input, output
+// and saved tensors forward and twice that backward (as strata tradeoff
+// prices a stage). The embedding holds the chain's input, the head the last
+// output; neither computes.
+OpChain expand_chain(const ModelSpec& model, const ExpandOptions& opts) {
+  if (opts.tp != 1 || opts.cp != 1 || opts.ep != 1 || opts.sequence_parallel)
+    throw Error("expand: a layer chain \"" + model.name + "\" runs with tp, cp and ep 1");
+  const LayerChain& lc = *model.chain;
+  const Bytes b = opts.micro_batch;
+  OpChain c;
+  c.embedding.name = "embedding";
+  c.embedding.kind = LayerKind::Embedding;
+  c.embedding.input_bytes = b * lc.input_bytes;
+  c.head.name = "head";
+  c.head.kind = LayerKind::Head;
+  c.blocks = static_cast<std::int64_t>(lc.layers.size());
+  c.kind_of.reserve(lc.layers.size());
+  struct Key {
+    Bytes input;
+    const ChainLayer* layer;
+    bool operator==(const Key& o) const {
+      const ChainLayer &x = *layer, &y = *o.layer;
+      return input == o.input && x.fwd_flops == y.fwd_flops && x.bwd_flops == y.bwd_flops &&
+             x.params == y.params && x.output_bytes == y.output_bytes && x.saved_bytes == y.saved_bytes &&
+             x.workspace_bytes == y.workspace_bytes;
+    }
+  };
+  std::vector<Key> keys;
+  Bytes input = lc.input_bytes;
+  for (const ChainLayer& l : lc.layers) {
+    const Key key{input, &l};
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      Op op;
+      op.name = "stage";
+      op.kind = OpKind::Stage;
+      op.params = l.params;
+      op.fwd_flops = l.fwd_flops * static_cast<double>(b);
+      op.bwd_flops = l.bwd_flops * static_cast<double>(b);
+      op.fwd_bytes = b * (input + l.output_bytes + l.saved_bytes);
+      op.bwd_bytes = 2 * op.fwd_bytes;
+      op.saved_bytes = b * (input + l.saved_bytes);
+      op.grad_bytes = b * (l.output_bytes + l.workspace_bytes);
+      Layer layer;
+      layer.name = "block";
+      layer.kind = LayerKind::Block;
+      layer.block_kind = static_cast<std::int32_t>(c.kinds.size());
+      layer.input_bytes = b * input;
+      layer.ops.push_back(op);
+      c.kinds.push_back(std::move(layer));
+      keys.push_back(key);
+      it = keys.end() - 1;
+    }
+    c.kind_of.push_back(static_cast<std::int32_t>(it - keys.begin()));
+    input = l.output_bytes;
+  }
+  c.head.input_bytes = b * input;
+  return c;
+}
+
+}  // namespace
+
 OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
   if (opts.micro_batch < 1 || opts.tp < 1 || opts.cp < 1 || opts.ep < 1)
     throw Error("expand: micro_batch, tp, cp and ep must be >= 1");
-  if (model.chain)
-    throw Error("expand: model \"" + model.name +
-                "\" is a layer chain, not a transformer (strategies::require_transformer "
-                "rejects it with the input's name)");
+  if (model.chain) return expand_chain(model, opts);
   if (opts.ep > 1 && (!model.moe || model.moe->experts % opts.ep != 0))
     throw Error("expand: ep must divide the number of experts");
   Builder bld(model, opts);

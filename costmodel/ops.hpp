@@ -35,6 +35,7 @@ enum class OpKind {
   Residual,
   Router,      // MoE gate
   Loss,        // softmax cross-entropy over the vocabulary
+  Stage,       // a layer-chain model's stage, priced from its given FLOPs and bytes
 };
 
 struct Op {

@@ -232,7 +232,7 @@ double tokens_per_s_per_gpu(const Scenario& sc, double step_time_s) {
   if (step_time_s <= 0) return 0;
   const double gpus = static_cast<double>(sc.cluster.gpus());
   const double tokens =
-      static_cast<double>(sc.batch.global) * static_cast<double>(sc.model.seq_len);
+      static_cast<double>(sc.batch.global) * static_cast<double>(sc.model.tokens_per_sample());
   return tokens / step_time_s / gpus;
 }
 

@@ -93,7 +93,7 @@ TEST_CASE("groups: a stage's work is priced on its own GPUs, a mixed stage at th
   for (std::size_t i = 0; i < p.tasks.size(); ++i)
     if (p.info[i].op == TaskOp::SendActivation || p.info[i].op == TaskOp::SendGradient) {
       ++sends;
-      CHECK(p.tasks[i].duration == nc.stage(1).p2p(StepLayout(net, nc).p2p_bytes(net)));
+      CHECK(p.tasks[i].duration == nc.stage(1).p2p(StepLayout(net, nc).p2p_bytes(net, 0)));
     }
   CHECK(sends == 2 * 8);  // each of 8 microbatches: an activation forward, a gradient back
 }

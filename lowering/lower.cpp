@@ -1131,7 +1131,7 @@ class StepBuilder : StepLayout {
         // in either stage's pool. The end of the step sets what it
         // declares otherwise (cpu_statics).
         if (tag == sim::MemTag::Runtime || tag == sim::MemTag::Workspace) continue;
-        if (tag == sim::MemTag::CommBuffers && p_ > 1) bytes -= 2 * StepLayout::p2p_bytes(sc_);
+        if (tag == sim::MemTag::CommBuffers && p_ > 1) bytes -= 2 * StepLayout::p2p_bytes(sc_, 0);
         cpu_static_[t] = static_cast<std::int32_t>(out_.buffers.size());
       } else if (bytes == 0) {
         continue;
@@ -1153,9 +1153,9 @@ class StepBuilder : StepLayout {
     offloaded_.clear();
     buffers_.clear();
     const int chunks = static_cast<int>(chunks_.size());
-    // One pipeline send to the next stage and to the previous one, priced
-    // when the stage has one.
-    std::optional<Time> p2p_next, p2p_prev;
+    // One pipeline send across each chunk boundary, priced when the stage
+    // has one.
+    std::vector<std::optional<Time>> p2p_time(chunks_.size());
     const auto& steps = sched.stages[static_cast<std::size_t>(s)];
     // The model chunk of each of the stage's virtual stages.
     stage_chunks_.clear();
@@ -1215,9 +1215,12 @@ class StepBuilder : StepLayout {
       if (fwd ? k + 1 < chunks : k > 0) {
         // A send between stages on different GPUs runs at the slower end's link.
         const int to = (fwd ? k + 1 : k - 1) % p_;
-        auto& sent = fwd ? p2p_next : p2p_prev;
-        if (!sent) sent = std::max(costs().p2p(StepLayout::p2p_bytes(sc_)),
-                                   costs_.stage(to).p2p(StepLayout::p2p_bytes(sc_)));
+        const int boundary = fwd ? k : k - 1;
+        auto& sent = p2p_time[static_cast<std::size_t>(boundary)];
+        if (!sent) {
+          const Bytes msg = StepLayout::p2p_bytes(sc_, boundary);
+          sent = std::max(costs().p2p(msg), costs_.stage(to).p2p(msg));
+        }
         const std::int32_t t =
             task(sim::TaskKind::P2PSend, sim::Lane::P2P, *sent, sim::Phase::Comm, CommKind::PP,
                  info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None, -1, st.microbatch));

@@ -285,7 +285,6 @@ PerParam bytes_per_param(const Plan& plan) {
   return b;
 }
 
-bool is_factored(Optimizer opt) { return opt == Optimizer::Adafactor || opt == Optimizer::Sm3; }
 
 double factored_state_bytes(const cost::Op& op) {
   return 4.0 * static_cast<double>(op.matrices * (op.rows + op.cols)) +
@@ -432,6 +431,20 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rule
   return c;
 }
 
+Bytes p2p_message_bytes(const Scenario& sc, const cost::OpChain& chain, std::span<const std::int64_t> first_layer,
+                        int boundary) {
+  if (sc.model.chain) {
+    const std::int64_t next = first_layer[static_cast<std::size_t>(boundary) + 1];
+    return next < chain.blocks ? chain.block_at(next).input_bytes : chain.head.input_bytes;
+  }
+  const auto& plan = sc.plan;
+  const double e = static_cast<double>(cost::activation_bytes(plan.precision));
+  const double split =
+      (plan.sequence_parallel || plan.implementation.pp_scatter_gather) ? static_cast<double>(plan.tp) : 1.0;
+  return static_cast<Bytes>(static_cast<double>(sc.batch.micro) * static_cast<double>(sc.model.seq_len / plan.cp) *
+                            static_cast<double>(sc.model.hidden) * e / split);
+}
+
 MemoryFigures memory_figures(const MemoryEstimate& m) {
   const auto at = [&](sim::MemTag t) { return m.breakdown[static_cast<std::size_t>(t)]; };
   const Bytes reserved = m.peak_bytes - at(sim::MemTag::Runtime);
@@ -492,7 +505,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
   for (const auto& k : chain_.kinds) kinds.push_back(split_of(k));
   const ParamSplit embedding = split_of(chain_.embedding);
   const ParamSplit head = split_of(chain_.head);
-  const ParamSplit word_embedding = split_of(chain_.embedding.ops.front());
+  const ParamSplit word_embedding = chain_.embedding.ops.empty() ? ParamSplit{} : split_of(chain_.embedding.ops.front());
 
   const double e = static_cast<double>(cost::activation_bytes(plan.precision));
   const double b = static_cast<double>(sc.batch.micro);
@@ -601,8 +614,15 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,
                                 std::min(per.grads, 4.0));
     }
-    const double seq_split = (plan.sequence_parallel || plan.implementation.pp_scatter_gather) ? t : 1.0;
-    if (p > 1) comm += 2.0 * b * s_local * h * e / seq_split;  // p2p send and receive
+    if (p > 1) {  // p2p send and receive buffers: the stage's largest message
+      Bytes msg = 0;
+      for (std::int64_t c = 0; c < v; ++c) {
+        const auto k = static_cast<int>(c * p + s);
+        if (k > 0) msg = std::max(msg, p2p_message_bytes(sc, chain_, first_, k - 1));
+        if (k + 1 < static_cast<int>(chunks_.size())) msg = std::max(msg, p2p_message_bytes(sc, chain_, first_, k));
+      }
+      comm += 2.0 * static_cast<double>(msg);
+    }
     if (plan.cp > 1)  // ring attention: K and V of a neighbour's chunk, double-buffered
       comm += 4.0 * b * s_local * static_cast<double>(model.kv_hidden()) / t * e;
     if (plan.ep > 1)  // all-to-all dispatch and combine

@@ -36,7 +36,6 @@ PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accu
 // The plan's: its optimizer, precision, gradient accumulation and the
 // number type of its optimizer's statistics (bf16: half the bytes of fp32).
 PerParam bytes_per_param(const Plan& plan);
-bool is_factored(Optimizer opt);
 // Adafactor (factored second moment) and SM3 (row and column covers): 4·(m +
 // n) bytes per m×n matrix, 4 bytes per vector entry (no first moment).
 double factored_state_bytes(const cost::Op& op);
@@ -112,6 +111,15 @@ struct ActivationRule {
 // recompute_modules, the attention core by default; the optimal solver's
 // selective choice too).
 Recompute selective_policy(const Plan& plan);
+
+// One pipeline message across the boundary after model chunk `boundary`
+// (whose chunks start at first_layer[k]): a microbatch's activations
+// forward, their gradient backward. A transformer's is b·s/cp·h elements,
+// split over tp with sequence parallelism or scatter-gather; a layer
+// chain's is the input of the block after the boundary (the head's after
+// the last block).
+Bytes p2p_message_bytes(const Scenario& sc, const cost::OpChain& chain, std::span<const std::int64_t> first_layer,
+                        int boundary);
 
 // Constants of the memory rules (docs/memory-model.md says why each).
 struct MemoryRules {

@@ -106,10 +106,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       // already in every kernel's time.
       host_dispatch_us_(sc.executed ? 0.0 : sc.plan.implementation.host_dispatch_us),
       mesh_(sc.plan, sc.cluster.node.gpus_per_node),
-      // A layer-chain model has no op chain: its stages are priced by the
-      // tradeoff (tradeoff.cpp); collectives, copies and the optimizer step
-      // are answered here as for any model.
-      chain_(sc.model.chain ? cost::OpChain{} : cost::expand(sc.model, expand_options(sc))) {
+      chain_(cost::expand(sc.model, expand_options(sc))) {
   const auto& gpu = sc.cluster.gpu;
   const auto precision = sc.plan.precision;
   const auto recipe = sc.plan.fp8_recipe;

@@ -35,15 +35,5 @@ Bytes StepLayout::layer_swapped(int k, std::int64_t i) const {
   return rule(layer).swapped(layers_.keeps[at], layers_.swaps[at]);
 }
 
-Bytes StepLayout::p2p_bytes(const Scenario& sc) const {
-  const auto& plan = sc.plan;
-  const double e = static_cast<double>(cost::activation_bytes(plan.precision));
-  const double split = (plan.sequence_parallel || plan.implementation.pp_scatter_gather)
-                           ? static_cast<double>(plan.tp)
-                           : 1.0;
-  return static_cast<Bytes>(static_cast<double>(sc.batch.micro) *
-                            static_cast<double>(sc.model.seq_len / plan.cp) *
-                            static_cast<double>(sc.model.hidden) * e / split);
-}
 
 }  // namespace strata::strategies

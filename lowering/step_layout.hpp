@@ -30,9 +30,11 @@ struct StepLayout {
   // and of those what goes to host memory meanwhile.
   Bytes layer_stored(int k, std::int64_t i) const;
   Bytes layer_swapped(int k, std::int64_t i) const;
-  // One pipeline send: a microbatch's activations (or their gradient)
-  // between chunks, split over tp with sequence parallelism or scatter-gather.
-  Bytes p2p_bytes(const Scenario& sc) const;
+  // One pipeline send between model chunks `boundary` and boundary + 1
+  // (p2p_message_bytes).
+  Bytes p2p_bytes(const Scenario& sc, int boundary) const {
+    return p2p_message_bytes(sc, chain_, first_layer_, boundary);
+  }
 
   // What block `layer` (0-based, of the model) keeps under each choice: its
   // kind's rule.

@@ -162,7 +162,7 @@ std::string simulate(const Source& s, bool analytical, const std::string& granul
     report::check_output_target(trace);
   }
   auto sc = load(s);
-  app::require_plan(sc, "simulate");
+  app::require_plan(sc, "simulate", /*chain_models=*/true);
   // Nor a file the scenario names (its model, cluster, stack, convergence model, calibration).
   report::require_output_apart(trace, "--trace", app::scenario_inputs(sc));
   return report::simulate(sc, {.analytical = analytical, .chunk = granularity == "chunk", .trace = trace, .format = f});
@@ -271,7 +271,6 @@ std::tuple<std::string, std::string> explore(const Source& s, const std::string&
     };
   return interruptible(stop, [&] {
     const auto sc = load(s);
-    strategies::require_transformer(sc, "explore");
     const auto rep = report::run_explore(sc, o);
     std::string out = report::render_explore(rep.summary_json, &rep, f);
     std::string warning;

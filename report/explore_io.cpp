@@ -234,7 +234,7 @@ std::string axis_heading(const std::string& axis) {
 // Rows of records: plan id, dp, tp, pp, every other axis the space searches
 // with more than one value, then the figures.
 Table plans_table(const ordered_json& records, const ordered_json& axes, bool csv,
-                  const std::string& set) {
+                  const std::string& set, const std::string& unit = "tokens") {
   std::vector<std::string> shown;
   for (const auto& [axis, values] : axes.items())
     if (axis != "dp" && axis != "tp" && axis != "pp" && values.size() > 1) shown.push_back(axis);
@@ -244,7 +244,8 @@ Table plans_table(const ordered_json& records, const ordered_json& axes, bool cs
   for (const auto& a : shown) t.columns.push_back(csv ? a : axis_heading(a));
   static constexpr const char* kCsv[] = {"step_time_s", "tokens_per_s_per_gpu", "mfu",
                                          "peak_memory_bytes"};
-  static constexpr const char* kText[] = {"step s", "tokens/s/GPU", "MFU %", "peak GiB"};
+  const std::string per_gpu = unit + "/s/GPU";
+  const char* kText[] = {"step s", per_gpu.c_str(), "MFU %", "peak GiB"};
   for (const char* c : csv ? kCsv : kText) t.columns.emplace_back(c);
   // With a goal: the steps to it and the time to train.
   const bool goal = !records.empty() && records.front().contains("training");
@@ -1365,6 +1366,8 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   h.meta["model"] = sc.model.name;
   h.meta["gpus"] = sc.cluster.gpus();
   h.meta["gpu"] = sc.cluster.gpu.name;
+  // A layer chain's throughput counts samples (ModelSpec::tokens_per_sample).
+  if (sc.model.chain) h.meta["throughput_unit"] = "samples";
   if (sc.cluster.heterogeneous()) h.meta["cluster_gpus"] = sc.cluster.gpus_text();
   ordered_json axes = ordered_json::object();
   if (sc.space)
@@ -1422,15 +1425,16 @@ std::string merge_explore(const std::vector<std::string>& dirs, const std::strin
     if (!fs::exists(sp)) throw InputError(sp, "", "file not found (not an explore output directory?)");
     const json s = load_json_file(sp);
     const JsonReader r(s, sp);
-    r.allow({"scenario", "model", "gpus", "gpu", "cluster_gpus", "space", "pareto", "top"});
+    r.allow({"scenario", "model", "gpus", "gpu", "cluster_gpus", "throughput_unit", "space", "pareto", "top"});
     // Read again keeping the key order, so the merged summary lists the axes
     // as the shards do.
     const ordered_json ordered =
         ordered_json::parse(read_input_file(sp, kMaxJsonFileBytes), nullptr, true, true);
     ordered_json meta;
-    for (const char* k : {"scenario", "model", "gpus", "gpu", "cluster_gpus", "space"}) {
-      // cluster_gpus: a cluster of node groups' only.
-      if (std::string_view(k) == "cluster_gpus" && !r.has(k)) continue;
+    for (const char* k : {"scenario", "model", "gpus", "gpu", "cluster_gpus", "throughput_unit", "space"}) {
+      // cluster_gpus: a cluster of node groups' only; throughput_unit: a
+      // layer chain's only.
+      if ((std::string_view(k) == "cluster_gpus" || std::string_view(k) == "throughput_unit") && !r.has(k)) continue;
       r.at(k);
       meta[k] = ordered.at(k);
     }
@@ -1723,10 +1727,11 @@ std::string render_explore(const std::string& summary_json, const ExploreReport*
   const bool by_time = s.value("rank_by", std::string("throughput")) == "time_to_train";
   out += "\ntop " + std::to_string(s.at("top").size()) + " plans by " +
          (by_time ? "time to train" : "throughput") + "\n";
-  out += to_text(plans_table(s.at("top"), s.at("space").at("axes"), false, ""));
+  const std::string unit = s.value("throughput_unit", std::string("tokens"));
+  out += to_text(plans_table(s.at("top"), s.at("space").at("axes"), false, "", unit));
   out += "\nPareto front of step time and peak memory (" + std::to_string(s.at("pareto").size()) +
          " plans)\n";
-  out += to_text(plans_table(s.at("pareto"), s.at("space").at("axes"), false, ""));
+  out += to_text(plans_table(s.at("pareto"), s.at("space").at("axes"), false, "", unit));
   return out;
 }
 

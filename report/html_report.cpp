@@ -409,8 +409,8 @@ ReportAnalysis analyse(const ReportData& d) {
     const auto& w = P[*an.winner];
     an.why.push_back("Plan " + w.plan_id + " (" + plan_text(d, w) + ") has the highest throughput of the " +
                      fmt_count(an.fitting.size()) + " plans that fit: " +
-                     seconds_text(w.step_time_s) + " per step, " + fixed(w.tokens_per_s_per_gpu, 0) +
-                     " tokens/s per GPU, MFU " + fixed(100 * w.mfu, 1) + " %, peak memory " +
+                     seconds_text(w.step_time_s) + " per step, " + fixed(w.tokens_per_s_per_gpu, 0) + " " +
+                     d.throughput_unit + "/s per GPU, MFU " + fixed(100 * w.mfu, 1) + " %, peak memory " +
                      gib_text(w.peak_memory_bytes) + " of " + gib_text(w.gpu_memory_bytes) + ".");
     const std::string split = time_split(w);
     if (!split.empty()) an.why.push_back("Its step time is " + split + ".");
@@ -643,7 +643,9 @@ PlanRows plan_rows(const ReportData& d, const std::vector<std::size_t>& which,
   t.head = {"rank", "plan", "dp", "tp", "pp"};
   const auto axes = varying_axes(d);
   for (std::size_t a : axes) t.head.push_back(axis_heading(d.axes[a].name));
-  for (const char* h : {"step s", "tokens/s/GPU", "MFU %", "peak GiB", "fits"}) t.head.emplace_back(h);
+  for (const std::string& h : {std::string("step s"), d.throughput_unit + "/s/GPU", std::string("MFU %"),
+                               std::string("peak GiB"), std::string("fits")})
+    t.head.push_back(h);
   for (std::size_t i : which) {
     const auto& p = d.plans[i];
     std::vector<Cell> r;
@@ -1034,7 +1036,7 @@ Table ranking_table(const ReportData& d, const ReportAnalysis& an, std::size_t r
   const auto tput_at = positions(an.fitting);
   const auto ttt_at = positions(an.by_time_to_train);
   Table t;
-  t.columns = {"rank", "by throughput", "tokens/s/GPU", "time to train", "its rank by time",
+  t.columns = {"rank", "by throughput", d.throughput_unit + "/s/GPU", "time to train", "its rank by time",
                "by time to train", "time to train", "steps", "its rank by throughput"};
   t.align = {Align::Right, Align::Left, Align::Right, Align::Right, Align::Right,
              Align::Left, Align::Right, Align::Right, Align::Right};
@@ -1205,7 +1207,7 @@ std::string report_html(const ReportData& d, const ReportAnalysis& an) {
   {
     const PlanRows top = plan_rows(d, first_n(an.ranked, kTopRows), an.ranked);
     o += "<section id=\"top\"><h2>Top plans</h2><p>The " + std::to_string(top.rows.size()) + " best of " +
-         fmt_count(d.plans.size()) + " by tokens/s per GPU (click a heading to sort; every plan is in "
+         fmt_count(d.plans.size()) + " by " + d.throughput_unit + "/s per GPU (click a heading to sort; every plan is in "
          "<code>results.csv</code>).</p><div class=\"wide\">" + html_table(top.head, top.rows, true) + "</div></section>\n";
     const PlanRows fr = plan_rows(d, first_n(an.front, kFrontRows), an.ranked);
     o += "<section id=\"front\"><h2>Pareto front</h2><p>" + std::to_string(an.front.size()) +

@@ -115,6 +115,7 @@ Timeline make_timeline(const sim::TaskGraph& graph, const sim::RunResult& run,
 struct ReportData {
   std::string dir;  // the explore directory (shown, escaped)
   std::string scenario, model, gpu;
+  std::string throughput_unit = "tokens";  // "samples" for a layer chain
   std::string cluster_gpus;  // a cluster of node groups: its GPUs (ClusterSpec::gpus_text); else empty
   std::int64_t gpus = 0;
   std::uint64_t space_size = 0;

@@ -204,6 +204,7 @@ ReportData load_report_data(const std::string& dir, const PhaseProgress& progres
   if (!r.is_object() || so.is_discarded()) r.fail("must be a JSON object (explore's summary)");
   d.scenario = r.at("scenario").as_string();
   d.model = r.at("model").as_string();
+  if (r.has("throughput_unit")) d.throughput_unit = r.at("throughput_unit").as_string();
   d.gpus = r.at("gpus").as_int(0, INT64_MAX);
   d.gpu = r.at("gpu").as_string();
   if (r.has("cluster_gpus")) d.cluster_gpus = r.at("cluster_gpus").as_string();

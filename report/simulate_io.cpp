@@ -121,7 +121,7 @@ struct Rates {
 Rates rates(const strategies::Scenario& sc, const strategies::StepPrediction& p) {
   const double step = to_seconds(p.step_time);
   const double gpus = static_cast<double>(sc.cluster.gpus());
-  const double tokens = static_cast<double>(sc.batch.global) * static_cast<double>(sc.model.seq_len);
+  const double tokens = static_cast<double>(sc.batch.global) * static_cast<double>(sc.model.tokens_per_sample());
   Rates r{step, 0, 0, 0, 0};
   if (step <= 0) return r;
   r.tokens_per_s_per_gpu = tokens / step / gpus;
@@ -344,8 +344,9 @@ std::string render_simulation(const strategies::Scenario& sc,
   out += "model      " + printable(sc.model.name) + " on " + printable(sc.cluster.gpus_text()) + "\n";
   out += "plan       " + plan_summary(sc) + "\n";
   if (sc.stack) out += "stack      " + printable(sc.stack->name) + " (" + printable(sc.stack->description) + ")\n";
-  out += "batch      " + std::to_string(sc.batch.global) + " sequences of " +
-         std::to_string(sc.model.seq_len) + " tokens, microbatch " +
+  out += "batch      " + std::to_string(sc.batch.global) +
+         (sc.model.chain ? std::string(" samples") : " sequences of " + std::to_string(sc.model.seq_len) + " tokens") +
+         ", microbatch " +
          std::to_string(sc.batch.micro) + " (" +
          std::to_string(strategies::microbatches(sc.plan, sc.batch)) + " per pipeline)\n\n";
   if (mem.feasible()) {
@@ -360,7 +361,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     const Rates r = rates(sc, *step);
     const auto& b = step->breakdown;
     out += "step       " + fixed(r.step_s, 3) + " s, " + fixed(r.tokens_per_s_per_gpu, 0) +
-           " tokens/s per GPU, " + fixed(r.model_tflops, 1) + " model TFLOP/s per GPU (MFU " +
+           (sc.model.chain ? " samples/s per GPU, " : " tokens/s per GPU, ") + fixed(r.model_tflops, 1) + " model TFLOP/s per GPU (MFU " +
            fixed(100 * r.mfu, 1) + " %), " + fixed(r.hardware_tflops, 1) + " hardware TFLOP/s\n";
     Table t;
     t.columns = {"time (stage " + std::to_string(step->critical_stage) + ")", "seconds", "share"};

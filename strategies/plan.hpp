@@ -29,6 +29,8 @@ enum class OffloadTarget { None, Cpu, Nvme };
 enum class OffloadPlanner { All, Vdnn, Lifetime, Priority, Joint };
 enum class CompressionMethod { None, TopK, RandomK, Qsgd, OneBit, PowerSgd };
 enum class Optimizer { Sgd, Momentum, Adam, AdamW, Adam8bit, Adam4bit, Adafactor, Sm3, Lamb, Lars };
+// Adafactor and SM3 keep statistics per weight-matrix shape.
+inline bool is_factored(Optimizer opt) { return opt == Optimizer::Adafactor || opt == Optimizer::Sm3; }
 enum class DpTopology { AllReduce, ParameterServer };
 // The number type of the optimizer's statistics (Adam's moments, momentum):
 // fp32, or bf16 (DeepSeek-V3, arXiv:2412.19437 Sec. 3.3.3: "BF16 ... to

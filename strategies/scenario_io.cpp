@@ -237,13 +237,13 @@ Scenario read_scenario(JsonReader r, const std::string& base_dir) {
     s.stack = read_stack(*st, base_dir);
     apply_stack(*s.stack, s.plan, s.implementation_keys);
   }
-  if (auto sp = r.get("space")) {
+  if (auto sp = r.get("space")) s.space = read_space(*sp, s);
+  if (auto g = r.get("goal")) {
     if (s.model.chain)
-      sp->fail("a layer-chain model has no plan space to explore (strata tradeoff sweeps its "
-               "recompute policies)");
-    s.space = read_space(*sp, s);
+      g->fail("time to train is modelled for language models (tokens to a loss); a layer-chain model "
+              "has step time and memory only");
+    s.goal = read_goal(*g);
   }
-  if (auto g = r.get("goal")) s.goal = read_goal(*g);
   for (const char* key : {"convergence", "lr"})
     if (r.has(key) && !s.goal) r.fail_at(key, "applies only with a \"goal\"");
   if (s.goal) {

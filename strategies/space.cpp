@@ -92,12 +92,16 @@ bool is_system_axis(Axis a) {
 std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_schedule) {
   const auto& m = base.model;
   const auto& c = base.cluster;
+  // A layer chain's stages are not split, nor recomputed selectively, nor
+  // multiplied in FP8 (validate.cpp's chain rules).
+  const bool chain = m.chain.has_value();
   switch (a) {
-    case Axis::TP: return divisors(m.heads, c.node.gpus_per_node);
+    case Axis::TP: return chain ? ints({1}) : divisors(m.heads, c.node.gpus_per_node);
     case Axis::PP: return divisors(c.gpus(), m.layers);
     case Axis::DP: return {};  // derived, never an axis of its own under "auto"
     case Axis::CP: return ints({1});
     case Axis::EP: return m.moe ? divisors(m.moe->experts, m.moe->experts) : ints({1});
+    case Axis::SequenceParallel: return chain ? ints({0}) : ints({0, 1});
     case Axis::Zero: return ints({0, 1, 2, 3});
     case Axis::Schedule: {
       std::vector<AxisValue> out = {{static_cast<std::int64_t>(Schedule::GPipe), 0},
@@ -136,6 +140,10 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
                                     {static_cast<std::int64_t>(Recompute::Selective), 0},
                                     {static_cast<std::int64_t>(Recompute::Full), 0},
                                     {static_cast<std::int64_t>(Recompute::Optimal), 0}};
+      if (chain) {
+        out.erase(out.begin() + 1);
+        return out;
+      }
       // torchtitan's op-level policy, where the scenario's stack can launch
       // it (its capabilities; a stack that refuses it, or none, searches
       // Megatron-LM's vocabulary above).
@@ -162,7 +170,8 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
     case Axis::Precision: {
       std::vector<AxisValue> out;
       for (const auto& [p, name] : EnumNames<Precision>::table)
-        if (c.gpu.peak_tflops(p) > 0) out.push_back({static_cast<std::int64_t>(p), 0});
+        if (c.gpu.peak_tflops(p) > 0 && !(chain && p == Precision::FP8))
+          out.push_back({static_cast<std::int64_t>(p), 0});
       return out;
     }
     default: break;

@@ -87,12 +87,27 @@ std::optional<Violation> first_violation(const Scenario& s) {
                       " GPUs exceed 2^30 draws; take fewer samples");
   }
 
-  // --- layer-chain models: data parallelism only ---
-  if (m.chain && (p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1 || p.sequence_parallel))
-    return fail("chain-data-parallel-only", "plan",
-                "model \"" + m.name +
-                    "\" is a layer chain: it trains with data parallelism only (tp, pp, cp, ep = 1, "
-                    "no sequence parallelism)");
+  // --- layer-chain models: their stages are priced whole ---
+  if (m.chain) {
+    const std::string chain = "model \"" + m.name + "\" is a layer chain";
+    if (p.tp > 1 || p.cp > 1 || p.ep > 1 || p.sequence_parallel)
+      return fail("chain-parallelism", "plan",
+                  chain + ": its stages are not split (tp, cp, ep = 1, no sequence parallelism): data and "
+                          "pipeline parallelism split its batch and its stages");
+    if (p.recompute == Recompute::Selective || p.recompute == Recompute::SelectiveOp)
+      return fail("chain-recompute", "plan.recompute",
+                  chain + ": a stage has no attention core or save list to recompute selectively (use "
+                          "none, full, every_k, sqrt or optimal)");
+    if (p.precision == Precision::FP8)
+      return fail("chain-fp8", "plan.precision",
+                  chain + ": FP8 training multiplies a transformer's linear layers in FP8, and a chain's "
+                          "stages are given by their FLOPs, not their layers");
+    if (is_factored(p.optimizer))
+      return fail("chain-factored-optimizer", "plan.optimizer",
+                  chain + ": " + std::string(enum_name(p.optimizer)) +
+                      " keeps statistics per weight-matrix shape, which a chain's stages do not give; use an "
+                      "element-wise optimizer");
+  }
 
   // --- tensor parallelism against the model ---
   if (m.heads % p.tp != 0)
