@@ -75,6 +75,9 @@ struct Counts {
   std::string under_resident_example;
   std::string over_example;
   std::vector<double> folded_err, folded_mem;  // chunk − layer, relative
+  // How far above the layer level a folded figure may be (the fold's
+  // approximation: see where it is set).
+  double fold_tolerance = 0.005;
 };
 
 std::string spread(std::vector<double> e) {
@@ -159,8 +162,10 @@ bool compare(const Scenario& sc, Counts& n) {
     // A folded pass waits for no transfer queued behind another pass's:
     // a bound the explorer refines (within 0.5 %: the layer-by-layer last
     // microbatch meets the folded ones' transfers).
-    CHECK(static_cast<double>(chunk.step.step_time) <= 1.005 * static_cast<double>(layer.step_time));
-    CHECK(static_cast<double>(chunk.memory.peak_bytes) <= 1.005 * static_cast<double>(lmem.peak_bytes));
+    CAPTURE(canonical_json(sc.plan, sc.batch));
+    const double tol = 1 + n.fold_tolerance;
+    CHECK(static_cast<double>(chunk.step.step_time) <= tol * static_cast<double>(layer.step_time));
+    CHECK(static_cast<double>(chunk.memory.peak_bytes) <= tol * static_cast<double>(lmem.peak_bytes));
     const double err = static_cast<double>(chunk.step.step_time - layer.step_time) / static_cast<double>(layer.step_time);
     n.folded_err.push_back(err);
     n.folded_mem.push_back(static_cast<double>(chunk.memory.peak_bytes - lmem.peak_bytes) / static_cast<double>(lmem.peak_bytes));
@@ -280,6 +285,42 @@ TEST_CASE("step program: blocks of two kinds (a MoE model's dense first blocks):
   CHECK(pipelined >= 30 / share);
   CHECK(experts >= 30 / share);
   CHECK(n.merged >= 30 / share);
+}
+
+TEST_CASE("step program: layer-chain models through both levels over their auto spaces") {
+  // ResNet-50 (18 stages of 7 kinds) and VGG-19 (19 stages whose outputs
+  // shrink from 12.8 MB to 4 KB a sample) on one DGX A100: a chain is an op
+  // chain of Stage ops, so the two levels are one program (equal where
+  // merged, bounds where folded), the pruning bound holds, and pipeline
+  // messages follow each boundary's activations.
+  Counts n;
+  // Activation offload of a CNN's large early activations stalls on PCIe
+  // for most of the step (ResNet-50, dp 4 pp 2, micro 2, full recompute:
+  // 38 of 55 ms); a folded pass holds its stall inside, which moves the
+  // pipeline's sends later than the layer level does (1.4 ms exposed), and
+  // its memory is the analytical window of the largest layer's moved bytes,
+  // which a stage of unequal layers exceeds: within 4 % here, against 0.5 %
+  // for transformers' equal layers. The explorer re-simulates folded plans
+  // it keeps per layer.
+  n.fold_tolerance = 0.04;
+  int pipelined = 0;
+  const int share = kSanitized ? 4 : 1;
+  for (const char* model : {"resnet50", "vgg19"}) {
+    const Scenario sc = auto_space(model, "{\"preset\": \"dgx-a100-80g\", \"nodes\": 1}", 256);
+    REQUIRE(sc.space->find(Axis::TP)->values.size() == 1);
+    const std::uint64_t stride = sc.space->size() / 211 * share + 1;
+    for_plans(sc, stride, 3, 100 / share, [&](const Scenario& plan) {
+      pipelined += plan.plan.pp > 1;
+      return compare(plan, n);
+    });
+  }
+  MESSAGE("chain plans compared: " << n.plans << " (" << pipelined << " pipelined, " << n.merged
+                                   << " merged exactly, " << n.folded_err.size() << " folded: step time "
+                                   << spread(n.folded_err) << "; peak memory " << spread(n.folded_mem) << ")");
+  CHECK(n.wrong_prunes == 0);
+  CHECK(n.plans >= 150 / share);
+  CHECK(pipelined >= 30 / share);
+  CHECK(n.merged >= 20 / share);
 }
 
 // The steady state's extrapolation against the whole program's replay, at
