@@ -217,7 +217,7 @@ TEST_CASE("size_bound is above every byte count and parameter count expand forms
   // tensor parallelism (the most a rank holds): parameters, and a
   // microbatch's saved bytes, gradients and traffic over all layers.
   for (ModelSpec m : model_presets()) {
-    if (m.chain) continue;  // layer chains are not expanded into ops
+    if (m.chain) continue;  // size_bound is a transformer's (validate.cpp bounds a chain itself)
     m.dropout = true;
     for (AttentionKernel attention : {AttentionKernel::Flash, AttentionKernel::Standard}) {
       ExpandOptions o;
@@ -1048,6 +1048,58 @@ TEST_CASE("soft-capping: one more score- or logit-sized tensor kept, three eager
   no_attn_cap.attn_softcap.reset();
   CHECK(flash_capped.ops.size() == expand(no_attn_cap, flash).main_block().ops.size());
   CHECK(flash_capped.saved_bytes() == expand(no_attn_cap, flash).main_block().saved_bytes());
+}
+
+}  // namespace
+}  // namespace strata::cost
+
+namespace strata::cost {
+namespace {
+
+TEST_CASE("a layer chain expands to one Stage op per stage, equal stages one kind") {
+  // Input 100 B a sample; stage a (1 GFLOP forward, 2 backward, 10
+  // parameters, output 200 B, 50 B saved, 30 B workspace), then b twice
+  // (output 200 B): both b read 200 B, so they are one kind. With a
+  // microbatch of 4, a keeps 4·(100 + 50) = 600 B (its input and saved
+  // tensors; its output is b's input), holds 4·(200 + 30) = 920 B while its
+  // backward runs, and moves 4·(100 + 200 + 50) = 1,400 B forward, twice
+  // that backward. The head holds the last output, 800 B.
+  ModelSpec m;
+  m.name = "toy";
+  m.chain = LayerChain{100,
+                       {{"a", 1e9, 2e9, 10, 200, 50, 30}, {"b.1", 4e9, 8e9, 5, 200, 0, 0},
+                        {"b.2", 4e9, 8e9, 5, 200, 0, 0}}};
+  m.layers = 3;
+  ExpandOptions o;
+  o.micro_batch = 4;
+  const OpChain c = expand(m, o);
+  REQUIRE(c.kinds.size() == 2);
+  CHECK(c.kind_of == std::vector<std::int32_t>{0, 1, 1});
+  CHECK(c.blocks == 3);
+  const Op& a = c.kinds[0].ops.at(0);
+  CHECK(a.kind == OpKind::Stage);
+  CHECK(a.fwd_flops == 4e9);
+  CHECK(a.bwd_flops == 8e9);
+  CHECK(a.params == 10);
+  CHECK(a.saved_bytes == 600);
+  CHECK(a.grad_bytes == 920);
+  CHECK(a.fwd_bytes == 1400);
+  CHECK(a.bwd_bytes == 2800);
+  CHECK(c.kinds[0].input_bytes == 400);
+  CHECK(c.kinds[1].input_bytes == 800);
+  CHECK(c.kinds[1].ops.at(0).saved_bytes == 800);
+  CHECK(c.embedding.input_bytes == 400);
+  CHECK(c.embedding.ops.empty());
+  CHECK(c.head.input_bytes == 800);
+  CHECK(c.head.ops.empty());
+  CHECK(c.params() == 20);
+  CHECK(c.fwd_flops() == 4 * (1e9 + 4e9 + 4e9));
+  // Full recompute keeps a stage's input; its saved tensors are one op's.
+  CHECK(c.kinds[0].saved_bytes(Recompute::Full) == 400);
+  CHECK(c.kinds[0].saved_tensors(Recompute::None) == std::vector<Bytes>{600});
+  // A chain's stages are not split.
+  o.tp = 2;
+  CHECK_THROWS(expand(m, o));
 }
 
 }  // namespace

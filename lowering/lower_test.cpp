@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <vector>
 
 #include "lowering/coarse.hpp"
@@ -581,6 +582,48 @@ TEST_CASE("multi-token prediction on a pipeline: the last stage keeps a copy of 
   };
   CHECK(ties(none) == 0);
   CHECK(ties(one) == 2);
+}
+
+}  // namespace
+}  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+TEST_CASE("a layer chain's pipeline sends carry each boundary's activations") {
+  // VGG-19 over 4 interleaved stages of 2 chunks (8 chunks of 19 stages:
+  // 3, 3, 3, 2, 2, 2, 2, 2): each send across the boundary after chunk k
+  // carries b times the output of the stage before it (the next chunk's
+  // input), forward and, as its gradient, backward; its time is the
+  // network's for those bytes. The outputs shrink along the chain, so the
+  // boundaries' messages differ.
+  const Scenario sc = parse_scenario(
+      R"({"model": "vgg19", "cluster": {"preset": "dgx-a100-80g"}, "batch": {"global": 16, "micro": 2},
+          "plan": {"dp": 2, "pp": 4, "schedule": "interleaved", "virtual_stages": 2, "precision": "bf16"}})",
+      "vgg.json");
+  const ModelStepCosts costs(sc, cost::ideal_calibration());
+  const StepProgram p = build_step_program(sc, costs, Granularity::Layer);
+  const auto chunks = chunk_layers(sc.plan, sc.model.layers);
+  std::vector<std::int64_t> first{0};
+  for (std::int64_t n : chunks) first.push_back(first.back() + n);
+  const auto& layers = sc.model.chain->layers;
+  std::set<Time> times;
+  int sends = 0;
+  for (std::size_t i = 0; i < p.tasks.size(); ++i) {
+    const TaskOp op = p.info[i].op;
+    if (op != TaskOp::SendActivation && op != TaskOp::SendGradient) continue;
+    ++sends;
+    // The task's chunk is its sender's; the boundary is after it forward,
+    // before it backward.
+    const int k = p.info[i].chunk;
+    REQUIRE(k >= 0);
+    const int boundary = op == TaskOp::SendActivation ? k : k - 1;
+    const Bytes msg = 2 * layers[static_cast<std::size_t>(first[static_cast<std::size_t>(boundary) + 1] - 1)].output_bytes;
+    CHECK(p.tasks[i].duration == costs.p2p(msg));
+    times.insert(p.tasks[i].duration);
+  }
+  CHECK(sends == 2 * 7 * 4);  // 7 boundaries, 4 microbatches (16 / (2 · dp 2)), both ways
+  CHECK(times.size() > 2);
 }
 
 }  // namespace
