@@ -224,6 +224,10 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
   const bool selective = r.selective < r.full;
   const double F = static_cast<double>(r.full), S = static_cast<double>(r.selective),
                I = static_cast<double>(r.input), g = static_cast<double>(r.grad);
+  // Every segment's rerun shares its first layer's kept input
+  // (ActivationRule::rerun), so each segment's hold, and their most, is that
+  // much below the table's.
+  const double shared = r.input_shared ? I : 0.0;
   // A swapped layer's copies beyond the compute beside them: its prefetch
   // runs during the backward of the layer after it (none without prefetch
   // depth), one at a time on the host-to-device engine.
@@ -245,7 +249,7 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
         const double stored = sw + static_cast<double>(k.q) * I + later_seg;
         double w = rest > 0 ? g : 0;
         if (k.alpha > 0) w = std::max(w, F - S + g - rest * F);
-        if (k.beta > 0) w = std::max(w, static_cast<double>(table.least(k.beta, k.q)) + g - later_seg);
+        if (k.beta > 0) w = std::max(w, static_cast<double>(table.least(k.beta, k.q)) - shared + g - later_seg);
         if (k.swap > 0) w = std::max(w, g - (stored - sw));
         double swapped = 0;
         if (swap_all) {

@@ -94,23 +94,29 @@ TEST_CASE("segments: a run of Nothing after an Input, rerun before the backward 
 
 TEST_CASE("a chunk's working set: the largest hold less what later layers kept") {
   // F = 10 (all), S = 6 (selective), I = 1 (input), g = 2 (gradient), 4
-  // of F the inputs of linear layers.
+  // of F the inputs of linear layers. A segment's rerun shares its first
+  // layer's kept input (ActivationRule::rerun): it holds F − I for that
+  // layer, F for the others.
   const ActivationRule r{10, 6, 1, 2, 4};
   CHECK(chunk(r, "A").stored == 10);
   CHECK(chunk(r, "A").working == 2);
   CHECK(chunk(r, "S").working == 10 - 6 + 2);
-  CHECK(chunk(r, "I").working == 10 + 2);
-  // every_k with k dividing n: the last segment's k layers, 3·10 + 2.
-  CHECK(chunk(r, "ININNINN").working == 32);
+  CHECK(chunk(r, "I").working == 10 - 1 + 2);
+  // every_k with k dividing n: the last segment's k layers, 3·10 − 1 + 2.
+  CHECK(chunk(r, "ININNINN").working == 31);
   CHECK(chunk(r, "ININNINN").stored == 3);
   // I I N N S A: stored 1 + 1 + 6 + 10; the segment 1..3 ends with three
-  // layers rerun while S and A still keep theirs: 3·10 + 2 − 16.
+  // layers rerun while S and A still keep theirs: 3·10 − 1 + 2 − 16.
   CHECK(chunk(r, "IINNSA").stored == 18);
-  CHECK(chunk(r, "IINNSA").working == 16);
+  CHECK(chunk(r, "IINNSA").working == 15);
   // A short last segment: the longer one before it sets the working set,
-  // less the later segment's input: max(3·10 + 2 − 1, 2·10 + 2) — below
-  // the k·F + g of segments that divide the chunk.
-  CHECK(chunk(r, "INNIN").working == 31);
+  // less the later segment's input: max(3·10 − 1 + 2 − 1, 2·10 − 1 + 2) —
+  // below the k·F − I + g of segments that divide the chunk.
+  CHECK(chunk(r, "INNIN").working == 30);
+  // With partition_activations the rerun gathers a whole input of its own.
+  ActivationRule gathered = r;
+  gathered.input_shared = false;
+  CHECK(chunk(gathered, "I").working == 10 + 2);
   // Swapped: all a layer keeps, or (vDNN) its linear layers' inputs (4 of
   // F = 10 here) where it keeps them (all or selective).
   CHECK(chunk(r, "INNIN", "HHHHH").swapped == 2);

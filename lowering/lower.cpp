@@ -716,7 +716,7 @@ class StepBuilder : StepLayout {
         for (std::int64_t j = start; j <= i; ++j) {
           const KindTimes& rerun = kind_times(first + j);
           sp.add(static_cast<int>(TimeCat::Recompute), rerun.pass[static_cast<std::size_t>(Pass::Recompute)]);
-          hold(StepLayout::rule(first + j).full);
+          hold(StepLayout::rule(first + j).rerun(j == start));
           add_comm(sp, rerun, Pass::Recompute);
         }
       } else if (keep == Keep::Selective && rule.selective_reruns) {
@@ -727,7 +727,7 @@ class StepBuilder : StepLayout {
       const Bytes working = rule.grad + (keep == Keep::Selective ? rule.selective_rebuilt() : 0) + swapped;
       hold(working);
       level -= working + layer_stored(k, i) - swapped;
-      if (keep == Keep::Input || keep == Keep::Nothing) level -= rule.full;
+      if (keep == Keep::Input || keep == Keep::Nothing) level -= rule.rerun(keep == Keep::Input);
       sp.add(0, block.pass[static_cast<std::size_t>(Pass::Backward)]);
       add_comm(sp, block, Pass::Backward);
     }
@@ -904,7 +904,7 @@ class StepBuilder : StepLayout {
           // output as the next one's input; the last one refills its saved
           // tensors around the input it has (no output).
           const ActivationRule& rerun = StepLayout::rule(first + j);
-          const Bytes bytes = cpu_ && j == i ? rerun.full - rerun.input : rerun.full;
+          const Bytes bytes = cpu_ ? (j == i ? rerun.full - rerun.input : rerun.full) : rerun.rerun(j == start);
           const std::int32_t r =
               compute(kind_times(first + j).pass[static_cast<std::size_t>(Pass::Recompute)], sim::Phase::Recompute,
                       info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));

@@ -357,7 +357,10 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, Recom
 std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const Plan& plan) {
   std::vector<ActivationRule> out = of(chain, selective_policy(plan));
   if (plan.partition_activations)
-    for (ActivationRule& r : out) r.input = (r.input + plan.tp - 1) / plan.tp;
+    for (ActivationRule& r : out) {
+      r.input = (r.input + plan.tp - 1) / plan.tp;
+      r.input_shared = false;
+    }
   return out;
 }
 
@@ -370,6 +373,7 @@ ActivationRule ActivationRule::largest(std::span<const ActivationRule> rules) {
     r.grad = std::max(r.grad, x.grad);
     r.linear_inputs = std::max(r.linear_inputs, x.linear_inputs);
     r.selective_reruns |= x.selective_reruns;
+    r.input_shared = r.input_shared && x.input_shared;
   }
   return r;
 }
@@ -417,7 +421,7 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rule
     if (k == Keep::Input || k == Keep::Nothing) {
       if (k == Keep::Input) rerun = 0;
       else if (rerun == 0) throw Error("a layer keeps nothing and follows no segment start");
-      rerun += r.full;
+      rerun += r.rerun(k == Keep::Input);
       holds += rerun;
     }
     before += r.stored(k);

@@ -67,6 +67,15 @@ struct ActivationRule {
   // A Keep::Selective layer reruns part of its forward before its backward
   // (not so for Megatron-LM's policy under flash attention: no core).
   bool selective_reruns = false;
+  // A segment's rerun starts from the input its first layer kept, the same
+  // tensor (PyTorch's checkpoint reruns the function on the saved input
+  // detached, which shares its storage); false with partition_activations,
+  // where the rerun all-gathers a whole input of its own.
+  bool input_shared = true;
+
+  // What layer's rerun holds for its backward: everything it saves, less,
+  // at a segment's start, the input it shares with what it kept.
+  Bytes rerun(bool segment_start) const { return segment_start && input_shared ? full - input : full; }
 
   // What a Keep::Selective layer's backward rebuilds beyond what it stored:
   // the saved set less the stored bytes (torchtitan's op policy may store

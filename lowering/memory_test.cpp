@@ -641,8 +641,9 @@ TEST_CASE("partition_activations: a recomputed layer keeps 1/tp of its input, in
   // 16 layers over pp 4 (1F1B), tp 2, full recompute, m = 8: stage 0 holds
   // 4 microbatches in flight (p − s) of 4 layers, each keeping its input
   // b·s·h·2 bytes (1·256·512·2) whole without the option and half of it
-  // with; the step's working set (a layer rerun, its input gathered whole)
-  // is the same.
+  // with; the step's working set differs by the input: without the option
+  // a layer reruns from the input it kept (the same tensor), with it from a
+  // whole input all-gathered anew.
   auto with = [&](bool split) {
     return make(gpt(16, 512, 8, 256, 5000), R"({"preset": "dgx-h100"})", R"({"global": 8})",
                 std::string(R"({"pp": 4, "tp": 2, "recompute": "full", "partition_activations": )") +
@@ -652,7 +653,7 @@ TEST_CASE("partition_activations: a recomputed layer keeps 1/tp of its input, in
   const Bytes input = 1LL * 256 * 512 * 2;
   const auto a = estimate_memory(plain), b = estimate_memory(split);
   CHECK(tag(a.stages[0], MemTag::Activations) - tag(b.stages[0], MemTag::Activations) ==
-        4 * 4 * (input - input / 2));
+        4 * 4 * (input - input / 2) - input);
   for (const Scenario* sc : {&plain, &split}) {
     const auto est = estimate_memory(*sc);
     const auto t = simulate_memory(*sc);
@@ -836,15 +837,18 @@ TEST_CASE("a layer's saved activations reach the allocator op by op") {
   // Without recompute every layer's Act buffer is its ops' saved tensors
   // (Layer::saved_tensors(None), in forward order; they add up to the
   // buffer); with full recompute a layer keeps its input alone, one tensor,
-  // and each rerun's Recomputed buffer is split as a kept layer's.
+  // and reruns from it: its Recomputed buffer, the saved tensors less that
+  // shared input, is left one tensor. With every_k (k = 2) the second
+  // layer of each segment reruns whole, split as a kept layer's.
   const auto sc = make("\"gpt3-1.3b\"", "{\"preset\": \"dgx-h100\"}", "{\"global\": 8, \"micro\": 1}", "{\"dp\": 8}");
   const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
   const std::vector<Bytes> want = chain.block_at(0).saved_tensors(Recompute::None);
   REQUIRE(want.size() > 2);
-  for (const char* recompute : {"none", "full"}) {
+  for (const char* recompute : {"none", "full", "every_k"}) {
     CAPTURE(recompute);
     const auto s = make("\"gpt3-1.3b\"", "{\"preset\": \"dgx-h100\"}", "{\"global\": 8, \"micro\": 1}",
-                        std::string("{\"dp\": 8, \"recompute\": \"") + recompute + "\"}");
+                        std::string("{\"dp\": 8, ") + (std::string(recompute) == "every_k" ? "\"recompute_k\": 2, " : "") +
+                            "\"recompute\": \"" + recompute + "\"}");
     const StepProgram p = build_step_program(s, ModelStepCosts(s), Granularity::Layer);
     std::size_t split = 0, act = 0, rerun = 0;
     for (const auto& sp : p.splits) {
@@ -858,8 +862,9 @@ TEST_CASE("a layer's saved activations reach the allocator op by op") {
       act += b.kind == BufKind::Act && b.layer >= 0;
       rerun += b.kind == BufKind::Recomputed;
     }
-    CHECK(split == (std::string(recompute) == "none" ? act : rerun));
-    CHECK(split == static_cast<std::size_t>(sc.model.layers));
+    const std::string policy = recompute;
+    CHECK(split == (policy == "none" ? act : policy == "full" ? 0 : rerun / 2));
+    if (policy != "full") CHECK(split == static_cast<std::size_t>(policy == "none" ? 24 : 12));
   }
 }
 
