@@ -253,7 +253,8 @@ class StepBuilder : StepLayout {
   // save (StepProgram::splits: what the caching allocator's replay sees);
   // left whole when they do not add up to it (part moved to the host).
   void split_saved(std::int32_t b, std::int64_t layer, Keep keep) {
-    if (cpu_ || (keep != Keep::All && keep != Keep::Selective)) return;
+    // Only the layer level's program is replayed through the allocator.
+    if (cpu_ || merge_ || folding_ || (keep != Keep::All && keep != Keep::Selective)) return;
     const std::vector<Bytes> t =
         chain_.block_at(layer).saved_tensors(keep == Keep::All ? Recompute::None : selective_policy(plan_));
     Bytes sum = 0;
