@@ -317,7 +317,7 @@ void require_transformer(const Scenario& s, const std::string& command) {
   if (s.model.chain)
     throw InputError(s.file, "model",
                      "\"" + s.model.name + "\" is a layer-chain model: strata " + command +
-                         " models transformers only (use strata tradeoff or strata describe)");
+                         " needs a transformer's layers (a layer chain runs through simulate, explore, tradeoff and describe)");
 }
 
 bool is_scenario_file(const std::string& path) {
