@@ -27,21 +27,18 @@ constexpr double kMaxFrontierSteps = 1e10;
 constexpr double kMaxPlanTableCells = 2e8;
 
 remat::Chain layer_chain(const Scenario& sc, const ModelStepCosts& costs) {
+  // Each stage timed as the step prices it: its block of the op chain
+  // (one Stage op, costmodel/ops.cpp's expand_chain), forward and backward.
   const cost::LayerChain& lc = *sc.model.chain;
+  const cost::OpChain& oc = costs.chain();
   const std::int64_t b = sc.batch.micro;
   remat::Chain c;
   c.input = lc.input_bytes * b;
-  Bytes input = lc.input_bytes;
-  for (const auto& l : lc.layers) {
-    const Bytes touched = (input + l.output_bytes + l.saved_bytes) * b;
-    const auto time = [&](Flops f, Bytes bytes) {
-      return cost::compute_time(sc.cluster.gpu, costs.calibration(), sc.plan.precision,
-                                f * static_cast<double>(b), bytes);
-    };
-    c.stages.push_back({time(l.fwd_flops, touched), time(l.bwd_flops, 2 * touched),
-                        l.output_bytes * b, l.saved_bytes * b, l.workspace_bytes * b,
-                        l.workspace_bytes * b});
-    input = l.output_bytes;
+  for (std::size_t i = 0; i < lc.layers.size(); ++i) {
+    const auto& l = lc.layers[i];
+    const cost::Layer& block = oc.block_at(static_cast<std::int64_t>(i));
+    c.stages.push_back({costs.layer(block, Pass::Forward, false), costs.layer(block, Pass::Backward, false), l.output_bytes * b,
+                        l.saved_bytes * b, l.workspace_bytes * b, l.workspace_bytes * b});
   }
   return c;
 }

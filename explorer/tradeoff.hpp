@@ -20,9 +20,10 @@
 namespace strata::strategies {
 
 // The model's rematerialization chain for one microbatch on one GPU.
-//   A layer chain: its layers, each timed by the cost model from its matrix
-//   FLOPs and memory traffic (forward: reads its input, writes its output
-//   and saved tensors; backward: twice that), sizes × the microbatch.
+//   A layer chain: its layers, each timed as the step times its block (one
+//   Stage op: its matrix FLOPs and memory traffic; forward reads its input
+//   and writes its output and saved tensors, backward twice that), sizes ×
+//   the microbatch.
 //   A transformer (pp = 1): embedding, each block and the head as stages,
 //   timed like the layer-level lowering (tensor-parallel communication
 //   included), saved bytes from the op chain under no recompute.

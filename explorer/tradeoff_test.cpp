@@ -23,10 +23,12 @@ TEST_CASE("a transformer's step without savings is the layer-level simulation's"
 
 TEST_CASE("a layer chain's stages are its layers, sizes times the microbatch") {
   // ResNet-50: stem, 16 bottleneck units, head; 4 samples a microbatch.
+  // Each stage is timed as simulate's step prices it: its block's pass.
   const Scenario sc = scenario(R"({"model": "resnet50", "cluster": "1xa100-80g",
                                    "batch": {"global": 8, "micro": 4}, "plan": {"precision": "fp32"}})");
   const remat::Chain c = remat_chain(sc);
   const auto& layers = sc.model.chain->layers;
+  const ModelStepCosts costs(sc);
   REQUIRE(c.size() == 18);
   CHECK(c.input == 4 * sc.model.chain->input_bytes);
   for (int i = 1; i <= c.size(); ++i) {
@@ -35,6 +37,9 @@ TEST_CASE("a layer chain's stages are its layers, sizes times the microbatch") {
     CHECK(c.stage(i).output == 4 * l.output_bytes);
     CHECK(c.stage(i).saved == 4 * l.saved_bytes);
     CHECK(c.stage(i).bwd > 0);
+    const cost::Layer& block = costs.chain().block_at(i - 1);
+    CHECK(c.stage(i).fwd == costs.layer(block, Pass::Forward, false));
+    CHECK(c.stage(i).bwd == costs.layer(block, Pass::Backward, false));
   }
 }
 

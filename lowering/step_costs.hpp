@@ -40,6 +40,8 @@ class ModelStepCosts final : public StepCosts {
   static constexpr double kHostOptimizerGBps = 100.0;
 
   const cost::Calibration& calibration() const { return cal_; }
+  // The op chain priced (layer() takes its layers).
+  const cost::OpChain& chain() const { return chain_; }
 
   // A cluster of node groups: each stage's GPUs' costs (a stage on several
   // groups runs each task at the pace of the slowest). Otherwise this.
