@@ -119,6 +119,7 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
     }
     case Axis::VirtualStages: return ints({1, 2, 3, 4});
     case Axis::PipelineLayout:
+      if (chain) return ints({static_cast<std::int64_t>(PipelineLayout::Balanced)});
       // Splits weighed by GPU speed or memory where the stages' GPUs differ.
       if (c.heterogeneous())
         return ints({static_cast<std::int64_t>(PipelineLayout::Balanced),

@@ -102,6 +102,11 @@ std::optional<Violation> first_violation(const Scenario& s) {
       return fail("chain-fp8", "plan.precision",
                   chain + ": FP8 training multiplies a transformer's linear layers in FP8, and a chain's "
                           "stages are given by their FLOPs, not their layers");
+    if (p.pipeline_layout != PipelineLayout::Balanced)
+      return fail("chain-pipeline-layout", "plan.pipeline_layout",
+                  chain + ": its stages are split evenly (balanced) or as plan.stage_layers lists them; it has "
+                          "no embedding or head to count as layers, and gpu_speed and gpu_memory weigh a "
+                          "transformer's equal blocks");
     if (is_factored(p.optimizer))
       return fail("chain-factored-optimizer", "plan.optimizer",
                   chain + ": " + std::string(enum_name(p.optimizer)) +
