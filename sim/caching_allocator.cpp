@@ -39,19 +39,21 @@ std::int32_t CachingAllocator::new_block(std::int32_t segment, Bytes address, By
 void CachingAllocator::mark_free(std::int32_t b) {
   Block& k = blocks_[static_cast<std::size_t>(b)];
   k.free = true;
-  pool(segments_[static_cast<std::size_t>(k.segment)].small).insert({k.size, k.address, b});
+  const Segment& seg = segments_[static_cast<std::size_t>(k.segment)];
+  pool(seg.small).insert({seg.stream, k.size, k.address, b});
 }
 
 void CachingAllocator::unmark_free(std::int32_t b) {
   const Block& k = blocks_[static_cast<std::size_t>(b)];
-  pool(segments_[static_cast<std::size_t>(k.segment)].small).erase({k.size, k.address, b});
+  const Segment& seg = segments_[static_cast<std::size_t>(k.segment)];
+  pool(seg.small).erase({seg.stream, k.size, k.address, b});
 }
 
-std::int32_t CachingAllocator::take_free(bool small, Bytes rounded) {
+std::int32_t CachingAllocator::take_free(std::int32_t stream, bool small, Bytes rounded) {
   auto& set = pool(small);
-  const auto it = set.lower_bound({rounded, 0, 0});
-  if (it == set.end()) return -1;
-  const std::int32_t b = std::get<2>(*it);
+  const auto it = set.lower_bound({stream, rounded, 0, 0});
+  if (it == set.end() || std::get<0>(*it) != stream) return -1;
+  const std::int32_t b = std::get<3>(*it);
   set.erase(it);
   return b;
 }
@@ -79,20 +81,20 @@ void CachingAllocator::release_cached() {
   }
 }
 
-std::int32_t CachingAllocator::grow(bool small, Bytes rounded) {
+std::int32_t CachingAllocator::grow(std::int32_t stream, bool small, Bytes rounded) {
   if (config_.mode == AllocatorMode::Native) {
     const Bytes size = allocator_segment(rounded);
     reserve(size);
     const auto s = static_cast<std::int32_t>(segments_.size());
     const std::int32_t b = new_block(s, next_address_, size);
-    segments_.push_back({small, next_address_, size, b, b, true});
+    segments_.push_back({stream, small, next_address_, size, b, b, true});
     next_address_ += size;
     return b;
   }
-  std::int32_t& es = expandable_[small ? 1 : 0];
-  if (es < 0) {
-    es = static_cast<std::int32_t>(segments_.size());
-    segments_.push_back({small, next_address_, 0, -1, -1, true});
+  const auto [at, made] = expandable_.try_emplace({stream, small}, static_cast<std::int32_t>(segments_.size()));
+  const std::int32_t es = at->second;
+  if (made) {
+    segments_.push_back({stream, small, next_address_, 0, -1, -1, true});
     next_address_ += kExpandableSpan;
   }
   Segment& seg = segments_[static_cast<std::size_t>(es)];
@@ -122,13 +124,13 @@ std::int32_t CachingAllocator::grow(bool small, Bytes rounded) {
   return b;
 }
 
-void CachingAllocator::malloc(std::int64_t id, Bytes bytes) {
+void CachingAllocator::malloc(std::int64_t id, Bytes bytes, std::int32_t stream) {
   if (bytes <= 0) throw std::logic_error("caching allocator: request of " + std::to_string(bytes) + " bytes");
   if (live_.count(id)) throw std::logic_error("caching allocator: id " + std::to_string(id) + " is live");
   const Bytes r = allocator_round(bytes);
   const bool small = r <= kAllocSmallSize;
-  std::int32_t b = take_free(small, r);
-  if (b < 0) b = grow(small, r);
+  std::int32_t b = take_free(stream, small, r);
+  if (b < 0) b = grow(stream, small, r);
   // Split off the rest when it is worth keeping (should_split).
   const Bytes rest = blocks_[static_cast<std::size_t>(b)].size - r;
   const bool split =
@@ -196,14 +198,20 @@ AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const Pool
     return b.pool == pool && b.bytes > 0 && b.tag != MemTag::Runtime && b.tag != MemTag::AllocatorReserve;
   };
   CachingAllocator a(config);
+  // Each buffer's stream: the lane of the task that allocates it (stream
+  // 0, the first resource's index + 1 otherwise, so 0 is the start's).
+  std::vector<std::int32_t> stream(buffers.size(), 0);
+  for (const Task& t : graph.tasks())
+    if (!t.resources.empty())
+      for (BufferId b : t.allocs) stream[static_cast<std::size_t>(b.index)] = t.resources.front().index + 1;
   // A buffer's tensors have ids buffer · 2^20 + j.
   constexpr int kShift = 20;
   auto take = [&](std::size_t i) {
     const std::span<const Bytes> t = tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};
     const auto id = static_cast<std::int64_t>(i) << kShift;
-    if (t.empty()) return a.malloc(id, buffers[i].bytes);
+    if (t.empty()) return a.malloc(id, buffers[i].bytes, stream[i]);
     if (t.size() >= (std::size_t{1} << kShift)) throw std::logic_error("caching allocator: too many tensors in a buffer");
-    for (std::size_t j = 0; j < t.size(); ++j) a.malloc(id + static_cast<std::int64_t>(j), t[j]);
+    for (std::size_t j = 0; j < t.size(); ++j) a.malloc(id + static_cast<std::int64_t>(j), t[j], stream[i]);
   };
   auto give = [&](std::size_t i) {
     const std::span<const Bytes> t = tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};

@@ -29,12 +29,16 @@
 //   empty_cache or an allocation that would pass the limit; that case is
 //   reported, not modelled).
 // - A freed block merges with free neighbours of its segment.
-// What is not: streams (every block is on one stream; the source keeps
-// freed blocks per stream), record_stream's deferred frees, max_split_size
-// and garbage_collection_threshold (both off by default), and blocks held
-// by CUDA graphs' private pools.
+// - Streams: a segment belongs to the stream whose allocation made it, and
+//   its freed blocks serve only that stream's requests (the source keys its
+//   pools' blocks by stream first); with expandable segments each stream has
+//   its own.
+// What is not: record_stream's deferred frees, max_split_size and
+// garbage_collection_threshold (both off by default), and blocks held by
+// CUDA graphs' private pools.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <span>
 #include <tuple>
@@ -75,8 +79,9 @@ class CachingAllocator {
  public:
   explicit CachingAllocator(AllocatorConfig config);
 
-  // A tensor of `bytes` (> 0) under a caller's id that is not live.
-  void malloc(std::int64_t id, Bytes bytes);
+  // A tensor of `bytes` (> 0) under a caller's id that is not live,
+  // allocated on `stream`.
+  void malloc(std::int64_t id, Bytes bytes, std::int32_t stream = 0);
   // Frees a live id's block (throws std::logic_error for an id not live).
   void free(std::int64_t id);
 
@@ -98,18 +103,20 @@ class CachingAllocator {
     bool free = true;
   };
   struct Segment {
+    std::int32_t stream = 0;
     bool small = false;
     Bytes address = 0, size = 0;  // expandable: the mapped bytes
     std::int32_t first = -1, last = -1;
     bool live = true;
   };
-  // A free block by (size, address): the source's BlockComparatorSize.
-  using FreeKey = std::tuple<Bytes, Bytes, std::int32_t>;
+  // A free block by (stream, size, address): the source's
+  // BlockComparatorSize.
+  using FreeKey = std::tuple<std::int32_t, Bytes, Bytes, std::int32_t>;
 
   std::set<FreeKey>& pool(bool small) { return small ? free_small_ : free_large_; }
   std::int32_t new_block(std::int32_t segment, Bytes address, Bytes size);
-  std::int32_t take_free(bool small, Bytes rounded);
-  std::int32_t grow(bool small, Bytes rounded);
+  std::int32_t take_free(std::int32_t stream, bool small, Bytes rounded);
+  std::int32_t grow(std::int32_t stream, bool small, Bytes rounded);
   void reserve(Bytes bytes);
   void release_cached();
   void mark_free(std::int32_t b);
@@ -121,7 +128,7 @@ class CachingAllocator {
   std::vector<Segment> segments_;
   std::set<FreeKey> free_small_, free_large_;
   std::unordered_map<std::int64_t, std::pair<std::int32_t, Bytes>> live_;  // id → (block, bytes)
-  std::int32_t expandable_[2] = {-1, -1};  // [small] → segment
+  std::map<std::pair<std::int32_t, bool>, std::int32_t> expandable_;  // (stream, small) → segment
   Bytes next_address_ = 0;
   Bytes allocated_ = 0, reserved_ = 0, allocated_peak_ = 0, reserved_peak_ = 0, overflow_ = 0;
   std::int64_t segments_made_ = 0, releases_ = 0;
@@ -135,7 +142,9 @@ class CachingAllocator {
 // Buffers tagged Runtime (outside the allocator) and empty ones are not
 // requests. `tensors`, when given, splits a buffer into the tensors a
 // framework allocates for it (an empty span: one tensor of its bytes): they
-// are allocated in order and freed in reverse.
+// are allocated in order and freed in reverse. A buffer is allocated on the
+// stream of the task that allocates it (its first resource: the lane it
+// runs on); the buffers live at start on stream 0.
 AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const PoolUsage& usage,
                                  AllocatorConfig config, int max_steps = 3,
                                  const std::function<std::span<const Bytes>(BufferId)>& tensors = {});

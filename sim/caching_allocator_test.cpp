@@ -134,6 +134,27 @@ TEST_CASE("sim/allocator: expandable segments extend a free end instead of a new
   CHECK(p.reserved() == 42 * MiB);
 }
 
+TEST_CASE("sim/allocator: a freed block serves only its own stream") {
+  // 100 MiB freed on stream 1 is cached for stream 1: the same size on
+  // stream 2 needs a segment of its own (200 MiB reserved), and stream 1's
+  // next 100 MiB reuses its block. Expandable segments: one per stream.
+  CachingAllocator a({});
+  a.malloc(0, 100 * MiB, 1);
+  a.free(0);
+  a.malloc(1, 100 * MiB, 2);
+  CHECK(a.reserved() == 200 * MiB);
+  a.malloc(2, 100 * MiB, 1);
+  CHECK(a.reserved() == 200 * MiB);
+  CachingAllocator e({.mode = AllocatorMode::ExpandableSegments});
+  e.malloc(0, 100 * MiB, 1);
+  e.free(0);
+  e.malloc(1, 100 * MiB, 2);
+  CHECK(e.reserved() == 200 * MiB);
+  e.free(1);
+  e.malloc(2, 160 * MiB, 2);  // grows stream 2's free end by 60 MiB
+  CHECK(e.reserved() == 260 * MiB);
+}
+
 TEST_CASE("sim/allocator: a run's pool replayed, steps repeated to the steady state") {
   // Static 100 MiB (live at start); t1 allocates X 30 MiB; t2 allocates
   // Y 40 MiB and frees X at its end; t3 frees Y. A runtime buffer is not a
@@ -155,8 +176,9 @@ TEST_CASE("sim/allocator: a run's pool replayed, steps repeated to the steady st
   CHECK(rep.allocated_peak == 170 * MiB);
   CHECK(rep.steps == 2);
   CHECK(rep.segments_made == 3);
-  // Expandable: 100 MiB, then 40 (two pages: 30 + a free 10), then Y's
-  // 40 MiB extends the free 10 MiB end by two pages: 180 MiB.
+  // Expandable: the static 100 MiB in the start's segment; x and y are
+  // allocated by tasks on stream s, in its own: 40 MiB for x (two pages,
+  // 10 free), y's 40 extends the free 10 MiB end by two pages: 180 MiB.
   const AllocatorReplay ex = replay_allocator(g, p, run.at(p), {.mode = AllocatorMode::ExpandableSegments});
   CHECK(ex.reserved_peak == 180 * MiB);
 }
