@@ -49,7 +49,7 @@ MemoryEstimate memory_from_peaks(const Scenario& sc, const LayerPlan& layers, st
     // The reserve follows the analytical rule, applied to the timeline's
     // transient bytes at the peak. The allocator's replay is reported beside
     // it: it sees only the tensors the program declares, not the ops'
-    // temporaries, so what it reserves is a lower bound
+    // temporaries, so what it reserves is not yet the peak's figure
     // (docs/memory-model.md, "The caching allocator").
     const auto at = [&](MemTag t) { return static_cast<double>(bytes[static_cast<std::size_t>(t)]); };
     const double transient = at(MemTag::Activations) + at(MemTag::CommBuffers) + at(MemTag::Workspace);

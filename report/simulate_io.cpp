@@ -418,7 +418,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     out += "replayed   " + std::string(enum_name(sc.plan.implementation.allocator)) + " caching allocator: " +
            gib(a->reserved_peak) + " reserved for the step's declared tensors (" +
            gib(a->reserved_peak - a->allocated_peak) + " beyond them, " + std::to_string(a->segments_made) +
-           " segments); a lower bound: ops' temporaries are not declared\n";
+           " segments); not the peak's reserve: ops' temporaries are not declared\n";
   out += "\nper pipeline stage\n" + to_text(per_stage);
   return out;
 }
