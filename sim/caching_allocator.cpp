@@ -23,6 +23,14 @@ Bytes allocator_segment(Bytes rounded) {
 
 CachingAllocator::CachingAllocator(AllocatorConfig config) : config_(config) {}
 
+void CachingAllocator::link(std::int32_t b, std::int32_t next) {
+  at(b).next = next;
+  if (next >= 0)
+    at(next).prev = b;
+  else
+    segments_[static_cast<std::size_t>(at(b).segment)].last = b;
+}
+
 std::int32_t CachingAllocator::new_block(std::int32_t segment, Bytes address, Bytes size) {
   std::int32_t b;
   if (!spare_.empty()) {
@@ -116,11 +124,11 @@ std::int32_t CachingAllocator::grow(std::int32_t stream, bool small, Bytes round
     return tail;
   }
   const std::int32_t b = new_block(es, end, pages);
-  Block& nb = blocks_[static_cast<std::size_t>(b)];
-  nb.prev = seg.last;
-  if (seg.last >= 0) blocks_[static_cast<std::size_t>(seg.last)].next = b;
-  if (seg.first < 0) seg.first = b;
-  seg.last = b;
+  if (seg.last >= 0)
+    link(seg.last, b);
+  else
+    seg.first = b;
+  link(b, -1);
   return b;
 }
 
@@ -136,18 +144,11 @@ void CachingAllocator::malloc(std::int64_t id, Bytes bytes, std::int32_t stream)
   const bool split =
       (small || config_.mode == AllocatorMode::ExpandableSegments) ? rest >= kAllocMinBlock : rest > kAllocSmallSize;
   if (split) {
-    Block cur = blocks_[static_cast<std::size_t>(b)];
+    const Block cur = at(b);
     const std::int32_t n = new_block(cur.segment, cur.address + r, rest);
-    Block& nb = blocks_[static_cast<std::size_t>(n)];
-    nb.prev = b;
-    nb.next = cur.next;
-    Segment& seg = segments_[static_cast<std::size_t>(cur.segment)];
-    if (cur.next >= 0)
-      blocks_[static_cast<std::size_t>(cur.next)].prev = n;
-    else
-      seg.last = n;
-    blocks_[static_cast<std::size_t>(b)].next = n;
-    blocks_[static_cast<std::size_t>(b)].size = r;
+    link(n, cur.next);
+    link(b, n);
+    at(b).size = r;
     mark_free(n);
   }
   blocks_[static_cast<std::size_t>(b)].free = false;
@@ -164,16 +165,9 @@ void CachingAllocator::free(std::int64_t id) {
   live_.erase(it);
   // Merge with free neighbours (try_merge_blocks).
   auto absorb_next = [&](std::int32_t into) {
-    Block& k = blocks_[static_cast<std::size_t>(into)];
-    const std::int32_t n = k.next;
-    Block& nb = blocks_[static_cast<std::size_t>(n)];
-    k.size += nb.size;
-    k.next = nb.next;
-    Segment& seg = segments_[static_cast<std::size_t>(k.segment)];
-    if (nb.next >= 0)
-      blocks_[static_cast<std::size_t>(nb.next)].prev = into;
-    else
-      seg.last = into;
+    const std::int32_t n = at(into).next;
+    at(into).size += at(n).size;
+    link(into, at(n).next);
     spare_.push_back(n);
   };
   const std::int32_t next = blocks_[static_cast<std::size_t>(b)].next;
@@ -206,40 +200,39 @@ AllocatorReplay replay_allocator(const TaskGraph& graph, PoolId pool, const Pool
       for (BufferId b : t.allocs) stream[static_cast<std::size_t>(b.index)] = t.resources.front().index + 1;
   // A buffer's tensors have ids buffer · 2^20 + j.
   constexpr int kShift = 20;
+  auto tensors_of = [&](std::size_t i) {
+    return tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};
+  };
   auto take = [&](std::size_t i) {
-    const std::span<const Bytes> t = tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};
+    const std::span<const Bytes> t = tensors_of(i);
     const auto id = static_cast<std::int64_t>(i) << kShift;
     if (t.empty()) return a.malloc(id, buffers[i].bytes, stream[i]);
     if (t.size() >= (std::size_t{1} << kShift)) throw std::logic_error("caching allocator: too many tensors in a buffer");
     for (std::size_t j = 0; j < t.size(); ++j) a.malloc(id + static_cast<std::int64_t>(j), t[j], stream[i]);
   };
   auto give = [&](std::size_t i) {
-    const std::span<const Bytes> t = tensors ? tensors(BufferId{static_cast<std::int32_t>(i)}) : std::span<const Bytes>{};
+    const std::span<const Bytes> t = tensors_of(i);
     const auto id = static_cast<std::int64_t>(i) << kShift;
     if (t.empty()) return a.free(id);
     for (std::size_t j = t.size(); j-- > 0;) a.free(id + static_cast<std::int64_t>(j));
   };
-  std::vector<char> live(buffers.size(), 0);
-  std::vector<BufferId> at_start;
-  for (std::size_t i = 0; i < buffers.size(); ++i) {
-    const BufferId id{static_cast<std::int32_t>(i)};
-    if (buffers[i].live_at_start && request(id)) at_start.push_back(id);
-  }
+  std::vector<char> live(buffers.size(), 0), at_start(buffers.size(), 0);
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    at_start[i] = buffers[i].live_at_start && request(BufferId{static_cast<std::int32_t>(i)});
   AllocatorReplay out;
   Bytes before = -1;
   for (int step = 0; step < std::max(1, max_steps); ++step) {
-    // The step starts with the buffers live at start, and only them, live.
-    std::vector<char> want(buffers.size(), 0);
-    for (BufferId id : at_start) want[static_cast<std::size_t>(id.index)] = 1;
+    // The step starts with the buffers live at start, and only them, live:
+    // the others freed, then those allocated (in buffer order).
     for (std::size_t i = 0; i < buffers.size(); ++i)
-      if (live[i] && !want[i]) {
+      if (live[i] && !at_start[i]) {
         give(i);
         live[i] = 0;
       }
-    for (BufferId id : at_start)
-      if (!live[static_cast<std::size_t>(id.index)]) {
-        take(static_cast<std::size_t>(id.index));
-        live[static_cast<std::size_t>(id.index)] = 1;
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      if (at_start[i] && !live[i]) {
+        take(i);
+        live[i] = 1;
       }
     for (const MemChange& c : usage.changes) {
       if (!request(c.buffer)) continue;

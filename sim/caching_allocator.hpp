@@ -114,6 +114,9 @@ class CachingAllocator {
   using FreeKey = std::tuple<std::int32_t, Bytes, Bytes, std::int32_t>;
 
   std::set<FreeKey>& pool(bool small) { return small ? free_small_ : free_large_; }
+  Block& at(std::int32_t b) { return blocks_[static_cast<std::size_t>(b)]; }
+  // Makes `next` (−1: none) follow block b in its segment.
+  void link(std::int32_t b, std::int32_t next);
   std::int32_t new_block(std::int32_t segment, Bytes address, Bytes size);
   std::int32_t take_free(std::int32_t stream, bool small, Bytes rounded);
   std::int32_t grow(std::int32_t stream, bool small, Bytes rounded);

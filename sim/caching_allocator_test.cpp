@@ -132,6 +132,19 @@ TEST_CASE("sim/allocator: expandable segments extend a free end instead of a new
   // Small requests map 2 MiB pages of their own segment.
   p.malloc(2, 4096);
   CHECK(p.reserved() == 42 * MiB);
+  // With the mapped end in use, new pages start a block after it (20 MiB
+  // more), which is then the end: with the 10 MiB before it freed, 25 MiB
+  // fits nowhere and the end is in use, so two more pages (102 MiB); the
+  // 20 MiB block freed merges with the 10 MiB into 30 MiB, which serves
+  // 30 MiB without growing.
+  p.malloc(3, 20 * MiB);
+  CHECK(p.reserved() == 62 * MiB);
+  p.free(1);
+  p.malloc(4, 25 * MiB);
+  CHECK(p.reserved() == 102 * MiB);
+  p.free(3);
+  p.malloc(5, 30 * MiB);
+  CHECK(p.reserved() == 102 * MiB);
 }
 
 TEST_CASE("sim/allocator: a freed block serves only its own stream") {
