@@ -211,6 +211,8 @@ struct ModelSpec {
   // What a throughput counts per sample of the batch: its tokens, or one
   // for a layer chain (whose "tokens per second" are samples per second).
   std::int64_t tokens_per_sample() const { return chain ? 1 : seq_len; }
+  // What those "tokens" are, for people: "tokens", or "samples".
+  const char* throughput_unit() const { return chain ? "samples" : "tokens"; }
   // MoE widths (0 without MoE).
   std::int64_t expert_ffn() const { return moe ? moe->expert_ffn.value_or(ffn_hidden) : 0; }
   std::int64_t shared_ffn() const {

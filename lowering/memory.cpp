@@ -285,7 +285,6 @@ PerParam bytes_per_param(const Plan& plan) {
   return b;
 }
 
-
 double factored_state_bytes(const cost::Op& op) {
   return 4.0 * static_cast<double>(op.matrices * (op.rows + op.cols)) +
          4.0 * static_cast<double>(op.vector_params());

@@ -1367,7 +1367,7 @@ ExploreReport run_explore(const strategies::Scenario& sc, const ExploreRunOption
   h.meta["gpus"] = sc.cluster.gpus();
   h.meta["gpu"] = sc.cluster.gpu.name;
   // A layer chain's throughput counts samples (ModelSpec::tokens_per_sample).
-  if (sc.model.chain) h.meta["throughput_unit"] = "samples";
+  if (sc.model.chain) h.meta["throughput_unit"] = sc.model.throughput_unit();
   if (sc.cluster.heterogeneous()) h.meta["cluster_gpus"] = sc.cluster.gpus_text();
   ordered_json axes = ordered_json::object();
   if (sc.space)

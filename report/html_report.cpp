@@ -643,9 +643,7 @@ PlanRows plan_rows(const ReportData& d, const std::vector<std::size_t>& which,
   t.head = {"rank", "plan", "dp", "tp", "pp"};
   const auto axes = varying_axes(d);
   for (std::size_t a : axes) t.head.push_back(axis_heading(d.axes[a].name));
-  for (const std::string& h : {std::string("step s"), d.throughput_unit + "/s/GPU", std::string("MFU %"),
-                               std::string("peak GiB"), std::string("fits")})
-    t.head.push_back(h);
+  t.head.insert(t.head.end(), {"step s", d.throughput_unit + "/s/GPU", "MFU %", "peak GiB", "fits"});
   for (std::size_t i : which) {
     const auto& p = d.plans[i];
     std::vector<Cell> r;

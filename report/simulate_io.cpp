@@ -361,7 +361,7 @@ std::string render_simulation(const strategies::Scenario& sc,
     const Rates r = rates(sc, *step);
     const auto& b = step->breakdown;
     out += "step       " + fixed(r.step_s, 3) + " s, " + fixed(r.tokens_per_s_per_gpu, 0) +
-           (sc.model.chain ? " samples/s per GPU, " : " tokens/s per GPU, ") + fixed(r.model_tflops, 1) + " model TFLOP/s per GPU (MFU " +
+           " " + sc.model.throughput_unit() + "/s per GPU, " + fixed(r.model_tflops, 1) + " model TFLOP/s per GPU (MFU " +
            fixed(100 * r.mfu, 1) + " %), " + fixed(r.hardware_tflops, 1) + " hardware TFLOP/s\n";
     Table t;
     t.columns = {"time (stage " + std::to_string(step->critical_stage) + ")", "seconds", "share"};
