@@ -26,8 +26,8 @@
 namespace strata::cost {
 
 // Matrix-product input types with their own peak (GpuSpec::tflops).
-enum class GemmDtype { FP32, TF32, FP16, BF16, FP8 };
-inline constexpr std::size_t kGemmDtypes = 5;
+enum class GemmDtype { FP32, TF32, FP16, BF16, FP8, FP4 };
+inline constexpr std::size_t kGemmDtypes = 6;
 // The dtype a training precision multiplies in: fp32 training uses the fp32
 // peak (as GpuSpec::peak_tflops does; PyTorch leaves TF32 off for matmuls).
 constexpr GemmDtype gemm_dtype(Precision p) {
@@ -36,6 +36,7 @@ constexpr GemmDtype gemm_dtype(Precision p) {
     case Precision::FP16: return GemmDtype::FP16;
     case Precision::BF16: return GemmDtype::BF16;
     case Precision::FP8: return GemmDtype::FP8;
+    case Precision::FP4: return GemmDtype::FP4;
   }
   return GemmDtype::BF16;
 }
@@ -221,12 +222,13 @@ namespace strata {
 
 template <>
 struct EnumNames<cost::GemmDtype> {
-  static constexpr std::array<std::pair<cost::GemmDtype, std::string_view>, 5> table{
+  static constexpr std::array<std::pair<cost::GemmDtype, std::string_view>, cost::kGemmDtypes> table{
       {{cost::GemmDtype::FP32, "fp32"},
        {cost::GemmDtype::TF32, "tf32"},
        {cost::GemmDtype::FP16, "fp16"},
        {cost::GemmDtype::BF16, "bf16"},
-       {cost::GemmDtype::FP8, "fp8"}}};
+       {cost::GemmDtype::FP8, "fp8"},
+       {cost::GemmDtype::FP4, "fp4"}}};
 };
 template <>
 struct EnumNames<cost::CollectiveOp> {

@@ -60,6 +60,7 @@ double peak_tflops(const GpuSpec& gpu, GemmDtype d) {
     case GemmDtype::FP16: return gpu.tflops.fp16;
     case GemmDtype::BF16: return gpu.tflops.bf16;
     case GemmDtype::FP8: return gpu.tflops.fp8;
+    case GemmDtype::FP4: return gpu.tflops.fp4;
   }
   return 0;
 }
@@ -316,7 +317,7 @@ Calibration default_calibration(const GpuSpec& gpu) {
   };
   const auto ref_gemm = c.gemm;
   for (const auto& [d, name] : EnumNames<GemmDtype>::table) {
-    // A dtype the A100 lacks (fp8) takes its 16-bit tensor-core curve.
+    // A dtype the A100 lacks (fp8, fp4) takes its 16-bit tensor-core curve.
     const GemmDtype from = peak_tflops(ref, d) > 0 ? d : GemmDtype::BF16;
     c.gemm[static_cast<std::size_t>(d)] =
         ref_gemm[static_cast<std::size_t>(from)].scaled_sizes(

@@ -8,6 +8,7 @@ double GpuSpec::peak_tflops(Precision p) const {
     case Precision::FP16: return tflops.fp16;
     case Precision::BF16: return tflops.bf16;
     case Precision::FP8: return tflops.fp8;
+    case Precision::FP4: return tflops.fp4;
   }
   return 0;
 }

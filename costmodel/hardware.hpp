@@ -19,6 +19,7 @@ struct PeakTflops {
   double fp16 = 0;
   double bf16 = 0;
   double fp8 = 0;
+  double fp4 = 0;  // NVFP4 (E2M1 with E4M3 block scales)
 };
 
 // A server of GPUs and its links.

@@ -101,6 +101,7 @@ GpuSpec read_gpu_object(const JsonReader& r) {
     f.fp16 = t->number_or("fp16", f.fp16, 0, kMaxTflops);
     f.bf16 = t->number_or("bf16", f.bf16, 0, kMaxTflops);
     f.fp8 = t->number_or("fp8", f.fp8, 0, kMaxTflops);
+    f.fp4 = t->number_or("fp4", f.fp4, 0, kMaxTflops);
     t->reject_unknown_keys();
   } else if (!based) {
     r.fail_at("tflops", "missing required key");

@@ -147,7 +147,7 @@ struct Builder {
   double b, s, s_full, h, t, kvh, f, a, V;
   // Per token: query, key and value features, and the attention output's.
   double qw, kw, vw, ow;
-  Bytes e, gi;
+  Bytes e;
 
   Builder(const ModelSpec& model, const ExpandOptions& opts)
       : m(model),
@@ -165,8 +165,7 @@ struct Builder {
         kw(model.mla ? qw : kvh),
         vw(model.mla ? static_cast<double>(model.heads * model.mla->v_head_dim) : kvh),
         ow(static_cast<double>(model.attn_out_hidden())),
-        e(activation_bytes(opts.precision)),
-        gi(gemm_input_bytes(opts.precision)) {}
+        e(activation_bytes(opts.precision)) {}
 
   // Elements of a tensor outside the tensor-parallel region: replicated on
   // every tp rank unless sequence parallelism splits it.
@@ -201,15 +200,15 @@ struct Builder {
     op.bwd_flops = 2.0 * op.fwd_flops;
     const double in_elems = b * s * in;
     const double saved = tokens * (in_rep ? rep(in_elems) : shard(in_elems));
-    // FP8 keeps the input's column-wise copy for the weight gradient
+    // FP8 and FP4 keep the input's column-wise copy for the weight gradient
     // (Transformer Engine's Linear discards the row-wise one after the
     // forward GEMM), with the recipe's scales; torchao's rowwise keeps the
     // 16-bit input and casts it again in the backward.
-    op.saved_bytes = bytes(saved, gi);
-    if (o.precision == Precision::FP8 && o.fp8_recipe == Fp8Recipe::Rowwise)
-      op.saved_bytes = bytes(saved, e);
-    else if (o.precision == Precision::FP8)  // scales do not depend on the GPU's copies
-      op.saved_bytes += bytes(saved * fp8_quantization(o.fp8_recipe, false).scale_bytes, 1);
+    op.saved_bytes = bytes(saved, e);
+    if (quantized_gemms(o.precision) && !(o.precision == Precision::FP8 && o.fp8_recipe == Fp8Recipe::Rowwise)) {
+      const GemmQuantization q = gemm_quantization(o.precision, o.fp8_recipe, false);  // one copy kept
+      op.saved_bytes = bytes(saved * q.elem_bytes, 1) + bytes(saved * q.scale_bytes, 1);
+    }
     const double out_elems = tokens * b * s * (column ? out / t : out);
     op.gemm_in_elems = saved;
     op.gemm_out_elems = out_elems;

@@ -14,8 +14,16 @@
 
 namespace strata::cost {
 
-// 16-bit and fp8 are mixed precision with fp32 master weights.
-enum class Precision { FP32, FP16, BF16, FP8 };
+// 16-bit, fp8 and fp4 are mixed precision with fp32 master weights. fp8
+// and fp4 are bf16 training whose blocks' linear layers multiply in FP8
+// (Transformer Engine's FP8 recipes, fp8_recipe) or NVFP4 (Transformer
+// Engine's NVFP4BlockScaling; Megatron-Core's --fp4-format e2m1
+// --fp4-recipe nvfp4): E2M1 values, an E4M3 scale per 16 elements and an
+// fp32 scale per tensor, in the forward, data-gradient and weight-gradient
+// GEMMs alike; attention, the embedding and the output layer stay bf16.
+enum class Precision { FP32, FP16, BF16, FP8, FP4 };
+// Whether the blocks' linear layers multiply quantized operands.
+constexpr bool quantized_gemms(Precision p) { return p == Precision::FP8 || p == Precision::FP4; }
 
 // `Standard` materialises the attention scores (saved for backward: softmax
 // output, dropout mask and output, 5·a·s²·b bytes per layer in 16 bits);
@@ -80,29 +88,38 @@ inline constexpr RecomputeModules kDefaultRecomputeModules = module_bit(Recomput
 enum class Fp8Recipe { Delayed, Tensorwise, Blockwise, Mxfp8, Rowwise };
 
 // What quantizing one element of a GEMM operand costs and keeps under a
-// recipe. `native_columnwise`: the GPU's tensor cores read a column-wise
-// (transposed) operand without a physical copy (Blackwell; Hopper cannot:
-// TE docs performance_considerations.rst).
-struct Fp8Quantization {
+// precision and recipe. `native_columnwise`: the GPU's tensor cores read a
+// column-wise (transposed) operand without a physical copy (Blackwell;
+// Hopper cannot: TE docs performance_considerations.rst).
+struct GemmQuantization {
   double reads = 1;        // passes over the 16-bit operand (2 bytes an element)
-  double copies = 1;       // FP8 copies written (row-wise and column-wise)
+  double copies = 1;       // quantized copies written (row-wise and column-wise)
+  double elem_bytes = 1;   // bytes of an element of a copy (FP8 1, FP4 0.5)
   double scale_bytes = 0;  // bytes of scales per element of each copy
-  double bytes_written() const { return copies * (1 + scale_bytes); }
+  double bytes_per_copy() const { return elem_bytes + scale_bytes; }
+  double bytes_written() const { return copies * bytes_per_copy(); }
 };
-constexpr Fp8Quantization fp8_quantization(Fp8Recipe r, bool native_columnwise) {
+constexpr GemmQuantization gemm_quantization(Precision p, Fp8Recipe r, bool native_columnwise) {
+  // NVFP4: the per-tensor scale comes from the tensor's own amax (a read
+  // before the cast); the 1×16 block scales run along one dimension, so the
+  // row-wise and column-wise copies are quantized together but apart
+  // (Transformer Engine's quantize_transpose_nvfp4 writes both, the weight
+  // gradient's operands after a 16-point random Hadamard transform fused
+  // into the cast); each element 4 bits plus an E4M3 byte per 16.
+  if (p == Precision::FP4) return {2, 2, 0.5, 1.0 / 16};
   switch (r) {
     // Per-tensor: the wgrad GEMM needs the operand column-wise, a second
     // (transposed) copy on Hopper, the same bytes on Blackwell.
-    case Fp8Recipe::Delayed: return {1, native_columnwise ? 1.0 : 2.0, 0};
-    case Fp8Recipe::Tensorwise: return {2, native_columnwise ? 1.0 : 2.0, 0};
+    case Fp8Recipe::Delayed: return {1, native_columnwise ? 1.0 : 2.0, 1, 0};
+    case Fp8Recipe::Tensorwise: return {2, native_columnwise ? 1.0 : 2.0, 1, 0};
     // Block scales are along one dimension: the column-wise copy is
     // quantized on its own (TE docs: "transposing a 1D quantized tensor is
     // not supported"; MXFP8: "Both must be quantized independently").
-    case Fp8Recipe::Blockwise: return {1, 2, 4.0 / 128};
-    case Fp8Recipe::Mxfp8: return {1, 2, 1.0 / 32};
+    case Fp8Recipe::Blockwise: return {1, 2, 1, 4.0 / 128};
+    case Fp8Recipe::Mxfp8: return {1, 2, 1, 1.0 / 32};
     // Per cast: an amax pass and the cast (dynamic scaling), one copy; the
     // scale per row (4 bytes per row of thousands) is left out.
-    case Fp8Recipe::Rowwise: return {2, 1, 0};
+    case Fp8Recipe::Rowwise: return {2, 1, 1, 0};
   }
   return {};
 }
@@ -124,14 +141,16 @@ constexpr double fp8_weight_bytes(Fp8Recipe r) {
   }
   return 1;
 }
+// The same for any precision: NVFP4 keeps the weight's row-wise and
+// column-wise copies (its 16×16 weight blocks are quantized both ways by
+// the one cast-transpose), 0 for unquantized precisions.
+constexpr double quantized_weight_bytes(Precision p, Fp8Recipe r) {
+  if (p == Precision::FP4) return gemm_quantization(p, r, false).bytes_written();
+  return p == Precision::FP8 ? fp8_weight_bytes(r) : 0;
+}
 
 // Bytes per element of a saved activation.
 constexpr Bytes activation_bytes(Precision p) { return p == Precision::FP32 ? 4 : 2; }
-// Bytes per element of a matrix-product input kept for backward: fp8 training
-// keeps the fp8 cast of GEMM inputs (Transformer Engine), others as activations.
-constexpr Bytes gemm_input_bytes(Precision p) {
-  return p == Precision::FP8 ? 1 : activation_bytes(p);
-}
 
 }  // namespace strata::cost
 
@@ -139,11 +158,12 @@ namespace strata {
 
 template <>
 struct EnumNames<cost::Precision> {
-  static constexpr std::array<std::pair<cost::Precision, std::string_view>, 4> table{
+  static constexpr std::array<std::pair<cost::Precision, std::string_view>, 5> table{
       {{cost::Precision::FP32, "fp32"},
        {cost::Precision::FP16, "fp16"},
        {cost::Precision::BF16, "bf16"},
-       {cost::Precision::FP8, "fp8"}}};
+       {cost::Precision::FP8, "fp8"},
+       {cost::Precision::FP4, "fp4"}}};
 };
 template <>
 struct EnumNames<cost::Fp8Recipe> {

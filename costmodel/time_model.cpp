@@ -210,10 +210,10 @@ KernelShape op_kernels(const Op& op, bool backward) {
 }
 
 GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer) {
-  if (p != Precision::FP8) return gemm_dtype(p);
+  if (!quantized_gemms(p)) return gemm_dtype(p);
   const bool attention = op.kind == OpKind::Attention || op.kind == OpKind::AttnScores ||
                          op.kind == OpKind::AttnValues;
-  return attention || layer != LayerKind::Block ? GemmDtype::BF16 : GemmDtype::FP8;
+  return attention || layer != LayerKind::Block ? GemmDtype::BF16 : gemm_dtype(p);
 }
 
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
@@ -224,12 +224,14 @@ Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& 
   const Flops flops = backward ? op.bwd_flops : op.fwd_flops;
   const Bytes bytes = backward ? op.bwd_bytes : op.fwd_bytes;
   Time t = compute_time(gpu, cal, dtype, flops, bytes, shape);
-  if (dtype != GemmDtype::FP8 || op.kind != OpKind::Linear) return t;
-  if (recipe != Fp8Recipe::Delayed && recipe != Fp8Recipe::Tensorwise &&
+  if ((dtype != GemmDtype::FP8 && dtype != GemmDtype::FP4) || op.kind != OpKind::Linear) return t;
+  // NVFP4 runs only where the GPU has an FP4 peak (validate's
+  // precision-supported): natively.
+  if (p == Precision::FP8 && recipe != Fp8Recipe::Delayed && recipe != Fp8Recipe::Tensorwise &&
       gpu.fp8_block_scaling == Fp8BlockScaling::Emulated)
     t = std::max(t, seconds_to_time(to_seconds(compute_time(gpu, cal, GemmDtype::BF16, flops, bytes, shape)) /
                                     kEmulatedBlockFp8Speedup));
-  const Fp8Quantization q = fp8_quantization(recipe, gpu.fp8_block_scaling == Fp8BlockScaling::Native);
+  const GemmQuantization q = gemm_quantization(p, recipe, gpu.fp8_block_scaling == Fp8BlockScaling::Native);
   // The elements cast: Transformer Engine's recipes cast the pass's new
   // operand once (the weights are cached for the step); torchao's rowwise
   // casts every GEMM operand along its GEMM's reduction axis, the input and
@@ -238,13 +240,13 @@ Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& 
   const double w = static_cast<double>(op.matrix_params());
   double elems = backward ? op.gemm_out_elems : op.gemm_in_elems;
   double casts = 1;
-  if (recipe == Fp8Recipe::Rowwise) {
+  if (p == Precision::FP8 && recipe == Fp8Recipe::Rowwise) {
     elems = backward ? 2 * op.gemm_out_elems + w + op.gemm_in_elems : op.gemm_in_elems + w;
     casts = backward ? 4 : 2;
   }
   const auto traffic = static_cast<Bytes>(std::llround(elems * (2 * q.reads + q.bytes_written())));
   if (traffic > 0)
-    t += compute_time(gpu, cal, GemmDtype::FP8, 0, traffic, {0, static_cast<std::int64_t>(casts * q.reads)});
+    t += compute_time(gpu, cal, dtype, 0, traffic, {0, static_cast<std::int64_t>(casts * q.reads)});
   return t;
 }
 

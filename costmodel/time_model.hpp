@@ -63,10 +63,10 @@ KernelShape op_kernels(const Op& op, bool backward);
 GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer);
 // compute_time of an op's forward (backward = false) or backward pass in
 // the layer it belongs to.
-// Under FP8 a Linear op's pass also quantizes its operand (the input
+// Under FP8 and FP4 a Linear op's pass also quantizes its operand (the input
 // forward, the output gradient backward): a memory-bound pass reading it
-// in 16 bits `reads` times and writing the recipe's FP8 copies and scales
-// (fp8_quantization), one kernel per read (torchao's rowwise casts more
+// in 16 bits `reads` times and writing the recipe's copies and scales
+// (gemm_quantization), one kernel per read (torchao's rowwise casts more
 // operands: time_model.cpp). Row- and block-scaled GEMMs emulated in
 // software (Hopper, GpuSpec::fp8_block_scaling) run no faster than the BF16
 // GEMM over kEmulatedBlockFp8Speedup.

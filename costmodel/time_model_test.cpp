@@ -411,6 +411,43 @@ TEST_CASE("FP8 recipes: each pass quantizes its operand; emulated block scaling 
   CHECK(op_time(g, c, Precision::FP8, op, false, LayerKind::Head, Fp8Recipe::Mxfp8) == 25'000'000);
 }
 
+TEST_CASE("FP4 (NVFP4): block linears at the FP4 peak, each pass quantizing its operand both ways") {
+  // GPU: 600 TFLOP/s fp8, 1,200 fp4 at efficiency 0.8, HBM 1,800 GB/s
+  // effective. A block linear of 6e12 FLOPs forward (input 1e9 elements,
+  // output 5e8): the GEMM 6e12 / (1,200e12 · 0.8) = 6.25 ms, backward twice.
+  // NVFP4's cast: an amax read and a read to cast (2 + 2 bytes), both
+  // copies written at 4 bits plus an E4M3 byte per 16 (2 · (0.5 + 1/16)):
+  // 5.125 bytes an element, whatever the GPU's column-wise reads.
+  GpuSpec g = test_gpu();
+  g.tflops.fp8 = 600;
+  g.tflops.fp4 = 1200;
+  g.hbm_GBps = 2000;
+  g.fp8_block_scaling = Fp8BlockScaling::Native;
+  Calibration c = test_cal();
+  c.gemm[static_cast<std::size_t>(GemmDtype::FP4)] = EfficiencyCurve::constant(0.8);
+  Op op;
+  op.kind = OpKind::Linear;
+  op.fwd_flops = 6e12;
+  op.bwd_flops = 12e12;
+  op.matrices = 1;
+  op.gemm_in_elems = 1e9;
+  op.gemm_out_elems = 5e8;
+  const double bw = 1800e9;
+  auto ns = [](double s) { return seconds_to_time(s); };
+  const double per_elem = 2 + 2 + 2 * (0.5 + 1.0 / 16);
+  CHECK(op_time(g, c, Precision::FP4, op, false) == 6'250'000 + ns(per_elem * 1e9 / bw));
+  CHECK(op_time(g, c, Precision::FP4, op, true) == 12'500'000 + ns(per_elem * 5e8 / bw));
+  // The FP8 recipe plays no part (NVFP4 is one recipe).
+  CHECK(op_time(g, c, Precision::FP4, op, false, LayerKind::Block, Fp8Recipe::Mxfp8) ==
+        op_time(g, c, Precision::FP4, op, false));
+  // The head and attention stay bf16 (300 TFLOP/s at 0.8: 25 ms), unquantized.
+  CHECK(op_time(g, c, Precision::FP4, op, false, LayerKind::Head) == 25'000'000);
+  Op attn = op;
+  attn.kind = OpKind::Attention;
+  CHECK(op_time(g, c, Precision::FP4, attn, false) == 25'000'000);
+  CHECK(op_gemm_dtype(Precision::FP4, op, LayerKind::Block) == GemmDtype::FP4);
+}
+
 TEST_CASE("FP8 training multiplies only the blocks' linear layers in FP8") {
   // Transformer Engine's recipe: attention in 16 bits (fp8_dpa off), the
   // output layer outside TE in bf16. GPU: 300 TFLOP/s bf16, 600 fp8, both

@@ -534,11 +534,11 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       const std::vector<std::int64_t> n = chain_.kind_counts(first_[k], chunks_[k]);
       for (std::size_t i = 0; i < n.size(); ++i) count[i] += n[i];
     }
-    double fp8_matrices = 0;  // weights of the stage's FP8 GEMMs (its blocks' Linear ops)
+    double quantized_matrices = 0;  // weights of the stage's quantized GEMMs (its blocks' Linear ops)
     for (std::size_t i = 0; i < kinds.size(); ++i) {
       if (count[i] == 0) continue;
       ps += kinds[i] * static_cast<double>(count[i]);
-      fp8_matrices += static_cast<double>(chain_.kinds[i].gemm_weight_params()) * static_cast<double>(count[i]);
+      quantized_matrices += static_cast<double>(chain_.kinds[i].gemm_weight_params()) * static_cast<double>(count[i]);
       if (kinds[i].params() > block.params()) block = kinds[i];
     }
     if (s == 0) ps += embedding;
@@ -561,12 +561,12 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     }
     // PipeDream keeps p − s weight versions, PipeDream-2BW two.
     weights *= weight_versions(plan.schedule, p, s);
-    // FP8: the blocks' GEMM weights quantized for the step (fp8_weight_bytes),
-    // kept beside the 16-bit ones. Not under ZeRO-3 or weight offload, where
-    // a layer's weights are on the GPU only while it runs.
-    // With FP8 parameters (fp8_param_gather) they replace the 16-bit ones.
-    if (plan.precision == Precision::FP8 && plan.zero < 3 && !plan.offload.weights)
-      weights += fp8_matrices * (cost::fp8_weight_bytes(plan.fp8_recipe) -
+    // FP8 and FP4: the blocks' GEMM weights quantized for the step
+    // (quantized_weight_bytes), kept beside the 16-bit ones. Not under ZeRO-3
+    // or weight offload, where a layer's weights are on the GPU only while it
+    // runs. With FP8 parameters (fp8_param_gather) they replace the 16-bit ones.
+    if (cost::quantized_gemms(plan.precision) && plan.zero < 3 && !plan.offload.weights)
+      weights += quantized_matrices * (cost::quantized_weight_bytes(plan.precision, plan.fp8_recipe) -
                                  (plan.implementation.fp8_param_gather ? per.weights : 0.0));
 
     double host = 0, nvme = 0;

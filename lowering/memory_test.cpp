@@ -92,6 +92,48 @@ TEST_CASE("FP8 recipes: the blocks' weights kept in FP8 for the step, the saved 
   }
 }
 
+TEST_CASE("FP4 (NVFP4): weights kept both ways at 4 bits with E4M3 scales, saved inputs likewise") {
+  // dp 8 on a B200 node, ZeRO-1: each block GEMM's weight is kept for the
+  // step in its row-wise and column-wise NVFP4 copies, 2 · (0.5 + 1/16) =
+  // 1.125 bytes per weight beside the bf16 one (none under ZeRO-3). A
+  // Linear op saves its input's column-wise copy: 0.5 + 1/16 bytes an
+  // element against bf16's 2; every other op saves what bf16 saves.
+  const std::string model = gpt(4, 1024, 16), batch = R"({"global": 8, "micro": 1})";
+  auto on = [&](const std::string& plan) {
+    return make(model, R"({"gpu": {"preset": "b200"}, "nodes": 1})", batch, plan);
+  };
+  const Scenario bf16 = on(R"({"dp": 8, "zero": 1})");
+  const Scenario fp4 = on(R"({"dp": 8, "zero": 1, "precision": "fp4"})");
+  const cost::OpChain a = cost::expand(bf16.model, expand_options(bf16));
+  const cost::OpChain b = cost::expand(fp4.model, expand_options(fp4));
+  double matrices = 0;
+  for (std::size_t i = 0; i < a.main_block().ops.size(); ++i) {
+    const auto& x = a.main_block().ops[i];
+    const auto& y = b.main_block().ops[i];
+    CAPTURE(x.name);
+    if (x.kind == cost::OpKind::Linear) {
+      matrices += static_cast<double>(y.matrix_params());
+      CHECK(static_cast<double>(y.saved_bytes) ==
+            doctest::Approx(static_cast<double>(x.saved_bytes) / 2 * (0.5 + 1.0 / 16)).epsilon(1e-6));
+    } else {
+      CHECK(y.saved_bytes == x.saved_bytes);
+    }
+  }
+  matrices *= 4;  // layers
+  CHECK(matrices > 0);
+  const auto params = [](const Scenario& sc) {
+    return static_cast<double>(tag(estimate_memory(sc).stages[0], MemTag::Params));
+  };
+  CHECK(params(fp4) - params(bf16) == doctest::Approx(1.125 * matrices).epsilon(1e-9));
+  CHECK(params(on(R"({"dp": 8, "zero": 3, "precision": "fp4"})")) == params(on(R"({"dp": 8, "zero": 3})")));
+  // The replayed step holds what the analytical model counts.
+  const auto est = estimate_memory(fp4);
+  const auto replay = simulate_memory(fp4);
+  CHECK(replay.source == "timeline");
+  CHECK(replay.peak_bytes == est.peak_bytes);
+  CHECK(tag(replay.stages[0], MemTag::Activations) == tag(est.stages[0], MemTag::Activations));
+}
+
 TEST_CASE("FP8 recipes are refused where they cannot run, naming the rule") {
   const std::string model = gpt(4, 1024, 16), batch = R"({"global": 8, "micro": 1})";
   // The scenario is refused as it is read (parse_scenario checks its plan).
@@ -121,6 +163,15 @@ TEST_CASE("FP8 recipes are refused where they cannot run, naming the rule") {
             .rfind("test.json: plan.implementation.fp8_param_gather: FP8 parameters gathered by the distributed "
                    "optimizer need precision fp8",
                    0) == 0);
+  // FP4 needs an FP4 peak (Blackwell); an FP8 recipe does not apply to it.
+  CHECK(rule("h100-sxm", R"({"dp": 8, "precision": "fp4"})") ==
+        "test.json: plan.precision: fp4 is not supported by h100-sxm (no fp4 peak)");
+  CHECK(rule("b200", R"({"dp": 8, "precision": "fp4"})") == "none");
+  CHECK(rule("b200", R"({"dp": 8, "precision": "fp4", "fp8_recipe": "mxfp8"})") ==
+        "test.json: plan.fp8_recipe: the mxfp8 recipe scales FP8 operands; precision is fp4 "
+        "(set precision \"fp8\", or leave fp8_recipe out)");
+  CHECK(rule("b200", R"({"dp": 8, "zero": 1, "precision": "fp4", "implementation": {"fp8_param_gather": true}})")
+            .rfind("test.json: plan.implementation.fp8_param_gather:", 0) == 0);
   CHECK(rule("mi300x", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "rowwise"})") ==
         "test.json: plan.fp8_recipe: rowwise needs row- or block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, "
         "or Blackwell); mi300x's fp8_block_scaling is \"none\"");

@@ -215,7 +215,11 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // quantization", fp8_current_scaling.rst; the column-parallel input and
     // the row-parallel output gradient quantizers reduce over tp_group): an
     // all-reduce of one fp32 before each of the two gathers each way, blocking.
-    const bool amax = precision == Precision::FP8 && recipe == cost::Fp8Recipe::Tensorwise && p.sequence_parallel;
+    // NVFP4's per-tensor scale is current too (NVFP4Quantizer's
+    // with_amax_reduction over amax_reduction_group).
+    const bool current = (precision == Precision::FP8 && recipe == cost::Fp8Recipe::Tensorwise) ||
+                         precision == Precision::FP4;
+    const bool amax = current && p.sequence_parallel;
     const Time amax_sync = amax ? 2 * ring(cost::CollectiveOp::AllReduce, 4, tp_g_) : 0;
     for (std::size_t k = 0; k < kinds; ++k) {
       // Transformer Engine's overlap (tp_comm_overlap) also hides forward

@@ -497,13 +497,18 @@ Exported export_megatron(const Scenario& sc) {
         f.add("--fp8-recipe", std::string(enum_name(p.fp8_recipe)));
       break;
     }
+    case Precision::FP4:  // Megatron-Core's FP4: E2M1 with its one recipe, NVFP4
+      f.add("--bf16");
+      f.add("--fp4-format", std::string("e2m1"));
+      f.add("--fp4-recipe", std::string("nvfp4"));
+      break;
     case Precision::FP32: break;
   }
   // Megatron-LM accumulates bf16 gradients in fp32 unless told otherwise,
   // and fp16 gradients in fp16 unless told otherwise.
   if (p.precision == Precision::FP16 && im.fp32_grad_accumulation)
     f.add("--accumulate-allreduce-grads-in-fp32");
-  if ((p.precision == Precision::BF16 || p.precision == Precision::FP8) &&
+  if ((p.precision == Precision::BF16 || cost::quantized_gemms(p.precision)) &&
       !im.fp32_grad_accumulation)
     f.add("--grad-reduce-in-bf16");
 
@@ -622,8 +627,10 @@ Exported export_deepspeed(const Scenario& sc) {
     case Precision::BF16: j["bf16"] = {{"enabled", true}}; break;
     case Precision::FP16: j["fp16"] = {{"enabled", true}}; break;
     case Precision::FP8:
+    case Precision::FP4:
       j["bf16"] = {{"enabled", true}};
-      un.push_back("precision=fp8 (DeepSpeed's config has no FP8 training mode; FP8 GEMMs come "
+      un.push_back("precision=" + std::string(enum_name(p.precision)) +
+                   " (DeepSpeed's config has no FP8 or FP4 training mode; such GEMMs come "
                    "from Transformer Engine layers in the model code; bf16 emitted)");
       break;
     case Precision::FP32: break;
@@ -892,6 +899,11 @@ Exported export_torchtitan(const Scenario& sc) {
   switch (p.precision) {
     case Precision::BF16:
     case Precision::FP8: train << "mixed_precision_param = " << q("bfloat16") << "\n"; break;
+    case Precision::FP4:
+      train << "mixed_precision_param = " << q("bfloat16") << "\n";
+      un.push_back("precision=fp4 (torchtitan's converters are float8 and mx's MXFP8, not NVFP4; "
+                   "bfloat16 emitted)");
+      break;
     case Precision::FP32: train << "mixed_precision_param = " << q("float32") << "\n"; break;
     case Precision::FP16:
       train << "mixed_precision_param = " << q("bfloat16") << "\n";

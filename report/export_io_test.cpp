@@ -267,6 +267,32 @@ TEST_CASE("megatron: the FP8 recipe as --fp8-recipe and its format, read back by
   CHECK(mg.unsupported[0].rfind("fp8_recipe=rowwise", 0) == 0);
 }
 
+TEST_CASE("FP4: Megatron-Core's --fp4-format e2m1 --fp4-recipe nvfp4, read back by import; listed elsewhere") {
+  // arguments.py: --fp4-format (choices e2m1, dest fp4) and --fp4-recipe
+  // (choices nvfp4, its default) over --bf16.
+  const auto sc = scenario(R"({"model": "llama3-8b", "cluster": {"gpu": "b200", "nodes": 1},
+      "batch": {"global": 64, "micro": 1}, "plan": {"dp": 8, "zero": 1, "precision": "fp4"}})");
+  const Exported mg = export_megatron(sc);
+  const auto f = flags(mg);
+  CHECK(mg.unsupported.empty());
+  CHECK(has(f, "--bf16"));
+  CHECK(has(f, "--fp4-format e2m1"));
+  CHECK(has(f, "--fp4-recipe nvfp4"));
+  CHECK_FALSE(has_prefix(f, "--fp8-format"));
+  CHECK(import_plan(sc, ExportTarget::Megatron, mg.text, "x.sh").scenario.plan.precision == cost::Precision::FP4);
+  // An FP4 format Megatron-Core does not have is refused, naming the flag.
+  std::string bad = mg.text;
+  bad.replace(bad.find("--fp4-format e2m1"), 17, "--fp4-format e3m0");
+  CHECK_THROWS_WITH(import_plan(sc, ExportTarget::Megatron, bad, "x.sh"),
+                    doctest::Contains("--fp4-format: 'e3m0' is not e2m1"));
+  // torchtitan's converters are float8 and MXFP8: listed, bf16 emitted.
+  auto fsdp = sc;
+  fsdp.plan.zero = 3;
+  const Exported tt = export_plan(fsdp, ExportTarget::TorchTitan);
+  REQUIRE(tt.unsupported.size() == 1);
+  CHECK(tt.unsupported[0].rfind("precision=fp4", 0) == 0);
+}
+
 TEST_CASE("megatron: per-layer model choices as Megatron-Core's flags, read back by import") {
   // arguments.py (NVIDIA/Megatron-LM): --moe-layer-freq takes "a Python list
   // expression ... where 1 indicates an expert layer and 0 indicates a dense

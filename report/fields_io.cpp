@@ -4,7 +4,7 @@
 namespace strata::report {
 
 nlohmann::ordered_json tflops_json(const cost::PeakTflops& t) {
-  return {{"fp32", t.fp32}, {"tf32", t.tf32}, {"fp16", t.fp16}, {"bf16", t.bf16}, {"fp8", t.fp8}};
+  return {{"fp32", t.fp32}, {"tf32", t.tf32}, {"fp16", t.fp16}, {"bf16", t.bf16}, {"fp8", t.fp8}, {"fp4", t.fp4}};
 }
 
 nlohmann::ordered_json node_links_json(const cost::NodeSpec& n) {

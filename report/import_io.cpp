@@ -378,10 +378,19 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   } else {
     throw InputError(file, "--optimizer", "'" + opt + "' is not adam or sgd [import-value]");
   }
-  p.precision = has("--fp8-format") ? Precision::FP8
-                : has("--bf16")     ? Precision::BF16
-                : has("--fp16")     ? Precision::FP16
-                                    : Precision::FP32;
+  // Megatron-Core's FP4 training (--fp4-format e2m1, its one recipe nvfp4)
+  // is Transformer Engine's NVFP4BlockScaling over bf16.
+  if (const auto f = value("--fp4-format"); f && *f != "e2m1")
+    throw InputError(file, "--fp4-format", "'" + *f + "' is not e2m1 [import-value]");
+  if (const auto r = value("--fp4-recipe"); r && *r != "nvfp4")
+    throw InputError(file, "--fp4-recipe", "'" + *r + "' is not nvfp4 [import-value]");
+  if (has("--fp4-format") && has("--fp8-format"))
+    throw InputError(file, "--fp4-format", "FP4 and FP8 training are exclusive: --fp8-format is given too [import-value]");
+  p.precision = has("--fp4-format")   ? Precision::FP4
+                : has("--fp8-format") ? Precision::FP8
+                : has("--bf16")       ? Precision::BF16
+                : has("--fp16")       ? Precision::FP16
+                                      : Precision::FP32;
   if (const auto recipe = value("--fp8-recipe")) {
     const auto r = enum_from_name<cost::Fp8Recipe>(*recipe);
     if (!r || *r == cost::Fp8Recipe::Rowwise)
@@ -412,7 +421,7 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
     im.tp_comm_overlap = TpCommOverlap::None;
   for (const char* f : {"--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs"}) used.insert(f);
   if (p.precision == Precision::FP16) im.fp32_grad_accumulation = has("--accumulate-allreduce-grads-in-fp32");
-  if (p.precision == Precision::BF16 || p.precision == Precision::FP8)
+  if (p.precision == Precision::BF16 || cost::quantized_gemms(p.precision))
     im.fp32_grad_accumulation = !has("--grad-reduce-in-bf16");
   if (const auto a = value("--attention-backend"))
     im.attention = *a == "unfused" ? AttentionKernel::Standard : AttentionKernel::Flash;

@@ -30,6 +30,7 @@ std::string plan_summary(const strategies::Scenario& sc) {
     s += " (" + cost::module_list(mods) + ")";
   s += ", " + std::string(enum_name(p.optimizer)) + " " + std::string(enum_name(p.precision));
   if (p.precision == cost::Precision::FP8) s += " (" + std::string(enum_name(p.fp8_recipe)) + " scaling)";
+  if (p.precision == cost::Precision::FP4) s += " (NVFP4)";
   if (p.optimizer_states != strategies::StateDtype::FP32)
     s += ", " + std::string(enum_name(p.optimizer_states)) + " optimizer statistics";
   if (p.offload.activations) s += ", offload activations";

@@ -171,7 +171,7 @@ std::vector<AxisValue> auto_values(Axis a, const Scenario& base, bool coupled_sc
     case Axis::Precision: {
       std::vector<AxisValue> out;
       for (const auto& [p, name] : EnumNames<Precision>::table)
-        if (c.gpu.peak_tflops(p) > 0 && !(chain && p == Precision::FP8))
+        if (c.gpu.peak_tflops(p) > 0 && !(chain && cost::quantized_gemms(p)))
           out.push_back({static_cast<std::int64_t>(p), 0});
       return out;
     }

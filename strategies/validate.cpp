@@ -98,10 +98,11 @@ std::optional<Violation> first_violation(const Scenario& s) {
       return fail("chain-recompute", "plan.recompute",
                   chain + ": a stage has no attention core or save list to recompute selectively (use "
                           "none, full, every_k, sqrt or optimal)");
-    if (p.precision == Precision::FP8)
+    if (cost::quantized_gemms(p.precision))
       return fail("chain-fp8", "plan.precision",
-                  chain + ": FP8 training multiplies a transformer's linear layers in FP8, and a chain's "
-                          "stages are given by their FLOPs, not their layers");
+                  chain + ": " + std::string(enum_name(p.precision)) +
+                      " training multiplies a transformer's linear layers in FP8 or FP4, and a chain's "
+                      "stages are given by their FLOPs, not their layers");
     if (p.pipeline_layout != PipelineLayout::Balanced)
       return fail("chain-pipeline-layout", "plan.pipeline_layout",
                   chain + ": its stages are split evenly (balanced) or as plan.stage_layers lists them; it has "

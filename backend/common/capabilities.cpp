@@ -207,6 +207,10 @@ const std::array kTable{
                differs("computed in fp32"),
                no("fp8 is not implemented by the CUDA backend (no per-tensor scaling nor fp8 products): set "
                   "plan.precision to bf16 or fp32")},
+    Capability{"fp4", "precision", "fp4 (NVFP4)", [](const Scenario& s) { return s.plan.precision == Precision::FP4; },
+               differs("computed in fp32"),
+               no("fp4 is not implemented by the CUDA backend (no NVFP4 quantization nor fp4 products): set "
+                  "plan.precision to bf16 or fp32")},
     Capability{"flash-attention", "precision", "flash attention (implementation.attention)",
                [](const Scenario& s) { return s.plan.implementation.attention != cost::AttentionKernel::Standard; },
                differs("computed as standard attention; the graph has no attention-core recompute, so everything is kept"),

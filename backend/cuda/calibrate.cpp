@@ -200,7 +200,10 @@ double Microbench::gemm(cost::GemmDtype dtype, std::int64_t m, std::int64_t n, s
     case cost::GemmDtype::TF32: type = GemmType::TF32; break;
     case cost::GemmDtype::BF16: type = GemmType::BF16; break;
     case cost::GemmDtype::FP16: type = GemmType::FP16; break;
-    case cost::GemmDtype::FP8: throw Error("calibrate: fp8 GEMMs are not measured (cuBLASLt with scales is not implemented)");
+    case cost::GemmDtype::FP8:
+    case cost::GemmDtype::FP4:
+      throw Error("calibrate: " + std::string(enum_name(dtype)) +
+                  " GEMMs are not measured (cuBLASLt with scales is not implemented)");
   }
   const std::size_t e = elem_bytes(dtype);
   DeviceBuffer a(static_cast<std::size_t>(m * k) * e), b(static_cast<std::size_t>(k * n) * e),
