@@ -613,7 +613,21 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     if (plan.dp * plan.cp > 1) {  // gradients reduced over dp × cp
       const double grad_full = per.grads * ps.params();
       comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
-      if (plan.zero >= 3) comm += 2.0 * block.params() * per.weights;  // gathered layer + prefetch
+      if (plan.zero >= 3) {
+        // ZeRO-3's gathered weights: a layer's and the next one's (prefetch),
+        // and the stage's embedding and output layer (the head multiplies by
+        // the word embedding when tied). FSDP holds the latter from their
+        // forward to their backward's end (zero3_root_unsharded), so they
+        // sit beside two layers; gathered per use, the larger of them takes
+        // the second layer's place while it runs.
+        const double emb = s == 0 ? embedding.params() : 0.0;
+        const double out = s == p - 1 ? head.params() + (model.tied_embeddings ? word_embedding.params() : 0.0) : 0.0;
+        const double layer = block.params();
+        const double gathered = plan.implementation.zero3_root_unsharded
+                                    ? 2.0 * layer + emb + out - (p == 1 && model.tied_embeddings ? word_embedding.params() : 0.0)
+                                    : layer + std::max({layer, emb, out});
+        comm += gathered * per.weights;
+      }
       comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,
                                 std::min(per.grads, 4.0));
     }

@@ -486,6 +486,30 @@ TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"pp\": 4}")) > 0);
 }
 
+TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output layer per use or held (FSDP's root)") {
+  // Llama-3-8B (vocab 128,256, hidden 4,096, untied; a block 218,112,000
+  // parameters: 4·4096² attention with 8 of 32 KV heads' K and V —
+  // 4096·(4096 + 2·1024) + 4096² — and 3·4096·14,336 MLP, two norms),
+  // bf16 weights (2 bytes), 16 GPUs, ZeRO-3. Besides the two 25 MiB
+  // gradient buckets: gathered per use (DeepSpeed), a layer and the larger
+  // of a layer and what is gathered in its place, the embedding or the
+  // output layer (525,336,576 = 128,256·4,096; the head adds the final
+  // norm's 4,096): 218,112,000 + 525,340,672 parameters. FSDP keeps its
+  // root module (the embedding, the final norm, the output layer) gathered
+  // from its forward to its backward's end, beside the two layers:
+  // 2·218,112,000 + 2·525,336,576 + 4,096.
+  auto comm = [](const std::string& implementation) {
+    const Scenario sc = make("\"llama3-8b\"", R"({"preset": "dgx-h100", "nodes": 2})", R"({"global": 16})",
+                             R"({"zero": 3, "implementation": )" + implementation + "}");
+    return static_cast<double>(tag(estimate_memory(sc).stages[0], MemTag::CommBuffers));
+  };
+  const double buckets = 2.0 * 25 * static_cast<double>(kMiB);
+  const double layer = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3 * 4096.0 * 14336 + 2 * 4096;
+  const double vocab = 128256.0 * 4096;
+  CHECK(comm("{}") == buckets + 2 * (layer + vocab + 4096));
+  CHECK(comm(R"({"zero3_root_unsharded": true})") == buckets + 2 * (2 * layer + 2 * vocab + 4096));
+}
+
 TEST_CASE("an out-of-memory plan is a result with the numbers") {
   // GPT-3 175B on 8 A100-80GB with plain data parallelism cannot hold
   // 16 bytes × 175 B parameters.

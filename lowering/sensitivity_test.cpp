@@ -198,6 +198,16 @@ const Case kCases[] = {
     {"plan.implementation/fp8_param_gather",
      R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8", "zero": 1}})",
      R"({"plan": {"implementation": {"fp8_param_gather": true}}})", Effect::PeakDown},
+    // ZeRO-3 per module: a collective per linear layer and norm, each paying its latency.
+    {"plan.implementation/zero3_gather_per_module", R"({"plan": {"zero": 3}})",
+     R"({"plan": {"implementation": {"zero3_gather_per_module": true}}})", Effect::StepUp},
+    // The norms stay whole: fewer collectives.
+    {"plan.implementation/zero3_persistence_threshold",
+     R"({"plan": {"zero": 3, "implementation": {"zero3_gather_per_module": true}}})",
+     R"({"plan": {"implementation": {"zero3_persistence_threshold": 100000}}})", Effect::StepDown},
+    // FSDP's root module held gathered beside two layers.
+    {"plan.implementation/zero3_root_unsharded", R"({"plan": {"zero": 3}})",
+     R"({"plan": {"implementation": {"zero3_root_unsharded": true}}})", Effect::PeakUp},
     // Block scales emulated on Hopper: the GEMMs no faster than BF16 / 1.75.
     {"plan/fp8_recipe", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
      R"({"plan": {"fp8_recipe": "blockwise"}})", Effect::StepUp},

@@ -142,6 +142,15 @@ struct Implementation {
   // per linear layer and per other module holding parameters; off, one
   // all-gather of the whole layer (FSDP wrapping each transformer block).
   bool zero3_gather_per_module = false;
+  // ZeRO-3 keeps the root module's parameters — what no wrapped block holds:
+  // the embedding, the final norm, the output layer — unsharded from their
+  // forward to the end of their backward (PyTorch FSDP: FSDP1's
+  // _post_forward_reshard does not free the root's flat parameter, FSDP2's
+  // _lazy_init sets the root's post_forward_mesh_info to None: "for
+  // training, the parameters would be freed and all-gathered immediately").
+  // Off: they
+  // are gathered for each use and freed after it like a block's (DeepSpeed).
+  bool zero3_root_unsharded = false;
   // Parameter tensors with fewer elements than this stay whole on every
   // rank and are never gathered (DeepSpeed's param_persistence_threshold).
   // Only with zero3_gather_per_module.

@@ -44,6 +44,7 @@ enum class ImplKey : std::uint8_t {
   HostDispatch,  // its value in nanoseconds (host_dispatch_us × 1000)
   Zero3GatherPerModule,
   Zero3PersistenceThreshold,
+  Zero3RootUnsharded,
   CrossEntropy,
   Fp8ParamGather,
   Allocator,
@@ -54,7 +55,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 16> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 17> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -68,6 +69,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::HostDispatch, "host_dispatch_us"},
       {strategies::ImplKey::Zero3GatherPerModule, "zero3_gather_per_module"},
       {strategies::ImplKey::Zero3PersistenceThreshold, "zero3_persistence_threshold"},
+      {strategies::ImplKey::Zero3RootUnsharded, "zero3_root_unsharded"},
       {strategies::ImplKey::CrossEntropy, "cross_entropy"},
       {strategies::ImplKey::Fp8ParamGather, "fp8_param_gather"},
       {strategies::ImplKey::Allocator, "allocator"},
