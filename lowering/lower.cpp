@@ -761,8 +761,15 @@ class StepBuilder : StepLayout {
     const std::int64_t first = first_layer_[static_cast<std::size_t>(k)];
     // The chunk's first forward of the step waits for its weights.
     const bool gathers = gather_in_forward() && !folding_ && mb == gather_mb_[static_cast<std::size_t>(k)];
-    const std::int32_t embedding_weights =
+    std::int32_t embedding_weights =
         k == 0 && gathers ? weight_gather(chain_.embedding, Part::Embedding, -1) : kNone;
+    // ZeRO-3: the chunk's root module at its forward's start (FSDP), or the
+    // embedding before its use.
+    if (k == 0 && gathers_ends()) embedding_weights = end_gather(Part::Embedding, mb, Pass::Forward, k);
+    const bool last_chunk = k + 1 == static_cast<int>(chunks_.size());
+    const std::int32_t root_head = last_chunk && k > 0 && gathers_ends() && plan_.implementation.zero3_root_unsharded
+                                       ? end_gather(Part::Head, mb, Pass::Forward, k)
+                                       : kNone;
     if (k == 0 && !cpu_)
       compute(costs().layer(chain_.embedding, Pass::Forward), sim::Phase::Fwd,
               info(TaskOp::Forward, Part::Embedding, -1, mb), CommKind::None,
@@ -829,13 +836,17 @@ class StepBuilder : StepLayout {
         offloaded_[code(BufKind::ActHost, layer, mb)] = c;
       }
     }
-    if (k + 1 == static_cast<int>(chunks_.size())) {
+    if (last_chunk) {
       const std::int32_t head_weights =
           gathers ? weight_gather(chain_.head, Part::Head, -1) : kNone;
+      const std::int32_t head_gather = gathers_ends() && !plan_.implementation.zero3_root_unsharded
+                                           ? end_gather(Part::Head, mb, Pass::Forward, k)
+                                           : root_head;
       const std::int32_t h = compute(costs().layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Head, -1, mb), CommKind::None,
                                      {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
       dep(head_weights, h);
+      dep(head_gather, h);
       head_comm(mb, Pass::Forward);
     }
   }
@@ -848,8 +859,12 @@ class StepBuilder : StepLayout {
       // The loss's backward holds the logits' gradient and frees the head's
       // saved bytes.
       const auto grad = buffer(BufKind::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
+      const std::int32_t weights = gathers_ends() && !plan_.implementation.zero3_root_unsharded
+                                       ? end_gather(Part::Head, mb, Pass::Backward, k)
+                                       : kNone;
       compute(costs().layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
               CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
+      dep(weights, last_compute_);
       head_comm(mb, Pass::Backward);
       head_bwd_ = last_compute_;
       if (hook_head_ >= 0 && completes(k, mb)) hook_send(hook_head_, head_bwd_);
@@ -1005,16 +1020,51 @@ class StepBuilder : StepLayout {
       }
     }
     if (k == 0) {
+      const std::int32_t weights = gathers_ends() && !plan_.implementation.zero3_root_unsharded
+                                       ? end_gather(Part::Embedding, mb, Pass::Backward, k)
+                                       : kNone;
       // The CPU kernels: an embedding-only chunk's backward buffers (the
       // gradient it receives) are made by the embedding's backward.
       compute(costs().layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
               info(TaskOp::Backward, Part::Embedding, -1, mb));
+      dep(weights, last_compute_);
       add_mem(cpu_ && n == 0 && !last_chunk ? cpu_backward_start(k, mb) : std::vector<std::int32_t>{},
               {existing(BufKind::Embedding, -1, mb)});
       // The CPU kernels: the chunk's backward buffers die with it.
       if (cpu_) append_mem(last_compute_, {}, cpu_backward_end(k, mb));
       embedding_bwd_ = last_compute_;
     }
+  }
+
+  // ZeRO-3's all-gathers of the embedding and the output layer (the word
+  // embedding when tied), whose weights the memory model holds in
+  // comm_buffers. Gathered for each use (DeepSpeed), prefetched as a layer
+  // is; or, with zero3_root_unsharded, FSDP's root module once per
+  // microbatch at its chunk's forward start, after the compute before it
+  // (FSDP resharded it at the previous backward's end, and its pre-forward
+  // unshard is the first thing the forward does): exposed. Strata's
+  // executors keep both whole and gather neither.
+  bool gathers_ends() const { return zero3() && !cpu_ && !sc_.executed; }
+  std::int32_t end_gather(Part part, int mb, Pass pass, int k) {
+    const bool root = plan_.implementation.zero3_root_unsharded;
+    const bool tied = sc_.model.tied_embeddings && !chain_.embedding.ops.empty();
+    const double word = tied ? static_cast<double>(chain_.embedding.ops.front().params) : 0.0;
+    double params = 0;
+    if (part == Part::Embedding) params += static_cast<double>(chain_.embedding.params());
+    // The head: its own weights and the tied word embedding it multiplies
+    // by, which a root holding the embedding too has already.
+    const bool head = part == Part::Head || (root && k + 1 == static_cast<int>(chunks_.size()));
+    if (head) params += static_cast<double>(chain_.head.params()) + (part == Part::Head ? word : 0.0);
+    const std::int32_t g =
+        task(sim::TaskKind::Collective, sim::Lane::Comm,
+             costs().collective(Collective::AllGather, Group::DP, static_cast<Bytes>(params * per_.weights)),
+             sim::Phase::Comm, CommKind::DP, info(TaskOp::Zero3Gather, part, -1, mb, pass));
+    if (root || !plan_.implementation.overlap_param_gather) {
+      dep(last_compute_, g);
+    } else if (recent_.size() >= 2) {
+      dep(recent_[recent_.size() - 2], g);
+    }
+    return g;
   }
 
   // ZeRO-3: all-gather a layer's parameters on the communication lane, one

@@ -141,7 +141,7 @@ enum class TaskOp : std::uint8_t {
   PsPush,          // parameter server: push of a bucket (as DpReduce)
   PsPull,          // parameter server: pull of the updated weights
   EmbeddingTie,    // all-reduce of the tied word embedding's gradient, first and last stage
-  Zero3Gather,     // ZeRO-3 all-gather of layer `layer`'s parameters before its `pass`
+  Zero3Gather,     // ZeRO-3 all-gather of layer `layer`'s parameters (or the embedding's, the head's: `part`) before its `pass`
   Zero3Reduce,     // ZeRO-3 reduce-scatter of layer `layer`'s gradients (or `head`/`embedding`)
   WeightFetch,     // weight offload: layer `layer`'s weights to the device before its `pass`
   WeightFromNvme,  // ... read from NVMe into host staging first (weights on NVMe)

@@ -214,9 +214,12 @@ TEST_CASE("ZeRO-3 parameter prefetch: with overlap_param_gather the gathers hide
   // compute lane: at least 16 m (tf + tb) + 64 · 300. With prefetch (depth
   // 1) the next layer's gather runs during this layer's compute, in the
   // backward too (issued before this layer's reduce-scatter), so only
-  // collectives at a microbatch's boundaries show: at most 3 per
-  // microbatch (its first forward gather, the reduce-scatter queued ahead
-  // of it, the last layer's reduce-scatter), 6 for m 2.
+  // collectives at a microbatch's boundaries show: at most 5 per
+  // microbatch (its first forward gathers — the embedding's, then the first
+  // layer's — the reduce-scatter queued ahead of them, the output layer's
+  // gathers, which nothing hides where the head computes in no time, as
+  // here), 10 for m 2. Without prefetch the embedding's and the head's 4
+  // gathers per microbatch are exposed too.
   UnitCosts c;
   c.collective_t = 300;
   const auto on = predict_step(scenario("{\"zero\": 3}", 16, 2048), c);
@@ -224,10 +227,10 @@ TEST_CASE("ZeRO-3 parameter prefetch: with overlap_param_gather the gathers hide
       scenario("{\"zero\": 3, \"implementation\": {\"overlap_param_gather\": false}}", 16, 2048), c);
   const Time compute = 2 * 16 * (c.tf + c.tb);
   const auto dp = static_cast<std::size_t>(CommKind::DP);
-  CHECK(off.step_time >= compute + 64 * c.collective_t);
-  CHECK(off.breakdown.exposed_comm[dp] >= 64 * c.collective_t);
-  CHECK(on.breakdown.exposed_comm[dp] <= 6 * c.collective_t);
-  CHECK(on.step_time <= compute + 6 * c.collective_t);
+  CHECK(off.step_time >= compute + 72 * c.collective_t);
+  CHECK(off.breakdown.exposed_comm[dp] >= 72 * c.collective_t);
+  CHECK(on.breakdown.exposed_comm[dp] <= 10 * c.collective_t);
+  CHECK(on.step_time <= compute + 10 * c.collective_t);
 }
 
 TEST_CASE("ZeRO-3 gathers per module (DeepSpeed): one collective per module holding parameters, small tensors kept whole") {
@@ -264,12 +267,13 @@ TEST_CASE("ZeRO-3 gathers per module (DeepSpeed): one collective per module hold
 }
 
 TEST_CASE("interference: compute beside a collective is slowed by the collective's share of the SMs") {
-  // The ZeRO-3 prefetch plan above: 64 gathers and 32 reduce-scatters of
-  // 300 ns, all but at most 6 hidden behind 1-2 µs of compute. With a
-  // quarter of the SMs held by each collective, the compute that ran beside
-  // them takes a quarter of that time longer: between 0.25 · 90 · 300 less
-  // the at most 6 · 300 ns the compute lane waited for them, and
-  // 0.25 · 96 · 300. It is its own line, and the step grows by exactly it.
+  // The ZeRO-3 prefetch plan above: 72 gathers (64 of layers, 8 of the
+  // embedding and the head) and 32 reduce-scatters of 300 ns, all but at
+  // most 10 hidden behind 1-2 µs of compute. With a quarter of the SMs held
+  // by each collective, the compute that ran beside them takes a quarter of
+  // that time longer: between 0.25 · 94 · 300 less the at most 10 · 300 ns
+  // the compute lane waited for them, and 0.25 · 104 · 300. It is its own
+  // line, and the step grows by exactly it.
   struct Slowed : UnitCosts {
     double f = 0.25;
     double interference_fraction() const override { return f; }
@@ -285,8 +289,8 @@ TEST_CASE("interference: compute beside a collective is slowed by the collective
   CHECK(alone.breakdown.interference == 0);
   CHECK(slowed.step_time == alone.step_time + i);
   CHECK(slowed.breakdown.total() == slowed.step_time);
-  CHECK(i >= static_cast<Time>(0.25 * 90 * 300) - 6 * 300);
-  CHECK(i <= static_cast<Time>(0.25 * 96 * 300));
+  CHECK(i >= static_cast<Time>(0.25 * 94 * 300) - 10 * 300);
+  CHECK(i <= static_cast<Time>(0.25 * 104 * 300));
   // Communication-bound (each collective 5 µs, longer than any layer's
   // compute): the compute lane waits for the gathers anyway, and the slower
   // compute only shortens the wait.
@@ -367,10 +371,10 @@ TEST_CASE("ZeRO-1 with overlap_param_gather: the weight gather overlaps the firs
 TEST_CASE("ZeRO at dp 1 with cp 8 shards over the cp ranks: the weights are gathered") {
   // The gradients are reduced over dp · cp = 8 ranks, so ZeRO-1 steps an
   // eighth and gathers the updated weights (once, after the step, without
-  // overlap_param_gather); ZeRO-3 gathers every layer in the forward and
-  // again in the backward of each of the m = 16 microbatches (global 16 over
-  // dp 1: context parallelism splits sequences, not the batch); ZeRO-0
-  // gathers nothing.
+  // overlap_param_gather); ZeRO-3 gathers every layer, the embedding and
+  // the output layer in the forward and again in the backward of each of
+  // the m = 16 microbatches (global 16 over dp 1: context parallelism
+  // splits sequences, not the batch); ZeRO-0 gathers nothing.
   const auto gathers = [](const std::string& plan) {
     const StepProgram p = build_step_program(unit_scenario(plan, 16), UnitCosts{}, Granularity::Layer);
     return std::count_if(p.info.begin(), p.info.end(), [](const TaskInfo& i) {
@@ -379,7 +383,10 @@ TEST_CASE("ZeRO at dp 1 with cp 8 shards over the cp ranks: the weights are gath
   };
   CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 0}") == 0);
   CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 1, \"implementation\": {\"overlap_param_gather\": false}}") == 1);
-  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 3}") == 2 * 16 * 16);
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 3}") == 2 * 16 * (16 + 2));
+  // FSDP's root module (zero3_root_unsharded): one gather per microbatch.
+  CHECK(gathers("{\"cp\": 8, \"dp\": 1, \"zero\": 3, \"implementation\": {\"zero3_root_unsharded\": true}}") ==
+        2 * 16 * 16 + 16);
 }
 
 TEST_CASE("parameter server: gradients pushed per bucket, weights pulled after the step") {

@@ -150,7 +150,9 @@ const Case kCases[] = {
      Effect::Changes},
     {"gpu/hbm_GBps", R"({"cluster": {"gpu": {"preset": "a100-80g"}}})", R"({"cluster": {"gpu": {"hbm_GBps": 100}}})",
      Effect::StepUp},
-    {"gpu/sms", R"({"cluster": {"gpu": {"preset": "a100-80g"}}, "plan": {"zero": 3}})",
+    // (Layers wide enough that the compute beside ZeRO-3's collectives
+    // outweighs the gathers the compute lane waits for.)
+    {"gpu/sms", R"({"model": {"hidden": 2048, "ffn_hidden": 8192}, "cluster": {"gpu": {"preset": "a100-80g"}}, "plan": {"zero": 3}})",
      R"({"cluster": {"gpu": {"sms": 0}}})", Effect::StepDown},
     // Column-wise operands read in place: one per-tensor FP8 copy written, not two.
     {"gpu/fp8_block_scaling", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",

@@ -49,7 +49,10 @@ std::string what(const ProgramTask& t, const TaskInfo& i) {
     case TaskOp::PsPush: return "ps-push/bucket" + std::to_string(i.bucket);
     case TaskOp::PsPull: return "ps-pull-weights";
     case TaskOp::EmbeddingTie: return "embedding-tie";
-    case TaskOp::Zero3Gather: return std::string("zero3-gather-") + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
+    case TaskOp::Zero3Gather:
+      if (i.part == Part::Embedding || i.part == Part::Head)
+        return std::string("zero3-gather-") + pass_tag(i.pass) + (i.part == Part::Embedding ? "/embedding" : "/head") + mb;
+      return std::string("zero3-gather-") + pass_tag(i.pass) + layer_mb(i.layer, i.microbatch);
     case TaskOp::Zero3Reduce:
       return i.layer >= 0 ? "zero3-reduce" + layer_mb(i.layer, i.microbatch) : "zero3-reduce/embedding-head";
     case TaskOp::WeightFetch:
