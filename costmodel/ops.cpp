@@ -18,7 +18,7 @@ std::int64_t Layer::params() const {
 std::int64_t Layer::gemm_weight_params() const {
   std::int64_t n = 0;
   for (const auto& op : ops)
-    if (op.kind == OpKind::Linear) n += op.matrix_params();
+    if (op.kind == OpKind::Linear && !op.unquantized) n += op.matrix_params();
   return n;
 }
 Flops Layer::fwd_flops() const {
@@ -981,30 +981,47 @@ OpChain expand(const ModelSpec& model, const ExpandOptions& opts) {
   if (opts.ep > 1 && (!model.moe || model.moe->experts % opts.ep != 0))
     throw Error("expand: ep must divide the number of experts");
   Builder bld(model, opts);
+  // Blocks kept in bf16 under fp8 or fp4 are built as bf16 blocks (their
+  // saved inputs 16-bit) whose Linear ops are marked unquantized (priced as
+  // bf16 GEMMs: op_gemm_dtype).
+  ExpandOptions opts16 = opts;
+  opts16.precision = Precision::BF16;
+  const Builder bld16(model, opts16);
+  const bool quantized = quantized_gemms(opts.precision);
   OpChain c;
   c.embedding = bld.embedding();
   // Each block shape present is one kind, in a fixed order (the main block
   // first): the expert MLP before a dense one, and within each full
-  // attention before a sliding window.
+  // attention before a sliding window, quantized before bf16.
   struct Shape {
     bool moe;
     bool windowed;
+    bool bf16;
     bool operator==(const Shape&) const = default;
   };
-  auto shape_at = [&](std::int64_t i) { return Shape{model.moe_at(i), model.windowed_at(i)}; };
+  auto shape_at = [&](std::int64_t i) {
+    const bool bf16 = quantized && (i < opts.bf16_first_layers || i >= model.layers - opts.bf16_last_layers);
+    return Shape{model.moe_at(i), model.windowed_at(i), bf16};
+  };
   std::vector<Shape> shapes;
   c.blocks = model.layers;
   c.kind_of.resize(static_cast<std::size_t>(model.layers));
   for (const bool moe : {true, false})
     for (const bool windowed : {false, true})
-      for (std::int64_t i = 0; i < model.layers; ++i)
-        if (shape_at(i) == Shape{moe, windowed}) {
-          shapes.push_back({moe, windowed});
-          break;
-        }
+      for (const bool bf16 : {false, true})
+        for (std::int64_t i = 0; i < model.layers; ++i)
+          if (shape_at(i) == Shape{moe, windowed, bf16}) {
+            shapes.push_back({moe, windowed, bf16});
+            break;
+          }
   for (const Shape& sh : shapes) {
-    c.kinds.push_back(bld.block(sh.moe, sh.windowed));
-    c.kinds.back().block_kind = static_cast<std::int32_t>(c.kinds.size() - 1);
+    c.kinds.push_back((sh.bf16 ? bld16 : bld).block(sh.moe, sh.windowed));
+    Layer& l = c.kinds.back();
+    l.block_kind = static_cast<std::int32_t>(c.kinds.size() - 1);
+    if (sh.bf16) {
+      l.unquantized = true;
+      for (Op& op : l.ops) op.unquantized = op.kind == OpKind::Linear;
+    }
   }
   for (std::int64_t i = 0; i < model.layers; ++i)
     c.kind_of[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(

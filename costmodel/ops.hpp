@@ -65,6 +65,9 @@ struct Op {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   bool expert = false;  // MoE expert weights: split by ep, sharded over dp / ep
+  // A Linear op of a block the plan keeps in bf16 under fp8 or fp4
+  // (ExpandOptions::bf16_first_layers): it multiplies and saves as bf16.
+  bool unquantized = false;
   // The separate matrix products a Linear op stands for where eager modules
   // run them one by one (torchtitan's and Hugging Face's wq, wk, wv; w1, w3):
   // each one's share of the output columns, in order; all zero: one product.
@@ -105,13 +108,16 @@ struct Layer {
   LayerKind kind = LayerKind::Block;
   // A block's index in its OpChain's kinds (0 for the embedding and head).
   std::int32_t block_kind = 0;
+  // A block kept in bf16 under fp8 or fp4 (its Linear ops `unquantized`).
+  bool unquantized = false;
   std::vector<Op> ops;
   // Bytes of the layer's input on this rank: what full recompute keeps.
   Bytes input_bytes = 0;
 
   std::int64_t params() const;
   // Its Linear ops' weight matrices: what FP8 training multiplies in FP8
-  // (in a block) and keeps as FP8 copies or parameters.
+  // (in a block) and keeps as FP8 copies or parameters; none in a block
+  // kept in bf16.
   std::int64_t gemm_weight_params() const;
   Flops fwd_flops() const;
   Flops bwd_flops() const;
@@ -138,6 +144,10 @@ struct ExpandOptions {
   std::int64_t ep = 1;  // expert parallel: each rank holds experts / ep experts
   Precision precision = Precision::BF16;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  // with precision fp8
+  // Under fp8 or fp4: the first and last blocks kept in bf16 (their kinds'
+  // ops `unquantized`; Plan::bf16_first_layers).
+  std::int64_t bf16_first_layers = 0;
+  std::int64_t bf16_last_layers = 0;
   AttentionKernel attention = AttentionKernel::Flash;
   // Elementwise ops run as one fused kernel each (Megatron's and Transformer
   // Engine's fused norms and RoPE, or torch.compile). False: as eager PyTorch

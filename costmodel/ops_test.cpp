@@ -212,6 +212,40 @@ TEST_CASE("fp32 doubles activation bytes; fp8 halves GEMM inputs") {
   }
 }
 
+TEST_CASE("blocks kept in bf16 under fp8 or fp4: their own kind, bf16 ops marked unquantized") {
+  // 6 layers, the first one and the last two in bf16 (Megatron-Core's
+  // --first-last-layers-bf16 --num-layers-at-start-in-bf16 1
+  // --num-layers-at-end-in-bf16 2): two kinds, the quantized block first;
+  // the bf16 kind is the bf16 expansion's block, op for op, its Linear ops
+  // unquantized, and it keeps no quantized weights.
+  const auto m = gpt(6, 512, 8, 256, 1000);
+  ExpandOptions bf16, fp4;
+  fp4.precision = Precision::FP4;
+  fp4.bf16_first_layers = 1;
+  fp4.bf16_last_layers = 2;
+  const OpChain c = expand(m, fp4);
+  REQUIRE(c.kinds.size() == 2);
+  CHECK(c.kind_of == std::vector<std::int32_t>{1, 0, 0, 0, 1, 1});
+  const OpChain plain_chain = expand(m, bf16);
+  const Layer& plain = plain_chain.main_block();
+  const Layer& kept = c.kinds[1];
+  CHECK(kept.unquantized);
+  CHECK_FALSE(c.kinds[0].unquantized);
+  REQUIRE(kept.ops.size() == plain.ops.size());
+  for (std::size_t i = 0; i < kept.ops.size(); ++i) {
+    CAPTURE(kept.ops[i].name);
+    CHECK(kept.ops[i].saved_bytes == plain.ops[i].saved_bytes);
+    CHECK(kept.ops[i].unquantized == (kept.ops[i].kind == OpKind::Linear));
+    if (c.kinds[0].ops[i].kind == OpKind::Linear) CHECK(c.kinds[0].ops[i].saved_bytes < plain.ops[i].saved_bytes);
+  }
+  CHECK(kept.gemm_weight_params() == 0);
+  CHECK(c.kinds[0].gemm_weight_params() == plain.gemm_weight_params());
+  CHECK(c.params() == plain_chain.params());
+  // Without fp8 or fp4 there is nothing to keep in bf16: one kind.
+  bf16.bf16_first_layers = 1;
+  CHECK(expand(m, bf16).kinds.size() == 1);
+}
+
 TEST_CASE("size_bound is above every byte count and parameter count expand forms") {
   // For every preset, with dropout, fp32, both attention kernels and no
   // tensor parallelism (the most a rank holds): parameters, and a

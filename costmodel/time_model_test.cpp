@@ -446,6 +446,11 @@ TEST_CASE("FP4 (NVFP4): block linears at the FP4 peak, each pass quantizing its 
   attn.kind = OpKind::Attention;
   CHECK(op_time(g, c, Precision::FP4, attn, false) == 25'000'000);
   CHECK(op_gemm_dtype(Precision::FP4, op, LayerKind::Block) == GemmDtype::FP4);
+  // A Linear op of a block kept in bf16: the bf16 GEMM, nothing quantized.
+  op.unquantized = true;
+  CHECK(op_gemm_dtype(Precision::FP4, op, LayerKind::Block) == GemmDtype::BF16);
+  CHECK(op_time(g, c, Precision::FP4, op, false) == 25'000'000);
+  CHECK(op_time(g, c, Precision::FP8, op, true) == op_time(g, c, Precision::BF16, op, true));
 }
 
 TEST_CASE("FP8 training multiplies only the blocks' linear layers in FP8") {

@@ -126,6 +126,13 @@ TEST_CASE("FP4 (NVFP4): weights kept both ways at 4 bits with E4M3 scales, saved
   };
   CHECK(params(fp4) - params(bf16) == doctest::Approx(1.125 * matrices).epsilon(1e-9));
   CHECK(params(on(R"({"dp": 8, "zero": 3, "precision": "fp4"})")) == params(on(R"({"dp": 8, "zero": 3})")));
+  // The first and last blocks kept in bf16: their weights are not quantized
+  // (two of four layers: half the FP4 copies), their Linear ops save 16-bit
+  // inputs.
+  const Scenario ends = on(R"({"dp": 8, "zero": 1, "precision": "fp4", "bf16_layers": {"first": 1, "last": 1}})");
+  CHECK(params(ends) - params(bf16) == doctest::Approx(1.125 * matrices / 2).epsilon(1e-9));
+  CHECK(tag(estimate_memory(ends).stages[0], MemTag::Activations) >
+        tag(estimate_memory(fp4).stages[0], MemTag::Activations));
   // The replayed step holds what the analytical model counts.
   const auto est = estimate_memory(fp4);
   const auto replay = simulate_memory(fp4);
@@ -172,6 +179,13 @@ TEST_CASE("FP8 recipes are refused where they cannot run, naming the rule") {
         "(set precision \"fp8\", or leave fp8_recipe out)");
   CHECK(rule("b200", R"({"dp": 8, "zero": 1, "precision": "fp4", "implementation": {"fp8_param_gather": true}})")
             .rfind("test.json: plan.implementation.fp8_param_gather:", 0) == 0);
+  // Blocks kept in bf16: only under fp8 or fp4, at most the model's layers.
+  CHECK(rule("b200", R"({"dp": 8, "bf16_layers": {"first": 1}})") ==
+        "test.json: plan.bf16_layers: blocks kept in bf16 are the exception to fp8 or fp4 training; precision is "
+        "bf16 (set precision \"fp8\" or \"fp4\", or leave bf16_layers out)");
+  CHECK(rule("b200", R"({"dp": 8, "precision": "fp8", "bf16_layers": {"first": 3, "last": 2}})") ==
+        "test.json: plan.bf16_layers: first 3 + last 2 exceed the model's 4 layers");
+  CHECK(rule("b200", R"({"dp": 8, "precision": "fp8", "bf16_layers": {"first": 2, "last": 2}})") == "none");
   CHECK(rule("mi300x", R"({"dp": 8, "precision": "fp8", "fp8_recipe": "rowwise"})") ==
         "test.json: plan.fp8_recipe: rowwise needs row- or block-scaled FP8 GEMMs (Hopper, emulated by cuBLAS 12.9+, "
         "or Blackwell); mi300x's fp8_block_scaling is \"none\"");

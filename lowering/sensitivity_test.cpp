@@ -213,6 +213,9 @@ const Case kCases[] = {
     // Block scales emulated on Hopper: the GEMMs no faster than BF16 / 1.75.
     {"plan/fp8_recipe", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
      R"({"plan": {"fp8_recipe": "blockwise"}})", Effect::StepUp},
+    // Two of eight blocks multiply in bf16 instead of FP8.
+    {"plan/bf16_layers", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
+     R"({"plan": {"bf16_layers": {"first": 1, "last": 1}}})", Effect::StepUp},
     {"plan/dp_topology", "{}", R"({"plan": {"dp_topology": "parameter_server"}})", Effect::Changes},
     // ---- plan.offload ----
     {"plan.offload/activations", "{}", R"({"plan": {"offload": {"activations": true}}})", Effect::PeakDown},

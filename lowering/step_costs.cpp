@@ -237,7 +237,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
                         : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
                                                                                   : 0;
       auto& tp = comm_[k].tp;
-      tp[0] = std::max<Time>(0, one - hide) + amax_sync;
+      const Time amax_k = chain_.kinds[k].unquantized ? 0 : amax_sync;  // a bf16 block casts nothing
+      tp[0] = std::max<Time>(0, one - hide) + amax_k;
       // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
       // Communication). Without sequence parallelism both backward all-reduces
       // are the column-parallel linears' (QKV, MLP up) input gradients, each
@@ -261,7 +262,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       // A chain without recognised column-parallel linears keeps its backward
       // communication exposed.
       if (col_half.empty()) bwd = one;
-      tp[1] = std::max<Time>(0, bwd - hide) + amax_sync;
+      tp[1] = std::max<Time>(0, bwd - hide) + amax_k;
       // The collectives each block pass launches.
       const auto cols = static_cast<std::int64_t>(col_half.size());
       const std::int64_t fwd_launches = (p.sequence_parallel ? 4 : 2) + (amax ? 2 : 0);

@@ -504,6 +504,13 @@ Exported export_megatron(const Scenario& sc) {
       break;
     case Precision::FP32: break;
   }
+  // Blocks kept in bf16 (arguments.py: --first-last-layers-bf16, and the
+  // counts, each 1 by default; written out whatever they are).
+  if (p.bf16_first_layers > 0 || p.bf16_last_layers > 0) {
+    f.add("--first-last-layers-bf16");
+    f.add("--num-layers-at-start-in-bf16", p.bf16_first_layers);
+    f.add("--num-layers-at-end-in-bf16", p.bf16_last_layers);
+  }
   // Megatron-LM accumulates bf16 gradients in fp32 unless told otherwise,
   // and fp16 gradients in fp16 unless told otherwise.
   if (p.precision == Precision::FP16 && im.fp32_grad_accumulation)
@@ -979,6 +986,9 @@ Exported export_torchtitan(const Scenario& sc) {
       un.push_back("fp8_recipe=" + std::string(enum_name(p.fp8_recipe)) +
                    " (torchtitan's float8 converter is torchao's, which scales each tensor or each row from "
                    "itself: fp8_recipe \"tensorwise\", emitted)");
+    if (p.bf16_first_layers > 0 || p.bf16_last_layers > 0)
+      un.push_back("bf16_layers (torchtitan's float8 converter skips modules by name, filter_fqns, not the first "
+                   "and last blocks by number: every block converted)");
   }
   switch (p.optimizer) {
     case Optimizer::Adam: opt << "name = " << q("Adam") << "\n"; break;

@@ -285,6 +285,20 @@ TEST_CASE("FP4: Megatron-Core's --fp4-format e2m1 --fp4-recipe nvfp4, read back 
   bad.replace(bad.find("--fp4-format e2m1"), 17, "--fp4-format e3m0");
   CHECK_THROWS_WITH(import_plan(sc, ExportTarget::Megatron, bad, "x.sh"),
                     doctest::Contains("--fp4-format: 'e3m0' is not e2m1"));
+  // The first and last blocks in bf16: arguments.py's --first-last-layers-bf16
+  // with --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 (1
+  // each by default), read back.
+  auto ends = sc;
+  ends.plan.bf16_first_layers = 2;
+  ends.plan.bf16_last_layers = 3;
+  const auto fe = flags(export_megatron(ends));
+  CHECK(has(fe, "--first-last-layers-bf16"));
+  CHECK(has(fe, "--num-layers-at-start-in-bf16 2"));
+  CHECK(has(fe, "--num-layers-at-end-in-bf16 3"));
+  const strategies::Plan back = import_plan(ends, ExportTarget::Megatron, export_megatron(ends).text, "x.sh").scenario.plan;
+  CHECK(back.bf16_first_layers == 2);
+  CHECK(back.bf16_last_layers == 3);
+  CHECK_FALSE(has(flags(mg), "--first-last-layers-bf16"));
   // torchtitan's converters are float8 and MXFP8: listed, bf16 emitted.
   auto fsdp = sc;
   fsdp.plan.zero = 3;

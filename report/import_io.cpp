@@ -391,6 +391,12 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
                 : has("--bf16")       ? Precision::BF16
                 : has("--fp16")       ? Precision::FP16
                                       : Precision::FP32;
+  if (has("--first-last-layers-bf16")) {  // the counts default to 1 (arguments.py)
+    p.bf16_first_layers = bounded(integer("--num-layers-at-start-in-bf16", 1), 0, kMaxLayers, file,
+                                  "--num-layers-at-start-in-bf16");
+    p.bf16_last_layers = bounded(integer("--num-layers-at-end-in-bf16", 1), 0, kMaxLayers, file,
+                                 "--num-layers-at-end-in-bf16");
+  }
   if (const auto recipe = value("--fp8-recipe")) {
     const auto r = enum_from_name<cost::Fp8Recipe>(*recipe);
     if (!r || *r == cost::Fp8Recipe::Rowwise)

@@ -31,6 +31,9 @@ std::string plan_summary(const strategies::Scenario& sc) {
   s += ", " + std::string(enum_name(p.optimizer)) + " " + std::string(enum_name(p.precision));
   if (p.precision == cost::Precision::FP8) s += " (" + std::string(enum_name(p.fp8_recipe)) + " scaling)";
   if (p.precision == cost::Precision::FP4) s += " (NVFP4)";
+  if (p.bf16_first_layers > 0 || p.bf16_last_layers > 0)
+    s += " with the first " + std::to_string(p.bf16_first_layers) + " and last " + std::to_string(p.bf16_last_layers) +
+         " blocks in bf16";
   if (p.optimizer_states != strategies::StateDtype::FP32)
     s += ", " + std::string(enum_name(p.optimizer_states)) + " optimizer statistics";
   if (p.offload.activations) s += ", offload activations";

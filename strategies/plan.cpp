@@ -41,6 +41,8 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.ep = plan.ep;
   o.precision = plan.precision;
   o.fp8_recipe = plan.fp8_recipe;
+  o.bf16_first_layers = plan.bf16_first_layers;
+  o.bf16_last_layers = plan.bf16_last_layers;
   o.attention = plan.implementation.attention;
   o.fused_elementwise = plan.implementation.fused_elementwise;
   o.cross_entropy = plan.implementation.cross_entropy;

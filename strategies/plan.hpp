@@ -221,6 +221,13 @@ struct Plan {
   Precision precision = Precision::BF16;
   // How FP8 operands are scaled (precision fp8 only; costmodel/techniques.hpp).
   cost::Fp8Recipe fp8_recipe = cost::Fp8Recipe::Delayed;
+  // Under fp8 or fp4, the first and the last blocks of the model (by global
+  // layer number) that multiply in bf16 instead (Megatron-Core's
+  // --first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
+  // --num-layers-at-end-in-bf16: get_fp8_context and get_fp4_context give
+  // those layers no quantization context).
+  std::int64_t bf16_first_layers = 0;
+  std::int64_t bf16_last_layers = 0;
   DpTopology dp_topology = DpTopology::AllReduce;
   // With a parameter server: how many updates a worker's weights may lag
   // (bounded staleness: Ho et al. 2013's stale synchronous parallel,

@@ -183,6 +183,11 @@ Plan read_plan(const JsonReader& r, std::int64_t cluster_gpus) {
   p.optimizer_states = r.enum_or("optimizer_states", p.optimizer_states);
   p.precision = r.enum_or("precision", p.precision);
   p.fp8_recipe = r.enum_or("fp8_recipe", p.fp8_recipe);
+  if (auto b = r.get("bf16_layers")) {
+    p.bf16_first_layers = b->int_or("first", 0, 0, 1'000'000);
+    p.bf16_last_layers = b->int_or("last", 0, 0, 1'000'000);
+    b->reject_unknown_keys();
+  }
   p.dp_topology = r.enum_or("dp_topology", p.dp_topology);
   p.ps_staleness = r.int_or("ps_staleness", p.ps_staleness, 0, 1000);
   if (auto im = r.get("implementation")) p.implementation = read_implementation(*im);

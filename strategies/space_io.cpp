@@ -260,6 +260,8 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (p.ps_staleness > 0) plan["ps_staleness"] = p.ps_staleness;
   if (p.optimizer_states != StateDtype::FP32) plan["optimizer_states"] = nm(p.optimizer_states);
   if (p.fp8_recipe != cost::Fp8Recipe::Delayed) plan["fp8_recipe"] = nm(p.fp8_recipe);
+  if (p.bf16_first_layers > 0 || p.bf16_last_layers > 0)
+    plan["bf16_layers"] = {{"first", p.bf16_first_layers}, {"last", p.bf16_last_layers}};
   if (p.recompute == Recompute::EveryK || p.recompute == Recompute::EveryNth) plan["recompute_k"] = p.recompute_k;
   if (p.partition_activations) plan["partition_activations"] = true;
   if (!(p.moe == MoeRouting{})) {

@@ -263,6 +263,18 @@ std::optional<Violation> first_violation(const Scenario& s) {
     }
   }
 
+  // --- blocks kept in bf16 (Megatron-Core's --first-last-layers-bf16) ---
+  if (p.bf16_first_layers > 0 || p.bf16_last_layers > 0) {
+    if (!cost::quantized_gemms(p.precision))
+      return fail("bf16-layers-need-quantized", "plan.bf16_layers",
+                  "blocks kept in bf16 are the exception to fp8 or fp4 training; precision is " +
+                      std::string(enum_name(p.precision)) + " (set precision \"fp8\" or \"fp4\", or leave bf16_layers out)");
+    if (p.bf16_first_layers + p.bf16_last_layers > m.layers)
+      return fail("bf16-layers-count", "plan.bf16_layers",
+                  "first " + std::to_string(p.bf16_first_layers) + " + last " + std::to_string(p.bf16_last_layers) +
+                      " exceed the model's " + std::to_string(m.layers) + " layers");
+  }
+
   // --- FP8 parameters (Megatron-Core's --fp8-param-gather) ---
   if (p.implementation.fp8_param_gather &&
       (p.precision != Precision::FP8 || p.zero < 1 || p.zero > 2 || p.offload.weights ||
