@@ -170,6 +170,9 @@ struct Calibration {
   // Fused (flash) attention kernels reach this fraction of what a GEMM of
   // the same FLOPs reaches (forward and backward together); 1 = as a GEMM.
   double attention_fraction = 1.0;
+  // The same for cuDNN's fused attention (AttentionKernel::Cudnn); 0: as
+  // attention_fraction (a GPU where Transformer Engine runs FlashAttention).
+  double cudnn_attention_fraction = 0;
   // Streaming multiprocessors a collective occupies while it runs: NCCL
   // launches one thread block per channel and a block holds its SM, so a
   // GEMM beside it runs on the others (docs/cost-model.md, interference).

@@ -275,6 +275,7 @@ Calibration read_calibration(const JsonReader& r, const Calibration& base) {
   }
   if (auto a = r.get("attention")) {
     c.attention_fraction = a->at("fraction_of_gemm").as_number(0.01, 1.0);
+    c.cudnn_attention_fraction = a->number_or("cudnn_fraction_of_gemm", 0, 0.01, 1.0);
     a->allow({"source"});
     if (auto src = a->get("source")) src->as_string();
     a->reject_unknown_keys();

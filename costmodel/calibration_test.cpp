@@ -195,6 +195,12 @@ TEST_CASE("calibration reader: fused attention's fraction of the GEMM efficiency
   // Absent: 1 (attention priced as a GEMM of its FLOPs); present: (0, 1].
   CHECK(parse("").attention_fraction == 1.0);
   CHECK(parse(R"("attention": {"fraction_of_gemm": 0.45, "source": "paper"})").attention_fraction == 0.45);
+  // cuDNN's: absent 0 (as flash); the Hopper presets' 0.45 × 1.61, none for the A100.
+  CHECK(parse(R"("attention": {"fraction_of_gemm": 0.45})").cudnn_attention_fraction == 0);
+  CHECK(parse(R"("attention": {"fraction_of_gemm": 0.45, "cudnn_fraction_of_gemm": 0.72})").cudnn_attention_fraction ==
+        0.72);
+  CHECK(calibration_preset("h100-sxm").cudnn_attention_fraction == 0.72);
+  CHECK(calibration_preset("a100-80g").cudnn_attention_fraction == 0);
   CHECK(parse_error(R"("attention": {"fraction_of_gemm": 1.5})") ==
         "cal.json: attention.fraction_of_gemm: must be in [0.01, 1], got 1.5");
   CHECK(parse_error(R"("attention": {"fraction": 0.5})") ==

@@ -363,13 +363,14 @@ struct Builder {
     // attention's FLOPs and bytes: the eager kernel computes the whole
     // s × s_full product and masks it (Hugging Face's eager_attention_forward
     // adds the sliding-window mask to the full score matrix).
-    const double keys = windowed && o.attention == AttentionKernel::Flash ? window_keys() : s_full;
+    const double keys = windowed && fused_attention(o.attention) ? window_keys() : s_full;
     const double score_flops = 2.0 * b * s * keys * qw / t;
     const double value_flops = 2.0 * b * s * keys * ow / t;
-    if (o.attention == AttentionKernel::Flash) {
+    if (fused_attention(o.attention)) {
       Op op;
       op.name = "attention";
       op.kind = OpKind::Attention;
+      op.cudnn = o.attention == AttentionKernel::Cudnn;
       op.fwd_flops = score_flops + value_flops;
       op.bwd_flops = 2.0 * op.fwd_flops;
       // Saves Q, K, V (its inputs) and fp32 log-sum-exp per head and query;

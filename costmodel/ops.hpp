@@ -65,6 +65,9 @@ struct Op {
   std::int64_t rows = 0;
   std::int64_t cols = 0;
   bool expert = false;  // MoE expert weights: split by ep, sharded over dp / ep
+  // An Attention op run by cuDNN's fused attention (AttentionKernel::Cudnn):
+  // priced at the calibration's cudnn fraction where it has one.
+  bool cudnn = false;
   // A Linear op of a block the plan keeps in bf16 under fp8 or fp4
   // (ExpandOptions::bf16_first_layers): it multiplies and saves as bf16.
   bool unquantized = false;

@@ -212,6 +212,23 @@ TEST_CASE("fp32 doubles activation bytes; fp8 halves GEMM inputs") {
   }
 }
 
+TEST_CASE("cuDNN's fused attention keeps what flash keeps, its attention op marked") {
+  const auto m = gpt(2, 512, 8, 2048, 1000);
+  ExpandOptions flash, cudnn;
+  cudnn.attention = AttentionKernel::Cudnn;
+  const OpChain a = expand(m, flash), b = expand(m, cudnn);
+  REQUIRE(a.main_block().ops.size() == b.main_block().ops.size());
+  for (std::size_t i = 0; i < a.main_block().ops.size(); ++i) {
+    const Op& x = a.main_block().ops[i];
+    const Op& y = b.main_block().ops[i];
+    CAPTURE(x.name);
+    CHECK(y.saved_bytes == x.saved_bytes);
+    CHECK(y.fwd_flops == x.fwd_flops);
+    CHECK(y.cudnn == (x.kind == OpKind::Attention));
+    CHECK_FALSE(x.cudnn);
+  }
+}
+
 TEST_CASE("blocks kept in bf16 under fp8 or fp4: their own kind, bf16 ops marked unquantized") {
   // 6 layers, the first one and the last two in bf16 (Megatron-Core's
   // --first-last-layers-bf16 --num-layers-at-start-in-bf16 1

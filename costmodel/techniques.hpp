@@ -28,7 +28,16 @@ constexpr bool quantized_gemms(Precision p) { return p == Precision::FP8 || p ==
 // `Standard` materialises the attention scores (saved for backward: softmax
 // output, dropout mask and output, 5·a·s²·b bytes per layer in 16 bits);
 // `Flash` fuses them and saves only the output and fp32 log-sum-exp statistics.
-enum class AttentionKernel { Flash, Standard };
+// `Cudnn` is Transformer Engine's cuDNN fused attention (FusedAttention,
+// Megatron-Core's --attention-backend fused), which TE prefers over
+// FlashAttention on Hopper and newer (transformer_engine/pytorch/attention
+// get_attention_backend: "Disabling FlashAttention to give FusedAttention
+// preference on Hopper+ for performance reasons"): it saves what flash
+// saves and runs at the calibration's cudnn_fraction_of_gemm where the GPU
+// has one (as flash elsewhere, where TE runs FlashAttention).
+enum class AttentionKernel { Flash, Standard, Cudnn };
+// Whether the scores stay inside one fused kernel (nothing s × s saved).
+constexpr bool fused_attention(AttentionKernel k) { return k != AttentionKernel::Standard; }
 
 // How the loss's cross-entropy runs over the logits (docs/memory.md, the
 // loss). `InPlace`: Megatron-LM's vocabulary-parallel cross-entropy
@@ -176,8 +185,10 @@ struct EnumNames<cost::Fp8Recipe> {
 };
 template <>
 struct EnumNames<cost::AttentionKernel> {
-  static constexpr std::array<std::pair<cost::AttentionKernel, std::string_view>, 2> table{
-      {{cost::AttentionKernel::Flash, "flash"}, {cost::AttentionKernel::Standard, "standard"}}};
+  static constexpr std::array<std::pair<cost::AttentionKernel, std::string_view>, 3> table{
+      {{cost::AttentionKernel::Flash, "flash"},
+       {cost::AttentionKernel::Standard, "standard"},
+       {cost::AttentionKernel::Cudnn, "cudnn"}}};
 };
 template <>
 struct EnumNames<cost::CrossEntropy> {

@@ -220,7 +220,9 @@ GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer) {
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,
              bool backward, LayerKind layer, Fp8Recipe recipe) {
   KernelShape shape = op_kernels(op, backward);
-  if (op.kind == OpKind::Attention) shape.efficiency_scale = cal.attention_fraction;
+  if (op.kind == OpKind::Attention)
+    shape.efficiency_scale = op.cudnn && cal.cudnn_attention_fraction > 0 ? cal.cudnn_attention_fraction
+                                                                          : cal.attention_fraction;
   const GemmDtype dtype = op_gemm_dtype(p, op, layer);
   const Flops flops = backward ? op.bwd_flops : op.fwd_flops;
   const Bytes bytes = backward ? op.bwd_bytes : op.fwd_bytes;

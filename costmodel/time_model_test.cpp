@@ -123,6 +123,13 @@ TEST_CASE("op time: a linear op's backward is two GEMMs of the forward's size pe
   c.attention_fraction = 0.5;
   CHECK(op_time(g, c, Precision::BF16, attn, false) == 166'667 + 1'000);
   CHECK(op_time(g, c, Precision::BF16, lin, false) == 166'667 + 2'000);
+  // cuDNN's fused attention at its own fraction (0.8 here: 1.6 times the
+  // 0.5 kernel's speed), where the calibration gives one.
+  attn.cudnn = true;
+  CHECK(op_time(g, c, Precision::BF16, attn, false) == 166'667 + 1'000);  // none given: as flash
+  c.cudnn_attention_fraction = 0.8;
+  CHECK(op_time(g, c, Precision::BF16, attn, false) == 104'167 + 1'000);
+  attn.cudnn = false;
   c.attention_fraction = 1.0;
   // A norm moves 1.8e9 bytes each way: 1 ms + one launch.
   Op norm;

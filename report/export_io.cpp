@@ -587,8 +587,11 @@ Exported export_megatron(const Scenario& sc) {
     f.add("--window-size", w);
     if (m.attention_window->global_every) f.add("--window-attn-skip-freq", *m.attention_window->global_every);
   }
-  f.add("--attention-backend",
-        std::string(im.attention == AttentionKernel::Flash ? "flash" : "unfused"));
+  // arguments.py's --attention-backend: flash (FlashAttention through
+  // Transformer Engine), fused (cuDNN's), unfused.
+  f.add("--attention-backend", std::string(im.attention == AttentionKernel::Flash   ? "flash"
+                                           : im.attention == AttentionKernel::Cudnn ? "fused"
+                                                                                    : "unfused"));
   if (!im.fused_elementwise) {
     f.add(m.mlp == cost::MlpKind::Swiglu ? "--no-bias-swiglu-fusion" : "--no-bias-gelu-fusion");
     f.add("--no-bias-dropout-fusion");
@@ -955,7 +958,7 @@ Exported export_torchtitan(const Scenario& sc) {
       ac << "mode = " << q("none") << "\n";
       // Megatron-LM's policy drops the attention scores; under flash
       // attention there are none and it keeps everything, as mode none.
-      if (p.implementation.attention == AttentionKernel::Flash)
+      if (cost::fused_attention(p.implementation.attention))
         notes.push_back("recompute=selective: Megatron-LM's attention-core policy keeps "
                         "everything under flash attention, as mode = \"none\" (torchtitan's "
                         "op-level policy is recompute selective_op)");
@@ -997,7 +1000,7 @@ Exported export_torchtitan(const Scenario& sc) {
       un.push_back("optimizer=" + std::string(enum_name(p.optimizer)) +
                    " (torchtitan builds Adam or AdamW)");
   }
-  if (im.attention != AttentionKernel::Flash)
+  if (!cost::fused_attention(im.attention))
     un.push_back("implementation.attention=standard (torchtitan's models use fused scaled "
                  "dot-product attention)");
   if (im.cross_entropy != strategies::CrossEntropy::Unfused)

@@ -299,6 +299,18 @@ TEST_CASE("FP4: Megatron-Core's --fp4-format e2m1 --fp4-recipe nvfp4, read back 
   CHECK(back.bf16_first_layers == 2);
   CHECK(back.bf16_last_layers == 3);
   CHECK_FALSE(has(flags(mg), "--first-last-layers-bf16"));
+  // --attention-backend: cudnn as fused, read back; auto leaves the stack's default.
+  auto cud = sc;
+  cud.plan.implementation.attention = cost::AttentionKernel::Cudnn;
+  const Exported ce = export_megatron(cud);
+  CHECK(has(flags(ce), "--attention-backend fused"));
+  CHECK(import_plan(cud, ExportTarget::Megatron, ce.text, "x.sh").scenario.plan.implementation.attention ==
+        cost::AttentionKernel::Cudnn);
+  std::string autofile = ce.text;
+  autofile.replace(autofile.find("--attention-backend fused"), 25, "--attention-backend auto");
+  // (Megatron-LM's stack, megatron-lm-2025, runs Transformer Engine's choice: cuDNN's.)
+  CHECK(import_plan(cud, ExportTarget::Megatron, autofile, "x.sh").scenario.plan.implementation.attention ==
+        cost::AttentionKernel::Cudnn);
   // torchtitan's converters are float8 and MXFP8: listed, bf16 emitted.
   auto fsdp = sc;
   fsdp.plan.zero = 3;

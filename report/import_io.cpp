@@ -429,8 +429,12 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
   if (p.precision == Precision::FP16) im.fp32_grad_accumulation = has("--accumulate-allreduce-grads-in-fp32");
   if (p.precision == Precision::BF16 || cost::quantized_gemms(p.precision))
     im.fp32_grad_accumulation = !has("--grad-reduce-in-bf16");
-  if (const auto a = value("--attention-backend"))
-    im.attention = *a == "unfused" ? AttentionKernel::Standard : AttentionKernel::Flash;
+  // flash, fused (cuDNN), unfused and local (Megatron's own, unfused);
+  // auto leaves the engine's default (Transformer Engine's choice).
+  if (const auto a = value("--attention-backend"); a && *a != "auto")
+    im.attention = *a == "fused"                     ? AttentionKernel::Cudnn
+                   : *a == "unfused" || *a == "local" ? AttentionKernel::Standard
+                                                      : AttentionKernel::Flash;
   const bool unfused = has("--no-bias-swiglu-fusion") || has("--no-bias-gelu-fusion") ||
                        has("--no-bias-dropout-fusion") || has("--no-masked-softmax-fusion");
   used.insert("--no-rope-fusion");

@@ -1,4 +1,5 @@
 # Megatron-LM pretrain_gpt.py flags: llama3-70b on 64 x h100-sxm: dp 8, tp 8, pp 1, cp 1, zero 3, global batch 256, micro 1
+# note: implementation.attention = cudnn, Megatron-LM's default (the plan had flash, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
 # note: implementation.overlap_grad_reduce = false, Megatron-LM's default (the plan had true, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
 # note: implementation.overlap_param_gather = false, Megatron-LM's default (the plan had true, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
 # note: implementation.pp_scatter_gather = true, Megatron-LM's default (the plan had false, Strata's default; set it in plan.implementation to export it, or simulate with "stack": "megatron-lm-2025" to predict what the engine runs)
@@ -39,4 +40,4 @@
 --disable-bias-linear \
 --attention-dropout 0 \
 --hidden-dropout 0 \
---attention-backend flash
+--attention-backend fused
