@@ -839,9 +839,7 @@ class StepBuilder : StepLayout {
     if (last_chunk) {
       const std::int32_t head_weights =
           gathers ? weight_gather(chain_.head, Part::Head, -1) : kNone;
-      const std::int32_t head_gather = gathers_ends() && !plan_.implementation.zero3_root_unsharded
-                                           ? end_gather(Part::Head, mb, Pass::Forward, k)
-                                           : root_head;
+      const std::int32_t head_gather = root_head != kNone ? root_head : use_gather(Part::Head, mb, Pass::Forward, k);
       const std::int32_t h = compute(costs().layer(chain_.head, Pass::Forward), sim::Phase::Fwd,
                                      info(TaskOp::Forward, Part::Head, -1, mb), CommKind::None,
                                      {{buffer(BufKind::Head, -1, mb, chain_.head.saved_bytes())}, {}});
@@ -859,9 +857,7 @@ class StepBuilder : StepLayout {
       // The loss's backward holds the logits' gradient and frees the head's
       // saved bytes.
       const auto grad = buffer(BufKind::HeadGrad, -1, mb, chain_.head.max_grad_bytes());
-      const std::int32_t weights = gathers_ends() && !plan_.implementation.zero3_root_unsharded
-                                       ? end_gather(Part::Head, mb, Pass::Backward, k)
-                                       : kNone;
+      const std::int32_t weights = use_gather(Part::Head, mb, Pass::Backward, k);
       compute(costs().layer(chain_.head, Pass::Backward), sim::Phase::Bwd, info(TaskOp::Backward, Part::Head, -1, mb),
               CommKind::None, {{grad}, {grad, existing(BufKind::Head, -1, mb)}});
       dep(weights, last_compute_);
@@ -1020,9 +1016,7 @@ class StepBuilder : StepLayout {
       }
     }
     if (k == 0) {
-      const std::int32_t weights = gathers_ends() && !plan_.implementation.zero3_root_unsharded
-                                       ? end_gather(Part::Embedding, mb, Pass::Backward, k)
-                                       : kNone;
+      const std::int32_t weights = use_gather(Part::Embedding, mb, Pass::Backward, k);
       // The CPU kernels: an embedding-only chunk's backward buffers (the
       // gradient it receives) are made by the embedding's backward.
       compute(costs().layer(chain_.embedding, Pass::Backward), sim::Phase::Bwd,
@@ -1065,6 +1059,10 @@ class StepBuilder : StepLayout {
       dep(recent_[recent_.size() - 2], g);
     }
     return g;
+  }
+  // A gather for one use (DeepSpeed's); none where FSDP's root holds them.
+  std::int32_t use_gather(Part part, int mb, Pass pass, int k) {
+    return gathers_ends() && !plan_.implementation.zero3_root_unsharded ? end_gather(part, mb, pass, k) : kNone;
   }
 
   // ZeRO-3: all-gather a layer's parameters on the communication lane, one
