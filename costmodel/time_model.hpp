@@ -59,7 +59,9 @@ KernelShape op_kernels(const Op& op, bool backward);
 // transformer_engine/common/recipe/__init__.py, DelayedScaling), and
 // Megatron-Core's output layer is a tensor_parallel.ColumnParallelLinear,
 // not a Transformer Engine module (megatron/core/models/gpt/gpt_model.py),
-// so the logits GEMM runs in bf16 too. Every other precision: gemm_dtype.
+// so the logits GEMM runs in bf16 too. FP4 (NVFP4) likewise, at the fp4
+// peak; an `unquantized` op (a block kept in bf16) in bf16. Every other
+// precision: gemm_dtype.
 GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer);
 // compute_time of an op's forward (backward = false) or backward pass in
 // the layer it belongs to.
