@@ -522,6 +522,18 @@ TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output l
   const double vocab = 128256.0 * 4096;
   CHECK(comm("{}") == buckets + 2 * (layer + vocab + 4096));
   CHECK(comm(R"({"zero3_root_unsharded": true})") == buckets + 2 * (2 * layer + 2 * vocab + 4096));
+  // Two pipeline stages (dp 8): the first holds the embedding, the last the
+  // output layer and norm; each a layer's weights more held than per use
+  // (2 layers + E against a layer + max(layer, E), E larger than a layer).
+  auto stage_comm = [](const std::string& implementation, int s) {
+    const Scenario sc = make("\"llama3-8b\"", R"({"preset": "dgx-h100", "nodes": 2})", R"({"global": 16})",
+                             R"({"zero": 3, "pp": 2, "implementation": )" + implementation + "}");
+    return static_cast<double>(tag(estimate_memory(sc).stages[static_cast<std::size_t>(s)], MemTag::CommBuffers));
+  };
+  for (int s : {0, 1}) {
+    CAPTURE(s);
+    CHECK(stage_comm(R"({"zero3_root_unsharded": true})", s) - stage_comm("{}", s) == 2 * layer);
+  }
 }
 
 TEST_CASE("an out-of-memory plan is a result with the numbers") {
