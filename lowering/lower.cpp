@@ -1041,14 +1041,9 @@ class StepBuilder : StepLayout {
   bool gathers_ends() const { return zero3() && !cpu_ && !sc_.executed; }
   std::int32_t end_gather(Part part, int mb, Pass pass, int k) {
     const bool root = plan_.implementation.zero3_root_unsharded;
-    const bool tied = sc_.model.tied_embeddings && !chain_.embedding.ops.empty();
-    const double word = tied ? static_cast<double>(chain_.embedding.ops.front().params) : 0.0;
-    double params = 0;
-    if (part == Part::Embedding) params += static_cast<double>(chain_.embedding.params());
-    // The head: its own weights and the tied word embedding it multiplies
-    // by, which a root holding the embedding too has already.
-    const bool head = part == Part::Head || (root && k + 1 == static_cast<int>(chunks_.size()));
-    if (head) params += static_cast<double>(chain_.head.params()) + (part == Part::Head ? word : 0.0);
+    const EndGathers ends =
+        end_gathers(chain_, sc_.model.tied_embeddings, k == 0, k + 1 == static_cast<int>(chunks_.size()));
+    const double params = root ? ends.root : part == Part::Embedding ? ends.embedding : ends.head;
     const std::int32_t g =
         task(sim::TaskKind::Collective, sim::Lane::Comm,
              costs().collective(Collective::AllGather, Group::DP, static_cast<Bytes>(params * per_.weights)),

@@ -434,6 +434,15 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rule
   return c;
 }
 
+EndGathers end_gathers(const cost::OpChain& chain, bool tied, bool first, bool last) {
+  const double word = tied && !chain.embedding.ops.empty() ? static_cast<double>(chain.embedding.ops.front().params) : 0;
+  EndGathers g;
+  if (first) g.embedding = static_cast<double>(chain.embedding.params());
+  if (last) g.head = static_cast<double>(chain.head.params()) + word;
+  g.root = g.embedding + g.head - (first && last ? word : 0.0);
+  return g;
+}
+
 Bytes p2p_message_bytes(const Scenario& sc, const cost::OpChain& chain, std::span<const std::int64_t> first_layer,
                         int boundary) {
   if (sc.model.chain) {
@@ -620,12 +629,11 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
         // forward to their backward's end (zero3_root_unsharded), so they
         // sit beside two layers; gathered per use, the larger of them takes
         // the second layer's place while it runs.
-        const double emb = s == 0 ? embedding.params() : 0.0;
-        const double out = s == p - 1 ? head.params() + (model.tied_embeddings ? word_embedding.params() : 0.0) : 0.0;
+        const EndGathers ends = end_gathers(chain_, model.tied_embeddings, s == 0, s == p - 1);
         const double layer = block.params();
         const double gathered = plan.implementation.zero3_root_unsharded
-                                    ? 2.0 * layer + emb + out - (p == 1 && model.tied_embeddings ? word_embedding.params() : 0.0)
-                                    : layer + std::max({layer, emb, out});
+                                    ? 2.0 * layer + ends.root
+                                    : layer + std::max({layer, ends.embedding, ends.head});
         comm += gathered * per.weights;
       }
       comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,

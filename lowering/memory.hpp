@@ -130,6 +130,18 @@ Recompute selective_policy(const Plan& plan);
 Bytes p2p_message_bytes(const Scenario& sc, const cost::OpChain& chain, std::span<const std::int64_t> first_layer,
                         int boundary);
 
+// ZeRO-3's gathers outside the blocks of a model chunk (or a stage) that
+// holds the embedding (`first`) and/or the output layer (`last`), in
+// parameters on this rank: the embedding's; the output layer's with the
+// tied word embedding it multiplies by; and FSDP's root module's
+// (implementation.zero3_root_unsharded), both at once, the tied embedding
+// counted once where one chunk holds both. Shared by the step program's
+// gathers and the memory model's buffers.
+struct EndGathers {
+  double embedding = 0, head = 0, root = 0;
+};
+EndGathers end_gathers(const cost::OpChain& chain, bool tied, bool first, bool last);
+
 // Constants of the memory rules (docs/memory-model.md says why each).
 struct MemoryRules {
   Bytes runtime_bytes = 512 * kMiB;          // CUDA context and library handles
