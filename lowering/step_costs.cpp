@@ -219,9 +219,9 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // with_amax_reduction over amax_reduction_group).
     const bool current = (precision == Precision::FP8 && recipe == cost::Fp8Recipe::Tensorwise) ||
                          precision == Precision::FP4;
-    const bool amax = current && p.sequence_parallel;
-    const Time amax_sync = amax ? 2 * ring(cost::CollectiveOp::AllReduce, 4, tp_g_) : 0;
+    const Time amax_sync = 2 * ring(cost::CollectiveOp::AllReduce, 4, tp_g_);
     for (std::size_t k = 0; k < kinds; ++k) {
+      const bool amax = current && p.sequence_parallel && !chain_.kinds[k].unquantized;  // a bf16 block casts nothing
       // Transformer Engine's overlap (tp_comm_overlap) also hides forward
       // communication behind the layer's GEMMs: bulk behind half of them, ring
       // behind all.
@@ -237,7 +237,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
                         : p.implementation.tp_comm_overlap == TpCommOverlap::Bulk ? gemm / 2
                                                                                   : 0;
       auto& tp = comm_[k].tp;
-      const Time amax_k = chain_.kinds[k].unquantized ? 0 : amax_sync;  // a bf16 block casts nothing
+      const Time amax_k = amax ? amax_sync : 0;
       tp[0] = std::max<Time>(0, one - hide) + amax_k;
       // Backward as Megatron-LM runs it (LinearWithGradAccumulationAndAsync-
       // Communication). Without sequence parallelism both backward all-reduces
