@@ -367,6 +367,19 @@ TEST_CASE("A100 bf16 GEMM of 8192^3 against the published achievable rate") {
   CHECK(gemm_flops(16384, 16384, 16384) / to_seconds(th) / 1e12 <= 792.1);
 }
 
+// A block linear of 6e12 FLOPs forward (twice that backward) whose input
+// holds 1e9 elements and whose output 5e8: the FP8 and FP4 cases' op.
+Op quantized_block_linear() {
+  Op op;
+  op.kind = OpKind::Linear;
+  op.fwd_flops = 6e12;
+  op.bwd_flops = 12e12;
+  op.matrices = 1;
+  op.gemm_in_elems = 1e9;
+  op.gemm_out_elems = 5e8;
+  return op;
+}
+
 TEST_CASE("FP8 recipes: each pass quantizes its operand; emulated block scaling runs at BF16 / 1.75") {
   // GPU: 300 TFLOP/s bf16 and 600 fp8, GEMM efficiency 0.8, HBM 2,000 GB/s at
   // 0.9 (1,800 GB/s), no launch overhead. A block linear of 6e12 FLOPs
@@ -376,13 +389,7 @@ TEST_CASE("FP8 recipes: each pass quantizes its operand; emulated block scaling 
   g.hbm_GBps = 2000;
   Calibration c = test_cal();
   c.gemm[static_cast<std::size_t>(GemmDtype::FP8)] = EfficiencyCurve::constant(0.8);
-  Op op;
-  op.kind = OpKind::Linear;
-  op.fwd_flops = 6e12;
-  op.bwd_flops = 12e12;
-  op.matrices = 1;
-  op.gemm_in_elems = 1e9;
-  op.gemm_out_elems = 5e8;
+  Op op = quantized_block_linear();
   const double bw = 1800e9;
   auto ns = [](double s) { return seconds_to_time(s); };
   auto fwd = [&](Fp8Recipe r) { return op_time(g, c, Precision::FP8, op, false, LayerKind::Block, r); };
@@ -432,13 +439,7 @@ TEST_CASE("FP4 (NVFP4): block linears at the FP4 peak, each pass quantizing its 
   g.fp8_block_scaling = Fp8BlockScaling::Native;
   Calibration c = test_cal();
   c.gemm[static_cast<std::size_t>(GemmDtype::FP4)] = EfficiencyCurve::constant(0.8);
-  Op op;
-  op.kind = OpKind::Linear;
-  op.fwd_flops = 6e12;
-  op.bwd_flops = 12e12;
-  op.matrices = 1;
-  op.gemm_in_elems = 1e9;
-  op.gemm_out_elems = 5e8;
+  Op op = quantized_block_linear();
   const double bw = 1800e9;
   auto ns = [](double s) { return seconds_to_time(s); };
   const double per_elem = 2 + 2 + 2 * (0.5 + 1.0 / 16);
