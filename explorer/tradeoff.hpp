@@ -87,9 +87,10 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
 // to a chunk's layers, sqrt, and optimal recompute (per-layer choices,
 // layer_plan.hpp) within each budget; steps from the coarse level (the
 // layer level's to the nanosecond for recompute), peaks from the memory
-// model. fixed_bytes is what no savings' peak stage holds beside its
-// activations (and their allocator reserve); a point's peak is its
-// plan's peak less that. Throws InputError for layer chains and for the
+// model. fixed_bytes is what no savings' required bytes hold beside its
+// activations (MemoryEstimate::required_bytes: the fit's measure, without
+// the allocator's reserve); a point's peak is its plan's required bytes
+// less that. Throws InputError for layer chains and for the
 // joint offload planner (it decides recompute itself).
 Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
 

@@ -119,11 +119,11 @@ TEST_CASE("groups: each stage's memory is checked against its own GPU") {
   REQUIRE(m.stages.size() == 2);
   CHECK(m.stages[0].capacity == 80 * kGiB);
   CHECK(m.stages[1].capacity == 2 * kGiB);
-  REQUIRE(m.stages[1].total > 2 * kGiB);
+  REQUIRE(m.stages[1].required() > 2 * kGiB);
   CHECK(m.stages[0].total > m.stages[1].total);
   REQUIRE(m.infeasible);
   CHECK(m.infeasible->pool == "gpu");
-  CHECK(m.infeasible->needs == m.stages[1].total);
+  CHECK(m.infeasible->needs == m.stages[1].required());
   CHECK(m.infeasible->has == 2 * kGiB);
   // The recompute planners' budget: the smallest GPU's.
   CHECK(memory_budget(sc, {}) == static_cast<Bytes>(2.0 * kGiB * 0.95));

@@ -296,7 +296,7 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
              std::tie(y.time, y.swap, y.activations, y.alpha, y.beta);
     });
     const auto fits = [&](const Candidate& c, std::int64_t q) {
-      return model.stage(s, blocks(c.swap, c.alpha, c.beta, q)).total <= budget;
+      return model.stage(s, blocks(c.swap, c.alpha, c.beta, q)).required() <= budget;
     };
     std::optional<Candidate> chosen;
     for (const auto& c : cands) {
@@ -443,7 +443,7 @@ Swaps priority_swaps(const MemoryModel& model, const Keeps& keeps, Bytes budget,
       return std::tie(y.score, x.layer) < std::tie(x.score, y.layer);
     });
     for (const Scored& x : order) {
-      if (model.stage(s, model.blocks(s, plan)).total <= budget) break;
+      if (model.stage(s, model.blocks(s, plan)).required() <= budget) break;
       plan.swaps[x.layer] = Swap::Saved;
     }
   }
@@ -517,7 +517,7 @@ Swaps planner_swaps(OffloadPlanner planner, const MemoryModel& model, const Keep
 
 bool fits(const MemoryModel& model, const LayerPlan& layers, Bytes budget) {
   for (int s = 0; s < static_cast<int>(model.scenario().plan.pp); ++s)
-    if (model.stage(s, model.blocks(s, layers)).total > budget) return false;
+    if (model.stage(s, model.blocks(s, layers)).required() > budget) return false;
   return true;
 }
 

@@ -184,7 +184,7 @@ TEST_CASE("optimal recompute: the fastest per-layer choice within the budget (br
                        Swaps(layers, sc.plan.offload.activations ? Swap::Saved : Swap::None)};
         each_choice(n, [&](const Keeps& k) {
           std::copy(k.begin(), k.end(), plan.keeps.begin() + static_cast<std::ptrdiff_t>(first));
-          all.push_back({mm.stage(s, mm.blocks(s, plan)).total, recompute_time(k, t)});
+          all.push_back({mm.stage(s, mm.blocks(s, plan)).required(), recompute_time(k, t)});
         });
         Bytes lo = std::numeric_limits<Bytes>::max(), hi = 0;
         for (const auto& [b, _] : all) {
@@ -206,7 +206,7 @@ TEST_CASE("optimal recompute: the fastest per-layer choice within the budget (br
           REQUIRE(memory_budget(within, {}) == budget);
           const LayerPlan got = plan_layers(at, t);
           const std::span<const Keep> mine(got.keeps.data() + first, static_cast<std::size_t>(n));
-          const Bytes total = mm.stage(s, mm.blocks(s, got)).total;
+          const Bytes total = mm.stage(s, mm.blocks(s, got)).required();
           CAPTURE(keeps_pattern(mine));
           if (best == std::numeric_limits<Time>::max()) {
             CHECK(total == lo);  // nothing fits: the least memory
@@ -270,7 +270,7 @@ TEST_CASE("optimal recompute: within budget, never slower than a fixed policy th
       const StepPrediction step = predict_step(sc, &run, &low);
       const MemoryEstimate est = estimate_memory(sc);
       CHECK(est.layers == low.layers);
-      CHECK(est.peak_bytes <= budget);
+      CHECK(est.required_bytes <= budget);
       CHECK(memory_from_run(sc, low, run).peak_bytes == est.peak_bytes);
       Time best = std::numeric_limits<Time>::max();
       for (const auto& [rec, f] : fixed)
@@ -370,11 +370,11 @@ TEST_CASE("offload planners: priority moves the layers idle longest until the st
       const std::string stage = swaps.substr(static_cast<std::size_t>(4 * s), 4);
       const std::size_t k = stage.find('-');
       CHECK(stage.find('H', k == std::string::npos ? 4 : k) == std::string::npos);  // a prefix
-      CHECK(mm.stage(s, mm.blocks(s, got)).total <= budget);
+      CHECK(mm.stage(s, mm.blocks(s, got)).required() <= budget);
       if (k > 0 && k != std::string::npos) {
         LayerPlan fewer = got;
         fewer.swaps[static_cast<std::size_t>(4 * s) + k - 1] = Swap::None;
-        CHECK(mm.stage(s, mm.blocks(s, fewer)).total > budget);  // the shortest
+        CHECK(mm.stage(s, mm.blocks(s, fewer)).required() > budget);  // the shortest
       }
       moved += static_cast<int>(k == std::string::npos ? 4 : k);
     }
@@ -418,7 +418,7 @@ TEST_CASE("joint planner: never slower than recompute or offload alone at the sa
       CAPTURE(b);
       const Scenario joint = joint_at(b);
       const MemoryEstimate je = estimate_memory(joint);
-      CHECK(je.peak_bytes <= static_cast<Bytes>(b));
+      CHECK(je.required_bytes <= static_cast<Bytes>(b));
       const Time jt = predict_step(joint).step_time;
 
       Time best = std::numeric_limits<Time>::max();

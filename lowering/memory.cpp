@@ -465,6 +465,7 @@ MemoryFigures memory_figures(const MemoryEstimate& m) {
 
 void finish_estimate(MemoryEstimate& out) {
   out.peak_bytes = 0;
+  out.required_bytes = 0;
   out.infeasible.reset();
   for (const auto& st : out.stages) {
     if (st.total > out.peak_bytes) {
@@ -472,16 +473,18 @@ void finish_estimate(MemoryEstimate& out) {
       out.peak_stage = st.stage;
       out.breakdown = st.bytes;
     }
+    out.required_bytes = std::max(out.required_bytes, st.required());
   }
-  // Each stage against its own GPU (on a cluster of groups they differ):
-  // the one furthest over.
+  // Each stage's required bytes against its own GPU (on a cluster of groups
+  // they differ): the one furthest over.
   const StageMemory* over = nullptr;
+  const auto excess = [](const StageMemory& st) { return st.required() - st.capacity; };
   for (const auto& st : out.stages) {
     if (st.stage == out.peak_stage) out.gpu_capacity = st.capacity;
-    if (st.total > st.capacity && (!over || st.total - st.capacity > over->total - over->capacity)) over = &st;
+    if (st.required() > st.capacity && (!over || excess(st) > excess(*over))) over = &st;
   }
   if (over)
-    out.infeasible = Infeasible{"gpu", over->total, over->capacity};
+    out.infeasible = Infeasible{"gpu", over->required(), over->capacity};
   else if (out.host_bytes_per_node > out.host_capacity_per_node)
     out.infeasible = Infeasible{"host", out.host_bytes_per_node, out.host_capacity_per_node};
   else if (out.nvme_bytes_per_node > out.nvme_capacity_per_node)

@@ -173,6 +173,13 @@ struct StageMemory {
   // layer-level timeline; absent elsewhere). Reported beside the
   // AllocatorReserve tag, which follows MemoryRules' rule.
   std::optional<sim::AllocatorReplay> allocator;
+  // What must fit its GPU: every tag but the allocator's reserve. When
+  // cudaMalloc fails, PyTorch's caching allocator frees its cached blocks
+  // that hold no tensor and retries (c10/cuda/CUDACachingAllocator.cpp), so
+  // the reserve beyond the tensors shrinks under pressure instead of
+  // stopping the run: a stage fits when its tensors and the CUDA context do
+  // (docs/memory-model.md, "Fits").
+  Bytes required() const { return total - bytes[static_cast<std::size_t>(sim::MemTag::AllocatorReserve)]; }
 };
 
 struct Infeasible {
@@ -187,6 +194,7 @@ struct MemoryEstimate {
   Bytes peak_bytes = 0;
   sim::TagBytes breakdown{};  // the peak stage's bytes by tag (they sum to peak_bytes)
   Bytes gpu_capacity = 0;  // the peak stage's GPU memory
+  Bytes required_bytes = 0;  // the largest stage's required(): what decides the fit
   Bytes host_bytes_per_node = 0;
   Bytes host_capacity_per_node = 0;
   Bytes nvme_bytes_per_node = 0;
@@ -208,8 +216,9 @@ struct MemoryFigures {
 };
 MemoryFigures memory_figures(const MemoryEstimate& m);
 
-// Sets peak_stage, peak_bytes, breakdown and infeasible from the stages and
-// capacities (shared by the analytical and the timeline estimates).
+// Sets peak_stage, peak_bytes, breakdown, required_bytes and infeasible from
+// the stages and capacities (shared by the analytical and the timeline
+// estimates): a stage is over when its required() passes its GPU.
 void finish_estimate(MemoryEstimate& est);
 
 // The analytical estimate of a plan. With recompute "optimal" or an offload

@@ -272,6 +272,7 @@ std::string render_simulation(const strategies::Scenario& sc,
       if (const auto g = strategies::estimate_goal(sc)) add_goal_fields(j, sc, *g, r.step_s);
     }
     j["peak_memory_bytes"] = mem.peak_bytes;
+    j["memory_required_bytes"] = mem.required_bytes;
     j["gpu_memory_bytes"] = mem.gpu_capacity;
     j["peak_stage"] = mem.peak_stage;
     j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
@@ -353,9 +354,16 @@ std::string render_simulation(const strategies::Scenario& sc,
          ", microbatch " +
          std::to_string(sc.batch.micro) + " (" +
          std::to_string(strategies::microbatches(sc.plan, sc.batch)) + " per pipeline)\n\n";
-  if (mem.feasible()) {
+  if (mem.feasible() && mem.peak_bytes <= mem.gpu_capacity) {
     out += "fits       peak " + gib(mem.peak_bytes) + " of " + gib(mem.gpu_capacity) +
            " per GPU (stage " + std::to_string(mem.peak_stage) + ", " + mem.source + ")\n";
+  } else if (mem.feasible()) {
+    // The tensors and the context fit; the allocator's cache on top does not.
+    out += "fits       needs " + gib(mem.required_bytes) + " of " + gib(mem.gpu_capacity) +
+           " per GPU (stage " + std::to_string(mem.peak_stage) + ", " + mem.source +
+           "): the tensors and the CUDA context; with the caching allocator's reserve the peak would be " +
+           gib(mem.peak_bytes) + ", more than the GPU: PyTorch frees its unused cached blocks and retries "
+           "the allocation instead (num_alloc_retries), which costs time Strata does not price\n";
   } else {
     const auto& r = *mem.infeasible;
     out += "DOES NOT FIT  " + r.pool + " memory: needs " + gib(r.needs) + ", has " + gib(r.has) +

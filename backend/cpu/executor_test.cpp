@@ -213,9 +213,9 @@ TEST_CASE("cpu/executor: optimal recompute's per-layer choices give the plain st
     none.recompute = cost::Recompute::None;
     Scenario plain = sc;
     plain.plan = none;
-    const double hi = static_cast<double>(strategies::estimate_memory(plain).peak_bytes);
+    const double hi = static_cast<double>(strategies::estimate_memory(plain).required_bytes);
     sc.plan.memory_budget_GiB = 1e-3;  // below anything: the least memory
-    const double lo = static_cast<double>(strategies::estimate_memory(sc).peak_bytes);
+    const double lo = static_cast<double>(strategies::estimate_memory(sc).required_bytes);
     std::set<std::string> seen;
     for (int i = 0; i <= 8; ++i) {
       sc.plan.memory_budget_GiB = (lo + (hi - lo) * i / 8) / static_cast<double>(kGiB);
@@ -751,9 +751,9 @@ TEST_CASE("cpu/executor: each layer's forward keeps exactly the bytes its planne
     Scenario sc = tiny(6, opt, 4, micro);
     Scenario plain = sc;
     plain.plan.recompute = cost::Recompute::None;
-    const double hi = static_cast<double>(strategies::estimate_memory(plain).peak_bytes);
+    const double hi = static_cast<double>(strategies::estimate_memory(plain).required_bytes);
     sc.plan.memory_budget_GiB = 1e-3;
-    const double lo = static_cast<double>(strategies::estimate_memory(sc).peak_bytes);
+    const double lo = static_cast<double>(strategies::estimate_memory(sc).required_bytes);
     for (int i = 0; i <= 4; ++i) {
       sc.plan.memory_budget_GiB = (lo + (hi - lo) * i / 4) / static_cast<double>(kGiB);
       cases.push_back(sc);
