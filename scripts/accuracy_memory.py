@@ -6,12 +6,14 @@ Builds one scenario per DLPERF case of published_cases.json, runs
 predicted against measured GPU memory (docs/accuracy.md holds the latest).
 
   scripts/accuracy_memory.py [--strata build/app/strata] [--cases ../shared/validation/published_cases.json]
+  scripts/accuracy_memory.py --cases validation/dlperf-megatron.json   (DLPerf's whole table)
 
 Settings the source does not state, and how they are chosen here:
 - GPU: V100-SXM2-16GB = the v100-32g preset with memory_GiB 16, DGX-1-like
   node of 8 GPUs, 4 nodes as the family's hardware profile says.
-- Megatron-LM (2020, commit 8aa4619): fp16 with fp32 master weights and an
-  fp32 gradient copy (fp32_grad_accumulation), Adam, full recompute
+- Megatron-LM (2020, commit 8aa4619) on the megatron-lm-2021 stack, as
+  validate-published prices the same rows: fp16 with fp32 master weights and
+  an fp32 gradient copy (fp32_grad_accumulation), Adam, full recompute
   (--checkpoint-activations), standard attention, dropout, seq 2048, vocab 51200.
 - dp, tp, pp, microbatch and global batch from the case.
 """
@@ -26,8 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def scenario(case, family):
-    m = {**family["model"], **case["model"]}
-    st = {**family["strategy"], **case["strategy"]}
+    m = {**family.get("model", {}), **case["model"]}
+    st = {**family.get("strategy", {}), **case["strategy"]}
     hw = case["hardware"]
     gpus = hw["count"]
     nodes = max(1, gpus // 8)
@@ -42,6 +44,8 @@ def scenario(case, family):
         "plan": {"dp": st["dp"], "tp": st["tp"], "pp": st["pp"], "recompute": "full",
                  "optimizer": "adam", "precision": "fp16",
                  "implementation": {"attention": "standard", "fp32_grad_accumulation": True}},
+        # The stack validate-published prices these runs with.
+        "stack": "megatron-lm-2021",
     }
 
 

@@ -279,6 +279,16 @@ def validate_llm_foundry(strata):
     check(list(d["mape_pct_by_family"]) == ["MOSAIC"], f"families {list(d['mape_pct_by_family'])}")
 
 
+def validate_dlperf(strata):
+    # DLPerf's whole Megatron-LM table (validation/dlperf-megatron.json): 18
+    # runs, each counted with a prediction (all fit V100-16GB), among them the
+    # tensor-parallel groups across nodes (tp 16 and 32).
+    d = json.loads(run(strata, "validate-published", sys.argv[3], "--format", "json"))
+    check(d["counted"] == 18 and len(d["cases"]) == 18, f"{d['counted']} counted of {len(d['cases'])}")
+    for c in d["cases"]:
+        check(c["counted"] and c["predicted"] is not None and c["predicted"] > 0, f"{c['id']}: {c['note']}")
+
+
 def measured_calibration(strata):
     # A scenario naming no calibration uses the one cached for its GPU
     # (`strata calibrate` writes it with the GPU it measured); a cached file
