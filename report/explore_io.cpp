@@ -329,6 +329,7 @@ std::string result_line(const strategies::ScoredOutcome& o) {
   j["time_breakdown_s"] = breakdown_json(step.breakdown);
   j["bubble_fraction"] = step.bubble_fraction;
   j["peak_memory_bytes"] = mem.peak_bytes;
+  j["memory_required_bytes"] = mem.required_bytes;
   j["gpu_memory_bytes"] = mem.gpu_capacity;
   j["memory_breakdown_bytes"] = tags_json(mem.breakdown);
   j["host_memory_bytes"] = mem.host_bytes_per_node;

@@ -45,6 +45,10 @@ struct PlanRecord {
   std::vector<std::string> axes;  // the value of each ReportData::axes entry ("1f1b", "yes", "4")
   double step_time_s = 0, tokens_per_s_per_gpu = 0, mfu = 0;
   Bytes peak_memory_bytes = 0, gpu_memory_bytes = 0;
+  // What must fit the GPU: the tensors and the CUDA context, without the
+  // allocator's reserve (docs/memory-model.md, "Fits"); records written
+  // before it was recorded give their peak.
+  Bytes required_memory_bytes = 0;
   std::vector<Bytes> memory;   // per ReportData::memory_tags
   std::vector<double> time_s;  // per kTimeParts
   double bubble_fraction = 0;
@@ -53,7 +57,7 @@ struct PlanRecord {
   std::optional<double> time_to_train_s;
   std::optional<std::int64_t> train_steps;
   double penalty = 1, batch_tokens = 0;
-  bool fits() const { return gpu_memory_bytes <= 0 || peak_memory_bytes <= gpu_memory_bytes; }
+  bool fits() const { return gpu_memory_bytes <= 0 || required_memory_bytes <= gpu_memory_bytes; }
 };
 
 // An axis of the space, with the values it lists (as the summary writes them).

@@ -33,6 +33,7 @@ PlanRecord plan(const std::string& id, const std::string& recompute, const std::
   p.mfu = 0.4 / step_s;
   p.peak_memory_bytes = static_cast<Bytes>(peak_gib * static_cast<double>(kGiB));
   p.gpu_memory_bytes = 80 * kGiB;
+  p.required_memory_bytes = p.peak_memory_bytes;  // no reserve in these figures
   p.memory = {p.peak_memory_bytes / 4, p.peak_memory_bytes - p.peak_memory_bytes / 4};
   p.time_s.assign(kTimePartCount, 0);
   p.time_s[0] = step_s * 0.8;  // compute
@@ -286,6 +287,17 @@ std::string record(const std::string& offload, double step_s) {
          "\"memory_breakdown_bytes\":{\"activations\":2000,\"params\":1000}}\n";
 }
 
+TEST_CASE("a plan fits by its required memory: the tensors and the CUDA context, not the allocator's reserve") {
+  // 90 GiB with the reserve on an 80 GiB GPU, 75 GiB without it: it fits
+  // (docs/memory-model.md, "Fits"); 81 GiB without it does not. A record
+  // without the required figure is judged by its peak.
+  PlanRecord p = plan("00000000000000d0", "none", "0", 1.0, 90);
+  p.required_memory_bytes = 75 * kGiB;
+  CHECK(p.fits());
+  p.required_memory_bytes = 81 * kGiB;
+  CHECK_FALSE(p.fits());
+}
+
 TEST_CASE("load_report_data reads summary, results and refined records") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / "strata-report-load-test";
@@ -310,6 +322,8 @@ TEST_CASE("load_report_data reads summary, results and refined records") {
   CHECK(d.plans[0].axes[1] == "optimizer");  // the composite axis's own value
   CHECK(d.plans[1].axes[1] == "activations");
   CHECK(d.plans[1].step_time_s == 0.5);
+  // Records without memory_required_bytes are judged by their peak.
+  CHECK(d.plans[0].required_memory_bytes == d.plans[0].peak_memory_bytes);
   // Tags in simulate's order, whatever the record's key order.
   CHECK(d.memory_tags == std::vector<std::string>{"params", "activations"});
   CHECK(d.plans[0].memory == std::vector<Bytes>{1000, 2000});

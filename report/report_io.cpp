@@ -113,6 +113,8 @@ PlanRecord plan_record(const json& j, const std::string& where, const std::vecto
   p.mfu = r.at("mfu").as_number(0, 1e30);
   p.peak_memory_bytes = r.at("peak_memory_bytes").as_int(0, INT64_MAX);
   p.gpu_memory_bytes = r.at("gpu_memory_bytes").as_int(0, INT64_MAX);
+  p.required_memory_bytes = r.has("memory_required_bytes") ? r.at("memory_required_bytes").as_int(0, INT64_MAX)
+                                                            : p.peak_memory_bytes;
   if (auto bf = r.get("bubble_fraction")) p.bubble_fraction = bf->as_number(0, 1e30);
   const auto mem = r.at("memory_breakdown_bytes");
   if (!mem.is_object()) mem.fail("must be an object of bytes by tag");
