@@ -260,15 +260,19 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   t.shape = std::to_string(sc.model.layers) + " layers over " + std::to_string(sc.plan.pp) +
             " pipeline stage" + (sc.plan.pp > 1 ? "s" : "");
   t.microbatches = microbatches(sc.plan, sc.batch);
-  // What no savings' required bytes hold beside its activations: the
-  // budgets and points are measured as the fit and the planners measure
-  // them (MemoryEstimate::required_bytes, without the allocator's reserve).
+  // Budgets and points are measured as the fit and the planners measure
+  // them, without the allocator's reserve (docs/memory-model.md, "Fits"):
+  // a plan's peak stage less its reserve, and of that what no savings holds
+  // beside its activations is fixed.
   using sim::MemTag;
-  t.fixed_bytes = none.mem.required_bytes - none.mem.breakdown[static_cast<std::size_t>(MemTag::Activations)];
+  const auto required = [](const MemoryEstimate& m) {
+    return m.peak_bytes - m.breakdown[static_cast<std::size_t>(MemTag::AllocatorReserve)];
+  };
+  t.fixed_bytes = required(none.mem) - none.mem.breakdown[static_cast<std::size_t>(MemTag::Activations)];
   t.no_savings = none.step;
   t.gpu_bytes = sc.cluster.gpu.memory_bytes();
   auto point = [&](const Measured& m, std::string setting) {
-    return TradeoffPoint{m.mem.required_bytes - t.fixed_bytes, m.step, std::move(setting)};
+    return TradeoffPoint{required(m.mem) - t.fixed_bytes, m.step, std::move(setting)};
   };
   // The least optimal recompute reaches: its choices within no budget at all.
   const Measured least = measure(Recompute::Optimal, 1, Bytes{1});

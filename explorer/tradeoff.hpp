@@ -87,10 +87,9 @@ Tradeoff tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
 // to a chunk's layers, sqrt, and optimal recompute (per-layer choices,
 // layer_plan.hpp) within each budget; steps from the coarse level (the
 // layer level's to the nanosecond for recompute), peaks from the memory
-// model. fixed_bytes is what no savings' required bytes hold beside its
-// activations (MemoryEstimate::required_bytes: the fit's measure, without
-// the allocator's reserve); a point's peak is its plan's required bytes
-// less that. Throws InputError for layer chains and for the
+// model, without the allocator's reserve as the fit counts them.
+// fixed_bytes is what no savings' peak stage holds beside its activations;
+// a point's peak is its plan's peak stage less its reserve and that. Throws InputError for layer chains and for the
 // joint offload planner (it decides recompute itself).
 Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& options = {});
 
