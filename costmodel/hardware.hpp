@@ -32,6 +32,12 @@ struct NodeSpec {
   double host_memory_GiB = 0;          // per node
   double nvme_GBps = 0;                // per node, read
   double nvme_GiB = 0;                 // per node
+  // NVLinks between each pair of the node's GPUs, row-major, a square of
+  // side gpus_per_node (a DGX-1's hybrid cube-mesh: 0, 1 or 2 a pair);
+  // empty: every GPU reaches every other at intra_node_GBps (NVSwitch).
+  // nvlink_GBps: one link, one direction.
+  std::vector<int> nvlinks;
+  double nvlink_GBps = 0;
   std::string source;
 };
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
@@ -35,6 +36,47 @@ void read_node_fields(const JsonReader& r, NodeSpec& n) {
   n.host_memory_GiB = r.number_or("host_memory_GiB", n.host_memory_GiB, 0, kMaxGiB);
   n.nvme_GBps = r.number_or("nvme_GBps", n.nvme_GBps, 0, kMaxGBps);
   n.nvme_GiB = r.number_or("nvme_GiB", n.nvme_GiB, 0, kMaxGiB);
+  n.nvlink_GBps = r.number_or("nvlink_GBps", n.nvlink_GBps, 0, kMaxGBps);
+  if (auto m = r.get("nvlinks")) {
+    // A square of NVLink counts, symmetric, nothing on the diagonal.
+    const auto rows = m->elements();
+    if (rows.empty()) m->fail("must be a square array of arrays: the NVLinks between each pair of GPUs");
+    const std::size_t side = rows.size();
+    if (side > static_cast<std::size_t>(kMaxGpusPerNode)) m->fail("lists more GPUs than a node holds (1024)");
+    n.nvlinks.assign(side * side, 0);
+    for (std::size_t i = 0; i < side; ++i) {
+      const auto cols = rows[i].elements();
+      if (cols.size() != side)
+        rows[i].fail("has " + std::to_string(cols.size()) + " entries; the matrix lists " + std::to_string(side) +
+                     " GPUs (a square: one row and one column per GPU)");
+      for (std::size_t j = 0; j < side; ++j) n.nvlinks[i * side + j] = static_cast<int>(cols[j].as_int(0, 64));
+    }
+    for (std::size_t i = 0; i < side; ++i) {
+      if (n.nvlinks[i * side + i] != 0) rows[i].elements()[i].fail("must be 0: a GPU has no NVLink to itself");
+      for (std::size_t j = 0; j < i; ++j)
+        if (n.nvlinks[i * side + j] != n.nvlinks[j * side + i])
+          rows[i].elements()[j].fail("must equal entry [" + std::to_string(j) + "][" + std::to_string(i) +
+                                     "]: a link joins two GPUs both ways");
+    }
+  }
+}
+
+// A node's NVLink matrix against its GPUs: a node using the first g GPUs of
+// a server keeps their links (the matrix's leading g × g); a matrix of
+// fewer GPUs than the node holds, or links without a bandwidth, are errors.
+void fit_nvlinks(const JsonReader& r, NodeSpec& n) {
+  if (n.nvlinks.empty()) return;
+  const auto side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(n.nvlinks.size()))));
+  if (side < n.gpus_per_node)
+    r.fail_at("nvlinks", "lists " + std::to_string(side) + " GPUs and the node holds " +
+                             std::to_string(n.gpus_per_node) + " (gpus_per_node): one row and column per GPU");
+  if (n.nvlink_GBps <= 0) r.fail_at("nvlink_GBps", "must be > 0 with an nvlinks matrix");
+  if (side == n.gpus_per_node) return;
+  const auto g = static_cast<std::size_t>(n.gpus_per_node);
+  std::vector<int> lead(g * g);
+  for (std::size_t i = 0; i < g; ++i)
+    for (std::size_t j = 0; j < g; ++j) lead[i * g + j] = n.nvlinks[i * static_cast<std::size_t>(side) + j];
+  n.nvlinks = std::move(lead);
 }
 
 GpuSpec gpu_preset_at(std::string_view name, const JsonReader& where);
@@ -160,7 +202,8 @@ ClusterSpec read_cluster_at(const JsonReader& value, const std::string& base_dir
 ClusterSpec read_grouped_cluster(const JsonReader& r, const JsonReader& groups, const std::string& base_dir,
                                  int depth) {
   for (const char* key : {"preset", "file", "gpu", "gpus_per_node", "nodes", "intra_node_GBps",
-                          "inter_node_GBps_per_gpu", "pcie_GBps", "host_memory_GiB", "nvme_GBps", "nvme_GiB"})
+                          "inter_node_GBps_per_gpu", "pcie_GBps", "host_memory_GiB", "nvme_GBps", "nvme_GiB",
+                          "nvlinks", "nvlink_GBps"})
     if (r.has(key)) r.fail_at(key, "with \"groups\", each group names its own GPU, server and nodes");
   const auto items = groups.elements();
   if (items.size() < 2)
@@ -231,6 +274,7 @@ ClusterSpec read_cluster_object(const JsonReader& r, const std::string& base_dir
   if (!based) r.fail("a cluster needs \"preset\", \"file\" or \"gpu\"");
   c.name = r.string_or("name", c.name);
   read_node_fields(r, c.node);
+  fit_nvlinks(r, c.node);
   c.nodes = r.int_or("nodes", c.nodes, 1, kMaxNodes);
   c.source = r.string_or("source", c.source);
   if (auto sl = r.get("slow")) c.slow = read_slow_devices(*sl, c);

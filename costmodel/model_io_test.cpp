@@ -37,7 +37,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 TEST_CASE("every bundled preset loads and names itself") {
   // The issue's preset list: 14 transformers and 4 layer chains, and 9
   // current open families (Llama 3.1, Qwen 2.5 and 3, DeepSeek-V3, Gemma 3,
-  // Mixtral 8x22B, Phi-4); 8 GPUs, 4 clusters (+ 1x<gpu> each).
+  // Mixtral 8x22B, Phi-4); 8 GPUs, 5 clusters (+ 1x<gpu> each).
   const auto models = model_presets();
   CHECK(models.size() == 27);
   for (const auto& m : models) {
@@ -53,8 +53,36 @@ TEST_CASE("every bundled preset loads and names itself") {
     CHECK(g.peak_tflops(Precision::FP16) > 0);
     CHECK(g.server.gpus_per_node >= 8);
   }
-  CHECK(cluster_presets().size() == 4 + 8);
+  CHECK(cluster_presets().size() == 5 + 8);
   CHECK(model_preset("gpt3-175b").vocab == 51200);
+}
+
+TEST_CASE("an NVLink matrix: square, symmetric, no self links, with a bandwidth; a node of fewer GPUs keeps the first ones") {
+  // The DGX-1 preset: eight GPUs, six links each (NV1 pairs count 1, NV2 2).
+  const ClusterSpec d = cluster_from(R"({"preset": "dgx1-v100"})");
+  REQUIRE(d.node.nvlinks.size() == 64);
+  CHECK(d.node.nvlink_GBps == 25);
+  for (int i = 0; i < 8; ++i) {
+    int links = 0;
+    for (int j = 0; j < 8; ++j) links += d.node.nvlinks[static_cast<std::size_t>(8 * i + j)];
+    CHECK(links == 6);
+  }
+  // Four GPUs of the server: its leading 4 x 4.
+  const ClusterSpec four = cluster_from(R"({"preset": "dgx1-v100", "gpus_per_node": 4})");
+  CHECK(four.node.nvlinks == std::vector<int>{0, 1, 1, 2, 1, 0, 2, 1, 1, 2, 0, 2, 2, 1, 2, 0});
+  const std::string gpu = R"("gpu": "v100-32g", "gpus_per_node": 2, "intra_node_GBps": 50, )";
+  CHECK(error_of([&] { cluster_from("{" + gpu + R"("nvlink_GBps": 25, "nvlinks": [[0, 1], [1]]})"); }) ==
+        "c.json: cluster.nvlinks[1]: has 1 entries; the matrix lists 2 GPUs (a square: one row and one column per GPU)");
+  CHECK(error_of([&] { cluster_from("{" + gpu + R"("nvlink_GBps": 25, "nvlinks": [[0, 1], [2, 0]]})"); }) ==
+        "c.json: cluster.nvlinks[1][0]: must equal entry [0][1]: a link joins two GPUs both ways");
+  CHECK(error_of([&] { cluster_from("{" + gpu + R"("nvlink_GBps": 25, "nvlinks": [[1, 1], [1, 0]]})"); }) ==
+        "c.json: cluster.nvlinks[0][0]: must be 0: a GPU has no NVLink to itself");
+  CHECK(error_of([&] { cluster_from("{" + gpu + R"("nvlinks": [[0, 1], [1, 0]]})"); }) ==
+        "c.json: cluster.nvlink_GBps: must be > 0 with an nvlinks matrix");
+  CHECK(error_of([&] {
+          cluster_from(R"({"gpu": "v100-32g", "gpus_per_node": 4, "intra_node_GBps": 50, "nvlink_GBps": 25,
+                           "nvlinks": [[0, 1], [1, 0]]})");
+        }) == "c.json: cluster.nvlinks: lists 2 GPUs and the node holds 4 (gpus_per_node): one row and column per GPU");
 }
 
 TEST_CASE("current open-family presets have their published sizes") {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "sim/error.hpp"
 #include "sim/limits.hpp"
@@ -72,6 +73,68 @@ double fastest_protocol(const Calibration& cal, double bandwidth_seconds, Latenc
     best = std::min(best, latency_us(p) * kUs + bandwidth_seconds / p.bandwidth_fraction);
   return best;
 }
+
+}  // namespace
+
+double intra_ring_GBps(const NodeSpec& node, std::span<const std::int64_t> gpus) {
+  const std::size_t k = gpus.size();
+  if (node.nvlinks.empty() || k < 2 || k > kMaxMeshRingGpus) return node.intra_node_GBps;
+  const auto side = static_cast<std::size_t>(node.gpus_per_node);
+  // Links each way between the members (a link carries one ring each way).
+  std::vector<int> cap(k * k, 0);
+  for (std::size_t i = 0; i < k; ++i)
+    for (std::size_t j = 0; j < k; ++j)
+      if (i != j) cap[i * k + j] = node.nvlinks[static_cast<std::size_t>(gpus[i]) * side + static_cast<std::size_t>(gpus[j])];
+  // Every directed ring through all members over NVLinks, from member 0, as
+  // its k directed edges (i·k + j); a ring and its reverse are two rings.
+  std::vector<std::vector<std::size_t>> rings;
+  std::vector<std::size_t> order(k);
+  for (std::size_t i = 0; i < k; ++i) order[i] = i;
+  do {
+    std::vector<std::size_t> edges(k);
+    bool linked = true;
+    for (std::size_t i = 0; i < k && linked; ++i) {
+      edges[i] = order[i] * k + order[(i + 1) % k];
+      linked = cap[edges[i]] > 0;
+    }
+    if (linked) rings.push_back(std::move(edges));
+  } while (std::next_permutation(order.begin() + 1, order.end()));
+  if (k == 2 && !rings.empty()) rings.resize(1);  // 0→1→0 is its own reverse
+  // The most rings the links carry at once: a depth-first search over the
+  // rings in order (a ring may be taken again while its links last), cut
+  // where the members' spare outgoing links cannot add more, and stopped
+  // after a fixed number of steps with the best found (deterministic).
+  int best = 0;
+  long steps = 0;
+  constexpr long kMaxSteps = 200'000;
+  const auto spare_bound = [&] {
+    int least = std::numeric_limits<int>::max();
+    for (std::size_t i = 0; i < k; ++i) {
+      int out = 0;
+      for (std::size_t j = 0; j < k; ++j) out += cap[i * k + j];
+      least = std::min(least, out);
+    }
+    return least;
+  };
+  const int ceiling = spare_bound();
+  const auto search = [&](const auto& self, std::size_t from, int taken) -> void {
+    best = std::max(best, taken);
+    if (best == ceiling || ++steps > kMaxSteps || taken + spare_bound() <= best) return;
+    for (std::size_t r = from; r < rings.size(); ++r) {
+      const auto& e = rings[r];
+      if (!std::all_of(e.begin(), e.end(), [&](std::size_t x) { return cap[x] > 0; })) continue;
+      for (std::size_t x : e) --cap[x];
+      self(self, r, taken + 1);
+      for (std::size_t x : e) ++cap[x];
+      if (best == ceiling || steps > kMaxSteps) return;
+    }
+  };
+  search(search, 0, 0);
+  if (best == 0) return node.pcie_GBps > 0 ? node.pcie_GBps : node.intra_node_GBps;
+  return std::min(static_cast<double>(best) * node.nvlink_GBps, node.intra_node_GBps);
+}
+
+namespace {
 
 // Ring all-reduce / all-gather / reduce-scatter over the whole group, seconds.
 double ring_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,

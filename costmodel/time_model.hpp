@@ -5,6 +5,7 @@
 // allocate nothing and look nothing up by name, so the lowering can call
 // them per task. Formulas and their sources: docs/cost-model.md.
 #include <cstdint>
+#include <span>
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/hardware.hpp"
@@ -80,6 +81,17 @@ Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& 
 // 12.9", 2025; "at least 1.25x" for most other sizes: the bound is the
 // large matmuls').
 inline constexpr double kEmulatedBlockFp8Speedup = 1.75;
+
+// What a ring over `gpus` (indices within one node, at least two) sees of
+// the node's links, GB/s per GPU and direction: intra_node_GBps where every
+// GPU reaches every other alike (no `nvlinks`: NVSwitch); over an NVLink
+// mesh, NCCL's rings through those GPUs: as many edge-disjoint directed
+// rings as the links carry (a link carries a ring each way, two links two),
+// each at nvlink_GBps, at most intra_node_GBps; with no NVLink ring through
+// them, pcie_GBps (NCCL's P2P and SHM transports over PCIe). Groups of more
+// than kMaxMeshRingGpus on a mesh: intra_node_GBps.
+inline constexpr std::size_t kMaxMeshRingGpus = 8;
+double intra_ring_GBps(const NodeSpec& node, std::span<const std::int64_t> gpus);
 
 // Collective algorithms. Auto is NCCL's choice: the faster of ring and (for
 // all-reduce) tree; Hierarchical phases, which NCCL does not run, only when

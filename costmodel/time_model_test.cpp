@@ -549,5 +549,34 @@ TEST_CASE("a collective runs in its fastest protocol") {
                         CollectiveAlgorithm::Ring) == seconds_to_time(82e-6 + 31e6 / 150e9));
 }
 
+TEST_CASE("rings over a DGX-1's NVLink mesh: as many as the links between the group's GPUs carry") {
+  // The hybrid cube-mesh (NVIDIA's DGX-1V whitepaper; nvidia-smi topo -m):
+  // six 25 GB/s links a GPU, some pairs joined twice, some not at all.
+  NodeSpec n;
+  n.gpus_per_node = 8;
+  n.intra_node_GBps = 150;
+  n.pcie_GBps = 16;
+  n.nvlink_GBps = 25;
+  n.nvlinks = {0, 1, 1, 2, 2, 0, 0, 0,  1, 0, 2, 1, 0, 2, 0, 0,  1, 2, 0, 2, 0, 0, 1, 0,
+               2, 1, 2, 0, 0, 0, 0, 1,  2, 0, 0, 0, 0, 1, 1, 2,  0, 2, 0, 0, 1, 0, 2, 1,
+               0, 0, 1, 0, 1, 2, 0, 2,  0, 0, 0, 1, 2, 1, 2, 0};
+  using G = std::vector<std::int64_t>;
+  CHECK(intra_ring_GBps(n, G{0, 1}) == 25);  // one link: one ring, each way on it
+  CHECK(intra_ring_GBps(n, G{0, 3}) == 50);  // two links
+  CHECK(intra_ring_GBps(n, G{0, 5}) == 16);  // none: PCIe (and QPI)
+  // GPUs 0-3 are fully joined (0-1, 0-2, 1-3 once, the rest twice): GPU 0's
+  // four links out bound it, and four rings fit (0→1→2→3→0, 0→2→1→3→0,
+  // 0→3→1→2→0, 0→3→2→1→0).
+  CHECK(intra_ring_GBps(n, G{0, 1, 2, 3}) == 100);
+  // GPUs 0, 2, 4, 6 (a data-parallel group under tp 2): 0-6 and 2-4 are not
+  // linked, so the only ring is 0→2→6→4→0, once each way.
+  CHECK(intra_ring_GBps(n, G{0, 2, 4, 6}) == 50);
+  // All eight: six rings, one per link out of each GPU: the node's 150.
+  CHECK(intra_ring_GBps(n, G{0, 1, 2, 3, 4, 5, 6, 7}) == 150);
+  // Without a matrix (NVSwitch) every group sees the node's bandwidth.
+  n.nvlinks.clear();
+  CHECK(intra_ring_GBps(n, G{0, 1}) == 150);
+}
+
 }  // namespace
 }  // namespace strata::cost

@@ -50,6 +50,9 @@ constexpr const char* kBase = R"({
 #define GOAL R"("goal": {"target_loss": 2.5})"
 #define MOE R"("model": {"moe": {"experts": 8, "top_k": 2}})"
 #define WINDOW R"("model": {"attention_window": {"size": 256}})"
+#define DGX1_NVLINKS                                                                                   \
+  "[[0, 1, 1, 2, 2, 0, 0, 0], [1, 0, 2, 1, 0, 2, 0, 0], [1, 2, 0, 2, 0, 0, 1, 0], [2, 1, 2, 0, 0, 0, 0, 1], " \
+  "[2, 0, 0, 0, 0, 1, 1, 2], [0, 2, 0, 0, 1, 0, 2, 1], [0, 0, 1, 0, 1, 2, 0, 2], [0, 0, 0, 1, 2, 1, 2, 0]]"
 #define MLA R"("model": {"position_embedding": "rope", "mla": {"kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64}})"
 #define LR R"("goal": {"target_loss": 2.5}, "lr": {"base": 1e-4, "scaling": "linear", "reference_batch": 16})"
 
@@ -127,6 +130,12 @@ const Case kCases[] = {
      Effect::StepUp},
     {"cluster/nodes", "{}", R"({"cluster": {"nodes": 4}, "batch": {"global": 128}})", Effect::Changes},
     {"cluster/intra_node_GBps", R"({"plan": {"tp": 8}})", R"({"cluster": {"intra_node_GBps": 20}})", Effect::StepUp},
+    // The DGX-1's hybrid cube-mesh on the node: the tensor-parallel pair
+    // {0, 1} shares one link instead of the NVSwitch's full bandwidth.
+    {"cluster/nvlinks", R"({"plan": {"tp": 2}})",
+     R"({"cluster": {"nvlink_GBps": 25, "nvlinks": )" DGX1_NVLINKS "}}", Effect::StepUp},
+    {"cluster/nvlink_GBps", R"({"plan": {"tp": 2}, "cluster": {"nvlink_GBps": 25, "nvlinks": )" DGX1_NVLINKS "}}",
+     R"({"cluster": {"nvlink_GBps": 5}})", Effect::StepUp},
     {"cluster/inter_node_GBps_per_gpu", R"({"plan": {"zero": 3}})", R"({"cluster": {"inter_node_GBps_per_gpu": 1}})",
      Effect::StepUp},
     {"cluster/pcie_GBps", R"({"plan": {"offload": {"optimizer": "cpu"}}})", R"({"cluster": {"pcie_GBps": 1}})",

@@ -185,12 +185,24 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   }
 
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
-  tp_g_ = mesh_.placement(rep, MeshDim::TP);
-  cp_g_ = mesh_.placement(rep, MeshDim::CP);
-  dp_g_ = mesh_.placement(rep, sc.plan.cp > 1 ? MeshDim::DataWithContext : MeshDim::DP);
-  ep_g_ = mesh_.placement(rep, MeshDim::EP);
-  edp_g_ = mesh_.placement(rep, MeshDim::ExpertDP);
-  pp_g_ = mesh_.placement(rep, MeshDim::PP);
+  const bool mesh = !sc.cluster.node.nvlinks.empty();  // members matter only on an NVLink mesh
+  const auto group = [&](MeshDim dim) {
+    return priced(mesh_.placement(rep, dim), mesh ? mesh_.group_of(rep, dim) : std::vector<std::int64_t>{});
+  };
+  tp_g_ = group(MeshDim::TP);
+  cp_g_ = group(MeshDim::CP);
+  dp_g_ = group(sc.plan.cp > 1 ? MeshDim::DataWithContext : MeshDim::DP);
+  ep_g_ = group(MeshDim::EP);
+  edp_g_ = group(MeshDim::ExpertDP);
+  // Pipeline sends go between neighbouring stages: the representative and
+  // the next stage's rank.
+  const GroupPlacement pipeline = mesh_.placement(rep, MeshDim::PP);
+  const std::int64_t next[] = {rep, mesh_.next_pp_rank(rep)};
+  pp_g_ = priced(pipeline, next);
+  // The tied embedding's all-reduce: the first and last stages, on one node
+  // only if the whole pipeline group is.
+  const std::int64_t ends[] = {rep, mesh ? mesh_.group_of(rep, MeshDim::PP).back() : rep};
+  tie_g_ = priced({2, pipeline.intra_node() ? 1 : 2, pipeline.intra_node() ? 2 : 1, true}, ends);
 
   // Blocking communication per layer and microbatch, for each kind of block.
   comm_.assign(kinds, {});
@@ -296,7 +308,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     const Bytes kv = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
                                         static_cast<double>(p.tp) * e);
     const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,
-                                            cp_g_.intra_node() ? 2 : 1, sc.cluster.node, cal_);
+                                            cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
     const Time exch = capped_product(p.cp - 1, step);
     for (std::size_t k = 0; k < kinds; ++k) {
       Time attn_f = 0, attn_b = 0;
@@ -378,9 +390,23 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   stages_ = std::move(st);
 }
 
-Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const {
-  if (g.size <= 1) return 0;
-  return cost::collective_time(op, bytes, g.size, g.ranks_per_node, sc_.cluster.node, cal_);
+ModelStepCosts::PricedGroup ModelStepCosts::priced(const GroupPlacement& at,
+                                                   std::span<const std::int64_t> members) const {
+  PricedGroup g{at, sc_.cluster.node};
+  if (g.node.nvlinks.empty()) return g;
+  // The members on rank 0's node (every group here holds rank 0), as GPU
+  // indices within it.
+  const std::int64_t per = g.node.gpus_per_node;
+  std::vector<std::int64_t> local;
+  for (const std::int64_t m : members)
+    if (m / per == 0) local.push_back(m % per);
+  if (local.size() >= 2) g.node.intra_node_GBps = cost::intra_ring_GBps(g.node, local);
+  return g;
+}
+
+Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const {
+  if (g.at.size <= 1) return 0;
+  return cost::collective_time(op, bytes, g.at.size, g.at.ranks_per_node, g.node, cal_);
 }
 
 std::size_t ModelStepCosts::priced_index(const cost::Layer& l) {
@@ -419,12 +445,7 @@ Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
     case Group::DP: return ring(op_of(op), bytes, dp_g_);
     case Group::EP: return ring(op_of(op), bytes, ep_g_);
     case Group::ExpertDP: return ring(op_of(op), bytes, edp_g_);
-    case Group::EmbeddingTie: {
-      // The first and last pipeline stages: on one node only if the whole
-      // pipeline group is.
-      const GroupPlacement pair{2, pp_g_.intra_node() ? 1 : 2, pp_g_.intra_node() ? 2 : 1, true};
-      return ring(op_of(op), bytes, pair);
-    }
+    case Group::EmbeddingTie: return ring(op_of(op), bytes, tie_g_);
   }
   return 0;
 }
@@ -432,7 +453,7 @@ Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
 Time ModelStepCosts::p2p(Bytes bytes) const {
   // Neighbouring stages share a node when the pipeline group does.
   const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, bytes, 2,
-                                          pp_g_.ranks_per_node >= 2 ? 2 : 1, sc_.cluster.node, cal_);
+                                          pp_g_.at.ranks_per_node >= 2 ? 2 : 1, pp_g_.node, cal_);
   // Scatter/gather (Narayanan et al. 2021, Sec. 4.1): each tensor-parallel
   // rank sends 1/t of the activation and the receivers all-gather it over
   // NVLink before use. With sequence parallelism the tensor is already

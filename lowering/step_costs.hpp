@@ -4,6 +4,7 @@
 // group's size and placement in the rank mesh, copies over PCIe/NVMe.
 #include <array>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "costmodel/calibration.hpp"
@@ -49,7 +50,17 @@ class ModelStepCosts final : public StepCosts {
 
  private:
   struct Stages;
-  Time ring(cost::CollectiveOp op, Bytes bytes, const GroupPlacement& g) const;
+  // A communication group of the representative rank (rank 0): its
+  // placement and the node as the group sees it, the cluster's with
+  // intra_node_GBps the bandwidth of a ring through its members on rank 0's
+  // node (cost::intra_ring_GBps: on a DGX-1's NVLink mesh a pair of GPUs
+  // has one or two links, not a GPU's six).
+  struct PricedGroup {
+    GroupPlacement at;
+    cost::NodeSpec node;
+  };
+  PricedGroup priced(const GroupPlacement& at, std::span<const std::int64_t> members) const;
+  Time ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const;
   // The host's time to issue `kernels` (host_dispatch_us_ each).
   Time host_time(std::int64_t kernels) const;
 
@@ -70,7 +81,7 @@ class ModelStepCosts final : public StepCosts {
     std::array<Time, 2> tp{}, cp{}, ep{};
   };
   std::vector<BlockComm> comm_;
-  GroupPlacement tp_g_, cp_g_, dp_g_, ep_g_, edp_g_, pp_g_;
+  PricedGroup tp_g_, cp_g_, dp_g_, ep_g_, edp_g_, pp_g_, tie_g_;
   std::shared_ptr<const Stages> stages_;  // with cluster.groups
 };
 

@@ -394,5 +394,29 @@ TEST_CASE("a step longer than 2^56 ns is refused at both levels, not summed past
   CHECK(cost::seconds_to_time(-1e300) == -kMaxStepTime);
 }
 
+TEST_CASE("groups on a DGX-1's NVLink mesh: each collective at its own members' links") {
+  // dp 4 x tp 2 on one DGX-1 (tp innermost): tensor-parallel pairs {0, 1}
+  // share one 25 GB/s link, the data-parallel group {0, 2, 4, 6} two rings
+  // (50 GB/s); on a node where every GPU reaches every other at 150 GB/s
+  // (no matrix) both see 150. With the ideal calibration a collective is
+  // its bytes over that bandwidth: an all-reduce of S over n ranks moves
+  // 2(n-1)/n·S per rank.
+  const auto on = [](const std::string& cluster) {
+    return parse_scenario(R"({"model": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 32000},
+                              "cluster": )" + cluster + R"(, "batch": {"global": 8, "micro": 2},
+                              "plan": {"dp": 4, "tp": 2, "precision": "fp16"}})",
+                          "t.json");
+  };
+  const Scenario mesh = on(R"({"preset": "dgx1-v100"})");
+  const Scenario flat = on(R"({"gpu": "v100-32g", "gpus_per_node": 8, "intra_node_GBps": 150})");
+  const cost::Calibration cal = cost::ideal_calibration();
+  const ModelStepCosts m(mesh, cal), f(flat, cal);
+  const Bytes s = 1'000'000'000;
+  CHECK(m.collective(Collective::AllReduce, Group::TP, s) == cost::seconds_to_time(1.0 * s / 25e9));
+  CHECK(f.collective(Collective::AllReduce, Group::TP, s) == cost::seconds_to_time(1.0 * s / 150e9));
+  CHECK(m.collective(Collective::AllReduce, Group::DP, s) == cost::seconds_to_time(1.5 * s / 50e9));
+  CHECK(f.collective(Collective::AllReduce, Group::DP, s) == cost::seconds_to_time(1.5 * s / 150e9));
+}
+
 }  // namespace
 }  // namespace strata::strategies

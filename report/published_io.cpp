@@ -232,7 +232,8 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
                     {"stack", "megatron-lm-2022"}};
       out.push_back(k);
     } else if (fam == "DLPERF" && meas.has("iteration_latency_ms")) {
-      // DLPerf's Megatron-LM runs on V100-SXM2-16GB, 8 per node, one 100 Gb/s
+      // DLPerf's Megatron-LM runs on V100-SXM2-16GB, 8 per node in a DGX-1's
+      // NVLink hybrid cube-mesh (the README's nvidia-smi topo -m), one 100 Gb/s
       // EDR link per node: fp16 with fp32 master weights and gradient copy,
       // Adam, full recompute. The software is Megatron-LM v2.x, the
       // megatron-lm-2021 stack: commit 8aa4619f in NGC's PyTorch 20.12
@@ -246,7 +247,8 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
              num(meas, "iteration_latency_ms") / 1000.0, json::object()};
       k.scenario = {
           {"model", gpt_model(m, true)},
-          {"cluster", {{"gpu", {{"preset", "v100-32g"}, {"name", "v100-16g"}, {"memory_GiB", 16}}},
+          {"cluster", {{"preset", "dgx1-v100"},
+                       {"gpu", {{"preset", "v100-32g"}, {"name", "v100-16g"}, {"memory_GiB", 16}}},
                        {"gpus_per_node", std::min(8, gpus)}, {"nodes", std::max(1, gpus / 8)},
                        {"inter_node_GBps_per_gpu", 12.5 / 8}}},
           {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},

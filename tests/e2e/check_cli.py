@@ -53,7 +53,7 @@ def describe_scenario(strata):
 
 def lists(strata):
     # 23 transformer and 4 layer-chain model, 7 GPU and 4 + 7 cluster presets, in every format.
-    for cmd, n in (("models", 27), ("gpus", 8), ("clusters", 12)):
+    for cmd, n in (("models", 27), ("gpus", 8), ("clusters", 13)):
         j = json.loads(run(strata, cmd, "--format", "json"))
         check(len(j) == n, f"{cmd}: {len(j)} presets, expected {n}")
         rows = list(csv.reader(io.StringIO(run(strata, cmd, "--format", "csv"))))
