@@ -185,9 +185,9 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   }
 
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
-  const bool mesh = !sc.cluster.node.nvlinks.empty();  // members matter only on an NVLink mesh
+  const bool nvlink_mesh = !sc.cluster.node.nvlinks.empty();  // members matter only there
   const auto group = [&](MeshDim dim) {
-    return priced(mesh_.placement(rep, dim), mesh ? mesh_.group_of(rep, dim) : std::vector<std::int64_t>{});
+    return priced(mesh_.placement(rep, dim), nvlink_mesh ? mesh_.group_of(rep, dim) : std::vector<std::int64_t>{});
   };
   tp_g_ = group(MeshDim::TP);
   cp_g_ = group(MeshDim::CP);
@@ -201,7 +201,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   pp_g_ = priced(pipeline, next);
   // The tied embedding's all-reduce: the first and last stages, on one node
   // only if the whole pipeline group is.
-  const std::int64_t ends[] = {rep, mesh ? mesh_.group_of(rep, MeshDim::PP).back() : rep};
+  const std::int64_t ends[] = {rep, nvlink_mesh ? mesh_.group_of(rep, MeshDim::PP).back() : rep};
   tie_g_ = priced({2, pipeline.intra_node() ? 1 : 2, pipeline.intra_node() ? 2 : 1, true}, ends);
 
   // Blocking communication per layer and microbatch, for each kind of block.
