@@ -38,9 +38,9 @@ void read_node_fields(const JsonReader& r, NodeSpec& n) {
   n.nvme_GiB = r.number_or("nvme_GiB", n.nvme_GiB, 0, kMaxGiB);
   n.nvlink_GBps = r.number_or("nvlink_GBps", n.nvlink_GBps, 0, kMaxGBps);
   if (auto m = r.get("nvlinks")) {
-    // A square of NVLink counts, symmetric, nothing on the diagonal.
+    // A square of NVLink counts, symmetric, nothing on the diagonal; []
+    // drops a preset's (every pair at intra_node_GBps).
     const auto rows = m->elements();
-    if (rows.empty()) m->fail("must be a square array of arrays: the NVLinks between each pair of GPUs");
     const std::size_t side = rows.size();
     if (side > static_cast<std::size_t>(kMaxGpusPerNode)) m->fail("lists more GPUs than a node holds (1024)");
     n.nvlinks.assign(side * side, 0);

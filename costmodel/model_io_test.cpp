@@ -70,6 +70,8 @@ TEST_CASE("an NVLink matrix: square, symmetric, no self links, with a bandwidth;
   // Four GPUs of the server: its leading 4 x 4.
   const ClusterSpec four = cluster_from(R"({"preset": "dgx1-v100", "gpus_per_node": 4})");
   CHECK(four.node.nvlinks == std::vector<int>{0, 1, 1, 2, 1, 0, 2, 1, 1, 2, 0, 2, 2, 1, 2, 0});
+  // [] drops the preset's matrix.
+  CHECK(cluster_from(R"({"preset": "dgx1-v100", "nvlinks": []})").node.nvlinks.empty());
   const std::string gpu = R"("gpu": "v100-32g", "gpus_per_node": 2, "intra_node_GBps": 50, )";
   CHECK(error_of([&] { cluster_from("{" + gpu + R"("nvlink_GBps": 25, "nvlinks": [[0, 1], [1]]})"); }) ==
         "c.json: cluster.nvlinks[1]: has 1 entries; the matrix lists 2 GPUs (a square: one row and one column per GPU)");
