@@ -412,6 +412,11 @@ ReportAnalysis analyse(const ReportData& d) {
                      seconds_text(w.step_time_s) + " per step, " + fixed(w.tokens_per_s_per_gpu, 0) + " " +
                      d.throughput_unit + "/s per GPU, MFU " + fixed(100 * w.mfu, 1) + " %, peak memory " +
                      gib_text(w.peak_memory_bytes) + " of " + gib_text(w.gpu_memory_bytes) + ".");
+    if (w.peak_memory_bytes > w.gpu_memory_bytes && w.gpu_memory_bytes > 0)
+      an.why.push_back("Its peak with the caching allocator's reserve is above the GPU's memory; its tensors and "
+                       "the CUDA context (" + gib_text(w.required_memory_bytes) +
+                       ") fit, so PyTorch frees cached blocks and retries allocations to run it, a cost the "
+                       "step time does not include (docs/memory-model.md, \"Fits\").");
     const std::string split = time_split(w);
     if (!split.empty()) an.why.push_back("Its step time is " + split + ".");
     if (an.runner_up) {

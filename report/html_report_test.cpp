@@ -296,6 +296,16 @@ TEST_CASE("a plan fits by its required memory: the tensors and the CUDA context,
   CHECK(p.fits());
   p.required_memory_bytes = 81 * kGiB;
   CHECK_FALSE(p.fits());
+  // As the winner it is said that only its reserve passes the GPU.
+  ReportData d = sample();
+  d.plans.front().peak_memory_bytes = 90 * kGiB;  // a0, the fastest that fits
+  d.plans.front().required_memory_bytes = 75 * kGiB;
+  const ReportAnalysis an = analyse(d);
+  REQUIRE(an.winner);
+  CHECK(d.plans[*an.winner].plan_id == "00000000000000a0");
+  CHECK(std::any_of(an.why.begin(), an.why.end(), [](const std::string& w) {
+    return w.find("above the GPU's memory; its tensors and the CUDA context (75.0") != std::string::npos;
+  }));
 }
 
 TEST_CASE("load_report_data reads summary, results and refined records") {
