@@ -278,6 +278,17 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
           {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
           {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", "bf16"}}},
           {"stack", "llm-foundry"}};
+      // Composer's FSDP mixed precision where the row states it
+      // (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision):
+      // DEFAULT reduces gradients in fp32 (reduce_dtype float32) into fp32
+      // shards, PURE in bf16.
+      if (const auto mp = st.get("fsdp_mixed_precision")) {
+        const std::string mode = mp->as_string();
+        if (mode == "DEFAULT" || mode == "PURE")
+          k.scenario["plan"]["implementation"] = {{"fp32_grad_accumulation", mode == "DEFAULT"}};
+        else
+          k.uncounted = "FSDP mixed precision '" + mode + "' has no Strata setting here (DEFAULT and PURE do)";
+      }
       out.push_back(k);
     } else if (fam == "TITAN-A100" && meas.has("tokens_per_s_per_gpu")) {
       // torchtitan's FSDP2 runs on 64 A100-80GB (docs/performance.md):
