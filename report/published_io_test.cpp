@@ -78,5 +78,31 @@ TEST_CASE("validate-published: a case's field that is missing, null or mistyped 
   CHECK(r.rows[0].predicted.has_value());
 }
 
+TEST_CASE("validate-published: a MosaicML row's FSDP mixed precision prices its gradient reduction") {
+  // Composer's DEFAULT reduces gradients in fp32, PURE in bf16
+  // (get_mixed_precision): twice the reduce-scatter bytes, so DEFAULT is
+  // predicted no faster; a mode Strata has no setting for is listed, not
+  // counted.
+  const auto run = [](const std::string& mode) {
+    const fs::path p = fs::temp_directory_path() / ("strata-published-mp-" + std::to_string(::getpid()) + ".json");
+    std::ofstream(p) << R"({"family_notes": {"MOSAIC": {}}, "cases": [{"id": "M", "family": "MOSAIC",
+        "model": {"layers": 32, "hidden": 4096, "heads": 32, "seq_len": 2048},
+        "hardware": {"gpu": "H100-80GB", "count": 8},
+        "strategy": {"microbatch": 6, "grad_accum": 1, "global_batch_seqs": 48, "activation_checkpointing": false,
+                     "fsdp_mixed_precision": ")" + mode + R"("},
+        "measured": {"tokens_per_s_per_gpu": 10643}}]})";
+    const auto r = validate_published(p.string());
+    fs::remove(p);
+    REQUIRE(r.rows.size() == 1);
+    return r.rows[0];
+  };
+  const auto def = run("DEFAULT"), pure = run("PURE"), full = run("FULL");
+  REQUIRE(def.predicted.has_value());
+  REQUIRE(pure.predicted.has_value());
+  CHECK(*def.predicted < *pure.predicted);  // tokens/s: fp32 reduction is slower
+  CHECK_FALSE(full.counted);
+  CHECK(full.note.find("FSDP mixed precision 'FULL'") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::report
