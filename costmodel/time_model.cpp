@@ -86,20 +86,22 @@ double intra_ring_GBps(const NodeSpec& node, std::span<const std::int64_t> gpus)
     for (std::size_t j = 0; j < k; ++j)
       if (i != j) cap[i * k + j] = node.nvlinks[static_cast<std::size_t>(gpus[i]) * side + static_cast<std::size_t>(gpus[j])];
   // Every directed ring through all members over NVLinks, from member 0, as
-  // its k directed edges (i·k + j); a ring and its reverse are two rings.
-  std::vector<std::vector<std::size_t>> rings;
+  // its k directed edges (i·k + j), ring after ring in one array; a ring
+  // and its reverse are two rings.
+  std::vector<std::size_t> edges;
   std::vector<std::size_t> order(k);
   for (std::size_t i = 0; i < k; ++i) order[i] = i;
   do {
-    std::vector<std::size_t> edges(k);
+    const std::size_t at = edges.size();
     bool linked = true;
     for (std::size_t i = 0; i < k && linked; ++i) {
-      edges[i] = order[i] * k + order[(i + 1) % k];
-      linked = cap[edges[i]] > 0;
+      edges.push_back(order[i] * k + order[(i + 1) % k]);
+      linked = cap[edges.back()] > 0;
     }
-    if (linked) rings.push_back(std::move(edges));
+    if (!linked) edges.resize(at);
   } while (std::next_permutation(order.begin() + 1, order.end()));
-  if (k == 2 && !rings.empty()) rings.resize(1);  // 0→1→0 is its own reverse
+  if (k == 2) edges.resize(std::min<std::size_t>(edges.size(), 2));  // 0→1→0 is its own reverse
+  const std::size_t rings = edges.size() / k;
   // The most rings the links carry at once: a depth-first search over the
   // rings in order (a ring may be taken again while its links last), cut
   // where the members' spare outgoing links cannot add more, and stopped
@@ -120,8 +122,8 @@ double intra_ring_GBps(const NodeSpec& node, std::span<const std::int64_t> gpus)
   const auto search = [&](const auto& self, std::size_t from, int taken) -> void {
     best = std::max(best, taken);
     if (best == ceiling || ++steps > kMaxSteps || taken + spare_bound() <= best) return;
-    for (std::size_t r = from; r < rings.size(); ++r) {
-      const auto& e = rings[r];
+    for (std::size_t r = from; r < rings; ++r) {
+      const auto e = std::span<const std::size_t>(edges).subspan(r * k, k);
       if (!std::all_of(e.begin(), e.end(), [&](std::size_t x) { return cap[x] > 0; })) continue;
       for (std::size_t x : e) --cap[x];
       self(self, r, taken + 1);
