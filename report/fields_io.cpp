@@ -8,10 +8,21 @@ nlohmann::ordered_json tflops_json(const cost::PeakTflops& t) {
 }
 
 nlohmann::ordered_json node_links_json(const cost::NodeSpec& n) {
-  return {{"gpus_per_node", n.gpus_per_node},     {"intra_node_GBps", n.intra_node_GBps},
-          {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu}, {"pcie_GBps", n.pcie_GBps},
-          {"host_memory_GiB", n.host_memory_GiB}, {"nvme_GBps", n.nvme_GBps},
-          {"nvme_GiB", n.nvme_GiB}};
+  nlohmann::ordered_json j = {{"gpus_per_node", n.gpus_per_node},     {"intra_node_GBps", n.intra_node_GBps},
+                              {"inter_node_GBps_per_gpu", n.inter_node_GBps_per_gpu}, {"pcie_GBps", n.pcie_GBps},
+                              {"host_memory_GiB", n.host_memory_GiB}, {"nvme_GBps", n.nvme_GBps},
+                              {"nvme_GiB", n.nvme_GiB}};
+  if (!n.nvlinks.empty()) {
+    // The NVLink mesh as the input gives it: one row per GPU.
+    const auto side = static_cast<std::size_t>(n.gpus_per_node);
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < side; ++i)
+      rows.push_back(std::vector<int>(n.nvlinks.begin() + static_cast<std::ptrdiff_t>(i * side),
+                                      n.nvlinks.begin() + static_cast<std::ptrdiff_t>((i + 1) * side)));
+    j["nvlink_GBps"] = n.nvlink_GBps;
+    j["nvlinks"] = rows;
+  }
+  return j;
 }
 
 nlohmann::ordered_json tags_json(const sim::TagBytes& bytes) {
