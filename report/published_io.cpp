@@ -268,7 +268,13 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
                                                : json{{"preset", "dgx-a100-80g"}};
       cluster["nodes"] = std::max(1, gpus / 8);
       const bool ckpt = st.bool_or("activation_checkpointing", false);
-      Case k{id, fam, "tokens_per_s_per_gpu", "FSDP = ZeRO-3, flash attention, bf16",
+      // Composer's amp_fp8: Transformer Engine's fp8_autocast over the MPT
+      // blocks' te.Linear layers with its default delayed scaling
+      // (composer/core/precision.py); every other precision the tables
+      // list trains in bf16.
+      const bool fp8 = st.has("precision") && st.at("precision").as_string() == "amp_fp8";
+      Case k{id, fam, "tokens_per_s_per_gpu",
+             std::string("FSDP = ZeRO-3, flash attention, ") + (fp8 ? "fp8 (delayed scaling)" : "bf16"),
              num(meas, "tokens_per_s_per_gpu"), json::object()};
       k.scenario = {
           {"model", {{"layers", pos_int_at(m, "layers")}, {"hidden", pos_int_at(m, "hidden")}, {"heads", pos_int_at(m, "heads")},
@@ -276,7 +282,7 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
                      {"position_embedding", "alibi"}, {"bias", false}, {"dropout", false}}},
           {"cluster", cluster},
           {"batch", {{"global", pos_int_at(st, "global_batch_seqs")}, {"micro", pos_int_at(st, "microbatch")}}},
-          {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", "bf16"}}},
+          {"plan", {{"zero", 3}, {"recompute", ckpt ? "full" : "none"}, {"precision", fp8 ? "fp8" : "bf16"}}},
           {"stack", "llm-foundry"}};
       // Composer's FSDP mixed precision where the row states it
       // (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision):
