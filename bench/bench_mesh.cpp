@@ -1,11 +1,16 @@
 // Speed of the rank mesh at 131,072 GPUs (tp 8, cp 2, dp 128, pp 64, ep 8 on
 // 8-GPU nodes, and an unaligned tp 3 layout on 4-GPU nodes): symmetry classes
 // in one O(world) pass (target: well under 10 ms), distinct placements of
-// every group dimension, and one rank's group and placement.
+// every group dimension, and one rank's group and placement. And the rings
+// a group's GPUs carry on a DGX-1's NVLink mesh (cost::intra_ring_GBps),
+// which ModelStepCosts asks once per group and plan: all eight GPUs (the
+// most rings to enumerate), and every subset of two or more in turn.
 #include <benchmark/benchmark.h>
 
 #include <array>
+#include <vector>
 
+#include "costmodel/time_model.hpp"
 #include "strategies/rank_mesh.hpp"
 
 namespace {
@@ -46,6 +51,44 @@ void BM_RankMeshGroupOf(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RankMeshGroupOf)->Unit(benchmark::kMicrosecond);
+
+// The DGX-1's hybrid cube-mesh (configs/clusters/dgx1-v100.json).
+strata::cost::NodeSpec dgx1() {
+  strata::cost::NodeSpec n;
+  n.gpus_per_node = 8;
+  n.intra_node_GBps = 150;
+  n.pcie_GBps = 16;
+  n.nvlink_GBps = 25;
+  n.nvlinks = {0, 1, 1, 2, 2, 0, 0, 0,  1, 0, 2, 1, 0, 2, 0, 0,  1, 2, 0, 2, 0, 0, 1, 0,
+               2, 1, 2, 0, 0, 0, 0, 1,  2, 0, 0, 0, 0, 1, 1, 2,  0, 2, 0, 0, 1, 0, 2, 1,
+               0, 0, 1, 0, 1, 2, 0, 2,  0, 0, 0, 1, 2, 1, 2, 0};
+  return n;
+}
+
+void BM_IntraRingAllEight(benchmark::State& state) {
+  const auto n = dgx1();
+  const std::array<std::int64_t, 8> all{0, 1, 2, 3, 4, 5, 6, 7};
+  for (auto _ : state) benchmark::DoNotOptimize(strata::cost::intra_ring_GBps(n, all));
+}
+BENCHMARK(BM_IntraRingAllEight)->Unit(benchmark::kMicrosecond);
+
+void BM_IntraRingSubsets(benchmark::State& state) {
+  const auto n = dgx1();
+  std::vector<std::vector<std::int64_t>> groups;
+  for (int mask = 1; mask < 256; ++mask) {
+    std::vector<std::int64_t> g;
+    for (int i = 0; i < 8; ++i)
+      if ((mask >> i) & 1) g.push_back(i);
+    if (g.size() >= 2) groups.push_back(std::move(g));
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(strata::cost::intra_ring_GBps(n, groups[i]));
+    i = (i + 1) % groups.size();
+  }
+  state.counters["groups"] = static_cast<double>(groups.size());
+}
+BENCHMARK(BM_IntraRingSubsets)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
