@@ -10,6 +10,7 @@
 #include <array>
 #include <vector>
 
+#include "costmodel/model_io.hpp"
 #include "costmodel/time_model.hpp"
 #include "strategies/rank_mesh.hpp"
 
@@ -52,18 +53,8 @@ void BM_RankMeshGroupOf(benchmark::State& state) {
 }
 BENCHMARK(BM_RankMeshGroupOf)->Unit(benchmark::kMicrosecond);
 
-// The DGX-1's hybrid cube-mesh (configs/clusters/dgx1-v100.json).
-strata::cost::NodeSpec dgx1() {
-  strata::cost::NodeSpec n;
-  n.gpus_per_node = 8;
-  n.intra_node_GBps = 150;
-  n.pcie_GBps = 16;
-  n.nvlink_GBps = 25;
-  n.nvlinks = {0, 1, 1, 2, 2, 0, 0, 0,  1, 0, 2, 1, 0, 2, 0, 0,  1, 2, 0, 2, 0, 0, 1, 0,
-               2, 1, 2, 0, 0, 0, 0, 1,  2, 0, 0, 0, 0, 1, 1, 2,  0, 2, 0, 0, 1, 0, 2, 1,
-               0, 0, 1, 0, 1, 2, 0, 2,  0, 0, 0, 1, 2, 1, 2, 0};
-  return n;
-}
+// The DGX-1's hybrid cube-mesh, as its preset holds it.
+strata::cost::NodeSpec dgx1() { return strata::cost::cluster_preset("dgx1-v100").node; }
 
 void BM_IntraRingAllEight(benchmark::State& state) {
   const auto n = dgx1();
