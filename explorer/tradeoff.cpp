@@ -266,7 +266,7 @@ Tradeoff plan_tradeoff(const Scenario& sc, const TradeoffOptions& o) {
   // beside its activations is fixed.
   using sim::MemTag;
   const auto required = [](const MemoryEstimate& m) {
-    return m.peak_bytes - m.breakdown[static_cast<std::size_t>(MemTag::AllocatorReserve)];
+    return m.stages[static_cast<std::size_t>(m.peak_stage)].required();
   };
   t.fixed_bytes = required(none.mem) - none.mem.breakdown[static_cast<std::size_t>(MemTag::Activations)];
   t.no_savings = none.step;

@@ -272,7 +272,7 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
       // blocks' te.Linear layers with its default delayed scaling
       // (composer/core/precision.py); every other precision the tables
       // list trains in bf16.
-      const bool fp8 = st.has("precision") && st.at("precision").as_string() == "amp_fp8";
+      const bool fp8 = st.string_or("precision", "") == "amp_fp8";
       Case k{id, fam, "tokens_per_s_per_gpu",
              std::string("FSDP = ZeRO-3, flash attention, ") + (fp8 ? "fp8 (delayed scaling)" : "bf16"),
              num(meas, "tokens_per_s_per_gpu"), json::object()};

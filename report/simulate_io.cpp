@@ -354,14 +354,13 @@ std::string render_simulation(const strategies::Scenario& sc,
          ", microbatch " +
          std::to_string(sc.batch.micro) + " (" +
          std::to_string(strategies::microbatches(sc.plan, sc.batch)) + " per pipeline)\n\n";
+  const std::string where = " per GPU (stage " + std::to_string(mem.peak_stage) + ", " + mem.source + ")";
   if (mem.feasible() && mem.peak_bytes <= mem.gpu_capacity) {
-    out += "fits       peak " + gib(mem.peak_bytes) + " of " + gib(mem.gpu_capacity) +
-           " per GPU (stage " + std::to_string(mem.peak_stage) + ", " + mem.source + ")\n";
+    out += "fits       peak " + gib(mem.peak_bytes) + " of " + gib(mem.gpu_capacity) + where + "\n";
   } else if (mem.feasible()) {
     // The tensors and the context fit; the allocator's cache on top does not.
-    out += "fits       needs " + gib(mem.required_bytes) + " of " + gib(mem.gpu_capacity) +
-           " per GPU (stage " + std::to_string(mem.peak_stage) + ", " + mem.source +
-           "): the tensors and the CUDA context; with the caching allocator's reserve the peak would be " +
+    out += "fits       needs " + gib(mem.required_bytes) + " of " + gib(mem.gpu_capacity) + where +
+           ": the tensors and the CUDA context; with the caching allocator's reserve the peak would be " +
            gib(mem.peak_bytes) + ", more than the GPU: PyTorch frees its unused cached blocks and retries "
            "the allocation instead (num_alloc_retries), which costs time Strata does not price\n";
   } else {
