@@ -521,6 +521,58 @@ TEST_CASE("ps_staleness: a parameter server's pull leaves the worker's critical 
   }
 }
 
+TEST_CASE("grad_reduce_dtype: every gradient reduction moves the dtype it names, the accumulation's by default") {
+  // bf16 on 8 H100s with fp32 gradient accumulation. ZeRO-3 reduce-scatters
+  // each layer's P gradients: 4·P bytes in the accumulation's fp32, 2·P when
+  // the reduction is set to bf16 (FSDP's MixedPrecision(reduce_dtype=bf16),
+  // Composer's PURE), 4·P again when set to fp32. Without ZeRO the bucketed
+  // all-reduce moves the same totals. The held gradients stay fp32 (4 bytes a
+  // parameter) whatever the reduction.
+  auto with = [](int zero, const char* reduce) {
+    return parse_scenario(
+        R"({"model": {"layers": 4, "hidden": 1024, "heads": 16, "seq_len": 1024, "vocab": 32000},
+            "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 8},
+            "plan": {"dp": 8, "zero": )" +
+            std::to_string(zero) + R"(, "precision": "bf16",
+                     "implementation": {"fp32_grad_accumulation": true)" +
+            (reduce ? std::string(R"(, "grad_reduce_dtype": ")") + reduce + "\"" : std::string()) + "}}}",
+        "t.json");
+  };
+  const Scenario base = with(3, nullptr);
+  const cost::Calibration cal = cost::default_calibration(base.cluster.gpu);
+  const cost::OpChain chain = cost::expand(base.model, expand_options(base));
+  const double layer = static_cast<double>(chain.block_at(0).params());
+  auto reduce = [&](const Scenario& sc, TaskOp op, bool layers_only) {
+    const StepProgram prog = build_step_program(sc, ModelStepCosts(sc, cal), Granularity::Layer);
+    std::vector<Time> out;
+    for (std::size_t i = 0; i < prog.tasks.size(); ++i)
+      if (prog.info[i].op == op && (!layers_only || (!prog.info[i].head && !prog.info[i].embedding)))
+        out.push_back(prog.tasks[i].duration);
+    return out;
+  };
+  const ModelStepCosts costs(base, cal);
+  const Time rs4 = costs.collective(Collective::ReduceScatter, Group::DP, static_cast<Bytes>(4 * layer));
+  const Time rs2 = costs.collective(Collective::ReduceScatter, Group::DP, static_cast<Bytes>(2 * layer));
+  CHECK(rs2 < rs4);
+  for (const auto& [reduce_dtype, want] : {std::pair{static_cast<const char*>(nullptr), rs4},
+                                           std::pair{static_cast<const char*>("fp32"), rs4},
+                                           std::pair{static_cast<const char*>("bf16"), rs2}}) {
+    const auto got = reduce(with(3, reduce_dtype), TaskOp::Zero3Reduce, true);
+    REQUIRE(got.size() == 4);  // one per layer and microbatch (one microbatch)
+    for (Time t : got) CHECK(t == want);
+  }
+  // The bucketed all-reduce (zero 0) moves half the bytes in bf16: its
+  // buckets take less time in all.
+  Time all4 = 0, all2 = 0;
+  for (Time t : reduce(with(0, nullptr), TaskOp::DpReduce, false)) all4 += t;
+  for (Time t : reduce(with(0, "bf16"), TaskOp::DpReduce, false)) all2 += t;
+  CHECK(all2 < all4);
+  CHECK(estimate_memory(with(3, "bf16")).stages[0].bytes[static_cast<std::size_t>(sim::MemTag::Grads)] ==
+        estimate_memory(with(3, nullptr)).stages[0].bytes[static_cast<std::size_t>(sim::MemTag::Grads)]);
+  CHECK(reduced_grad_bytes(with(3, nullptr).plan) == 4);
+  CHECK(reduced_grad_bytes(with(3, "bf16").plan) == 2);
+}
+
 TEST_CASE("FP8 parameters: the blocks' GEMM weights kept and gathered in FP8") {
   // Megatron-Core's --fp8-param-gather on 8 H100s, dp 8, ZeRO-1, fp8: the
   // blocks' weight matrices (M) are FP8 parameters, so the stage keeps M

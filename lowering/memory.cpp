@@ -285,6 +285,16 @@ PerParam bytes_per_param(const Plan& plan) {
   return b;
 }
 
+double reduced_grad_bytes(const Plan& plan) {
+  switch (plan.implementation.grad_reduce_dtype) {
+    case GradReduceDtype::FP32: return 4;
+    case GradReduceDtype::BF16:
+    case GradReduceDtype::FP16: return 2;
+    case GradReduceDtype::Accumulation: break;
+  }
+  return std::min(bytes_per_param(plan).grads, 4.0);
+}
+
 double factored_state_bytes(const cost::Op& op) {
   return 4.0 * static_cast<double>(op.matrices * (op.rows + op.cols)) +
          4.0 * static_cast<double>(op.vector_params());
@@ -640,7 +650,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
         comm += gathered * per.weights;
       }
       comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,
-                                std::min(per.grads, 4.0));
+                                reduced_grad_bytes(plan));
     }
     if (p > 1) {  // p2p send and receive buffers: the stage's largest message
       Bytes msg = 0;

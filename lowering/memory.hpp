@@ -36,6 +36,12 @@ PerParam bytes_per_param(Optimizer opt, Precision precision, bool fp32_grad_accu
 // The plan's: its optimizer, precision, gradient accumulation and the
 // number type of its optimizer's statistics (bf16: half the bytes of fp32).
 PerParam bytes_per_param(const Plan& plan);
+// Bytes of one gradient element as the data-parallel reduction moves and sums
+// it (every gradient reduce-scatter and all-reduce, its buckets and a
+// compressed exchange's values): the accumulation dtype's — 4 in fp32 (fp32
+// training or fp32_grad_accumulation), else 2 — unless
+// implementation.grad_reduce_dtype sets it apart (fp32: 4, bf16 or fp16: 2).
+double reduced_grad_bytes(const Plan& plan);
 // Adafactor (factored second moment) and SM3 (row and column covers): 4·(m +
 // n) bytes per m×n matrix, 4 bytes per vector entry (no first moment).
 double factored_state_bytes(const cost::Op& op);

@@ -283,6 +283,10 @@ const Case kCases[] = {
      R"({"plan": {"implementation": {"tp_grad_overlap": false}}})", Effect::StepUp},
     {"plan.implementation/host_dispatch_us", "{}", R"({"plan": {"implementation": {"host_dispatch_us": 100}}})",
      Effect::StepUp},
+    // Gradients reduced in bf16 beside an fp32 accumulation: half the bytes
+    // in every data-parallel reduction across the two nodes.
+    {"plan.implementation/grad_reduce_dtype", R"({"plan": {"implementation": {"fp32_grad_accumulation": true}}})",
+     R"({"plan": {"implementation": {"grad_reduce_dtype": "bf16"}}})", Effect::StepDown},
     {"plan.implementation/grad_accumulation_fusion", R"({"plan": {"implementation": {"fp32_grad_accumulation": true}}})",
      R"({"plan": {"implementation": {"grad_accumulation_fusion": false}}})", Effect::StepUp},
     {"plan.implementation/rank_order", R"({"plan": {"tp": 2, "pp": 2}})",

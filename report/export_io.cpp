@@ -111,13 +111,12 @@ std::int64_t recompute_segment(const Scenario& sc) {
 
 bool is_mixed(const Plan& p) { return p.precision != Precision::FP32; }
 
-// Bytes of one element of the gradient bucket being reduced (as
-// lowering/memory.cpp counts gradient bytes): fp32 without mixed precision
-// or with an fp32 accumulation buffer, else 16 bits.
-Bytes reduced_grad_bytes(const Plan& p) {
-  if (!is_mixed(p) || p.implementation.fp32_grad_accumulation) return 4;
-  return 2;
+// Whether the plan reduces its gradients in another dtype than the one they
+// accumulate in (implementation.grad_reduce_dtype set apart).
+bool reduced_apart(const Plan& p) {
+  return strategies::reduced_grad_bytes(p) != std::min(strategies::bytes_per_param(p).grads, 4.0);
 }
+
 
 std::string rank_order_text(const Plan& p) {
   std::string s;
@@ -518,6 +517,10 @@ Exported export_megatron(const Scenario& sc) {
   if ((p.precision == Precision::BF16 || cost::quantized_gemms(p.precision)) &&
       !im.fp32_grad_accumulation)
     f.add("--grad-reduce-in-bf16");
+  if (reduced_apart(p))
+    un.push_back("implementation.grad_reduce_dtype=" + std::string(enum_name(im.grad_reduce_dtype)) +
+                 " (Megatron-LM reduces gradients in the dtype of its main_grad buffer, which "
+                 "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 set for both)");
 
   // --- batch ---
   f.add("--micro-batch-size", sc.batch.micro);
@@ -650,6 +653,11 @@ Exported export_deepspeed(const Scenario& sc) {
                         : p.precision == Precision::FP16 ? "fp16"
                                                          : "bf16";
     j["data_types"] = {{"grad_accum_dtype", dtype}};
+    // The dtype of the gradients' reduction where the plan sets it
+    // (deepspeed/runtime/config.py get_communication_data_type; left out,
+    // DeepSpeed derives it from the other settings).
+    if (im.grad_reduce_dtype != strategies::GradReduceDtype::Accumulation)
+      j["communication_data_type"] = std::string(enum_name(im.grad_reduce_dtype));
   }
 
   // Buckets are counted in elements: Strata's 25 MiB gradient bucket over
@@ -662,7 +670,7 @@ Exported export_deepspeed(const Scenario& sc) {
   z["overlap_comm"] = im.overlap_grad_reduce;
   z["contiguous_gradients"] = true;
   z["reduce_scatter"] = true;
-  z["reduce_bucket_size"] = bucket / reduced_grad_bytes(p);
+  z["reduce_bucket_size"] = bucket / static_cast<Bytes>(strategies::reduced_grad_bytes(p));
   z["allgather_partitions"] = true;
   z["allgather_bucket_size"] = bucket / param_bytes;
   if (p.offload.optimizer != OffloadTarget::None) {
@@ -921,10 +929,14 @@ Exported export_torchtitan(const Scenario& sc) {
                    "bfloat16 emitted)");
       break;
   }
-  if (is_mixed(p)) train << "mixed_precision_reduce = " << q("float32") << "\n";
+  // FSDP2's MixedPrecisionPolicy(reduce_dtype): the reduction's dtype; the
+  // sharded gradients keep the sharded parameters' fp32 whatever it is.
+  if (is_mixed(p))
+    train << "mixed_precision_reduce = " << q(strategies::reduced_grad_bytes(p) == 4 ? "float32" : "bfloat16")
+          << "\n";
   if (is_mixed(p) && !im.fp32_grad_accumulation)
-    notes.push_back("implementation.fp32_grad_accumulation=false: torchtitan reduces gradients "
-                    "in float32 (mixed_precision_reduce)");
+    notes.push_back("implementation.fp32_grad_accumulation=false: torchtitan keeps the sharded gradients "
+                    "in float32, its sharded parameters' dtype (FSDP2)");
   if (p.offload.weights && p.offload.weights_target == OffloadTarget::Nvme) {
     un.push_back("offload.weights=nvme (torchtitan's enable_cpu_offload keeps parameters in CPU memory, "
                  "not on NVMe)");

@@ -742,6 +742,44 @@ TEST_CASE("deepspeed: fp16 with an fp32 accumulation buffer reduces 4-byte gradi
   CHECK(j.at("optimizer").at("params").at("momentum") == 0.0);
 }
 
+TEST_CASE("grad_reduce_dtype: DeepSpeed's communication_data_type, torchtitan's mixed_precision_reduce, not Megatron-LM's") {
+  // bf16 with fp32 gradient accumulation, reduced in bf16 (FSDP's PURE):
+  // DeepSpeed names it, and its reduce bucket counts 2-byte elements;
+  // torchtitan's FSDP2 reduces in bfloat16; Megatron-LM reduces its
+  // main_grad buffer's dtype only, so the plan is listed as inexpressible.
+  const auto sc = scenario(R"({"model": "gpt2-124m", "cluster": "1xa100-80g", "batch": {"global": 8},
+      "plan": {"precision": "bf16", "implementation": {"fp32_grad_accumulation": true, "grad_reduce_dtype": "bf16"}}})");
+  const auto ds = nlohmann::json::parse(export_deepspeed(sc).text);
+  CHECK(ds.at("data_types").at("grad_accum_dtype") == "fp32");
+  CHECK(ds.at("communication_data_type") == "bf16");
+  CHECK(ds.at("zero_optimization").at("reduce_bucket_size") == 25 * 1024 * 1024 / 2);
+  const auto back = import_plan(sc, ExportTarget::DeepSpeed, export_deepspeed(sc).text, "ds.json");
+  CHECK(back.scenario.plan.implementation.grad_reduce_dtype == strategies::GradReduceDtype::BF16);
+  CHECK(contains(export_torchtitan(sc).text, "mixed_precision_reduce = \"bfloat16\""));
+  CHECK(unsupported(export_megatron(sc), "implementation.grad_reduce_dtype=bf16") != "");
+  // Without the setting the reduction is the accumulation's: fp32, and
+  // DeepSpeed is left to derive it.
+  const auto plain = scenario(R"({"model": "gpt2-124m", "cluster": "1xa100-80g", "batch": {"global": 8},
+      "plan": {"precision": "bf16", "implementation": {"fp32_grad_accumulation": true}}})");
+  CHECK_FALSE(nlohmann::json::parse(export_deepspeed(plain).text).contains("communication_data_type"));
+  CHECK(contains(export_torchtitan(plain).text, "mixed_precision_reduce = \"float32\""));
+  CHECK(unsupported(export_megatron(plain), "implementation.grad_reduce_dtype") == "");
+  // torchtitan's bfloat16 reduction reads back as the setting; a value
+  // FSDP2 does not take is refused.
+  const std::string titan = export_torchtitan(plain).text;
+  std::string bf16 = titan;
+  bf16.replace(bf16.find("\"float32\"\n", bf16.find("mixed_precision_reduce")), 10, "\"bfloat16\"\n");
+  CHECK(import_plan(plain, ExportTarget::TorchTitan, bf16, "t.toml").scenario.plan.implementation.grad_reduce_dtype ==
+        strategies::GradReduceDtype::BF16);
+  CHECK(import_plan(plain, ExportTarget::TorchTitan, titan, "t.toml").scenario.plan.implementation.grad_reduce_dtype ==
+        strategies::GradReduceDtype::Accumulation);
+  std::string half = titan;
+  half.replace(half.find("\"float32\"\n", half.find("mixed_precision_reduce")), 10, "\"float16\"\n");
+  CHECK_THROWS_WITH_AS(import_plan(plain, ExportTarget::TorchTitan, half, "t.toml"),
+                       doctest::Contains("t.toml: training.mixed_precision_reduce: must be \"float32\" or \"bfloat16\""),
+                       InputError);
+}
+
 TEST_CASE("torchtitan: GPT-3 175B, interleaved 1F1B with split points") {
   const auto e = export_torchtitan(gpt3());
   const auto& t = e.text;
@@ -862,14 +900,25 @@ strategies::Plan as_engine_reads(strategies::Plan p, ExportTarget e, std::int64_
     p.recompute = segment == 1 ? Recompute::Full : Recompute::EveryK;
     p.recompute_k = segment;
   }
+  // Megatron-LM reduces in its main_grad buffer's dtype (a reduction set
+  // apart from it is listed as inexpressible): the same dtype named
+  // explicitly reads back as the accumulation's.
+  if (e == ExportTarget::Megatron) p.implementation.grad_reduce_dtype = strategies::GradReduceDtype::Accumulation;
   if (e == ExportTarget::TorchTitan) {
     // Megatron's attention-core policy keeps everything under flash
     // attention: torchtitan's mode "none" (a note says so).
     if (p.recompute == Recompute::Selective) p.recompute = Recompute::None;
     // No FSDP with one data-parallel rank (a note).
     if (p.dp * p.cp == 1) p.zero = 0;
-    // torchtitan reduces in float32 whatever the plan says (a note).
-    if (p.precision != cost::Precision::FP32) p.implementation.fp32_grad_accumulation = true;
+    // torchtitan keeps the sharded gradients in fp32 whatever the plan says
+    // (a note) and reduces them in the plan's reduction dtype
+    // (mixed_precision_reduce).
+    if (p.precision != cost::Precision::FP32) {
+      const bool half = strategies::reduced_grad_bytes(p) == 2;
+      p.implementation.fp32_grad_accumulation = true;
+      p.implementation.grad_reduce_dtype =
+          half ? strategies::GradReduceDtype::BF16 : strategies::GradReduceDtype::Accumulation;
+    }
     // Async tensor parallelism is one mode; it compiles the model.
     if (p.implementation.tp_comm_overlap != TpCommOverlap::None) {
       p.implementation.tp_comm_overlap = TpCommOverlap::Ring;
@@ -946,6 +995,12 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
       im.tp_comm_overlap = pick(TpCommOverlap::Bulk, TpCommOverlap::Ring), fix(strategies::ImplKey::TpCommOverlap);
     if (p.precision != cost::Precision::FP32 && pick(false, true))
       im.fp32_grad_accumulation = pick(false, true), fix(strategies::ImplKey::Fp32GradAccumulation);
+    if (p.precision != cost::Precision::FP32 && pick(false, false, true)) {
+      using strategies::GradReduceDtype;
+      im.grad_reduce_dtype = pick(GradReduceDtype::FP32, p.precision == cost::Precision::FP16 ? GradReduceDtype::FP16
+                                                                                              : GradReduceDtype::BF16);
+      fix(strategies::ImplKey::GradReduceDtype);
+    }
     if (pick(false, false, true)) im.fused_elementwise = false, fix(strategies::ImplKey::FusedElementwise);
     if (p.precision == cost::Precision::FP8 && p.zero >= 1 && p.zero <= 2 && pick(false, true))
       im.fp8_param_gather = true, fix(strategies::ImplKey::Fp8ParamGather);

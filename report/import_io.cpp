@@ -553,6 +553,16 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
       throw InputError(file, "data_types.grad_accum_dtype", "must be \"fp32\", \"fp16\" or \"bf16\" [import-value]");
     p.implementation.fp32_grad_accumulation = dtype == "fp32";
   }
+  // The reduction's own dtype (deepspeed/runtime/config.py
+  // get_communication_data_type), where the config sets it.
+  if (j.contains("communication_data_type")) {
+    const auto& dtype = j["communication_data_type"];
+    if (!dtype.is_string() || (dtype != "fp32" && dtype != "fp16" && dtype != "bf16"))
+      throw InputError(file, "communication_data_type", "must be \"fp32\", \"fp16\" or \"bf16\" [import-value]");
+    p.implementation.grad_reduce_dtype = dtype == "fp32"   ? strategies::GradReduceDtype::FP32
+                                         : dtype == "fp16" ? strategies::GradReduceDtype::FP16
+                                                           : strategies::GradReduceDtype::BF16;
+  }
   // Batch: global = micro x accumulation x dp.
   auto& b = out.scenario.batch;
   b.micro = bounded(get_int(j, "train_micro_batch_size_per_gpu", "", base.batch.micro), 1, kMaxTokensPerStep, file,
@@ -573,7 +583,7 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
   for (const auto& [key, v] : j.items())
     if (!std::set<std::string>{"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                                "bf16", "fp16", "data_types", "zero_optimization", "activation_checkpointing",
-                               "optimizer"}
+                               "optimizer", "communication_data_type"}
              .count(key))
       out.ignored.push_back(key);
   out.from_base.push_back(
@@ -864,8 +874,17 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
   im.tp_comm_overlap = boolean("parallelism", "enable_async_tensor_parallel", false) ? TpCommOverlap::Ring
                                                                                      : TpCommOverlap::None;
   im.fused_elementwise = boolean("training", "compile", false);
-  if (p.precision != Precision::FP32)
-    im.fp32_grad_accumulation = text_of("training", "mixed_precision_reduce", "float32") == "float32";
+  // FSDP2's MixedPrecisionPolicy(reduce_dtype): the reduction's dtype; the
+  // sharded gradients stay in the sharded parameters' fp32 (the stack's
+  // fp32_grad_accumulation), so a float32 reduction is the accumulation's.
+  if (p.precision != Precision::FP32) {
+    const std::string reduce = text_of("training", "mixed_precision_reduce", "float32");
+    if (reduce != "float32" && reduce != "bfloat16")
+      throw InputError(file, "training.mixed_precision_reduce", "must be \"float32\" or \"bfloat16\" [import-value]");
+    im.grad_reduce_dtype = reduce == "bfloat16"           ? strategies::GradReduceDtype::BF16
+                           : im.fp32_grad_accumulation ? strategies::GradReduceDtype::Accumulation
+                                                       : strategies::GradReduceDtype::FP32;
+  }
   for (const char* k : {"name", "flavor"}) used.insert(std::string("model.") + k);
   // Keys not part of a plan (data, checkpoint, learning rate, ...).
   for (const auto& [t, tb] : root.items()) {

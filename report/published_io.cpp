@@ -239,7 +239,12 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
       // megatron-lm-2021 stack: commit 8aa4619f in NGC's PyTorch 20.12
       // container with NCCL 2.8.3, run with --fp16 --checkpoint-activations
       // and no overlap or fusion flag (Oneflow-Inc/DLPerf Megatron-LM/README.md
-      // and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh).
+      // and scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh). The fp16 optimizer
+      // keeps fp32 master gradients beside the fp16 ones
+      // (optimizer.update_master_grads: fp32_grad_accumulation holds both),
+      // while the gradients are all-reduced in fp16: v2.x's local DDP calls
+      // allreduce_params(reduce_after=False, fp32_allreduce=args.fp32_allreduce)
+      // and --fp32-allreduce is off (megatron/training.py, backward_step).
       const int gpus = int_at(hw, "count");
       Case k{id, fam, "step_time_s",
              "Megatron-LM v2.x (megatron-lm-2021 stack), fp16, full recompute, gradient reduction after "
@@ -255,7 +260,7 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
           {"plan", {{"tp", pos_int_at(st, "tp")}, {"pp", pos_int_at(st, "pp")}, {"dp", pos_int_at(st, "dp")}, {"recompute", "full"},
                     {"precision", "fp16"},
                     {"implementation", {{"attention", "standard"}, {"fp32_grad_accumulation", true},
-                                        {"overlap_grad_reduce", false}}}}},
+                                        {"grad_reduce_dtype", "fp16"}, {"overlap_grad_reduce", false}}}}},
           {"stack", "megatron-lm-2021"}};
       out.push_back(k);
     } else if (fam == "MOSAIC" && meas.has("tokens_per_s_per_gpu")) {
@@ -286,12 +291,12 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
           {"stack", "llm-foundry"}};
       // Composer's FSDP mixed precision where the row states it
       // (composer/trainer/mosaic_fsdp_utils.py, get_mixed_precision):
-      // DEFAULT reduces gradients in fp32 (reduce_dtype float32) into fp32
-      // shards, PURE in bf16.
+      // DEFAULT reduces gradients in fp32 (reduce_dtype float32), PURE in
+      // bf16; both accumulate the shards in fp32 (the stack's).
       if (const auto mp = st.get("fsdp_mixed_precision")) {
         const std::string mode = mp->as_string();
         if (mode == "DEFAULT" || mode == "PURE")
-          k.scenario["plan"]["implementation"] = {{"fp32_grad_accumulation", mode == "DEFAULT"}};
+          k.scenario["plan"]["implementation"] = {{"grad_reduce_dtype", mode == "DEFAULT" ? "fp32" : "bf16"}};
         else
           k.uncounted = "FSDP mixed precision '" + mode + "' has no Strata setting here (DEFAULT and PURE do)";
       }

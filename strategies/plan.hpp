@@ -39,6 +39,13 @@ enum class DpTopology { AllReduce, ParameterServer };
 // bf16). The fp32 master weights stay fp32.
 enum class StateDtype { FP32, BF16 };
 enum class TpCommOverlap { None, Bulk, Ring };
+// The dtype data-parallel gradients travel and are summed in (the reduce-
+// scatter or all-reduce of every gradient collective): the dtype they
+// accumulate in (fp32 with fp32_grad_accumulation or fp32 training, else
+// the plan's 16-bit one), or set apart from it, as PyTorch FSDP's
+// MixedPrecision(reduce_dtype), DeepSpeed's communication_data_type and
+// Megatron-LM v2.x's --fp32-allreduce do.
+enum class GradReduceDtype : std::uint8_t { Accumulation, FP32, BF16, FP16 };
 enum class ParallelDim { TP, CP, DP, PP };
 // How balanced pipeline chunks share the model (without stage_layers):
 // Balanced spreads the transformer blocks evenly, the embedding riding in
@@ -121,6 +128,9 @@ struct Implementation {
   // per parameter with fp16 (which also keeps 16-bit gradients), 4 instead of
   // 2 with bf16/fp8. Off: ZeRO's accounting, 2 bytes (16 per parameter with Adam).
   bool fp32_grad_accumulation = false;
+  // The dtype gradients are reduced in (GradReduceDtype above); a 16-bit one
+  // is the plan's (fp16 under fp16, bf16 under bf16, fp8 and fp4).
+  GradReduceDtype grad_reduce_dtype = GradReduceDtype::Accumulation;
   // Backward tensor-parallel communication of the input gradient launched
   // beside the weight-gradient GEMM (Megatron-LM's asynchronous
   // tensor-model-parallel all-reduce, later always on): only what exceeds the
@@ -317,6 +327,11 @@ STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce,
 STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},
                   {strategies::TpCommOverlap::Bulk, "bulk"},
                   {strategies::TpCommOverlap::Ring, "ring"});
+STRATA_ENUM_NAMES(strategies::GradReduceDtype, 4,
+                  {strategies::GradReduceDtype::Accumulation, "accumulation"},
+                  {strategies::GradReduceDtype::FP32, "fp32"},
+                  {strategies::GradReduceDtype::BF16, "bf16"},
+                  {strategies::GradReduceDtype::FP16, "fp16"});
 STRATA_ENUM_NAMES(strategies::PipelineLayout, 4,
                   {strategies::PipelineLayout::Balanced, "balanced"},
                   {strategies::PipelineLayout::EmbeddingHeadAsLayers, "embedding_head_as_layers"},

@@ -52,6 +52,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.pp_scatter_gather = r.bool_or("pp_scatter_gather", im.pp_scatter_gather);
   im.overlap_p2p = r.bool_or("overlap_p2p", im.overlap_p2p);
   im.fp32_grad_accumulation = r.bool_or("fp32_grad_accumulation", im.fp32_grad_accumulation);
+  im.grad_reduce_dtype = r.enum_or("grad_reduce_dtype", im.grad_reduce_dtype);
   im.tp_grad_overlap = r.bool_or("tp_grad_overlap", im.tp_grad_overlap);
   im.grad_accumulation_fusion =
       r.bool_or("grad_accumulation_fusion", im.grad_accumulation_fusion);

@@ -83,6 +83,18 @@ TEST_CASE("balanced chunks differ by at most one layer") {
 }
 
 TEST_CASE("invalid combinations name the rule") {
+  // A 16-bit gradient reduction is the plan's own 16-bit dtype.
+  CHECK(error_of(scenario("\"pp_scatter_gather\": false", "\"pp_scatter_gather\": false, \"grad_reduce_dtype\": \"fp16\"")) ==
+        "s.json: plan.implementation.grad_reduce_dtype: a 16-bit reduction is the plan's own 16-bit dtype: fp16 "
+        "under fp16, bf16 under bf16, fp8 and fp4; precision is bf16 (use \"fp32\" or \"accumulation\")");
+  CHECK(error_of(scenario({{"\"pp_scatter_gather\": false", "\"pp_scatter_gather\": false, \"grad_reduce_dtype\": \"bf16\""},
+                           {"\"precision\": \"bf16\"", "\"precision\": \"fp32\""}})) ==
+        "s.json: plan.implementation.grad_reduce_dtype: a 16-bit reduction is the plan's own 16-bit dtype: fp16 "
+        "under fp16, bf16 under bf16, fp8 and fp4; precision is fp32 (use \"fp32\" or \"accumulation\")");
+  CHECK(error_of(scenario("\"pp_scatter_gather\": false", "\"pp_scatter_gather\": false, \"grad_reduce_dtype\": \"bf16\"")) ==
+        "no error");
+  CHECK(error_of(scenario("\"pp_scatter_gather\": false", "\"pp_scatter_gather\": false, \"grad_reduce_dtype\": \"int8\"")) !=
+        "no error");
   CHECK(error_of(scenario("\"tp\": 8", "\"tp\": 3")) ==
         "s.json: plan: dp·tp·pp·cp = 16·3·8·1 = 384 does not equal the cluster's 1024 GPUs "
         "(128 nodes × 8)");

@@ -31,6 +31,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::CrossEntropy: im.cross_entropy = static_cast<CrossEntropy>(v); break;
     case ImplKey::Fp8ParamGather: im.fp8_param_gather = on; break;
     case ImplKey::Allocator: im.allocator = static_cast<sim::AllocatorMode>(v); break;
+    case ImplKey::GradReduceDtype: im.grad_reduce_dtype = static_cast<GradReduceDtype>(v); break;
   }
 }
 
@@ -50,6 +51,7 @@ std::string value_text(ImplKey k, std::int64_t v) {
     case ImplKey::TpCommOverlap: return std::string(enum_name(static_cast<TpCommOverlap>(v)));
     case ImplKey::CrossEntropy: return std::string(enum_name(static_cast<CrossEntropy>(v)));
     case ImplKey::Allocator: return std::string(enum_name(static_cast<sim::AllocatorMode>(v)));
+    case ImplKey::GradReduceDtype: return std::string(enum_name(static_cast<GradReduceDtype>(v)));
     case ImplKey::HostDispatch: {
       std::string t = std::to_string(static_cast<double>(v) / 1000.0);
       t.erase(t.find_last_not_of('0') + 1);
@@ -99,6 +101,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(im.cross_entropy);
     case ImplKey::Fp8ParamGather: return im.fp8_param_gather;
     case ImplKey::Allocator: return static_cast<std::int64_t>(im.allocator);
+    case ImplKey::GradReduceDtype: return static_cast<std::int64_t>(im.grad_reduce_dtype);
   }
   return 0;
 }

@@ -48,6 +48,7 @@ enum class ImplKey : std::uint8_t {
   CrossEntropy,
   Fp8ParamGather,
   Allocator,
+  GradReduceDtype,
 };
 
 }  // namespace strata::strategies
@@ -55,7 +56,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 17> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 18> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -73,6 +74,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::CrossEntropy, "cross_entropy"},
       {strategies::ImplKey::Fp8ParamGather, "fp8_param_gather"},
       {strategies::ImplKey::Allocator, "allocator"},
+      {strategies::ImplKey::GradReduceDtype, "grad_reduce_dtype"},
   }};
 };
 }  // namespace strata

@@ -34,6 +34,7 @@ std::int64_t read_value(const JsonReader& v, ImplKey k) {
     case ImplKey::TpCommOverlap: return static_cast<std::int64_t>(v.as_enum<TpCommOverlap>());
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(v.as_enum<CrossEntropy>());
     case ImplKey::Allocator: return static_cast<std::int64_t>(v.as_enum<sim::AllocatorMode>());
+    case ImplKey::GradReduceDtype: return static_cast<std::int64_t>(v.as_enum<GradReduceDtype>());
     case ImplKey::HostDispatch: return std::llround(v.as_number(0, kMaxHostDispatchUs) * 1000.0);
     case ImplKey::Zero3PersistenceThreshold: return v.as_int(0, kMaxPersistenceThreshold);
     default: return v.as_bool() ? 1 : 0;

@@ -30,6 +30,18 @@ std::string error_of(const std::string& plan, const std::string& extra) {
   return "no error";
 }
 
+TEST_CASE("llm-foundry: FSDP keeps fp32 gradient shards and reduces in Composer's DEFAULT fp32; PURE overrides in bf16") {
+  const Scenario dflt = with(R"("dp": 8, "zero": 3, "precision": "bf16")", R"(, "stack": "llm-foundry")");
+  CHECK(dflt.plan.implementation.fp32_grad_accumulation);
+  CHECK(dflt.plan.implementation.grad_reduce_dtype == GradReduceDtype::FP32);
+  CHECK(implementation_text(ImplKey::GradReduceDtype,
+                            implementation_value(dflt.plan.implementation, ImplKey::GradReduceDtype)) == "fp32");
+  const Scenario pure = with(R"("dp": 8, "zero": 3, "precision": "bf16", "implementation": {"grad_reduce_dtype": "bf16"})",
+                             R"(, "stack": "llm-foundry")");
+  CHECK(pure.plan.implementation.fp32_grad_accumulation);
+  CHECK(pure.plan.implementation.grad_reduce_dtype == GradReduceDtype::BF16);
+}
+
 TEST_CASE("a stack's settings replace Strata's defaults; the plan's own keys override them") {
   // Strata's defaults: flash attention, overlapped gradient reduction,
   // asynchronous TP gradient all-reduce, fused gradient accumulation.

@@ -284,6 +284,14 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 "Engine recipe (not rowwise), zero 1 or 2 (Megatron-Core's distributed optimizer; its FSDP "
                 "is not modelled) and weights on the GPU");
 
+  // --- the dtype gradients are reduced in ---
+  if (const auto d = p.implementation.grad_reduce_dtype;
+      (d == GradReduceDtype::BF16 || d == GradReduceDtype::FP16) &&
+      (p.precision == Precision::FP32 || (d == GradReduceDtype::FP16) != (p.precision == Precision::FP16)))
+    return fail("grad-reduce-dtype", "plan.implementation.grad_reduce_dtype",
+                "a 16-bit reduction is the plan's own 16-bit dtype: fp16 under fp16, bf16 under bf16, fp8 and "
+                "fp4; precision is " + std::string(enum_name(p.precision)) + " (use \"fp32\" or \"accumulation\")");
+
   // --- the optimizer's statistics in bf16 ---
   if (p.optimizer_states == StateDtype::BF16 &&
       (p.optimizer == Optimizer::Adam8bit || p.optimizer == Optimizer::Adam4bit ||

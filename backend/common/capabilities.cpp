@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "lowering/memory.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend {
@@ -198,6 +199,16 @@ const std::array kTable{
                no("bf16 with bf16 gradients is not implemented by the CUDA backend: it accumulates bf16 models' "
                   "gradients in fp32, as Megatron-LM does for bf16; set plan.implementation.fp32_grad_accumulation "
                   "to true (4 bytes a gradient in the memory model)")},
+    Capability{"grad-reduce-dtype", "precision",
+               "gradients reduced in another dtype than they accumulate in (implementation.grad_reduce_dtype)",
+               [](const Scenario& s) {
+                 return strategies::reduced_grad_bytes(s.plan) !=
+                        std::min(strategies::bytes_per_param(s.plan).grads, 4.0);
+               },
+               differs("computed and reduced in fp32"),
+               no("a reduction dtype apart from the gradients' accumulation dtype is not executed by the CUDA "
+                  "backend (it reduces its fp32 gradient buffer); leave plan.implementation.grad_reduce_dtype "
+                  "out")},
     Capability{"fp16", "precision", "fp16 mixed precision", [](const Scenario& s) { return s.plan.precision == Precision::FP16; },
                differs("computed in fp32"),
                no("fp16 mixed precision is not implemented by the CUDA backend: fp16's 5-bit exponent needs loss "

@@ -130,6 +130,16 @@ TEST_CASE("common/capabilities: the refusals are the executors' reasons") {
   CHECK(why(sc, Backend::Cpu).find("recompute_modules other than core_attn") != std::string::npos);
   sc.plan.recompute = cost::Recompute::Full;
   CHECK(why(sc, Backend::Cpu).empty());
+  // A reduction dtype apart from the accumulation's: the CUDA backend
+  // reduces its fp32 gradient buffer; the same dtype named is no change.
+  sc = tiny();
+  sc.plan.precision = cost::Precision::BF16;
+  sc.plan.implementation.fp32_grad_accumulation = true;
+  sc.plan.implementation.grad_reduce_dtype = strategies::GradReduceDtype::FP32;
+  CHECK(why(sc, Backend::Cuda).empty());
+  sc.plan.implementation.grad_reduce_dtype = strategies::GradReduceDtype::BF16;
+  CHECK(why(sc, Backend::Cuda).find("grad_reduce_dtype") != std::string::npos);
+  CHECK(why(sc, Backend::Cpu).empty());
 }
 
 TEST_CASE("common/capabilities: a combination marked not applicable is refused by another row") {
