@@ -155,6 +155,11 @@ struct Calibration {
   // Memory-bound kernels: fraction of HBM bandwidth over the bytes one
   // kernel moves.
   EfficiencyCurve memory;
+  // The optimizer's update (MemoryKernel::Optimizer), the same way; empty:
+  // the memory curve. A backend whose optimizer streams at another rate
+  // than its layers' element-wise kernels measures it apart (the CPU
+  // executor's Adam runs several times faster than its GeLU and layer norm).
+  EfficiencyCurve optimizer;
   // Copies: fraction of the node's pcie_GBps (h2d, d2h) or nvme_GBps, over
   // the bytes of one copy; [kind][pinned ? 1 : 0] (NVMe ignores pinned).
   std::array<std::array<EfficiencyCurve, 2>, kCopyKinds> copy;

@@ -253,6 +253,8 @@ Calibration read_calibration(const JsonReader& r, const Calibration& base) {
   if (auto g = r.get("gemm")) read_gemm(*g, c);
   if (auto m = r.get("memory"))
     c.memory = read_table(*m, TableSpec{"GBps", "peak_GBps", kMaxEfficiency, false});
+  if (auto o = r.get("optimizer"))
+    c.optimizer = read_table(*o, TableSpec{"GBps", "peak_GBps", kMaxEfficiency, false});
   if (auto cp = r.get("copies")) read_copies(*cp, c);
   if (auto col = r.get("collectives")) {
     for (const auto& [s, name] : EnumNames<LinkScope>::table)
@@ -325,6 +327,7 @@ Calibration default_calibration(const GpuSpec& gpu) {
             ratio(peak_tflops(gpu, d), peak_tflops(ref, from)));
   }
   c.memory = c.memory.scaled_sizes(ratio(gpu.hbm_GBps, ref.hbm_GBps));
+  c.optimizer = c.optimizer.scaled_sizes(ratio(gpu.hbm_GBps, ref.hbm_GBps));
   for (auto& kind : c.copy) {
     const bool nvme = &kind == &c.copy[static_cast<std::size_t>(CopyKind::NvmeRead)] ||
                       &kind == &c.copy[static_cast<std::size_t>(CopyKind::NvmeWrite)];

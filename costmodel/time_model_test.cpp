@@ -77,6 +77,18 @@ TEST_CASE("memory-bound op takes bytes / (HBM x eff)") {
   CHECK(compute_time(test_gpu(), c, Precision::BF16, 0, 0) == 2'000);
 }
 
+TEST_CASE("the optimizer's update reads its own memory curve, the element-wise one where it has none") {
+  // 1.8e9 bytes: at the memory curve's 0.9 of 2000 GB/s 1 ms; with an
+  // optimizer curve of 0.6, 1.5 ms for the optimizer's kernels only.
+  Calibration c = test_cal();
+  KernelShape opt;
+  opt.memory = MemoryKernel::Optimizer;
+  CHECK(compute_time(test_gpu(), c, Precision::BF16, 0, 1'800'000'000, opt) == 1'000'000);
+  c.optimizer = EfficiencyCurve::constant(0.6);
+  CHECK(compute_time(test_gpu(), c, Precision::BF16, 0, 1'800'000'000, opt) == 1'500'000);
+  CHECK(compute_time(test_gpu(), c, Precision::BF16, 0, 1'800'000'000) == 1'000'000);
+}
+
 TEST_CASE("GEMM efficiency interpolates linearly in log FLOPs and clamps outside") {
   // Curve (1e9, 0.2) - (1e11, 0.6): a 1e10-FLOP GEMM runs at 0.4 of 300
   // TFLOP/s (83,333 ns); 1e8 clamps to 0.2 (1,667 ns); 1e13 to 0.6.

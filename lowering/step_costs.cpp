@@ -510,6 +510,7 @@ Time ModelStepCosts::optimizer_step(double params, bool on_host) const {
   if (mixed) pass(4 + per.weights);  // fp32 master weights to the model's copy
   // One fused multi-tensor kernel per pass when fused, else one per layer.
   cost::KernelShape shape;
+  shape.memory = cost::MemoryKernel::Optimizer;
   shape.kernels = passes * (sc_.plan.implementation.fused_elementwise
                                 ? 1
                                 : std::max<std::int64_t>(1, sc_.model.layers));

@@ -74,14 +74,14 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
 
   // Memory-bound kernels, sized as the op chain sizes them: the bytes one
   // kernel reads and writes. With the backend's kernels measured: GeLU and
-  // layer norm over S input bytes move 2S each, Adam's update of S/4
-  // parameters 7S (gradient, and weight and two moments read and written,
-  // strategies::bytes_per_param); the rate is their 11S over their time,
-  // read at 2S (a layer kernel's size). Else memcpy (S bytes copied move 2S).
+  // layer norm over S input bytes move 2S each and the residual add 3S (a
+  // block's byte-priced kernels: its two norms, its two residual adds and
+  // the activation); the rate is their 7S over their time, read at 2S (a
+  // layer kernel's size). Else memcpy (S bytes copied move 2S).
   std::vector<Point> mem;
   if (!m.elementwise.empty()) {
     for (const auto& p : m.elementwise)
-      mem.push_back({2.0 * p.size, 11.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
+      mem.push_back({2.0 * p.size, 7.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
   } else {
     for (const auto& p : m.memory)
       mem.push_back({2.0 * p.size, 2.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
@@ -90,6 +90,15 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
   legalise(mem, kMaxEff, "memory", notes);
   if (!mem.empty())
     j["memory"] = {{"peak_GBps", gpu.hbm_GBps}, {"points", table_points(mem, "GBps", gpu.hbm_GBps, false)}};
+  // The optimizer's update: Adam over S/4 parameters moves 7S (the
+  // gradient, and the weight and two moments read and written:
+  // strategies::bytes_per_param's 28 bytes a parameter), read at 7S.
+  std::vector<Point> opt;
+  for (const auto& p : m.optimizer) opt.push_back({7.0 * p.size, 7.0 * p.size / p.seconds / 1e9 / gpu.hbm_GBps});
+  opt = increasing(opt);
+  legalise(opt, kMaxEff, "optimizer", notes);
+  if (!opt.empty())
+    j["optimizer"] = {{"peak_GBps", gpu.hbm_GBps}, {"points", table_points(opt, "GBps", gpu.hbm_GBps, false)}};
 
   // Copies to and from the host pool: allocate there and copy S bytes.
   std::vector<Point> cp;
@@ -167,8 +176,11 @@ std::string calibration_json(const CpuMeasurements& m, const cost::ClusterSpec& 
       std::string(m.elementwise.empty() ? "memcpy, 2 bytes moved per byte copied"
                                         : "the byte-weighted rate of the backend's GeLU and layer norm "
                                           "forward kernels (each moving twice its input bytes, the op "
-                                          "chain's count) and Adam's update (28 bytes per parameter), which "
-                                          "run 10-40x slower than memcpy") +
+                                          "chain's count) and its residual add (three times), which run "
+                                          "several times slower than memcpy") +
+      (m.optimizer.empty() ? std::string()
+                           : std::string("; optimizer: the backend's Adam update alone (28 bytes per "
+                                         "parameter), which streams faster than those")) +
       ", against hbm_GBps " + num(gpu.hbm_GBps) +
       " (cache-resident sizes may run faster than that DRAM figure and are then clamped). Copies (offload to "
       "the host pool): allocate, copy, free, against pcie_GBps " + num(node.pcie_GBps) +
@@ -202,8 +214,10 @@ std::string render_measurements(const CpuMeasurements& m) {
   };
   rows("gemm n (m=n=k)", m.gemm, "GFLOP/s", [](const SizeTime& p) { return 2 * p.size * p.size * p.size / p.seconds / 1e9; });
   rows("memcpy bytes", m.memory, "GB/s (2 bytes moved per byte)", [](const SizeTime& p) { return 2 * p.size / p.seconds / 1e9; });
-  rows("elementwise bytes", m.elementwise, "GB/s (GeLU + layer norm forward + Adam: 11 bytes per input byte)",
-       [](const SizeTime& p) { return 11 * p.size / p.seconds / 1e9; });
+  rows("elementwise bytes", m.elementwise, "GB/s (GeLU + layer norm forward + residual add: 7 bytes per input byte)",
+       [](const SizeTime& p) { return 7 * p.size / p.seconds / 1e9; });
+  rows("optimizer bytes", m.optimizer, "GB/s (Adam over bytes/4 parameters: 7 bytes per byte)",
+       [](const SizeTime& p) { return 7 * p.size / p.seconds / 1e9; });
   rows("copy bytes", m.copy, "GB/s", [](const SizeTime& p) { return p.size / p.seconds / 1e9; });
   const double n = std::max(2, m.ranks);
   rows("all_reduce bytes", m.all_reduce, "algbw GB/s", [](const SizeTime& p) { return p.size / p.seconds / 1e9; });
@@ -355,7 +369,8 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                       },
          n);
     // What the cost model prices by bytes: the element-wise kernels of a
-    // layer (GeLU, layer norm) and the optimizer's update (Adam).
+    // layer (GeLU, layer norm, a residual add), and apart from them the
+    // optimizer's update (Adam).
     reg("elementwise/" + std::to_string(s),
                                       [s](benchmark::State& st) {
                                         const std::int64_t n = std::max<std::int64_t>(128, s / 4);
@@ -364,16 +379,26 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
                                             g(a, {128}, MemTag::Other), b(a, {128}, MemTag::Other);
                                         for (std::int64_t i = 0; i < n; ++i) x[i] = 0.01f * static_cast<float>(i % 101) - 0.5f;
                                         for (std::int64_t i = 0; i < 128; ++i) g[i] = 1.0f;
+                                        for (auto _ : st) {
+                                          gelu_forward(x.data(), y.data(), n);
+                                          layernorm_forward(x.data(), g.data(), b.data(), y.data(), n / 128, 128, 1e-5f);
+                                          residual_forward(x.data(), y.data(), y.data(), n);
+                                          benchmark::DoNotOptimize(y.data());
+                                        }
+                                      },
+         n);
+    reg("optimizer/" + std::to_string(s),
+                                      [s](benchmark::State& st) {
+                                        const std::int64_t n = std::max<std::int64_t>(128, s / 4);
+                                        TrackingAllocator a;
                                         std::vector<Tensor> P, G;
                                         P.emplace_back(a, Shape{n}, MemTag::Params);
                                         G.emplace_back(a, Shape{n}, MemTag::Grads);
                                         for (std::int64_t i = 0; i < n; ++i) G[0][i] = 1e-3f * static_cast<float>(i % 7);
                                         Adam adam(a, {.lr = 1e-6f});
                                         for (auto _ : st) {
-                                          gelu_forward(x.data(), y.data(), n);
-                                          layernorm_forward(x.data(), g.data(), b.data(), y.data(), n / 128, 128, 1e-5f);
                                           adam.step(P, G);
-                                          benchmark::DoNotOptimize(y.data());
+                                          benchmark::DoNotOptimize(P[0].data());
                                         }
                                       },
          n);
@@ -484,6 +509,7 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
     add(m.copy, static_cast<double>(s), "copy/" + std::to_string(s));
     add(m.elementwise, static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4),
         "elementwise/" + std::to_string(s));
+    add(m.optimizer, static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4), "optimizer/" + std::to_string(s));
   }
   m.kernel_us = get("kernel").value_or(0) * 1e6;
   m.step_us = get("step").value_or(0) * 1e6;

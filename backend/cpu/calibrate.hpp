@@ -59,10 +59,13 @@ struct CpuMeasurements {
   std::vector<SizeTime> gemm;    // m = n = k = size, fp32 sgemm per rank thread
   std::vector<SizeTime> memory;  // memcpy of `size` bytes per rank thread
   // What the cost model prices by bytes: a GeLU forward, a layer norm
-  // forward (rows of 128) over `size` bytes of fp32 input each and an Adam
-  // update of size/4 parameters, per rank thread; the seconds of the three.
-  // The memory curve comes from these; memcpy is shown beside them.
+  // forward (rows of 128) and a residual add over `size` bytes of fp32
+  // input each, per rank thread; the seconds of the three. The memory curve comes from these;
+  // memcpy is shown beside them.
   std::vector<SizeTime> elementwise;
+  // The optimizer's update: Adam over size/4 parameters (28 bytes each),
+  // per rank thread. The optimizer curve comes from these.
+  std::vector<SizeTime> optimizer;
   std::vector<SizeTime> copy;    // allocate + copy `size` bytes into another pool, per rank
   // Ring collectives: all-reduce of one float over groups of 2 and of
   // `ranks` (latency), and all-reduce, all-gather, reduce-scatter of

@@ -100,17 +100,37 @@ TEST_CASE("cpu/calibrate: a smaller size slower than the reader's rule allows is
 }
 
 TEST_CASE("cpu/calibrate: with the backend's element-wise kernels measured, they set the memory curve") {
-  // GeLU + layer norm over S input bytes (2S each) and Adam over S/4
-  // parameters (7S) move 11S; at 11S / t = 2 GB/s the curve reads 0.2 of
-  // cpu-local's 10 GB/s at 2S, and memcpy (which would say 0.5) is not used.
+  // GeLU and layer norm over S input bytes move 2S each and the residual
+  // add 3S, 7S; at 7S / t = 2 GB/s the curve reads 0.2 of cpu-local's
+  // 10 GB/s at 2S, and memcpy (which would say 0.5) is not used. Without
+  // Adam measured the file has no optimizer curve (the memory curve prices
+  // the update).
   auto m = synthetic();
   const double S = 1 << 20;
-  m.elementwise = {{S, 11 * S / 2e9}};
+  m.elementwise = {{S, 7 * S / 2e9}};
   const auto cluster = cost::cluster_preset("cpu-local");
   const auto cal = cost::parse_calibration_text(calibration_json(m, cluster, "2026-11-30"), "test",
                                                 cost::ideal_calibration());
   REQUIRE(cal.memory.size() == 1);
   CHECK(cal.memory.at(2 * S) == doctest::Approx(0.2).epsilon(1e-4));
+  CHECK(cal.optimizer.empty());
+}
+
+TEST_CASE("cpu/calibrate: the Adam update measured apart sets the optimizer curve") {
+  // Adam over S/4 parameters moves 28 bytes each, 7S; at 7S / t = 6 GB/s
+  // the optimizer curve reads 0.6 of cpu-local's 10 GB/s at 7S, while the
+  // layers' element-wise kernels keep their own 0.2.
+  auto m = synthetic();
+  const double S = 1 << 20;
+  m.elementwise = {{S, 7 * S / 2e9}};
+  m.optimizer = {{S, 7 * S / 6e9}};
+  const auto cluster = cost::cluster_preset("cpu-local");
+  const std::string text = calibration_json(m, cluster, "2026-11-30");
+  const auto cal = cost::parse_calibration_text(text, "test", cost::ideal_calibration());
+  REQUIRE(cal.optimizer.size() == 1);
+  CHECK(cal.optimizer.at(7 * S) == doctest::Approx(0.6).epsilon(1e-4));
+  CHECK(cal.memory.at(2 * S) == doctest::Approx(0.2).epsilon(1e-4));
+  CHECK(text.find("Adam update alone") != std::string::npos);
 }
 
 TEST_CASE("cpu/calibrate: a cluster without the peaks the file is written against is refused") {
