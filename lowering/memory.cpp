@@ -285,6 +285,12 @@ PerParam bytes_per_param(const Plan& plan) {
   return b;
 }
 
+namespace {
+// One accumulated gradient element as a reduction of its buffer moves it:
+// fp16 with an fp32 buffer keeps both (6 bytes) and reduces the fp32 one.
+double accumulated_grad_bytes(const Plan& plan) { return std::min(bytes_per_param(plan).grads, 4.0); }
+}  // namespace
+
 double reduced_grad_bytes(const Plan& plan) {
   switch (plan.implementation.grad_reduce_dtype) {
     case GradReduceDtype::FP32: return 4;
@@ -292,8 +298,10 @@ double reduced_grad_bytes(const Plan& plan) {
     case GradReduceDtype::FP16: return 2;
     case GradReduceDtype::Accumulation: break;
   }
-  return std::min(bytes_per_param(plan).grads, 4.0);
+  return accumulated_grad_bytes(plan);
 }
+
+bool reduces_apart(const Plan& plan) { return reduced_grad_bytes(plan) != accumulated_grad_bytes(plan); }
 
 double factored_state_bytes(const cost::Op& op) {
   return 4.0 * static_cast<double>(op.matrices * (op.rows + op.cols)) +

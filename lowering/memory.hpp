@@ -42,6 +42,9 @@ PerParam bytes_per_param(const Plan& plan);
 // training or fp32_grad_accumulation), else 2 — unless
 // implementation.grad_reduce_dtype sets it apart (fp32: 4, bf16 or fp16: 2).
 double reduced_grad_bytes(const Plan& plan);
+// Whether that dtype is not the accumulation's: a reduction a framework must
+// be told apart (FSDP's reduce_dtype, DeepSpeed's communication_data_type).
+bool reduces_apart(const Plan& plan);
 // Adafactor (factored second moment) and SM3 (row and column covers): 4·(m +
 // n) bytes per m×n matrix, 4 bytes per vector entry (no first moment).
 double factored_state_bytes(const cost::Op& op);

@@ -111,12 +111,6 @@ std::int64_t recompute_segment(const Scenario& sc) {
 
 bool is_mixed(const Plan& p) { return p.precision != Precision::FP32; }
 
-// Whether the plan reduces its gradients in another dtype than the one they
-// accumulate in (implementation.grad_reduce_dtype set apart).
-bool reduced_apart(const Plan& p) {
-  return strategies::reduced_grad_bytes(p) != std::min(strategies::bytes_per_param(p).grads, 4.0);
-}
-
 
 std::string rank_order_text(const Plan& p) {
   std::string s;
@@ -517,7 +511,7 @@ Exported export_megatron(const Scenario& sc) {
   if ((p.precision == Precision::BF16 || cost::quantized_gemms(p.precision)) &&
       !im.fp32_grad_accumulation)
     f.add("--grad-reduce-in-bf16");
-  if (reduced_apart(p))
+  if (strategies::reduces_apart(p))
     un.push_back("implementation.grad_reduce_dtype=" + std::string(enum_name(im.grad_reduce_dtype)) +
                  " (Megatron-LM reduces gradients in the dtype of its main_grad buffer, which "
                  "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 set for both)");

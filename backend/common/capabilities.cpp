@@ -201,10 +201,7 @@ const std::array kTable{
                   "to true (4 bytes a gradient in the memory model)")},
     Capability{"grad-reduce-dtype", "precision",
                "gradients reduced in another dtype than they accumulate in (implementation.grad_reduce_dtype)",
-               [](const Scenario& s) {
-                 return strategies::reduced_grad_bytes(s.plan) !=
-                        std::min(strategies::bytes_per_param(s.plan).grads, 4.0);
-               },
+               [](const Scenario& s) { return strategies::reduces_apart(s.plan); },
                differs("computed and reduced in fp32"),
                no("a reduction dtype apart from the gradients' accumulation dtype is not executed by the CUDA "
                   "backend (it reduces its fp32 gradient buffer); leave plan.implementation.grad_reduce_dtype "
