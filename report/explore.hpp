@@ -27,6 +27,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "report/progress.hpp"
+#include "strategies/space.hpp"
 #include "report/format.hpp"
 #include "explorer/explore.hpp"
 
@@ -42,6 +43,60 @@ std::string weights_offload_of(const Json& offload) {
   if (!w.is_string()) return "";
   const std::string where = w.template get<std::string>();
   return where == "none" ? "" : where == "cpu" ? "weights" : "weights:" + where;
+}
+
+// The value of a searched axis in a record, as the tables print it:
+// "interleaved:3" for a schedule with virtual stages, the composite offload
+// from its keys (none, activations, weights, optimizer: state and step on
+// the CPU; a plan combining them shows each), a key canonical_json leaves
+// out at its default as that default, booleans as yes/no, "-" for a key the
+// plan does not have.
+template <class Json>
+std::string axis_cell(const Json& rec, const std::string& axis) {
+  const Json& p = rec.at("plan");
+  if (axis == "schedule") {
+    std::string s = p.at("schedule").template get<std::string>();
+    if (p.contains("virtual_stages") && p.at("virtual_stages").template get<std::int64_t>() > 1)
+      s += ":" + std::to_string(p.at("virtual_stages").template get<std::int64_t>());
+    return s;
+  }
+  if (axis == "offload" && p.contains("offload") && p.at("offload").is_object()) {
+    const Json& o = p.at("offload");
+    const bool act = o.value("activations", false);
+    const std::string weights = weights_offload_of(o);
+    const std::string opt = o.value("optimizer", std::string("none"));
+    const int on = int{act} + int{!weights.empty()} + int{opt != "none"};
+    if (on == 0) return "none";
+    if (on == 1 && opt == "cpu") return "optimizer";
+    std::string out;
+    auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
+    if (act) add("activations");
+    if (!weights.empty()) add(weights);
+    if (opt != "none") add("optimizer:" + opt);
+    return out;
+  }
+  const Json* v = &p;
+  std::string rest = axis;
+  if (axis.rfind("batch.", 0) == 0) {
+    v = &rec.at("batch");
+    rest = axis.substr(6);
+  }
+  std::size_t from = 0;
+  for (std::size_t dot; (dot = rest.find('.', from)) != std::string::npos; from = dot + 1) {
+    const std::string k = rest.substr(from, dot - from);
+    if (!v->is_object() || !v->contains(k)) return "-";
+    v = &v->at(k);
+  }
+  const std::string k = rest.substr(from);
+  if (!v->is_object() || !v->contains(k)) {
+    // A key canonical_json writes only where it is not the default.
+    if (const auto dflt = strategies::omitted_default(axis)) return std::string(*dflt);
+    return "-";
+  }
+  const Json& x = v->at(k);
+  if (x.is_string()) return x.template get<std::string>();
+  if (x.is_boolean()) return x.template get<bool>() ? "yes" : "no";
+  return x.dump();
 }
 
 struct ExploreRunOptions {

@@ -188,41 +188,6 @@ std::string fmt_count(std::uint64_t n) {
   return s;
 }
 
-// The value of a searched axis in a record ("interleaved:3" for a schedule
-// with virtual stages; the composite offload from its three keys).
-std::string axis_cell(const ordered_json& r, const std::string& axis) {
-  const auto& p = r.at("plan");
-  auto text = [](const ordered_json& v) {
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_boolean()) return std::string(v.get<bool>() ? "yes" : "no");
-    return v.dump();
-  };
-  if (axis == "schedule") {
-    std::string sched = p.at("schedule").get<std::string>();
-    if (p.at("virtual_stages").get<std::int64_t>() > 1)
-      sched += ":" + std::to_string(p.at("virtual_stages").get<std::int64_t>());
-    return sched;
-  }
-  if (axis == "offload") {
-    const auto& o = p.at("offload");
-    std::string out;
-    auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
-    if (o.at("activations").get<bool>()) add("activations");
-    if (const auto w = weights_offload_of(o); !w.empty()) add(w);
-    if (o.at("optimizer").get<std::string>() != "none")
-      add("optimizer:" + o.at("optimizer").get<std::string>());
-    return out.empty() ? "none" : out;
-  }
-  if (axis.rfind("batch.", 0) == 0) return text(r.at("batch").at(axis.substr(6)));
-  // A key canonical_json writes only where it is not the default.
-  if (const auto dflt = strategies::omitted_default(axis); dflt && !p.contains(axis)) return std::string(*dflt);
-  const ordered_json* v = &p;
-  std::size_t from = 0;
-  for (std::size_t dot; (dot = axis.find('.', from)) != std::string::npos; from = dot + 1)
-    v = &v->at(axis.substr(from, dot - from));
-  return text(v->at(axis.substr(from)));
-}
-
 // Column heading of an axis: without its `implementation.` or `batch.` prefix.
 std::string axis_heading(const std::string& axis) {
   if (axis == "sequence_parallel") return "sp";

@@ -285,6 +285,33 @@ TEST_CASE("explore output: the pipeline layout axis reads back, its default incl
   CHECK(run_explore(sc, o).result.resumed == 4);
 }
 
+TEST_CASE("explore output: the reduction dtype axis, a nested key left out at its default, reads back") {
+  // bf16 with fp32 accumulation, ZeRO-3 on 16 GPUs: "accumulation" records
+  // leave implementation.grad_reduce_dtype out (canonical_json), "bf16"
+  // ones carry it, "fp16" is rejected by its rule. results.csv and the
+  // report's table name each plan's own value (both used to print the
+  // default for every plan: the key is nested); a resume finds them all.
+  TempDir t("reduce");
+  const std::string text = R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
+      "batch": {"global": 64}, "plan": {"optimizer": "adamw", "zero": 3, "precision": "bf16",
+      "implementation": {"fp32_grad_accumulation": true}},
+      "space": {"implementation.grad_reduce_dtype": ["accumulation", "bf16", "fp16"]}})";
+  const auto sc = scenario_file(t / "reduce.json", text);
+  const auto r = run_explore(sc, options(t / "d", 1)).result;
+  CHECK(r.scored == 2);
+  CHECK(r.rejected.at("grad-reduce-dtype").count == 1);
+  write_report(t / "d", t / "d");
+  const std::string csv = read(t / "d/results.csv");
+  CHECK(csv.find(",accumulation,") != std::string::npos);
+  CHECK(csv.find(",bf16,") != std::string::npos);
+  const std::string md = read(t / "d/report.md");
+  CHECK(md.find("| bf16 |") != std::string::npos);
+  CHECK(md.find("| accumulation |") != std::string::npos);
+  auto o = options(t / "d", 1);
+  o.resume = true;
+  CHECK(run_explore(sc, o).result.resumed == 2);
+}
+
 TEST_CASE("explore output: the FP8 recipe axis, its default read back and its unsupported values ruled out") {
   // On H100s (block scaling emulated): delayed, tensorwise and blockwise
   // are scored, mxfp8 is rejected by its rule; delayed records leave the

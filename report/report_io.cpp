@@ -38,56 +38,6 @@ std::string value_text(const ordered_json& v) {
   return v.dump();
 }
 
-// The value of a searched axis in a record: "interleaved:3" for a schedule
-// with virtual stages, the composite offload from its keys (as the explore
-// tables print them), "-" for a key the plan does not have.
-std::string axis_cell(const json& rec, const std::string& axis) {
-  const json& p = rec.at("plan");
-  // A key canonical_json writes only where it is not the default.
-  if (const auto dflt = strategies::omitted_default(axis); dflt && !p.contains(axis)) return std::string(*dflt);
-  if (axis == "schedule") {
-    std::string s = p.at("schedule").get<std::string>();
-    if (p.contains("virtual_stages") && p.at("virtual_stages").get<std::int64_t>() > 1)
-      s += ":" + std::to_string(p.at("virtual_stages").get<std::int64_t>());
-    return s;
-  }
-  if (axis == "offload" && p.contains("offload") && p.at("offload").is_object()) {
-    // The composite axis's values (none, activations, weights, optimizer:
-    // state and step on the CPU); a plan combining them shows each.
-    const json& o = p.at("offload");
-    const bool act = o.value("activations", false);
-    const std::string weights = weights_offload_of(o);
-    const std::string opt = o.value("optimizer", std::string("none"));
-    const int on = int{act} + int{!weights.empty()} + int{opt != "none"};
-    if (on == 0) return "none";
-    if (on == 1 && opt == "cpu") return "optimizer";
-    std::string out;
-    auto add = [&](const std::string& x) { out += (out.empty() ? "" : "+") + x; };
-    if (act) add("activations");
-    if (!weights.empty()) add(weights);
-    if (opt != "none") add("optimizer:" + opt);
-    return out;
-  }
-  const json* v = &p;
-  std::string rest = axis;
-  if (axis.rfind("batch.", 0) == 0) {
-    v = &rec.at("batch");
-    rest = axis.substr(6);
-  }
-  std::size_t from = 0;
-  for (std::size_t dot; (dot = rest.find('.', from)) != std::string::npos; from = dot + 1) {
-    const std::string k = rest.substr(from, dot - from);
-    if (!v->is_object() || !v->contains(k)) return "-";
-    v = &v->at(k);
-  }
-  const std::string k = rest.substr(from);
-  if (!v->is_object() || !v->contains(k)) return "-";
-  const json& x = v->at(k);
-  if (x.is_string()) return x.get<std::string>();
-  if (x.is_boolean()) return x.get<bool>() ? "yes" : "no";
-  return x.dump();
-}
-
 PlanRecord plan_record(const json& j, const std::string& where, const std::vector<SpaceAxis>& axes,
                        std::vector<std::string>& tags) {
   const JsonReader r(j, where);

@@ -31,6 +31,7 @@ auto visit_enum(Axis a, F&& f) {
     case Axis::DpTopology: return f(DpTopology{});
     case Axis::Attention: return f(AttentionKernel{});
     case Axis::TpCommOverlap: return f(TpCommOverlap{});
+    case Axis::GradReduceDtype: return f(GradReduceDtype{});
     default: break;
   }
   throw Error("axis " + std::string(enum_name(a)) + " is not an enum");
@@ -215,6 +216,7 @@ const SpaceAxis* Space::find(Axis a) const {
 std::optional<std::string_view> omitted_default(std::string_view axis) {
   if (enum_from_name<Axis>(axis) == Axis::PipelineLayout) return enum_name(PipelineLayout::Balanced);
   if (enum_from_name<Axis>(axis) == Axis::Fp8Recipe) return enum_name(cost::Fp8Recipe::Delayed);
+  if (enum_from_name<Axis>(axis) == Axis::GradReduceDtype) return enum_name(GradReduceDtype::Accumulation);
   return std::nullopt;
 }
 
@@ -268,6 +270,7 @@ void Space::apply(std::uint64_t index, Plan& p, Batch& b) const {
       case Axis::PpScatterGather: p.implementation.pp_scatter_gather = on; break;
       case Axis::OverlapP2p: p.implementation.overlap_p2p = on; break;
       case Axis::Fp32GradAccumulation: p.implementation.fp32_grad_accumulation = on; break;
+      case Axis::GradReduceDtype: p.implementation.grad_reduce_dtype = as<GradReduceDtype>(v); break;
     }
   }
   if (derive_dp) {

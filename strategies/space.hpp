@@ -64,6 +64,7 @@ enum class Axis : std::uint8_t {
   PpScatterGather,
   OverlapP2p,
   Fp32GradAccumulation,
+  GradReduceDtype,
 };
 
 enum class AxisKind : std::uint8_t { Int, Bool, Enum };
@@ -181,6 +182,7 @@ struct EnumNames<strategies::Axis> {
       {A::PpScatterGather, "implementation.pp_scatter_gather"},
       {A::OverlapP2p, "implementation.overlap_p2p"},
       {A::Fp32GradAccumulation, "implementation.fp32_grad_accumulation"},
+      {A::GradReduceDtype, "implementation.grad_reduce_dtype"},
   });
 };
 

@@ -52,6 +52,7 @@ std::int64_t read_enum(Axis a, const JsonReader& e) {
     case Axis::DpTopology: return enum_value<DpTopology>(e);
     case Axis::Attention: return enum_value<AttentionKernel>(e);
     case Axis::TpCommOverlap: return enum_value<TpCommOverlap>(e);
+    case Axis::GradReduceDtype: return enum_value<GradReduceDtype>(e);
     default: break;
   }
   e.fail("internal: not an enum axis");

@@ -6,6 +6,7 @@
 #include "sim/error.hpp"
 #include "strategies/scenario.hpp"
 #include "strategies/space.hpp"
+#include "strategies/validate.hpp"
 #include "tests/testing.hpp"
 
 namespace strata::strategies {
@@ -189,6 +190,27 @@ TEST_CASE("space: the composite offload axis sets all three offload keys") {
   CHECK((!at(2).activations && at(2).weights && at(2).optimizer == OffloadTarget::None));
   CHECK((!at(3).activations && !at(3).weights && at(3).optimizer == OffloadTarget::Cpu));
   CHECK_FALSE(s.space->derive_dp);  // no degree is searched: dp stays the plan's
+}
+
+TEST_CASE("space: the reduction dtype is an axis; a 16-bit one not the plan's is rejected by its rule") {
+  // bf16 with fp32 accumulation: "auto" lists every value; each point
+  // carries its own, and fp16 under bf16 fails grad-reduce-dtype.
+  const auto s = gpt2(R"({"implementation.grad_reduce_dtype": "auto"})",
+                      R"({"precision": "bf16", "implementation": {"fp32_grad_accumulation": true}})");
+  CHECK(names(*s.space, Axis::GradReduceDtype) == std::vector<std::string>{"accumulation", "fp32", "bf16", "fp16"});
+  CHECK_FALSE(is_system_axis(Axis::GradReduceDtype));  // not opened by "space": "auto"
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    Scenario pt = s;
+    pt.space.reset();
+    s.space->apply(i, pt.plan, pt.batch);
+    CHECK(pt.plan.implementation.grad_reduce_dtype == static_cast<GradReduceDtype>(i));
+    const auto v = first_violation(pt);
+    CHECK((v && v->rule == "grad-reduce-dtype") == (i == 3));
+  }
+  // Listed by name, as in a plan.
+  CHECK(names(*gpt2(R"({"implementation.grad_reduce_dtype": ["bf16", "accumulation"]})",
+                    R"({"precision": "bf16"})").space, Axis::GradReduceDtype) ==
+        std::vector<std::string>{"bf16", "accumulation"});
 }
 
 TEST_CASE("space: \"auto\" expert parallelism for a MoE model") {

@@ -129,6 +129,7 @@ ImplKeys implementation_axes(const Space& space) {
       {Axis::PpScatterGather, ImplKey::PpScatterGather},
       {Axis::OverlapP2p, ImplKey::OverlapP2p},
       {Axis::Fp32GradAccumulation, ImplKey::Fp32GradAccumulation},
+      {Axis::GradReduceDtype, ImplKey::GradReduceDtype},
   };
   ImplKeys out;
   for (const auto& [axis, key] : kAxisKey)
