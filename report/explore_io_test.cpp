@@ -289,8 +289,8 @@ TEST_CASE("explore output: the reduction dtype axis, a nested key left out at it
   // bf16 with fp32 accumulation, ZeRO-3 on 16 GPUs: "accumulation" records
   // leave implementation.grad_reduce_dtype out (canonical_json), "bf16"
   // ones carry it, "fp16" is rejected by its rule. results.csv and the
-  // report's table name each plan's own value (both used to print the
-  // default for every plan: the key is nested); a resume finds them all.
+  // report's table name each plan's own value, the default read back from
+  // a nested key left out; a resume finds them all.
   TempDir t("reduce");
   const std::string text = R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
       "batch": {"global": 64}, "plan": {"optimizer": "adamw", "zero": 3, "precision": "bf16",
