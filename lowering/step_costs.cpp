@@ -184,6 +184,23 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     }
   }
 
+  // ZeRO-3 over flat parameters (implementation.zero3_flat_grads, PyTorch
+  // FSDP1): a unit's parameters are views of its flat parameter
+  // (FlatParamHandle), so autograd's backward of that split concatenates
+  // their gradients into the flat gradient — one memory-bound kernel per
+  // unit, layer and microbatch, reading and writing each gradient (2 × 2
+  // bytes a parameter in 16 bits, 2 × 4 in fp32). Strata's own executors
+  // (executed) keep no flat parameters.
+  if (sc.plan.zero >= 3 && sc.plan.implementation.zero3_flat_grads && !sc.executed) {
+    const double grad = precision != Precision::FP32 ? 2.0 : 4.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto params = static_cast<double>(layers[i]->params());
+      if (params <= 0) continue;
+      launches[i][1] += 1;
+      pass_[i][1] += cost::compute_time(gpu, cal_, precision, 0, static_cast<Bytes>(2.0 * grad * params));
+    }
+  }
+
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
   const bool nvlink_mesh = !sc.cluster.node.nvlinks.empty();  // members matter only there
   const auto group = [&](MeshDim dim) {

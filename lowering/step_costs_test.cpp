@@ -227,6 +227,36 @@ TEST_CASE("gradient accumulation without fusion: a pass over the weight gradient
         pass(fp32_acc, 10));
 }
 
+TEST_CASE("ZeRO-3 over flat parameters: each layer's backward concatenates its gradients once") {
+  // FSDP1 (zero3_flat_grads): one memory-bound kernel per layer's backward
+  // reads and writes each of the layer's P gradients — 2 × 2 bytes a
+  // parameter in bf16 — under the ideal calibration P·4 / HBM. The forward
+  // and the recompute are unchanged, and so is a plan without ZeRO-3 (no
+  // flat parameters to assemble), and Strata's executors (executed).
+  const cost::Calibration cal = cost::ideal_calibration();
+  const auto plain = gpt(R"({"tp": 8, "zero": 3, "precision": "bf16"})");
+  const cost::OpChain chain = cost::expand(plain.model, expand_options(plain));
+  const auto& block = chain.main_block();
+  const auto params = static_cast<double>(block.params());
+  auto added = [&](const Scenario& sc, const Scenario& base, Pass p) {
+    return ModelStepCosts(sc, cal).layer(block, p, false) - ModelStepCosts(base, cal).layer(block, p, false);
+  };
+  const auto flat = gpt(R"({"tp": 8, "zero": 3, "precision": "bf16", "implementation": {"zero3_flat_grads": true}})");
+  CHECK(added(flat, plain, Pass::Backward) ==
+        cost::seconds_to_time(static_cast<double>(static_cast<Bytes>(4.0 * params)) /
+                              (plain.cluster.gpu.hbm_GBps * kGB)));
+  CHECK(added(flat, plain, Pass::Forward) == 0);
+  CHECK(added(flat, plain, Pass::Recompute) == 0);
+  const auto zero1 = gpt(R"({"tp": 8, "zero": 1, "precision": "bf16"})");
+  const auto zero1_flat = gpt(R"({"tp": 8, "zero": 1, "precision": "bf16", "implementation": {"zero3_flat_grads": true}})");
+  CHECK(added(zero1_flat, zero1, Pass::Backward) == 0);
+  Scenario executed = flat;
+  executed.executed = true;
+  Scenario executed_plain = plain;
+  executed_plain.executed = true;
+  CHECK(added(executed, executed_plain, Pass::Backward) == 0);
+}
+
 TEST_CASE("vocabulary-parallel embedding and logits communicate over the group") {
   const cost::Calibration cal = cost::ideal_calibration();
   const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");

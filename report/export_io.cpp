@@ -1080,11 +1080,13 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            std::string(engine_name(target)) + "'s default (the plan had " +
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
-                           // The host's dispatch cost, the loss kernel and what
-                           // FSDP keeps of its root module are the framework's
-                           // own, not flags.
+                           // The host's dispatch cost, the loss kernel, what
+                           // FSDP keeps of its root module and whether it
+                           // shards flat parameters are the framework's own,
+                           // not flags.
                            (key == strategies::ImplKey::HostDispatch || key == strategies::ImplKey::CrossEntropy ||
-                                    key == strategies::ImplKey::Zero3RootUnsharded
+                                    key == strategies::ImplKey::Zero3RootUnsharded ||
+                                    key == strategies::ImplKey::Zero3FlatGrads
                                 ? "; no flag sets it: simulate with \"stack\": \""
                             : key == strategies::ImplKey::Allocator
                                 ? "; the launch's environment sets it (below): simulate with \"stack\": \""

@@ -161,6 +161,13 @@ struct Implementation {
   // Off: they
   // are gathered for each use and freed after it like a block's (DeepSpeed).
   bool zero3_root_unsharded = false;
+  // ZeRO-3 over flat parameters (PyTorch FSDP1): a unit's parameters are
+  // views of one flat parameter, so each unit's backward concatenates their
+  // gradients into the flat gradient — a memory-bound pass reading and
+  // writing every gradient of the unit, per layer and microbatch, on the
+  // compute stream (step_costs.cpp). Off: per-parameter sharding (FSDP2,
+  // DeepSpeed), no such pass.
+  bool zero3_flat_grads = false;
   // Parameter tensors with fewer elements than this stay whole on every
   // rank and are never gathered (DeepSpeed's param_persistence_threshold).
   // Only with zero3_gather_per_module.

@@ -49,6 +49,7 @@ enum class ImplKey : std::uint8_t {
   Fp8ParamGather,
   Allocator,
   GradReduceDtype,
+  Zero3FlatGrads,
 };
 
 }  // namespace strata::strategies
@@ -56,7 +57,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 18> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 19> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -75,6 +76,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Fp8ParamGather, "fp8_param_gather"},
       {strategies::ImplKey::Allocator, "allocator"},
       {strategies::ImplKey::GradReduceDtype, "grad_reduce_dtype"},
+      {strategies::ImplKey::Zero3FlatGrads, "zero3_flat_grads"},
   }};
 };
 }  // namespace strata
