@@ -111,7 +111,6 @@ std::int64_t recompute_segment(const Scenario& sc) {
 
 bool is_mixed(const Plan& p) { return p.precision != Precision::FP32; }
 
-
 std::string rank_order_text(const Plan& p) {
   std::string s;
   for (std::size_t i = 0; i < p.implementation.rank_order.size(); ++i)

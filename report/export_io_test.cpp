@@ -1061,6 +1061,9 @@ TEST_CASE("import: bad input names the file, the flag or key, and the rule") {
   fails(ExportTarget::Megatron, "--tensor-model-parallel-size x", "'x' is not a non-negative integer [import-value]");
   fails(ExportTarget::DeepSpeed, "{\"zero_optimization\": {\"stage\": 4}}", "zero_optimization.stage: must be 0 to 3");
   fails(ExportTarget::DeepSpeed, "[1", "in.txt: invalid JSON");
+  fails(ExportTarget::DeepSpeed, "{\"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp16\"}",
+        "in.txt: communication_data_type: is fp16 while the config trains in bf16: a 16-bit reduction is the "
+        "training's own 16-bit dtype [import-value]");
   fails(ExportTarget::DeepSpeed, "{\"fp16\": {}, \"fp16\": {}}", "fp16");  // a key twice
   fails(ExportTarget::Megatron, "--optimizer adam --weight-decay x", "--weight-decay: 'x' is not a number");
   fails(ExportTarget::Megatron, "--recompute-granularity full --recompute-num-layers 0",

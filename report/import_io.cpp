@@ -562,6 +562,11 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
     p.implementation.grad_reduce_dtype = dtype == "fp32"   ? strategies::GradReduceDtype::FP32
                                          : dtype == "fp16" ? strategies::GradReduceDtype::FP16
                                                            : strategies::GradReduceDtype::BF16;
+    if (dtype != "fp32" && (p.precision == Precision::FP32 || (dtype == "fp16") != (p.precision == Precision::FP16)))
+      throw InputError(file, "communication_data_type",
+                       "is " + dtype.get<std::string>() + " while the config trains in " +
+                           std::string(enum_name(p.precision)) +
+                           ": a 16-bit reduction is the training's own 16-bit dtype [import-value]");
   }
   // Batch: global = micro x accumulation x dp.
   auto& b = out.scenario.batch;
