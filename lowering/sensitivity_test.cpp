@@ -217,6 +217,9 @@ const Case kCases[] = {
      R"({"plan": {"zero": 3, "implementation": {"zero3_gather_per_module": true}}})",
      R"({"plan": {"implementation": {"zero3_persistence_threshold": 100000}}})", Effect::StepDown},
     // FSDP's root module held gathered beside two layers.
+    // FSDP2's copy-out: one more memory-bound pass per gather.
+    {"plan.implementation/zero3_gather_copy_out", R"({"plan": {"zero": 3}})",
+     R"({"plan": {"implementation": {"zero3_gather_copy_out": true}}})", Effect::StepUp},
     // FSDP1's flat gradients: one more memory-bound pass per layer's backward.
     {"plan.implementation/zero3_flat_grads", R"({"plan": {"zero": 3}})",
      R"({"plan": {"implementation": {"zero3_flat_grads": true}}})", Effect::StepUp},

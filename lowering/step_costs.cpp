@@ -201,6 +201,29 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     }
   }
 
+  // ZeRO-3 gathering per-parameter shards into one buffer
+  // (implementation.zero3_gather_copy_out, PyTorch FSDP2): wait_for_unshard
+  // copies every parameter out of the all-gather output on the compute
+  // stream (foreach_all_gather_copy_out, one split_with_sizes_copy), reading
+  // and writing each gathered parameter — before each layer's forward and
+  // its backward's re-gather; the root module (embedding, head) held from
+  // its forward to its backward (zero3_root_unsharded) is copied out once.
+  if (sc.plan.zero >= 3 && sc.plan.implementation.zero3_gather_copy_out && !sc.executed) {
+    const double weight = precision != Precision::FP32 ? 2.0 : 4.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto params = static_cast<double>(layers[i]->params());
+      if (params <= 0) continue;
+      const Time copy = cost::compute_time(gpu, cal_, precision, 0, static_cast<Bytes>(2.0 * weight * params));
+      const bool root = layers[i]->kind != cost::LayerKind::Block;
+      pass_[i][0] += copy;
+      ++launches[i][0];
+      if (!(root && sc.plan.implementation.zero3_root_unsharded)) {
+        pass_[i][1] += copy;
+        ++launches[i][1];
+      }
+    }
+  }
+
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
   const bool nvlink_mesh = !sc.cluster.node.nvlinks.empty();  // members matter only there
   const auto group = [&](MeshDim dim) {

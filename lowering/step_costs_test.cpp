@@ -257,6 +257,37 @@ TEST_CASE("ZeRO-3 over flat parameters: each layer's backward concatenates its g
   CHECK(added(executed, executed_plain, Pass::Backward) == 0);
 }
 
+TEST_CASE("ZeRO-3 gathering into one buffer: each gather's parameters are copied out on the compute stream") {
+  // FSDP2 (zero3_gather_copy_out): one memory-bound kernel per gather reads
+  // and writes each of the layer's P parameters — 2 × 2 bytes a parameter
+  // in bf16 — before the forward and again for the backward's re-gather;
+  // not for the recompute (it runs on the backward's gather); a root module
+  // held gathered (zero3_root_unsharded) pays it in its forward only.
+  const cost::Calibration cal = cost::ideal_calibration();
+  const auto plain = gpt(R"({"tp": 8, "zero": 3, "precision": "bf16"})");
+  const cost::OpChain chain = cost::expand(plain.model, expand_options(plain));
+  const auto bytes_time = [&](const cost::Layer& l) {
+    return cost::seconds_to_time(static_cast<double>(static_cast<Bytes>(4.0 * static_cast<double>(l.params()))) /
+                                 (plain.cluster.gpu.hbm_GBps * kGB));
+  };
+  auto added = [&](const Scenario& sc, const cost::Layer& l, Pass p) {
+    return ModelStepCosts(sc, cal).layer(l, p, false) - ModelStepCosts(plain, cal).layer(l, p, false);
+  };
+  const auto copy = gpt(R"({"tp": 8, "zero": 3, "precision": "bf16", "implementation": {"zero3_gather_copy_out": true}})");
+  CHECK(added(copy, chain.main_block(), Pass::Forward) == bytes_time(chain.main_block()));
+  CHECK(added(copy, chain.main_block(), Pass::Backward) == bytes_time(chain.main_block()));
+  CHECK(added(copy, chain.main_block(), Pass::Recompute) == 0);
+  CHECK(added(copy, chain.embedding, Pass::Backward) == bytes_time(chain.embedding));
+  const auto held = gpt(R"({"tp": 8, "zero": 3, "precision": "bf16",
+                           "implementation": {"zero3_gather_copy_out": true, "zero3_root_unsharded": true}})");
+  const auto held_plain = gpt(R"({"tp": 8, "zero": 3, "precision": "bf16", "implementation": {"zero3_root_unsharded": true}})");
+  CHECK(ModelStepCosts(held, cal).layer(chain.embedding, Pass::Forward, false) -
+            ModelStepCosts(held_plain, cal).layer(chain.embedding, Pass::Forward, false) ==
+        bytes_time(chain.embedding));
+  CHECK(ModelStepCosts(held, cal).layer(chain.embedding, Pass::Backward, false) ==
+        ModelStepCosts(held_plain, cal).layer(chain.embedding, Pass::Backward, false));
+}
+
 TEST_CASE("vocabulary-parallel embedding and logits communicate over the group") {
   const cost::Calibration cal = cost::ideal_calibration();
   const auto sc = gpt(R"({"tp": 8, "precision": "fp16"})");

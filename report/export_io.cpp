@@ -1080,12 +1080,13 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
                            // The host's dispatch cost, the loss kernel, what
-                           // FSDP keeps of its root module and whether it
-                           // shards flat parameters are the framework's own,
-                           // not flags.
+                           // FSDP keeps of its root module and how it lays out
+                           // what it gathers and reduces are the framework's
+                           // own, not flags.
                            (key == strategies::ImplKey::HostDispatch || key == strategies::ImplKey::CrossEntropy ||
                                     key == strategies::ImplKey::Zero3RootUnsharded ||
-                                    key == strategies::ImplKey::Zero3FlatGrads
+                                    key == strategies::ImplKey::Zero3FlatGrads ||
+                                    key == strategies::ImplKey::Zero3GatherCopyOut
                                 ? "; no flag sets it: simulate with \"stack\": \""
                             : key == strategies::ImplKey::Allocator
                                 ? "; the launch's environment sets it (below): simulate with \"stack\": \""

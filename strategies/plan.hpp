@@ -168,6 +168,13 @@ struct Implementation {
   // compute stream (step_costs.cpp). Off: per-parameter sharding (FSDP2,
   // DeepSpeed), no such pass.
   bool zero3_flat_grads = false;
+  // ZeRO-3 over per-parameter shards gathered into one buffer (PyTorch
+  // FSDP2): after each all-gather the compute stream copies every parameter
+  // out of the gathered buffer into its own tensor (split_with_sizes_copy),
+  // reading and writing each gathered parameter once per gather — each
+  // layer's forward and backward, the root's forward when it stays gathered
+  // (step_costs.cpp). Off: the gather lands in the parameters themselves.
+  bool zero3_gather_copy_out = false;
   // Parameter tensors with fewer elements than this stay whole on every
   // rank and are never gathered (DeepSpeed's param_persistence_threshold).
   // Only with zero3_gather_per_module.

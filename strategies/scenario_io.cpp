@@ -60,6 +60,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.zero3_gather_per_module = r.bool_or("zero3_gather_per_module", im.zero3_gather_per_module);
   im.zero3_root_unsharded = r.bool_or("zero3_root_unsharded", im.zero3_root_unsharded);
   im.zero3_flat_grads = r.bool_or("zero3_flat_grads", im.zero3_flat_grads);
+  im.zero3_gather_copy_out = r.bool_or("zero3_gather_copy_out", im.zero3_gather_copy_out);
   im.zero3_persistence_threshold =
       r.int_or("zero3_persistence_threshold", im.zero3_persistence_threshold, 0, kMaxPersistenceThreshold);
   if (auto ro = r.get("rank_order")) im.rank_order = read_rank_order(*ro);

@@ -236,6 +236,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (im.zero3_gather_per_module) implementation["zero3_gather_per_module"] = true;
   if (im.zero3_root_unsharded) implementation["zero3_root_unsharded"] = true;
   if (im.zero3_flat_grads) implementation["zero3_flat_grads"] = true;
+  if (im.zero3_gather_copy_out) implementation["zero3_gather_copy_out"] = true;
   if (im.zero3_persistence_threshold != 0)
     implementation["zero3_persistence_threshold"] = im.zero3_persistence_threshold;
   if (im.cross_entropy != CrossEntropy::InPlace) implementation["cross_entropy"] = nm(im.cross_entropy);

@@ -29,6 +29,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
     case ImplKey::Zero3RootUnsharded: im.zero3_root_unsharded = on; break;
     case ImplKey::Zero3FlatGrads: im.zero3_flat_grads = on; break;
+    case ImplKey::Zero3GatherCopyOut: im.zero3_gather_copy_out = on; break;
     case ImplKey::CrossEntropy: im.cross_entropy = static_cast<CrossEntropy>(v); break;
     case ImplKey::Fp8ParamGather: im.fp8_param_gather = on; break;
     case ImplKey::Allocator: im.allocator = static_cast<sim::AllocatorMode>(v); break;
@@ -100,6 +101,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
     case ImplKey::Zero3RootUnsharded: return im.zero3_root_unsharded;
     case ImplKey::Zero3FlatGrads: return im.zero3_flat_grads;
+    case ImplKey::Zero3GatherCopyOut: return im.zero3_gather_copy_out;
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(im.cross_entropy);
     case ImplKey::Fp8ParamGather: return im.fp8_param_gather;
     case ImplKey::Allocator: return static_cast<std::int64_t>(im.allocator);

@@ -50,6 +50,7 @@ enum class ImplKey : std::uint8_t {
   Allocator,
   GradReduceDtype,
   Zero3FlatGrads,
+  Zero3GatherCopyOut,
 };
 
 }  // namespace strata::strategies
@@ -57,7 +58,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 19> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 20> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -77,6 +78,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Allocator, "allocator"},
       {strategies::ImplKey::GradReduceDtype, "grad_reduce_dtype"},
       {strategies::ImplKey::Zero3FlatGrads, "zero3_flat_grads"},
+      {strategies::ImplKey::Zero3GatherCopyOut, "zero3_gather_copy_out"},
   }};
 };
 }  // namespace strata
