@@ -30,7 +30,7 @@ std::string error_of(const std::string& plan, const std::string& extra) {
   return "no error";
 }
 
-TEST_CASE("llm-foundry: FSDP keeps fp32 gradient shards and reduces in Composer's DEFAULT fp32; PURE overrides in bf16") {
+TEST_CASE("llm-foundry: FSDP keeps fp32 gradient shards and reduces in Composer's DEFAULT fp32 (PURE overrides in bf16); FSDP1 flat gradients, FSDP2 copy-out") {
   const Scenario dflt = with(R"("dp": 8, "zero": 3, "precision": "bf16")", R"(, "stack": "llm-foundry")");
   CHECK(dflt.plan.implementation.fp32_grad_accumulation);
   CHECK(dflt.plan.implementation.grad_reduce_dtype == GradReduceDtype::FP32);
@@ -40,6 +40,13 @@ TEST_CASE("llm-foundry: FSDP keeps fp32 gradient shards and reduces in Composer'
                              R"(, "stack": "llm-foundry")");
   CHECK(pure.plan.implementation.fp32_grad_accumulation);
   CHECK(pure.plan.implementation.grad_reduce_dtype == GradReduceDtype::BF16);
+  // How each FSDP lays out its gathers and gradients: FSDP1's flat
+  // parameters (llm-foundry), FSDP2's copy-out of each gather (torchtitan).
+  CHECK(dflt.plan.implementation.zero3_flat_grads);
+  CHECK_FALSE(dflt.plan.implementation.zero3_gather_copy_out);
+  const Scenario titan = with(R"("dp": 8, "zero": 3, "precision": "bf16")", R"(, "stack": "torchtitan")");
+  CHECK(titan.plan.implementation.zero3_gather_copy_out);
+  CHECK_FALSE(titan.plan.implementation.zero3_flat_grads);
 }
 
 TEST_CASE("a stack's settings replace Strata's defaults; the plan's own keys override them") {
