@@ -139,6 +139,11 @@ struct CollectiveProtocol {
   HopLatency ring, tree;
 };
 
+// Which memory curve prices a kernel's bytes: the layers' element-wise
+// kernels (Calibration::memory) or the optimizer's update
+// (Calibration::optimizer, the memory curve where it is empty).
+enum class MemoryKernel : std::uint8_t { Elementwise, Optimizer };
+
 struct Calibration {
   std::string machine;  // what was measured
   std::string backend;  // "cuda", "cpu" or "estimate"
@@ -186,6 +191,9 @@ struct Calibration {
 
   const EfficiencyCurve& gemm_curve(GemmDtype d) const {
     return gemm[static_cast<std::size_t>(d)];
+  }
+  const EfficiencyCurve& memory_curve(MemoryKernel k) const {
+    return k == MemoryKernel::Optimizer && !optimizer.empty() ? optimizer : memory;
   }
   const EfficiencyCurve& copy_curve(CopyKind k, bool pinned) const {
     return copy[static_cast<std::size_t>(k)][pinned ? 1 : 0];

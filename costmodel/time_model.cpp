@@ -253,9 +253,7 @@ Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
   if (bytes > 0) {
     if (gpu.hbm_GBps <= 0) throw Error("compute_time: GPU " + gpu.name + " has no hbm_GBps");
     const double b = static_cast<double>(bytes);
-    const EfficiencyCurve& curve =
-        shape.memory == MemoryKernel::Optimizer && !cal.optimizer.empty() ? cal.optimizer : cal.memory;
-    seconds = std::max(seconds, b / (gpu.hbm_GBps * kGB * curve.at(b / kernels)));
+    seconds = std::max(seconds, b / (gpu.hbm_GBps * kGB * cal.memory_curve(shape.memory).at(b / kernels)));
   }
   seconds += static_cast<double>(shape.kernels) * cal.overheads.kernel_launch_us * kUs;
   return seconds_to_time(seconds);

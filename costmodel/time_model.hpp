@@ -23,11 +23,6 @@ constexpr Flops gemm_flops(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 // What the efficiency curves need to know about a compute task beyond its
 // totals: how many kernels it launches and how big each GEMM is.
-// Which memory curve prices a kernel's bytes: the layers' element-wise
-// kernels (Calibration::memory) or the optimizer's update
-// (Calibration::optimizer, the memory curve where it is empty).
-enum class MemoryKernel : std::uint8_t { Elementwise, Optimizer };
-
 struct KernelShape {
   // FLOPs of one GEMM, the size the GEMM efficiency curve is read at;
   // 0: the task's matmul FLOPs divided evenly over its kernels.

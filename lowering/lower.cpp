@@ -992,7 +992,7 @@ class StepBuilder : StepLayout {
         // ZeRO-3 (DeepSpeed, PyTorch FSDP) reduce-scatters each layer's
         // gradients after every microbatch's backward, overlapped with the
         // next layer's backward.
-        const Bytes bytes = static_cast<Bytes>(static_cast<double>(block.params()) * reduced_grad_bytes(plan_));
+        const Bytes bytes = static_cast<Bytes>(static_cast<double>(block.params()) * reduced_grad_bytes_);
         TaskInfo ri = info(TaskOp::Zero3Reduce, Part::Layer, layer, mb);
         ri.layers = {static_cast<std::int32_t>(layer)};
         const std::int32_t rs = task(sim::TaskKind::Collective, sim::Lane::Comm,
@@ -1313,7 +1313,7 @@ class StepBuilder : StepLayout {
         i.embedding = s == 0;
         i.head = s == p_ - 1;
         const std::int32_t t = comm(costs().collective(Collective::ReduceScatter, Group::DP,
-                                                      static_cast<Bytes>(other * reduced_grad_bytes(plan_))),
+                                                      static_cast<Bytes>(other * reduced_grad_bytes_)),
                                     CommKind::DP, std::move(i));
         if (cpu_) {
           std::int64_t numel = static_cast<std::int64_t>(other);
@@ -1334,7 +1334,7 @@ class StepBuilder : StepLayout {
     } else if (dp || plan_.cp > 1) {
       // Buckets of about 25 MiB of gradients, filled in backward order
       // (reduced over dp × cp: each context-parallel rank saw its tokens).
-      const double grad_bytes = reduced_grad_bytes(plan_);  // the reduced (fp32 or 16-bit) copy
+      const double grad_bytes = reduced_grad_bytes_;  // the reduced (fp32 or 16-bit) copy
       const double bucket = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
       // A parameter server takes pushed gradients per bucket and serves the
       // updated weights after its step; all-reduce sums them among workers.
@@ -1380,7 +1380,7 @@ class StepBuilder : StepLayout {
     // The word embedding's copy on the last stage (tied embeddings,
     // multi-token prediction): first and last stage all-reduce its gradient.
     if (sc_.model.embedding_on_last_stage(p_) && (s == 0 || s == p_ - 1)) {
-      const double bytes = static_cast<double>(chain_.embedding.ops.front().params) * reduced_grad_bytes(plan_);
+      const double bytes = static_cast<double>(chain_.embedding.ops.front().params) * reduced_grad_bytes_;
       TaskInfo i = info(TaskOp::EmbeddingTie, Part::Embedding);
       i.embedding = true;
       const std::int32_t t = comm(costs().collective(Collective::AllReduce, Group::EmbeddingTie,
@@ -1674,7 +1674,7 @@ class StepBuilder : StepLayout {
     hook_head_ = -1;
     hook_rest_ = {};
     if (!hooked()) return;
-    const double grad_bytes = reduced_grad_bytes(plan_);
+    const double grad_bytes = reduced_grad_bytes_;
     const double cap = static_cast<double>(MemoryRules{}.grad_bucket_bytes);
     if (stage_ == p_ - 1 && chain_.head.params() > 0) {
       hook_head_ = 0;

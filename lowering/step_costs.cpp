@@ -184,45 +184,39 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     }
   }
 
-  // ZeRO-3 over flat parameters (implementation.zero3_flat_grads, PyTorch
-  // FSDP1): a unit's parameters are views of its flat parameter
-  // (FlatParamHandle), so autograd's backward of that split concatenates
-  // their gradients into the flat gradient — one memory-bound kernel per
-  // unit, layer and microbatch, reading and writing each gradient (2 × 2
-  // bytes a parameter in 16 bits, 2 × 4 in fp32). Strata's own executors
-  // (executed) keep no flat parameters.
-  if (sc.plan.zero >= 3 && sc.plan.implementation.zero3_flat_grads && !sc.executed) {
-    const double grad = precision != Precision::FP32 ? 2.0 : 4.0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto params = static_cast<double>(layers[i]->params());
-      if (params <= 0) continue;
-      launches[i][1] += 1;
-      pass_[i][1] += cost::compute_time(gpu, cal_, precision, 0, static_cast<Bytes>(2.0 * grad * params));
-    }
-  }
+  // How a ZeRO-3 framework lays out what it gathers and reduces: each copy
+  // below reads and writes every parameter (or gradient) of a layer once in
+  // the compute dtype — one memory-bound kernel, 2 × 2 bytes a parameter in
+  // 16 bits, 2 × 4 in fp32 — added to a pass. Strata's own executors
+  // (executed) make neither copy.
+  const double compute_bytes = bytes_per_param(sc.plan).weights;
+  const auto copy_pass = [&](std::size_t i, std::size_t pass) {
+    const auto params = static_cast<double>(layers[i]->params());
+    if (params <= 0) return;
+    ++launches[i][pass];
+    pass_[i][pass] += cost::compute_time(gpu, cal_, precision, 0, static_cast<Bytes>(2.0 * compute_bytes * params));
+  };
+  const bool zero3 = sc.plan.zero >= 3 && !sc.executed;
+  // Flat parameters (implementation.zero3_flat_grads, PyTorch FSDP1): a
+  // unit's parameters are views of its flat parameter (FlatParamHandle), so
+  // autograd's backward of that split concatenates their gradients into the
+  // flat gradient, per layer and microbatch.
+  if (zero3 && sc.plan.implementation.zero3_flat_grads)
+    for (std::size_t i = 0; i < n; ++i) copy_pass(i, 1);
 
-  // ZeRO-3 gathering per-parameter shards into one buffer
+  // Per-parameter shards gathered into one buffer
   // (implementation.zero3_gather_copy_out, PyTorch FSDP2): wait_for_unshard
   // copies every parameter out of the all-gather output on the compute
-  // stream (foreach_all_gather_copy_out, one split_with_sizes_copy), reading
-  // and writing each gathered parameter — before each layer's forward and
-  // its backward's re-gather; the root module (embedding, head) held from
-  // its forward to its backward (zero3_root_unsharded) is copied out once.
-  if (sc.plan.zero >= 3 && sc.plan.implementation.zero3_gather_copy_out && !sc.executed) {
-    const double weight = precision != Precision::FP32 ? 2.0 : 4.0;
+  // stream (foreach_all_gather_copy_out, one split_with_sizes_copy) before
+  // each layer's forward and its backward's re-gather; the root module
+  // (embedding, head) held from its forward to its backward
+  // (zero3_root_unsharded) is copied out once.
+  if (zero3 && sc.plan.implementation.zero3_gather_copy_out)
     for (std::size_t i = 0; i < n; ++i) {
-      const auto params = static_cast<double>(layers[i]->params());
-      if (params <= 0) continue;
-      const Time copy = cost::compute_time(gpu, cal_, precision, 0, static_cast<Bytes>(2.0 * weight * params));
-      const bool root = layers[i]->kind != cost::LayerKind::Block;
-      pass_[i][0] += copy;
-      ++launches[i][0];
-      if (!(root && sc.plan.implementation.zero3_root_unsharded)) {
-        pass_[i][1] += copy;
-        ++launches[i][1];
-      }
+      copy_pass(i, 0);
+      const bool held_root = layers[i]->kind != cost::LayerKind::Block && sc.plan.implementation.zero3_root_unsharded;
+      if (!held_root) copy_pass(i, 1);
     }
-  }
 
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
   const bool nvlink_mesh = !sc.cluster.node.nvlinks.empty();  // members matter only there

@@ -15,6 +15,7 @@ StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs, const LayerPl
       v_(static_cast<int>(sc.plan.virtual_stages)),
       m_(static_cast<int>(microbatches(sc.plan, sc.batch))),
       per_(bytes_per_param(sc.plan)),
+      reduced_grad_bytes_(reduced_grad_bytes(sc.plan)),
       layers_(layers ? *layers : plan_layers(sc, costs)) {
   first_layer_.assign(chunks_.size() + 1, 0);
   for (std::size_t k = 0; k < chunks_.size(); ++k) first_layer_[k + 1] = first_layer_[k] + chunks_[k];

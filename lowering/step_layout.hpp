@@ -48,6 +48,7 @@ struct StepLayout {
   std::vector<std::int64_t> first_layer_;  // of each chunk, and the layer count last
   int p_, v_, m_;                          // stages, virtual chunks, microbatches
   PerParam per_;
+  double reduced_grad_bytes_;              // one gradient as every reduction moves it
   LayerPlan layers_;                       // per global layer
 };
 

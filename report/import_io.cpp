@@ -17,6 +17,7 @@
 #include "sim/limits.hpp"
 #include "strategies/space.hpp"
 #include "strategies/stack.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::report {
 
@@ -562,7 +563,7 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
     p.implementation.grad_reduce_dtype = dtype == "fp32"   ? strategies::GradReduceDtype::FP32
                                          : dtype == "fp16" ? strategies::GradReduceDtype::FP16
                                                            : strategies::GradReduceDtype::BF16;
-    if (dtype != "fp32" && (p.precision == Precision::FP32 || (dtype == "fp16") != (p.precision == Precision::FP16)))
+    if (!strategies::grad_reduce_dtype_allowed(p.implementation.grad_reduce_dtype, p.precision))
       throw InputError(file, "communication_data_type",
                        "is " + dtype.get<std::string>() + " while the config trains in " +
                            std::string(enum_name(p.precision)) +

@@ -57,6 +57,11 @@ std::optional<Violation> size_violation(const Scenario& s) {
   return std::nullopt;
 }
 
+bool grad_reduce_dtype_allowed(GradReduceDtype d, Precision p) {
+  if (d != GradReduceDtype::BF16 && d != GradReduceDtype::FP16) return true;
+  return p != Precision::FP32 && (d == GradReduceDtype::FP16) == (p == Precision::FP16);
+}
+
 std::optional<Violation> first_violation(const Scenario& s) {
   const auto& m = s.model;
   const auto& c = s.cluster;
@@ -285,9 +290,7 @@ std::optional<Violation> first_violation(const Scenario& s) {
                 "is not modelled) and weights on the GPU");
 
   // --- the dtype gradients are reduced in ---
-  if (const auto d = p.implementation.grad_reduce_dtype;
-      (d == GradReduceDtype::BF16 || d == GradReduceDtype::FP16) &&
-      (p.precision == Precision::FP32 || (d == GradReduceDtype::FP16) != (p.precision == Precision::FP16)))
+  if (!grad_reduce_dtype_allowed(p.implementation.grad_reduce_dtype, p.precision))
     return fail("grad-reduce-dtype", "plan.implementation.grad_reduce_dtype",
                 "a 16-bit reduction is the plan's own 16-bit dtype: fp16 under fp16, bf16 under bf16, fp8 and "
                 "fp4; precision is " + std::string(enum_name(p.precision)) + " (use \"fp32\" or \"accumulation\")");

@@ -27,6 +27,11 @@ std::optional<Violation> first_violation(const Scenario& s);
 // them first.
 std::optional<Violation> size_violation(const Scenario& s);
 
+// Whether a plan training in `p` may reduce its gradients in `d` (rule
+// grad-reduce-dtype): a 16-bit reduction is the training's own 16-bit
+// dtype — fp16 under fp16, bf16 under bf16, fp8 and fp4; none under fp32.
+bool grad_reduce_dtype_allowed(GradReduceDtype d, Precision p);
+
 // The first of the stack's capability rules (capability.hpp) the plan
 // breaks: rule "STACK/NAME", path the rule's first field, a message naming
 // the stack and the rule. first_violation checks the scenario's stack last,

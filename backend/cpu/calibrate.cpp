@@ -507,9 +507,10 @@ CpuMeasurements measure_cpu(const CalibrateOptions& o) {
   for (const auto s : byte_sizes) {
     add(m.memory, static_cast<double>(s), "memory/" + std::to_string(s));
     add(m.copy, static_cast<double>(s), "copy/" + std::to_string(s));
-    add(m.elementwise, static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4),
-        "elementwise/" + std::to_string(s));
-    add(m.optimizer, static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4), "optimizer/" + std::to_string(s));
+    // The element-wise and Adam benchmarks run on at least 128 floats.
+    const auto floats_bytes = static_cast<double>(std::max<std::int64_t>(128, s / 4) * 4);
+    add(m.elementwise, floats_bytes, "elementwise/" + std::to_string(s));
+    add(m.optimizer, floats_bytes, "optimizer/" + std::to_string(s));
   }
   m.kernel_us = get("kernel").value_or(0) * 1e6;
   m.step_us = get("step").value_or(0) * 1e6;
