@@ -262,7 +262,7 @@ int phases(std::size_t stride) {
   const auto& w = sweep();
   ProgramWorkspace ws;
   double build_ms = 0, replay_ms = 0, predict_ms = 0;
-  std::size_t tasks = 0, plans = 0;
+  std::size_t tasks = 0, plans = 0, flows = 0, shared = 0;
   using Clock = std::chrono::steady_clock;
   const auto ms = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -292,6 +292,8 @@ int phases(std::size_t stride) {
     replay_ms += r;
     predict_ms += q;
     tasks += ws.program.tasks.size();
+    for (const auto& t : ws.program.tasks) flows += t.flow >= 0;
+    shared += ws.run.shared_links;
     ++plans;
   }
   const double total = build_ms + replay_ms + predict_ms;
@@ -299,6 +301,8 @@ int phases(std::size_t stride) {
               "prediction %.0f ms; %.3f ms a plan\n",
               plans, tasks, build_ms, 1e6 * build_ms / static_cast<double>(tasks), replay_ms,
               1e6 * replay_ms / static_cast<double>(tasks), predict_ms, total / static_cast<double>(plans));
+  std::printf("%zu tasks with a flow on links (%.0f %% of the tasks); %zu plans whose flows shared a link\n", flows,
+              100.0 * static_cast<double>(flows) / static_cast<double>(tasks), shared);
   return 0;
 }
 }  // namespace

@@ -37,6 +37,14 @@ double scope_busbw(const NodeSpec& node, const Calibration& cal, LinkScope s, Co
 }
 
 // The layout of a group: n ranks, r per node, N nodes.
+// A collective's time, seconds, and the latency terms in it (the rest is
+// bandwidth-bound).
+struct Split {
+  double latency = 0, total = 0;
+  static Split of(double latency, double bandwidth) { return {latency, latency + bandwidth}; }
+  Split operator+(const Split& o) const { return {latency + o.latency, total + o.total}; }
+};
+
 struct Layout {
   std::int64_t n, r, nodes;
   bool spans() const { return nodes > 1; }
@@ -67,10 +75,12 @@ const CollectiveScope& latency_scope(const Layout& g, const Calibration& cal) {
 // The fastest protocol's time for a latency (µs, given a protocol) and a
 // bandwidth-bound part at full bandwidth (seconds), NCCL's choice.
 template <class Latency>
-double fastest_protocol(const Calibration& cal, double bandwidth_seconds, Latency latency_us) {
-  double best = std::numeric_limits<double>::infinity();
-  for (const CollectiveProtocol& p : cal.protocols)
-    best = std::min(best, latency_us(p) * kUs + bandwidth_seconds / p.bandwidth_fraction);
+Split fastest_protocol(const Calibration& cal, double bandwidth_seconds, Latency latency_us) {
+  Split best{0, std::numeric_limits<double>::infinity()};
+  for (const CollectiveProtocol& p : cal.protocols) {
+    const Split s = Split::of(latency_us(p) * kUs, bandwidth_seconds / p.bandwidth_fraction);
+    if (s.total < best.total) best = s;
+  }
   return best;
 }
 
@@ -139,15 +149,15 @@ double intra_ring_GBps(const NodeSpec& node, std::span<const std::int64_t> gpus)
 namespace {
 
 // Ring all-reduce / all-gather / reduce-scatter over the whole group, seconds.
-double ring_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
-                    const Calibration& cal) {
+Split ring_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
+                   const Calibration& cal) {
   const double n = static_cast<double>(g.n);
   const double f = op == CollectiveOp::AllReduce ? 2.0 * (n - 1) / n : (n - 1) / n;
   const double steps = op == CollectiveOp::AllReduce ? 2.0 * (n - 1) : n - 1;
   const double bandwidth = f * size / group_busbw(g, node, cal, op, size);
   if (cal.protocols.empty()) {
     const CollectiveScope& sc = latency_scope(g, cal);
-    return (sc.latency_us + steps * sc.step_latency_us) * kUs + bandwidth;
+    return Split::of((sc.latency_us + steps * sc.step_latency_us) * kUs, bandwidth);
   }
   // NCCL's ring (tuning.cc): a step crosses the network once per node
   // boundary, N − 1 times for all-gather and reduce-scatter, 2(N − 1) for
@@ -160,11 +170,11 @@ double ring_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpe
   });
 }
 
-double tree_seconds(double size, const Layout& g, const NodeSpec& node, const Calibration& cal) {
+Split tree_seconds(double size, const Layout& g, const NodeSpec& node, const Calibration& cal) {
   const double bandwidth = 2.0 * size / group_busbw(g, node, cal, CollectiveOp::AllReduce, size);
   if (cal.protocols.empty()) {
     const CollectiveScope& sc = latency_scope(g, cal);
-    return (sc.latency_us + 2.0 * ceil_log2(g.n) * sc.step_latency_us) * kUs + bandwidth;
+    return Split::of((sc.latency_us + 2.0 * ceil_log2(g.n) * sc.step_latency_us) * kUs, bandwidth);
   }
   // NCCL's double binary tree over nodes, a chain over the r GPUs of each.
   const double chain = static_cast<double>(g.r - 1);
@@ -175,8 +185,8 @@ double tree_seconds(double size, const Layout& g, const NodeSpec& node, const Ca
 }
 
 // Intra-node phase(s) around an inter-node phase over one GPU per node.
-double hierarchical_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
-                            const Calibration& cal) {
+Split hierarchical_seconds(CollectiveOp op, double size, const Layout& g, const NodeSpec& node,
+                           const Calibration& cal) {
   const Layout intra{g.r, g.r, 1};
   const Layout inter{g.nodes, 1, g.nodes};
   const double shard = size / static_cast<double>(g.r);
@@ -191,12 +201,12 @@ double hierarchical_seconds(CollectiveOp op, double size, const Layout& g, const
     case CollectiveOp::ReduceScatter:
       return ring_seconds(CollectiveOp::ReduceScatter, size, intra, node, cal) +
              ring_seconds(CollectiveOp::ReduceScatter, shard, inter, node, cal);
-    default: return 0;  // not used for all-to-all and send/recv
+    default: return {};  // not used for all-to-all and send/recv
   }
 }
 
-double all_to_all_seconds(double size, const Layout& g, const NodeSpec& node,
-                          const Calibration& cal) {
+Split all_to_all_seconds(double size, const Layout& g, const NodeSpec& node,
+                         const Calibration& cal) {
   const double n = static_cast<double>(g.n);
   const double r = static_cast<double>(g.r);
   const CollectiveScope& sc = latency_scope(g, cal);
@@ -211,16 +221,16 @@ double all_to_all_seconds(double size, const Layout& g, const NodeSpec& node,
     if (bw <= 0) no_link(LinkScope::InterNode);
     t = std::max(t, (n - r) / n * size / bw);
   }
-  return (sc.latency_us + (n - 1) * sc.step_latency_us) * kUs + t;
+  return Split::of((sc.latency_us + (n - 1) * sc.step_latency_us) * kUs, t);
 }
 
-double send_recv_seconds(double size, const Layout& g, const NodeSpec& node,
-                         const Calibration& cal) {
+Split send_recv_seconds(double size, const Layout& g, const NodeSpec& node,
+                        const Calibration& cal) {
   const LinkScope s = g.spans() ? LinkScope::InterNode : LinkScope::IntraNode;
   const double bw = scope_busbw(node, cal, s, CollectiveOp::SendRecv, size);
   if (bw <= 0) no_link(s);
   const CollectiveScope& sc = cal.scope(s);
-  return (sc.latency_us + sc.step_latency_us) * kUs + size / bw;
+  return Split::of((sc.latency_us + sc.step_latency_us) * kUs, size / bw);
 }
 
 }  // namespace
@@ -324,13 +334,14 @@ CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
   if (bytes < 0) throw Error("collective_time: bytes must be >= 0");
   if (group < 1) throw Error("collective_time: group must be >= 1");
   if (ranks_per_node < 1) throw Error("collective_time: ranks_per_node must be >= 1");
-  CollectiveCost out{0, algo == CollectiveAlgorithm::Auto ? CollectiveAlgorithm::Ring : algo};
+  CollectiveCost out;
+  out.algorithm = algo == CollectiveAlgorithm::Auto ? CollectiveAlgorithm::Ring : algo;
   if (group == 1 || bytes == 0) return out;
   const std::int64_t r = std::min(ranks_per_node, group);
   const Layout g{group, r, (group + r - 1) / r};
   const double size = static_cast<double>(bytes);
 
-  double seconds = 0;
+  Split seconds;
   switch (op) {
     case CollectiveOp::AllToAll:
       out.algorithm = CollectiveAlgorithm::Ring;
@@ -360,8 +371,8 @@ CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
         out.algorithm = CollectiveAlgorithm::Ring;
         seconds = price(CollectiveAlgorithm::Ring);
         if (tree_ok) {
-          const double t = price(CollectiveAlgorithm::Tree);
-          if (t < seconds) seconds = t, out.algorithm = CollectiveAlgorithm::Tree;
+          const Split t = price(CollectiveAlgorithm::Tree);
+          if (t.total < seconds.total) seconds = t, out.algorithm = CollectiveAlgorithm::Tree;
         }
       } else {
         // An algorithm that does not apply (tree for all-gather, hierarchical
@@ -373,7 +384,9 @@ CollectiveCost collective_cost(CollectiveOp op, Bytes bytes, std::int64_t group,
       }
     }
   }
-  out.time = seconds_to_time(seconds);
+  out.time = seconds_to_time(seconds.total);
+  out.latency = std::min(out.time, seconds_to_time(seconds.latency));
+  out.spans = g.spans();
   return out;
 }
 

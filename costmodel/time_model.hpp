@@ -101,6 +101,12 @@ enum class CollectiveAlgorithm { Auto, Ring, Tree, Hierarchical };
 
 struct CollectiveCost {
   Time time = 0;
+  // The latency terms in `time` (α and the steps'); the rest is the
+  // bandwidth-bound term, which crosses the network when the group `spans`
+  // nodes and the node's NVLink (or PCIe) otherwise. The step program puts
+  // that term on the rank's links (docs/step-time.md, "Shared links").
+  Time latency = 0;
+  bool spans = false;
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::Ring;  // what was priced
 };
 

@@ -87,13 +87,13 @@ TEST_CASE("groups: a stage's work is priced on its own GPUs, a mixed stage at th
   slow_net.replace(at, std::string("\"inter_node_GBps_per_gpu\": 25").size(), "\"inter_node_GBps_per_gpu\": 5");
   const auto net = scenario(slow_net, "{\"pp\": 2, \"dp\": 8}");
   const ModelStepCosts nc(net, cost::ideal_calibration());
-  REQUIRE(nc.stage(1).p2p(1 << 20) > nc.stage(0).p2p(1 << 20));
+  REQUIRE(nc.stage(1).p2p(1 << 20).total() > nc.stage(0).p2p(1 << 20).total());
   const StepProgram p = build_step_program(net, nc, Granularity::Layer);
   int sends = 0;
   for (std::size_t i = 0; i < p.tasks.size(); ++i)
     if (p.info[i].op == TaskOp::SendActivation || p.info[i].op == TaskOp::SendGradient) {
       ++sends;
-      CHECK(p.tasks[i].duration == nc.stage(1).p2p(StepLayout(net, nc).p2p_bytes(net, 0)));
+      CHECK(p.tasks[i].duration == nc.stage(1).p2p(StepLayout(net, nc).p2p_bytes(net, 0)).total());
     }
   CHECK(sends == 2 * 8);  // each of 8 microbatches: an activation forward, a gradient back
 }

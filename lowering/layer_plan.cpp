@@ -379,7 +379,7 @@ Swaps lifetime_swaps(const MemoryModel& model, const Keeps& keeps, const KindTim
     Time d2h = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       if (bytes(i) == 0) continue;
-      const Time end = std::max(fwd_end[static_cast<std::size_t>(i)], d2h) + costs.copy(bytes(i), CopyDir::ToHost);
+      const Time end = std::max(fwd_end[static_cast<std::size_t>(i)], d2h) + costs.copy(bytes(i), CopyDir::ToHost).total();
       if (end > forward) continue;
       out_ok[static_cast<std::size_t>(i)] = true;
       d2h = end;
@@ -396,7 +396,7 @@ Swaps lifetime_swaps(const MemoryModel& model, const Keeps& keeps, const KindTim
     for (std::int64_t i = n - 1; i >= 0; --i) {
       if (!out_ok[static_cast<std::size_t>(i)]) continue;
       const Time ready = i + 1 + depth < n ? end_of(i + 1 + depth) : 0;
-      const Time end = std::max(ready, h2d) + costs.copy(bytes(i), CopyDir::ToDevice);
+      const Time end = std::max(ready, h2d) + costs.copy(bytes(i), CopyDir::ToDevice).total();
       if (end > start[static_cast<std::size_t>(i)]) continue;
       out[static_cast<std::size_t>(first + i)] = Swap::Saved;
       h2d = end;
@@ -477,7 +477,7 @@ LayerTimes layer_times(const Plan& plan, const cost::Layer& block, const StepCos
   t.bwd = costs.layer(block, Pass::Backward) + bwd_comm;
   t.recompute = costs.layer(block, Pass::Recompute) + fwd_comm;
   t.core = costs.layer(block, Pass::Recompute, true);
-  t.copy_in = costs.copy(block.saved_bytes(Recompute::None), CopyDir::ToDevice);
+  t.copy_in = costs.copy(block.saved_bytes(Recompute::None), CopyDir::ToDevice).total();
   return t;
 }
 

@@ -158,6 +158,7 @@ class StepBuilder : StepLayout {
     out_.buffers.reserve(merge_ ? per_step : 4 * layer_steps);
     out_.mem.reserve(2 * per_step);
     out_.deps.reserve(per_step);
+    for (int s = 0; s < p_; ++s) out_.link_rates.push_back(costs_.stage(s).link_rates());
     for (int s = 0; s < p_; ++s) lower_stage(sched, s);
     // Pipeline dependencies: a chunk's forward waits for the previous
     // chunk's activations, its backward for the next chunk's gradients.
@@ -185,13 +186,16 @@ class StepBuilder : StepLayout {
     std::initializer_list<std::int32_t> allocs, frees;
   };
 
-  std::int32_t task(sim::TaskKind kind, sim::Lane lane, Time duration, sim::Phase phase, CommKind comm,
-                    TaskInfo info, Mem mem = {}) {
+  // `peer`: a pipeline send's receiving stage (its links' other end).
+  std::int32_t task(sim::TaskKind kind, sim::Lane lane, const Transfer& duration, sim::Phase phase, CommKind comm,
+                    TaskInfo info, Mem mem = {}, int peer = -1) {
     ProgramTask t;
     t.kind = kind;
     t.lane = lane;
     t.stage = stage_;
-    t.duration = std::max<Time>(0, duration);
+    const auto [flow, alone] = flow_of(duration, peer < 0 ? stage_ : peer);
+    t.flow = flow;
+    t.duration = std::max<Time>(0, alone);
     t.phase = phase;
     t.comm = comm;
     t.mem = static_cast<std::uint32_t>(out_.mem.size());
@@ -206,6 +210,19 @@ class StepBuilder : StepLayout {
     const auto index = static_cast<std::int32_t>(out_.tasks.size());
     out_.tasks.push_back(t);
     return index;
+  }
+  // The program's flow for a transfer from this stage to `to` (add_flow):
+  // tasks moving the same transfer over the same links (a boundary's sends,
+  // a kind of layer's gathers) share one record, found among the last few.
+  std::pair<std::int32_t, Time> flow_of(const Transfer& x, int to) {
+    if (x.path == Path::None || x.bandwidth <= 0) return {-1, x.total()};
+    for (const FlowMemo& m : flow_memo_)
+      if (m.flow >= 0 && m.x.latency == x.latency && m.x.bandwidth == x.bandwidth && m.x.path == x.path &&
+          m.from == stage_ && m.to == to)
+        return {m.flow, m.alone};
+    const auto [flow, alone] = add_flow(out_, x, stage_, to);
+    flow_memo_[flow_memo_next_++ % flow_memo_.size()] = {x, stage_, to, flow, alone};
+    return {flow, alone};
   }
   // A task on the compute lane; remembers the first of the current step.
   std::int32_t compute(Time d, sim::Phase phase, TaskInfo info, CommKind comm = CommKind::None, Mem mem = {}) {
@@ -443,7 +460,8 @@ class StepBuilder : StepLayout {
     std::array<Time, 3> pass{};
     Time core = 0;
     std::array<std::array<Time, 3>, 3> comm{};  // [pass][TP, CP, EP]
-    Time zero3_gather = 0, input_gather = 0;
+    Transfer zero3_gather;
+    Time input_gather = 0;
   };
   static constexpr std::array<CommKind, 3> kLayerComm{CommKind::TP, CommKind::CP, CommKind::EP};
   void price_kinds() {
@@ -462,7 +480,7 @@ class StepBuilder : StepLayout {
       t.core = costs().layer(block, Pass::Recompute, true);
       if (zero3()) t.zero3_gather = layer_gather_time(block);  // on this stage's links
       if (plan_.partition_activations)
-        t.input_gather = costs().collective(Collective::AllGather, Group::TP, block.input_bytes);
+        t.input_gather = costs().collective(Collective::AllGather, Group::TP, block.input_bytes).total();
     }
   }
   const KindTimes& kind_times(std::int64_t layer) const {
@@ -558,6 +576,7 @@ class StepBuilder : StepLayout {
     // scratch ones (which keep their capacity from one fold to the next)
     // and swapped back at the end.
     const auto swap_state = [&] {
+      flow_memo_.fill({});
       std::swap(out_, fold_.program);
       std::swap(recent_, fold_.recent);
       std::swap(recent_fetch_, fold_.recent_fetch);
@@ -577,6 +596,7 @@ class StepBuilder : StepLayout {
     out_.stages = 1;
     out_.gpu_capacity = {0};
     out_.host_capacity = {0};
+    out_.link_rates = {costs().link_rates()};
     recent_.clear();
     recent_fetch_.clear();
     zero3_reduced_.clear();
@@ -1086,20 +1106,19 @@ class StepBuilder : StepLayout {
   // norm's), skipping the tensors below zero3_persistence_threshold, which
   // every rank keeps whole (an op's vectors count as one tensor). Strata's
   // executors gather by layer.
-  Time layer_gather_time(const cost::Layer& block) const {
+  Transfer layer_gather_time(const cost::Layer& block) const {
     const auto& im = plan_.implementation;
     if (!im.zero3_gather_per_module || sc_.executed)
       return costs().collective(Collective::AllGather, Group::DP,
                                static_cast<Bytes>(static_cast<double>(block.params()) * per_.weights));
     const std::int64_t keep = im.zero3_persistence_threshold;
-    Time t = 0;
+    Transfer t;
     for (const cost::Op& op : block.ops) {
       double gathered = 0;
       if (op.matrices > 0 && op.rows * op.cols >= keep) gathered += static_cast<double>(op.matrix_params());
       if (op.vector_params() > 0 && op.vector_params() >= keep) gathered += static_cast<double>(op.vector_params());
       if (gathered > 0)
-        t = capped_sum(t, costs().collective(Collective::AllGather, Group::DP,
-                                            static_cast<Bytes>(gathered * per_.weights)));
+        t = t.then(costs().collective(Collective::AllGather, Group::DP, static_cast<Bytes>(gathered * per_.weights)));
     }
     return t;
   }
@@ -1198,7 +1217,7 @@ class StepBuilder : StepLayout {
     const int chunks = static_cast<int>(chunks_.size());
     // One pipeline send across each chunk boundary, priced when the stage
     // has one.
-    std::vector<std::optional<Time>> p2p_time(chunks_.size());
+    std::vector<std::optional<Transfer>> p2p_time(chunks_.size());
     const auto& steps = sched.stages[static_cast<std::size_t>(s)];
     // The model chunk of each of the stage's virtual stages.
     stage_chunks_.clear();
@@ -1262,11 +1281,12 @@ class StepBuilder : StepLayout {
         auto& sent = p2p_time[static_cast<std::size_t>(boundary)];
         if (!sent) {
           const Bytes msg = StepLayout::p2p_bytes(sc_, boundary);
-          sent = std::max(costs().p2p(msg), costs_.stage(to).p2p(msg));
+          const Transfer mine = costs().p2p(msg), theirs = costs_.stage(to).p2p(msg);
+          sent = theirs.total() > mine.total() ? theirs : mine;
         }
         const std::int32_t t =
             task(sim::TaskKind::P2PSend, sim::Lane::P2P, *sent, sim::Phase::Comm, CommKind::PP,
-                 info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None, -1, st.microbatch));
+                 info(fwd ? TaskOp::SendActivation : TaskOp::SendGradient, Part::None, -1, st.microbatch), {}, to);
         // The CPU kernels: the send frees what it sent (the chunk's output,
         // or its backward buffers, whose input gradient it sends).
         if (cpu_) add_mem({}, fwd ? std::vector<std::int32_t>{chunk_out_[at]} : cpu_backward_end(k, st.microbatch));
@@ -1296,7 +1316,7 @@ class StepBuilder : StepLayout {
     const bool cpu_dp = cpu_ && plan_.compression.method == CompressionMethod::None &&
                         plan_.dp_topology != DpTopology::ParameterServer;
     cpu_buckets_.clear();
-    auto comm = [&](Time d, CommKind kind, TaskInfo i) {
+    auto comm = [&](const Transfer& d, CommKind kind, TaskInfo i) {
       return task(sim::TaskKind::Collective, sim::Lane::Comm, d, sim::Phase::Comm, kind, std::move(i));
     };
     if (hooked()) {
@@ -1739,6 +1759,15 @@ class StepBuilder : StepLayout {
   const StepCosts* stage_costs_;
   const StepCosts& costs() const { return *stage_costs_; }
   StepProgram out_;
+  // flow_of's recent flows of out_ (cleared whenever out_ changes).
+  struct FlowMemo {
+    Transfer x;
+    int from = 0, to = 0;
+    std::int32_t flow = -1;
+    Time alone = 0;
+  };
+  std::array<FlowMemo, 8> flow_memo_{};
+  std::size_t flow_memo_next_ = 0;
   MemoryEstimate statics_;  // the analytical model's static bytes per stage
   bool merge_ = false;      // chunk passes as one task where nothing waits inside
   std::vector<KindTimes> kind_times_;  // per kind of block, this stage's (price_kinds)

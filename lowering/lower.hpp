@@ -19,6 +19,7 @@
 
 #include "costmodel/ops.hpp"
 #include "sim/engine.hpp"
+#include "sim/limits.hpp"
 #include "sim/task_graph.hpp"
 #include "lowering/layer_plan.hpp"
 #include "strategies/scenario.hpp"
@@ -53,6 +54,40 @@ enum class Collective : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllT
 enum class Group : std::uint8_t { TP, CP, DP, EP, ExpertDP, EmbeddingTie };
 enum class CopyDir : std::uint8_t { ToHost, ToDevice, NvmeRead, NvmeWrite };
 
+// Which of a rank's links a transfer's bandwidth-bound part crosses
+// (docs/step-time.md, "Shared links"): its NVLink (or the PCIe the node's
+// GPUs reach each other over), the network (the rank's NIC and the PCIe
+// link between its GPU and the NIC), or its PCIe link to the host, out
+// (device to host) or in.
+enum class Path : std::uint8_t { None, NvLink, Network, HostOut, HostIn };
+
+// A communication task alone: `latency` fixed, then its bandwidth-bound part,
+// `bandwidth` long at its path's full rate. With Path::None it is all fixed
+// (what closed-form tests give, and a Time converts to).
+struct Transfer {
+  Time latency = 0;
+  Time bandwidth = 0;
+  Path path = Path::None;
+  Transfer() = default;
+  Transfer(Time fixed) : latency(fixed) {}  // NOLINT: a fixed time is a transfer
+  Transfer(Time latency_, Time bandwidth_, Path path_) : latency(latency_), bandwidth(bandwidth_), path(path_) {}
+  Time total() const { return capped_sum(latency, bandwidth); }
+  // This, then `next` over the same links (its bandwidth part joins ours) or
+  // over others (its whole time is fixed here).
+  Transfer then(const Transfer& next) const {
+    if (bandwidth == 0) return {capped_sum(latency, next.latency), next.bandwidth, next.path};
+    if (next.path == path || next.bandwidth == 0)
+      return {capped_sum(latency, next.latency), capped_sum(bandwidth, next.bandwidth), path};
+    return {capped_sum(latency, next.total()), bandwidth, path};
+  }
+};
+
+// One rank's link rates, GB/s each way (NodeSpec's per-GPU figures); 0: the
+// link is not modelled and transfers over it keep their fixed time.
+struct LinkRates {
+  double nvlink_GBps = 0, network_GBps = 0, pcie_GBps = 0;
+};
+
 // Durations the lowering needs for one stage's representative rank. A cost
 // model answers (costs.hpp); tests answer with closed forms.
 class StepCosts {
@@ -66,13 +101,16 @@ class StepCosts {
   // kind blocks on, per microbatch and pass (0 for the embedding and head,
   // whose passes hold theirs).
   virtual Time layer_comm(const cost::Layer& layer, CommKind kind, Pass pass) const = 0;
-  virtual Time collective(Collective op, Group group, Bytes bytes_per_rank) const = 0;
-  virtual Time p2p(Bytes bytes) const = 0;
+  virtual Transfer collective(Collective op, Group group, Bytes bytes_per_rank) const = 0;
+  virtual Transfer p2p(Bytes bytes) const = 0;
   // A memory-bound kernel touching `bytes` (compression encode/decode), and
   // matrix products of `flops` (PowerSGD's projections).
   virtual Time elementwise(Bytes bytes) const = 0;
   virtual Time gemm(Flops flops) const = 0;
-  virtual Time copy(Bytes bytes, CopyDir dir) const = 0;
+  virtual Transfer copy(Bytes bytes, CopyDir dir) const = 0;
+  // The rate of each link a Transfer's path names; none by default (every
+  // transfer fixed, as alone).
+  virtual LinkRates link_rates() const { return {}; }
   // The optimizer step over `params` parameters held by this rank, on the GPU
   // or (ZeRO-Offload) on the host CPU.
   virtual Time optimizer_step(double params, bool on_host) const = 0;

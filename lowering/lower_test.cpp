@@ -328,7 +328,7 @@ TEST_CASE("serial ranks: a stage's tasks run one after another, in program order
 // collective free; the all-gathers asked for are recorded.
 struct GatherCosts : UnitCosts {
   mutable std::vector<Bytes> gathers;
-  Time collective(Collective op, Group, Bytes b) const override {
+  Transfer collective(Collective op, Group, Bytes b) const override {
     if (op != Collective::AllGather) return 0;
     gathers.push_back(b);
     return b / 4000;
@@ -447,7 +447,7 @@ namespace {
 
 // Collectives priced by their bytes (10 GB/s), everything else as UnitCosts.
 struct BytesCosts : UnitCosts {
-  Time collective(Collective, Group, Bytes bytes) const override { return bytes / 10; }
+  Transfer collective(Collective, Group, Bytes bytes) const override { return bytes / 10; }
 };
 
 TEST_CASE("compression.bucketed: each bucket's exchange overlaps the backward that follows it") {
@@ -477,7 +477,7 @@ TEST_CASE("compression.bucketed: each bucket's exchange overlaps the backward th
   auto round = [&](const StageGradients& g) {
     const GradientExchange ex = compressed_exchange(one.plan, chain, g, c);
     REQUIRE(ex.rounds.size() == 1);
-    return c.collective(ex.rounds[0].first, Group::DP, static_cast<Bytes>(ex.rounds[0].second));
+    return c.collective(ex.rounds[0].first, Group::DP, static_cast<Bytes>(ex.rounds[0].second)).total();
   };
   const Time layer = round({{1}, false, false}), rest = round({{}, true, false});
   REQUIRE(layer < c.tb);
@@ -551,8 +551,8 @@ TEST_CASE("grad_reduce_dtype: every gradient reduction moves the dtype it names,
     return out;
   };
   const ModelStepCosts costs(base, cal);
-  const Time rs4 = costs.collective(Collective::ReduceScatter, Group::DP, static_cast<Bytes>(4 * layer));
-  const Time rs2 = costs.collective(Collective::ReduceScatter, Group::DP, static_cast<Bytes>(2 * layer));
+  const Time rs4 = costs.collective(Collective::ReduceScatter, Group::DP, static_cast<Bytes>(4 * layer)).total();
+  const Time rs2 = costs.collective(Collective::ReduceScatter, Group::DP, static_cast<Bytes>(2 * layer)).total();
   CHECK(rs2 < rs4);
   for (const auto& [reduce_dtype, want] : {std::pair{static_cast<const char*>(nullptr), rs4},
                                            std::pair{static_cast<const char*>("fp32"), rs4},
@@ -605,8 +605,8 @@ TEST_CASE("FP8 parameters: the blocks' GEMM weights kept and gathered in FP8") {
       if (prog.info[i].op == TaskOp::GatherWeights) t += prog.tasks[i].duration;
     return t;
   };
-  CHECK(gather(plain) == costs.collective(Collective::AllGather, Group::DP, static_cast<Bytes>(2 * p)));
-  CHECK(gather(fp8) == costs.collective(Collective::AllGather, Group::DP, static_cast<Bytes>(2 * (p - m) + m)));
+  CHECK(gather(plain) == costs.collective(Collective::AllGather, Group::DP, static_cast<Bytes>(2 * p)).total());
+  CHECK(gather(fp8) == costs.collective(Collective::AllGather, Group::DP, static_cast<Bytes>(2 * (p - m) + m)).total());
   CHECK(gather(fp8) < gather(plain));
 }
 
@@ -678,7 +678,7 @@ TEST_CASE("a layer chain's pipeline sends carry each boundary's activations") {
     REQUIRE(k >= 0);
     const int boundary = op == TaskOp::SendActivation ? k : k - 1;
     const Bytes msg = 2 * layers[static_cast<std::size_t>(first[static_cast<std::size_t>(boundary) + 1] - 1)].output_bytes;
-    CHECK(p.tasks[i].duration == costs.p2p(msg));
+    CHECK(p.tasks[i].duration == costs.p2p(msg).total());
     times.insert(p.tasks[i].duration);
   }
   CHECK(sends == 2 * 7 * 4);  // 7 boundaries, 4 microbatches (16 / (2 · dp 2)), both ways

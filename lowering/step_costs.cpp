@@ -40,14 +40,24 @@ class SlowestOf final : public StepCosts {
   Time layer_comm(const cost::Layer& l, CommKind kind, Pass pass) const override {
     return most([&](const StepCosts& c) { return c.layer_comm(l, kind, pass); });
   }
-  Time collective(Collective op, Group group, Bytes bytes) const override {
-    return most([&](const StepCosts& c) { return c.collective(op, group, bytes); });
+  Transfer collective(Collective op, Group group, Bytes bytes) const override {
+    return longest([&](const StepCosts& c) { return c.collective(op, group, bytes); });
   }
-  Time p2p(Bytes bytes) const override {
-    return most([&](const StepCosts& c) { return c.p2p(bytes); });
+  Transfer p2p(Bytes bytes) const override {
+    return longest([&](const StepCosts& c) { return c.p2p(bytes); });
   }
-  Time copy(Bytes bytes, CopyDir dir) const override {
-    return most([&](const StepCosts& c) { return c.copy(bytes, dir); });
+  Transfer copy(Bytes bytes, CopyDir dir) const override {
+    return longest([&](const StepCosts& c) { return c.copy(bytes, dir); });
+  }
+  LinkRates link_rates() const override {
+    LinkRates r = of_.front()->link_rates();
+    for (const StepCosts* c : of_) {
+      const LinkRates o = c->link_rates();
+      r.nvlink_GBps = std::min(r.nvlink_GBps, o.nvlink_GBps);
+      r.network_GBps = std::min(r.network_GBps, o.network_GBps);
+      r.pcie_GBps = std::min(r.pcie_GBps, o.pcie_GBps);
+    }
+    return r;
   }
   Time elementwise(Bytes bytes) const override {
     return most([&](const StepCosts& c) { return c.elementwise(bytes); });
@@ -75,6 +85,15 @@ class SlowestOf final : public StepCosts {
   Time most(F&& f) const {
     Time t = 0;
     for (const StepCosts* c : of_) t = std::max(t, f(*c));
+    return t;
+  }
+  template <class F>
+  Transfer longest(F&& f) const {
+    Transfer t;
+    for (const StepCosts* c : of_) {
+      const Transfer x = f(*c);
+      if (x.total() > t.total()) t = x;
+    }
     return t;
   }
   std::vector<const StepCosts*> of_;
@@ -250,9 +269,9 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // Megatron: two all-reduces forward and two backward; with sequence
     // parallelism two all-gathers and two reduce-scatters each way (the same
     // volume; Korthikanti et al. Sec. 4.2.2).
-    const Time ag = ring(cost::CollectiveOp::AllGather, act, tp_g_);
-    const Time rs = ring(cost::CollectiveOp::ReduceScatter, act, tp_g_);
-    const Time ar = ring(cost::CollectiveOp::AllReduce, act, tp_g_);
+    const Time ag = ring(cost::CollectiveOp::AllGather, act, tp_g_).total();
+    const Time rs = ring(cost::CollectiveOp::ReduceScatter, act, tp_g_).total();
+    const Time ar = ring(cost::CollectiveOp::AllReduce, act, tp_g_).total();
     const Time one = p.sequence_parallel ? 2 * (ag + rs) : 2 * ar;
     // Current per-tensor scaling of a tensor that sequence parallelism
     // gathers takes its amax over the tensor-parallel group first (Transformer
@@ -265,7 +284,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // with_amax_reduction over amax_reduction_group).
     const bool current = (precision == Precision::FP8 && recipe == cost::Fp8Recipe::Tensorwise) ||
                          precision == Precision::FP4;
-    const Time amax_sync = 2 * ring(cost::CollectiveOp::AllReduce, 4, tp_g_);
+    const Time amax_sync = 2 * ring(cost::CollectiveOp::AllReduce, 4, tp_g_).total();
     for (std::size_t k = 0; k < kinds; ++k) {
       const bool amax = current && p.sequence_parallel && !chain_.kinds[k].unquantized;  // a bf16 block casts nothing
       // Transformer Engine's overlap (tp_comm_overlap) also hides forward
@@ -365,7 +384,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     // its balanced share.
     const Bytes tokens = static_cast<Bytes>(static_cast<double>(sc.model.moe->top_k) * p.moe.load() * b * s * h * e /
                                             (p.sequence_parallel ? static_cast<double>(p.tp) : 1.0));
-    const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_);
+    const Time a2a = ring(cost::CollectiveOp::AllToAll, tokens, ep_g_).total();
     for (std::size_t k = 0; k < kinds; ++k) {
       const auto& ops = chain_.kinds[k].ops;
       if (std::none_of(ops.begin(), ops.end(), [](const cost::Op& op) { return op.expert; })) continue;
@@ -438,9 +457,10 @@ ModelStepCosts::PricedGroup ModelStepCosts::priced(const GroupPlacement& at,
   return g;
 }
 
-Time ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const {
-  if (g.at.size <= 1) return 0;
-  return cost::collective_time(op, bytes, g.at.size, g.at.ranks_per_node, g.node, cal_);
+Transfer ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const {
+  if (g.at.size <= 1) return {};
+  const cost::CollectiveCost c = cost::collective_cost(op, bytes, g.at.size, g.at.ranks_per_node, g.node, cal_);
+  return {c.latency, c.time - c.latency, c.spans ? Path::Network : Path::NvLink};
 }
 
 std::size_t ModelStepCosts::priced_index(const cost::Layer& l) {
@@ -472,7 +492,7 @@ Time ModelStepCosts::layer_comm(const cost::Layer& l, CommKind kind, Pass pass) 
   }
 }
 
-Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
+Transfer ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
   switch (group) {
     case Group::TP: return ring(op_of(op), bytes, tp_g_);
     case Group::CP: return ring(op_of(op), bytes, cp_g_);
@@ -481,29 +501,42 @@ Time ModelStepCosts::collective(Collective op, Group group, Bytes bytes) const {
     case Group::ExpertDP: return ring(op_of(op), bytes, edp_g_);
     case Group::EmbeddingTie: return ring(op_of(op), bytes, tie_g_);
   }
-  return 0;
+  return {};
 }
 
-Time ModelStepCosts::p2p(Bytes bytes) const {
+Transfer ModelStepCosts::p2p(Bytes bytes) const {
   // Neighbouring stages share a node when the pipeline group does.
-  const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, bytes, 2,
-                                          pp_g_.at.ranks_per_node >= 2 ? 2 : 1, pp_g_.node, cal_);
+  const cost::CollectiveCost c = cost::collective_cost(cost::CollectiveOp::SendRecv, bytes, 2,
+                                                       pp_g_.at.ranks_per_node >= 2 ? 2 : 1, pp_g_.node, cal_);
+  const Transfer send{c.latency, c.time - c.latency, c.spans ? Path::Network : Path::NvLink};
   // Scatter/gather (Narayanan et al. 2021, Sec. 4.1): each tensor-parallel
   // rank sends 1/t of the activation and the receivers all-gather it over
   // NVLink before use. With sequence parallelism the tensor is already
   // split by sequence and stays so.
   const auto& p = sc_.plan;
   if (p.implementation.pp_scatter_gather && !p.sequence_parallel && p.tp > 1)
-    return capped_sum(send, ring(cost::CollectiveOp::AllGather, bytes * p.tp, tp_g_));
+    return send.then(ring(cost::CollectiveOp::AllGather, bytes * p.tp, tp_g_));
   return send;
 }
 
-Time ModelStepCosts::copy(Bytes bytes, CopyDir dir) const {
+Transfer ModelStepCosts::copy(Bytes bytes, CopyDir dir) const {
   const cost::CopyKind kind = dir == CopyDir::ToHost     ? cost::CopyKind::D2H
                               : dir == CopyDir::ToDevice ? cost::CopyKind::H2D
                               : dir == CopyDir::NvmeRead ? cost::CopyKind::NvmeRead
                                                          : cost::CopyKind::NvmeWrite;
-  return cost::copy_time(bytes, kind, /*pinned=*/true, sc_.cluster.node, cal_);
+  const Time t = cost::copy_time(bytes, kind, /*pinned=*/true, sc_.cluster.node, cal_);
+  // NVMe traffic is not put on links (the host pool's CPU lane runs it).
+  if (dir == CopyDir::NvmeRead || dir == CopyDir::NvmeWrite || t == 0) return t;
+  const Time launch = std::min(t, cost::seconds_to_time(cal_.overheads.copy_launch_us * 1e-6));
+  return {launch, t - launch, dir == CopyDir::ToHost ? Path::HostOut : Path::HostIn};
+}
+
+LinkRates ModelStepCosts::link_rates() const {
+  // Strata's executors run their steps as priced, one transfer at a time
+  // on each lane; their links are not shared in the model.
+  if (sc_.executed) return {};
+  const cost::NodeSpec& n = sc_.cluster.node;
+  return {n.intra_node_GBps, n.inter_node_GBps_per_gpu, n.pcie_GBps};
 }
 
 Time ModelStepCosts::elementwise(Bytes bytes) const {

@@ -23,9 +23,12 @@ class ModelStepCosts final : public StepCosts {
 
   Time layer(const cost::Layer& layer, Pass pass, bool selective_only) const override;
   Time layer_comm(const cost::Layer& layer, CommKind kind, Pass pass) const override;
-  Time collective(Collective op, Group group, Bytes bytes_per_rank) const override;
-  Time p2p(Bytes bytes) const override;
-  Time copy(Bytes bytes, CopyDir dir) const override;
+  Transfer collective(Collective op, Group group, Bytes bytes_per_rank) const override;
+  Transfer p2p(Bytes bytes) const override;
+  Transfer copy(Bytes bytes, CopyDir dir) const override;
+  // The cluster node's per-GPU NVLink, network and PCIe rates; none for
+  // Strata's executors.
+  LinkRates link_rates() const override;
   Time elementwise(Bytes bytes) const override;
   Time gemm(Flops flops) const override;
   Time optimizer_step(double params, bool on_host) const override;
@@ -60,7 +63,7 @@ class ModelStepCosts final : public StepCosts {
     cost::NodeSpec node;
   };
   PricedGroup priced(const GroupPlacement& at, std::span<const std::int64_t> members) const;
-  Time ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const;
+  Transfer ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const;
   // The host's time to issue `kernels` (host_dispatch_us_ each).
   Time host_time(std::int64_t kernels) const;
 

@@ -313,12 +313,12 @@ TEST_CASE("scatter/gather: a pipeline send is 1/t of the tensor plus the receive
   const ModelStepCosts c(sc, cal);
   const Bytes part = kAct / 8;
   const Time send = cost::collective_time(cost::CollectiveOp::SendRecv, part, 2, 1, sc.cluster.node, cal);
-  CHECK(c.p2p(part) == send + coll(sc, cal, cost::CollectiveOp::AllGather, kAct));
+  CHECK(c.p2p(part).total() == send + coll(sc, cal, cost::CollectiveOp::AllGather, kAct));
   // With sequence parallelism the tensor stays split: the send alone.
   const auto sp = gpt(R"({"tp": 8, "pp": 2, "precision": "fp16", "sequence_parallel": true,
                           "implementation": {"pp_scatter_gather": true}})",
                       2);
-  CHECK(ModelStepCosts(sp, cal).p2p(part) == send);
+  CHECK(ModelStepCosts(sp, cal).p2p(part).total() == send);
 }
 
 TEST_CASE("optimizer step: the passes of a mixed-precision Adam step over HBM") {
@@ -473,10 +473,10 @@ TEST_CASE("groups on a DGX-1's NVLink mesh: each collective at its own members' 
   const cost::Calibration cal = cost::ideal_calibration();
   const ModelStepCosts m(mesh, cal), f(flat, cal);
   const Bytes s = 1'000'000'000;
-  CHECK(m.collective(Collective::AllReduce, Group::TP, s) == cost::seconds_to_time(1.0 * s / 25e9));
-  CHECK(f.collective(Collective::AllReduce, Group::TP, s) == cost::seconds_to_time(1.0 * s / 150e9));
-  CHECK(m.collective(Collective::AllReduce, Group::DP, s) == cost::seconds_to_time(1.5 * s / 50e9));
-  CHECK(f.collective(Collective::AllReduce, Group::DP, s) == cost::seconds_to_time(1.5 * s / 150e9));
+  CHECK(m.collective(Collective::AllReduce, Group::TP, s).total() == cost::seconds_to_time(1.0 * s / 25e9));
+  CHECK(f.collective(Collective::AllReduce, Group::TP, s).total() == cost::seconds_to_time(1.0 * s / 150e9));
+  CHECK(m.collective(Collective::AllReduce, Group::DP, s).total() == cost::seconds_to_time(1.5 * s / 50e9));
+  CHECK(f.collective(Collective::AllReduce, Group::DP, s).total() == cost::seconds_to_time(1.5 * s / 150e9));
 }
 
 }  // namespace

@@ -1,8 +1,13 @@
 #include "lowering/step_program.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 
+#include "sim/bandwidth.hpp"
+#include "sim/event_queue.hpp"
 #include "sim/error.hpp"
 #include "sim/limits.hpp"
 
@@ -88,6 +93,64 @@ int pool_slot(const ProgramBuffer& b) { return 2 * b.stage + (b.host ? 1 : 0); }
 
 }  // namespace
 
+double link_bytes_per_ns(const StepProgram& p, std::int32_t link) {
+  const LinkRates& r = p.link_rates[static_cast<std::size_t>(link / kStageLinks)];
+  switch (static_cast<StageLink>(link % kStageLinks)) {
+    case StageLink::NvlinkOut:
+    case StageLink::NvlinkIn: return r.nvlink_GBps;  // GB/s = bytes/ns
+    case StageLink::NetworkOut:
+    case StageLink::NetworkIn: return r.network_GBps;
+    case StageLink::PcieOut:
+    case StageLink::PcieIn: return r.pcie_GBps;
+  }
+  return 0;
+}
+
+std::pair<std::int32_t, Time> add_flow(StepProgram& p, const Transfer& x, int from, int to) {
+  const Time alone = x.total();
+  if (x.path == Path::None || x.bandwidth <= 0 || p.link_rates.empty()) return {-1, alone};
+  const auto id = [](int stage, StageLink l) { return stage * kStageLinks + static_cast<int>(l); };
+  std::array<std::int32_t, 4> links{};
+  std::size_t n = 0;
+  switch (x.path) {
+    case Path::None: break;
+    case Path::NvLink:
+      links = {id(from, StageLink::NvlinkOut), id(to, StageLink::NvlinkIn)};
+      n = 2;
+      break;
+    case Path::Network:
+      // GPUDirect RDMA: the bytes cross the GPU's PCIe link to its NIC at
+      // each end, the link its host copies take (DGX A100: two GPUs and two
+      // ConnectX-6 behind each PCIe switch; DGX H100: each GPU behind its
+      // ConnectX-7's switch; docs/step-time.md, "Shared links").
+      links = {id(from, StageLink::NetworkOut), id(from, StageLink::PcieOut), id(to, StageLink::NetworkIn),
+               id(to, StageLink::PcieIn)};
+      n = 4;
+      break;
+    case Path::HostOut:
+      links = {id(from, StageLink::PcieOut)};
+      n = 1;
+      break;
+    case Path::HostIn:
+      links = {id(from, StageLink::PcieIn)};
+      n = 1;
+      break;
+  }
+  double rate = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i) rate = std::min(rate, link_bytes_per_ns(p, links[i]));
+  if (!(rate > 0)) return {-1, alone};
+  // The bytes that take the bandwidth-bound time at the slowest link's rate
+  // (rounded down, so alone they take exactly that time: transfer_ns).
+  const auto bytes = static_cast<Bytes>(std::floor(static_cast<double>(x.bandwidth) * rate));
+  if (bytes <= 0) return {-1, alone};
+  const Time moving = sim::transfer_ns(static_cast<double>(bytes), rate);
+  if (moving <= 0) return {-1, alone};
+  const ProgramFlow f{x.latency, bytes, static_cast<std::uint32_t>(p.flow_links.size()), static_cast<std::uint8_t>(n)};
+  p.flow_links.insert(p.flow_links.end(), links.begin(), links.begin() + static_cast<std::ptrdiff_t>(n));
+  p.flows.push_back(f);
+  return {static_cast<std::int32_t>(p.flows.size() - 1), capped_sum(x.latency, moving)};
+}
+
 std::string lane_name(int stage, sim::Lane lane) {
   return "s" + std::to_string(stage) + "." + std::string(enum_name(lane));
 }
@@ -112,11 +175,18 @@ std::string buffer_id(const StepProgram& p, std::size_t i) {
   return "s" + std::to_string(b.stage) + ":" + name;
 }
 
+namespace {
+
+constexpr const char* kLinkName[] = {"nvlink-out", "nvlink-in", "network-out", "network-in", "pcie-out", "pcie-in"};
+static_assert(std::size(kLinkName) == kStageLinks);
+
+}  // namespace
+
 sim::TaskGraph to_task_graph(const StepProgram& p) {
   sim::TaskGraph g;
   g.reserve(p.tasks.size(), p.buffers.size());
   // Per stage, in this order: its lanes, then its GPU and host pools
-  // (gpu_pool_of, host_pool_of).
+  // (gpu_pool_of, host_pool_of); then the links the flows cross.
   std::vector<sim::ResourceId> lanes(static_cast<std::size_t>(p.stages) * sim::kLaneCount);
   for (int s = 0; s < p.stages; ++s) {
     auto at = [&](sim::Lane l) -> sim::ResourceId& {
@@ -132,6 +202,14 @@ sim::TaskGraph to_task_graph(const StepProgram& p) {
     g.add_pool(n + ".gpu", p.gpu_capacity[static_cast<std::size_t>(s)]);
     g.add_pool(n + ".host", p.host_capacity[static_cast<std::size_t>(s)]);
   }
+  // The links some flow crosses (each with a rate: add_flow).
+  std::vector<sim::ResourceId> links(p.flows.empty() ? 0 : static_cast<std::size_t>(p.stages) * kStageLinks);
+  std::vector<char> used(links.size(), 0);
+  for (const std::int32_t l : p.flow_links) used[static_cast<std::size_t>(l)] = 1;
+  for (std::size_t l = 0; l < links.size(); ++l)
+    if (used[l])
+      links[l] = g.add_link("s" + std::to_string(l / kStageLinks) + "." + kLinkName[l % kStageLinks],
+                            link_bytes_per_ns(p, static_cast<std::int32_t>(l)) * 1e9);
   for (std::size_t b = 0; b < p.buffers.size(); ++b) {
     const ProgramBuffer& pb = p.buffers[b];
     g.add_buffer({.id = buffer_id(p, b),
@@ -147,6 +225,13 @@ sim::TaskGraph to_task_graph(const StepProgram& p) {
     task.kind = t.kind;
     task.resources = {lanes[static_cast<std::size_t>(t.stage) * sim::kLaneCount + static_cast<std::size_t>(t.lane)]};
     task.duration = t.duration;
+    if (t.flow >= 0) {
+      const ProgramFlow& f = p.flows[static_cast<std::size_t>(t.flow)];
+      task.duration = f.latency;
+      task.transfer_bytes = f.bytes;
+      for (std::uint32_t k = f.first; k < f.first + f.count; ++k)
+        task.resources.push_back(links[static_cast<std::size_t>(p.flow_links[k])]);
+    }
     for (auto b : p.allocs(t)) task.allocs.push_back(sim::BufferId{b});
     for (auto b : p.frees(t)) task.frees.push_back(sim::BufferId{b});
     task.label.stage = t.stage;
@@ -158,6 +243,7 @@ sim::TaskGraph to_task_graph(const StepProgram& p) {
   for (const auto& [before, after] : p.deps) g.add_dep(sim::TaskId{before}, sim::TaskId{after});
   return g;
 }
+
 
 ProgramRun replay(const StepProgram& p) {
   ProgramWorkspace w;
@@ -204,26 +290,228 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
   }
   ProgramRun& run = w.run;
   run.makespan = 0;
+  run.shared_links = false;
   run.tasks.assign(n, {});
   auto& ready = w.ready;
   ready.clear();
   ready.reserve(n);
   for (std::size_t i = 0; i < n; ++i)
     if (npred[i] == 0) ready.push_back(static_cast<std::int32_t>(i));
+  // A task starts when its last predecessor (a dependency, or the task
+  // before it on its lane) has ended: `run.tasks[i].start` holds the latest
+  // end among i's predecessors until i runs. A task of fixed time ends at
+  // once (start + duration), whatever time the flows have reached: nothing
+  // it waits for is still unknown. A flow's end depends on the flows beside
+  // it, so flows go through the event queue, in time order, with the
+  // engine's rules (sim/engine.cpp): its bytes start after its latency; at
+  // each instant every flow that starts or ends is handled before the
+  // links' rates are recomputed, once, max-min fair (LinkSharing), and the
+  // flows whose rate changed are rescheduled. No flow can start before the
+  // instant the queue has reached: every task not yet timed waits for a
+  // flow that has not ended. Without flows this is the in-order recurrence.
+  // Equal to sim::Engine on to_task_graph(p), task by task (tested).
   std::size_t done = 0;
-  // `run.tasks[i].start` holds the latest end among i's predecessors until i runs.
-  while (done < ready.size()) {
-    const auto t = static_cast<std::size_t>(ready[done++]);
+  const auto end = [&](std::size_t t, Time at) {
     auto& tm = run.tasks[t];
-    tm.end = tm.start + p.tasks[t].duration;
-    run.makespan = std::max(run.makespan, tm.end);
+    tm.end = at;
+    run.makespan = std::max(run.makespan, at);
     for (std::int32_t e = first[t]; e < first[t + 1]; ++e) {
       const auto s = static_cast<std::size_t>(succ[static_cast<std::size_t>(e)]);
-      run.tasks[s].start = std::max(run.tasks[s].start, tm.end);
+      run.tasks[s].start = std::max(run.tasks[s].start, at);
       if (--npred[s] == 0) ready.push_back(static_cast<std::int32_t>(s));
     }
+  };
+  sim::EventQueue& q = w.queue;
+  q.clear();
+  // Flows. Most never meet another on a link, and each of those is timed
+  // alone with one event, its end: a flow is *registered* on its links
+  // when its task is ready (its bytes begin at start + latency, no earlier
+  // than the queue's time: everything not yet ready waits for a flow that
+  // has not ended) and kept *alone* — [begin, start + duration) — unless its
+  // interval meets one registered there. Where intervals meet, the flows
+  // involved that have not begun become *pending*: their bytes begin at an
+  // event in time order, where they and every flow then on their links move
+  // into the link sharing (LinkSharing, max-min fair), an alone flow with
+  // the state the sharing would have given it since it began
+  // (LinkSharing::resume). A pending flow blocks every flow that would
+  // begin on its links after it, as its end is unknown; a flow that finds
+  // its links free when it begins is alone again. So the sharing sees
+  // exactly the flows that meet, at the times they meet: equal to
+  // sim::Engine on to_task_graph(p), task by task (tested).
+  sim::LinkSharing* const links = p.flows.empty() ? nullptr : &w.links;
+  auto& fs = w.flow_state;  // per task with a flow
+  // Per link: the flows registered on it, in a fixed row of slots. A lane
+  // runs one task at a time and a flow stays registered from its task's
+  // start to its end, so a link holds at most one live flow per lane that
+  // can reach it (its stage's communication, pipeline and copy lanes, its
+  // neighbours' pipeline lanes); ended ones are dropped before a new one
+  // comes (prune).
+  constexpr std::size_t kSlots = ProgramWorkspace::kLinkSlots;
+  auto& on = w.registered;
+  auto& count = w.registered_count;
+  const auto row = [&](std::size_t l) { return std::span<std::int32_t>(on.data() + l * kSlots, count[l]); };
+  constexpr Time kOpen = std::numeric_limits<Time>::max();  // an end not known yet
+  if (links) {
+    auto& cap = w.capacity;
+    cap.resize(static_cast<std::size_t>(p.stages) * kStageLinks);
+    for (std::size_t l = 0; l < cap.size(); ++l) {
+      const double r = link_bytes_per_ns(p, static_cast<std::int32_t>(l));
+      cap[l] = r > 0 ? r : 1.0;  // a link no flow crosses (add_flow): any rate
+    }
+    links->reset(cap);
+    fs.resize(n);
+    on.resize(cap.size() * kSlots);
+    count.assign(cap.size(), 0);
   }
-  if (done < n) throw Error("step program: its dependencies and lane order have a cycle");
+  const auto flow_links = [&](std::size_t t) {
+    const ProgramFlow& f = p.flows[static_cast<std::size_t>(p.tasks[t].flow)];
+    return std::span<const std::int32_t>(p.flow_links.data() + f.first, f.count);
+  };
+  using State = ProgramWorkspace::FlowState;
+  Time now = 0;
+  // Pending: its bytes begin at an event; its own end event, if any, is stale.
+  const auto make_pending = [&](std::size_t t) {
+    fs[t].state = State::Pending;
+    fs[t].until = kOpen;
+    fs[t].token = ~std::uint64_t{0};
+    q.push(fs[t].begin, sim::EventKind::TransferBegin, static_cast<std::int32_t>(t));
+  };
+  const auto alone = [&](std::size_t t) {
+    fs[t].state = State::Alone;
+    fs[t].until = run.tasks[t].start + p.tasks[t].duration;
+    fs[t].token = q.push(fs[t].until, sim::EventKind::TaskEnd, static_cast<std::int32_t>(t));
+  };
+  // Flows alone that have not begun and whose interval meets [from, ∞) on
+  // t's links become pending, and so on from theirs.
+  auto& work = w.work;
+  const auto block_after = [&](std::size_t t0) {
+    work.clear();
+    work.push_back(static_cast<std::int32_t>(t0));
+    while (!work.empty()) {
+      const auto t = static_cast<std::size_t>(work.back());
+      work.pop_back();
+      for (const std::int32_t l : flow_links(t))
+        for (const std::int32_t x : row(static_cast<std::size_t>(l))) {
+          auto& f = fs[static_cast<std::size_t>(x)];
+          if (f.state == State::Alone && f.begin > now && f.until > fs[t].begin) {
+            make_pending(static_cast<std::size_t>(x));
+            work.push_back(x);
+          }
+        }
+    }
+  };
+  // Drops the flows that have ended from link l's list.
+  const auto prune = [&](std::size_t l) {
+    std::int32_t* v = on.data() + l * kSlots;
+    std::uint8_t k = 0;
+    for (std::uint8_t i = 0; i < count[l]; ++i)
+      if (fs[static_cast<std::size_t>(v[i])].until > now) v[k++] = v[i];
+    count[l] = k;
+  };
+  const auto ready_flow = [&](std::size_t t) {
+    auto& f = fs[t];
+    f.begin = run.tasks[t].start + p.flows[static_cast<std::size_t>(p.tasks[t].flow)].latency;
+    const Time until = run.tasks[t].start + p.tasks[t].duration;
+    bool meets = false;
+    for (const std::int32_t l : flow_links(t)) {
+      prune(static_cast<std::size_t>(l));
+      for (const std::int32_t x : row(static_cast<std::size_t>(l))) {
+        const auto& g = fs[static_cast<std::size_t>(x)];
+        meets = meets || (g.begin < until && f.begin < g.until);
+      }
+    }
+    for (const std::int32_t l : flow_links(t)) {
+      const auto k = static_cast<std::size_t>(l);
+      if (count[k] == kSlots) throw Error("step program: more flows at once on a link than lanes reach it");
+      on[k * kSlots + count[k]++] = static_cast<std::int32_t>(t);
+    }
+    if (!meets) {
+      alone(t);
+      return;
+    }
+    make_pending(t);
+    block_after(t);
+  };
+  std::size_t timed = 0;
+  for (;;) {
+    while (done < ready.size()) {
+      const auto t = static_cast<std::size_t>(ready[done++]);
+      if (p.tasks[t].flow < 0) {
+        end(t, run.tasks[t].start + p.tasks[t].duration);
+        ++timed;
+      } else {
+        ready_flow(t);
+      }
+    }
+    // The instant is over when the queue's next event is later: the shared
+    // flows' rates change, once.
+    if ((q.empty() || q.top_time() > now) && links && links->pending()) {
+      links->update(now);
+      for (const std::int32_t f : links->changed())
+        links->set_token(f, q.push(links->finish_time(f), sim::EventKind::FlowDone, f));
+      continue;
+    }
+    if (q.empty()) break;
+    const sim::Event e = q.pop();
+    now = e.time;
+    const auto t = static_cast<std::size_t>(e.kind == sim::EventKind::FlowDone ? links->owner(e.id) : e.id);
+    switch (e.kind) {
+      case sim::EventKind::TransferBegin: {  // a pending flow's bytes begin
+        if (fs[t].state != State::Pending || fs[t].begin != now) break;  // not this one's (never happens)
+        // The flows moving on its links now: those alone join the sharing.
+        bool shared = false;
+        for (const std::int32_t l : flow_links(t))
+          for (const std::int32_t x : row(static_cast<std::size_t>(l))) {
+            auto& g = fs[static_cast<std::size_t>(x)];
+            if (static_cast<std::size_t>(x) == t || g.begin > now || g.until <= now) continue;
+            if (g.state == State::Alone) {
+              const auto us = flow_links(static_cast<std::size_t>(x));
+              const ProgramFlow& uf = p.flows[static_cast<std::size_t>(p.tasks[static_cast<std::size_t>(x)].flow)];
+              double rate = std::numeric_limits<double>::infinity();
+              for (const std::int32_t k : us) rate = std::min(rate, link_bytes_per_ns(p, k));
+              g.id = links->resume(us.data(), static_cast<std::int32_t>(us.size()), static_cast<double>(uf.bytes), rate,
+                                   g.begin, x, g.token);
+              g.state = State::Shared;
+              g.until = kOpen;
+              // Its end is not known any more: flows that would begin on
+              // its links after now wait for the sharing.
+              block_after(static_cast<std::size_t>(x));
+            }
+            shared = shared || g.state == State::Shared;
+          }
+        if (!shared) {
+          alone(t);
+          break;
+        }
+        run.shared_links = true;
+        const auto ls = flow_links(t);
+        fs[t].id = links->start(ls.data(), static_cast<std::int32_t>(ls.size()),
+                                static_cast<double>(p.flows[static_cast<std::size_t>(p.tasks[t].flow)].bytes), now,
+                                static_cast<std::int32_t>(t));
+        fs[t].state = State::Shared;
+        break;
+      }
+      case sim::EventKind::TaskEnd:  // an alone flow's end, unless it became pending or shared since
+        if (fs[t].state == State::Alone && fs[t].token == e.seq) {
+          end(t, now);
+          ++timed;
+        } else if (fs[t].state == State::Shared && links->token(fs[t].id) == e.seq) {  // shared, its rate never changed
+          links->finish(fs[t].id);
+          fs[t].until = now;
+          end(t, now);
+          ++timed;
+        }
+        break;
+      case sim::EventKind::FlowDone:
+        if (links->token(e.id) != e.seq) break;  // stale
+        links->finish(e.id);
+        fs[t].until = now;
+        end(t, now);
+        ++timed;
+        break;
+    }
+  }
+  if (timed < n) throw Error("step program: its dependencies and lane order have a cycle");
 
   // Memory: each pool's allocations (at a task's start) and frees (at its
   // end); at one instant frees come first, as in the engine. Events go to

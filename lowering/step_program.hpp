@@ -23,10 +23,13 @@
 // same records at both granularities, so a technique is written once.
 //
 // Every lane runs its tasks in the order they were emitted and nothing is
-// shared between lanes but dependencies, so a task starts exactly when its
-// lane is free and what it waits for has ended: `replay` computes that
-// directly (no event queue, no strings), and equals sim::Engine on the
-// program's task graph to the nanosecond and to the byte (tested).
+// shared between lanes but dependencies and links, so a task starts exactly
+// when its lane is free and what it waits for has ended: `replay` computes
+// that directly (no event queue, no strings) with every flow at its alone
+// rate, and where two flows would share a link at once it times the program
+// by sim::Engine instead, which shares the links max-min fair. Either way it
+// equals sim::Engine on the program's task graph to the nanosecond and to
+// the byte (tested).
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -37,7 +40,9 @@
 #include <vector>
 
 #include "sim/allocator_mode.hpp"
+#include "sim/bandwidth.hpp"
 #include "sim/engine.hpp"
+#include "sim/event_queue.hpp"
 #include "sim/names.hpp"
 #include "sim/task_graph.hpp"
 #include "lowering/lower.hpp"
@@ -72,6 +77,24 @@ enum class TimeCat : std::uint8_t { Compute, Recompute, Optimizer, OffloadStall,
 inline constexpr int kTimeCats = static_cast<int>(TimeCat::Comm0) + static_cast<int>(kCommKinds);
 inline int comm_cat(CommKind k) { return static_cast<int>(TimeCat::Comm0) + static_cast<int>(k); }
 
+// Each stage's links, its rank's both ways: NVLink, the network (NIC), the
+// PCIe link of its GPU (to the host, and to the NIC: GPUDirect traffic
+// crosses it). Link id = stage · kStageLinks + StageLink.
+enum class StageLink : std::uint8_t { NvlinkOut, NvlinkIn, NetworkOut, NetworkIn, PcieOut, PcieIn };
+inline constexpr int kStageLinks = 6;
+
+// A task's bandwidth-bound part as a flow (docs/step-time.md, "Shared
+// links"): after `latency`, `bytes` across links flow_links[first, first +
+// count) at the max-min fair share of each (sim/bandwidth.hpp). Alone it
+// runs at its slowest link's rate and takes what its Transfer said: the
+// task's duration is that alone time.
+struct ProgramFlow {
+  Time latency = 0;
+  Bytes bytes = 0;
+  std::uint32_t first = 0;
+  std::uint8_t count = 0;
+};
+
 struct ProgramTask {
   sim::TaskKind kind = sim::TaskKind::Compute;
   sim::Phase phase = sim::Phase::None;
@@ -88,6 +111,7 @@ struct ProgramTask {
   // duration by category, in the order its layers ran.
   std::uint32_t parts = 0;
   std::uint16_t nparts = 0;
+  std::int32_t flow = -1;  // StepProgram::flows index; −1: all of `duration` is fixed
 };
 
 struct ProgramTask;
@@ -122,6 +146,9 @@ struct StepProgram {
   std::vector<std::pair<std::int32_t, std::int32_t>> deps;  // (before, after) task indices
   std::vector<std::pair<std::int32_t, Time>> parts;         // (TimeCat index, duration)
   std::vector<Bytes> gpu_capacity, host_capacity;          // per stage
+  std::vector<LinkRates> link_rates;                       // per stage
+  std::vector<ProgramFlow> flows;
+  std::vector<std::int32_t> flow_links;  // link ids (StageLink)
   LayerPlan layers;  // what each layer keeps for its backward, and where
   // StepCosts::interference_fraction: compute beside a collective is slowed
   // by this fraction of the time both run (attribute).
@@ -143,6 +170,9 @@ struct StepProgram {
     parts.clear();
     gpu_capacity.clear();
     host_capacity.clear();
+    link_rates.clear();
+    flows.clear();
+    flow_links.clear();
     layers = {};
   }
 
@@ -151,6 +181,14 @@ struct StepProgram {
     return {mem.data() + t.mem + t.allocs, t.frees};
   }
 };
+
+// A link's rate, bytes per nanosecond (0: not modelled).
+double link_bytes_per_ns(const StepProgram& p, std::int32_t link);
+// The flow of a transfer from stage `from` (to stage `to`: a pipeline send;
+// else to itself) added to p, and the task's duration alone. No flow (−1)
+// where the transfer has no path, no bandwidth-bound time, or a link of its
+// path is not modelled: then the duration is its whole time, fixed.
+std::pair<std::int32_t, Time> add_flow(StepProgram& p, const Transfer& x, int from, int to);
 
 // The program's ids, for people and for matching measurements:
 // "s<stage>:<what>", e.g. "s0:fwd/L3/mb2", "s1:dp-reduce/bucket4".
@@ -186,6 +224,9 @@ struct StageMemoryPeak {
 
 struct ProgramRun {
   Time makespan = 0;
+  // Some flow started on a link another flow was crossing: they shared it
+  // (max-min); false: every flow ran alone, at its slowest link's rate.
+  bool shared_links = false;
   std::vector<sim::TaskTiming> tasks;  // by task index
   std::vector<StageMemoryPeak> stages;
 };
@@ -209,6 +250,23 @@ struct ProgramWorkspace {
   };
   std::vector<std::int32_t> npred, first, succ, last, lane_prev, ready, fill;
   std::vector<std::size_t> at, at_fill;
+  // A program with flows: its flows timed in time order (replay).
+  sim::EventQueue queue;
+  sim::LinkSharing links;
+  std::vector<double> capacity;
+  // Per task with a flow: alone (its end an event), pending (its bytes'
+  // beginning an event) or in the link sharing.
+  struct FlowState {
+    enum : std::uint8_t { Alone, Pending, Shared } state = Alone;
+    std::int32_t id = -1;   // LinkSharing's, when shared
+    Time begin = 0, until = 0;  // its bytes' interval; until: its end, or open
+    std::uint64_t token = 0;    // its end event, when alone
+  };
+  std::vector<FlowState> flow_state;
+  static constexpr std::size_t kLinkSlots = 8;
+  std::vector<std::int32_t> registered;  // kLinkSlots per link
+  std::vector<std::uint8_t> registered_count;
+  std::vector<std::int32_t> work;
   std::vector<MemEvent> events;
   // A second program and run, for callers that replay two at once
   // (steady_state.hpp); made on first use.

@@ -68,6 +68,7 @@ int for_plans(const Scenario& base, std::uint64_t stride, std::uint64_t offset, 
 
 struct Counts {
   int plans = 0, offload = 0, zero3 = 0, merged = 0, wrong_prunes = 0;
+  int flows = 0, shared = 0;  // plans with flows on links; whose flows met on one
   std::vector<double> over;   // analytical above the timeline, relative
   std::vector<double> under;  // analytical below it
   int under_resident = 0;     // by more than 1 % without offload
@@ -107,11 +108,23 @@ bool compare(const Scenario& sc, Counts& n) {
   REQUIRE(prog.tasks.size() == low.graph.num_tasks());
   const ProgramRun mine = replay(prog);
   const ProgramRun theirs = from_engine(prog, lrun);
+  n.flows += !prog.flows.empty();
+  n.shared += mine.shared_links;
   REQUIRE(mine.makespan == theirs.makespan);
   bool same_tasks = true;
   for (std::size_t i = 0; i < prog.tasks.size(); ++i)
     same_tasks = same_tasks && mine.tasks[i].start == theirs.tasks[i].start && mine.tasks[i].end == theirs.tasks[i].end;
   CHECK(same_tasks);
+  if (!same_tasks) {
+    for (std::size_t i = 0; i < prog.tasks.size(); ++i)
+      if (mine.tasks[i].start != theirs.tasks[i].start || mine.tasks[i].end != theirs.tasks[i].end) {
+        MESSAGE("first diff task " << i << " " << task_id(prog, i) << " mine " << mine.tasks[i].start << ".." << mine.tasks[i].end
+                << " engine " << theirs.tasks[i].start << ".." << theirs.tasks[i].end << " flow " << prog.tasks[i].flow
+                << " lat " << (prog.tasks[i].flow >= 0 ? prog.flows[prog.tasks[i].flow].latency : -1) << " dur " << prog.tasks[i].duration
+                << " plan " << canonical_json(sc.plan, sc.batch) << " " << sc.model.name);
+        break;
+      }
+  }
   for (int s = 0; s < prog.stages; ++s) {
     const auto& x = mine.stages[static_cast<std::size_t>(s)];
     const auto& y = theirs.stages[static_cast<std::size_t>(s)];
@@ -239,6 +252,7 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
                              << " small GPT with the embedding and head counted as layers (" << alone
                              << " with a chunk of their own); " << n.offload
                              << " with offload, " << n.zero3 << " with ZeRO-3, " << n.merged << " merged exactly; "
+                             << n.flows << " with flows on links, " << n.shared << " of them sharing a link at once; "
                              << n.folded_err.size() << " folded: step time " << spread(n.folded_err)
                              << "; peak memory " << spread(n.folded_mem));
   MESSAGE("the explorer's analytical memory above the timeline on " << n.over.size() << " plans: " << spread(n.over)
@@ -252,6 +266,10 @@ TEST_CASE("step program: the chunk level equals the layer level, and replay equa
   CHECK(n.offload >= 100 / share);
   CHECK(n.zero3 >= 100 / share);
   CHECK(n.merged >= 300 / share);
+  // Both ways of timing flows are compared: alone (the recurrence) and
+  // sharing a link (the engine).
+  CHECK(n.shared >= 100 / share);
+  CHECK(n.flows - n.shared >= 100 / share);
   CHECK(n.folded_err.size() >= static_cast<std::size_t>(300 / share));
 }
 
@@ -488,6 +506,172 @@ TEST_CASE("step program: a merged chunk pass holds, at its start, the most its l
     }
   // m = 64 / 8 = 8 microbatches; the last one's backward runs layer by layer.
   CHECK(merged_bwd == 7);
+}
+
+// One stage whose tasks are hand-made transfers, each on a lane of its own,
+// over links of round rates (GB/s = bytes per ns): NVLink 100, network 10,
+// PCIe 20.
+struct LinkProgram {
+  StepProgram p;
+  LinkProgram() {
+    p.stages = 1;
+    p.gpu_capacity = {0};
+    p.host_capacity = {0};
+    p.link_rates = {{100, 10, 20}};
+  }
+  std::int32_t add(sim::TaskKind kind, sim::Lane lane, const Transfer& x) {
+    ProgramTask t;
+    t.kind = kind;
+    t.lane = lane;
+    const auto [flow, alone] = add_flow(p, x, 0, 0);
+    t.flow = flow;
+    t.duration = alone;
+    p.tasks.push_back(t);
+    TaskInfo i;  // distinct ids for the task graph
+    i.op = TaskOp::DpReduce;
+    i.bucket = static_cast<std::int32_t>(p.info.size());
+    p.info.push_back(i);
+    return static_cast<std::int32_t>(p.tasks.size() - 1);
+  }
+  // Replay and the engine on the program's task graph, task by task.
+  ProgramRun run() const {
+    const ProgramRun mine = replay(p);
+    const sim::RunResult theirs = sim::simulate(to_task_graph(p));
+    CHECK(mine.makespan == theirs.makespan);
+    for (std::size_t i = 0; i < p.tasks.size(); ++i) {
+      CHECK(mine.tasks[i].start == theirs.tasks[i].start);
+      CHECK(mine.tasks[i].end == theirs.tasks[i].end);
+    }
+    return mine;
+  }
+};
+
+TEST_CASE("shared links: a transfer alone takes its time; two at once on a link share its rate") {
+  // A network collective: 100 ns of latency, then 1,000 ns at the network's
+  // 10 bytes/ns, the slowest of its links (network and PCIe, both ways):
+  // 10,000 bytes. Alone it ends at 1,100 ns, exactly as a fixed task.
+  {
+    LinkProgram lp;
+    const auto c = lp.add(sim::TaskKind::Collective, sim::Lane::Comm, Transfer{100, 1000, Path::Network});
+    REQUIRE(lp.p.tasks[0].flow >= 0);
+    CHECK(lp.p.flows[0].bytes == 10'000);
+    CHECK(lp.p.tasks[0].duration == 1100);
+    const ProgramRun r = lp.run();
+    CHECK(!r.shared_links);
+    CHECK(r.tasks[static_cast<std::size_t>(c)].end == 1100);
+  }
+  // A pipeline send on the same network at the same time: each moves its
+  // 10,000 bytes at half the rate, 5 bytes/ns, so both end at 100 + 2,000.
+  // A device-to-host copy beside them (1,000 ns alone at PCIe's 20 bytes/ns,
+  // 20,000 bytes) has PCIe out to itself for the first 100 ns (2,000
+  // bytes); then the network holds the two transfers at 5 each, and the
+  // copy takes what PCIe has left, 20 − 2·5 = 10 bytes/ns: its other
+  // 18,000 bytes end at 100 + 1,800 = 1,900. The network transfers stay at
+  // 5 bytes/ns (the network is their bottleneck) and end at 2,100.
+  {
+    LinkProgram lp;
+    const auto c = lp.add(sim::TaskKind::Collective, sim::Lane::Comm, Transfer{100, 1000, Path::Network});
+    const auto s = lp.add(sim::TaskKind::P2PSend, sim::Lane::P2P, Transfer{100, 1000, Path::Network});
+    const auto d = lp.add(sim::TaskKind::Copy, sim::Lane::D2H, Transfer{0, 1000, Path::HostOut});
+    CHECK(lp.p.flows[2].bytes == 20'000);
+    const ProgramRun r = lp.run();
+    CHECK(r.shared_links);
+    CHECK(r.tasks[static_cast<std::size_t>(c)].end == 2100);
+    CHECK(r.tasks[static_cast<std::size_t>(s)].end == 2100);
+    CHECK(r.tasks[static_cast<std::size_t>(d)].end == 1900);
+    CHECK(r.makespan == 2100);
+  }
+  // A copy into the device uses PCIe the other way: no sharing with one out.
+  {
+    LinkProgram lp;
+    lp.add(sim::TaskKind::Copy, sim::Lane::D2H, Transfer{0, 1000, Path::HostOut});
+    const auto in = lp.add(sim::TaskKind::Copy, sim::Lane::H2D, Transfer{0, 1000, Path::HostIn});
+    const ProgramRun r = lp.run();
+    CHECK(!r.shared_links);
+    CHECK(r.tasks[static_cast<std::size_t>(in)].end == 1000);
+  }
+  // Transfers one after another on one lane never share.
+  {
+    LinkProgram lp;
+    lp.add(sim::TaskKind::Collective, sim::Lane::Comm, Transfer{0, 1000, Path::NvLink});
+    const auto b = lp.add(sim::TaskKind::Collective, sim::Lane::Comm, Transfer{0, 500, Path::NvLink});
+    const ProgramRun r = lp.run();
+    CHECK(!r.shared_links);
+    CHECK(r.tasks[static_cast<std::size_t>(b)].end == 1500);
+  }
+  // A path whose link is not modelled (rate 0), or a fixed time: no flow.
+  {
+    LinkProgram lp;
+    lp.p.link_rates = {{0, 10, 20}};
+    lp.add(sim::TaskKind::Collective, sim::Lane::Comm, Transfer{10, 1000, Path::NvLink});
+    lp.add(sim::TaskKind::Collective, sim::Lane::P2P, Transfer{250});
+    CHECK(lp.p.flows.empty());
+    CHECK(lp.p.tasks[0].duration == 1010);
+    CHECK(lp.p.tasks[1].duration == 250);
+  }
+}
+
+TEST_CASE("shared links: Transfer::then joins bandwidth on one path and fixes the rest") {
+  const Transfer a{10, 100, Path::Network}, b{5, 50, Path::Network}, c{7, 30, Path::NvLink};
+  const Transfer ab = a.then(b);
+  CHECK(ab.latency == 15);
+  CHECK(ab.bandwidth == 150);
+  CHECK(ab.path == Path::Network);
+  const Transfer ac = a.then(c);  // NVLink after the network: its time is fixed here
+  CHECK(ac.latency == 10 + 37);
+  CHECK(ac.bandwidth == 100);
+  CHECK(ac.path == Path::Network);
+  const Transfer first = Transfer{}.then(c);  // nothing before: c's own path
+  CHECK(first.latency == 7);
+  CHECK(first.bandwidth == 30);
+  CHECK(first.path == Path::NvLink);
+  CHECK(Transfer{42}.total() == 42);
+}
+
+// A cost model's answers with no link rates: every transfer a fixed task,
+// as the lowering priced them before links were shared.
+struct Unshared final : StepCosts {
+  explicit Unshared(const StepCosts& c) : c_(c) {}
+  Time layer(const cost::Layer& l, Pass pass, bool sel) const override { return c_.layer(l, pass, sel); }
+  Time layer_comm(const cost::Layer& l, CommKind k, Pass pass) const override { return c_.layer_comm(l, k, pass); }
+  Transfer collective(Collective op, Group g, Bytes b) const override { return c_.collective(op, g, b); }
+  Transfer p2p(Bytes b) const override { return c_.p2p(b); }
+  Time elementwise(Bytes b) const override { return c_.elementwise(b); }
+  Time gemm(Flops f) const override { return c_.gemm(f); }
+  Transfer copy(Bytes b, CopyDir d) const override { return c_.copy(b, d); }
+  Time optimizer_step(double params, bool on_host) const override { return c_.optimizer_step(params, on_host); }
+  Time overhead_per_microbatch() const override { return c_.overhead_per_microbatch(); }
+  Time overhead_per_step() const override { return c_.overhead_per_step(); }
+  double interference_fraction() const override { return c_.interference_fraction(); }
+  const StepCosts& c_;
+};
+
+TEST_CASE("shared links: a data-parallel reduction and the pipeline's sends on one NIC slow each other") {
+  // GPT-3 13B over 4 DGX A100 nodes, pp 2 × dp 16: each stage's data-
+  // parallel group spans two nodes, so its gradient buckets are all-reduced
+  // over the network while the backward runs (overlap_grad_reduce), on the
+  // same NIC that carries the stage's pipeline sends. Shared, the step is
+  // longer than with every transfer alone.
+  const Scenario sc = parse_scenario(R"({"model": "gpt3-13b", "cluster": {"preset": "dgx-a100-80g", "nodes": 4},
+      "batch": {"global": 128, "micro": 1},
+      "plan": {"pp": 2, "dp": 16, "precision": "bf16", "recompute": "full",
+               "implementation": {"overlap_grad_reduce": true}}})", "t.json");
+  const ModelStepCosts costs(sc);
+  const StepProgram shared = build_step_program(sc, costs, Granularity::Layer);
+  const StepProgram alone = build_step_program(sc, Unshared(costs), Granularity::Layer);
+  REQUIRE(shared.tasks.size() == alone.tasks.size());
+  CHECK(alone.flows.empty());
+  CHECK(!shared.flows.empty());
+  // Alone, a flow's task takes exactly the fixed task's time.
+  for (std::size_t i = 0; i < shared.tasks.size(); ++i) CHECK(shared.tasks[i].duration == alone.tasks[i].duration);
+  const ProgramRun a = replay(alone), b = replay(shared);
+  CHECK(b.shared_links);
+  CHECK(b.makespan > a.makespan);
+  // No task ends earlier for sharing (the step program is monotone).
+  bool later = true;
+  for (std::size_t i = 0; i < shared.tasks.size(); ++i) later = later && b.tasks[i].end >= a.tasks[i].end;
+  CHECK(later);
+  MESSAGE("step alone " << to_seconds(a.makespan) << " s, shared " << to_seconds(b.makespan) << " s");
 }
 
 }  // namespace

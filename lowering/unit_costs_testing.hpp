@@ -24,9 +24,9 @@ struct UnitCosts : StepCosts {
     if (l.kind != cost::LayerKind::Block) return 0;
     return k == CommKind::TP ? tp : k == CommKind::CP ? cp : ep;
   }
-  Time collective(Collective, Group, Bytes) const override { return collective_t; }
-  Time p2p(Bytes) const override { return p2p_t; }
-  Time copy(Bytes, CopyDir) const override { return copy_t; }
+  Transfer collective(Collective, Group, Bytes) const override { return collective_t; }
+  Transfer p2p(Bytes) const override { return p2p_t; }
+  Transfer copy(Bytes, CopyDir) const override { return copy_t; }
   Time elementwise(Bytes) const override { return 0; }
   Time gemm(Flops) const override { return 0; }
   Time optimizer_step(double, bool) const override { return optimizer; }

@@ -40,17 +40,21 @@ std::vector<double> max_min_rates(std::span<const double> capacity,
   return rate;
 }
 
-LinkSharing::LinkSharing(std::vector<double> capacity)
-    : capacity_(std::move(capacity)),
-      on_link_(capacity_.size()),
-      multi_on_link_(capacity_.size(), 0),
-      link_dirty_(capacity_.size(), 0),
-      link_mark_(capacity_.size(), 0),
-      cap_left_(capacity_.size(), 0.0),
-      share_(capacity_.size(), 0.0),
-      nun_(capacity_.size(), 0) {
-  for (double c : capacity_)
+LinkSharing::LinkSharing(std::vector<double> capacity) { reset(capacity); }
+
+void LinkSharing::reset(std::span<const double> capacity) {
+  for (double c : capacity)
     if (!(c > 0.0)) throw Error("LinkSharing: link capacity must be > 0");
+  capacity_.assign(capacity.begin(), capacity.end());
+  const std::size_t n = capacity_.size();
+  on_link_.resize(n);
+  multi_on_link_.assign(n, 0);
+  link_dirty_.assign(n, 0);
+  link_mark_.assign(n, 0);
+  cap_left_.assign(n, 0.0);
+  share_.assign(n, 0.0);
+  nun_.assign(n, 0);
+  reset();
 }
 
 void LinkSharing::reset() {
@@ -82,6 +86,16 @@ std::int32_t LinkSharing::start(const std::int32_t* links, std::int32_t nlinks, 
     if (nlinks > 1) ++multi_on_link_[links[i]];
     mark(links[i]);
   }
+  return id;
+}
+
+std::int32_t LinkSharing::resume(const std::int32_t* links, std::int32_t nlinks, double bytes, double rate,
+                                 Time since, std::int32_t owner, std::uint64_t token) {
+  const std::int32_t id = start(links, nlinks, bytes, since, owner);
+  Flow& f = flows_[id];
+  f.rate = rate;
+  f.token = token;
+  f.fresh = false;
   return id;
 }
 
@@ -133,12 +147,13 @@ void LinkSharing::update(Time now) {
   if (!comp_links_.empty()) recompute(now);
 }
 
+Time transfer_ns(double bytes, double rate) {
+  return std::max<Time>(0, static_cast<Time>(std::ceil(bytes / rate - 1e-6)));
+}
+
 Time LinkSharing::finish_time(std::int32_t id) const {
   const Flow& f = flows_[id];
-  // Within a millionth of a nanosecond of an integer counts as that integer,
-  // so exact answers are not pushed one nanosecond late by rounding.
-  const double dt = std::ceil(f.remaining / f.rate - 1e-6);
-  return f.last + std::max<Time>(0, static_cast<Time>(dt));
+  return f.last + transfer_ns(f.remaining, f.rate);
 }
 
 void LinkSharing::recompute(Time now) {

@@ -29,19 +29,36 @@ namespace strata::sim {
 std::vector<double> max_min_rates(std::span<const double> capacity,
                                   const std::vector<std::vector<std::int32_t>>& flow_links);
 
+// Nanoseconds `bytes` take at `rate` bytes per nanosecond: the earliest
+// integer by which they are through (within a millionth of a nanosecond of
+// an integer counts as that integer, so exact answers are not pushed one
+// nanosecond late by rounding). A flow alone on its links takes this at its
+// slowest link's rate.
+Time transfer_ns(double bytes, double rate);
+
 class LinkSharing {
  public:
   // capacity[l]: bytes per nanosecond of link l (> 0).
   explicit LinkSharing(std::vector<double> capacity);
 
+  LinkSharing() = default;
   // Drops every flow (start of a run). Keeps allocated storage.
   void reset();
+  // Drops every flow and takes these links instead, keeping storage.
+  void reset(std::span<const double> capacity);
 
   // Starts a flow of `bytes` (> 0) across `links` at time `now`; `links` must
   // stay valid until the flow finishes. Returns the flow id. Its rate is set
   // by the next update().
   std::int32_t start(const std::int32_t* links, std::int32_t nlinks, double bytes, Time now,
                      std::int32_t owner);
+  // A flow that has been moving alone on its links since `since` at `rate`
+  // (their slowest capacity: what update() gave it), `bytes` then left,
+  // with its completion event `token` pending: the state start() and
+  // update() would have given it, for a caller that times lone flows
+  // itself until another flow joins one of their links.
+  std::int32_t resume(const std::int32_t* links, std::int32_t nlinks, double bytes, double rate, Time since,
+                      std::int32_t owner, std::uint64_t token);
   // Removes a flow whose completion has come.
   void finish(std::int32_t flow);
   // Whether a start or finish awaits update().
