@@ -414,15 +414,15 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
     const Time until = run.tasks[t].start + p.tasks[t].duration;
     bool meets = false;
     for (const std::int32_t l : flow_links(t)) {
-      prune(static_cast<std::size_t>(l));
-      for (const std::int32_t x : row(static_cast<std::size_t>(l))) {
-        const auto& g = fs[static_cast<std::size_t>(x)];
-        meets = meets || (g.begin < until && f.begin < g.until);
-      }
-    }
-    for (const std::int32_t l : flow_links(t)) {
       const auto k = static_cast<std::size_t>(l);
-      if (count[k] == kSlots) throw Error("step program: more flows at once on a link than lanes reach it");
+      if (count[k] > 0) {
+        prune(k);
+        for (const std::int32_t x : row(k)) {
+          const auto& g = fs[static_cast<std::size_t>(x)];
+          meets = meets || (g.begin < until && f.begin < g.until);
+        }
+        if (count[k] == kSlots) throw Error("step program: more flows at once on a link than lanes reach it");
+      }
       on[k * kSlots + count[k]++] = static_cast<std::int32_t>(t);
     }
     if (!meets) {

@@ -102,6 +102,7 @@ struct ProgramTask {
   std::int32_t stage = 0;
   sim::Lane lane = sim::Lane::Compute;
   bool merged = false;  // a whole chunk pass (Chunk granularity)
+  std::int32_t flow = -1;  // StepProgram::flows index; −1: all of `duration` is fixed
   Time duration = 0;
   // Buffers: StepProgram::mem[mem, mem + allocs) allocated at the start,
   // the next `frees` freed at the end.
@@ -111,8 +112,8 @@ struct ProgramTask {
   // duration by category, in the order its layers ran.
   std::uint32_t parts = 0;
   std::uint16_t nparts = 0;
-  std::int32_t flow = -1;  // StepProgram::flows index; −1: all of `duration` is fixed
 };
+static_assert(sizeof(ProgramTask) == 40, "a task's record stays in 40 bytes: replay reads one per task");
 
 struct ProgramTask;
 // The TimeCat index of a task's time when nothing else runs on its stage's
