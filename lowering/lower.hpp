@@ -4,7 +4,9 @@
 //
 // Each pipeline stage is lowered once, as the representative of the ranks
 // that do identical work (any dp/tp/cp index); collectives are single tasks
-// whose duration the cost model gives from the group's size and placement.
+// whose duration the cost model gives from the group's size and placement,
+// their bandwidth-bound part a flow over the rank's links (Transfer below;
+// step_program.hpp, "ProgramFlow"), so transfers that meet on a link share it.
 // Per stage: a compute stream running the pipeline schedule layer by layer
 // (forward, recompute, backward, blocking tensor/context/expert-parallel
 // communication, the optimizer step), a communication stream for data-
