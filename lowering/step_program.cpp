@@ -91,6 +91,9 @@ static_assert(std::size(kBufName) == static_cast<std::size_t>(BufKind::Working) 
 
 int pool_slot(const ProgramBuffer& b) { return 2 * b.stage + (b.host ? 1 : 0); }
 
+constexpr const char* kLinkName[] = {"nvlink-out", "nvlink-in", "network-out", "network-in", "pcie-out", "pcie-in"};
+static_assert(std::size(kLinkName) == kStageLinks);
+
 }  // namespace
 
 double link_bytes_per_ns(const StepProgram& p, std::int32_t link) {
@@ -175,13 +178,6 @@ std::string buffer_id(const StepProgram& p, std::size_t i) {
   return "s" + std::to_string(b.stage) + ":" + name;
 }
 
-namespace {
-
-constexpr const char* kLinkName[] = {"nvlink-out", "nvlink-in", "network-out", "network-in", "pcie-out", "pcie-in"};
-static_assert(std::size(kLinkName) == kStageLinks);
-
-}  // namespace
-
 sim::TaskGraph to_task_graph(const StepProgram& p) {
   sim::TaskGraph g;
   g.reserve(p.tasks.size(), p.buffers.size());
@@ -244,7 +240,6 @@ sim::TaskGraph to_task_graph(const StepProgram& p) {
   return g;
 }
 
-
 ProgramRun replay(const StepProgram& p) {
   ProgramWorkspace w;
   replay(p, w);
@@ -301,15 +296,8 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
   // before it on its lane) has ended: `run.tasks[i].start` holds the latest
   // end among i's predecessors until i runs. A task of fixed time ends at
   // once (start + duration), whatever time the flows have reached: nothing
-  // it waits for is still unknown. A flow's end depends on the flows beside
-  // it, so flows go through the event queue, in time order, with the
-  // engine's rules (sim/engine.cpp): its bytes start after its latency; at
-  // each instant every flow that starts or ends is handled before the
-  // links' rates are recomputed, once, max-min fair (LinkSharing), and the
-  // flows whose rate changed are rescheduled. No flow can start before the
-  // instant the queue has reached: every task not yet timed waits for a
-  // flow that has not ended. Without flows this is the in-order recurrence.
-  // Equal to sim::Engine on to_task_graph(p), task by task (tested).
+  // it waits for is still unknown. Without flows this is the in-order
+  // recurrence; flows are timed in time order (below).
   std::size_t done = 0;
   const auto end = [&](std::size_t t, Time at) {
     auto& tm = run.tasks[t];
@@ -337,7 +325,10 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
   // begin on its links after it, as its end is unknown; a flow that finds
   // its links free when it begins is alone again. So the sharing sees
   // exactly the flows that meet, at the times they meet: equal to
-  // sim::Engine on to_task_graph(p), task by task (tested).
+  // sim::Engine on to_task_graph(p), task by task (tested): at each instant
+  // every flow that begins or ends is handled before the shared rates are
+  // recomputed, once, and the flows whose rate changed are rescheduled, as
+  // the engine does (sim/engine.cpp).
   sim::LinkSharing* const links = p.flows.empty() ? nullptr : &w.links;
   auto& fs = w.flow_state;  // per task with a flow
   // Per link: the flows registered on it, in a fixed row of slots. A lane
@@ -457,7 +448,7 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
     const auto t = static_cast<std::size_t>(e.kind == sim::EventKind::FlowDone ? links->owner(e.id) : e.id);
     switch (e.kind) {
       case sim::EventKind::TransferBegin: {  // a pending flow's bytes begin
-        if (fs[t].state != State::Pending || fs[t].begin != now) break;  // not this one's (never happens)
+        if (fs[t].state != State::Pending) break;  // a flow is pending once: not expected
         // The flows moving on its links now: those alone join the sharing.
         bool shared = false;
         for (const std::int32_t l : flow_links(t))
