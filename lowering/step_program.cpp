@@ -335,8 +335,8 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
   // runs one task at a time and a flow stays registered from its task's
   // start to its end, so a link holds at most one live flow per lane that
   // can reach it (its stage's communication, pipeline and copy lanes, its
-  // neighbours' pipeline lanes); ended ones are dropped before a new one
-  // comes (prune).
+  // neighbours' pipeline lanes); ended ones are dropped when a new one
+  // comes.
   constexpr std::size_t kSlots = ProgramWorkspace::kLinkSlots;
   auto& on = w.registered;
   auto& count = w.registered_count;
@@ -391,14 +391,6 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
         }
     }
   };
-  // Drops the flows that have ended from link l's list.
-  const auto prune = [&](std::size_t l) {
-    std::int32_t* v = on.data() + l * kSlots;
-    std::uint8_t k = 0;
-    for (std::uint8_t i = 0; i < count[l]; ++i)
-      if (fs[static_cast<std::size_t>(v[i])].until > now) v[k++] = v[i];
-    count[l] = k;
-  };
   const auto ready_flow = [&](std::size_t t) {
     auto& f = fs[t];
     f.begin = run.tasks[t].start + p.flows[static_cast<std::size_t>(p.tasks[t].flow)].latency;
@@ -406,15 +398,18 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
     bool meets = false;
     for (const std::int32_t l : flow_links(t)) {
       const auto k = static_cast<std::size_t>(l);
-      if (count[k] > 0) {
-        prune(k);
-        for (const std::int32_t x : row(k)) {
-          const auto& g = fs[static_cast<std::size_t>(x)];
-          meets = meets || (g.begin < until && f.begin < g.until);
-        }
-        if (count[k] == kSlots) throw Error("step program: more flows at once on a link than lanes reach it");
+      // Drop the flows that have ended; does t meet one of the others?
+      std::int32_t* v = on.data() + k * kSlots;
+      std::uint8_t kept = 0;
+      for (std::uint8_t i = 0; i < count[k]; ++i) {
+        const auto& g = fs[static_cast<std::size_t>(v[i])];
+        if (g.until <= now) continue;
+        v[kept++] = v[i];
+        meets = meets || (g.begin < until && f.begin < g.until);
       }
-      on[k * kSlots + count[k]++] = static_cast<std::int32_t>(t);
+      if (kept == kSlots) throw Error("step program: more flows at once on a link than lanes reach it");
+      v[kept++] = static_cast<std::int32_t>(t);
+      count[k] = kept;
     }
     if (!meets) {
       alone(t);
