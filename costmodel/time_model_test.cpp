@@ -181,6 +181,26 @@ TEST_CASE("ring all-gather and reduce-scatter take alpha + (n-1)/n B / busbw") {
   CHECK(collective_time(CollectiveOp::ReduceScatter, 1'000'000'000, 8, 8, n, c) == want);
 }
 
+TEST_CASE("a collective's cost says its latency terms and whether its bandwidth term crosses nodes") {
+  // The ring all-gather above: latency 10 µs + 7 x 0.5 µs, the rest 7/8 GB at
+  // 150 GB/s, inside the node. Over two nodes of 8 (inter-node α 20 µs, step
+  // 2 µs, 15 steps): latency 50 µs, across nodes.
+  const NodeSpec n = test_node();
+  const Calibration c = test_cal();
+  const auto in = collective_cost(CollectiveOp::AllGather, 1'000'000'000, 8, 8, n, c);
+  CHECK(in.latency == seconds_to_time((10 + 7 * 0.5) * 1e-6));
+  CHECK(in.time == ring(10, 7, 0.5, 7.0 / 8, 1e9, 150));
+  CHECK(!in.spans);
+  const auto across = collective_cost(CollectiveOp::AllGather, 1'000'000'000, 16, 8, n, c);
+  CHECK(across.latency == seconds_to_time((20 + 15 * 2.0) * 1e-6));
+  CHECK(across.time > across.latency);
+  CHECK(across.spans);
+  // Send/recv: α and one step.
+  const auto send = collective_cost(CollectiveOp::SendRecv, 1'000'000, 2, 1, n, c);
+  CHECK(send.latency == seconds_to_time((20 + 2.0) * 1e-6));
+  CHECK(send.spans);
+}
+
 TEST_CASE("tree all-reduce: alpha + 2 log2(n) steps + 2 B / busbw; auto takes the faster") {
   // 8 GPUs: tree α = 10 + 6 x 0.5 = 13 µs, bandwidth 2 B / 150 GB/s. For
   // 1 KiB the tree's fewer steps win; for 1 GB the ring's 7/8 factor wins.

@@ -92,6 +92,35 @@ TEST_CASE("sim/bandwidth: LinkSharing reports only flows whose rate changed") {
   CHECK(ls.finish_time(b) == 10);
 }
 
+TEST_CASE("sim/bandwidth: a resumed flow is the flow that had been moving alone since it began") {
+  // a: 100 B on link 0 (10 B/ns) from t = 0; b joins at t = 2. Started then
+  // updated, or resumed at t = 2 with the rate it had alone: a has 80 B left
+  // at 5 B/ns and ends at 18 either way; b's completion is 2 + 100/5 = 22 in
+  // both (until a ends).
+  const std::vector<double> cap{10};
+  const std::int32_t l0 = 0;
+  LinkSharing x(cap), y(cap);
+  const auto a = x.start(&l0, 1, 100, 0, 0);
+  x.update(0);
+  const auto xb = x.start(&l0, 1, 100, 2, 1);
+  x.update(2);
+  const auto ya = y.resume(&l0, 1, 100, 10, 0, 0, 42);
+  CHECK(y.token(ya) == 42);
+  CHECK(y.pending());
+  const auto yb = y.start(&l0, 1, 100, 2, 1);
+  y.update(2);
+  CHECK(y.finish_time(ya) == x.finish_time(a));
+  CHECK(y.finish_time(ya) == 18);
+  CHECK(y.finish_time(yb) == x.finish_time(xb));
+  // A resumed flow whose rate does not change keeps its completion event.
+  LinkSharing z(std::vector<double>{10, 10});
+  const std::int32_t l1 = 1;
+  z.resume(&l0, 1, 100, 10, 0, 0, 7);
+  z.start(&l1, 1, 50, 2, 1);
+  z.update(2);
+  CHECK(z.changed().size() == 1);
+}
+
 TEST_CASE("sim/bandwidth: a flow ending on two links speeds up the flows left on each") {
   // pcie = 3 B/ns, nic = 5 B/ns. a (349 B, pcie) alone from 114: 3 B/ns. b (283 B,
   // pcie + nic) joins at 133: both 1.5 B/ns; b ends at 133 + 283/1.5 = 321.67 -> 322.
