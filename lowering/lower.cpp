@@ -217,8 +217,7 @@ class StepBuilder : StepLayout {
   std::pair<std::int32_t, Time> flow_of(const Transfer& x, int to) {
     if (x.path == Path::None || x.bandwidth <= 0) return {-1, x.total()};
     for (const FlowMemo& m : flow_memo_)
-      if (m.flow >= 0 && m.x.latency == x.latency && m.x.bandwidth == x.bandwidth && m.x.path == x.path &&
-          m.from == stage_ && m.to == to)
+      if (m.flow >= 0 && m.x == x && m.from == stage_ && m.to == to)
         return {m.flow, m.alone};
     const auto [flow, alone] = add_flow(out_, x, stage_, to);
     flow_memo_[flow_memo_next_++ % flow_memo_.size()] = {x, stage_, to, flow, alone};

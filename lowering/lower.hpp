@@ -74,6 +74,7 @@ struct Transfer {
   Transfer(Time fixed) : latency(fixed) {}  // NOLINT: a fixed time is a transfer
   Transfer(Time latency_, Time bandwidth_, Path path_) : latency(latency_), bandwidth(bandwidth_), path(path_) {}
   Time total() const { return capped_sum(latency, bandwidth); }
+  bool operator==(const Transfer&) const = default;
   // This, then `next` over the same links (its bandwidth part joins ours) or
   // over others (its whole time is fixed here).
   Transfer then(const Transfer& next) const {

@@ -27,6 +27,12 @@ cost::CollectiveOp op_of(Collective c) {
   return cost::CollectiveOp::AllReduce;
 }
 
+// A collective priced by the cost model as the step program's transfer: its
+// bandwidth-bound term on the network once the group spans nodes.
+Transfer transfer_of(const cost::CollectiveCost& c) {
+  return {c.latency, c.time - c.latency, c.spans ? Path::Network : Path::NvLink};
+}
+
 // A stage whose GPUs sit on several groups: each task at the pace of the
 // slowest group's (tensor- and context-parallel groups synchronise every
 // layer; a collective waits for its slowest member), each link at the
@@ -459,8 +465,7 @@ ModelStepCosts::PricedGroup ModelStepCosts::priced(const GroupPlacement& at,
 
 Transfer ModelStepCosts::ring(cost::CollectiveOp op, Bytes bytes, const PricedGroup& g) const {
   if (g.at.size <= 1) return {};
-  const cost::CollectiveCost c = cost::collective_cost(op, bytes, g.at.size, g.at.ranks_per_node, g.node, cal_);
-  return {c.latency, c.time - c.latency, c.spans ? Path::Network : Path::NvLink};
+  return transfer_of(cost::collective_cost(op, bytes, g.at.size, g.at.ranks_per_node, g.node, cal_));
 }
 
 std::size_t ModelStepCosts::priced_index(const cost::Layer& l) {
@@ -506,9 +511,8 @@ Transfer ModelStepCosts::collective(Collective op, Group group, Bytes bytes) con
 
 Transfer ModelStepCosts::p2p(Bytes bytes) const {
   // Neighbouring stages share a node when the pipeline group does.
-  const cost::CollectiveCost c = cost::collective_cost(cost::CollectiveOp::SendRecv, bytes, 2,
-                                                       pp_g_.at.ranks_per_node >= 2 ? 2 : 1, pp_g_.node, cal_);
-  const Transfer send{c.latency, c.time - c.latency, c.spans ? Path::Network : Path::NvLink};
+  const Transfer send = transfer_of(cost::collective_cost(cost::CollectiveOp::SendRecv, bytes, 2,
+                                                         pp_g_.at.ranks_per_node >= 2 ? 2 : 1, pp_g_.node, cal_));
   // Scatter/gather (Narayanan et al. 2021, Sec. 4.1): each tensor-parallel
   // rank sends 1/t of the activation and the receivers all-gather it over
   // NVLink before use. With sequence parallelism the tensor is already

@@ -109,6 +109,16 @@ double link_bytes_per_ns(const StepProgram& p, std::int32_t link) {
   return 0;
 }
 
+namespace {
+// A flow's rate alone: its slowest link's (what LinkSharing gives a flow
+// with its links to itself).
+double alone_rate(const StepProgram& p, std::span<const std::int32_t> links) {
+  double rate = std::numeric_limits<double>::infinity();
+  for (const std::int32_t l : links) rate = std::min(rate, link_bytes_per_ns(p, l));
+  return rate;
+}
+}  // namespace
+
 std::pair<std::int32_t, Time> add_flow(StepProgram& p, const Transfer& x, int from, int to) {
   const Time alone = x.total();
   if (x.path == Path::None || x.bandwidth <= 0 || p.link_rates.empty()) return {-1, alone};
@@ -139,8 +149,7 @@ std::pair<std::int32_t, Time> add_flow(StepProgram& p, const Transfer& x, int fr
       n = 1;
       break;
   }
-  double rate = std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < n; ++i) rate = std::min(rate, link_bytes_per_ns(p, links[i]));
+  const double rate = alone_rate(p, std::span<const std::int32_t>(links.data(), n));
   if (!(rate > 0)) return {-1, alone};
   // The bytes that take the bandwidth-bound time at the slowest link's rate
   // (rounded down, so alone they take exactly that time: transfer_ns).
@@ -360,11 +369,11 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
   };
   using State = ProgramWorkspace::FlowState;
   Time now = 0;
-  // Pending: its bytes begin at an event; its own end event, if any, is stale.
+  // Pending: its bytes begin at an event; its own end event, if any, is
+  // stale (an end event counts only for a flow alone or shared).
   const auto make_pending = [&](std::size_t t) {
     fs[t].state = State::Pending;
     fs[t].until = kOpen;
-    fs[t].token = ~std::uint64_t{0};
     q.push(fs[t].begin, sim::EventKind::TransferBegin, static_cast<std::int32_t>(t));
   };
   const auto alone = [&](std::size_t t) {
@@ -442,8 +451,7 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
     now = e.time;
     const auto t = static_cast<std::size_t>(e.kind == sim::EventKind::FlowDone ? links->owner(e.id) : e.id);
     switch (e.kind) {
-      case sim::EventKind::TransferBegin: {  // a pending flow's bytes begin
-        if (fs[t].state != State::Pending) break;  // a flow is pending once: not expected
+      case sim::EventKind::TransferBegin: {  // a pending flow's bytes begin (a flow is pending once)
         // The flows moving on its links now: those alone join the sharing.
         bool shared = false;
         for (const std::int32_t l : flow_links(t))
@@ -453,10 +461,8 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
             if (g.state == State::Alone) {
               const auto us = flow_links(static_cast<std::size_t>(x));
               const ProgramFlow& uf = p.flows[static_cast<std::size_t>(p.tasks[static_cast<std::size_t>(x)].flow)];
-              double rate = std::numeric_limits<double>::infinity();
-              for (const std::int32_t k : us) rate = std::min(rate, link_bytes_per_ns(p, k));
-              g.id = links->resume(us.data(), static_cast<std::int32_t>(us.size()), static_cast<double>(uf.bytes), rate,
-                                   g.begin, x, g.token);
+              g.id = links->resume(us.data(), static_cast<std::int32_t>(us.size()), static_cast<double>(uf.bytes),
+                                   alone_rate(p, us), g.begin, x, g.token);
               g.state = State::Shared;
               g.until = kOpen;
               // Its end is not known any more: flows that would begin on
@@ -478,23 +484,20 @@ void replay(const StepProgram& p, ProgramWorkspace& w) {
         break;
       }
       case sim::EventKind::TaskEnd:  // an alone flow's end, unless it became pending or shared since
-        if (fs[t].state == State::Alone && fs[t].token == e.seq) {
-          end(t, now);
-          ++timed;
-        } else if (fs[t].state == State::Shared && links->token(fs[t].id) == e.seq) {  // shared, its rate never changed
+      case sim::EventKind::FlowDone: {  // a shared flow's end, unless its rate changed since
+        // A flow that became shared keeps its alone end while its rate stays.
+        const bool shared = fs[t].state == State::Shared;
+        const bool live = shared ? links->token(fs[t].id) == e.seq
+                                 : fs[t].state == State::Alone && fs[t].token == e.seq;
+        if (!live) break;  // stale
+        if (shared) {
           links->finish(fs[t].id);
           fs[t].until = now;
-          end(t, now);
-          ++timed;
         }
-        break;
-      case sim::EventKind::FlowDone:
-        if (links->token(e.id) != e.seq) break;  // stale
-        links->finish(e.id);
-        fs[t].until = now;
         end(t, now);
         ++timed;
         break;
+      }
     }
   }
   if (timed < n) throw Error("step program: its dependencies and lane order have a cycle");

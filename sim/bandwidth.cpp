@@ -47,9 +47,9 @@ void LinkSharing::reset(std::span<const double> capacity) {
     if (!(c > 0.0)) throw Error("LinkSharing: link capacity must be > 0");
   capacity_.assign(capacity.begin(), capacity.end());
   const std::size_t n = capacity_.size();
-  on_link_.resize(n);
-  multi_on_link_.assign(n, 0);
-  link_dirty_.assign(n, 0);
+  on_link_.resize(n);  // these three are cleared by reset()
+  multi_on_link_.resize(n);
+  link_dirty_.resize(n);
   link_mark_.assign(n, 0);
   cap_left_.assign(n, 0.0);
   share_.assign(n, 0.0);
