@@ -49,6 +49,15 @@ struct NodeSpec {
 // MXFP8, NVIDIA cuBLAS 12.9 blog).
 enum class Fp8BlockScaling { None, Emulated, Native };
 
+// The output tile (rows × columns, either way round) of the GEMM kernels
+// the GPU's BLAS library runs for large training GEMMs: one thread block
+// per tile and SM, so a GEMM runs in waves of `sms` tiles
+// (cost::gemm_quantisation). 0 × 0: GEMMs priced by their FLOPs alone.
+struct GemmTile {
+  std::int64_t m = 0, n = 0;
+  bool known() const { return m > 0 && n > 0; }
+};
+
 struct GpuSpec {
   std::string name;
   double memory_GiB = 0;
@@ -58,6 +67,7 @@ struct GpuSpec {
   // blocks take from the GEMMs beside it (Calibration::collective_sms). 0:
   // unknown, no interference priced.
   std::int64_t sms = 0;
+  GemmTile gemm_tile;
   Fp8BlockScaling fp8_block_scaling = Fp8BlockScaling::None;
   NodeSpec server;  // the GPU's standard server (DGX/HGX), cluster defaults
   std::string source;

@@ -149,6 +149,12 @@ GpuSpec read_gpu_object(const JsonReader& r) {
     r.fail_at("tflops", "missing required key");
   }
   g.sms = r.int_or("sms", g.sms, 0, 1 << 20);
+  if (auto t = r.get("gemm_tile")) {
+    g.gemm_tile.m = t->int_or("m", 0, 1, 1 << 16);
+    g.gemm_tile.n = t->int_or("n", 0, 1, 1 << 16);
+    if (!g.gemm_tile.known()) t->fail("needs both m and n, the tile's rows and columns");
+    t->reject_unknown_keys();
+  }
   g.fp8_block_scaling = r.enum_or("fp8_block_scaling", g.fp8_block_scaling);
   if (auto s = r.get("server")) {
     s->allow({"source"});

@@ -142,6 +142,13 @@ TEST_CASE("cluster presets and overrides") {
       cluster_from(R"({"preset": "dgx-a100-80g", "gpu": {"preset": "a100-80g", "memory_GiB": 40}})");
   CHECK(custom.gpu.memory_GiB == 40);
   CHECK(custom.gpu.tflops.bf16 == 312);
+  // Its GEMM tile: the preset's, another, or refused half given.
+  CHECK(custom.gpu.gemm_tile.m == 256);
+  CHECK(custom.gpu.gemm_tile.n == 128);
+  CHECK(cluster_from(R"({"gpu": {"preset": "a100-80g", "gemm_tile": {"m": 128, "n": 64}}})").gpu.gemm_tile.n == 64);
+  CHECK(cluster_from(R"({"gpu": "b200"})").gpu.gemm_tile.known() == false);
+  CHECK(error_of([&] { cluster_from(R"({"gpu": {"preset": "a100-80g", "gemm_tile": {"m": 128}}})"); }) ==
+        "c.json: cluster.gpu.gemm_tile: needs both m and n, the tile's rows and columns");
 }
 
 TEST_CASE("model objects: preset with overrides, inline with defaults") {

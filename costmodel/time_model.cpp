@@ -249,6 +249,7 @@ Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
   if (matmul_flops < 0 || bytes < 0 || shape.kernels < 0 || shape.gemm_flops < 0)
     throw Error("compute_time: FLOPs, bytes and kernels must be >= 0");
   if (!(shape.efficiency_scale > 0)) throw Error("compute_time: efficiency_scale must be > 0");
+  if (!(shape.quantisation >= 1)) throw Error("compute_time: quantisation must be >= 1");
   const double kernels = static_cast<double>(std::max<std::int64_t>(shape.kernels, 1));
   double seconds = 0;
   if (matmul_flops > 0) {
@@ -257,7 +258,7 @@ Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
       throw Error("compute_time: GPU " + gpu.name + " has no " +
                   std::string(enum_name(dtype)) + " peak");
     const Flops per_gemm = shape.gemm_flops > 0 ? shape.gemm_flops : matmul_flops / kernels;
-    seconds = matmul_flops /
+    seconds = shape.quantisation * matmul_flops /
               (peak * kTera * cal.gemm_curve(dtype).at(per_gemm) * shape.efficiency_scale);
   }
   if (bytes > 0) {
@@ -267,6 +268,61 @@ Time compute_time(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype,
   }
   seconds += static_cast<double>(shape.kernels) * cal.overheads.kernel_launch_us * kUs;
   return seconds_to_time(seconds);
+}
+
+double gemm_quantisation(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype, double m,
+                         double n, double k) {
+  const GemmTile& tile = gpu.gemm_tile;
+  if (!tile.known() || gpu.sms <= 0 || !(m > 0 && n > 0 && k > 0)) return 1.0;
+  const double peak = peak_tflops(gpu, dtype);
+  if (peak <= 0 || gpu.hbm_GBps <= 0) return 1.0;
+  const double sms = static_cast<double>(gpu.sms);
+  const double area = static_cast<double>(tile.m) * static_cast<double>(tile.n);
+  const double flops = 2.0 * m * n * k;
+  const double ideal = flops / (peak * kTera * cal.gemm_curve(dtype).at(flops));
+  // The output's bytes per element: fp32 GEMMs write fp32, every other
+  // dtype a 16-bit output.
+  const double out = dtype == GemmDtype::FP32 || dtype == GemmDtype::TF32 ? 4.0 : 2.0;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& [tm, tn] : {std::pair{tile.m, tile.n}, std::pair{tile.n, tile.m}}) {
+    const double tiles = std::ceil(m / static_cast<double>(tm)) * std::ceil(n / static_cast<double>(tn));
+    if (tiles < sms) return 1.0;
+    for (int s = 1; s <= kMaxSplitK; ++s) {
+      const double splits = static_cast<double>(s);
+      double q = std::ceil(splits * tiles / sms) * sms * area / (splits * m * n);
+      if (s > 1) {
+        const double bytes = (2.0 * splits * 4.0 + out) * m * n;
+        q += (bytes / (gpu.hbm_GBps * kGB * cal.memory_curve(MemoryKernel::Elementwise).at(bytes)) +
+              cal.overheads.kernel_launch_us * kUs) / ideal;
+      }
+      best = std::min(best, q);
+    }
+  }
+  return best;
+}
+
+double op_quantisation(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype, const Op& op,
+                       bool backward) {
+  if (op.kind != OpKind::Linear || op.matrices <= 0 || op.rows <= 0 || op.cols <= 0 || op.fwd_flops <= 0 ||
+      !gpu.gemm_tile.known())
+    return 1.0;
+  const double k = static_cast<double>(op.rows), n = static_cast<double>(op.cols);
+  const double m = op.fwd_flops / (2.0 * k * n * static_cast<double>(op.matrices));
+  const bool split = std::any_of(op.products.begin(), op.products.end(), [](double x) { return x > 0; });
+  double sum = 0, weight = 0;
+  const auto add = [&](double share) {
+    if (!(share > 0)) return;
+    const double cols = share * n;
+    sum += share * (backward ? 0.5 * (gemm_quantisation(gpu, cal, dtype, m, k, cols) +
+                                      gemm_quantisation(gpu, cal, dtype, k, cols, m))
+                             : gemm_quantisation(gpu, cal, dtype, m, cols, k));
+    weight += share;
+  };
+  if (split)
+    for (const double share : op.products) add(share);
+  else
+    add(1.0);
+  return weight > 0 ? sum / weight : 1.0;
 }
 
 KernelShape op_kernels(const Op& op, bool backward) {
@@ -299,6 +355,7 @@ Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& 
     shape.efficiency_scale = op.cudnn && cal.cudnn_attention_fraction > 0 ? cal.cudnn_attention_fraction
                                                                           : cal.attention_fraction;
   const GemmDtype dtype = op_gemm_dtype(p, op, layer);
+  shape.quantisation = op_quantisation(gpu, cal, dtype, op, backward);
   const Flops flops = backward ? op.bwd_flops : op.fwd_flops;
   const Bytes bytes = backward ? op.bwd_bytes : op.fwd_bytes;
   Time t = compute_time(gpu, cal, dtype, flops, bytes, shape);

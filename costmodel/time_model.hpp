@@ -34,6 +34,9 @@ struct KernelShape {
   // well than cuBLAS (fused attention: Calibration::attention_fraction).
   double efficiency_scale = 1.0;
   MemoryKernel memory = MemoryKernel::Elementwise;
+  // Multiplies the matmul term: the tile and wave quantisation of the
+  // task's GEMMs (gemm_quantisation; 1: none).
+  double quantisation = 1.0;
 };
 
 // time = max(F / (peak(dtype) · eff_gemm(gemm size)), B / (HBM · eff_mem(B / kernels)))
@@ -46,6 +49,33 @@ inline Time compute_time(const GpuSpec& gpu, const Calibration& cal, Precision p
                          Flops matmul_flops, Bytes bytes, KernelShape shape = {}) {
   return compute_time(gpu, cal, gemm_dtype(p), matmul_flops, bytes, shape);
 }
+
+// Tile and wave quantisation of one m × n × k GEMM (output m × n, reduction
+// k): how much longer it runs than the GEMM efficiency curve says for its
+// FLOPs. The library covers the output with GpuSpec::gemm_tile tiles (either
+// way round, the better one), one thread block per tile and SM, so a GEMM of
+// t tiles takes ⌈t / sms⌉ waves of whole tiles where its FLOPs need
+// m·n / (sms · tile) of them. It may split the reduction s ways (s ≤
+// kMaxSplitK: s·t blocks of k / s each, the s partial outputs written in
+// fp32 and summed by a second, memory-bound kernel) where that fills the
+// waves better than its cost:
+//   q = min over s of  ⌈s·t / sms⌉ · sms · tile / (s · m · n)
+//                      + [s > 1] reduction(2·s·4 + out bytes per element) / ideal
+// with ideal the curve's time for 2·m·n·k FLOPs. A GEMM of fewer tiles than
+// SMs (t < sms) is in the curve's small-size regime, measured on GEMMs that
+// do not fill the GPU either: q = 1; so is any GEMM on a GPU without a
+// tile. q ≥ 1: the curve's plateau is read as full waves (docs/cost-model.md,
+// "GEMMs by shape").
+inline constexpr int kMaxSplitK = 16;
+double gemm_quantisation(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype, double m,
+                         double n, double k);
+// The same, FLOP-weighted over the GEMMs of a Linear op's forward (its
+// products, each m × share·cols × rows) or backward pass (per product the
+// input gradient, m × rows × share·cols, and the weight gradient, rows ×
+// share·cols × m, of equal FLOPs); m is the tokens one matrix multiplies.
+// 1 for any other op.
+double op_quantisation(const GpuSpec& gpu, const Calibration& cal, GemmDtype dtype, const Op& op,
+                       bool backward);
 
 // The kernels of one op's forward or backward pass. A linear op runs one
 // GEMM per weight matrix forward and two backward (input gradient and

@@ -151,6 +151,90 @@ TEST_CASE("op time: a linear op's backward is two GEMMs of the forward's size pe
   CHECK(op_time(g, c, Precision::BF16, norm, true) == 1'001'000);
 }
 
+// The test GPU with 100 SMs and 256 x 128 tiles: a wave is 100 tiles.
+GpuSpec tiled_gpu() {
+  GpuSpec g = test_gpu();
+  g.sms = 100;
+  g.gemm_tile = {256, 128};
+  return g;
+}
+
+TEST_CASE("GEMM by shape: whole waves of tiles cost what the FLOPs say; a barely begun wave costs a whole one") {
+  const GpuSpec g = tiled_gpu();
+  const Calibration c = test_cal();  // GEMM 0.8, memory 0.9
+  // 2560 x 1280: 10 x 10 tiles = one full wave (either way round: 20 x 5).
+  CHECK(gemm_quantisation(g, c, GemmDtype::BF16, 2560, 1280, 4096) == doctest::Approx(1.0));
+  // Fewer tiles than SMs (256 x 6400: 1 x 50 tiles, or 2 x 25): the curve's
+  // small-size regime, no correction.
+  CHECK(gemm_quantisation(g, c, GemmDtype::BF16, 256, 6400, 4096) == doctest::Approx(1.0));
+  // 2560 x 1408: 10 x 11 = 110 tiles (or 20 x 6 = 120 of 128 x 256): two
+  // waves where 2560·1408 / (100 · 256·128) = 1.1 would do: 20/11. With
+  // k = 256 the GEMM takes 2·2560·1408·256 / (300e12 · 0.8) = 7.69 µs, and
+  // splitting k in two (220 tiles: 3 waves, 15/11) would add the fp32
+  // partials' round trip, (2·2·4 + 2)·2560·1408 bytes at 1,800 GB/s = 36 µs:
+  // no split.
+  CHECK(gemm_quantisation(g, c, GemmDtype::BF16, 2560, 1408, 256) == doctest::Approx(20.0 / 11));
+  // With k = 65,536 (1,968.5 µs) splitting pays: ten ways make 1,100 tiles,
+  // 11 full waves (q = 1), plus (2·10·4 + 2)·2560·1408 bytes = 295.6 MB at
+  // 1,800 GB/s; no other split does better (nine: 10 waves for 9.9, 1.0101
+  // + 148.2 µs; eleven: 13 for 12.1).
+  const double ideal = 2.0 * 2560 * 1408 * 65536 / (300e12 * 0.8);
+  const double reduce = (2.0 * 10 * 4 + 2) * 2560 * 1408 / (2000e9 * 0.9);
+  CHECK(gemm_quantisation(g, c, GemmDtype::BF16, 2560, 1408, 65536) == doctest::Approx(1.0 + reduce / ideal));
+  CHECK(gemm_quantisation(g, c, GemmDtype::BF16, 2560, 1408, 65536) < 1.09);
+  // A partial edge tile runs whole: 2600 x 1280 is 11 x 10 tiles (the
+  // 11th row of tiles 40 of 256 full), 2 waves for 2600·1280/(100·32768).
+  CHECK(gemm_quantisation(g, c, GemmDtype::BF16, 2600, 1280, 256) ==
+        doctest::Approx(2.0 * 100 * 32768 / (2600.0 * 1280)));
+  // A GPU without a tile (or without SMs) prices by FLOPs alone.
+  CHECK(gemm_quantisation(test_gpu(), c, GemmDtype::BF16, 2560, 1408, 256) == 1.0);
+
+  // A Linear op multiplies the forward by its GEMM's factor and the
+  // backward by the mean of its input gradient's (m x k: 2560 x 256, 20
+  // tiles) and weight gradient's (k x n: 256 x 1408, 11 tiles), here both
+  // fewer tiles than SMs: 1.
+  Op lin;
+  lin.kind = OpKind::Linear;
+  lin.matrices = 1;
+  lin.rows = 256;    // k
+  lin.cols = 1408;   // n
+  lin.fwd_flops = 2.0 * 2560 * 1408 * 256;  // m = 2560
+  lin.bwd_flops = 2 * lin.fwd_flops;
+  const double fwd = 20.0 / 11;
+  const double bwd = 1.0;
+  CHECK(op_quantisation(g, c, GemmDtype::BF16, lin, false) == doctest::Approx(fwd));
+  CHECK(op_quantisation(g, c, GemmDtype::BF16, lin, true) == doctest::Approx(bwd));
+  CHECK(op_time(g, c, Precision::BF16, lin, false) ==
+        seconds_to_time(fwd * lin.fwd_flops / (300e12 * 0.8)));
+  // Products run one by one (wq, wk, wv): each its share of the columns,
+  // weighted by its FLOPs. Half of 2816 columns is the 1408 above, twice.
+  lin.cols = 2816;
+  lin.fwd_flops *= 2;
+  lin.products = {0.5, 0.5, 0.0};
+  CHECK(op_quantisation(g, c, GemmDtype::BF16, lin, false) == doctest::Approx(fwd));
+  lin.products = {};  // one GEMM of 2560 x 2816: 10 x 22 = 220 tiles, 3 waves for 2.2
+  CHECK(op_quantisation(g, c, GemmDtype::BF16, lin, false) == doctest::Approx(3.0 / 2.2));
+  // Attention, norms and the rest are not cuBLAS GEMMs.
+  Op attn;
+  attn.kind = OpKind::Attention;
+  attn.fwd_flops = 1e12;
+  CHECK(op_quantisation(g, c, GemmDtype::BF16, attn, false) == 1.0);
+}
+
+TEST_CASE("GEMM by shape on an A100: GPT-3 175B's QKV at tp 8, one sequence of 2048, runs 3 waves for 2.67") {
+  // m 2048, n 3·12288/8 = 4608, k 12288: 8 x 36 = 288 tiles of 256 x 128
+  // on 108 SMs, 2.67 waves' work in 3 (9/8); a split of k in two or three
+  // fills 6 or 8 waves but its fp32 partials (2048 x 4608 of them, 2 or 3
+  // times, written and read) cost more than the third of a wave it saves.
+  const GpuSpec a100 = gpu_preset("a100-80g");
+  const Calibration cal = default_calibration(a100);
+  CHECK(a100.sms == 108);
+  CHECK(a100.gemm_tile.m == 256);
+  CHECK(gemm_quantisation(a100, cal, GemmDtype::BF16, 2048, 4608, 12288) == doctest::Approx(9.0 / 8));
+  // 8192^3, the plateau's own shape: 2048 tiles, 19 waves for 18.96.
+  CHECK(gemm_quantisation(a100, cal, GemmDtype::BF16, 8192, 8192, 8192) == doctest::Approx(19 * 108 / 2048.0));
+}
+
 TEST_CASE("compute time rejects a dtype the GPU lacks and negative counts") {
   // The test GPU has no fp16 peak; a memory-only task needs no peak.
   CHECK_THROWS_AS(compute_time(test_gpu(), test_cal(), Precision::FP16, 1e9, 0), Error);

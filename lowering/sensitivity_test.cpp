@@ -163,6 +163,11 @@ const Case kCases[] = {
     // outweighs the gathers the compute lane waits for.)
     {"gpu/sms", R"({"model": {"hidden": 2048, "ffn_hidden": 8192}, "cluster": {"gpu": {"preset": "a100-80g"}}, "plan": {"zero": 3}})",
      R"({"cluster": {"gpu": {"sms": 0}}})", Effect::StepDown},
+    // Tiles of 64 x 64: the base's GEMMs lose less to their last wave (its
+    // QKV, 2048 x 3072: 1,536 tiles in 15 waves of 108 for 14.2, where
+    // 256 x 128 tiles make 192 in 2 waves for 1.8).
+    {"gpu/gemm_tile", R"({"cluster": {"gpu": {"preset": "a100-80g"}}})",
+     R"({"cluster": {"gpu": {"gemm_tile": {"m": 64, "n": 64}}}})", Effect::StepDown},
     // Column-wise operands read in place: one per-tensor FP8 copy written, not two.
     {"gpu/fp8_block_scaling", R"({"cluster": {"gpu": {"preset": "h100-sxm"}}, "plan": {"precision": "fp8"}})",
      R"({"cluster": {"gpu": {"fp8_block_scaling": "native"}}})", Effect::StepDown},

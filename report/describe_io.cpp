@@ -113,6 +113,7 @@ ordered_json gpu_json(const cost::GpuSpec& g) {
   j["hbm_GBps"] = g.hbm_GBps;
   j["tflops"] = tflops_json(g.tflops);
   j["sms"] = g.sms;
+  j["gemm_tile"] = g.gemm_tile.known() ? ordered_json{{"m", g.gemm_tile.m}, {"n", g.gemm_tile.n}} : ordered_json();
   j["fp8_block_scaling"] = std::string(enum_name(g.fp8_block_scaling));
   j["server"] = node_json(g.server);
   j["source"] = g.source;

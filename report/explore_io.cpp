@@ -685,6 +685,8 @@ ordered_json manifest_json(const strategies::Scenario& sc, std::uint64_t shard_c
                    {"hbm_GBps", g.hbm_GBps},
                    {"sms", g.sms},
                    {"tflops", tflops_json(g.tflops)}};
+    // Prices a GEMM's tile and wave quantisation (with sms).
+    if (g.gemm_tile.known()) j["gemm_tile"] = ordered_json{{"m", g.gemm_tile.m}, {"n", g.gemm_tile.n}};
     // Prices row- and block-scaled FP8; written only where the GPU has such
     // GEMMs, so directories explored on others keep their manifest.
     if (g.fp8_block_scaling != cost::Fp8BlockScaling::None)

@@ -249,6 +249,10 @@ TEST_CASE("explore output: with a goal, records carry the time to train and the 
   other = sc;
   other.cluster.gpu.sms += 1;
   CHECK(testing::input_error_of([&] { run_explore(other, o); }).find(t / "g/manifest.json: cluster.gpu.sms: ") == 0);
+  // And the tile its GEMMs run in (their waves).
+  other = sc;
+  other.cluster.gpu.gemm_tile = {128, 128};
+  CHECK(testing::input_error_of([&] { run_explore(other, o); }).find(t / "g/manifest.json: cluster.gpu") == 0);
   // And whether it has row- and block-scaled FP8 GEMMs (fp8_recipe).
   other = sc;
   other.cluster.gpu.fp8_block_scaling = cost::Fp8BlockScaling::Native;
