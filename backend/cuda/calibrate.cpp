@@ -20,6 +20,7 @@
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/optimizer.hpp"
 #include "backend/cuda/tensor.hpp"
+#include "costmodel/time_model.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend::cuda {
@@ -479,7 +480,16 @@ std::string calibration_json(const CudaMeasurements& m, const cost::ClusterSpec&
   j["date"] = date;
   j["gpu"] = gpu.name;
 
-  // GEMM: one curve by FLOPs per dtype; shapes of equal FLOPs give their median.
+  // GEMM: one curve by FLOPs per dtype; shapes of equal FLOPs give their
+  // median. Each measured rate is read as full waves of tiles: divided by
+  // the shape's tile and wave quantisation (cost::gemm_quantisation, the
+  // bundled calibration deciding its splits), which the time model applies
+  // again per shape, so a measured shape is predicted as measured.
+  const cost::Calibration bundled = cost::default_calibration(gpu);
+  if (gpu.gemm_tile.known() && gpu.sms > 0)
+    notes.push_back("GEMM points are full-wave rates: each measured shape's tile and wave quantisation (" +
+                    std::to_string(gpu.gemm_tile.m) + " x " + std::to_string(gpu.gemm_tile.n) + " tiles on " +
+                    std::to_string(gpu.sms) + " SMs) divided out");
   for (const auto d : {cost::GemmDtype::FP32, cost::GemmDtype::TF32, cost::GemmDtype::BF16, cost::GemmDtype::FP16,
                        cost::GemmDtype::FP8}) {
     const double peak = cost::peak_tflops(gpu, d);
@@ -490,7 +500,10 @@ std::string calibration_json(const CudaMeasurements& m, const cost::ClusterSpec&
     std::vector<Point> pts;
     for (const auto& [size, gs] : by_size) {
       std::vector<double> eff;
-      for (const auto* g : gs) eff.push_back(size / g->seconds / 1e12 / peak);
+      for (const auto* g : gs)
+        eff.push_back(size / g->seconds / 1e12 / peak *
+                      cost::gemm_quantisation(gpu, bundled, d, static_cast<double>(g->m), static_cast<double>(g->n),
+                                              static_cast<double>(g->k)));
       pts.push_back({size, median(eff), gs.front()->m, gs.front()->n, gs.front()->k});
     }
     legalise(pts, kMaxEff, "gemm " + gemm_name(d), notes);

@@ -8,6 +8,7 @@
 
 #include "costmodel/calibration.hpp"
 #include "costmodel/model_io.hpp"
+#include "costmodel/time_model.hpp"
 #include "sim/error.hpp"
 
 namespace strata::backend::cuda {
@@ -42,8 +43,22 @@ TEST_SUITE("host") {
     const std::string text = calibration_json(m, cluster, "2026-12-01");
     const auto c = cost::parse_calibration_text(text, "test", cost::ideal_calibration());
     CHECK(c.backend == "cuda");
-    CHECK(c.gemm_curve(cost::GemmDtype::FP32).at(f) == doctest::Approx(0.5).epsilon(1e-4));
-    CHECK(c.gemm_curve(cost::GemmDtype::BF16).at(g) == doctest::Approx(0.75).epsilon(1e-4));
+    // Read as full waves: every shape here runs its last wave of 256 x 128
+    // tiles on 132 SMs 0.97 full (8192^3: 2,048 tiles in 16 waves for
+    // 15.5; 4096^3 512 in 4 for 3.88; 8192 x 4096 and 2048 x 4096 alike),
+    // so the points are the measured rates x 1.03125, and the time model,
+    // quantising the shape again, predicts the measured time.
+    const double q = 16.0 * 132 * 256 * 128 / (8192.0 * 8192);
+    CHECK(q == doctest::Approx(1.03125));
+    CHECK(c.gemm_curve(cost::GemmDtype::FP32).at(f) == doctest::Approx(0.5 * q).epsilon(1e-4));
+    CHECK(c.gemm_curve(cost::GemmDtype::BF16).at(g) == doctest::Approx(0.75 * q).epsilon(1e-4));
+    cost::Op square;
+    square.kind = cost::OpKind::Linear;
+    square.matrices = 1;
+    square.rows = square.cols = 8192;
+    square.fwd_flops = g;
+    CHECK(to_seconds(cost::op_time(cluster.gpu, c, cost::Precision::BF16, square, false)) ==
+          doctest::Approx(g / (0.75 * 989.4e12) + 1.5e-6).epsilon(1e-4));
     CHECK(c.gemm_curve(cost::GemmDtype::TF32).empty());  // not measured: not written
     CHECK(c.memory.at(3.0 * (1 << 30)) == doctest::Approx(0.75).epsilon(1e-4));
     CHECK(c.copy_curve(cost::CopyKind::H2D, true).at(1 << 28) == doctest::Approx(0.8).epsilon(1e-4));
