@@ -166,13 +166,16 @@ std::string list_gpus(const std::vector<cost::GpuSpec>& gpus, Format f) {
   }
   Table t;
   t.columns = {"name", "memory_GiB", "hbm_GBps", "fp32_tflops", "tf32_tflops", "fp16_tflops",
-               "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp8_block_scaling", "server"};
-  t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right,
-             Align::Right, Align::Right, Align::Right, Align::Right, Align::Left};
+               "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp8_block_scaling", "sms", "gemm_tile", "server"};
+  t.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right,
+             Align::Right, Align::Right, Align::Left, Align::Right, Align::Right, Align::Left};
   for (const auto& g : gpus)
     t.add_row({g.name, fixed(g.memory_GiB, 1), fixed(g.hbm_GBps, 0), peak(g.tflops.fp32),
                peak(g.tflops.tf32), peak(g.tflops.fp16), peak(g.tflops.bf16), peak(g.tflops.fp8),
-               peak(g.tflops.fp4), std::string(enum_name(g.fp8_block_scaling)), g.server.name});
+               peak(g.tflops.fp4), std::string(enum_name(g.fp8_block_scaling)),
+               g.sms > 0 ? std::to_string(g.sms) : "-",
+               g.gemm_tile.known() ? std::to_string(g.gemm_tile.m) + "x" + std::to_string(g.gemm_tile.n) : "-",
+               g.server.name});
   return render(t, f);
 }
 
