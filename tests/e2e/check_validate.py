@@ -3,7 +3,7 @@
 SCENARIO --backend cpu`: the calibration file reads back and is what
 validate uses, validate's JSON has the contract's fields, the cache is
 made on first use and reused, every plan of the accuracy matrix
-(bench/validate_matrix.py: 22 plans on 4 ranks) validates, bad input exits
+(bench/validate_matrix.py: 22 plans on 4 ranks, 16 on 2) validates, bad input exits
 2 with nothing on stdout. Plumbing only: no timing is checked (the machines are noisy).
 
     check_validate.py STRATA SOURCE_DIR
@@ -78,10 +78,14 @@ with tempfile.TemporaryDirectory() as tmp:
     sys.path.insert(0, os.path.join(root, "bench"))
     import validate_matrix
     check(len(validate_matrix.MATRIX) >= 12, "the accuracy matrix has at least 12 plans")
-    for name, path in validate_matrix.write_scenarios(tmp):
-        p = run("validate", path, "--backend", "cpu", "--calibration", cal, "--steps", "1", "--format", "json")
-        ok = p.returncode == 0 and json.loads(p.stdout)["ranks"] == 4
-        check(ok, f"matrix plan {name} validates on 4 ranks ({p.returncode}: {p.stderr.strip()})")
+    check(len(validate_matrix.MATRIX2) >= 12, "the 2-rank accuracy matrix has at least 12 plans")
+    for ranks in (4, 2):
+        where = os.path.join(tmp, f"matrix{ranks}")
+        os.makedirs(where)
+        for name, path in validate_matrix.write_scenarios(where, ranks):
+            p = run("validate", path, "--backend", "cpu", "--calibration", cal, "--steps", "1", "--format", "json")
+            ok = p.returncode == 0 and json.loads(p.stdout)["ranks"] == ranks
+            check(ok, f"matrix plan {name} validates on {ranks} ranks ({p.returncode}: {p.stderr.strip()})")
 
     # First use without a calibration file: measured quickly into the cache, then reused.
     env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "cache"))
