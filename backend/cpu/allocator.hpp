@@ -3,6 +3,7 @@
 // the simulator's memory tags, so measured bytes can be compared with the
 // predicted ones tag by tag. The executor will hold one allocator per rank
 // pool and one for the host.
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <unordered_map>
@@ -94,6 +95,7 @@ class TrackingAllocator final : public Allocator {
   ByteCounter counts_;
   std::mutex cache_mu_;
   std::unordered_map<std::size_t, std::vector<void*>> cache_;  // rounded size -> free blocks
+  std::atomic<std::size_t> next_offset_{0};  // the next large block's place in its page
 };
 
 }  // namespace strata::backend::cpu

@@ -2,8 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "sim/error.hpp"
 
@@ -63,6 +66,38 @@ TEST_CASE("cpu/tensor: tracking allocator keeps freed blocks for the next reques
   alloc.deallocate(b, 128, MemTag::Grads);
   alloc.deallocate(c, 200, MemTag::Grads);
   CHECK(alloc.stats().current_total == 0);
+}
+
+TEST_CASE("cpu/tensor: tracking allocator staggers blocks of a page or more within their first page") {
+  // Large blocks of the same size start at different offsets into a page
+  // (multiples of 64 from 64 to 4032, in turn), so loops streaming several
+  // of them do not meet 4K aliasing; every block stays 64-byte aligned and
+  // its bytes are usable to the end; small blocks are as the heap gives them.
+  TrackingAllocator alloc;
+  constexpr Bytes kBig = 1 << 20;
+  std::vector<void*> big;
+  std::vector<std::uintptr_t> offsets;
+  for (int i = 0; i < 4; ++i) {
+    big.push_back(alloc.allocate(kBig, MemTag::Params));
+    const auto at = reinterpret_cast<std::uintptr_t>(big.back());
+    CHECK(at % kAlignment == 0);
+    offsets.push_back(at % 4096);
+    std::memset(big.back(), 0xab, static_cast<std::size_t>(kBig));  // the whole block is writable
+  }
+  std::sort(offsets.begin(), offsets.end());
+  CHECK(std::adjacent_find(offsets.begin(), offsets.end()) == offsets.end());  // four offsets, all different
+  for (auto o : offsets) CHECK(o != 0);
+  // The counts are of the bytes asked for, the offset not included.
+  CHECK(alloc.stats().current_total == 4 * kBig);
+  for (void* p : big) alloc.deallocate(p, kBig, MemTag::Params);
+  CHECK(alloc.stats().current_total == 0);
+  // A freed large block comes back for the next request of its size.
+  void* again = alloc.allocate(kBig, MemTag::Grads);
+  if (TrackingAllocator::kCachesBlocks) CHECK(again == big.back());
+  alloc.deallocate(again, kBig, MemTag::Grads);
+  void* small = alloc.allocate(100, MemTag::Other);
+  CHECK(reinterpret_cast<std::uintptr_t>(small) % kAlignment == 0);
+  alloc.deallocate(small, 100, MemTag::Other);
 }
 
 TEST_CASE("cpu/tensor: tracking allocator with a capacity refuses to go beyond it") {
