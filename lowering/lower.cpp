@@ -458,6 +458,10 @@ class StepBuilder : StepLayout {
   struct KindTimes {
     std::array<Time, 3> pass{};
     Time core = 0;
+    // The rerun of a recomputed segment's last layer: the CPU kernels refill
+    // its saved tensors and make no output, skipping its last linear layer
+    // and what follows (layer_tail); every other executor reruns it whole.
+    Time rerun_last = 0;
     std::array<std::array<Time, 3>, 3> comm{};  // [pass][TP, CP, EP]
     Transfer zero3_gather;
     Time input_gather = 0;
@@ -477,10 +481,17 @@ class StepBuilder : StepLayout {
           if (on[c]) t.comm[p][c] = costs().layer_comm(block, kLayerComm[c], priced);
       }
       t.core = costs().layer(block, Pass::Recompute, true);
+      t.rerun_last = cpu_ ? std::max<Time>(0, t.pass[static_cast<std::size_t>(Pass::Recompute)] - costs().layer_tail(block))
+                          : t.pass[static_cast<std::size_t>(Pass::Recompute)];
       if (zero3()) t.zero3_gather = layer_gather_time(block);  // on this stage's links
       if (plan_.partition_activations)
         t.input_gather = costs().collective(Collective::AllGather, Group::TP, block.input_bytes).total();
     }
+  }
+  // A layer's rerun in a recomputed segment: whole, or as its last layer.
+  Time rerun_time(std::int64_t layer, bool last) const {
+    const KindTimes& t = kind_times(layer);
+    return last ? t.rerun_last : t.pass[static_cast<std::size_t>(Pass::Recompute)];
   }
   const KindTimes& kind_times(std::int64_t layer) const {
     return kind_times_[static_cast<std::size_t>(chain_.kind_of[static_cast<std::size_t>(layer)])];
@@ -734,7 +745,7 @@ class StepBuilder : StepLayout {
         if (plan_.partition_activations) sp.add(comm_cat(CommKind::TP), kind_times(first + start).input_gather);
         for (std::int64_t j = start; j <= i; ++j) {
           const KindTimes& rerun = kind_times(first + j);
-          sp.add(static_cast<int>(TimeCat::Recompute), rerun.pass[static_cast<std::size_t>(Pass::Recompute)]);
+          sp.add(static_cast<int>(TimeCat::Recompute), rerun_time(first + j, j == i));
           hold(StepLayout::rule(first + j).rerun(j == start));
           add_comm(sp, rerun, Pass::Recompute);
         }
@@ -935,9 +946,8 @@ class StepBuilder : StepLayout {
           // tensors around the input it has (no output).
           const ActivationRule& rerun = StepLayout::rule(first + j);
           const Bytes bytes = cpu_ ? (j == i ? rerun.full - rerun.input : rerun.full) : rerun.rerun(j == start);
-          const std::int32_t r =
-              compute(kind_times(first + j).pass[static_cast<std::size_t>(Pass::Recompute)], sim::Phase::Recompute,
-                      info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
+          const std::int32_t r = compute(rerun_time(first + j, j == i), sim::Phase::Recompute,
+                                         info(TaskOp::Recompute, Part::Layer, first + j, mb, Pass::Recompute));
           std::vector<std::int32_t> re_frees, re_allocs{buffer(BufKind::Recomputed, first + j, mb, bytes)};
           split_saved(re_allocs.front(), first + j, Keep::All);
           // The CPU kernels: a segment's first layer reruns from its input

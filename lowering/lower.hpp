@@ -100,6 +100,14 @@ class StepCosts {
   // a forward over what the policy drops: the whole layer, or with
   // `selective_only` what the plan's selective policy reruns, cost::rerun_share).
   virtual Time layer(const cost::Layer& layer, Pass pass, bool selective_only = false) const = 0;
+  // The forward of a block's last linear layer and the ops after it: what a
+  // rerun that refills the block's saved tensors and makes no output skips
+  // (the CPU kernels rerun the last layer of a recomputed segment so). 0:
+  // nothing priced apart.
+  virtual Time layer_tail(const cost::Layer& layer) const {
+    (void)layer;
+    return 0;
+  }
   // Tensor-, context- and expert-parallel communication one block of this
   // kind blocks on, per microbatch and pass (0 for the embedding and head,
   // whose passes hold theirs).

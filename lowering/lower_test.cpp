@@ -181,6 +181,31 @@ TEST_CASE("full recompute adds one forward per layer; selective adds the attenti
   CHECK(none.hardware_flops_per_step == none.model_flops_per_step);
 }
 
+TEST_CASE("the CPU kernels rerun a recomputed segment's last layer without its tail") {
+  // pp 4, 16 layers: full recompute reruns each layer once per microbatch
+  // (`reruns` on the busiest stage, counted from the whole forward). The CPU
+  // kernels (kernel_memory Cpu) refill a segment's last layer's saved
+  // tensors and make no output, so that rerun skips layer_tail (300 ns of
+  // the 1 µs forward); with full recompute every layer ends its segment,
+  // with every_k 2 every second layer does. Any other executor reruns the
+  // whole forward.
+  struct TailCosts : UnitCosts {
+    Time layer_tail(const cost::Layer& l) const override { return l.kind == cost::LayerKind::Block ? 300 : 0; }
+  } c;
+  auto recompute = [&](const std::string& plan, bool cpu) {
+    auto sc = scenario(plan);
+    if (cpu) sc.kernel_memory = KernelMemory::Cpu;
+    return predict_step(sc, c).breakdown.recompute;
+  };
+  const std::string full = "{\"pp\": 4, \"recompute\": \"full\"}";
+  const Time reruns = recompute(full, false) / c.tf;  // layer reruns on the busiest stage
+  CHECK(reruns > 0);
+  CHECK(recompute(full, true) == reruns * (c.tf - 300));
+  const std::string every2 = "{\"pp\": 4, \"recompute\": \"every_k\", \"recompute_k\": 2}";
+  CHECK(recompute(every2, false) == reruns * c.tf);
+  CHECK(recompute(every2, true) == reruns * c.tf - reruns / 2 * 300);
+}
+
 TEST_CASE("tensor-parallel communication blocks the compute stream") {
   // tp 2 with 50 ns per layer and pass: forward and backward each grow by it.
   UnitCosts c;

@@ -174,6 +174,15 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
         selective_[k] += share * cost::op_time(gpu, cal_, precision, op, false, block, recipe);
         selective_launches[k] += cost::op_kernels(op, false).kernels;
       }
+  // The forward from each kind's last Linear op to its end (layer_tail).
+  tail_.assign(kinds, 0);
+  for (std::size_t k = 0; k < kinds; ++k) {
+    const auto& ops = chain_.kinds[k].ops;
+    const auto last = std::find_if(ops.rbegin(), ops.rend(),
+                                   [](const cost::Op& op) { return op.kind == cost::OpKind::Linear; });
+    for (auto it = last == ops.rend() ? ops.end() : std::prev(last.base()); it != ops.end(); ++it)
+      tail_[k] += cost::op_time(gpu, cal_, precision, *it, false, block, recipe);
+  }
 
   // Gradient accumulation without fusion (implementation.grad_accumulation_
   // fusion false): after each layer's backward of a microbatch, a separate
@@ -483,6 +492,10 @@ Time ModelStepCosts::layer(const cost::Layer& l, Pass pass, bool selective_only)
   if (pass == Pass::Recompute && selective_only)
     return l.kind == cost::LayerKind::Block ? capped(selective_[static_cast<std::size_t>(l.block_kind)]) : 0;
   return capped(pass_[priced_index(l)][static_cast<std::size_t>(pass)]);
+}
+
+Time ModelStepCosts::layer_tail(const cost::Layer& l) const {
+  return l.kind == cost::LayerKind::Block ? capped(tail_[static_cast<std::size_t>(l.block_kind)]) : 0;
 }
 
 Time ModelStepCosts::layer_comm(const cost::Layer& l, CommKind kind, Pass pass) const {

@@ -22,6 +22,7 @@ class ModelStepCosts final : public StepCosts {
   ModelStepCosts(const Scenario& sc, cost::Calibration calibration);
 
   Time layer(const cost::Layer& layer, Pass pass, bool selective_only) const override;
+  Time layer_tail(const cost::Layer& layer) const override;
   Time layer_comm(const cost::Layer& layer, CommKind kind, Pass pass) const override;
   Transfer collective(Collective op, Group group, Bytes bytes_per_rank) const override;
   Transfer p2p(Bytes bytes) const override;
@@ -80,6 +81,8 @@ class ModelStepCosts final : public StepCosts {
   // Per kind of block: its rerun under the plan's selective policy, and the
   // communication it blocks on per layer (forward, backward).
   std::vector<Time> selective_;
+  // Per kind of block: layer_tail.
+  std::vector<Time> tail_;
   struct BlockComm {
     std::array<Time, 2> tp{}, cp{}, ep{};
   };

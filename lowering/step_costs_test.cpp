@@ -227,6 +227,29 @@ TEST_CASE("gradient accumulation without fusion: a pass over the weight gradient
         pass(fp32_acc, 10));
 }
 
+TEST_CASE("a block's tail: its last linear layer and the ops after it, forward") {
+  // GPT's block ends mlp_down, mlp_dropout, mlp_residual: layer_tail is
+  // their forward op times, the rest of the forward before it; the
+  // embedding and the head have none.
+  const auto sc = gpt(R"({"tp": 8})");
+  const cost::Calibration cal = cost::default_calibration(sc.cluster.gpu);
+  const ModelStepCosts c(sc, cal);
+  const cost::OpChain chain = cost::expand(sc.model, expand_options(sc));
+  const auto& block = chain.main_block();
+  const auto down = std::find_if(block.ops.begin(), block.ops.end(),
+                                 [](const cost::Op& op) { return op.name == "mlp_down"; });
+  REQUIRE(down != block.ops.end());
+  CHECK(std::none_of(std::next(down), block.ops.end(), [](const cost::Op& op) { return op.kind == cost::OpKind::Linear; }));
+  Time tail = 0;
+  for (auto it = down; it != block.ops.end(); ++it)
+    tail += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, *it, false);
+  CHECK(tail > 0);
+  CHECK(c.layer_tail(block) == tail);
+  CHECK(c.layer_tail(block) < c.layer(block, Pass::Forward, false));
+  CHECK(c.layer_tail(chain.head) == 0);
+  CHECK(c.layer_tail(chain.embedding) == 0);
+}
+
 TEST_CASE("ZeRO-3 over flat parameters: each layer's backward concatenates its gradients once") {
   // FSDP1 (zero3_flat_grads): one memory-bound kernel per layer's backward
   // reads and writes each of the layer's P gradients — 2 × 2 bytes a
