@@ -289,13 +289,16 @@ double gemm_quantisation(const GpuSpec& gpu, const Calibration& cal, GemmDtype d
     if (tiles < sms) return 1.0;
     for (int s = 1; s <= kMaxSplitK; ++s) {
       const double splits = static_cast<double>(s);
-      double q = std::ceil(splits * tiles / sms) * sms * area / (splits * m * n);
+      const double waves = std::ceil(splits * tiles / sms);
+      double q = waves * sms * area / (splits * m * n);
       if (s > 1) {
         const double bytes = (2.0 * splits * 4.0 + out) * m * n;
         q += (bytes / (gpu.hbm_GBps * kGB * cal.memory_curve(MemoryKernel::Elementwise).at(bytes)) +
               cal.overheads.kernel_launch_us * kUs) / ideal;
       }
       best = std::min(best, q);
+      // Full waves: more splits only add partials.
+      if (waves * sms == splits * tiles) break;
     }
   }
   return best;
