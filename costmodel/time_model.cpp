@@ -36,7 +36,6 @@ double scope_busbw(const NodeSpec& node, const Calibration& cal, LinkScope s, Co
               " > 0 on the node");
 }
 
-// The layout of a group: n ranks, r per node, N nodes.
 // A collective's time, seconds, and the latency terms in it (the rest is
 // bandwidth-bound).
 struct Split {
@@ -45,6 +44,7 @@ struct Split {
   Split operator+(const Split& o) const { return {latency + o.latency, total + o.total}; }
 };
 
+// The layout of a group: n ranks, r per node, N nodes.
 struct Layout {
   std::int64_t n, r, nodes;
   bool spans() const { return nodes > 1; }

@@ -142,13 +142,20 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
   for (const auto& k : chain_.kinds) layers.push_back(&k);
   const std::size_t n = layers.size();
   pass_.assign(n, {});
+  // Per kind of block, the forward from its last Linear op on (layer_tail).
+  tail_.assign(chain_.kinds.size(), 0);
   for (std::size_t i = 0; i < n; ++i) {
-    Time f = 0, b = 0;
+    Time f = 0, b = 0, tail = 0;
+    bool linear = false;  // one seen: tail runs from the last
     for (const auto& op : layers[i]->ops) {
-      f += cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind, recipe);
+      const Time op_f = cost::op_time(gpu, cal_, precision, op, false, layers[i]->kind, recipe);
+      f += op_f;
       b += cost::op_time(gpu, cal_, precision, op, true, layers[i]->kind, recipe);
+      if (op.kind == cost::OpKind::Linear) tail = 0, linear = true;
+      if (linear) tail += op_f;
     }
     pass_[i] = {f, b, f};
+    if (i >= 2) tail_[i - 2] = tail;
   }
   // Kernels each layer's passes launch (forward, backward, recompute), for
   // the host's dispatch bound below.
@@ -174,15 +181,6 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
         selective_[k] += share * cost::op_time(gpu, cal_, precision, op, false, block, recipe);
         selective_launches[k] += cost::op_kernels(op, false).kernels;
       }
-  // The forward from each kind's last Linear op to its end (layer_tail).
-  tail_.assign(kinds, 0);
-  for (std::size_t k = 0; k < kinds; ++k) {
-    const auto& ops = chain_.kinds[k].ops;
-    const auto last = std::find_if(ops.rbegin(), ops.rend(),
-                                   [](const cost::Op& op) { return op.kind == cost::OpKind::Linear; });
-    for (auto it = last == ops.rend() ? ops.end() : std::prev(last.base()); it != ops.end(); ++it)
-      tail_[k] += cost::op_time(gpu, cal_, precision, *it, false, block, recipe);
-  }
 
   // Gradient accumulation without fusion (implementation.grad_accumulation_
   // fusion false): after each layer's backward of a microbatch, a separate

@@ -25,11 +25,11 @@
 // Every lane runs its tasks in the order they were emitted and nothing is
 // shared between lanes but dependencies and links, so a task starts exactly
 // when its lane is free and what it waits for has ended: `replay` computes
-// that directly (no event queue, no strings) with every flow at its alone
-// rate, and where two flows would share a link at once it times the program
-// by sim::Engine instead, which shares the links max-min fair. Either way it
-// equals sim::Engine on the program's task graph to the nanosecond and to
-// the byte (tested).
+// that directly (no strings) for tasks of fixed time, and times the flows in
+// time order with an event queue — each alone at its slowest link's rate
+// until another meets it on a link, then the flows that meet through
+// sim::LinkSharing, max-min fair. It equals sim::Engine on the program's
+// task graph to the nanosecond and to the byte (tested).
 #include <array>
 #include <cstdint>
 #include <memory>
