@@ -367,10 +367,26 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     ++emb_l[0], ++emb_l[2], ++head_l[1];
     if (p.sequence_parallel) ++head_l[0], ++head_l[2];
   }
-  if (p.cp > 1) {
-    // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
-    // their gradients backward), overlapped with the attention of the chunk
-    // in hand; only what exceeds it is exposed.
+  if (p.cp > 1 && p.implementation.cp_comm == CpComm::AllGather) {
+    // K/V all-gather (implementation.cp_comm all_gather): forward, one
+    // all-gather of the group's keys and values (cp times this rank's);
+    // backward, the same again and a reduce-scatter of their gradients; all
+    // of it exposed. One collective each way for K and V together, as the
+    // CPU backend's GptModel::gather_kv runs it (Transformer Engine gathers
+    // K and V apart: one latency more each way, not priced).
+    const Bytes gathered = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
+                                              static_cast<double>(p.tp) * e * static_cast<double>(p.cp));
+    const Time ag = ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total();
+    const Time rs = ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total();
+    for (std::size_t k = 0; k < kinds; ++k) {
+      comm_[k].cp = {ag, capped_sum(ag, rs)};
+      auto& l = launches[priced_index(chain_.kinds[k])];
+      l[0] += 1, l[2] += 1, l[1] += 2;
+    }
+  } else if (p.cp > 1) {
+    // Ring attention (cp_comm p2p): cp − 1 exchanges of a K/V chunk forward
+    // (K, V and their gradients backward), overlapped with the attention of
+    // the chunk in hand; only what exceeds it is exposed.
     const Bytes kv = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
                                         static_cast<double>(p.tp) * e);
     const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,

@@ -62,6 +62,43 @@ TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps
   }
 }
 
+TEST_CASE("context parallelism: a ring hides its exchanges, a K/V all-gather exposes its collectives") {
+  // 22B-like layers with 16,384-token sequences at cp 8 on one DGX A100:
+  // this rank holds 2,048 tokens of each of 4 sequences, K and V
+  // 2·b·(s/cp)·h·2 bytes (MHA).
+  const cost::Calibration cal = cost::ideal_calibration();
+  auto cp8 = [](const std::string& implementation) {
+    return parse_scenario(
+        R"({"model": {"layers": 48, "hidden": 6144, "heads": 64, "seq_len": 16384, "vocab": 51200},
+            "cluster": {"preset": "dgx-a100-80g", "nodes": 1}, "batch": {"global": 4, "micro": 4},
+            "plan": {"cp": 8, "precision": "fp16", "implementation": )" +
+            implementation + "}}",
+        "t.json");
+  };
+  constexpr Bytes kv = 2LL * 4 * 2048 * 6144 * 2;
+  SUBCASE("p2p (the default): cp - 1 exchanges per pass, each behind the chunk in hand's attention") {
+    const auto sc = cp8("{}");
+    CHECK(sc.plan.implementation.cp_comm == CpComm::P2p);
+    // 7 exchanges of 201 MB (~4.7 ms at the ideal NVSwitch bandwidth)
+    // against 3.3 TFLOPs of attention forward (~10.6 ms): nothing exposed.
+    const ModelStepCosts c(sc, cal);
+    CHECK(block_comm(sc, c, CommKind::CP, Pass::Forward) == 0);
+    CHECK(block_comm(sc, c, CommKind::CP, Pass::Backward) == 0);
+  }
+  SUBCASE("all_gather: forward one all-gather of cp times this rank's K/V; backward another and a reduce-scatter") {
+    const auto sc = cp8(R"({"cp_comm": "all_gather"})");
+    const ModelStepCosts c(sc, cal);
+    const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, 8 * kv);
+    const Time rs = coll(sc, cal, cost::CollectiveOp::ReduceScatter, 8 * kv);
+    REQUIRE(ag > 0);
+    CHECK(block_comm(sc, c, CommKind::CP, Pass::Forward) == ag);
+    CHECK(block_comm(sc, c, CommKind::CP, Pass::Backward) == ag + rs);
+  }
+  SUBCASE("an unknown algorithm is refused, naming the JSON path") {
+    CHECK_THROWS_WITH(cp8(R"({"cp_comm": "a2a"})"), doctest::Contains("plan.implementation.cp_comm"));
+  }
+}
+
 TEST_CASE("current FP8 scaling under sequence parallelism: an amax all-reduce before each gathered cast") {
   // Transformer Engine's Float8CurrentScaling reduces the amax of the
   // tensors sequence parallelism gathers over the tp group (the two

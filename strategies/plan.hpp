@@ -39,6 +39,16 @@ enum class DpTopology { AllReduce, ParameterServer };
 // bf16). The fp32 master weights stay fp32.
 enum class StateDtype { FP32, BF16 };
 enum class TpCommOverlap { None, Bulk, Ring };
+// How context parallelism brings each rank the keys and values of the other
+// ranks' tokens (Megatron-Core's --cp-comm-type, Transformer Engine's
+// cp_comm_type): P2p, ring attention, cp − 1 exchanges of a K/V chunk each
+// way, each overlapped with the attention of the chunk in hand
+// (AttnFuncWithCPAndKVP2P); AllGather, one all-gather of the group's K/V
+// before the attention core and, backward, another all-gather and a
+// reduce-scatter of their gradients, none of it overlapped
+// (AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is
+// exposed"; the Llama 3 paper, Sec. 3.3.2; the CPU backend's GptModel).
+enum class CpComm : std::uint8_t { P2p, AllGather };
 // The dtype data-parallel gradients travel and are summed in (the reduce-
 // scatter or all-reduce of every gradient collective): the dtype they
 // accumulate in (fp32 with fp32_grad_accumulation or fp32 training, else
@@ -119,6 +129,7 @@ struct Implementation {
   // bytes (sim/caching_allocator.hpp).
   sim::AllocatorMode allocator = sim::AllocatorMode::Native;
   TpCommOverlap tp_comm_overlap = TpCommOverlap::None;
+  CpComm cp_comm = CpComm::P2p;
   bool pp_scatter_gather = false;
   // Pipeline sends overlapped with the next step's compute (Megatron-LM's
   // --overlap-p2p-communication); off, a stage waits for its send.
@@ -341,6 +352,8 @@ STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce,
 STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},
                   {strategies::TpCommOverlap::Bulk, "bulk"},
                   {strategies::TpCommOverlap::Ring, "ring"});
+STRATA_ENUM_NAMES(strategies::CpComm, 2, {strategies::CpComm::P2p, "p2p"},
+                  {strategies::CpComm::AllGather, "all_gather"});
 STRATA_ENUM_NAMES(strategies::GradReduceDtype, 4,
                   {strategies::GradReduceDtype::Accumulation, "accumulation"},
                   {strategies::GradReduceDtype::FP32, "fp32"},

@@ -49,6 +49,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.fp8_param_gather = r.bool_or("fp8_param_gather", im.fp8_param_gather);
   im.allocator = r.enum_or("allocator", im.allocator);
   im.tp_comm_overlap = r.enum_or("tp_comm_overlap", im.tp_comm_overlap);
+  im.cp_comm = r.enum_or("cp_comm", im.cp_comm);
   im.pp_scatter_gather = r.bool_or("pp_scatter_gather", im.pp_scatter_gather);
   im.overlap_p2p = r.bool_or("overlap_p2p", im.overlap_p2p);
   im.fp32_grad_accumulation = r.bool_or("fp32_grad_accumulation", im.fp32_grad_accumulation);

@@ -242,6 +242,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (im.cross_entropy != CrossEntropy::InPlace) implementation["cross_entropy"] = nm(im.cross_entropy);
   if (im.grad_reduce_dtype != GradReduceDtype::Accumulation)
     implementation["grad_reduce_dtype"] = nm(im.grad_reduce_dtype);
+  if (im.cp_comm != CpComm::P2p) implementation["cp_comm"] = nm(im.cp_comm);
   json plan = {{"dp", p.dp},
                {"tp", p.tp},
                {"pp", p.pp},

@@ -19,6 +19,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::OverlapGradReduce: im.overlap_grad_reduce = on; break;
     case ImplKey::OverlapParamGather: im.overlap_param_gather = on; break;
     case ImplKey::TpCommOverlap: im.tp_comm_overlap = static_cast<TpCommOverlap>(v); break;
+    case ImplKey::CpComm: im.cp_comm = static_cast<CpComm>(v); break;
     case ImplKey::PpScatterGather: im.pp_scatter_gather = on; break;
     case ImplKey::OverlapP2p: im.overlap_p2p = on; break;
     case ImplKey::Fp32GradAccumulation: im.fp32_grad_accumulation = on; break;
@@ -51,6 +52,7 @@ std::string value_text(ImplKey k, std::int64_t v) {
   switch (k) {
     case ImplKey::Attention: return std::string(enum_name(static_cast<AttentionKernel>(v)));
     case ImplKey::TpCommOverlap: return std::string(enum_name(static_cast<TpCommOverlap>(v)));
+    case ImplKey::CpComm: return std::string(enum_name(static_cast<CpComm>(v)));
     case ImplKey::CrossEntropy: return std::string(enum_name(static_cast<CrossEntropy>(v)));
     case ImplKey::Allocator: return std::string(enum_name(static_cast<sim::AllocatorMode>(v)));
     case ImplKey::GradReduceDtype: return std::string(enum_name(static_cast<GradReduceDtype>(v)));
@@ -91,6 +93,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::OverlapGradReduce: return im.overlap_grad_reduce;
     case ImplKey::OverlapParamGather: return im.overlap_param_gather;
     case ImplKey::TpCommOverlap: return static_cast<std::int64_t>(im.tp_comm_overlap);
+    case ImplKey::CpComm: return static_cast<std::int64_t>(im.cp_comm);
     case ImplKey::PpScatterGather: return im.pp_scatter_gather;
     case ImplKey::OverlapP2p: return im.overlap_p2p;
     case ImplKey::Fp32GradAccumulation: return im.fp32_grad_accumulation;

@@ -51,6 +51,7 @@ enum class ImplKey : std::uint8_t {
   GradReduceDtype,
   Zero3FlatGrads,
   Zero3GatherCopyOut,
+  CpComm,
 };
 
 }  // namespace strata::strategies
@@ -58,7 +59,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 20> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 21> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -79,6 +80,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::GradReduceDtype, "grad_reduce_dtype"},
       {strategies::ImplKey::Zero3FlatGrads, "zero3_flat_grads"},
       {strategies::ImplKey::Zero3GatherCopyOut, "zero3_gather_copy_out"},
+      {strategies::ImplKey::CpComm, "cp_comm"},
   }};
 };
 }  // namespace strata

@@ -32,6 +32,7 @@ std::int64_t read_value(const JsonReader& v, ImplKey k) {
   switch (k) {
     case ImplKey::Attention: return static_cast<std::int64_t>(v.as_enum<AttentionKernel>());
     case ImplKey::TpCommOverlap: return static_cast<std::int64_t>(v.as_enum<TpCommOverlap>());
+    case ImplKey::CpComm: return static_cast<std::int64_t>(v.as_enum<CpComm>());
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(v.as_enum<CrossEntropy>());
     case ImplKey::Allocator: return static_cast<std::int64_t>(v.as_enum<sim::AllocatorMode>());
     case ImplKey::GradReduceDtype: return static_cast<std::int64_t>(v.as_enum<GradReduceDtype>());

@@ -60,8 +60,18 @@ const std::array kTable{
                [](const Scenario& s) { return s.plan.tp > 1 && s.plan.sequence_parallel; }, yes(),
                moot("tensor parallelism is refused")},
     Capability{"cp", "parallelism", "context parallelism (cp > 1, load-balanced chunks)",
-               [](const Scenario& s) { return s.plan.cp > 1; }, yes("K and V all-gathered (Megatron-LM passes them round a ring)"),
+               [](const Scenario& s) { return s.plan.cp > 1; },
+               yes("K and V all-gathered before the attention core, their gradients reduce-scattered "
+                   "(implementation.cp_comm all_gather, where the plan states none)"),
                no(STRATA_NOT_ACROSS("context")), true},
+    Capability{"cp-p2p", "parallelism", "context parallelism by ring attention (implementation.cp_comm p2p)",
+               [](const Scenario& s) {
+                 return s.plan.cp > 1 && s.implementation_keys.has(strategies::ImplKey::CpComm) &&
+                        s.plan.implementation.cp_comm == strategies::CpComm::P2p;
+               },
+               no("ring attention (implementation.cp_comm p2p) is not executed by the CPU backend, which "
+                  "all-gathers K and V (cp_comm all_gather)"),
+               moot("context parallelism is refused")},
     Capability{"ep", "parallelism", "expert parallelism (ep > 1)", [](const Scenario& s) { return s.plan.ep > 1; },
                no("expert parallelism (ep > 1) is not executed by the CPU backend yet"), no(STRATA_NOT_ACROSS("expert")),
                true},

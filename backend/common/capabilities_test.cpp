@@ -140,6 +140,17 @@ TEST_CASE("common/capabilities: the refusals are the executors' reasons") {
   sc.plan.implementation.grad_reduce_dtype = strategies::GradReduceDtype::BF16;
   CHECK(why(sc, Backend::Cuda).find("grad_reduce_dtype") != std::string::npos);
   CHECK(why(sc, Backend::Cpu).empty());
+  // Context parallelism: the CPU backend all-gathers K and V. A plan that
+  // leaves cp_comm to the default runs (its prediction is declared
+  // all_gather: cpu::Executor::declare_kernels); one that states ring
+  // attention is refused; one that states all_gather runs.
+  sc = tiny();
+  sc.plan.cp = 2;
+  CHECK(why(sc, Backend::Cpu).empty());
+  sc.implementation_keys.add(strategies::ImplKey::CpComm);
+  CHECK(why(sc, Backend::Cpu).find("ring attention (implementation.cp_comm p2p)") != std::string::npos);
+  sc.plan.implementation.cp_comm = strategies::CpComm::AllGather;
+  CHECK(why(sc, Backend::Cpu).empty());
 }
 
 TEST_CASE("common/capabilities: a combination marked not applicable is refused by another row") {

@@ -249,6 +249,12 @@ std::optional<std::string> Executor::unsupported(const strategies::Scenario& sc)
   return refusal(sc, Backend::Cpu);
 }
 
+void Executor::declare_kernels(strategies::Scenario& sc) {
+  sc.kernel_memory = strategies::KernelMemory::Cpu;
+  if (!sc.implementation_keys.has(strategies::ImplKey::CpComm))
+    sc.plan.implementation.cp_comm = strategies::CpComm::AllGather;
+}
+
 void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_memory) {
   if (host_memory <= 0) return;
   const auto est = strategies::estimate_memory(sc);
@@ -271,8 +277,8 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
     : sc(s), opt(o), table(s.model), names(table.names()) {
   if (auto why = Executor::unsupported(sc)) throw Error("executor: " + *why);
   strategies::require_valid_plan(sc);
-  // The lowering declares what this backend's kernels hold.
-  sc.kernel_memory = strategies::KernelMemory::Cpu;
+  // The lowering declares what this backend's kernels hold and do.
+  declare_kernels(sc);
   sc.executed = true;
   sc.serial_ranks = true;
   const auto& plan = sc.plan;

@@ -72,6 +72,12 @@ class Executor final : public StepExecutor {
   // Why the executor cannot run this scenario (the capability table's first
   // refused row), or nothing.
   static std::optional<std::string> unsupported(const strategies::Scenario& sc);
+  // Declares what this backend's kernels do where the plan does not say it
+  // otherwise, for its own lowering and the prediction beside a run: what
+  // they hold (KernelMemory::Cpu) and context parallelism's K/V all-gather
+  // (implementation.cp_comm all_gather, GptModel::gather_kv; a plan that
+  // states p2p is refused).
+  static void declare_kernels(strategies::Scenario& sc);
   // Throws InputError (the scenario's file) when every rank's predicted peak
   // and host bytes (the analytical memory model) add up to more than
   // `host_memory` bytes: the backend allocates them for real, and a model

@@ -6,10 +6,10 @@ namespace strata::backend::cpu {
 
 ValidateReport validate(const strategies::Scenario& sc, const ValidateOptions& opts) {
   check_validate_options(opts);
-  // The prediction declares what this backend's kernels hold, as the
-  // executor's own lowering does.
+  // The prediction declares what this backend's kernels hold and do, as
+  // the executor's own lowering does.
   strategies::Scenario cpu = sc;
-  cpu.kernel_memory = strategies::KernelMemory::Cpu;
+  Executor::declare_kernels(cpu);
   try {
     Executor ex(cpu, {.seed = opts.seed});
     return backend::validate(cpu, ex, opts);

@@ -213,5 +213,34 @@ TEST_CASE("cpu/validate: a plan the executor refuses is an error, not a report")
   CHECK_THROWS_AS(validate(sc, {.steps = 1}), Error);
 }
 
+TEST_CASE("cpu/validate: the prediction beside a context-parallel run prices the K/V all-gather the kernels run") {
+  // GptModel gathers K and V before each attention core: the prediction is
+  // declared with cp_comm all_gather where the plan states none, and keeps
+  // a stated all_gather (its price: step_costs_test.cpp); every layer's
+  // forward and backward has its blocking cp collective task; a stated
+  // p2p is refused.
+  Scenario sc = tiny_plan();
+  sc.plan.dp = 1;
+  sc.plan.pp = 1;
+  sc.plan.zero = 0;
+  sc.plan.cp = 2;
+  sc.cluster.node.gpus_per_node = 2;
+  Scenario declared = sc;
+  Executor::declare_kernels(declared);
+  CHECK(declared.kernel_memory == strategies::KernelMemory::Cpu);
+  CHECK(declared.plan.implementation.cp_comm == strategies::CpComm::AllGather);
+  const auto r = validate(sc, {.steps = 1});
+  int forward_gathers = 0, backward_gathers = 0;
+  for (const TaskRow& t : r.tasks) {
+    if (t.id.find(":cp-fwd/L") != std::string::npos && t.predicted_s > 0) ++forward_gathers;
+    if (t.id.find(":cp-bwd/L") != std::string::npos && t.predicted_s > 0) ++backward_gathers;
+  }
+  // 4 layers × 4 microbatches (8 sequences, 2 each) on the one stage.
+  CHECK(forward_gathers == 16);
+  CHECK(backward_gathers == 16);
+  sc.implementation_keys.add(strategies::ImplKey::CpComm);
+  CHECK_THROWS_WITH_AS(validate(sc, {.steps = 1}), doctest::Contains("ring attention"), Error);
+}
+
 }  // namespace
 }  // namespace strata::backend::cpu
