@@ -242,6 +242,7 @@ Exported export_megatron(const Scenario& sc) {
   f.add("--tensor-model-parallel-size", p.tp);
   f.add("--pipeline-model-parallel-size", p.pp);
   f.add("--context-parallel-size", p.cp);
+  if (p.cp > 1 && im.cp_comm == strategies::CpComm::AllGather) f.add("--cp-comm-type", "all_gather");
   if (m.moe || p.ep > 1) f.add("--expert-model-parallel-size", p.ep);
   const auto c = chunks(sc);
   if (p.schedule == Schedule::GPipe && p.pp > 1)
@@ -880,6 +881,16 @@ Exported export_torchtitan(const Scenario& sc) {
     par << "pipeline_parallel_microbatch_size = " << sc.batch.micro << "\n";
   }
   par << "context_parallel_degree = " << p.cp << "\n";
+  if (p.cp > 1) {
+    // torch.distributed's context parallelism passes K/V round the ring by
+    // all-to-all (_AllToAllRotater), as cp_comm p2p prices it, or gathers
+    // them once asynchronously beside the local chunk's attention
+    // (_AllGatherRotater), which cp_comm all_gather (exposed) does not.
+    par << "context_parallel_rotate_method = " << q("alltoall") << "\n";
+    if (im.cp_comm == strategies::CpComm::AllGather)
+      un.push_back("implementation.cp_comm=all_gather (torchtitan's allgather rotation gathers K and V beside the "
+                   "local chunk's attention, not exposed as the plan prices it; emitted as alltoall, the ring)");
+  }
   if (sc.model.moe || p.ep > 1) par << "expert_parallel_degree = " << p.ep << "\n";
   if (im.rank_order != std::array{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                   ParallelDim::PP})

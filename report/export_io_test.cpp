@@ -1002,6 +1002,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
       fix(strategies::ImplKey::GradReduceDtype);
     }
     if (pick(false, false, true)) im.fused_elementwise = false, fix(strategies::ImplKey::FusedElementwise);
+    if (p.cp > 1 && pick(false, true))
+      im.cp_comm = pick(strategies::CpComm::P2p, strategies::CpComm::AllGather), fix(strategies::ImplKey::CpComm);
     if (p.precision == cost::Precision::FP8 && p.zero >= 1 && p.zero <= 2 && pick(false, true))
       im.fp8_param_gather = true, fix(strategies::ImplKey::Fp8ParamGather);
     try {
@@ -1068,6 +1070,10 @@ TEST_CASE("import: bad input names the file, the flag or key, and the rule") {
   fails(ExportTarget::Megatron, "--optimizer adam --weight-decay x", "--weight-decay: 'x' is not a number");
   fails(ExportTarget::Megatron, "--recompute-granularity full --recompute-num-layers 0",
         "--recompute-num-layers: 0 is not in [1, 100000] [import-value]");
+  fails(ExportTarget::Megatron, "--tensor-model-parallel-size 8 --context-parallel-size 2 --cp-comm-type a2a",
+        "--cp-comm-type: 'a2a' is not p2p or all_gather (all-to-all context parallelism is not modelled)");
+  fails(ExportTarget::Megatron, "--tensor-model-parallel-size 8 --context-parallel-size 2 --cp-comm-type p2p all_gather",
+        "--cp-comm-type: 'p2p all_gather' gives layers different types");
   fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = 8\n", "[import-world]");
   fails(ExportTarget::TorchTitan, "[parallelism]\ntensor_parallel_degree = \n", "line 2");
   fails(ExportTarget::TorchTitan,

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "report/export.hpp"
 #include "sim/error.hpp"
@@ -151,7 +152,7 @@ std::map<std::string, std::optional<std::string>> megatron_flags(std::string_vie
     std::optional<std::string> value;
     if (i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0) value = words[++i];
     // A list flag (nargs='*') takes every word up to the next flag.
-    if (flag == "--recompute-modules")
+    if (flag == "--recompute-modules" || flag == "--cp-comm-type")
       while (value && i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0) *value += " " + words[++i];
     if (!flags.emplace(flag, value).second) throw InputError(file, flag, "is given twice [import-syntax]");
   }
@@ -436,6 +437,23 @@ Imported import_megatron(const Scenario& base, std::string_view text, const std:
     im.attention = *a == "fused"                     ? AttentionKernel::Cudnn
                    : *a == "unfused" || *a == "local" ? AttentionKernel::Standard
                                                       : AttentionKernel::Flash;
+  // Context parallelism's K/V exchange, one type for every layer
+  // (Megatron-Core's --cp-comm-type, nargs='+', per layer where several).
+  if (const auto c = value("--cp-comm-type")) {
+    std::istringstream words(*c);
+    std::string w, first;
+    while (words >> w) {
+      if (w != "p2p" && w != "all_gather")
+        throw InputError(file, "--cp-comm-type",
+                         "'" + w + "' is not p2p or all_gather (all-to-all context parallelism is not modelled) "
+                         "[import-value]");
+      if (first.empty()) first = w;
+      if (w != first)
+        throw InputError(file, "--cp-comm-type",
+                         "'" + *c + "' gives layers different types; Strata prices one for every layer [import-value]");
+    }
+    im.cp_comm = first == "all_gather" ? strategies::CpComm::AllGather : strategies::CpComm::P2p;
+  }
   const bool unfused = has("--no-bias-swiglu-fusion") || has("--no-bias-gelu-fusion") ||
                        has("--no-bias-dropout-fusion") || has("--no-masked-softmax-fusion");
   used.insert("--no-rope-fusion");
