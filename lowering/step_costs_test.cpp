@@ -185,11 +185,19 @@ TEST_CASE("plan.moe: the busiest expert-parallel rank's load scales its experts'
     const Time a2a = cost::collective_time(cost::CollectiveOp::AllToAll, static_cast<Bytes>(load * tokens), 8, 8,
                                            sc->cluster.node, cal);
     CHECK(ModelStepCosts(*sc, cal).layer_comm(chain.kinds[0], CommKind::EP, Pass::Forward) == 2 * a2a);
-    for (const char* name : {"mlp_up_gate", "mlp_down"}) {
-      const auto find = [&](const cost::Layer& l) {
-        return *std::find_if(l.ops.begin(), l.ops.end(), [&](const cost::Op& op) { return op.name == name && op.expert; });
+    // The model's MLP is GeLU (the default): its routed experts' ops are
+    // mlp_up and mlp_down.
+    for (const char* name : {"mlp_up", "mlp_down"}) {
+      const auto find = [&](const cost::Layer& l) -> const cost::Op* {
+        const auto it =
+            std::find_if(l.ops.begin(), l.ops.end(), [&](const cost::Op& op) { return op.name == name && op.expert; });
+        return it == l.ops.end() ? nullptr : &*it;
       };
-      CHECK(find(chain.kinds[0]).fwd_flops == doctest::Approx(load * find(base.kinds[0]).fwd_flops));
+      const cost::Op *routed = find(chain.kinds[0]), *balanced_op = find(base.kinds[0]);
+      REQUIRE(routed != nullptr);
+      REQUIRE(balanced_op != nullptr);
+      REQUIRE(balanced_op->fwd_flops > 0);
+      CHECK(routed->fwd_flops == doctest::Approx(load * balanced_op->fwd_flops));
     }
     CHECK(chain.kinds[1].fwd_flops() == base.kinds[1].fwd_flops());  // the dense block
   }
