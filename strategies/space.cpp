@@ -32,6 +32,7 @@ auto visit_enum(Axis a, F&& f) {
     case Axis::Attention: return f(AttentionKernel{});
     case Axis::TpCommOverlap: return f(TpCommOverlap{});
     case Axis::GradReduceDtype: return f(GradReduceDtype{});
+    case Axis::CpComm: return f(CpComm{});
     default: break;
   }
   throw Error("axis " + std::string(enum_name(a)) + " is not an enum");
@@ -271,6 +272,7 @@ void Space::apply(std::uint64_t index, Plan& p, Batch& b) const {
       case Axis::OverlapP2p: p.implementation.overlap_p2p = on; break;
       case Axis::Fp32GradAccumulation: p.implementation.fp32_grad_accumulation = on; break;
       case Axis::GradReduceDtype: p.implementation.grad_reduce_dtype = as<GradReduceDtype>(v); break;
+      case Axis::CpComm: p.implementation.cp_comm = as<CpComm>(v); break;
     }
   }
   if (derive_dp) {

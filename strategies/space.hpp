@@ -65,6 +65,7 @@ enum class Axis : std::uint8_t {
   OverlapP2p,
   Fp32GradAccumulation,
   GradReduceDtype,
+  CpComm,  // implementation.cp_comm
 };
 
 enum class AxisKind : std::uint8_t { Int, Bool, Enum };
@@ -183,6 +184,7 @@ struct EnumNames<strategies::Axis> {
       {A::OverlapP2p, "implementation.overlap_p2p"},
       {A::Fp32GradAccumulation, "implementation.fp32_grad_accumulation"},
       {A::GradReduceDtype, "implementation.grad_reduce_dtype"},
+      {A::CpComm, "implementation.cp_comm"},
   });
 };
 

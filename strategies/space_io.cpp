@@ -53,6 +53,7 @@ std::int64_t read_enum(Axis a, const JsonReader& e) {
     case Axis::Attention: return enum_value<AttentionKernel>(e);
     case Axis::TpCommOverlap: return enum_value<TpCommOverlap>(e);
     case Axis::GradReduceDtype: return enum_value<GradReduceDtype>(e);
+    case Axis::CpComm: return enum_value<CpComm>(e);
     default: break;
   }
   e.fail("internal: not an enum axis");

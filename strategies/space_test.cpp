@@ -192,6 +192,20 @@ TEST_CASE("space: the composite offload axis sets all three offload keys") {
   CHECK_FALSE(s.space->derive_dp);  // no degree is searched: dp stays the plan's
 }
 
+TEST_CASE("space: context parallelism's K/V exchange is an axis, listed or auto, never opened by \"space\": \"auto\"") {
+  const auto s = gpt2(R"({"implementation.cp_comm": "auto"})", R"({"cp": 2, "dp": 4})");
+  CHECK(names(*s.space, Axis::CpComm) == std::vector<std::string>{"p2p", "all_gather"});
+  CHECK_FALSE(is_system_axis(Axis::CpComm));
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    Scenario pt = s;
+    pt.space.reset();
+    s.space->apply(i, pt.plan, pt.batch);
+    CHECK(pt.plan.implementation.cp_comm == static_cast<CpComm>(i));
+  }
+  // A stack's setting does not override the searched value (implementation_axes).
+  CHECK(implementation_axes(*s.space).has(ImplKey::CpComm));
+}
+
 TEST_CASE("space: the reduction dtype is an axis; a 16-bit one not the plan's is rejected by its rule") {
   // bf16 with fp32 accumulation: "auto" lists every value; each point
   // carries its own, and fp16 under bf16 fails grad-reduce-dtype.

@@ -137,6 +137,7 @@ ImplKeys implementation_axes(const Space& space) {
       {Axis::OverlapP2p, ImplKey::OverlapP2p},
       {Axis::Fp32GradAccumulation, ImplKey::Fp32GradAccumulation},
       {Axis::GradReduceDtype, ImplKey::GradReduceDtype},
+      {Axis::CpComm, ImplKey::CpComm},
   };
   ImplKeys out;
   for (const auto& [axis, key] : kAxisKey)
