@@ -38,7 +38,8 @@ std::string run(const RunArgs& a) {
     report::require_output_apart(a.trace, "--trace", {a.scenario, a.calibration, a.options.data});
     report::check_output_target(a.trace);
   }
-  auto sc = load_plan_or_explored(a.scenario, a.rank, "run");
+  // A calibration given names the prediction's; the cached one is not announced.
+  auto sc = load_plan_or_explored(a.scenario, a.rank, "run", a.calibration.empty());
   report::require_output_apart(a.trace, "--trace", scenario_inputs(sc));
   auto options = a.options;
   options.trace = !a.trace.empty();

@@ -35,7 +35,8 @@ void warn_if_other_backend(const std::string& path, const strategies::Scenario& 
 
 std::string validate(const ValidateArgs& a) {
   require_table_or_json(a.format, "validate");
-  auto sc = load_plan_or_explored(a.scenario, a.rank, "validate");
+  // A calibration given names the prediction's; the cached one is not announced.
+  auto sc = load_plan_or_explored(a.scenario, a.rank, "validate", a.calibration.empty());
   backend::cpu::ValidateReport rep;
   if (a.backend == "cuda") {
 #if STRATA_HAVE_CUDA

@@ -74,10 +74,10 @@ void default_to_measured(strategies::Scenario& sc) {
 
 }  // namespace
 
-strategies::Scenario load_scenario_file(const std::string& path) {
+strategies::Scenario load_scenario_file(const std::string& path, bool cached_calibration) {
   require_file(path);
   auto sc = strategies::load_scenario(path);
-  default_to_measured(sc);
+  if (cached_calibration) default_to_measured(sc);
   return sc;
 }
 
@@ -93,13 +93,15 @@ void require_plan(const strategies::Scenario& sc, const std::string& command, bo
   if (sc.space) strategies::require_valid_plan(sc);
 }
 
-strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command, bool chain_models) {
-  auto sc = load_scenario_file(path);
+strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command, bool chain_models,
+                                        bool cached_calibration) {
+  auto sc = load_scenario_file(path, cached_calibration);
   require_plan(sc, command, chain_models);
   return sc;
 }
 
-strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command) {
+strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command,
+                                           bool cached_calibration) {
   if (std::filesystem::is_directory(path)) {
     auto sc = report::load_export_scenario(path, rank == 0 ? 1 : rank, "");
     strategies::require_transformer(sc, command);
@@ -107,7 +109,7 @@ strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t 
   }
   if (rank != 0) throw InputError("--rank", "", "takes an explore output directory, and " + path + " is a file");
   require_file(path);
-  return load_plan_scenario(path, command);
+  return load_plan_scenario(path, command, false, cached_calibration);
 }
 
 std::vector<std::string> scenario_inputs(const strategies::Scenario& sc) {

@@ -21,8 +21,11 @@ namespace strata::app {
 
 // A missing file is bad input.
 void require_file(const std::string& path);
-// The scenario at `path`; a missing file is bad input.
-strategies::Scenario load_scenario_file(const std::string& path);
+// The scenario at `path`; a missing file is bad input. Without a
+// calibration of its own it takes the one `strata calibrate` cached for its
+// GPU, said on stderr, unless `cached_calibration` is false (a command given
+// --calibration sets its own).
+strategies::Scenario load_scenario_file(const std::string& path, bool cached_calibration = true);
 // The same from JSON text (`source` names it in errors; relative paths
 // resolve against `base_dir`).
 strategies::Scenario load_scenario_text(std::string_view text, const std::string& source,
@@ -35,12 +38,13 @@ strategies::Scenario load_scenario_text(std::string_view text, const std::string
 void require_plan(const strategies::Scenario& sc, const std::string& command, bool chain_models = false);
 // load_scenario_file, then require_plan.
 strategies::Scenario load_plan_scenario(const std::string& path, const std::string& command,
-                                        bool chain_models = false);
+                                        bool chain_models = false, bool cached_calibration = true);
 // `path` a scenario file (load_plan_scenario; `rank` must be 0, not
 // given), or an explore output directory: the plan of entry `rank` of its
 // top list (0 or 1: the best by throughput) on the explored model and
 // cluster (report::load_export_scenario), for `run` and `validate`.
-strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command);
+strategies::Scenario load_plan_or_explored(const std::string& path, std::size_t rank, const std::string& command,
+                                           bool cached_calibration = true);
 
 // The files a loaded scenario read besides itself (Scenario::files and its
 // calibration): what an output must not replace (report::require_output_apart).

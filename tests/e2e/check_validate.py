@@ -96,6 +96,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check("measuring" in p.stderr, "the first use says it measures")
     p = run("validate", tiny, "--backend", "cpu", "--steps", "1", "--format", "json", env=env)
     check(p.returncode == 0 and "measuring" not in p.stderr, "the second use reads the cache")
+    # With --calibration the cache is neither used nor announced.
+    p = run("validate", tiny, "--backend", "cpu", "--calibration", cal, "--steps", "1", "--format", "json", env=env)
+    check(p.returncode == 0 and cached not in p.stderr,
+          f"a calibration given: the cached one is not announced ({p.stderr.strip()})")
     # A cache that does not read (torn, or written by something else) is
     # measured again over, with a warning naming it; the run goes on.
     for torn in ("{\"gpu\": \"cpu\", \"gemm", "not json at all"):
