@@ -280,6 +280,11 @@ const Case kCases[] = {
      R"({"plan": {"implementation": {"overlap_param_gather": false}}})", Effect::StepUp},
     {"plan.implementation/tp_comm_overlap", R"({"plan": {"tp": 8, "sequence_parallel": true}})",
      R"({"plan": {"implementation": {"tp_comm_overlap": "ring"}}})", Effect::StepDown},
+    // Either way: here the ring's one exchange is not hidden by this small
+    // model's attention and moves at send/recv's rate, slower than the
+    // all-gather's; with long sequences the ring hides (step_costs_test.cpp).
+    {"plan.implementation/cp_comm", R"({"plan": {"cp": 2}})",
+     R"({"plan": {"implementation": {"cp_comm": "all_gather"}}})", Effect::Changes},
     {"plan.implementation/pp_scatter_gather", R"({"plan": {"tp": 2, "pp": 2}, "cluster": {"nodes": 4}})",
      R"({"plan": {"implementation": {"pp_scatter_gather": true}}})", Effect::Changes},
     {"plan.implementation/overlap_p2p", R"({"plan": {"pp": 4, "schedule": "interleaved"}})",
