@@ -884,8 +884,9 @@ Exported export_torchtitan(const Scenario& sc) {
   if (p.cp > 1) {
     // torch.distributed's context parallelism passes K/V round the ring by
     // all-to-all (_AllToAllRotater), as cp_comm p2p prices it, or gathers
-    // them once asynchronously beside the local chunk's attention
-    // (_AllGatherRotater), which cp_comm all_gather (exposed) does not.
+    // them once, asynchronously beside the local chunk's attention
+    // (_AllGatherRotater, torchtitan's default): neither of Strata's two,
+    // so the plan's all_gather, priced exposed, is listed.
     par << "context_parallel_rotate_method = " << q("alltoall") << "\n";
     if (im.cp_comm == strategies::CpComm::AllGather)
       un.push_back("implementation.cp_comm=all_gather (torchtitan's allgather rotation gathers K and V beside the "
