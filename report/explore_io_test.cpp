@@ -316,6 +316,29 @@ TEST_CASE("explore output: the reduction dtype axis, a nested key left out at it
   CHECK(run_explore(sc, o).result.resumed == 2);
 }
 
+TEST_CASE("explore output: the cp_comm axis, p2p left out at its default and read back") {
+  // cp 2 on 16 GPUs: p2p records leave implementation.cp_comm out
+  // (canonical_json), all_gather ones carry it; results.csv and the report
+  // name each plan's own value; a resume finds both.
+  TempDir t("cpcomm");
+  const std::string text = R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
+      "batch": {"global": 64}, "plan": {"cp": 2},
+      "space": {"implementation.cp_comm": "auto"}})";
+  const auto sc = scenario_file(t / "cp.json", text);
+  const auto r = run_explore(sc, options(t / "d", 1)).result;
+  CHECK(r.scored == 2);
+  write_report(t / "d", t / "d");
+  const std::string csv = read(t / "d/results.csv");
+  CHECK(csv.find(",p2p,") != std::string::npos);
+  CHECK(csv.find(",all_gather,") != std::string::npos);
+  const std::string md = read(t / "d/report.md");
+  CHECK(md.find("| p2p |") != std::string::npos);
+  CHECK(md.find("| all\\_gather |") != std::string::npos);  // Markdown escapes the underscore
+  auto o = options(t / "d", 1);
+  o.resume = true;
+  CHECK(run_explore(sc, o).result.resumed == 2);
+}
+
 TEST_CASE("explore output: the FP8 recipe axis, its default read back and its unsupported values ruled out") {
   // On H100s (block scaling emulated): delayed, tensorwise and blockwise
   // are scored, mxfp8 is rejected by its rule; delayed records leave the

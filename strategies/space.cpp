@@ -218,6 +218,7 @@ std::optional<std::string_view> omitted_default(std::string_view axis) {
   if (enum_from_name<Axis>(axis) == Axis::PipelineLayout) return enum_name(PipelineLayout::Balanced);
   if (enum_from_name<Axis>(axis) == Axis::Fp8Recipe) return enum_name(cost::Fp8Recipe::Delayed);
   if (enum_from_name<Axis>(axis) == Axis::GradReduceDtype) return enum_name(GradReduceDtype::Accumulation);
+  if (enum_from_name<Axis>(axis) == Axis::CpComm) return enum_name(CpComm::P2p);
   return std::nullopt;
 }
 
