@@ -669,8 +669,14 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       }
       comm += 2.0 * static_cast<double>(msg);
     }
-    if (plan.cp > 1)  // ring attention: K and V of a neighbour's chunk, double-buffered
-      comm += 4.0 * b * s_local * static_cast<double>(model.kv_hidden()) / t * e;
+    if (plan.cp > 1) {
+      // One rank's K and V. Ring attention (cp_comm p2p): a neighbour's
+      // chunk, double-buffered. K/V all-gather: the group's K and V and,
+      // backward, their gradients before the reduce-scatter (Transformer
+      // Engine's k_ag, v_ag, dk, dv: 2·cp of them at the attention backward).
+      const double kv = 2.0 * b * s_local * static_cast<double>(model.kv_hidden()) / t * e;
+      comm += plan.implementation.cp_comm == CpComm::AllGather ? 2.0 * static_cast<double>(plan.cp) * kv : 2.0 * kv;
+    }
     if (plan.ep > 1)  // all-to-all dispatch and combine
       comm += 2.0 * static_cast<double>(model.moe->top_k) * b * s_local * h * e /
               (plan.sequence_parallel ? t : 1.0);

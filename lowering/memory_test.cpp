@@ -496,6 +496,14 @@ TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}",
                   "{\"compression\": {\"method\": \"topk\", \"ratio\": 0.01}}")) > dp);
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 8, \"cp\": 2}")) > dp);
+  // cp 4 beside the buckets: ring attention double-buffers a neighbour's
+  // K and V, 2·kv; the K/V all-gather holds the group's K and V and their
+  // gradients, 2·cp·kv. Llama 3 8B (8 KV heads of 128): kv = 2 · 1 ·
+  // 8,192/4 tokens · 1,024 · 2 bytes.
+  const Bytes kv = 2LL * 1 * (8192 / 4) * 1024 * 2;
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"cp\": 4}")) == dp + 2 * kv);
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}",
+                  "{\"dp\": 4, \"cp\": 4, \"implementation\": {\"cp_comm\": \"all_gather\"}}")) == dp + 2 * 4 * kv);
   CHECK(comm(make("\"mixtral-8x7b\"", dgx, "{\"global\": 16}", "{\"ep\": 8}")) > 0);
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"pp\": 4}")) > 0);
 }
