@@ -368,20 +368,23 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     if (p.sequence_parallel) ++head_l[0], ++head_l[2];
   }
   if (p.cp > 1 && p.implementation.cp_comm == CpComm::AllGather) {
-    // K/V all-gather (implementation.cp_comm all_gather): forward, one
+    // K/V all-gather (implementation.cp_comm all_gather): forward, an
     // all-gather of the group's keys and values (cp times this rank's);
     // backward, the same again and a reduce-scatter of their gradients; all
-    // of it exposed. One collective each way for K and V together, as the
-    // CPU backend's GptModel::gather_kv runs it (Transformer Engine gathers
-    // K and V apart: one latency more each way, not priced).
+    // of it exposed. Transformer Engine gathers K and V as two collectives
+    // each way and reduce-scatters dK and dV as two
+    // (AttnFuncWithCPAndKVAllGather: gather_along_first_dim(k), (v),
+    // reduce_scatter_along_first_dim(dk), (dv)); the CPU backend's kernels
+    // move K | V as one (GptModel::gather_kv, scatter_kv_grads).
+    const int parts = sc.kernel_memory == KernelMemory::Cpu ? 1 : 2;
     const Bytes gathered = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
-                                              static_cast<double>(p.tp) * e * static_cast<double>(p.cp));
-    const Time ag = ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total();
-    const Time rs = ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total();
+                                              static_cast<double>(p.tp) * e * static_cast<double>(p.cp) / parts);
+    const Time ag = capped_product(parts, ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total());
+    const Time rs = capped_product(parts, ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total());
     for (std::size_t k = 0; k < kinds; ++k) {
       comm_[k].cp = {ag, capped_sum(ag, rs)};
       auto& l = launches[priced_index(chain_.kinds[k])];
-      l[0] += 1, l[2] += 1, l[1] += 2;
+      l[0] += parts, l[2] += parts, l[1] += 2 * parts;
     }
   } else if (p.cp > 1) {
     // Ring attention (cp_comm p2p): cp − 1 exchanges of a K/V chunk forward
