@@ -367,45 +367,46 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     ++emb_l[0], ++emb_l[2], ++head_l[1];
     if (p.sequence_parallel) ++head_l[0], ++head_l[2];
   }
-  if (p.cp > 1 && p.implementation.cp_comm == CpComm::AllGather) {
-    // K/V all-gather (implementation.cp_comm all_gather): forward, an
-    // all-gather of the group's keys and values (cp times this rank's);
-    // backward, the same again and a reduce-scatter of their gradients; all
-    // of it exposed. Transformer Engine gathers K and V as two collectives
-    // each way and reduce-scatters dK and dV as two
-    // (AttnFuncWithCPAndKVAllGather: gather_along_first_dim(k), (v),
-    // reduce_scatter_along_first_dim(dk), (dv)); the CPU backend's kernels
-    // move K | V as one (GptModel::gather_kv, scatter_kv_grads).
-    const int parts = sc.kernel_memory == KernelMemory::Cpu ? 1 : 2;
-    const Bytes gathered = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
-                                              static_cast<double>(p.tp) * e * static_cast<double>(p.cp) / parts);
-    const Time ag = capped_product(parts, ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total());
-    const Time rs = capped_product(parts, ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total());
-    for (std::size_t k = 0; k < kinds; ++k) {
-      comm_[k].cp = {ag, capped_sum(ag, rs)};
-      auto& l = launches[priced_index(chain_.kinds[k])];
-      l[0] += parts, l[2] += parts, l[1] += 2 * parts;
-    }
-  } else if (p.cp > 1) {
-    // Ring attention (cp_comm p2p): cp − 1 exchanges of a K/V chunk forward
-    // (K, V and their gradients backward), overlapped with the attention of
-    // the chunk in hand; only what exceeds it is exposed.
-    const Bytes kv = static_cast<Bytes>(2 * b * s * static_cast<double>(sc.model.kv_hidden()) /
-                                        static_cast<double>(p.tp) * e);
-    const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, kv, 2,
-                                            cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
-    const Time exch = capped_product(p.cp - 1, step);
-    for (std::size_t k = 0; k < kinds; ++k) {
-      Time attn_f = 0, attn_b = 0;
-      for (const auto& op : chain_.kinds[k].ops)
-        if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
-            op.kind == cost::OpKind::AttnValues) {
-          attn_f += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
-          attn_b += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
-        }
-      comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
-      auto& l = launches[priced_index(chain_.kinds[k])];
-      l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
+  if (p.cp > 1) {
+    // One rank's K and V, bytes.
+    const double kv = 2 * b * s * static_cast<double>(sc.model.kv_hidden()) / static_cast<double>(p.tp) * e;
+    if (p.implementation.cp_comm == CpComm::AllGather) {
+      // K/V all-gather (implementation.cp_comm all_gather): forward, an
+      // all-gather of the group's keys and values (cp times this rank's);
+      // backward, the same again and a reduce-scatter of their gradients;
+      // all of it exposed. Transformer Engine gathers K and V as two
+      // collectives each way and reduce-scatters dK and dV as two
+      // (AttnFuncWithCPAndKVAllGather: gather_along_first_dim(k), (v),
+      // reduce_scatter_along_first_dim(dk), (dv)); the CPU backend's kernels
+      // move K | V as one (GptModel::gather_kv, scatter_kv_grads).
+      const int parts = sc.kernel_memory == KernelMemory::Cpu ? 1 : 2;
+      const Bytes gathered = static_cast<Bytes>(kv * static_cast<double>(p.cp) / parts);
+      const Time ag = capped_product(parts, ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total());
+      const Time rs = capped_product(parts, ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total());
+      for (std::size_t k = 0; k < kinds; ++k) {
+        comm_[k].cp = {ag, capped_sum(ag, rs)};
+        auto& l = launches[priced_index(chain_.kinds[k])];
+        l[0] += parts, l[2] += parts, l[1] += 2 * parts;
+      }
+    } else {
+      // Ring attention (cp_comm p2p): cp − 1 exchanges of a K/V chunk
+      // forward (K, V and their gradients backward), overlapped with the
+      // attention of the chunk in hand; only what exceeds it is exposed.
+      const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, static_cast<Bytes>(kv), 2,
+                                              cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
+      const Time exch = capped_product(p.cp - 1, step);
+      for (std::size_t k = 0; k < kinds; ++k) {
+        Time attn_f = 0, attn_b = 0;
+        for (const auto& op : chain_.kinds[k].ops)
+          if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
+              op.kind == cost::OpKind::AttnValues) {
+            attn_f += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
+            attn_b += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
+          }
+        comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
+        auto& l = launches[priced_index(chain_.kinds[k])];
+        l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
+      }
     }
   }
   if (p.ep > 1 && sc.model.moe) {
