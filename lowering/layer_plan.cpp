@@ -223,7 +223,7 @@ LayerPlan search(const MemoryModel& model, Bytes budget, const LayerTimes& t, bo
   // scores (flash attention): then it is not a choice.
   const bool selective = r.selective < r.full;
   const double F = static_cast<double>(r.full), S = static_cast<double>(r.selective),
-               I = static_cast<double>(r.input), g = static_cast<double>(r.grad);
+               I = static_cast<double>(r.input), g = static_cast<double>(r.backward_holds());
   // Every segment's rerun shares its first layer's kept input
   // (ActivationRule::rerun), so each segment's hold, and their most, is that
   // much below the table's.

@@ -754,7 +754,7 @@ class StepBuilder : StepLayout {
       }
       // Folded offload: the layer's swapped bytes are back for its backward.
       const Bytes swapped = layer_swapped(k, i);
-      const Bytes working = rule.grad + (keep == Keep::Selective ? rule.selective_rebuilt() : 0) + swapped;
+      const Bytes working = rule.backward_holds() + (keep == Keep::Selective ? rule.selective_rebuilt() : 0) + swapped;
       hold(working);
       level -= working + layer_stored(k, i) - swapped;
       if (keep == Keep::Input || keep == Keep::Nothing) level -= rule.rerun(keep == Keep::Input);
@@ -985,6 +985,8 @@ class StepBuilder : StepLayout {
       // attention core recomputed for it.
       std::vector<std::int32_t> allocs;
       if (!cpu_) allocs.push_back(buffer(BufKind::Grad, layer, mb, rule.grad));
+      // ... and what the attention's context-parallel exchange holds.
+      if (rule.exchange > 0) allocs.push_back(buffer(BufKind::Working, layer, mb, rule.exchange));
       if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule.selective_rebuilt()));
       std::vector<std::int32_t> frees = allocs;
       // The CPU kernels: the chunk's first backward task starts its

@@ -371,14 +371,40 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, Recom
   return out;
 }
 
-std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const Plan& plan) {
+std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const Scenario& sc) {
+  const Plan& plan = sc.plan;
   std::vector<ActivationRule> out = of(chain, selective_policy(plan));
   if (plan.partition_activations)
     for (ActivationRule& r : out) {
       r.input = (r.input + plan.tp - 1) / plan.tp;
       r.input_shared = false;
     }
+  if (const Bytes exchange = cp_exchange_bytes(sc); exchange > 0)
+    for (std::size_t k = 0; k < out.size(); ++k)
+      if (std::any_of(chain.kinds[k].ops.begin(), chain.kinds[k].ops.end(), [](const cost::Op& op) {
+            return op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
+                   op.kind == cost::OpKind::AttnValues;
+          }))
+        out[k].exchange = exchange;
   return out;
+}
+
+Bytes cp_exchange_bytes(const Scenario& sc) {
+  const Plan& plan = sc.plan;
+  if (plan.cp <= 1 || sc.kernel_memory == KernelMemory::Cpu) return 0;
+  const double e = static_cast<double>(cost::activation_bytes(plan.precision));
+  const double tokens = static_cast<double>(sc.batch.micro) * static_cast<double>(sc.model.seq_len / plan.cp);
+  const double t = static_cast<double>(plan.tp);
+  const double kv = 2.0 * tokens * static_cast<double>(sc.model.kv_hidden()) / t * e;
+  const double q = tokens * static_cast<double>(sc.model.q_hidden()) / t * e;
+  const double cp = static_cast<double>(plan.cp);
+  double bytes = 0;
+  switch (plan.implementation.cp_comm) {
+    case CpComm::P2p: bytes = 2.0 * kv; break;
+    case CpComm::AllGather: bytes = 2.0 * cp * kv; break;
+    case CpComm::AllGatherRing: bytes = cp * kv + 4.0 / e * (3.0 * kv + q); break;
+  }
+  return static_cast<Bytes>(std::llround(bytes));
 }
 
 ActivationRule ActivationRule::largest(std::span<const ActivationRule> rules) {
@@ -388,6 +414,7 @@ ActivationRule ActivationRule::largest(std::span<const ActivationRule> rules) {
     r.selective = std::max(r.selective, x.selective);
     r.input = std::max(r.input, x.input);
     r.grad = std::max(r.grad, x.grad);
+    r.exchange = std::max(r.exchange, x.exchange);
     r.linear_inputs = std::max(r.linear_inputs, x.linear_inputs);
     r.selective_reruns |= x.selective_reruns;
     r.input_shared = r.input_shared && x.input_shared;
@@ -433,7 +460,7 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rule
   for (std::size_t i = 0; i < keeps.size(); ++i) {
     const ActivationRule& r = rules[static_cast<std::size_t>(kinds[i])];
     const Keep k = keeps[i];
-    Bytes holds = r.grad;
+    Bytes holds = r.backward_holds();
     if (k == Keep::Selective) holds += r.selective_rebuilt();
     if (k == Keep::Input || k == Keep::Nothing) {
       if (k == Keep::Input) rerun = 0;
@@ -520,7 +547,7 @@ struct MemoryModel::Statics {
 
 MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     : sc_(sc), rules_(rules), chain_(cost::expand(sc.model, expand_options(sc))),
-      acts_(ActivationRule::of(chain_, sc.plan)),
+      acts_(ActivationRule::of(chain_, sc)),
       largest_(ActivationRule::largest(acts_)),
       chunks_(chunk_layers(sc.plan, sc.model.layers)) {
   const Plan& plan = sc.plan;
@@ -669,13 +696,12 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       }
       comm += 2.0 * static_cast<double>(msg);
     }
-    if (plan.cp > 1) {
-      // One rank's K and V. Ring attention (cp_comm p2p): a neighbour's
-      // chunk, double-buffered. K/V all-gather: the group's K and V and,
-      // backward, their gradients before the reduce-scatter (Transformer
-      // Engine's k_ag, v_ag, dk, dv: 2·cp of them at the attention backward).
+    if (plan.cp > 1 && sc.kernel_memory == KernelMemory::Cpu) {
+      // The CPU kernels' K/V all-gather: the group's K and V and their
+      // gradients (2·cp × one rank's). On GPU kernels the exchange is held
+      // in each attention block's backward (ActivationRule::exchange).
       const double kv = 2.0 * b * s_local * static_cast<double>(model.kv_hidden()) / t * e;
-      comm += plan.implementation.cp_comm == CpComm::AllGather ? 2.0 * static_cast<double>(plan.cp) * kv : 2.0 * kv;
+      comm += 2.0 * static_cast<double>(plan.cp) * kv;
     }
     if (plan.ep > 1)  // all-to-all dispatch and combine
       comm += 2.0 * static_cast<double>(model.moe->top_k) * b * s_local * h * e /

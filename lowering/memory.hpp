@@ -73,6 +73,11 @@ struct ActivationRule {
   Bytes input = 0;      // a layer's input: what a segment's first layer keeps
   Bytes grad = 0;       // the largest output gradient of a layer's ops
   Bytes linear_inputs = 0;  // of `full`: the inputs its linear layers keep (vDNN's)
+  // What the attention's context-parallel algorithm holds beside the
+  // gradient during the layer's backward (implementation.cp_comm; none at
+  // cp 1, in a block without attention, or under the CPU kernels, which
+  // declare their own): cp_exchange_bytes.
+  Bytes exchange = 0;
   // A Keep::Selective layer reruns part of its forward before its backward
   // (not so for Megatron-LM's policy under flash attention: no core).
   bool selective_reruns = false;
@@ -81,6 +86,10 @@ struct ActivationRule {
   // detached, which shares its storage); false with partition_activations,
   // where the rerun all-gathers a whole input of its own.
   bool input_shared = true;
+
+  // What the layer's backward holds beyond what it and the layers before it
+  // kept: the gradient and the context-parallel exchange.
+  Bytes backward_holds() const { return grad + exchange; }
 
   // What layer's rerun holds for its backward: everything it saves, less,
   // at a segment's start, the input it shares with what it kept.
@@ -95,10 +104,11 @@ struct ActivationRule {
   // block, and of each kind of the chain's (indexed as chain.kinds).
   static ActivationRule of(const cost::Layer& block, Recompute selective);
   static std::vector<ActivationRule> of(const cost::OpChain& chain, Recompute selective);
-  // … under the plan: its selective policy (selective_policy), and with
-  // partition_activations the input a recomputed segment keeps split over
-  // the tp ranks (each keeps ⌈input / tp⌉).
-  static std::vector<ActivationRule> of(const cost::OpChain& chain, const Plan& plan);
+  // … under the scenario's plan: its selective policy (selective_policy),
+  // with partition_activations the input a recomputed segment keeps split
+  // over the tp ranks (each keeps ⌈input / tp⌉), and under context
+  // parallelism each attention block's exchange.
+  static std::vector<ActivationRule> of(const cost::OpChain& chain, const Scenario& sc);
   // Each field the most of any of `rules`: a block at least as large as each
   // (every byte count above grows with each field).
   static ActivationRule largest(std::span<const ActivationRule> rules);
@@ -129,6 +139,17 @@ struct ActivationRule {
 // recompute_modules, the attention core by default; the optimal solver's
 // selective choice too).
 Recompute selective_policy(const Plan& plan);
+
+// What an attention block's backward holds for context parallelism beside
+// its gradient, by implementation.cp_comm, with kv one rank's K and V and q
+// its queries: ring attention (p2p) a neighbour's K and V, double-buffered
+// (2·kv); Transformer Engine's all-gather the group's K and V and their
+// gradients (2·cp·kv: k_ag, v_ag, dk, dv); PyTorch's all-gather rotation
+// (all_gather_ring) the group's K | V (cp·kv) and, in fp32, the K/V
+// gradient it accumulates, the one it sends and the one it receives
+// (3 · 4/e · kv) and the query gradient it accumulates (4/e · q). 0 at cp 1
+// and under the CPU kernels (they declare their own copies).
+Bytes cp_exchange_bytes(const Scenario& sc);
 
 // One pipeline message across the boundary after model chunk `boundary`
 // (whose chunks start at first_layer[k]): a microbatch's activations

@@ -495,17 +495,53 @@ TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"zero\": 3}")) > dp);
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}",
                   "{\"compression\": {\"method\": \"topk\", \"ratio\": 0.01}}")) > dp);
-  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 8, \"cp\": 2}")) > dp);
-  // cp 4 beside the buckets: ring attention double-buffers a neighbour's
-  // K and V, 2·kv; the K/V all-gather holds the group's K and V and their
-  // gradients, 2·cp·kv. Llama 3 8B (8 KV heads of 128): kv = 2 · 1 ·
-  // 8,192/4 tokens · 1,024 · 2 bytes.
-  const Bytes kv = 2LL * 1 * (8192 / 4) * 1024 * 2;
-  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"cp\": 4}")) == dp + 2 * kv);
+  // Context parallelism on GPU kernels holds its exchange in each attention
+  // block's backward (ActivationRule::exchange, the next test), not beside
+  // the buckets for the whole step.
+  CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"cp\": 4}")) == dp);
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}",
-                  "{\"dp\": 4, \"cp\": 4, \"implementation\": {\"cp_comm\": \"all_gather\"}}")) == dp + 2 * 4 * kv);
+                  "{\"dp\": 4, \"cp\": 4, \"implementation\": {\"cp_comm\": \"all_gather\"}}")) == dp);
   CHECK(comm(make("\"mixtral-8x7b\"", dgx, "{\"global\": 16}", "{\"ep\": 8}")) > 0);
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"pp\": 4}")) > 0);
+}
+
+TEST_CASE("context parallelism's exchange, by algorithm, held in an attention block's backward") {
+  // Llama 3 8B (32 query heads and 8 KV heads of 128), sequence 8,192,
+  // microbatch 1, cp 4, bf16: one rank's K and V are kv = 2 · 2,048 tokens
+  // · 1,024 · 2 bytes = 8 MiB, its queries q = 2,048 · 4,096 · 2 = 16 MiB.
+  // Ring attention double-buffers a neighbour's K and V (2·kv = 16 MiB);
+  // Transformer Engine's all-gather holds the group's K and V and their
+  // gradients (2·cp·kv = 64 MiB); PyTorch's all-gather rotation the
+  // group's K | V (cp·kv = 32 MiB) and, in fp32 (twice bf16's bytes), the
+  // K/V gradient it accumulates, sends and receives (3 · 2·kv = 48 MiB)
+  // and the query gradient it accumulates (2·q = 32 MiB): 112 MiB.
+  const std::string dgx = "{\"preset\": \"dgx-h100\", \"nodes\": 2}";
+  auto at = [&](const std::string& cp_comm, std::int64_t cp = 4) {
+    return make("\"llama3-8b\"", dgx, "{\"global\": 16}",
+                "{\"dp\": " + std::to_string(16 / cp) + ", \"cp\": " + std::to_string(cp) +
+                    ", \"implementation\": {\"cp_comm\": \"" + cp_comm + "\"}}");
+  };
+  CHECK(cp_exchange_bytes(at("p2p")) == 16 * kMiB);
+  CHECK(cp_exchange_bytes(at("all_gather")) == 64 * kMiB);
+  CHECK(cp_exchange_bytes(at("all_gather_ring")) == 112 * kMiB);
+  CHECK(cp_exchange_bytes(at("all_gather_ring", 1)) == 0);  // no context parallelism
+  Scenario cpu = at("all_gather");
+  cpu.kernel_memory = KernelMemory::Cpu;  // the CPU kernels declare their own copies
+  CHECK(cp_exchange_bytes(cpu) == 0);
+  // Each block (all attention blocks) holds it in its backward: a chunk of
+  // layers that keep everything has as working set one backward's holds,
+  // the gradient plus the exchange, so the algorithms' working sets differ
+  // by their exchanges exactly.
+  auto working = [&](const Scenario& sc) {
+    const auto rules = ActivationRule::of(cost::expand(sc.model, expand_options(sc)), sc);
+    REQUIRE(rules.size() == 1);
+    CHECK(rules[0].exchange == cp_exchange_bytes(sc));
+    const std::vector<Keep> keeps(4, Keep::All);
+    const std::vector<Swap> swaps(4, Swap::None);
+    return rules[0].chunk(keeps, swaps).working;
+  };
+  CHECK(working(at("all_gather_ring")) - working(at("p2p")) == 96 * kMiB);
+  CHECK(working(at("all_gather")) - working(at("p2p")) == 48 * kMiB);
 }
 
 TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output layer per use or held (FSDP's root)") {

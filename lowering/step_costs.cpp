@@ -389,12 +389,30 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
         l[0] += parts, l[2] += parts, l[1] += 2 * parts;
       }
     } else {
-      // Ring attention (cp_comm p2p): cp − 1 exchanges of a K/V chunk
-      // forward (K, V and their gradients backward), overlapped with the
-      // attention of the chunk in hand; only what exceeds it is exposed.
-      const Time step = cost::collective_time(cost::CollectiveOp::SendRecv, static_cast<Bytes>(kv), 2,
-                                              cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
-      const Time exch = capped_product(p.cp - 1, step);
+      // The other two hide their exchanges behind attention. Ring attention
+      // (cp_comm p2p): cp − 1 exchanges of a K/V chunk forward (K, V and
+      // their gradients backward), each overlapped with the attention of
+      // the chunk in hand; only what exceeds it is exposed. PyTorch's
+      // all-gather rotation (all_gather_ring; torch.distributed.tensor.
+      // experimental._attention, _AllGatherRotater, torchtitan's default):
+      // forward, one all-gather of K | V issued before the first (diagonal)
+      // sub-attention and awaited after it; backward, the same gather, then
+      // the K/V gradients passed on after every sub-step (an all-to-all
+      // permute, dkv_rotater, in fp32: convert_to_f32), each awaited after
+      // the next sub-step and the last after the loop. Load-balanced
+      // causal chunks give each of the cp sub-steps 1/cp of the rank's
+      // attention (the diagonal's two causal halves and one full quarter,
+      // the others one full half of the queries or of the keys).
+      const auto exchange = [&](double bytes) {
+        return cost::collective_time(cost::CollectiveOp::SendRecv, static_cast<Bytes>(bytes), 2,
+                                     cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
+      };
+      const bool torch = p.implementation.cp_comm == CpComm::AllGatherRing;
+      const Time exch = torch ? 0 : capped_product(p.cp - 1, exchange(kv));
+      const Time ag =
+          torch ? ring(cost::CollectiveOp::AllGather, static_cast<Bytes>(kv * static_cast<double>(p.cp)), cp_g_).total()
+                : 0;
+      const Time dkv = torch ? exchange(kv / e * 4) : 0;
       for (std::size_t k = 0; k < kinds; ++k) {
         Time attn_f = 0, attn_b = 0;
         for (const auto& op : chain_.kinds[k].ops)
@@ -403,9 +421,16 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
             attn_f += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
             attn_b += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
           }
-        comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
         auto& l = launches[priced_index(chain_.kinds[k])];
-        l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
+        if (torch) {
+          const Time sub_f = attn_f / p.cp, sub_b = attn_b / p.cp;
+          const Time ring_b = capped_sum(capped_product(p.cp - 1, std::max<Time>(0, dkv - sub_b)), dkv);
+          comm_[k].cp = {std::max<Time>(0, ag - sub_f), capped_sum(std::max<Time>(0, ag - sub_b), ring_b)};
+          l[0] += 1, l[2] += 1, l[1] += 1 + p.cp;
+        } else {
+          comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
+          l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
+        }
       }
     }
   }

@@ -62,7 +62,7 @@ TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps
   }
 }
 
-TEST_CASE("context parallelism: a ring hides its exchanges, a K/V all-gather exposes its collectives") {
+TEST_CASE("context parallelism: a ring hides its exchanges, a K/V all-gather exposes its collectives, PyTorch's hides part") {
   // 22B-like layers with 16,384-token sequences at cp 8 on one DGX A100:
   // this rank holds 2,048 tokens of each of 4 sequences, K and V
   // 2·b·(s/cp)·h·2 bytes (MHA).
@@ -105,6 +105,30 @@ TEST_CASE("context parallelism: a ring hides its exchanges, a K/V all-gather exp
     CHECK(block_comm(sc, cpu, CommKind::CP, Pass::Forward) == ag1);
     CHECK(block_comm(sc, cpu, CommKind::CP, Pass::Backward) == ag1 + rs1);
     CHECK(ag1 < 2 * ag);  // one latency fewer
+  }
+  SUBCASE("all_gather_ring: K | V gathered beside the diagonal sub-step, the gradients round the ring in fp32") {
+    // PyTorch's context parallelism (torchtitan's "allgather" rotation):
+    // forward, one gather of cp × this rank's K | V, exposed beyond the
+    // first of cp equal sub-steps of attention; backward, the same, then
+    // cp passes of the K/V gradient (fp32: twice fp16's bytes) to the next
+    // rank, the first cp − 1 each behind one sub-step, the last exposed.
+    const auto sc = cp8(R"({"cp_comm": "all_gather_ring"})");
+    const ModelStepCosts c(sc, cal);
+    Time attn_f = 0, attn_b = 0;
+    for (const auto& op : cost::expand(sc.model, expand_options(sc)).main_block().ops)
+      if (op.kind == cost::OpKind::Attention) {
+        attn_f += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, false);
+        attn_b += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, true);
+      }
+    REQUIRE(attn_f > 0);
+    const Time ag = coll(sc, cal, cost::CollectiveOp::AllGather, 8 * kv);
+    const Time dkv = cost::collective_time(cost::CollectiveOp::SendRecv, 2 * kv, 2, 2, sc.cluster.node, cal);
+    // The gather (1.6 GB, ~4.7 ms) outlasts an eighth of the attention
+    // (~1.3 ms forward): exposed.
+    REQUIRE(ag > attn_f / 8);
+    CHECK(block_comm(sc, c, CommKind::CP, Pass::Forward) == ag - attn_f / 8);
+    CHECK(block_comm(sc, c, CommKind::CP, Pass::Backward) ==
+          std::max<Time>(0, ag - attn_b / 8) + 7 * std::max<Time>(0, dkv - attn_b / 8) + dkv);
   }
   SUBCASE("an unknown algorithm is refused, naming the JSON path") {
     CHECK_THROWS_WITH(cp8(R"({"cp_comm": "a2a"})"), doctest::Contains("plan.implementation.cp_comm"));

@@ -9,7 +9,7 @@ LayerPlan plan_layers(const Scenario& sc, const StepCosts& costs, const MemoryRu
 
 StepLayout::StepLayout(const Scenario& sc, const StepCosts& costs, const LayerPlan* layers)
     : chain_(cost::expand(sc.model, expand_options(sc))),
-      rules_(ActivationRule::of(chain_, sc.plan)),
+      rules_(ActivationRule::of(chain_, sc)),
       chunks_(chunk_layers(sc.plan, sc.model.layers)),
       p_(static_cast<int>(sc.plan.pp)),
       v_(static_cast<int>(sc.plan.virtual_stages)),

@@ -318,25 +318,28 @@ TEST_CASE("explore output: the reduction dtype axis, a nested key left out at it
 
 TEST_CASE("explore output: the cp_comm axis, p2p left out at its default and read back") {
   // cp 2 on 16 GPUs: p2p records leave implementation.cp_comm out
-  // (canonical_json), all_gather ones carry it; results.csv and the report
-  // name each plan's own value; a resume finds both.
+  // (canonical_json), all_gather and all_gather_ring ones carry it;
+  // results.csv and the report name each plan's own value; a resume finds
+  // all three.
   TempDir t("cpcomm");
   const std::string text = R"({"model": "gpt2-124m", "cluster": {"preset": "dgx-h100", "nodes": 2},
       "batch": {"global": 64}, "plan": {"cp": 2},
       "space": {"implementation.cp_comm": "auto"}})";
   const auto sc = scenario_file(t / "cp.json", text);
   const auto r = run_explore(sc, options(t / "d", 1)).result;
-  CHECK(r.scored == 2);
+  CHECK(r.scored == 3);
   write_report(t / "d", t / "d");
   const std::string csv = read(t / "d/results.csv");
   CHECK(csv.find(",p2p,") != std::string::npos);
   CHECK(csv.find(",all_gather,") != std::string::npos);
+  CHECK(csv.find(",all_gather_ring,") != std::string::npos);
   const std::string md = read(t / "d/report.md");
   CHECK(md.find("| p2p |") != std::string::npos);
   CHECK(md.find("| all\\_gather |") != std::string::npos);  // Markdown escapes the underscore
+  CHECK(md.find("| all\\_gather\\_ring |") != std::string::npos);
   auto o = options(t / "d", 1);
   o.resume = true;
-  CHECK(run_explore(sc, o).result.resumed == 2);
+  CHECK(run_explore(sc, o).result.resumed == 3);
 }
 
 TEST_CASE("explore output: the FP8 recipe axis, its default read back and its unsupported values ruled out") {

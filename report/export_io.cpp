@@ -243,6 +243,9 @@ Exported export_megatron(const Scenario& sc) {
   f.add("--pipeline-model-parallel-size", p.pp);
   f.add("--context-parallel-size", p.cp);
   if (p.cp > 1 && im.cp_comm == strategies::CpComm::AllGather) f.add("--cp-comm-type", "all_gather");
+  if (p.cp > 1 && im.cp_comm == strategies::CpComm::AllGatherRing)
+    un.push_back("implementation.cp_comm=all_gather_ring (PyTorch's context parallelism; Megatron-Core's "
+                 "--cp-comm-type is p2p, all_gather, a2a or a2a+p2p: the flags give p2p, the ring)");
   if (m.moe || p.ep > 1) f.add("--expert-model-parallel-size", p.ep);
   const auto c = chunks(sc);
   if (p.schedule == Schedule::GPipe && p.pp > 1)
@@ -882,15 +885,17 @@ Exported export_torchtitan(const Scenario& sc) {
   }
   par << "context_parallel_degree = " << p.cp << "\n";
   if (p.cp > 1) {
-    // torch.distributed's context parallelism passes K/V round the ring by
-    // all-to-all (_AllToAllRotater), as cp_comm p2p prices it, or gathers
-    // them once, asynchronously beside the local chunk's attention
-    // (_AllGatherRotater, torchtitan's default): neither of Strata's two,
-    // so the plan's all_gather, priced exposed, is listed.
-    par << "context_parallel_rotate_method = " << q("alltoall") << "\n";
+    // torch.distributed's context parallelism: "allgather" (_AllGatherRotater,
+    // cp_comm all_gather_ring) or "alltoall", the ring (_AllToAllRotater,
+    // as cp_comm p2p prices it). Transformer Engine's exposed all-gather
+    // and reduce-scatter (all_gather) is neither: the closer, allgather,
+    // is written and the plan's value listed.
+    par << "context_parallel_rotate_method = " << q(im.cp_comm == strategies::CpComm::P2p ? "alltoall" : "allgather")
+        << "\n";
     if (im.cp_comm == strategies::CpComm::AllGather)
-      un.push_back("implementation.cp_comm=all_gather (torchtitan's allgather rotation gathers K and V beside the "
-                   "local chunk's attention, not exposed as the plan prices it; emitted as alltoall, the ring)");
+      un.push_back("implementation.cp_comm=all_gather (Transformer Engine's exposed K/V all-gather and gradient "
+                   "reduce-scatter; torchtitan's allgather rotation, written, gathers beside the first "
+                   "sub-attention and passes the gradients round the ring: cp_comm all_gather_ring)");
   }
   if (sc.model.moe || p.ep > 1) par << "expert_parallel_degree = " << p.ep << "\n";
   if (im.rank_order != std::array{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
@@ -1085,6 +1090,8 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
     for (const auto& [key, name] : EnumNames<strategies::ImplKey>::table) {
       const auto before = strategies::implementation_value(sc.plan.implementation, key);
       const auto after = strategies::implementation_value(run.plan.implementation, key);
+      // Without context parallelism its algorithm changes nothing.
+      if (key == strategies::ImplKey::CpComm && sc.plan.cp == 1) continue;
       if (before != after)
         defaults.push_back("implementation." + std::string(name) + " = " +
                            strategies::implementation_text(key, after) + ", " +

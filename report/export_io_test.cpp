@@ -780,6 +780,43 @@ TEST_CASE("grad_reduce_dtype: DeepSpeed's communication_data_type, torchtitan's 
                        InputError);
 }
 
+TEST_CASE("torchtitan: context parallelism's rotation, both ways, and Transformer Engine's all-gather listed") {
+  // torch.distributed's "allgather" rotation (torchtitan's default) is
+  // cp_comm all_gather_ring, "alltoall" the ring (p2p); a file without the
+  // key reads as torchtitan's default. Transformer Engine's exposed
+  // all-gather has no rotation of its own: "allgather" is written and the
+  // plan's value listed; Megatron-Core has no PyTorch rotation (listed).
+  auto plan = [](const std::string& cp_comm) {
+    return scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+        "batch": {"global": 8, "micro": 1}, "plan": {"dp": 4, "cp": 2, "zero": 3, "precision": "bf16",
+        "implementation": {"cp_comm": ")" + cp_comm + R"("}}})");
+  };
+  auto round_trip = [&](const std::string& cp_comm) {
+    const Exported ex = export_torchtitan(plan(cp_comm));
+    return std::pair{ex.text, import_plan(plan(cp_comm), ExportTarget::TorchTitan, ex.text, "t.toml")
+                                  .scenario.plan.implementation.cp_comm};
+  };
+  const auto [ring_text, ring] = round_trip("p2p");
+  CHECK(contains(ring_text, "context_parallel_rotate_method = \"alltoall\"\n"));
+  CHECK(ring == strategies::CpComm::P2p);
+  const auto [torch_text, torch] = round_trip("all_gather_ring");
+  CHECK(contains(torch_text, "context_parallel_rotate_method = \"allgather\"\n"));
+  CHECK(torch == strategies::CpComm::AllGatherRing);
+  CHECK(unsupported(export_torchtitan(plan("all_gather")), "implementation.cp_comm=all_gather") != "");
+  CHECK(unsupported(export_torchtitan(plan("all_gather_ring")), "implementation.cp_comm") == "");
+  CHECK(unsupported(export_megatron(plan("all_gather_ring")), "implementation.cp_comm=all_gather_ring") != "");
+  std::string unstated = ring_text;
+  unstated.erase(unstated.find("context_parallel_rotate_method"), std::string("context_parallel_rotate_method = \"alltoall\"\n").size());
+  CHECK(import_plan(plan("p2p"), ExportTarget::TorchTitan, unstated, "t.toml").scenario.plan.implementation.cp_comm ==
+        strategies::CpComm::AllGatherRing);
+  std::string bad = ring_text;
+  bad.replace(bad.find("\"alltoall\""), 10, "\"ring\"");
+  CHECK_THROWS_WITH_AS(import_plan(plan("p2p"), ExportTarget::TorchTitan, bad, "t.toml"),
+                       doctest::Contains("t.toml: parallelism.context_parallel_rotate_method: must be \"allgather\" or "
+                                         "\"alltoall\""),
+                       InputError);
+}
+
 TEST_CASE("torchtitan: GPT-3 175B, interleaved 1F1B with split points") {
   const auto e = export_torchtitan(gpt3());
   const auto& t = e.text;
@@ -1003,7 +1040,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
     }
     if (pick(false, false, true)) im.fused_elementwise = false, fix(strategies::ImplKey::FusedElementwise);
     if (p.cp > 1 && pick(false, true))
-      im.cp_comm = pick(strategies::CpComm::P2p, strategies::CpComm::AllGather), fix(strategies::ImplKey::CpComm);
+      im.cp_comm = pick(strategies::CpComm::P2p, strategies::CpComm::AllGather, strategies::CpComm::AllGatherRing),
+      fix(strategies::ImplKey::CpComm);
     if (p.precision == cost::Precision::FP8 && p.zero >= 1 && p.zero <= 2 && pick(false, true))
       im.fp8_param_gather = true, fix(strategies::ImplKey::Fp8ParamGather);
     try {

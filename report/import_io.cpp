@@ -898,6 +898,16 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
   im.tp_comm_overlap = boolean("parallelism", "enable_async_tensor_parallel", false) ? TpCommOverlap::Ring
                                                                                      : TpCommOverlap::None;
   im.fused_elementwise = boolean("training", "compile", false);
+  // torch.distributed's context parallelism: "allgather" (torchtitan's
+  // default, the stack's all_gather_ring) or "alltoall", the ring.
+  if (const std::string rotate = text_of("parallelism", "context_parallel_rotate_method", "allgather");
+      rotate == "alltoall")
+    im.cp_comm = strategies::CpComm::P2p;
+  else if (rotate == "allgather")
+    im.cp_comm = strategies::CpComm::AllGatherRing;
+  else
+    throw InputError(file, "parallelism.context_parallel_rotate_method",
+                     "must be \"allgather\" or \"alltoall\" [import-value]");
   // FSDP2's MixedPrecisionPolicy(reduce_dtype): the reduction's dtype; the
   // sharded gradients stay in the sharded parameters' fp32 (the stack's
   // fp32_grad_accumulation), so a float32 reduction is the accumulation's.

@@ -47,8 +47,14 @@ enum class TpCommOverlap { None, Bulk, Ring };
 // before the attention core and, backward, another all-gather and a
 // reduce-scatter of their gradients, none of it overlapped
 // (AttnFuncWithCPAndKVAllGather: "KV all-gather between CP ranks is
-// exposed"; the Llama 3 paper, Sec. 3.3.2; the CPU backend's GptModel).
-enum class CpComm : std::uint8_t { P2p, AllGather };
+// exposed"; the Llama 3 paper, Sec. 3.3.2; the CPU backend's GptModel);
+// AllGatherRing, PyTorch's context parallelism with its all-gather rotation
+// (torch.distributed.tensor.experimental context_parallel, torchtitan's
+// default "allgather"): one all-gather of the group's K | V issued before the
+// first (diagonal) sub-attention and awaited after it, each way, and the K/V
+// gradients passed round the ring in fp32, cp exchanges of which the first
+// cp − 1 each overlap one sub-step and the last is awaited, exposed.
+enum class CpComm : std::uint8_t { P2p, AllGather, AllGatherRing };
 // The dtype data-parallel gradients travel and are summed in (the reduce-
 // scatter or all-reduce of every gradient collective): the dtype they
 // accumulate in (fp32 with fp32_grad_accumulation or fp32 training, else
@@ -352,8 +358,9 @@ STRATA_ENUM_NAMES(strategies::DpTopology, 2, {strategies::DpTopology::AllReduce,
 STRATA_ENUM_NAMES(strategies::TpCommOverlap, 3, {strategies::TpCommOverlap::None, "none"},
                   {strategies::TpCommOverlap::Bulk, "bulk"},
                   {strategies::TpCommOverlap::Ring, "ring"});
-STRATA_ENUM_NAMES(strategies::CpComm, 2, {strategies::CpComm::P2p, "p2p"},
-                  {strategies::CpComm::AllGather, "all_gather"});
+STRATA_ENUM_NAMES(strategies::CpComm, 3, {strategies::CpComm::P2p, "p2p"},
+                  {strategies::CpComm::AllGather, "all_gather"},
+                  {strategies::CpComm::AllGatherRing, "all_gather_ring"});
 STRATA_ENUM_NAMES(strategies::GradReduceDtype, 4,
                   {strategies::GradReduceDtype::Accumulation, "accumulation"},
                   {strategies::GradReduceDtype::FP32, "fp32"},

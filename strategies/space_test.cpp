@@ -194,9 +194,9 @@ TEST_CASE("space: the composite offload axis sets all three offload keys") {
 
 TEST_CASE("space: context parallelism's K/V exchange is an axis, listed or auto, never opened by \"space\": \"auto\"") {
   const auto s = gpt2(R"({"implementation.cp_comm": "auto"})", R"({"cp": 2, "dp": 4})");
-  CHECK(names(*s.space, Axis::CpComm) == std::vector<std::string>{"p2p", "all_gather"});
+  CHECK(names(*s.space, Axis::CpComm) == std::vector<std::string>{"p2p", "all_gather", "all_gather_ring"});
   CHECK_FALSE(is_system_axis(Axis::CpComm));
-  for (std::uint64_t i = 0; i < 2; ++i) {
+  for (std::uint64_t i = 0; i < 3; ++i) {
     Scenario pt = s;
     pt.space.reset();
     s.space->apply(i, pt.plan, pt.batch);

@@ -64,13 +64,15 @@ const std::array kTable{
                yes("K and V all-gathered before the attention core, their gradients reduce-scattered "
                    "(implementation.cp_comm all_gather, where the plan states none)"),
                no(STRATA_NOT_ACROSS("context")), true},
-    Capability{"cp-p2p", "parallelism", "context parallelism by ring attention (implementation.cp_comm p2p)",
+    Capability{"cp-exchange", "parallelism",
+               "context parallelism by ring attention or PyTorch's all-gather rotation (implementation.cp_comm "
+               "p2p or all_gather_ring)",
                [](const Scenario& s) {
                  return s.plan.cp > 1 && s.implementation_keys.has(strategies::ImplKey::CpComm) &&
-                        s.plan.implementation.cp_comm == strategies::CpComm::P2p;
+                        s.plan.implementation.cp_comm != strategies::CpComm::AllGather;
                },
-               no("ring attention (implementation.cp_comm p2p) is not executed by the CPU backend, which "
-                  "all-gathers K and V (cp_comm all_gather)"),
+               no("ring attention and PyTorch's all-gather rotation (implementation.cp_comm p2p, all_gather_ring) "
+                  "are not executed by the CPU backend, which all-gathers K and V (cp_comm all_gather)"),
                moot("context parallelism is refused")},
     Capability{"ep", "parallelism", "expert parallelism (ep > 1)", [](const Scenario& s) { return s.plan.ep > 1; },
                no("expert parallelism (ep > 1) is not executed by the CPU backend yet"), no(STRATA_NOT_ACROSS("expert")),

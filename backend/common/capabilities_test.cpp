@@ -143,12 +143,15 @@ TEST_CASE("common/capabilities: the refusals are the executors' reasons") {
   // Context parallelism: the CPU backend all-gathers K and V. A plan that
   // leaves cp_comm to the default runs (its prediction is declared
   // all_gather: cpu::Executor::declare_kernels); one that states ring
-  // attention is refused; one that states all_gather runs.
+  // attention or PyTorch's rotation is refused; one that states all_gather
+  // runs.
   sc = tiny();
   sc.plan.cp = 2;
   CHECK(why(sc, Backend::Cpu).empty());
   sc.implementation_keys.add(strategies::ImplKey::CpComm);
-  CHECK(why(sc, Backend::Cpu).find("ring attention (implementation.cp_comm p2p)") != std::string::npos);
+  CHECK(why(sc, Backend::Cpu).find("implementation.cp_comm p2p, all_gather_ring") != std::string::npos);
+  sc.plan.implementation.cp_comm = strategies::CpComm::AllGatherRing;
+  CHECK(why(sc, Backend::Cpu).find("implementation.cp_comm p2p, all_gather_ring") != std::string::npos);
   sc.plan.implementation.cp_comm = strategies::CpComm::AllGather;
   CHECK(why(sc, Backend::Cpu).empty());
 }

@@ -218,7 +218,7 @@ TEST_CASE("cpu/validate: the prediction beside a context-parallel run prices the
   // declared with cp_comm all_gather where the plan states none, and keeps
   // a stated all_gather (its price: step_costs_test.cpp); every layer's
   // forward and backward has its blocking cp collective task; a stated
-  // p2p is refused.
+  // p2p or all_gather_ring is refused.
   Scenario sc = tiny_plan();
   sc.plan.dp = 1;
   sc.plan.pp = 1;
@@ -240,6 +240,8 @@ TEST_CASE("cpu/validate: the prediction beside a context-parallel run prices the
   CHECK(backward_gathers == 16);
   sc.implementation_keys.add(strategies::ImplKey::CpComm);
   CHECK_THROWS_WITH_AS(validate(sc, {.steps = 1}), doctest::Contains("ring attention"), Error);
+  sc.plan.implementation.cp_comm = strategies::CpComm::AllGatherRing;
+  CHECK_THROWS_WITH_AS(validate(sc, {.steps = 1}), doctest::Contains("all_gather_ring"), Error);
 }
 
 }  // namespace
