@@ -985,8 +985,10 @@ class StepBuilder : StepLayout {
       // attention core recomputed for it.
       std::vector<std::int32_t> allocs;
       if (!cpu_) allocs.push_back(buffer(BufKind::Grad, layer, mb, rule.grad));
-      // ... and what the attention's context-parallel exchange holds.
-      if (rule.exchange > 0) allocs.push_back(buffer(BufKind::Working, layer, mb, rule.exchange));
+      // ... what the attention's context-parallel exchange holds, and
+      // ZeRO-3's staging of the layer's gradient for its reduce-scatter.
+      if (rule.exchange + rule.staging > 0)
+        allocs.push_back(buffer(BufKind::Working, layer, mb, rule.exchange + rule.staging));
       if (keep == Keep::Selective) allocs.push_back(buffer(BufKind::Core, layer, mb, rule.selective_rebuilt()));
       std::vector<std::int32_t> frees = allocs;
       // The CPU kernels: the chunk's first backward task starts its

@@ -386,6 +386,11 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const
                    op.kind == cost::OpKind::AttnValues;
           }))
         out[k].exchange = exchange;
+  if (plan.zero >= 3 && zero_shards(plan) > 1 && sc.kernel_memory != KernelMemory::Cpu) {
+    const double bytes = static_cast<double>(cost::activation_bytes(plan.precision)) + reduced_grad_bytes(plan);
+    for (std::size_t k = 0; k < out.size(); ++k)
+      out[k].staging = static_cast<Bytes>(std::llround(static_cast<double>(chain.kinds[k].params()) * bytes));
+  }
   return out;
 }
 
@@ -415,6 +420,7 @@ ActivationRule ActivationRule::largest(std::span<const ActivationRule> rules) {
     r.input = std::max(r.input, x.input);
     r.grad = std::max(r.grad, x.grad);
     r.exchange = std::max(r.exchange, x.exchange);
+    r.staging = std::max(r.staging, x.staging);
     r.linear_inputs = std::max(r.linear_inputs, x.linear_inputs);
     r.selective_reruns |= x.selective_reruns;
     r.input_shared = r.input_shared && x.input_shared;
@@ -668,8 +674,12 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
     // --- communication buffers ---
     double comm = 0;
     if (plan.dp * plan.cp > 1) {  // gradients reduced over dp × cp
+      // Two gradient buckets; ZeRO-3 reduces layer by layer instead (its
+      // staging is held in each layer's backward: ActivationRule::staging),
+      // bar the CPU kernels, which declare their own buffers.
       const double grad_full = per.grads * ps.params();
-      comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
+      if (plan.zero < 3 || sc.kernel_memory == KernelMemory::Cpu)
+        comm += 2.0 * std::min(grad_full, static_cast<double>(rules.grad_bucket_bytes));
       if (plan.zero >= 3) {
         // ZeRO-3's gathered weights: a layer's and the next one's (prefetch),
         // and the stage's embedding and output layer (the head multiplies by

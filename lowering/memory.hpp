@@ -78,6 +78,16 @@ struct ActivationRule {
   // cp 1, in a block without attention, or under the CPU kernels, which
   // declare their own): cp_exchange_bytes.
   Bytes exchange = 0;
+  // ZeRO-3 (sharded over dp · cp > 1, GPU kernels): the layer's whole
+  // gradient as autograd produces it (the 16-bit compute dtype, or fp32)
+  // and its reduce-scatter input in the reduction's dtype, a copy (PyTorch
+  // FSDP2's foreach_reduce: torch.empty(reduce_scatter_input_numel,
+  // dtype=reduce_dtype), foreach_reduce_scatter_copy_in, "only after the
+  // copy-in finishes can we free the gradients"; the input is released
+  // when the next module's post-backward waits for its reduce-scatter):
+  // params · (gradient bytes + reduced bytes), one layer's at a time,
+  // held through each layer's backward.
+  Bytes staging = 0;
   // A Keep::Selective layer reruns part of its forward before its backward
   // (not so for Megatron-LM's policy under flash attention: no core).
   bool selective_reruns = false;
@@ -88,8 +98,9 @@ struct ActivationRule {
   bool input_shared = true;
 
   // What the layer's backward holds beyond what it and the layers before it
-  // kept: the gradient and the context-parallel exchange.
-  Bytes backward_holds() const { return grad + exchange; }
+  // kept: the gradient, the context-parallel exchange and ZeRO-3's
+  // gradient staging.
+  Bytes backward_holds() const { return grad + exchange + staging; }
 
   // What layer's rerun holds for its backward: everything it saves, less,
   // at a segment's start, the input it shares with what it kept.
@@ -106,8 +117,9 @@ struct ActivationRule {
   static std::vector<ActivationRule> of(const cost::OpChain& chain, Recompute selective);
   // … under the scenario's plan: its selective policy (selective_policy),
   // with partition_activations the input a recomputed segment keeps split
-  // over the tp ranks (each keeps ⌈input / tp⌉), and under context
-  // parallelism each attention block's exchange.
+  // over the tp ranks (each keeps ⌈input / tp⌉), under context
+  // parallelism each attention block's exchange, and under ZeRO-3 each
+  // block's gradient staging.
   static std::vector<ActivationRule> of(const cost::OpChain& chain, const Scenario& sc);
   // Each field the most of any of `rules`: a block at least as large as each
   // (every byte count above grows with each field).

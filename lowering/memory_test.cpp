@@ -505,6 +505,39 @@ TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"pp\": 4}")) > 0);
 }
 
+TEST_CASE("ZeRO-3 stages each layer's gradient for its reduce-scatter in the layer's backward") {
+  // Llama-3-8B (a block 218,112,000 parameters, the previous test), 16
+  // GPUs, ZeRO-3, bf16: autograd's whole gradient of the layer (2 bytes a
+  // parameter) and FSDP2's reduce-scatter input in the reduction's dtype,
+  // a copy: fp32 with fp32_grad_accumulation (4 bytes: 6 in all), bf16
+  // without (2: 4 in all). None under ZeRO-2 (its gradients are reduced
+  // in buckets), on one GPU (nothing to shard) or under the CPU kernels
+  // (their own declarations).
+  const Bytes layer = 4096LL * (4096 + 2 * 1024) + 4096LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
+  auto staging = [](const std::string& plan, const std::string& cluster = R"({"preset": "dgx-h100", "nodes": 2})",
+                    bool cpu = false) {
+    Scenario sc = make("\"llama3-8b\"", cluster, R"({"global": 16})", plan);
+    if (cpu) sc.kernel_memory = KernelMemory::Cpu;
+    const auto rules = ActivationRule::of(cost::expand(sc.model, expand_options(sc)), sc);
+    REQUIRE(rules.size() == 1);
+    return rules[0].staging;
+  };
+  CHECK(staging(R"({"zero": 3, "precision": "bf16"})") == 4 * layer);
+  CHECK(staging(R"({"zero": 3, "precision": "bf16", "implementation": {"fp32_grad_accumulation": true}})") ==
+        6 * layer);
+  CHECK(staging(R"({"zero": 2, "precision": "bf16"})") == 0);
+  CHECK(staging(R"({"zero": 3, "precision": "bf16"})", "\"1xh100-sxm\"") == 0);
+  CHECK(staging(R"({"zero": 3, "precision": "bf16"})", R"({"preset": "dgx-h100", "nodes": 2})", true) == 0);
+  // Held in the backward: a chunk of layers that keep everything has one
+  // backward's holds, the op gradient and the staging, as working set.
+  const Scenario sc = make("\"llama3-8b\"", R"({"preset": "dgx-h100", "nodes": 2})", R"({"global": 16})",
+                           R"({"zero": 3, "precision": "bf16"})");
+  const auto rule = ActivationRule::of(cost::expand(sc.model, expand_options(sc)), sc)[0];
+  const std::vector<Keep> keeps(4, Keep::All);
+  const std::vector<Swap> swaps(4, Swap::None);
+  CHECK(rule.chunk(keeps, swaps).working == rule.grad + 4 * layer);
+}
+
 TEST_CASE("context parallelism's exchange, by algorithm, held in an attention block's backward") {
   // Llama 3 8B (32 query heads and 8 KV heads of 128), sequence 8,192,
   // microbatch 1, cp 4, bf16: one rank's K and V are kv = 2 · 2,048 tokens
@@ -548,8 +581,9 @@ TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output l
   // Llama-3-8B (vocab 128,256, hidden 4,096, untied; a block 218,112,000
   // parameters: 4·4096² attention with 8 of 32 KV heads' K and V —
   // 4096·(4096 + 2·1024) + 4096² — and 3·4096·14,336 MLP, two norms),
-  // bf16 weights (2 bytes), 16 GPUs, ZeRO-3. Besides the two 25 MiB
-  // gradient buckets: gathered per use (DeepSpeed), a layer and the larger
+  // bf16 weights (2 bytes), 16 GPUs, ZeRO-3 (no gradient buckets: it
+  // reduces layer by layer, staged in each layer's backward, the next
+  // test). Gathered per use (DeepSpeed), a layer and the larger
   // of a layer and what is gathered in its place, the embedding or the
   // output layer (525,336,576 = 128,256·4,096; the head adds the final
   // norm's 4,096): 218,112,000 + 525,340,672 parameters. FSDP keeps its
@@ -561,11 +595,10 @@ TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output l
                              R"({"zero": 3, "implementation": )" + implementation + "}");
     return static_cast<double>(tag(estimate_memory(sc).stages[0], MemTag::CommBuffers));
   };
-  const double buckets = 2.0 * 25 * static_cast<double>(kMiB);
   const double layer = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3 * 4096.0 * 14336 + 2 * 4096;
   const double vocab = 128256.0 * 4096;
-  CHECK(comm("{}") == buckets + 2 * (layer + vocab + 4096));
-  CHECK(comm(R"({"zero3_root_unsharded": true})") == buckets + 2 * (2 * layer + 2 * vocab + 4096));
+  CHECK(comm("{}") == 2 * (layer + vocab + 4096));
+  CHECK(comm(R"({"zero3_root_unsharded": true})") == 2 * (2 * layer + 2 * vocab + 4096));
   // Two pipeline stages (dp 8): the first holds the embedding, the last the
   // output layer and norm; each a layer's weights more held than per use
   // (2 layers + E against a layer + max(layer, E), E larger than a layer).
