@@ -200,14 +200,21 @@ struct Builder {
     op.bwd_flops = 2.0 * op.fwd_flops;
     const double in_elems = b * s * in;
     const double saved = tokens * (in_rep ? rep(in_elems) : shard(in_elems));
+    // What the weight gradient keeps: the sequence shard (gathered again in
+    // the backward) or, without that re-gather, the all-gathered input of a
+    // dense column-parallel linear itself (autograd retains the tensor the
+    // GEMM read).
+    const bool gathered = in_rep && column && tokens == 1.0 && copies == 1.0 && o.sequence_parallel &&
+                          !o.sp_regather_input;
+    const double kept = gathered ? in_elems : saved;
     // FP8 and FP4 keep the input's column-wise copy for the weight gradient
     // (Transformer Engine's Linear discards the row-wise one after the
     // forward GEMM), with the recipe's scales; torchao's rowwise keeps the
     // 16-bit input and casts it again in the backward.
-    op.saved_bytes = bytes(saved, e);
+    op.saved_bytes = bytes(kept, e);
     if (quantized_gemms(o.precision) && !(o.precision == Precision::FP8 && o.fp8_recipe == Fp8Recipe::Rowwise)) {
       const GemmQuantization q = gemm_quantization(o.precision, o.fp8_recipe, false);  // one copy kept
-      op.saved_bytes = bytes(saved * q.elem_bytes, 1) + bytes(saved * q.scale_bytes, 1);
+      op.saved_bytes = bytes(kept * q.elem_bytes, 1) + bytes(kept * q.scale_bytes, 1);
     }
     const double out_elems = tokens * b * s * (column ? out / t : out);
     op.gemm_in_elems = saved;

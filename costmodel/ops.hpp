@@ -143,6 +143,11 @@ struct ExpandOptions {
   std::int64_t micro_batch = 1;  // sequences per microbatch
   std::int64_t tp = 1;
   bool sequence_parallel = false;
+  // With sequence parallelism, a linear whose input lies in the replicated
+  // region saves that input's sequence shard and gathers it again in the
+  // backward (Megatron-LM, Transformer Engine); false: it saves the
+  // all-gathered input (PyTorch DTensor tensor parallelism).
+  bool sp_regather_input = true;
   std::int64_t cp = 1;  // context parallel: each rank holds seq_len / cp tokens
   std::int64_t ep = 1;  // expert parallel: each rank holds experts / ep experts
   Precision precision = Precision::BF16;

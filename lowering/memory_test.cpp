@@ -505,6 +505,24 @@ TEST_CASE("communication buffers for dp buckets, ZeRO-3 prefetch, pp, cp, ep and
   CHECK(comm(make("\"llama3-8b\"", dgx, "{\"global\": 16}", "{\"dp\": 4, \"pp\": 4}")) > 0);
 }
 
+TEST_CASE("sequence parallelism: a column-parallel linear keeps its input's shard, or the gathered input") {
+  // Llama-3-8B, sequence 8,192, microbatch 1, tp 8 with sequence
+  // parallelism, bf16. Megatron-LM's linears keep the sequence shard of the
+  // QKV and MLP-up inputs (8,192 / 8 tokens × 4,096 × 2 bytes each) and
+  // gather it again in the backward; PyTorch DTensor's keep the gathered
+  // input (8,192 tokens): 2 × 8,192 × 4,096 × 2 × (1 − 1/8) bytes more per
+  // layer, and nothing else changes. Without sequence parallelism the
+  // setting does nothing (the input is whole on every rank either way).
+  auto full = [](const std::string& plan) {
+    const Scenario sc = make("\"llama3-8b\"", R"({"preset": "dgx-h100", "nodes": 1})", R"({"global": 8})", plan);
+    return ActivationRule::of(cost::expand(sc.model, expand_options(sc)), sc)[0].full;
+  };
+  const Bytes shard = full(R"({"tp": 8, "sequence_parallel": true})");
+  const Bytes gathered = full(R"({"tp": 8, "sequence_parallel": true, "implementation": {"sp_regather_input": false}})");
+  CHECK(gathered - shard == 2LL * 8192 * 4096 * 2 * 7 / 8);
+  CHECK(full(R"({"tp": 8, "implementation": {"sp_regather_input": false}})") == full(R"({"tp": 8})"));
+}
+
 TEST_CASE("ZeRO-3 stages each layer's gradient for its reduce-scatter in the layer's backward") {
   // Llama-3-8B (a block 218,112,000 parameters, the previous test), 16
   // GPUs, ZeRO-3, bf16: autograd's whole gradient of the layer (2 bytes a

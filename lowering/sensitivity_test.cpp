@@ -297,6 +297,10 @@ const Case kCases[] = {
      Effect::PeakUp},
     {"plan.implementation/tp_grad_overlap", R"({"plan": {"tp": 8}})",
      R"({"plan": {"implementation": {"tp_grad_overlap": false}}})", Effect::StepUp},
+    // The column-parallel linears keep their gathered inputs: tp times the
+    // bytes of those two saved tensors.
+    {"plan.implementation/sp_regather_input", R"({"plan": {"tp": 8, "sequence_parallel": true}})",
+     R"({"plan": {"implementation": {"sp_regather_input": false}}})", Effect::PeakUp},
     {"plan.implementation/host_dispatch_us", "{}", R"({"plan": {"implementation": {"host_dispatch_us": 100}}})",
      Effect::StepUp},
     // Gradients reduced in bf16 beside an fp32 accumulation: half the bytes

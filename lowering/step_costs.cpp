@@ -330,11 +330,14 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       // Without that overlap (implementation.tp_grad_overlap false: Megatron-LM
       // of 2021, before --async-tensor-model-parallel-allreduce) each
       // communication waits for the GEMM before it: all of it is exposed.
+      // A linear that saved its gathered input (sp_regather_input false:
+      // PyTorch DTensor) gathers nothing again.
       const bool overlap = p.implementation.tp_grad_overlap;
+      const bool regather = p.implementation.sp_regather_input;
       Time bwd = p.sequence_parallel ? 2 * ag : 0;
       for (const Time col : col_half) {
         const Time half = overlap ? col : 0;
-        bwd += p.sequence_parallel ? std::max<Time>(0, ag - half) + std::max<Time>(0, rs - half)
+        bwd += p.sequence_parallel ? (regather ? std::max<Time>(0, ag - half) : 0) + std::max<Time>(0, rs - half)
                                    : std::max<Time>(0, ar - half);
       }
       // A chain without recognised column-parallel linears keeps its backward
@@ -347,7 +350,8 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       auto& l = launches[priced_index(chain_.kinds[k])];
       l[0] += fwd_launches;
       l[2] += fwd_launches;
-      l[1] += (cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + 2 * cols : cols) + (amax && cols != 0 ? 2 : 0);
+      l[1] += (cols == 0 ? fwd_launches : p.sequence_parallel ? 2 + (regather ? 2 : 1) * cols : cols) +
+              (amax && cols != 0 ? 2 : 0);
     }
     // Vocabulary-parallel embedding and logits (Megatron-LM): forward, the
     // embedding's partial lookups are summed over the group (reduce-scattered

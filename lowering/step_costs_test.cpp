@@ -59,6 +59,18 @@ TEST_CASE("tensor parallelism: forward exposed, backward as Megatron-LM overlaps
     // The row-parallel linears' output-gradient all-gathers stay exposed; the
     // extra input all-gathers and the reduce-scatters hide behind GEMMs.
     CHECK(block_comm(sc, c, CommKind::TP, Pass::Backward) == 2 * ag);
+    // Nothing overlapped (tp_grad_overlap false): the two column-parallel
+    // linears' input gathers and input-gradient reduce-scatters are exposed
+    // too; a linear that kept its gathered input (sp_regather_input false,
+    // PyTorch DTensor) gathers nothing again.
+    const auto exposed = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true,
+                                 "implementation": {"tp_grad_overlap": false}})");
+    CHECK(block_comm(exposed, ModelStepCosts(exposed, cal), CommKind::TP, Pass::Backward) == 2 * ag + 2 * (ag + rs));
+    const auto dtensor = gpt(R"({"tp": 8, "precision": "fp16", "sequence_parallel": true,
+                                 "implementation": {"tp_grad_overlap": false, "sp_regather_input": false}})");
+    CHECK(block_comm(dtensor, ModelStepCosts(dtensor, cal), CommKind::TP, Pass::Backward) == 2 * ag + 2 * rs);
+    // The forward is the same either way.
+    CHECK(block_comm(dtensor, ModelStepCosts(dtensor, cal), CommKind::TP, Pass::Forward) == 2 * (ag + rs));
   }
 }
 

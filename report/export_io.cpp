@@ -333,6 +333,9 @@ Exported export_megatron(const Scenario& sc) {
     un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
                  " (Megatron-LM's loss is its vocabulary-parallel cross-entropy, which computes the "
                  "softmax in place and turns it into the gradient in place: cross_entropy=in_place)");
+  if (!im.sp_regather_input && p.tp > 1 && p.sequence_parallel)
+    un.push_back("implementation.sp_regather_input=false (Megatron-LM's linears keep the sequence shard of "
+                 "their input and gather it again in the backward)");
   if (!im.tp_grad_overlap && p.tp > 1)
     un.push_back("implementation.tp_grad_overlap=false (Megatron-LM always launches the "
                  "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
@@ -909,6 +912,12 @@ Exported export_torchtitan(const Scenario& sc) {
   if (!im.overlap_grad_reduce)
     un.push_back("implementation.overlap_grad_reduce=false (torchtitan's FSDP and DDP always "
                  "overlap gradient reduction with backward)");
+  if (p.tp > 1 && im.sp_regather_input)
+    un.push_back("implementation.sp_regather_input=true (torchtitan's DTensor linears keep their all-gathered "
+                 "input: sp_regather_input=false)");
+  if (p.tp > 1 && im.tp_grad_overlap)
+    un.push_back("implementation.tp_grad_overlap=true (DTensor reduce-scatters a linear's input gradient after "
+                 "the backward that also computes its weight gradient: tp_grad_overlap=false)");
   if (p.zero >= 1 && !im.overlap_param_gather)
     un.push_back("implementation.overlap_param_gather=false (torchtitan's FSDP always "
                  "prefetches parameters)");
@@ -1099,11 +1108,14 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
                            // The host's dispatch cost, the loss kernel, what
-                           // FSDP keeps of its root module and how it lays out
-                           // what it gathers and reduces are the framework's
-                           // own, not flags.
+                           // FSDP keeps of its root module, how it lays out
+                           // what it gathers and reduces, and what a
+                           // tensor-parallel linear keeps and overlaps are
+                           // the framework's own, not flags.
                            (key == strategies::ImplKey::HostDispatch || key == strategies::ImplKey::CrossEntropy ||
                                     key == strategies::ImplKey::Zero3RootUnsharded ||
+                                    key == strategies::ImplKey::SpRegatherInput ||
+                                    (key == strategies::ImplKey::TpGradOverlap && target == ExportTarget::TorchTitan) ||
                                     key == strategies::ImplKey::Zero3FlatGrads ||
                                     key == strategies::ImplKey::Zero3GatherCopyOut
                                 ? "; no flag sets it: simulate with \"stack\": \""

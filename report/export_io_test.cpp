@@ -862,6 +862,8 @@ TEST_CASE("torchtitan: ZeRO-3 with full offload is FSDP resharding after forward
   // stack's settings it does not fix itself; this calls the exporter alone).
   strategies::Scenario sc = llama_zero3(1);
   sc.plan.implementation.cross_entropy = cost::CrossEntropy::Unfused;
+  sc.plan.implementation.sp_regather_input = false;  // DTensor's linears, as the stack says
+  sc.plan.implementation.tp_grad_overlap = false;
   const auto e = export_torchtitan(sc);
   const auto& t = e.text;
   CHECK(contains(t, "data_parallel_shard_degree = 8\n"));
@@ -875,6 +877,10 @@ TEST_CASE("torchtitan: ZeRO-3 with full offload is FSDP resharding after forward
   // Megatron-LM's in-place loss is not torchtitan's, nor torchtitan's Megatron-LM's.
   CHECK(unsupported(export_torchtitan(llama_zero3(1)), "implementation.cross_entropy=in_place") != "");
   CHECK(unsupported(export_megatron(sc), "implementation.cross_entropy=unfused") != "");
+  // Megatron-LM's linears gather their input again; DTensor's keep it.
+  CHECK(unsupported(export_megatron(sc), "implementation.sp_regather_input=false") != "");
+  CHECK(unsupported(export_torchtitan(llama_zero3(1)), "implementation.sp_regather_input=true") != "");
+  CHECK(unsupported(export_torchtitan(llama_zero3(1)), "implementation.tp_grad_overlap=true") != "");
 }
 
 // A fresh directory per test case (test cases may run in parallel processes).

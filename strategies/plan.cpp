@@ -37,6 +37,7 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.micro_batch = batch.micro;
   o.tp = plan.tp;
   o.sequence_parallel = plan.sequence_parallel;
+  o.sp_regather_input = plan.implementation.sp_regather_input;
   o.cp = plan.cp;
   o.ep = plan.ep;
   o.precision = plan.precision;

@@ -153,6 +153,13 @@ struct Implementation {
   // tensor-model-parallel all-reduce, later always on): only what exceeds the
   // GEMM is exposed. Off (Megatron-LM of 2021): all of it is exposed.
   bool tp_grad_overlap = true;
+  // Sequence parallelism keeps the sequence shard of a column-parallel
+  // linear's input for its weight gradient and all-gathers it again in the
+  // backward (Megatron-LM's and Transformer Engine's linears, Korthikanti
+  // et al. Sec. 4.2.2). Off (PyTorch DTensor's PrepareModuleInput and
+  // ColwiseParallel, torchtitan): the linear saves the all-gathered input
+  // itself, tp times the bytes, and the backward gathers nothing.
+  bool sp_regather_input = true;
   // Weight gradients accumulated into the gradient buffer by the
   // weight-gradient GEMM itself (Megatron-LM's --gradient-accumulation-fusion).
   // Off: a separate memory-bound kernel per layer and microbatch adds each

@@ -55,6 +55,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.fp32_grad_accumulation = r.bool_or("fp32_grad_accumulation", im.fp32_grad_accumulation);
   im.grad_reduce_dtype = r.enum_or("grad_reduce_dtype", im.grad_reduce_dtype);
   im.tp_grad_overlap = r.bool_or("tp_grad_overlap", im.tp_grad_overlap);
+  im.sp_regather_input = r.bool_or("sp_regather_input", im.sp_regather_input);
   im.grad_accumulation_fusion =
       r.bool_or("grad_accumulation_fusion", im.grad_accumulation_fusion);
   im.host_dispatch_us = r.number_or("host_dispatch_us", im.host_dispatch_us, 0, kMaxHostDispatchUs);

@@ -230,6 +230,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
                          {"rank_order", order}};
   // Added later: written only when off, so the ids of existing plans stay.
   if (!im.tp_grad_overlap) implementation["tp_grad_overlap"] = false;
+  if (!im.sp_regather_input) implementation["sp_regather_input"] = false;
   if (im.fp8_param_gather) implementation["fp8_param_gather"] = true;
   if (im.allocator != sim::AllocatorMode::Native) implementation["allocator"] = nm(im.allocator);
   if (!im.grad_accumulation_fusion) implementation["grad_accumulation_fusion"] = false;

@@ -24,6 +24,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::OverlapP2p: im.overlap_p2p = on; break;
     case ImplKey::Fp32GradAccumulation: im.fp32_grad_accumulation = on; break;
     case ImplKey::TpGradOverlap: im.tp_grad_overlap = on; break;
+    case ImplKey::SpRegatherInput: im.sp_regather_input = on; break;
     case ImplKey::GradAccumulationFusion: im.grad_accumulation_fusion = on; break;
     case ImplKey::HostDispatch: im.host_dispatch_us = static_cast<double>(v) / 1000.0; break;
     case ImplKey::Zero3GatherPerModule: im.zero3_gather_per_module = on; break;
@@ -98,6 +99,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::OverlapP2p: return im.overlap_p2p;
     case ImplKey::Fp32GradAccumulation: return im.fp32_grad_accumulation;
     case ImplKey::TpGradOverlap: return im.tp_grad_overlap;
+    case ImplKey::SpRegatherInput: return im.sp_regather_input;
     case ImplKey::GradAccumulationFusion: return im.grad_accumulation_fusion;
     case ImplKey::HostDispatch: return std::llround(im.host_dispatch_us * 1000.0);
     case ImplKey::Zero3GatherPerModule: return im.zero3_gather_per_module;

@@ -52,6 +52,7 @@ enum class ImplKey : std::uint8_t {
   Zero3FlatGrads,
   Zero3GatherCopyOut,
   CpComm,
+  SpRegatherInput,
 };
 
 }  // namespace strata::strategies
@@ -59,7 +60,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 21> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 22> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -81,6 +82,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Zero3FlatGrads, "zero3_flat_grads"},
       {strategies::ImplKey::Zero3GatherCopyOut, "zero3_gather_copy_out"},
       {strategies::ImplKey::CpComm, "cp_comm"},
+      {strategies::ImplKey::SpRegatherInput, "sp_regather_input"},
   }};
 };
 }  // namespace strata
