@@ -59,6 +59,16 @@ const std::array kTable{
     Capability{"sp", "parallelism", "sequence parallelism (with tp > 1)",
                [](const Scenario& s) { return s.plan.tp > 1 && s.plan.sequence_parallel; }, yes(),
                moot("tensor parallelism is refused")},
+    Capability{"sp-gathered-input", "parallelism",
+               "sequence parallelism keeping the gathered input (implementation.sp_regather_input false)",
+               [](const Scenario& s) {
+                 return s.plan.tp > 1 && s.plan.sequence_parallel &&
+                        s.implementation_keys.has(strategies::ImplKey::SpRegatherInput) &&
+                        !s.plan.implementation.sp_regather_input;
+               },
+               no("the CPU kernels keep the sequence shard of a linear's input and gather it again in the "
+                  "backward (implementation.sp_regather_input true)"),
+               moot("tensor parallelism is refused")},
     Capability{"cp", "parallelism", "context parallelism (cp > 1, load-balanced chunks)",
                [](const Scenario& s) { return s.plan.cp > 1; },
                yes("K and V all-gathered before the attention core, their gradients reduce-scattered "

@@ -154,6 +154,18 @@ TEST_CASE("common/capabilities: the refusals are the executors' reasons") {
   CHECK(why(sc, Backend::Cpu).find("implementation.cp_comm p2p, all_gather_ring") != std::string::npos);
   sc.plan.implementation.cp_comm = strategies::CpComm::AllGather;
   CHECK(why(sc, Backend::Cpu).empty());
+  // Sequence parallelism: the CPU kernels gather a linear's input again in
+  // the backward; a plan stating that it keeps the gathered input
+  // (PyTorch DTensor's) is refused, one leaving it to the default runs.
+  sc = tiny();
+  sc.plan.tp = 2;
+  sc.plan.sequence_parallel = true;
+  sc.plan.implementation.sp_regather_input = false;
+  CHECK(why(sc, Backend::Cpu).empty());
+  sc.implementation_keys.add(strategies::ImplKey::SpRegatherInput);
+  CHECK(why(sc, Backend::Cpu).find("implementation.sp_regather_input true") != std::string::npos);
+  sc.plan.implementation.sp_regather_input = true;
+  CHECK(why(sc, Backend::Cpu).empty());
 }
 
 TEST_CASE("common/capabilities: a combination marked not applicable is refused by another row") {

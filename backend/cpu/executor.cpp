@@ -253,6 +253,8 @@ void Executor::declare_kernels(strategies::Scenario& sc) {
   sc.kernel_memory = strategies::KernelMemory::Cpu;
   if (!sc.implementation_keys.has(strategies::ImplKey::CpComm))
     sc.plan.implementation.cp_comm = strategies::CpComm::AllGather;
+  if (!sc.implementation_keys.has(strategies::ImplKey::SpRegatherInput))
+    sc.plan.implementation.sp_regather_input = true;
 }
 
 void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_memory) {

@@ -76,7 +76,9 @@ class Executor final : public StepExecutor {
   // otherwise, for its own lowering and the prediction beside a run: what
   // they hold (KernelMemory::Cpu) and context parallelism's K/V all-gather
   // (implementation.cp_comm all_gather, GptModel::gather_kv; a plan that
-  // states p2p is refused).
+  // states p2p is refused), and sequence parallelism's input gathered
+  // again in the backward (implementation.sp_regather_input true,
+  // GptModel::whole_rows; a plan that states false is refused).
   static void declare_kernels(strategies::Scenario& sc);
   // Throws InputError (the scenario's file) when every rank's predicted peak
   // and host bytes (the analytical memory model) add up to more than

@@ -213,6 +213,22 @@ TEST_CASE("cpu/validate: a plan the executor refuses is an error, not a report")
   CHECK_THROWS_AS(validate(sc, {.steps = 1}), Error);
 }
 
+TEST_CASE("cpu/validate: the kernels declare sequence parallelism's input gathered again in the backward") {
+  // GptModel::whole_rows gathers a linear's input shard again for its
+  // weight gradient: a plan leaving sp_regather_input to a stack's false
+  // (torchtitan's) is declared true for the prediction beside a run; a
+  // stated value stays (and false is refused by the capability table).
+  Scenario sc = tiny_plan();
+  sc.plan.implementation.sp_regather_input = false;
+  Scenario declared = sc;
+  Executor::declare_kernels(declared);
+  CHECK(declared.plan.implementation.sp_regather_input);
+  sc.implementation_keys.add(strategies::ImplKey::SpRegatherInput);
+  declared = sc;
+  Executor::declare_kernels(declared);
+  CHECK_FALSE(declared.plan.implementation.sp_regather_input);
+}
+
 TEST_CASE("cpu/validate: the prediction beside a context-parallel run prices the K/V all-gather the kernels run") {
   // GptModel gathers K and V before each attention core: the prediction is
   // declared with cp_comm all_gather where the plan states none, and keeps
