@@ -38,6 +38,12 @@ enum class OpKind {
   Stage,       // a layer-chain model's stage, priced from its given FLOPs and bytes
 };
 
+// The attention core's products: the fused kernel, or the scores and values
+// products of the unfused one.
+constexpr bool is_attention_product(OpKind k) {
+  return k == OpKind::Attention || k == OpKind::AttnScores || k == OpKind::AttnValues;
+}
+
 struct Op {
   std::string_view name;  // a literal: expanding allocates no strings
   OpKind kind = OpKind::Linear;

@@ -346,9 +346,7 @@ KernelShape op_kernels(const Op& op, bool backward) {
 GemmDtype op_gemm_dtype(Precision p, const Op& op, LayerKind layer) {
   if (!quantized_gemms(p)) return gemm_dtype(p);
   if (op.unquantized) return GemmDtype::BF16;
-  const bool attention = op.kind == OpKind::Attention || op.kind == OpKind::AttnScores ||
-                         op.kind == OpKind::AttnValues;
-  return attention || layer != LayerKind::Block ? GemmDtype::BF16 : gemm_dtype(p);
+  return is_attention_product(op.kind) || layer != LayerKind::Block ? GemmDtype::BF16 : gemm_dtype(p);
 }
 
 Time op_time(const GpuSpec& gpu, const Calibration& cal, Precision p, const Op& op,

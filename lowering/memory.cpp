@@ -381,10 +381,8 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const
     }
   if (const Bytes exchange = cp_exchange_bytes(sc); exchange > 0)
     for (std::size_t k = 0; k < out.size(); ++k)
-      if (std::any_of(chain.kinds[k].ops.begin(), chain.kinds[k].ops.end(), [](const cost::Op& op) {
-            return op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
-                   op.kind == cost::OpKind::AttnValues;
-          }))
+      if (std::any_of(chain.kinds[k].ops.begin(), chain.kinds[k].ops.end(),
+                      [](const cost::Op& op) { return cost::is_attention_product(op.kind); }))
         out[k].exchange = exchange;
   if (plan.zero >= 3 && zero_shards(plan) > 1 && sc.kernel_memory != KernelMemory::Cpu) {
     const double bytes = static_cast<double>(cost::activation_bytes(plan.precision)) + reduced_grad_bytes(plan);

@@ -420,8 +420,7 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       for (std::size_t k = 0; k < kinds; ++k) {
         Time attn_f = 0, attn_b = 0;
         for (const auto& op : chain_.kinds[k].ops)
-          if (op.kind == cost::OpKind::Attention || op.kind == cost::OpKind::AttnScores ||
-              op.kind == cost::OpKind::AttnValues) {
+          if (cost::is_attention_product(op.kind)) {
             attn_f += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
             attn_b += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
           }
