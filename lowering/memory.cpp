@@ -392,14 +392,20 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const
   return out;
 }
 
+double cp_rank_kv_bytes(const Scenario& sc) {
+  const Plan& plan = sc.plan;
+  return 2.0 * static_cast<double>(sc.batch.micro) * static_cast<double>(sc.model.seq_len / plan.cp) *
+         static_cast<double>(sc.model.kv_hidden()) / static_cast<double>(plan.tp) *
+         static_cast<double>(cost::activation_bytes(plan.precision));
+}
+
 Bytes cp_exchange_bytes(const Scenario& sc) {
   const Plan& plan = sc.plan;
   if (plan.cp <= 1 || sc.kernel_memory == KernelMemory::Cpu) return 0;
   const double e = static_cast<double>(cost::activation_bytes(plan.precision));
-  const double tokens = static_cast<double>(sc.batch.micro) * static_cast<double>(sc.model.seq_len / plan.cp);
-  const double t = static_cast<double>(plan.tp);
-  const double kv = 2.0 * tokens * static_cast<double>(sc.model.kv_hidden()) / t * e;
-  const double q = tokens * static_cast<double>(sc.model.q_hidden()) / t * e;
+  const double kv = cp_rank_kv_bytes(sc);
+  // The queries: q_hidden features a token where K and V have kv_hidden each.
+  const double q = kv / 2.0 * static_cast<double>(sc.model.q_hidden()) / static_cast<double>(sc.model.kv_hidden());
   const double cp = static_cast<double>(plan.cp);
   double bytes = 0;
   switch (plan.implementation.cp_comm) {
@@ -708,8 +714,7 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
       // The CPU kernels' K/V all-gather: the group's K and V and their
       // gradients (2·cp × one rank's). On GPU kernels the exchange is held
       // in each attention block's backward (ActivationRule::exchange).
-      const double kv = 2.0 * b * s_local * static_cast<double>(model.kv_hidden()) / t * e;
-      comm += 2.0 * static_cast<double>(plan.cp) * kv;
+      comm += 2.0 * static_cast<double>(plan.cp) * cp_rank_kv_bytes(sc);
     }
     if (plan.ep > 1)  // all-to-all dispatch and combine
       comm += 2.0 * static_cast<double>(model.moe->top_k) * b * s_local * h * e /

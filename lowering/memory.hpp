@@ -162,6 +162,9 @@ Recompute selective_policy(const Plan& plan);
 // (3 · 4/e · kv) and the query gradient it accumulates (4/e · q). 0 at cp 1
 // and under the CPU kernels (they declare their own copies).
 Bytes cp_exchange_bytes(const Scenario& sc);
+// One context-parallel rank's keys and values of a microbatch, bytes: what
+// every algorithm above moves and holds multiples of.
+double cp_rank_kv_bytes(const Scenario& sc);
 
 // One pipeline message across the boundary after model chunk `boundary`
 // (whose chunks start at first_layer[k]): a microbatch's activations

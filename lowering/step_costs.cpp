@@ -1,6 +1,7 @@
 #include "lowering/step_costs.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "costmodel/time_model.hpp"
@@ -372,68 +373,80 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
     if (p.sequence_parallel) ++head_l[0], ++head_l[2];
   }
   if (p.cp > 1) {
-    // One rank's K and V, bytes.
-    const double kv = 2 * b * s * static_cast<double>(sc.model.kv_hidden()) / static_cast<double>(p.tp) * e;
-    if (p.implementation.cp_comm == CpComm::AllGather) {
-      // K/V all-gather (implementation.cp_comm all_gather): forward, an
-      // all-gather of the group's keys and values (cp times this rank's);
-      // backward, the same again and a reduce-scatter of their gradients;
-      // all of it exposed. Transformer Engine gathers K and V as two
-      // collectives each way and reduce-scatters dK and dV as two
-      // (AttnFuncWithCPAndKVAllGather: gather_along_first_dim(k), (v),
-      // reduce_scatter_along_first_dim(dk), (dv)); the CPU backend's kernels
-      // move K | V as one (GptModel::gather_kv, scatter_kv_grads).
-      const int parts = sc.kernel_memory == KernelMemory::Cpu ? 1 : 2;
-      const Bytes gathered = static_cast<Bytes>(kv * static_cast<double>(p.cp) / parts);
-      const Time ag = capped_product(parts, ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total());
-      const Time rs = capped_product(parts, ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total());
-      for (std::size_t k = 0; k < kinds; ++k) {
-        comm_[k].cp = {ag, capped_sum(ag, rs)};
-        auto& l = launches[priced_index(chain_.kinds[k])];
-        l[0] += parts, l[2] += parts, l[1] += 2 * parts;
+    const double kv = cp_rank_kv_bytes(sc);
+    const auto exchange = [&](double bytes) {
+      return cost::collective_time(cost::CollectiveOp::SendRecv, static_cast<Bytes>(bytes), 2,
+                                   cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
+    };
+    // A block kind's attention forward and backward: what the ring and
+    // PyTorch's rotation hide their exchanges behind.
+    const auto attention = [&](std::size_t k) {
+      std::pair<Time, Time> t{0, 0};
+      for (const auto& op : chain_.kinds[k].ops)
+        if (cost::is_attention_product(op.kind)) {
+          t.first += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
+          t.second += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
+        }
+      return t;
+    };
+    switch (p.implementation.cp_comm) {
+      case CpComm::AllGather: {
+        // K/V all-gather: forward, an all-gather of the group's keys and
+        // values (cp times this rank's); backward, the same again and a
+        // reduce-scatter of their gradients; all of it exposed. Transformer
+        // Engine gathers K and V as two collectives each way and
+        // reduce-scatters dK and dV as two (AttnFuncWithCPAndKVAllGather:
+        // gather_along_first_dim(k), (v), reduce_scatter_along_first_dim(dk),
+        // (dv)); the CPU backend's kernels move K | V as one
+        // (GptModel::gather_kv, scatter_kv_grads).
+        const int parts = sc.kernel_memory == KernelMemory::Cpu ? 1 : 2;
+        const Bytes gathered = static_cast<Bytes>(kv * static_cast<double>(p.cp) / parts);
+        const Time ag = capped_product(parts, ring(cost::CollectiveOp::AllGather, gathered, cp_g_).total());
+        const Time rs = capped_product(parts, ring(cost::CollectiveOp::ReduceScatter, gathered, cp_g_).total());
+        for (std::size_t k = 0; k < kinds; ++k) {
+          comm_[k].cp = {ag, capped_sum(ag, rs)};
+          auto& l = launches[priced_index(chain_.kinds[k])];
+          l[0] += parts, l[2] += parts, l[1] += 2 * parts;
+        }
+        break;
       }
-    } else {
-      // The other two hide their exchanges behind attention. Ring attention
-      // (cp_comm p2p): cp − 1 exchanges of a K/V chunk forward (K, V and
-      // their gradients backward), each overlapped with the attention of
-      // the chunk in hand; only what exceeds it is exposed. PyTorch's
-      // all-gather rotation (all_gather_ring; torch.distributed.tensor.
-      // experimental._attention, _AllGatherRotater, torchtitan's default):
-      // forward, one all-gather of K | V issued before the first (diagonal)
-      // sub-attention and awaited after it; backward, the same gather, then
-      // the K/V gradients passed on after every sub-step (an all-to-all
-      // permute, dkv_rotater, in fp32: convert_to_f32), each awaited after
-      // the next sub-step and the last after the loop. Load-balanced
-      // causal chunks give each of the cp sub-steps 1/cp of the rank's
-      // attention (the diagonal's two causal halves and one full quarter,
-      // the others one full half of the queries or of the keys).
-      const auto exchange = [&](double bytes) {
-        return cost::collective_time(cost::CollectiveOp::SendRecv, static_cast<Bytes>(bytes), 2,
-                                     cp_g_.at.intra_node() ? 2 : 1, cp_g_.node, cal_);
-      };
-      const bool torch = p.implementation.cp_comm == CpComm::AllGatherRing;
-      const Time exch = torch ? 0 : capped_product(p.cp - 1, exchange(kv));
-      const Time ag =
-          torch ? ring(cost::CollectiveOp::AllGather, static_cast<Bytes>(kv * static_cast<double>(p.cp)), cp_g_).total()
-                : 0;
-      const Time dkv = torch ? exchange(kv / e * 4) : 0;
-      for (std::size_t k = 0; k < kinds; ++k) {
-        Time attn_f = 0, attn_b = 0;
-        for (const auto& op : chain_.kinds[k].ops)
-          if (cost::is_attention_product(op.kind)) {
-            attn_f += cost::op_time(gpu, cal_, precision, op, false, block, recipe);
-            attn_b += cost::op_time(gpu, cal_, precision, op, true, block, recipe);
-          }
-        auto& l = launches[priced_index(chain_.kinds[k])];
-        if (torch) {
+      case CpComm::P2p: {
+        // Ring attention: cp − 1 exchanges of a K/V chunk forward (K, V and
+        // their gradients backward), each overlapped with the attention of
+        // the chunk in hand; only what exceeds it is exposed.
+        const Time exch = capped_product(p.cp - 1, exchange(kv));
+        for (std::size_t k = 0; k < kinds; ++k) {
+          const auto [attn_f, attn_b] = attention(k);
+          comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
+          auto& l = launches[priced_index(chain_.kinds[k])];
+          l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
+        }
+        break;
+      }
+      case CpComm::AllGatherRing: {
+        // PyTorch's all-gather rotation (torch.distributed.tensor.
+        // experimental._attention, _AllGatherRotater, torchtitan's default):
+        // forward, one all-gather of K | V issued before the first
+        // (diagonal) sub-attention and awaited after it; backward, the same
+        // gather, then the K/V gradients passed on after every sub-step (an
+        // all-to-all permute, dkv_rotater, in fp32: convert_to_f32), each
+        // awaited after the next sub-step and the last after the loop.
+        // Load-balanced causal chunks give each of the cp sub-steps 1/cp of
+        // the rank's attention (the diagonal's two causal halves and one
+        // full quarter, the others one full half of the queries or of the
+        // keys).
+        const Time ag =
+            ring(cost::CollectiveOp::AllGather, static_cast<Bytes>(kv * static_cast<double>(p.cp)), cp_g_).total();
+        const Time dkv = exchange(kv / e * 4);
+        for (std::size_t k = 0; k < kinds; ++k) {
+          const auto [attn_f, attn_b] = attention(k);
           const Time sub_f = attn_f / p.cp, sub_b = attn_b / p.cp;
           const Time ring_b = capped_sum(capped_product(p.cp - 1, std::max<Time>(0, dkv - sub_b)), dkv);
           comm_[k].cp = {std::max<Time>(0, ag - sub_f), capped_sum(std::max<Time>(0, ag - sub_b), ring_b)};
+          auto& l = launches[priced_index(chain_.kinds[k])];
           l[0] += 1, l[2] += 1, l[1] += 1 + p.cp;
-        } else {
-          comm_[k].cp = {std::max<Time>(0, exch - attn_f), std::max<Time>(0, 2 * exch - attn_b)};
-          l[0] += p.cp - 1, l[2] += p.cp - 1, l[1] += 2 * (p.cp - 1);
         }
+        break;
       }
     }
   }

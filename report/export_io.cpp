@@ -333,7 +333,7 @@ Exported export_megatron(const Scenario& sc) {
     un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
                  " (Megatron-LM's loss is its vocabulary-parallel cross-entropy, which computes the "
                  "softmax in place and turns it into the gradient in place: cross_entropy=in_place)");
-  if (!im.sp_regather_input && p.tp > 1 && p.sequence_parallel)
+  if (!im.sp_regather_input && strategies::implementation_acts(strategies::ImplKey::SpRegatherInput, p))
     un.push_back("implementation.sp_regather_input=false (Megatron-LM's linears keep the sequence shard of "
                  "their input and gather it again in the backward)");
   if (!im.tp_grad_overlap && p.tp > 1)
@@ -912,7 +912,7 @@ Exported export_torchtitan(const Scenario& sc) {
   if (!im.overlap_grad_reduce)
     un.push_back("implementation.overlap_grad_reduce=false (torchtitan's FSDP and DDP always "
                  "overlap gradient reduction with backward)");
-  if (p.tp > 1 && im.sp_regather_input)
+  if (im.sp_regather_input && strategies::implementation_acts(strategies::ImplKey::SpRegatherInput, p))
     un.push_back("implementation.sp_regather_input=true (torchtitan's DTensor linears keep their all-gathered "
                  "input: sp_regather_input=false)");
   if (p.tp > 1 && im.tp_grad_overlap)
@@ -1099,9 +1099,7 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
     for (const auto& [key, name] : EnumNames<strategies::ImplKey>::table) {
       const auto before = strategies::implementation_value(sc.plan.implementation, key);
       const auto after = strategies::implementation_value(run.plan.implementation, key);
-      // Without context parallelism its algorithm changes nothing.
-      if (key == strategies::ImplKey::CpComm && sc.plan.cp == 1) continue;
-      if (before != after)
+      if (before != after && strategies::implementation_acts(key, sc.plan))
         defaults.push_back("implementation." + std::string(name) + " = " +
                            strategies::implementation_text(key, after) + ", " +
                            std::string(engine_name(target)) + "'s default (the plan had " +

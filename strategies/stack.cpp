@@ -117,6 +117,15 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
 
 std::string implementation_text(ImplKey k, std::int64_t v) { return value_text(k, v); }
 
+bool implementation_acts(ImplKey k, const Plan& plan) {
+  switch (k) {
+    case ImplKey::CpComm: return plan.cp > 1;
+    case ImplKey::TpGradOverlap: return plan.tp > 1;
+    case ImplKey::SpRegatherInput: return plan.tp > 1 && plan.sequence_parallel;
+    default: return true;
+  }
+}
+
 void apply_stack(const Stack& stack, Plan& plan, ImplKeys fixed) {
   for (const StackSetting& st : stack.settings) {
     if (fixed.has(st.key)) continue;

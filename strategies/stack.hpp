@@ -142,6 +142,10 @@ void apply_stack(const Stack& stack, Plan& plan, ImplKeys fixed);
 // A setting's value in `im`, as StackSetting stores it, and as text.
 std::int64_t implementation_value(const Implementation& im, ImplKey k);
 std::string implementation_text(ImplKey k, std::int64_t v);
+// Whether setting `k` can change anything in `plan`: context parallelism's
+// algorithm needs cp > 1, tensor parallelism's backward overlap tp > 1, its
+// saved input sequence parallelism as well; every other key is taken to act.
+bool implementation_acts(ImplKey k, const Plan& plan);
 
 // The settings an explored space sets per point (its implementation axes):
 // a stack does not override them.

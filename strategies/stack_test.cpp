@@ -116,6 +116,24 @@ TEST_CASE("an explored point resolves the stack for its own plan; the space's im
   CHECK(!implementation_axes(space).has(ImplKey::OverlapGradReduce));
 }
 
+TEST_CASE("a setting acts only where its parallelism runs") {
+  // Context parallelism's algorithm needs cp > 1; tensor parallelism's
+  // backward overlap tp > 1, and what its linears keep sequence
+  // parallelism too; other settings are taken to act.
+  Plan p;
+  CHECK_FALSE(implementation_acts(ImplKey::CpComm, p));
+  CHECK_FALSE(implementation_acts(ImplKey::TpGradOverlap, p));
+  CHECK_FALSE(implementation_acts(ImplKey::SpRegatherInput, p));
+  CHECK(implementation_acts(ImplKey::FusedElementwise, p));
+  p.cp = 2;
+  p.tp = 2;
+  CHECK(implementation_acts(ImplKey::CpComm, p));
+  CHECK(implementation_acts(ImplKey::TpGradOverlap, p));
+  CHECK_FALSE(implementation_acts(ImplKey::SpRegatherInput, p));
+  p.sequence_parallel = true;
+  CHECK(implementation_acts(ImplKey::SpRegatherInput, p));
+}
+
 TEST_CASE("every bundled stack reads, and every setting says where the framework sets it") {
   const auto names = stack_names();
   CHECK(names.size() >= 6);

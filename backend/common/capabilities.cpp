@@ -62,7 +62,7 @@ const std::array kTable{
     Capability{"sp-gathered-input", "parallelism",
                "sequence parallelism keeping the gathered input (implementation.sp_regather_input false)",
                [](const Scenario& s) {
-                 return s.plan.tp > 1 && s.plan.sequence_parallel &&
+                 return strategies::implementation_acts(strategies::ImplKey::SpRegatherInput, s.plan) &&
                         s.implementation_keys.has(strategies::ImplKey::SpRegatherInput) &&
                         !s.plan.implementation.sp_regather_input;
                },
