@@ -799,7 +799,8 @@ TEST_CASE("RoPE: one fused kernel per tensor over q and k, saving nothing; none 
   o.tp = 4;
   CHECK(op_named(expand(m, o).main_block(), "rope").fwd_bytes == static_cast<Bytes>(elems));
   // GPT's learned positions have no rotary op; nor does the op change a FLOP.
-  for (const auto& op : expand(gpt(2, 256, 4)).main_block().ops) CHECK(op.kind != OpKind::Rotary);
+  const auto learned = expand(gpt(2, 256, 4));  // owns the ops read below
+  for (const auto& op : learned.main_block().ops) CHECK(op.kind != OpKind::Rotary);
   o.tp = 1;
   o.fused_elementwise = false;
   CHECK(expand(m, o).model_flops() == c.model_flops());

@@ -127,7 +127,8 @@ TEST_CASE("context parallelism: a ring hides its exchanges, a K/V all-gather exp
     const auto sc = cp8(R"({"cp_comm": "all_gather_ring"})");
     const ModelStepCosts c(sc, cal);
     Time attn_f = 0, attn_b = 0;
-    for (const auto& op : cost::expand(sc.model, expand_options(sc)).main_block().ops)
+    const auto expanded = cost::expand(sc.model, expand_options(sc));  // owns the ops read below
+    for (const auto& op : expanded.main_block().ops)
       if (op.kind == cost::OpKind::Attention) {
         attn_f += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, false);
         attn_b += cost::op_time(sc.cluster.gpu, cal, sc.plan.precision, op, true);
