@@ -385,9 +385,22 @@ std::vector<ActivationRule> ActivationRule::of(const cost::OpChain& chain, const
                       [](const cost::Op& op) { return cost::is_attention_product(op.kind); }))
         out[k].exchange = exchange;
   if (plan.zero >= 3 && zero_shards(plan) > 1 && sc.kernel_memory != KernelMemory::Cpu) {
-    const double bytes = static_cast<double>(cost::activation_bytes(plan.precision)) + reduced_grad_bytes(plan);
-    for (std::size_t k = 0; k < out.size(); ++k)
-      out[k].staging = static_cast<Bytes>(std::llround(static_cast<double>(chain.kinds[k].params()) * bytes));
+    const double e = static_cast<double>(cost::activation_bytes(plan.precision));
+    const std::int64_t bucket = plan.implementation.zero3_reduce_bucket;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      double staged = static_cast<double>(chain.kinds[k].params()) * (e + reduced_grad_bytes(plan));
+      if (bucket > 0) {
+        // The largest weight tensor: a matrix, or the largest of the
+        // separate products one Linear op stands for.
+        double largest = 0;
+        for (const cost::Op& op : chain.kinds[k].ops) {
+          const double share = *std::max_element(op.products.begin(), op.products.end());
+          largest = std::max(largest, static_cast<double>(op.rows * op.cols) * (share > 0 ? share : 1.0));
+        }
+        staged = (largest + static_cast<double>(std::min(bucket, chain.params()))) * e;
+      }
+      out[k].staging = static_cast<Bytes>(std::llround(staged));
+    }
   }
   return out;
 }
@@ -697,6 +710,11 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
                                     ? 2.0 * layer + ends.root
                                     : layer + std::max({layer, ends.embedding, ends.head});
         comm += gathered * per.weights;
+        // A gradient bucket allocated once (DeepSpeed's __ipg_bucket_flat_buffer
+        // of reduce_bucket_size elements in the model's dtype), on GPU kernels.
+        if (sc.kernel_memory != KernelMemory::Cpu)
+          comm += static_cast<double>(plan.implementation.zero3_reduce_bucket) *
+                  static_cast<double>(cost::activation_bytes(plan.precision));
       }
       comm += compression_bytes(plan.compression, ps.params(), ps.powersgd_rows_cols, plan.dp,
                                 reduced_grad_bytes(plan));

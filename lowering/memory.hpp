@@ -86,7 +86,13 @@ struct ActivationRule {
   // copy-in finishes can we free the gradients"; the input is released
   // when the next module's post-backward waits for its reduce-scatter):
   // params · (gradient bytes + reduced bytes), one layer's at a time,
-  // held through each layer's backward.
+  // held through each layer's backward. With a gradient bucket
+  // (implementation.zero3_reduce_bucket, DeepSpeed) instead the largest
+  // weight matrix's gradient before its copy into the bucket and a full
+  // bucket's flattened copy for its reduce-scatter (the bucket's elements,
+  // or the rank's parameters if fewer), in the gradients' dtype: a flush
+  // may fall in any layer's backward. The bucket itself is a communication
+  // buffer for the whole step (StageMemory::comm).
   Bytes staging = 0;
   // A Keep::Selective layer reruns part of its forward before its backward
   // (not so for Megatron-LM's policy under flash attention: no core).

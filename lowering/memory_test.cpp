@@ -556,6 +556,47 @@ TEST_CASE("ZeRO-3 stages each layer's gradient for its reduce-scatter in the lay
   CHECK(rule.chunk(keeps, swaps).working == rule.grad + 4 * layer);
 }
 
+TEST_CASE("DeepSpeed's ZeRO-3 gradient bucket: allocated once for the step, a full bucket's flat copy in the backward") {
+  // Llama-3-8B on 16 GPUs, ZeRO-3, bf16, zero3_reduce_bucket 5e8 elements
+  // (DeepSpeed's reduce_bucket_size): the bucket is a communication buffer
+  // of 5e8 × 2 bytes for the whole step; each layer's backward holds the
+  // largest weight's gradient before its copy into the bucket (the MLP's
+  // gate or up projection, 4,096 × 14,336, or its down projection) and a full
+  // bucket's flattened copy (5e8 × 2 bytes, fewer than the model's 8.03 B
+  // parameters) in place of FSDP's whole-layer staging (4 bytes a
+  // parameter, the previous test). A bucket larger than the model copies
+  // the model's parameters at most.
+  const std::string dgx = R"({"preset": "dgx-h100", "nodes": 2})";
+  auto scenario = [&](std::int64_t bucket) {
+    return make("\"llama3-8b\"", dgx, R"({"global": 16})",
+                R"({"zero": 3, "precision": "bf16", "implementation": {"zero3_reduce_bucket": )" +
+                    std::to_string(bucket) + "}}");
+  };
+  auto rule = [](const Scenario& sc) { return ActivationRule::of(cost::expand(sc.model, expand_options(sc)), sc)[0]; };
+  const Bytes layer = 4096LL * (4096 + 2 * 1024) + 4096LL * 4096 + 3 * 4096LL * 14336 + 2 * 4096;
+  const Bytes largest = 4096LL * 14336;
+  const Scenario fsdp = scenario(0), ds = scenario(500'000'000);
+  CHECK(rule(fsdp).staging == 4 * layer);
+  CHECK(rule(ds).staging == 2 * (largest + 500'000'000));
+  const Scenario huge = scenario(20'000'000'000);
+  const auto chain = cost::expand(huge.model, expand_options(huge));
+  CHECK(chain.params() < 20'000'000'000);
+  CHECK(rule(huge).staging == 2 * (largest + chain.params()));
+  // The bucket itself, for the whole step.
+  auto comm = [](const Scenario& sc) { return tag(estimate_memory(sc).stages[0], MemTag::CommBuffers); };
+  CHECK(comm(ds) - comm(fsdp) == 2 * 500'000'000);
+  // Not under ZeRO-2 (DDP-style buckets) nor the CPU kernels.
+  Scenario z2 = scenario(500'000'000);
+  z2.plan.zero = 2;
+  CHECK(rule(z2).staging == 0);
+  Scenario cpu = scenario(500'000'000);
+  cpu.kernel_memory = KernelMemory::Cpu;
+  Scenario cpu0 = scenario(0);
+  cpu0.kernel_memory = KernelMemory::Cpu;
+  CHECK(rule(cpu).staging == 0);
+  CHECK(comm(cpu) == comm(cpu0));
+}
+
 TEST_CASE("context parallelism's exchange, by algorithm, held in an attention block's backward") {
   // Llama 3 8B (32 query heads and 8 KV heads of 128), sequence 8,192,
   // microbatch 1, cp 4, bf16: one rank's K and V are kv = 2 · 2,048 tokens

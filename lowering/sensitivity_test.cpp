@@ -225,6 +225,11 @@ const Case kCases[] = {
     // FSDP2's copy-out: one more memory-bound pass per gather.
     {"plan.implementation/zero3_gather_copy_out", R"({"plan": {"zero": 3}})",
      R"({"plan": {"implementation": {"zero3_gather_copy_out": true}}})", Effect::StepUp},
+    // DeepSpeed's gradient bucket (5e8 elements): a GiB-sized buffer for the
+    // whole step and a full bucket's copy in the backward, where FSDP stages
+    // one layer's gradient.
+    {"plan.implementation/zero3_reduce_bucket", R"({"plan": {"zero": 3}})",
+     R"({"plan": {"implementation": {"zero3_reduce_bucket": 500000000}}})", Effect::PeakUp},
     // FSDP1's flat gradients: one more memory-bound pass per layer's backward.
     {"plan.implementation/zero3_flat_grads", R"({"plan": {"zero": 3}})",
      R"({"plan": {"implementation": {"zero3_flat_grads": true}}})", Effect::StepUp},

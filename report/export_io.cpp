@@ -336,6 +336,9 @@ Exported export_megatron(const Scenario& sc) {
   if (!im.sp_regather_input && strategies::implementation_acts(strategies::ImplKey::SpRegatherInput, p))
     un.push_back("implementation.sp_regather_input=false (Megatron-LM's linears keep the sequence shard of "
                  "their input and gather it again in the backward)");
+  if (im.zero3_reduce_bucket > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3ReduceBucket, p))
+    un.push_back("implementation.zero3_reduce_bucket=" + str(im.zero3_reduce_bucket) +
+                 " (Megatron-LM has no flag for a ZeRO-3 gradient bucket of its own size: zero3_reduce_bucket=0)");
   if (!im.tp_grad_overlap && p.tp > 1)
     un.push_back("implementation.tp_grad_overlap=false (Megatron-LM always launches the "
                  "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
@@ -671,6 +674,17 @@ Exported export_deepspeed(const Scenario& sc) {
   z["contiguous_gradients"] = true;
   z["reduce_scatter"] = true;
   z["reduce_bucket_size"] = bucket / static_cast<Bytes>(strategies::reduced_grad_bytes(p));
+  // ZeRO-3 copies every gradient into its reduce bucket (stage3.py's
+  // __ipg_bucket_flat_buffer); staging each module's gradient whole is
+  // FSDP's, which DeepSpeed cannot do.
+  if (strategies::implementation_acts(strategies::ImplKey::Zero3ReduceBucket, p)) {
+    if (im.zero3_reduce_bucket > 0)
+      z["reduce_bucket_size"] = im.zero3_reduce_bucket;
+    else
+      un.push_back("implementation.zero3_reduce_bucket=0 (each module's gradient staged whole for its own "
+                   "reduce-scatter, as PyTorch FSDP does; DeepSpeed's ZeRO-3 copies every gradient into a "
+                   "reduce_bucket_size bucket: set zero3_reduce_bucket to the bucket's elements)");
+  }
   z["allgather_partitions"] = true;
   z["allgather_bucket_size"] = bucket / param_bytes;
   if (p.offload.optimizer != OffloadTarget::None) {
@@ -915,6 +929,10 @@ Exported export_torchtitan(const Scenario& sc) {
   if (im.sp_regather_input && strategies::implementation_acts(strategies::ImplKey::SpRegatherInput, p))
     un.push_back("implementation.sp_regather_input=true (torchtitan's DTensor linears keep their all-gathered "
                  "input: sp_regather_input=false)");
+  if (im.zero3_reduce_bucket > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3ReduceBucket, p))
+    un.push_back("implementation.zero3_reduce_bucket=" + str(im.zero3_reduce_bucket) +
+                 " (torchtitan's FSDP2 stages each module's gradient whole for its own reduce-scatter: "
+                 "zero3_reduce_bucket=0)");
   if (p.tp > 1 && im.tp_grad_overlap)
     un.push_back("implementation.tp_grad_overlap=true (DTensor reduce-scatters a linear's input gradient after "
                  "the backward that also computes its weight gradient: tp_grad_overlap=false)");

@@ -713,10 +713,15 @@ TEST_CASE("deepspeed: GPT-3 175B batch, ZeRO-1 buckets, bf16") {
 }
 
 TEST_CASE("deepspeed: ZeRO-3 with optimizer and parameter offload") {
-  const auto e = export_deepspeed(llama_zero3(1));
+  // The gradient bucket as `strata export` renders it from the deepspeed
+  // stack (DeepSpeed's reduce_bucket_size, 5e8 elements).
+  strategies::Scenario sc = llama_zero3(1);
+  sc.plan.implementation.zero3_reduce_bucket = 500'000'000;
+  const auto e = export_deepspeed(sc);
   const auto j = nlohmann::json::parse(e.text);
   const auto& z = j.at("zero_optimization");
   CHECK(z.at("stage") == 3);
+  CHECK(z.at("reduce_bucket_size") == 500'000'000);
   CHECK(z.at("offload_optimizer").at("device") == "cpu");
   CHECK(z.at("offload_optimizer").at("pin_memory") == true);
   CHECK(z.at("offload_param").at("device") == "cpu");
@@ -725,6 +730,47 @@ TEST_CASE("deepspeed: ZeRO-3 with optimizer and parameter offload") {
   // 256 = 1 · accumulation · dp 8 → 32 microbatches per step.
   CHECK(j.at("gradient_accumulation_steps") == 32);
   CHECK(e.unsupported.empty());
+}
+
+TEST_CASE("zero3_reduce_bucket: DeepSpeed's ZeRO-3 reduce_bucket_size, out and back; FSDP's engines have none") {
+  // Unstated, the export renders the deepspeed stack's 5e8 elements (and
+  // says so); stated, its own value; read back as written, absent as
+  // DeepSpeed's default. A stated 0 (FSDP's per-module staging) DeepSpeed
+  // cannot run; a bucket torchtitan's FSDP2 and Megatron-LM cannot.
+  const auto sc = llama_zero3(1);
+  const auto rendered = export_plan(sc, ExportTarget::DeepSpeed);
+  CHECK(nlohmann::json::parse(rendered.text).at("zero_optimization").at("reduce_bucket_size") == 500'000'000);
+  CHECK(rendered.rendered.implementation.zero3_reduce_bucket == 500'000'000);
+  CHECK(std::any_of(rendered.notes.begin(), rendered.notes.end(), [](const std::string& n) {
+    return contains(n, "implementation.zero3_reduce_bucket = 500000000 elements, DeepSpeed's default");
+  }));
+  strategies::Scenario stated = sc;
+  stated.plan.implementation.zero3_reduce_bucket = 200'000'000;
+  stated.implementation_keys.add(strategies::ImplKey::Zero3ReduceBucket);
+  const auto mine = export_plan(stated, ExportTarget::DeepSpeed);
+  CHECK(nlohmann::json::parse(mine.text).at("zero_optimization").at("reduce_bucket_size") == 200'000'000);
+  CHECK(import_plan(sc, ExportTarget::DeepSpeed, mine.text, "ds.json").scenario.plan.implementation.zero3_reduce_bucket ==
+        200'000'000);
+  auto j = nlohmann::json::parse(mine.text);
+  j["zero_optimization"].erase("reduce_bucket_size");
+  CHECK(import_plan(sc, ExportTarget::DeepSpeed, j.dump(), "ds.json").scenario.plan.implementation.zero3_reduce_bucket ==
+        500'000'000);
+  j["zero_optimization"]["reduce_bucket_size"] = "big";
+  CHECK_THROWS_WITH(import_plan(sc, ExportTarget::DeepSpeed, j.dump(), "ds.json"),
+                    doctest::Contains("zero_optimization.reduce_bucket_size"));
+  j["zero_optimization"]["stage"] = 2;
+  j["zero_optimization"]["reduce_bucket_size"] = 1000;
+  CHECK(import_plan(sc, ExportTarget::DeepSpeed, j.dump(), "ds.json").scenario.plan.implementation.zero3_reduce_bucket ==
+        0);
+  strategies::Scenario fsdp = sc;
+  fsdp.implementation_keys.add(strategies::ImplKey::Zero3ReduceBucket);  // a stated 0
+  CHECK(unsupported(export_plan(fsdp, ExportTarget::DeepSpeed), "implementation.zero3_reduce_bucket=0") != "");
+  CHECK(unsupported(export_torchtitan(stated), "implementation.zero3_reduce_bucket=200000000") != "");
+  CHECK(unsupported(export_megatron(stated), "implementation.zero3_reduce_bucket=200000000") != "");
+  // Where it cannot act (ZeRO-2), nothing is listed.
+  strategies::Scenario z2 = stated;
+  z2.plan.zero = 2;
+  CHECK(unsupported(export_torchtitan(z2), "implementation.zero3_reduce_bucket") == "");
 }
 
 TEST_CASE("deepspeed: fp16 with an fp32 accumulation buffer reduces 4-byte gradients") {
@@ -1050,6 +1096,8 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
       fix(strategies::ImplKey::CpComm);
     if (p.precision == cost::Precision::FP8 && p.zero >= 1 && p.zero <= 2 && pick(false, true))
       im.fp8_param_gather = true, fix(strategies::ImplKey::Fp8ParamGather);
+    if (p.zero == 3 && pick(false, false, true))
+      im.zero3_reduce_bucket = pick(0, 200'000'000, 500'000'000), fix(strategies::ImplKey::Zero3ReduceBucket);
     try {
       strategies::require_valid_plan(sc);
     } catch (const InputError&) {

@@ -116,6 +116,8 @@ inline constexpr std::int64_t kOneBitBucket = 512;
 inline constexpr double kMaxHostDispatchUs = 1000;
 // The largest ZeRO-3 persistence threshold a plan may state, in elements.
 inline constexpr std::int64_t kMaxPersistenceThreshold = std::int64_t{1} << 40;
+// The largest ZeRO-3 gradient bucket a plan may state, in elements.
+inline constexpr std::int64_t kMaxReduceBucket = std::int64_t{1} << 40;
 
 struct Implementation {
   AttentionKernel attention = AttentionKernel::Flash;
@@ -203,6 +205,17 @@ struct Implementation {
   // rank and are never gathered (DeepSpeed's param_persistence_threshold).
   // Only with zero3_gather_per_module.
   std::int64_t zero3_persistence_threshold = 0;
+  // ZeRO-3 copies each parameter's gradient, as autograd produces it, into
+  // one contiguous bucket of this many elements in the gradients' dtype,
+  // allocated once for the whole run, and frees it; a full bucket is
+  // flattened into a new buffer (pre-divided, reduce-scattered in place) and
+  // emptied (DeepSpeed's stage 3 with contiguous_gradients:
+  // __ipg_bucket_flat_buffer of reduce_bucket_size elements,
+  // reduce_scatter_coalesced's torch.cat). 0: each module's whole gradient
+  // is staged for its own reduce-scatter in the reduction's dtype (PyTorch
+  // FSDP's foreach_reduce, FSDP1's flat gradient). Memory only: the
+  // lowering reduce-scatters layer by layer either way.
+  std::int64_t zero3_reduce_bucket = 0;
   // Order in which ranks are laid out, innermost (fastest varying) first.
   std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                         ParallelDim::PP};

@@ -65,6 +65,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.zero3_gather_copy_out = r.bool_or("zero3_gather_copy_out", im.zero3_gather_copy_out);
   im.zero3_persistence_threshold =
       r.int_or("zero3_persistence_threshold", im.zero3_persistence_threshold, 0, kMaxPersistenceThreshold);
+  im.zero3_reduce_bucket = r.int_or("zero3_reduce_bucket", im.zero3_reduce_bucket, 0, kMaxReduceBucket);
   if (auto ro = r.get("rank_order")) im.rank_order = read_rank_order(*ro);
   r.reject_unknown_keys();
   return im;

@@ -241,6 +241,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (im.zero3_gather_copy_out) implementation["zero3_gather_copy_out"] = true;
   if (im.zero3_persistence_threshold != 0)
     implementation["zero3_persistence_threshold"] = im.zero3_persistence_threshold;
+  if (im.zero3_reduce_bucket != 0) implementation["zero3_reduce_bucket"] = im.zero3_reduce_bucket;
   if (im.cross_entropy != CrossEntropy::InPlace) implementation["cross_entropy"] = nm(im.cross_entropy);
   if (im.grad_reduce_dtype != GradReduceDtype::Accumulation)
     implementation["grad_reduce_dtype"] = nm(im.grad_reduce_dtype);

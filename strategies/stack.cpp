@@ -29,6 +29,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::HostDispatch: im.host_dispatch_us = static_cast<double>(v) / 1000.0; break;
     case ImplKey::Zero3GatherPerModule: im.zero3_gather_per_module = on; break;
     case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
+    case ImplKey::Zero3ReduceBucket: im.zero3_reduce_bucket = v; break;
     case ImplKey::Zero3RootUnsharded: im.zero3_root_unsharded = on; break;
     case ImplKey::Zero3FlatGrads: im.zero3_flat_grads = on; break;
     case ImplKey::Zero3GatherCopyOut: im.zero3_gather_copy_out = on; break;
@@ -63,7 +64,8 @@ std::string value_text(ImplKey k, std::int64_t v) {
       if (t.back() == '.') t.pop_back();
       return t + " us";
     }
-    case ImplKey::Zero3PersistenceThreshold: return std::to_string(v) + " elements";
+    case ImplKey::Zero3PersistenceThreshold:
+    case ImplKey::Zero3ReduceBucket: return std::to_string(v) + " elements";
     default: return v != 0 ? "true" : "false";
   }
 }
@@ -104,6 +106,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::HostDispatch: return std::llround(im.host_dispatch_us * 1000.0);
     case ImplKey::Zero3GatherPerModule: return im.zero3_gather_per_module;
     case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
+    case ImplKey::Zero3ReduceBucket: return im.zero3_reduce_bucket;
     case ImplKey::Zero3RootUnsharded: return im.zero3_root_unsharded;
     case ImplKey::Zero3FlatGrads: return im.zero3_flat_grads;
     case ImplKey::Zero3GatherCopyOut: return im.zero3_gather_copy_out;
@@ -122,6 +125,7 @@ bool implementation_acts(ImplKey k, const Plan& plan) {
     case ImplKey::CpComm: return plan.cp > 1;
     case ImplKey::TpGradOverlap: return plan.tp > 1;
     case ImplKey::SpRegatherInput: return plan.tp > 1 && plan.sequence_parallel;
+    case ImplKey::Zero3ReduceBucket: return plan.zero >= 3 && zero_shards(plan) > 1;
     default: return true;
   }
 }

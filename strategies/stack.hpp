@@ -53,6 +53,7 @@ enum class ImplKey : std::uint8_t {
   Zero3GatherCopyOut,
   CpComm,
   SpRegatherInput,
+  Zero3ReduceBucket,
 };
 
 }  // namespace strata::strategies
@@ -60,7 +61,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 22> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 23> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -83,6 +84,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Zero3GatherCopyOut, "zero3_gather_copy_out"},
       {strategies::ImplKey::CpComm, "cp_comm"},
       {strategies::ImplKey::SpRegatherInput, "sp_regather_input"},
+      {strategies::ImplKey::Zero3ReduceBucket, "zero3_reduce_bucket"},
   }};
 };
 }  // namespace strata

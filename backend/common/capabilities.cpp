@@ -54,6 +54,17 @@ const std::array kTable{
                [](const Scenario& s) { return zero(s) && s.plan.zero >= 3; },
                yes("the embedding and head stay whole, their gradients reduce-scattered"),
                yes("as on the CPU backend, over NCCL")},
+    Capability{"zero3-reduce-bucket", "parallelism",
+               "ZeRO-3 gradients copied into one reduce bucket (implementation.zero3_reduce_bucket > 0)",
+               [](const Scenario& s) {
+                 return strategies::implementation_acts(strategies::ImplKey::Zero3ReduceBucket, s.plan) &&
+                        s.implementation_keys.has(strategies::ImplKey::Zero3ReduceBucket) &&
+                        s.plan.implementation.zero3_reduce_bucket > 0;
+               },
+               no("the CPU backend reduce-scatters each layer's gradients as the layer's backward ends, through "
+                  "buffers of that layer's size (implementation.zero3_reduce_bucket 0)"),
+               no("the CUDA backend reduce-scatters each layer's gradients as the layer's backward ends "
+                  "(implementation.zero3_reduce_bucket 0)")},
     Capability{"tp", "parallelism", "tensor parallelism (tp > 1, Megatron-LM's split)",
                [](const Scenario& s) { return s.plan.tp > 1; }, yes(), no(STRATA_NOT_ACROSS("tensor")), true},
     Capability{"sp", "parallelism", "sequence parallelism (with tp > 1)",
