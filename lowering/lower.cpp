@@ -1124,15 +1124,10 @@ class StepBuilder : StepLayout {
     if (!im.zero3_gather_per_module || sc_.executed)
       return costs().collective(Collective::AllGather, Group::DP,
                                static_cast<Bytes>(static_cast<double>(block.params()) * per_.weights));
-    const std::int64_t keep = im.zero3_persistence_threshold;
     Transfer t;
-    for (const cost::Op& op : block.ops) {
-      double gathered = 0;
-      if (op.matrices > 0 && op.rows * op.cols >= keep) gathered += static_cast<double>(op.matrix_params());
-      if (op.vector_params() > 0 && op.vector_params() >= keep) gathered += static_cast<double>(op.vector_params());
-      if (gathered > 0)
+    for (const cost::Op& op : block.ops)
+      if (const double gathered = zero3_module_elems(op, im.zero3_persistence_threshold); gathered > 0)
         t = t.then(costs().collective(Collective::AllGather, Group::DP, static_cast<Bytes>(gathered * per_.weights)));
-    }
     return t;
   }
 

@@ -502,6 +502,62 @@ ActivationRule::Chunk ActivationRule::chunk(std::span<const ActivationRule> rule
   return c;
 }
 
+double zero3_module_elems(const cost::Op& op, std::int64_t keep) {
+  double gathered = 0;
+  if (op.matrices > 0 && op.rows * op.cols >= keep) gathered += static_cast<double>(op.matrix_params());
+  if (op.vector_params() > 0 && op.vector_params() >= keep) gathered += static_cast<double>(op.vector_params());
+  return gathered;
+}
+
+double coordinator_peak(std::span<const GatherUse> trace, double prefetch, double max_live, double reuse) {
+  const std::size_t n = trace.size();
+  std::int64_t units = 0;
+  for (const GatherUse& u : trace) units = std::max(units, u.unit + 1);
+  // The elements of the trace before each use, and each use's next use of
+  // its unit (n: none).
+  std::vector<double> before(n + 1, 0.0);
+  for (std::size_t t = 0; t < n; ++t) before[t + 1] = before[t] + trace[t].elems;
+  std::vector<std::size_t> next(n, n), last_seen(static_cast<std::size_t>(units), n);
+  for (std::size_t t = n; t-- > 0;) {
+    auto& seen = last_seen[static_cast<std::size_t>(trace[t].unit)];
+    next[t] = seen;
+    seen = t;
+  }
+  std::vector<bool> gathered(static_cast<std::size_t>(units), false);
+  std::vector<std::size_t> held_for(static_cast<std::size_t>(units), 0);  // the last use the prefetch passed
+  double live = 0, peak = 0;
+  std::size_t queue = 0;  // the trace's next use the prefetch has not passed
+  auto gather = [&](std::int64_t u, double elems) {
+    if (gathered[static_cast<std::size_t>(u)]) return 0.0;
+    gathered[static_cast<std::size_t>(u)] = true;
+    live += elems;
+    return elems;
+  };
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto u = static_cast<std::size_t>(trace[t].unit);
+    gather(trace[t].unit, trace[t].elems);
+    queue = std::max(queue, t + 1);
+    held_for[u] = std::max(held_for[u], t);
+    const double budget = std::min(max_live - live, prefetch);
+    for (double fetched = 0; queue < n && fetched < budget; ++queue) {
+      const GatherUse& q = trace[queue];
+      fetched += gather(q.unit, q.elems);
+      auto& h = held_for[static_cast<std::size_t>(q.unit)];
+      h = std::max(h, queue);
+    }
+    peak = std::max(peak, live);
+    // (DeepSpeed releases after the use, when its step counter has moved
+    // on to t + 1.)
+    const bool prefetched_again = held_for[u] > t + 1;
+    const bool reused = next[t] < n && before[next[t]] - before[t + 1] < reuse;
+    if (!prefetched_again && !reused) {
+      gathered[u] = false;
+      live -= trace[t].elems;
+    }
+  }
+  return peak;
+}
+
 EndGathers end_gathers(const cost::OpChain& chain, bool tied, bool first, bool last) {
   const double word = tied && !chain.embedding.ops.empty() ? static_cast<double>(chain.embedding.ops.front().params) : 0;
   EndGathers g;
@@ -557,6 +613,70 @@ void finish_estimate(MemoryEstimate& out) {
     out.infeasible = Infeasible{"host", out.host_bytes_per_node, out.host_capacity_per_node};
   else if (out.nvme_bytes_per_node > out.nvme_capacity_per_node)
     out.infeasible = Infeasible{"nvme", out.nvme_bytes_per_node, out.nvme_capacity_per_node};
+}
+
+std::vector<GatherUse> MemoryModel::gather_trace(int stage) const {
+  // Units: each op's parameters where modules are gathered one by one (its
+  // tensors below the persistence threshold stay whole), else each block's;
+  // the embedding's and the head's ops either way, the word embedding one
+  // unit where the head multiplies by it (tied). Forward: the embedding on
+  // the first stage, the chunks' blocks in order, the head on the last;
+  // backward the reverse, each recomputed block's forward again before its
+  // backward (a rerun reruns its modules' hooks).
+  const Plan& plan = sc_.plan;
+  const auto& im = plan.implementation;
+  const int p = static_cast<int>(plan.pp);
+  const bool first = stage == 0, last = stage == p - 1;
+  const std::int64_t keep = im.zero3_persistence_threshold;
+  // Unit ids: a part's base plus its op's index.
+  std::size_t most_ops = std::max(chain_.embedding.ops.size(), chain_.head.ops.size());
+  for (const auto& k : chain_.kinds) most_ops = std::max(most_ops, k.ops.size());
+  const auto per_layer = static_cast<std::int64_t>(most_ops) + 1;
+  const std::int64_t word = 0, embedding_base = 1, head_base = embedding_base + per_layer,
+                     layer_base = head_base + per_layer;
+  std::vector<GatherUse> fwd, trace;
+  auto add = [](std::vector<GatherUse>& to, std::int64_t unit, double elems) {
+    if (elems > 0) to.push_back({unit, elems});
+  };
+  auto ends = [&](const cost::Layer& part, std::int64_t base, bool head, std::vector<GatherUse>& to) {
+    for (std::size_t i = 0; i < part.ops.size(); ++i)
+      add(to, base + static_cast<std::int64_t>(i), zero3_module_elems(part.ops[i], keep));
+    if (head && sc_.model.tied_embeddings && !chain_.embedding.ops.empty())
+      add(to, word, zero3_module_elems(chain_.embedding.ops.front(), keep));
+  };
+  auto block = [&](std::int64_t layer, std::vector<GatherUse>& to, bool reverse) {
+    const cost::Layer& b = chain_.block_at(layer);
+    const std::int64_t base = layer_base + layer * per_layer;
+    if (!im.zero3_gather_per_module) return add(to, base, static_cast<double>(b.params()));
+    std::vector<GatherUse> ops;
+    for (std::size_t i = 0; i < b.ops.size(); ++i)
+      add(ops, base + static_cast<std::int64_t>(i), zero3_module_elems(b.ops[i], keep));
+    if (reverse) std::reverse(ops.begin(), ops.end());
+    to.insert(to.end(), ops.begin(), ops.end());
+  };
+  std::vector<std::int64_t> layers;
+  for (std::int64_t c = 0; c < plan.virtual_stages; ++c) {
+    const auto k = static_cast<std::size_t>(c * p + stage);
+    for (std::int64_t l = first_[k]; l < first_[k] + chunks_[k]; ++l) layers.push_back(l);
+  }
+  // The word embedding is its own unit (0) so a tied head finds it.
+  std::vector<GatherUse> emb;
+  for (std::size_t i = 0; i < chain_.embedding.ops.size(); ++i)
+    add(emb, i == 0 ? word : embedding_base + static_cast<std::int64_t>(i), zero3_module_elems(chain_.embedding.ops[i], keep));
+  if (first) trace.insert(trace.end(), emb.begin(), emb.end());
+  for (const std::int64_t l : layers) block(l, trace, false);
+  std::vector<GatherUse> head;
+  if (last) ends(chain_.head, head_base, true, head);
+  trace.insert(trace.end(), head.begin(), head.end());
+  trace.insert(trace.end(), head.rbegin(), head.rend());
+  const bool rerun = plan.recompute != Recompute::None && plan.recompute != Recompute::Selective &&
+                     plan.recompute != Recompute::SelectiveOp;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    if (rerun) block(*it, trace, false);
+    block(*it, trace, true);
+  }
+  if (first) trace.insert(trace.end(), emb.rbegin(), emb.rend());
+  return trace;
 }
 
 // What a stage holds beside its blocks' activations.
@@ -706,9 +826,14 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
         // the second layer's place while it runs.
         const EndGathers ends = end_gathers(chain_, model.tied_embeddings, s == 0, s == p - 1);
         const double layer = block.params();
-        const double gathered = plan.implementation.zero3_root_unsharded
-                                    ? 2.0 * layer + ends.root
-                                    : layer + std::max({layer, ends.embedding, ends.head});
+        double gathered = plan.implementation.zero3_root_unsharded ? 2.0 * layer + ends.root
+                                                                   : layer + std::max({layer, ends.embedding, ends.head});
+        // DeepSpeed's coordinator: what its trace holds gathered at most.
+        if (plan.implementation.zero3_max_live > 0 && sc.kernel_memory != KernelMemory::Cpu) {
+          const auto& im = plan.implementation;
+          gathered = coordinator_peak(gather_trace(s), im.overlap_param_gather ? static_cast<double>(im.zero3_prefetch_bucket) : 0.0,
+                                      static_cast<double>(im.zero3_max_live), static_cast<double>(im.zero3_reuse_distance));
+        }
         comm += gathered * per.weights;
         // A gradient bucket allocated once (DeepSpeed's __ipg_bucket_flat_buffer
         // of reduce_bucket_size elements in the model's dtype), on GPU kernels.

@@ -193,6 +193,32 @@ struct EndGathers {
 };
 EndGathers end_gathers(const cost::OpChain& chain, bool tied, bool first, bool last);
 
+// The elements a ZeRO-3 gather of one op's parameters moves where each
+// module is gathered on its own (implementation.zero3_gather_per_module):
+// its weight matrices and its vectors, each only if it has at least `keep`
+// elements (zero3_persistence_threshold: smaller tensors stay whole on
+// every rank; an op's vectors count as one tensor).
+double zero3_module_elems(const cost::Op& op, std::int64_t keep);
+
+// One use of a gathered unit (a module's or a layer's parameters) in a
+// microbatch's trace: which unit, and its elements.
+struct GatherUse {
+  std::int64_t unit = 0;
+  double elems = 0;
+};
+
+// DeepSpeed's ZeRO-3 parameter coordinator (deepspeed/runtime/zero/
+// partitioned_param_coordinator.py, PartitionedParameterCoordinator) over
+// one microbatch's trace of uses, in the order its hooks fetch them: the
+// most elements gathered at once. At each use it gathers the unit if it is
+// not gathered, then prefetches the units next in the trace that are not,
+// up to `prefetch` more elements while fewer than `max_live` are gathered
+// (fetch_sub_module); after the use it releases the unit unless the
+// prefetch already passed a later use of it or the trace uses it again
+// before `reuse` more elements go by (release_sub_module,
+// __params_to_release).
+double coordinator_peak(std::span<const GatherUse> trace, double prefetch, double max_live, double reuse);
+
 // Constants of the memory rules (docs/memory-model.md says why each).
 struct MemoryRules {
   Bytes runtime_bytes = 512 * kMiB;          // CUDA context and library handles
@@ -351,6 +377,9 @@ class MemoryModel {
   // flight and prefetch_depth more) and the working set with the embedding
   // and head activations.
   std::pair<double, double> on_gpu(int stage, const Blocks& blocks) const;
+  // ZeRO-3's gathers of one microbatch on `stage`, in the order DeepSpeed's
+  // hooks fetch them (coordinator_peak).
+  std::vector<GatherUse> gather_trace(int stage) const;
   const Scenario& sc_;
   MemoryRules rules_;
   cost::OpChain chain_;

@@ -597,6 +597,51 @@ TEST_CASE("DeepSpeed's ZeRO-3 gradient bucket: allocated once for the step, a fu
   CHECK(comm(cpu) == comm(cpu0));
 }
 
+TEST_CASE("DeepSpeed's parameter coordinator: what its trace holds gathered at most") {
+  // Four units of 10 elements used A B C D in the forward and D C B A in
+  // the backward.
+  std::vector<GatherUse> trace;
+  for (const std::int64_t u : {0, 1, 2, 3, 3, 2, 1, 0}) trace.push_back({u, 10.0});
+  const double big = 1e12;
+  // Nothing prefetched, nothing kept: one unit at a time.
+  CHECK(coordinator_peak(trace, 0, big, 0) == 10);
+  // Kept while fewer than 25 elements of uses come between: D (nothing
+  // between its two uses) and C (D's two uses, 20), not B (40): C and D.
+  CHECK(coordinator_peak(trace, 0, big, 25) == 20);
+  // Kept whatever the distance: every unit until its last use, all four at
+  // the turn.
+  CHECK(coordinator_peak(trace, 0, big, big) == 40);
+  // Prefetching without a cap: at A's use the prefetch gathers B, C, D and
+  // passes the later uses of D, C, B and A, so nothing is released before
+  // its last use.
+  CHECK(coordinator_peak(trace, big, big, 0) == 40);
+  // Prefetching 15 elements a use: at A's, B and C (stopping once 15 or
+  // more are fetched); at B's, D and, after passing the gathered units'
+  // later uses, A again: 40 at B's use.
+  CHECK(coordinator_peak(trace, 15, big, 0) == 40);
+  // max_live caps what a use prefetches at max_live less what is gathered
+  // (checked before each unit): at A's use 10 gathered, 5 more allowed, B
+  // fetched (20), then nothing more.
+  CHECK(coordinator_peak(trace, big, 15, 0) == 20);
+  // On a model: GPT-3 1.3B on 16 GPUs under the deepspeed stack (ZeRO-3,
+  // modules gathered one by one, prefetch 5e7, max live 1e9, reuse 1e9).
+  // Its modules (4.2-16.8 M elements) are smaller than the prefetch bucket,
+  // so the prefetch runs ahead until 1e9 elements are gathered: at least
+  // that (where FSDP's rule holds a layer and the next, 2 × 50.3 M, and the
+  // output layer), and less than the model's 1.3 B parameters (what a use
+  // gathers on demand, and what the coordinator keeps for a reuse, max_live
+  // does not cap).
+  const Scenario ds = parse_scenario(R"({"model": "gpt3-1.3b", "cluster": {"preset": "dgx-h100", "nodes": 2},
+      "stack": "deepspeed", "batch": {"global": 16}, "plan": {"zero": 3, "precision": "bf16"}})",
+                                     "test.json");
+  const double gathered = static_cast<double>(tag(estimate_memory(ds).stages[0], MemTag::CommBuffers) -
+                                              2 * ds.plan.implementation.zero3_reduce_bucket) /
+                          2.0;
+  CHECK(gathered >= 1e9);
+  const auto chain = cost::expand(ds.model, expand_options(ds));
+  CHECK(gathered < static_cast<double>(chain.params()));
+}
+
 TEST_CASE("context parallelism's exchange, by algorithm, held in an attention block's backward") {
   // Llama 3 8B (32 query heads and 8 KV heads of 128), sequence 8,192,
   // microbatch 1, cp 4, bf16: one rank's K and V are kv = 2 · 2,048 tokens

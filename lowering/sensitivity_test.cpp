@@ -230,6 +230,19 @@ const Case kCases[] = {
     // one layer's gradient.
     {"plan.implementation/zero3_reduce_bucket", R"({"plan": {"zero": 3}})",
      R"({"plan": {"implementation": {"zero3_reduce_bucket": 500000000}}})", Effect::PeakUp},
+    // DeepSpeed's coordinator prefetching 5e7 elements a use up to 1e9
+    // gathered, where FSDP holds a layer and the next.
+    {"plan.implementation/zero3_max_live",
+     R"({"plan": {"zero": 3, "implementation": {"zero3_gather_per_module": true, "zero3_prefetch_bucket": 50000000}}})",
+     R"({"plan": {"implementation": {"zero3_max_live": 1000000000}}})", Effect::PeakUp},
+    // With the coordinator: prefetching holds more than gathering on demand.
+    {"plan.implementation/zero3_prefetch_bucket",
+     R"({"plan": {"zero": 3, "implementation": {"zero3_gather_per_module": true, "zero3_max_live": 1000000000}}})",
+     R"({"plan": {"implementation": {"zero3_prefetch_bucket": 50000000}}})", Effect::PeakUp},
+    // ... and keeping what the trace soon uses again more than releasing it.
+    {"plan.implementation/zero3_reuse_distance",
+     R"({"plan": {"zero": 3, "implementation": {"zero3_gather_per_module": true, "zero3_max_live": 1000000000}}})",
+     R"({"plan": {"implementation": {"zero3_reuse_distance": 1000000000}}})", Effect::PeakUp},
     // FSDP1's flat gradients: one more memory-bound pass per layer's backward.
     {"plan.implementation/zero3_flat_grads", R"({"plan": {"zero": 3}})",
      R"({"plan": {"implementation": {"zero3_flat_grads": true}}})", Effect::StepUp},

@@ -339,6 +339,9 @@ Exported export_megatron(const Scenario& sc) {
   if (im.zero3_reduce_bucket > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3ReduceBucket, p))
     un.push_back("implementation.zero3_reduce_bucket=" + str(im.zero3_reduce_bucket) +
                  " (Megatron-LM has no flag for a ZeRO-3 gradient bucket of its own size: zero3_reduce_bucket=0)");
+  if (im.zero3_max_live > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, p))
+    un.push_back("implementation.zero3_max_live=" + str(im.zero3_max_live) +
+                 " (Megatron-LM has no DeepSpeed-style parameter coordinator: zero3_max_live=0)");
   if (!im.tp_grad_overlap && p.tp > 1)
     un.push_back("implementation.tp_grad_overlap=false (Megatron-LM always launches the "
                  "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
@@ -685,6 +688,18 @@ Exported export_deepspeed(const Scenario& sc) {
                    "reduce-scatter, as PyTorch FSDP does; DeepSpeed's ZeRO-3 copies every gradient into a "
                    "reduce_bucket_size bucket: set zero3_reduce_bucket to the bucket's elements)");
   }
+  // ... and gathers parameters through its coordinator.
+  if (strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, p)) {
+    if (im.zero3_max_live > 0) {
+      z["stage3_max_live_parameters"] = im.zero3_max_live;
+      z["stage3_prefetch_bucket_size"] = im.zero3_prefetch_bucket;
+      z["stage3_max_reuse_distance"] = im.zero3_reuse_distance;
+    } else {
+      un.push_back("implementation.zero3_max_live=0 (a layer gathered and the next prefetched, as PyTorch FSDP "
+                   "does; DeepSpeed's ZeRO-3 gathers through its parameter coordinator: set zero3_max_live, "
+                   "zero3_prefetch_bucket and zero3_reuse_distance)");
+    }
+  }
   z["allgather_partitions"] = true;
   z["allgather_bucket_size"] = bucket / param_bytes;
   if (p.offload.optimizer != OffloadTarget::None) {
@@ -933,6 +948,9 @@ Exported export_torchtitan(const Scenario& sc) {
     un.push_back("implementation.zero3_reduce_bucket=" + str(im.zero3_reduce_bucket) +
                  " (torchtitan's FSDP2 stages each module's gradient whole for its own reduce-scatter: "
                  "zero3_reduce_bucket=0)");
+  if (im.zero3_max_live > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, p))
+    un.push_back("implementation.zero3_max_live=" + str(im.zero3_max_live) +
+                 " (torchtitan's FSDP2 gathers a block and prefetches the next: zero3_max_live=0)");
   if (p.tp > 1 && im.tp_grad_overlap)
     un.push_back("implementation.tp_grad_overlap=true (DTensor reduce-scatters a linear's input gradient after "
                  "the backward that also computes its weight gradient: tp_grad_overlap=false)");

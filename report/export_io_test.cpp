@@ -713,10 +713,12 @@ TEST_CASE("deepspeed: GPT-3 175B batch, ZeRO-1 buckets, bf16") {
 }
 
 TEST_CASE("deepspeed: ZeRO-3 with optimizer and parameter offload") {
-  // The gradient bucket as `strata export` renders it from the deepspeed
-  // stack (DeepSpeed's reduce_bucket_size, 5e8 elements).
+  // The gradient bucket and the parameter coordinator as `strata export`
+  // renders them from the deepspeed stack (DeepSpeed's reduce_bucket_size,
+  // 5e8 elements; stage3_max_live_parameters 1e9).
   strategies::Scenario sc = llama_zero3(1);
   sc.plan.implementation.zero3_reduce_bucket = 500'000'000;
+  sc.plan.implementation.zero3_max_live = 1'000'000'000;
   const auto e = export_deepspeed(sc);
   const auto j = nlohmann::json::parse(e.text);
   const auto& z = j.at("zero_optimization");
@@ -771,6 +773,45 @@ TEST_CASE("zero3_reduce_bucket: DeepSpeed's ZeRO-3 reduce_bucket_size, out and b
   strategies::Scenario z2 = stated;
   z2.plan.zero = 2;
   CHECK(unsupported(export_torchtitan(z2), "implementation.zero3_reduce_bucket") == "");
+}
+
+TEST_CASE("DeepSpeed's parameter coordinator (zero3_max_live, zero3_prefetch_bucket, zero3_reuse_distance): out and back") {
+  // Unstated, the deepspeed stack's 1e9, 5e7, 1e9 (DeepSpeed's defaults)
+  // as stage3_max_live_parameters, stage3_prefetch_bucket_size and
+  // stage3_max_reuse_distance; stated, their own; read back as written,
+  // absent as the defaults. FSDP's gathers (zero3_max_live 0) DeepSpeed
+  // cannot run; the coordinator torchtitan and Megatron-LM cannot.
+  const auto sc = llama_zero3(1);
+  const auto z = nlohmann::json::parse(export_plan(sc, ExportTarget::DeepSpeed).text).at("zero_optimization");
+  CHECK(z.at("stage3_max_live_parameters") == 1'000'000'000);
+  CHECK(z.at("stage3_prefetch_bucket_size") == 50'000'000);
+  CHECK(z.at("stage3_max_reuse_distance") == 1'000'000'000);
+  strategies::Scenario stated = sc;
+  auto& im = stated.plan.implementation;
+  im.zero3_max_live = 300'000'000, im.zero3_prefetch_bucket = 20'000'000, im.zero3_reuse_distance = 0;
+  for (auto k : {strategies::ImplKey::Zero3MaxLive, strategies::ImplKey::Zero3PrefetchBucket,
+                 strategies::ImplKey::Zero3ReuseDistance})
+    stated.implementation_keys.add(k);
+  const auto text = export_plan(stated, ExportTarget::DeepSpeed).text;
+  const auto back = import_plan(sc, ExportTarget::DeepSpeed, text, "ds.json").scenario.plan.implementation;
+  CHECK(back.zero3_max_live == 300'000'000);
+  CHECK(back.zero3_prefetch_bucket == 20'000'000);
+  CHECK(back.zero3_reuse_distance == 0);
+  auto j = nlohmann::json::parse(text);
+  for (const char* k : {"stage3_max_live_parameters", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"})
+    j["zero_optimization"].erase(k);
+  const auto defaults = import_plan(sc, ExportTarget::DeepSpeed, j.dump(), "ds.json").scenario.plan.implementation;
+  CHECK(defaults.zero3_max_live == 1'000'000'000);
+  CHECK(defaults.zero3_prefetch_bucket == 50'000'000);
+  CHECK(defaults.zero3_reuse_distance == 1'000'000'000);
+  j["zero_optimization"]["stage3_max_live_parameters"] = -1;
+  CHECK_THROWS_WITH(import_plan(sc, ExportTarget::DeepSpeed, j.dump(), "ds.json"),
+                    doctest::Contains("zero_optimization.stage3_max_live_parameters"));
+  strategies::Scenario fsdp = sc;
+  fsdp.implementation_keys.add(strategies::ImplKey::Zero3MaxLive);  // a stated 0
+  CHECK(unsupported(export_plan(fsdp, ExportTarget::DeepSpeed), "implementation.zero3_max_live=0") != "");
+  CHECK(unsupported(export_torchtitan(stated), "implementation.zero3_max_live=300000000") != "");
+  CHECK(unsupported(export_megatron(stated), "implementation.zero3_max_live=300000000") != "");
 }
 
 TEST_CASE("deepspeed: fp16 with an fp32 accumulation buffer reduces 4-byte gradients") {
@@ -1022,7 +1063,7 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
   using strategies::Optimizer;
   using strategies::Schedule;
   using strategies::TpCommOverlap;
-  std::mt19937_64 rng(20261204);
+  std::mt19937_64 rng(20261204), rng_deepspeed(20261207);
   auto pick = [&](auto... v) {
     const std::array a{v...};
     return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng)];
@@ -1096,8 +1137,23 @@ TEST_CASE("export round trip: import_plan reads every launchable export back to 
       fix(strategies::ImplKey::CpComm);
     if (p.precision == cost::Precision::FP8 && p.zero >= 1 && p.zero <= 2 && pick(false, true))
       im.fp8_param_gather = true, fix(strategies::ImplKey::Fp8ParamGather);
-    if (p.zero == 3 && pick(false, false, true))
-      im.zero3_reduce_bucket = pick(0, 200'000'000, 500'000'000), fix(strategies::ImplKey::Zero3ReduceBucket);
+    // DeepSpeed's ZeRO-3 settings, where they act, drawn from a stream of
+    // their own (the draws above stay as they were).
+    if (p.zero == 3 && p.dp * p.cp > 1) {
+      auto pick2 = [&](auto... v) {
+        const std::array a{v...};
+        return a[std::uniform_int_distribution<std::size_t>(0, a.size() - 1)(rng_deepspeed)];
+      };
+      if (pick2(false, false, true))
+        im.zero3_reduce_bucket = pick2(0, 200'000'000, 500'000'000), fix(strategies::ImplKey::Zero3ReduceBucket);
+      if (pick2(false, false, true)) {
+        im.zero3_max_live = pick2(0, 300'000'000, 1'000'000'000), fix(strategies::ImplKey::Zero3MaxLive);
+        if (im.zero3_max_live > 0) {  // (the other two act only through it)
+          im.zero3_prefetch_bucket = pick2(0, 50'000'000), fix(strategies::ImplKey::Zero3PrefetchBucket);
+          im.zero3_reuse_distance = pick2(0, 1'000'000'000), fix(strategies::ImplKey::Zero3ReuseDistance);
+        }
+      }
+    }
     try {
       strategies::require_valid_plan(sc);
     } catch (const InputError&) {

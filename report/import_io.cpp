@@ -505,14 +505,20 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
   p.precision = bf16 ? Precision::BF16 : fp16 ? Precision::FP16 : Precision::FP32;
   std::int64_t zero = 0;
   bool overlap = false;
-  std::optional<std::int64_t> reduce_bucket;
+  std::optional<std::int64_t> reduce_bucket, max_live, prefetch, reuse;
   if (const auto* z = object(j, "zero_optimization", "")) {
     zero = get_int(*z, "stage", "zero_optimization", 0);
     if (zero > 3) throw InputError(file, "zero_optimization.stage", "must be 0 to 3 [import-value]");
     overlap = get_bool(*z, "overlap_comm", "zero_optimization", false);
-    if (z->contains("reduce_bucket_size"))
-      reduce_bucket = bounded(get_int(*z, "reduce_bucket_size", "zero_optimization", 0), 0,
-                              strategies::kMaxReduceBucket, file, "zero_optimization.reduce_bucket_size");
+    auto elements = [&](const char* key, std::optional<std::int64_t>& to) {
+      if (z->contains(key))
+        to = bounded(get_int(*z, key, "zero_optimization", 0), 0, strategies::kMaxReduceBucket, file,
+                     std::string("zero_optimization.") + key);
+    };
+    elements("reduce_bucket_size", reduce_bucket);
+    elements("stage3_max_live_parameters", max_live);
+    elements("stage3_prefetch_bucket_size", prefetch);
+    elements("stage3_max_reuse_distance", reuse);
     auto device = [&](const char* key) -> std::optional<std::string> {
       const auto* o = object(*z, key, "zero_optimization");
       if (!o || !o->contains("device")) return std::nullopt;
@@ -570,12 +576,17 @@ Imported import_deepspeed(const Scenario& base, std::string_view text, const std
   const auto st = strategies::bundled_stack(export_stack_name(ExportTarget::DeepSpeed));
   if (!base.stack || base.stack->name != st.name) strategies::apply_stack(st, p, base.implementation_keys);
   p.implementation.overlap_grad_reduce = overlap;
-  // ZeRO-3's gradient bucket: the config's reduce_bucket_size, else
-  // DeepSpeed's default (its stack's value for stage 3).
+  // ZeRO-3's gradient bucket and parameter coordinator: the config's
+  // values, else DeepSpeed's defaults (its stack's values for stage 3).
   if (zero == 3) {
     Plan defaults = p;
     strategies::apply_stack(st, defaults, {});
-    p.implementation.zero3_reduce_bucket = reduce_bucket.value_or(defaults.implementation.zero3_reduce_bucket);
+    auto& im = p.implementation;
+    const auto& d = defaults.implementation;
+    im.zero3_reduce_bucket = reduce_bucket.value_or(d.zero3_reduce_bucket);
+    im.zero3_max_live = max_live.value_or(d.zero3_max_live);
+    im.zero3_prefetch_bucket = prefetch.value_or(d.zero3_prefetch_bucket);
+    im.zero3_reuse_distance = reuse.value_or(d.zero3_reuse_distance);
   }
   if (const auto* d = object(j, "data_types", ""); d && d->contains("grad_accum_dtype")) {
     const auto& dtype = (*d)["grad_accum_dtype"];

@@ -116,7 +116,9 @@ inline constexpr std::int64_t kOneBitBucket = 512;
 inline constexpr double kMaxHostDispatchUs = 1000;
 // The largest ZeRO-3 persistence threshold a plan may state, in elements.
 inline constexpr std::int64_t kMaxPersistenceThreshold = std::int64_t{1} << 40;
-// The largest ZeRO-3 gradient bucket a plan may state, in elements.
+// The largest ZeRO-3 gradient bucket a plan may state, in elements (and
+// the largest of DeepSpeed's other element counts: zero3_max_live,
+// zero3_prefetch_bucket, zero3_reuse_distance).
 inline constexpr std::int64_t kMaxReduceBucket = std::int64_t{1} << 40;
 
 struct Implementation {
@@ -216,6 +218,19 @@ struct Implementation {
   // FSDP's foreach_reduce, FSDP1's flat gradient). Memory only: the
   // lowering reduce-scatters layer by layer either way.
   std::int64_t zero3_reduce_bucket = 0;
+  // ZeRO-3 gathers parameters as DeepSpeed's coordinator does
+  // (PartitionedParameterCoordinator), where zero3_max_live > 0: at each
+  // module's use it prefetches the modules next in the recorded trace, up
+  // to zero3_prefetch_bucket more elements while fewer than zero3_max_live
+  // are gathered, and keeps a module's parameters after its use where the
+  // trace uses them again within zero3_reuse_distance elements
+  // (stage3_prefetch_bucket_size, stage3_max_live_parameters,
+  // stage3_max_reuse_distance). What it holds gathered at most is a
+  // communication buffer (memory.cpp). 0: FSDP's, a layer and the next.
+  // Memory only: the lowering gathers a layer ahead either way.
+  std::int64_t zero3_max_live = 0;
+  std::int64_t zero3_prefetch_bucket = 0;
+  std::int64_t zero3_reuse_distance = 0;
   // Order in which ranks are laid out, innermost (fastest varying) first.
   std::array<ParallelDim, 4> rank_order{ParallelDim::TP, ParallelDim::CP, ParallelDim::DP,
                                         ParallelDim::PP};

@@ -30,6 +30,9 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Zero3GatherPerModule: im.zero3_gather_per_module = on; break;
     case ImplKey::Zero3PersistenceThreshold: im.zero3_persistence_threshold = v; break;
     case ImplKey::Zero3ReduceBucket: im.zero3_reduce_bucket = v; break;
+    case ImplKey::Zero3MaxLive: im.zero3_max_live = v; break;
+    case ImplKey::Zero3PrefetchBucket: im.zero3_prefetch_bucket = v; break;
+    case ImplKey::Zero3ReuseDistance: im.zero3_reuse_distance = v; break;
     case ImplKey::Zero3RootUnsharded: im.zero3_root_unsharded = on; break;
     case ImplKey::Zero3FlatGrads: im.zero3_flat_grads = on; break;
     case ImplKey::Zero3GatherCopyOut: im.zero3_gather_copy_out = on; break;
@@ -65,7 +68,10 @@ std::string value_text(ImplKey k, std::int64_t v) {
       return t + " us";
     }
     case ImplKey::Zero3PersistenceThreshold:
-    case ImplKey::Zero3ReduceBucket: return std::to_string(v) + " elements";
+    case ImplKey::Zero3ReduceBucket:
+    case ImplKey::Zero3MaxLive:
+    case ImplKey::Zero3PrefetchBucket:
+    case ImplKey::Zero3ReuseDistance: return std::to_string(v) + " elements";
     default: return v != 0 ? "true" : "false";
   }
 }
@@ -107,6 +113,9 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Zero3GatherPerModule: return im.zero3_gather_per_module;
     case ImplKey::Zero3PersistenceThreshold: return im.zero3_persistence_threshold;
     case ImplKey::Zero3ReduceBucket: return im.zero3_reduce_bucket;
+    case ImplKey::Zero3MaxLive: return im.zero3_max_live;
+    case ImplKey::Zero3PrefetchBucket: return im.zero3_prefetch_bucket;
+    case ImplKey::Zero3ReuseDistance: return im.zero3_reuse_distance;
     case ImplKey::Zero3RootUnsharded: return im.zero3_root_unsharded;
     case ImplKey::Zero3FlatGrads: return im.zero3_flat_grads;
     case ImplKey::Zero3GatherCopyOut: return im.zero3_gather_copy_out;
@@ -125,7 +134,12 @@ bool implementation_acts(ImplKey k, const Plan& plan) {
     case ImplKey::CpComm: return plan.cp > 1;
     case ImplKey::TpGradOverlap: return plan.tp > 1;
     case ImplKey::SpRegatherInput: return plan.tp > 1 && plan.sequence_parallel;
-    case ImplKey::Zero3ReduceBucket: return plan.zero >= 3 && zero_shards(plan) > 1;
+    case ImplKey::Zero3ReduceBucket:
+    case ImplKey::Zero3MaxLive: return plan.zero >= 3 && zero_shards(plan) > 1;
+    // Only through DeepSpeed's coordinator.
+    case ImplKey::Zero3PrefetchBucket:
+    case ImplKey::Zero3ReuseDistance:
+      return plan.zero >= 3 && zero_shards(plan) > 1 && plan.implementation.zero3_max_live > 0;
     default: return true;
   }
 }

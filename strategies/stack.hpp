@@ -54,6 +54,9 @@ enum class ImplKey : std::uint8_t {
   CpComm,
   SpRegatherInput,
   Zero3ReduceBucket,
+  Zero3MaxLive,
+  Zero3PrefetchBucket,
+  Zero3ReuseDistance,
 };
 
 }  // namespace strata::strategies
@@ -61,7 +64,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 23> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 26> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -85,6 +88,9 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::CpComm, "cp_comm"},
       {strategies::ImplKey::SpRegatherInput, "sp_regather_input"},
       {strategies::ImplKey::Zero3ReduceBucket, "zero3_reduce_bucket"},
+      {strategies::ImplKey::Zero3MaxLive, "zero3_max_live"},
+      {strategies::ImplKey::Zero3PrefetchBucket, "zero3_prefetch_bucket"},
+      {strategies::ImplKey::Zero3ReuseDistance, "zero3_reuse_distance"},
   }};
 };
 }  // namespace strata

@@ -38,7 +38,10 @@ std::int64_t read_value(const JsonReader& v, ImplKey k) {
     case ImplKey::GradReduceDtype: return static_cast<std::int64_t>(v.as_enum<GradReduceDtype>());
     case ImplKey::HostDispatch: return std::llround(v.as_number(0, kMaxHostDispatchUs) * 1000.0);
     case ImplKey::Zero3PersistenceThreshold: return v.as_int(0, kMaxPersistenceThreshold);
-    case ImplKey::Zero3ReduceBucket: return v.as_int(0, kMaxReduceBucket);
+    case ImplKey::Zero3ReduceBucket:
+    case ImplKey::Zero3MaxLive:
+    case ImplKey::Zero3PrefetchBucket:
+    case ImplKey::Zero3ReuseDistance: return v.as_int(0, kMaxReduceBucket);
     default: return v.as_bool() ? 1 : 0;
   }
 }

@@ -65,6 +65,17 @@ const std::array kTable{
                   "buffers of that layer's size (implementation.zero3_reduce_bucket 0)"),
                no("the CUDA backend reduce-scatters each layer's gradients as the layer's backward ends "
                   "(implementation.zero3_reduce_bucket 0)")},
+    Capability{"zero3-coordinator", "parallelism",
+               "ZeRO-3 gathers through DeepSpeed's parameter coordinator (implementation.zero3_max_live > 0)",
+               [](const Scenario& s) {
+                 return strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, s.plan) &&
+                        s.implementation_keys.has(strategies::ImplKey::Zero3MaxLive) &&
+                        s.plan.implementation.zero3_max_live > 0;
+               },
+               no("the CPU backend gathers each layer's parameters as the layer begins (implementation.zero3_max_live "
+                  "0)"),
+               no("the CUDA backend gathers each layer's parameters as the layer begins (implementation.zero3_max_live "
+                  "0)")},
     Capability{"tp", "parallelism", "tensor parallelism (tp > 1, Megatron-LM's split)",
                [](const Scenario& s) { return s.plan.tp > 1; }, yes(), no(STRATA_NOT_ACROSS("tensor")), true},
     Capability{"sp", "parallelism", "sequence parallelism (with tp > 1)",

@@ -257,6 +257,7 @@ void Executor::declare_kernels(strategies::Scenario& sc) {
     sc.plan.implementation.sp_regather_input = true;
   if (!sc.implementation_keys.has(strategies::ImplKey::Zero3ReduceBucket))
     sc.plan.implementation.zero3_reduce_bucket = 0;
+  if (!sc.implementation_keys.has(strategies::ImplKey::Zero3MaxLive)) sc.plan.implementation.zero3_max_live = 0;
 }
 
 void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_memory) {

@@ -80,7 +80,9 @@ class Executor final : public StepExecutor {
   // again in the backward (implementation.sp_regather_input true,
   // GptModel::whole_rows; a plan that states false is refused), and
   // ZeRO-3's gradients reduce-scattered layer by layer
-  // (implementation.zero3_reduce_bucket 0; a stated bucket is refused).
+  // (implementation.zero3_reduce_bucket 0; a stated bucket is refused) and
+  // its layers gathered one ahead (zero3_max_live 0; a stated coordinator
+  // is refused).
   static void declare_kernels(strategies::Scenario& sc);
   // Throws InputError (the scenario's file) when every rank's predicted peak
   // and host bytes (the analytical memory model) add up to more than
