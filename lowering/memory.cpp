@@ -634,15 +634,9 @@ std::vector<GatherUse> MemoryModel::gather_trace(int stage) const {
   const auto per_layer = static_cast<std::int64_t>(most_ops) + 1;
   const std::int64_t word = 0, embedding_base = 1, head_base = embedding_base + per_layer,
                      layer_base = head_base + per_layer;
-  std::vector<GatherUse> fwd, trace;
+  std::vector<GatherUse> trace;
   auto add = [](std::vector<GatherUse>& to, std::int64_t unit, double elems) {
     if (elems > 0) to.push_back({unit, elems});
-  };
-  auto ends = [&](const cost::Layer& part, std::int64_t base, bool head, std::vector<GatherUse>& to) {
-    for (std::size_t i = 0; i < part.ops.size(); ++i)
-      add(to, base + static_cast<std::int64_t>(i), zero3_module_elems(part.ops[i], keep));
-    if (head && sc_.model.tied_embeddings && !chain_.embedding.ops.empty())
-      add(to, word, zero3_module_elems(chain_.embedding.ops.front(), keep));
   };
   auto block = [&](std::int64_t layer, std::vector<GatherUse>& to, bool reverse) {
     const cost::Layer& b = chain_.block_at(layer);
@@ -666,7 +660,12 @@ std::vector<GatherUse> MemoryModel::gather_trace(int stage) const {
   if (first) trace.insert(trace.end(), emb.begin(), emb.end());
   for (const std::int64_t l : layers) block(l, trace, false);
   std::vector<GatherUse> head;
-  if (last) ends(chain_.head, head_base, true, head);
+  if (last) {
+    for (std::size_t i = 0; i < chain_.head.ops.size(); ++i)
+      add(head, head_base + static_cast<std::int64_t>(i), zero3_module_elems(chain_.head.ops[i], keep));
+    if (sc_.model.tied_embeddings && !chain_.embedding.ops.empty())
+      add(head, word, zero3_module_elems(chain_.embedding.ops.front(), keep));
+  }
   trace.insert(trace.end(), head.begin(), head.end());
   trace.insert(trace.end(), head.rbegin(), head.rend());
   const bool rerun = plan.recompute != Recompute::None && plan.recompute != Recompute::Selective &&
