@@ -509,6 +509,16 @@ double zero3_module_elems(const cost::Op& op, std::int64_t keep) {
   return gathered;
 }
 
+std::int64_t zero3_module_tensors(const cost::Op& op, std::int64_t keep) {
+  std::int64_t tensors = 0;
+  if (op.matrices > 0 && op.rows * op.cols >= keep) {
+    const auto products = std::count_if(op.products.begin(), op.products.end(), [](double p) { return p > 0; });
+    tensors += op.matrices * std::max<std::int64_t>(1, products);
+  }
+  if (op.vector_params() > 0 && op.vector_params() >= keep) ++tensors;
+  return tensors;
+}
+
 double coordinator_peak(std::span<const GatherUse> trace, double prefetch, double max_live, double reuse) {
   const std::size_t n = trace.size();
   std::int64_t units = 0;

@@ -199,6 +199,9 @@ EndGathers end_gathers(const cost::OpChain& chain, bool tied, bool first, bool l
 // elements (zero3_persistence_threshold: smaller tensors stay whole on
 // every rank; an op's vectors count as one tensor).
 double zero3_module_elems(const cost::Op& op, std::int64_t keep);
+// ... and how many parameter tensors: each weight matrix (each of the
+// separate products a Linear op stands for its own), the vectors as one.
+std::int64_t zero3_module_tensors(const cost::Op& op, std::int64_t keep);
 
 // One use of a gathered unit (a module's or a layer's parameters) in a
 // microbatch's trace: which unit, and its elements.

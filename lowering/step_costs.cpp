@@ -251,6 +251,23 @@ ModelStepCosts::ModelStepCosts(const Scenario& sc, cost::Calibration calibration
       if (!held_root) copy_pass(i, 1);
     }
 
+  // Rank-by-rank host work on each parameter (implementation.
+  // zero3_host_per_rank, DeepSpeed): each gather splits every gathered
+  // tensor out of the flat buffer with a narrow per rank
+  // (AllGatherCoalescedHandle.wait), in the forward and again in the
+  // backward; each reduce-scatter bucket slices every gradient into a chunk
+  // per rank (reduce_scatter_coalesced), in the backward. dp × cp eager
+  // host operations per tensor each time, in the dispatch bound below.
+  if (const std::int64_t ranks = zero_shards(sc.plan); zero3 && sc.plan.implementation.zero3_host_per_rank && ranks > 1) {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t tensors = 0;
+      for (const auto& op : layers[i]->ops)
+        tensors += zero3_module_tensors(op, sc.plan.implementation.zero3_persistence_threshold);
+      launches[i][0] += ranks * tensors;
+      launches[i][1] += 2 * ranks * tensors;
+    }
+  }
+
   const std::int64_t rep = 0;  // stage 0's first rank represents every stage's groups
   const bool nvlink_mesh = !sc.cluster.node.nvlinks.empty();  // members matter only there
   const auto group = [&](MeshDim dim) {

@@ -497,6 +497,34 @@ TEST_CASE("host dispatch: a pass takes at least its kernels times the host's tim
     CHECK(comm > 0);
     CHECK(c.layer(chain.main_block(), Pass::Forward, false) + comm == 14 * 10'000);
   }
+  SUBCASE("DeepSpeed's rank-by-rank host work on each ZeRO-3 parameter (zero3_host_per_rank)") {
+    // dp 8, ZeRO-3: the block's twelve parameter tensors (two norms'
+    // weight and bias as one vector each; the QKV linear's three products
+    // (q, k, v) and the projection's and two MLP linears' weights, each
+    // linear's bias as one vector) are split out of each gather with a
+    // narrow per rank: 8 × 12 more host operations forward; backward the
+    // gather's again and the reduce-scatter bucket's slices, 2 × 8 × 12.
+    // Without the setting, or with one rank, none.
+    auto z3 = [](const std::string& implementation, int dp) {
+      return parse_scenario(
+          "{\"model\": {\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"seq_len\": 128, \"vocab\": 1024},"
+          " \"cluster\": " + std::string(dp == 8 ? "{\"preset\": \"dgx-a100-80g\"}" : "\"1xa100-80g\"") +
+          ", \"batch\": {\"global\": 8, \"micro\": 1},"
+          " \"plan\": {\"dp\": " + std::to_string(dp) + ", \"zero\": 3, \"precision\": \"bf16\", "
+          "\"implementation\": " + implementation + "}}",
+          "t.json");
+    };
+    std::int64_t tensors = 0;
+    for (const auto& op : chain.main_block().ops) tensors += zero3_module_tensors(op, 0);
+    CHECK(tensors == 12);
+    const ModelStepCosts c(z3(R"({"host_dispatch_us": 10, "zero3_host_per_rank": true})", 8), cal);
+    CHECK(c.layer(chain.main_block(), Pass::Forward, false) == (12 + 8 * 12) * 10'000);
+    CHECK(c.layer(chain.main_block(), Pass::Backward, false) == (17 + 2 * 8 * 12) * 10'000);
+    const ModelStepCosts off(z3(R"({"host_dispatch_us": 10})", 8), cal);
+    CHECK(off.layer(chain.main_block(), Pass::Forward, false) == 12 * 10'000);
+    const ModelStepCosts one(z3(R"({"host_dispatch_us": 10, "zero3_host_per_rank": true})", 1), cal);
+    CHECK(one.layer(chain.main_block(), Pass::Forward, false) == 12 * 10'000);
+  }
   SUBCASE("Strata's own executors issue kernels without a framework") {
     Scenario sc = small(R"({"host_dispatch_us": 10})");
     sc.executed = true;

@@ -342,6 +342,9 @@ Exported export_megatron(const Scenario& sc) {
   if (im.zero3_max_live > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, p))
     un.push_back("implementation.zero3_max_live=" + str(im.zero3_max_live) +
                  " (Megatron-LM has no DeepSpeed-style parameter coordinator: zero3_max_live=0)");
+  if (im.zero3_host_per_rank && strategies::implementation_acts(strategies::ImplKey::Zero3HostPerRank, p))
+    un.push_back("implementation.zero3_host_per_rank=true (Megatron-FSDP does not split its gathers rank by "
+                 "rank on the host: zero3_host_per_rank=false)");
   if (!im.tp_grad_overlap && p.tp > 1)
     un.push_back("implementation.tp_grad_overlap=false (Megatron-LM always launches the "
                  "tensor-parallel input-gradient all-reduce beside the weight-gradient GEMM; "
@@ -951,6 +954,9 @@ Exported export_torchtitan(const Scenario& sc) {
   if (im.zero3_max_live > 0 && strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, p))
     un.push_back("implementation.zero3_max_live=" + str(im.zero3_max_live) +
                  " (torchtitan's FSDP2 gathers a block and prefetches the next: zero3_max_live=0)");
+  if (im.zero3_host_per_rank && strategies::implementation_acts(strategies::ImplKey::Zero3HostPerRank, p))
+    un.push_back("implementation.zero3_host_per_rank=true (torchtitan's FSDP2 splits a gather with one "
+                 "split_with_sizes_copy whatever the ranks: zero3_host_per_rank=false)");
   if (p.tp > 1 && im.tp_grad_overlap)
     un.push_back("implementation.tp_grad_overlap=true (DTensor reduce-scatters a linear's input gradient after "
                  "the backward that also computes its weight gradient: tp_grad_overlap=false)");
@@ -1151,6 +1157,7 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                                     key == strategies::ImplKey::SpRegatherInput ||
                                     (key == strategies::ImplKey::TpGradOverlap && target == ExportTarget::TorchTitan) ||
                                     key == strategies::ImplKey::Zero3FlatGrads ||
+                                    key == strategies::ImplKey::Zero3HostPerRank ||
                                     key == strategies::ImplKey::Zero3GatherCopyOut
                                 ? "; no flag sets it: simulate with \"stack\": \""
                             : key == strategies::ImplKey::Allocator

@@ -203,6 +203,16 @@ struct Implementation {
   // layer's forward and backward, the root's forward when it stays gathered
   // (step_costs.cpp). Off: the gather lands in the parameters themselves.
   bool zero3_gather_copy_out = false;
+  // ZeRO-3 handles each parameter rank by rank on the host (DeepSpeed):
+  // after a coalesced all-gather, AllGatherCoalescedHandle.wait splits each
+  // gathered parameter out of the flat buffer with a narrow per rank before
+  // its torch.cat; each reduce-scatter bucket slices each gradient into one
+  // chunk per rank (reduce_scatter_coalesced). Priced as dp × cp eager
+  // host operations per gathered tensor per gather and per reduced tensor
+  // per microbatch, each at host_dispatch_us, in the host's dispatch bound
+  // (step_costs.cpp). Off: one operation per gather whatever the ranks
+  // (FSDP's split_with_sizes_copy).
+  bool zero3_host_per_rank = false;
   // Parameter tensors with fewer elements than this stay whole on every
   // rank and are never gathered (DeepSpeed's param_persistence_threshold).
   // Only with zero3_gather_per_module.

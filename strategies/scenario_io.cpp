@@ -66,6 +66,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.zero3_persistence_threshold =
       r.int_or("zero3_persistence_threshold", im.zero3_persistence_threshold, 0, kMaxPersistenceThreshold);
   im.zero3_reduce_bucket = r.int_or("zero3_reduce_bucket", im.zero3_reduce_bucket, 0, kMaxReduceBucket);
+  im.zero3_host_per_rank = r.bool_or("zero3_host_per_rank", im.zero3_host_per_rank);
   im.zero3_max_live = r.int_or("zero3_max_live", im.zero3_max_live, 0, kMaxReduceBucket);
   im.zero3_prefetch_bucket = r.int_or("zero3_prefetch_bucket", im.zero3_prefetch_bucket, 0, kMaxReduceBucket);
   im.zero3_reuse_distance = r.int_or("zero3_reuse_distance", im.zero3_reuse_distance, 0, kMaxReduceBucket);

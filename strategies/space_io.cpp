@@ -243,6 +243,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
     implementation["zero3_persistence_threshold"] = im.zero3_persistence_threshold;
   if (im.zero3_reduce_bucket != 0) implementation["zero3_reduce_bucket"] = im.zero3_reduce_bucket;
   if (im.zero3_max_live != 0) implementation["zero3_max_live"] = im.zero3_max_live;
+  if (im.zero3_host_per_rank) implementation["zero3_host_per_rank"] = true;
   if (im.zero3_prefetch_bucket != 0) implementation["zero3_prefetch_bucket"] = im.zero3_prefetch_bucket;
   if (im.zero3_reuse_distance != 0) implementation["zero3_reuse_distance"] = im.zero3_reuse_distance;
   if (im.cross_entropy != CrossEntropy::InPlace) implementation["cross_entropy"] = nm(im.cross_entropy);

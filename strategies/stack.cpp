@@ -33,6 +33,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Zero3MaxLive: im.zero3_max_live = v; break;
     case ImplKey::Zero3PrefetchBucket: im.zero3_prefetch_bucket = v; break;
     case ImplKey::Zero3ReuseDistance: im.zero3_reuse_distance = v; break;
+    case ImplKey::Zero3HostPerRank: im.zero3_host_per_rank = on; break;
     case ImplKey::Zero3RootUnsharded: im.zero3_root_unsharded = on; break;
     case ImplKey::Zero3FlatGrads: im.zero3_flat_grads = on; break;
     case ImplKey::Zero3GatherCopyOut: im.zero3_gather_copy_out = on; break;
@@ -116,6 +117,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Zero3MaxLive: return im.zero3_max_live;
     case ImplKey::Zero3PrefetchBucket: return im.zero3_prefetch_bucket;
     case ImplKey::Zero3ReuseDistance: return im.zero3_reuse_distance;
+    case ImplKey::Zero3HostPerRank: return im.zero3_host_per_rank;
     case ImplKey::Zero3RootUnsharded: return im.zero3_root_unsharded;
     case ImplKey::Zero3FlatGrads: return im.zero3_flat_grads;
     case ImplKey::Zero3GatherCopyOut: return im.zero3_gather_copy_out;
@@ -135,7 +137,8 @@ bool implementation_acts(ImplKey k, const Plan& plan) {
     case ImplKey::TpGradOverlap: return plan.tp > 1;
     case ImplKey::SpRegatherInput: return plan.tp > 1 && plan.sequence_parallel;
     case ImplKey::Zero3ReduceBucket:
-    case ImplKey::Zero3MaxLive: return plan.zero >= 3 && zero_shards(plan) > 1;
+    case ImplKey::Zero3MaxLive:
+    case ImplKey::Zero3HostPerRank: return plan.zero >= 3 && zero_shards(plan) > 1;
     // Only through DeepSpeed's coordinator.
     case ImplKey::Zero3PrefetchBucket:
     case ImplKey::Zero3ReuseDistance:

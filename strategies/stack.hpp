@@ -57,6 +57,7 @@ enum class ImplKey : std::uint8_t {
   Zero3MaxLive,
   Zero3PrefetchBucket,
   Zero3ReuseDistance,
+  Zero3HostPerRank,
 };
 
 }  // namespace strata::strategies
@@ -64,7 +65,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 26> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 27> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -91,6 +92,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Zero3MaxLive, "zero3_max_live"},
       {strategies::ImplKey::Zero3PrefetchBucket, "zero3_prefetch_bucket"},
       {strategies::ImplKey::Zero3ReuseDistance, "zero3_reuse_distance"},
+      {strategies::ImplKey::Zero3HostPerRank, "zero3_host_per_rank"},
   }};
 };
 }  // namespace strata

@@ -65,6 +65,17 @@ const std::array kTable{
                   "buffers of that layer's size (implementation.zero3_reduce_bucket 0)"),
                no("the CUDA backend reduce-scatters each layer's gradients as the layer's backward ends "
                   "(implementation.zero3_reduce_bucket 0)")},
+    Capability{"zero3-host-per-rank", "parallelism",
+               "ZeRO-3 handling each parameter rank by rank on the host (implementation.zero3_host_per_rank)",
+               [](const Scenario& s) {
+                 return strategies::implementation_acts(strategies::ImplKey::Zero3HostPerRank, s.plan) &&
+                        s.implementation_keys.has(strategies::ImplKey::Zero3HostPerRank) &&
+                        s.plan.implementation.zero3_host_per_rank;
+               },
+               no("the CPU backend gathers and reduce-scatters each layer as one flat buffer "
+                  "(implementation.zero3_host_per_rank false)"),
+               no("the CUDA backend gathers and reduce-scatters each layer as one flat buffer "
+                  "(implementation.zero3_host_per_rank false)")},
     Capability{"zero3-coordinator", "parallelism",
                "ZeRO-3 gathers through DeepSpeed's parameter coordinator (implementation.zero3_max_live > 0)",
                [](const Scenario& s) {

@@ -258,6 +258,8 @@ void Executor::declare_kernels(strategies::Scenario& sc) {
   if (!sc.implementation_keys.has(strategies::ImplKey::Zero3ReduceBucket))
     sc.plan.implementation.zero3_reduce_bucket = 0;
   if (!sc.implementation_keys.has(strategies::ImplKey::Zero3MaxLive)) sc.plan.implementation.zero3_max_live = 0;
+  if (!sc.implementation_keys.has(strategies::ImplKey::Zero3HostPerRank))
+    sc.plan.implementation.zero3_host_per_rank = false;
 }
 
 void Executor::require_host_memory(const strategies::Scenario& sc, Bytes host_memory) {

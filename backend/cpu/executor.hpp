@@ -82,7 +82,8 @@ class Executor final : public StepExecutor {
   // ZeRO-3's gradients reduce-scattered layer by layer
   // (implementation.zero3_reduce_bucket 0; a stated bucket is refused) and
   // its layers gathered one ahead (zero3_max_live 0; a stated coordinator
-  // is refused).
+  // is refused), without rank-by-rank host work (zero3_host_per_rank
+  // false; a stated true is refused).
   static void declare_kernels(strategies::Scenario& sc);
   // Throws InputError (the scenario's file) when every rank's predicted peak
   // and host bytes (the analytical memory model) add up to more than
