@@ -691,6 +691,17 @@ Exported export_deepspeed(const Scenario& sc) {
                    "reduce-scatter, as PyTorch FSDP does; DeepSpeed's ZeRO-3 copies every gradient into a "
                    "reduce_bucket_size bucket: set zero3_reduce_bucket to the bucket's elements)");
   }
+  // ... handles each parameter rank by rank, copying it out of the gather's
+  // flat buffer (partition_parameters.py AllGatherCoalescedHandle.wait) ...
+  if (strategies::implementation_acts(strategies::ImplKey::Zero3HostPerRank, p)) {
+    if (!im.zero3_host_per_rank)
+      un.push_back("implementation.zero3_host_per_rank=false (DeepSpeed's ZeRO-3 splits every gathered parameter "
+                   "out of its all-gather with a narrow per rank and slices every gradient per rank for its "
+                   "reduce-scatter: zero3_host_per_rank=true)");
+    if (!im.zero3_gather_copy_out)
+      un.push_back("implementation.zero3_gather_copy_out=false (DeepSpeed's ZeRO-3 copies every gathered "
+                   "parameter out of the all-gather's flat buffer, torch.cat: zero3_gather_copy_out=true)");
+  }
   // ... and gathers parameters through its coordinator.
   if (strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, p)) {
     if (im.zero3_max_live > 0) {

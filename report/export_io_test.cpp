@@ -719,6 +719,8 @@ TEST_CASE("deepspeed: ZeRO-3 with optimizer and parameter offload") {
   strategies::Scenario sc = llama_zero3(1);
   sc.plan.implementation.zero3_reduce_bucket = 500'000'000;
   sc.plan.implementation.zero3_max_live = 1'000'000'000;
+  sc.plan.implementation.zero3_host_per_rank = true;
+  sc.plan.implementation.zero3_gather_copy_out = true;
   const auto e = export_deepspeed(sc);
   const auto j = nlohmann::json::parse(e.text);
   const auto& z = j.at("zero_optimization");
@@ -812,6 +814,30 @@ TEST_CASE("DeepSpeed's parameter coordinator (zero3_max_live, zero3_prefetch_buc
   CHECK(unsupported(export_plan(fsdp, ExportTarget::DeepSpeed), "implementation.zero3_max_live=0") != "");
   CHECK(unsupported(export_torchtitan(stated), "implementation.zero3_max_live=300000000") != "");
   CHECK(unsupported(export_megatron(stated), "implementation.zero3_max_live=300000000") != "");
+}
+
+TEST_CASE("zero3_host_per_rank and zero3_gather_copy_out: what DeepSpeed's gathers do, no flag, not FSDP2's") {
+  // The deepspeed stack sets both (no ds_config key does): unstated, the
+  // export notes them; stated false, DeepSpeed cannot run the plan; stated
+  // true, torchtitan and Megatron-LM cannot (FSDP2 copies out, so only the
+  // per-rank work is listed there).
+  const auto sc = llama_zero3(1);
+  const auto rendered = export_plan(sc, ExportTarget::DeepSpeed);
+  CHECK(rendered.unsupported.empty());
+  CHECK(rendered.rendered.implementation.zero3_host_per_rank);
+  CHECK(std::any_of(rendered.notes.begin(), rendered.notes.end(), [](const std::string& n) {
+    return contains(n, "implementation.zero3_host_per_rank = true, DeepSpeed's default") && contains(n, "no flag sets it");
+  }));
+  strategies::Scenario off = sc;
+  off.implementation_keys.add(strategies::ImplKey::Zero3HostPerRank);
+  off.implementation_keys.add(strategies::ImplKey::Zero3GatherCopyOut);
+  const auto e = export_plan(off, ExportTarget::DeepSpeed);
+  CHECK(unsupported(e, "implementation.zero3_host_per_rank=false") != "");
+  CHECK(unsupported(e, "implementation.zero3_gather_copy_out=false") != "");
+  strategies::Scenario on = sc;
+  on.plan.implementation.zero3_host_per_rank = true;
+  CHECK(unsupported(export_torchtitan(on), "implementation.zero3_host_per_rank=true") != "");
+  CHECK(unsupported(export_megatron(on), "implementation.zero3_host_per_rank=true") != "");
 }
 
 TEST_CASE("deepspeed: fp16 with an fp32 accumulation buffer reduces 4-byte gradients") {
