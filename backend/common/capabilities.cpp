@@ -30,6 +30,13 @@ bool ps(const Scenario& s) { return dp(s) && s.plan.dp_topology == DpTopology::P
 bool pipedream(const Scenario& s) { return s.plan.pp > 1 && s.plan.schedule == Schedule::PipeDream; }
 bool two_bw(const Scenario& s) { return s.plan.pp > 1 && s.plan.schedule == Schedule::PipeDream2BW; }
 bool opt_offload(const Scenario& s) { return s.plan.offload.optimizer != OffloadTarget::None; }
+// A scenario states a setting where it acts, and states another value than
+// the one the executors' kernels run (what Executor::declare_kernels sets
+// where it states none).
+bool states_other(const Scenario& s, strategies::ImplKey k, std::int64_t executors) {
+  return strategies::implementation_acts(k, s.plan) && s.implementation_keys.has(k) &&
+         strategies::implementation_value(s.plan.implementation, k) != executors;
+}
 bool norms_or_factors(Optimizer o) {
   return o == Optimizer::Lars || o == Optimizer::Lamb || o == Optimizer::Adafactor || o == Optimizer::Sm3;
 }
@@ -56,33 +63,21 @@ const std::array kTable{
                yes("as on the CPU backend, over NCCL")},
     Capability{"zero3-reduce-bucket", "parallelism",
                "ZeRO-3 gradients copied into one reduce bucket (implementation.zero3_reduce_bucket > 0)",
-               [](const Scenario& s) {
-                 return strategies::implementation_acts(strategies::ImplKey::Zero3ReduceBucket, s.plan) &&
-                        s.implementation_keys.has(strategies::ImplKey::Zero3ReduceBucket) &&
-                        s.plan.implementation.zero3_reduce_bucket > 0;
-               },
+               [](const Scenario& s) { return states_other(s, strategies::ImplKey::Zero3ReduceBucket, 0); },
                no("the CPU backend reduce-scatters each layer's gradients as the layer's backward ends, through "
                   "buffers of that layer's size (implementation.zero3_reduce_bucket 0)"),
                no("the CUDA backend reduce-scatters each layer's gradients as the layer's backward ends "
                   "(implementation.zero3_reduce_bucket 0)")},
     Capability{"zero3-host-per-rank", "parallelism",
                "ZeRO-3 handling each parameter rank by rank on the host (implementation.zero3_host_per_rank)",
-               [](const Scenario& s) {
-                 return strategies::implementation_acts(strategies::ImplKey::Zero3HostPerRank, s.plan) &&
-                        s.implementation_keys.has(strategies::ImplKey::Zero3HostPerRank) &&
-                        s.plan.implementation.zero3_host_per_rank;
-               },
+               [](const Scenario& s) { return states_other(s, strategies::ImplKey::Zero3HostPerRank, false); },
                no("the CPU backend gathers and reduce-scatters each layer as one flat buffer "
                   "(implementation.zero3_host_per_rank false)"),
                no("the CUDA backend gathers and reduce-scatters each layer as one flat buffer "
                   "(implementation.zero3_host_per_rank false)")},
     Capability{"zero3-coordinator", "parallelism",
                "ZeRO-3 gathers through DeepSpeed's parameter coordinator (implementation.zero3_max_live > 0)",
-               [](const Scenario& s) {
-                 return strategies::implementation_acts(strategies::ImplKey::Zero3MaxLive, s.plan) &&
-                        s.implementation_keys.has(strategies::ImplKey::Zero3MaxLive) &&
-                        s.plan.implementation.zero3_max_live > 0;
-               },
+               [](const Scenario& s) { return states_other(s, strategies::ImplKey::Zero3MaxLive, 0); },
                no("the CPU backend gathers each layer's parameters as the layer begins (implementation.zero3_max_live "
                   "0)"),
                no("the CUDA backend gathers each layer's parameters as the layer begins (implementation.zero3_max_live "
@@ -94,11 +89,7 @@ const std::array kTable{
                moot("tensor parallelism is refused")},
     Capability{"sp-gathered-input", "parallelism",
                "sequence parallelism keeping the gathered input (implementation.sp_regather_input false)",
-               [](const Scenario& s) {
-                 return strategies::implementation_acts(strategies::ImplKey::SpRegatherInput, s.plan) &&
-                        s.implementation_keys.has(strategies::ImplKey::SpRegatherInput) &&
-                        !s.plan.implementation.sp_regather_input;
-               },
+               [](const Scenario& s) { return states_other(s, strategies::ImplKey::SpRegatherInput, true); },
                no("the CPU kernels keep the sequence shard of a linear's input and gather it again in the "
                   "backward (implementation.sp_regather_input true)"),
                moot("tensor parallelism is refused")},
@@ -111,8 +102,8 @@ const std::array kTable{
                "context parallelism by ring attention or PyTorch's all-gather rotation (implementation.cp_comm "
                "p2p or all_gather_ring)",
                [](const Scenario& s) {
-                 return s.plan.cp > 1 && s.implementation_keys.has(strategies::ImplKey::CpComm) &&
-                        s.plan.implementation.cp_comm != strategies::CpComm::AllGather;
+                 return states_other(s, strategies::ImplKey::CpComm,
+                                     static_cast<std::int64_t>(strategies::CpComm::AllGather));
                },
                no("ring attention and PyTorch's all-gather rotation (implementation.cp_comm p2p, all_gather_ring) "
                   "are not executed by the CPU backend, which all-gathers K and V (cp_comm all_gather)"),
