@@ -402,8 +402,24 @@ struct Builder {
     // attention the kernel caps them itself (FlashAttention's softcap
     // argument, from release 2.6), priced as the uncapped kernel.
     if (m.attn_softcap) ops.push_back(softcap("attn_softcap", shard(scores), true));
-    ops.push_back(elementwise("softmax", OpKind::Softmax, shard(scores), e, shard(scores),
-                              shard(scores), true));
+    Op softmax = elementwise("softmax", OpKind::Softmax, shard(scores), e, shard(scores), shard(scores), true);
+    if (!o.fused_elementwise) {
+      // Eager, as the 2019 Megatron-LM ran it (mpu/transformer.py
+      // GPT2ParallelSelfAttention): the scores divided by sqrt(head dim),
+      // masked by a product and a difference with the causal mask, then
+      // softmax: four kernels, each reading and writing the score matrix.
+      // Backward: softmax's (reads the gradient and the output, writes the
+      // input gradient), the product's and the division's (one read and
+      // one write each); the difference with a constant passes its
+      // gradient through. Fused (one scale-mask-softmax kernel): one
+      // kernel and one read and write forward.
+      const double n = shard(scores);
+      softmax.fwd_bytes = bytes(8.0 * n, e);
+      softmax.bwd_bytes = bytes(7.0 * n, e);
+      softmax.fwd_kernels = 4;
+      softmax.bwd_kernels = 3;
+    }
+    ops.push_back(softmax);
     if (m.dropout) ops.push_back(dropout_mask("attn_dropout", shard(scores), true));
     // Values: saves V, and the dropout output when dropout made a new tensor
     // (otherwise its input is the softmax output, already saved).

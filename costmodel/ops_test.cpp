@@ -855,6 +855,38 @@ TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their
   }
 }
 
+TEST_CASE("eager standard attention: scale, mask and softmax as separate kernels over the scores") {
+  // GPT 1.2B of Shoeybi et al. 2019 (hidden 1536, 16 heads, sequence 1024)
+  // in fp16, 8 sequences, tp 2: S = 8 · 8 heads · 1024 · 1024 score elements
+  // on the rank. Eager (the 2019 Megatron-LM's GPT2ParallelSelfAttention):
+  // division, product and difference with the mask, softmax: 4 kernels of
+  // one read and one write, 8 · 2 bytes per element; backward softmax's
+  // (3 passes), the product's and the division's (2 each): 7 · 2 bytes, 3
+  // kernels. Fused: one kernel, 2 · 2 bytes forward, twice that backward.
+  auto m = gpt(40, 1536, 16, 1024);
+  ExpandOptions o;
+  o.attention = AttentionKernel::Standard;
+  o.precision = Precision::FP16;
+  o.micro_batch = 8;
+  o.tp = 2;
+  const double S = 8.0 * 8 * 1024 * 1024;
+  const auto fused = expand(m, o);
+  o.fused_elementwise = false;
+  const auto eager = expand(m, o);
+  const Op& f = op_named(fused.main_block(), "softmax");
+  const Op& g = op_named(eager.main_block(), "softmax");
+  CHECK(f.fwd_bytes == static_cast<Bytes>(4 * S));
+  CHECK(f.bwd_bytes == static_cast<Bytes>(8 * S));
+  CHECK(f.fwd_kernels == 1);
+  CHECK(g.fwd_bytes == static_cast<Bytes>(16 * S));
+  CHECK(g.bwd_bytes == static_cast<Bytes>(14 * S));
+  CHECK(g.fwd_kernels == 4);
+  CHECK(g.bwd_kernels == 3);
+  // What it saves (the softmax output) and the FLOPs do not change.
+  CHECK(g.saved_bytes == f.saved_bytes);
+  CHECK(eager.model_flops() == fused.model_flops());
+}
+
 TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gradients beside it") {
   // Llama-3-8B, two sequences of 8192 in bf16: N = 16384 · 128256 logits.
   auto m = model_preset("llama3-8b");

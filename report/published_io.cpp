@@ -263,6 +263,32 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
                                         {"grad_reduce_dtype", "fp16"}, {"overlap_grad_reduce", false}}}}},
           {"stack", "megatron-lm-2021"}};
       out.push_back(k);
+    } else if (fam == "MEG19" && meas.has("tflops_per_gpu")) {
+      // Megatron-LM 2019 (Shoeybi et al.) on DGX-2H servers: 16 V100 SXM3
+      // per node on NVSwitch, eight 100 Gb/s InfiniBand adapters a node
+      // (the v100-32g preset's dgx-2 server), at the paper's 130 TFLOP/s
+      // fp16 peak (39 TFLOP/s is "30% of the theoretical peak ... in a
+      // DGX-2H server"); fp16, a checkpoint after every layer (Sec. 4.2),
+      // one batch per model-parallel group and step (no gradient
+      // accumulation in that release). The software is its stack's.
+      const int gpus = int_at(hw, "count");
+      json model = gpt_model(m, true);
+      model["seq_len"] = pos_int_at(m, "seq_len");
+      model["vocab"] = pos_int_at(m, "vocab");
+      const json batch = pos_int_at(st, "global_batch_seqs");
+      const int dp = int_at(st, "dp");
+      Case k{id, fam, "tflops_per_gpu",
+             "Megatron-LM 2019 (megatron-lm-2019 stack), fp16, full recompute, DGX-2H V100 at 130 TFLOP/s; "
+             "39 TFLOP/s x the paper's scaling figure",
+             num(meas, "tflops_per_gpu"), json::object()};
+      k.scenario = {
+          {"model", model},
+          {"cluster", {{"gpu", {{"preset", "v100-32g"}, {"name", "v100-sxm3-32g-h"}, {"tflops", {{"fp16", 130}}}}},
+                       {"gpus_per_node", std::min(16, gpus)}, {"nodes", std::max(1, gpus / 16)}}},
+          {"batch", {{"global", batch}, {"micro", batch.get<int>() / dp}}},
+          {"plan", {{"tp", pos_int_at(st, "tp")}, {"dp", dp}, {"recompute", "full"}, {"precision", "fp16"}}},
+          {"stack", "megatron-lm-2019"}};
+      out.push_back(k);
     } else if (fam == "MOSAIC" && meas.has("tokens_per_s_per_gpu")) {
       // MosaicML llm-foundry MPT runs: FSDP FULL_SHARD (ZeRO-3), flash
       // attention, ALiBi, no bias, no dropout, tied embeddings, bf16.

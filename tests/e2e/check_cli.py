@@ -61,7 +61,7 @@ def lists(strata):
         table = run(strata, cmd).splitlines()
         check(len(table) == n + 2, f"{cmd} table: {len(table)} lines")
     stacks = json.loads(run(strata, "stacks", "--format", "json"))
-    check(len(stacks) == 8, f"stacks: {len(stacks)}, expected 8 (configs/stacks)")
+    check(len(stacks) == 9, f"stacks: {len(stacks)}, expected 9 (configs/stacks)")
     check(all(st["source"] for s in stacks for st in s["settings"].values()), "a stack setting without a source")
     names = {m["name"] for m in json.loads(run(strata, "models", "--format", "json"))}
     check({"gpt3-175b", "llama3-405b", "mixtral-8x7b", "megatron-1t", "resnet50", "resnet1001",
@@ -287,6 +287,22 @@ def validate_dlperf(strata):
     check(d["counted"] == 18 and len(d["cases"]) == 18, f"{d['counted']} counted of {len(d['cases'])}")
     for c in d["cases"]:
         check(c["counted"] and c["predicted"] is not None and c["predicted"] > 0, f"{c['id']}: {c['note']}")
+
+
+def validate_megatron_2019(strata):
+    # Megatron-LM 2019's scaling studies (validation/megatron-2019.json): 13
+    # rows on DGX-2H V100s under the megatron-lm-2019 stack, each counted
+    # with a prediction; a row's throughput relative to the single-GPU row
+    # is what its scaling figure says, so the strong-scaling rows (the 1.2B
+    # model on 2, 4 and 8 GPUs) must come out slower per GPU the more GPUs
+    # share the same work.
+    d = json.loads(run(strata, "validate-published", sys.argv[3], "--format", "json"))
+    check(d["counted"] == 13 and len(d["cases"]) == 13, f"{d['counted']} counted of {len(d['cases'])}")
+    for c in d["cases"]:
+        check(c["counted"] and c["predicted"] is not None and c["predicted"] > 0, f"{c['id']}: {c['note']}")
+    pred = {c["id"]: c["predicted"] for c in d["cases"]}
+    strong = [pred["MEG19-MP-1.2B-1gpu"]] + [pred[f"MEG19-STRONG-1.2B-{n}gpu"] for n in (2, 4, 8)]
+    check(all(a > b for a, b in zip(strong, strong[1:])), f"per-GPU throughput over 1, 2, 4, 8 GPUs: {strong}")
 
 
 def measured_calibration(strata):
