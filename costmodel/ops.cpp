@@ -397,6 +397,12 @@ struct Builder {
                         shard(q + k + scores), shard(scores));
     qk.fwd_flops = score_flops;
     qk.bwd_flops = 2.0 * score_flops;
+    // A batched GEMM moves each of its operands once: forward reads Q and
+    // K and writes the scores; backward's two GEMMs read the scores'
+    // gradient each, dQ = dS·K reading K and writing dQ, dK = dSᵀ·Q reading
+    // Q and writing dK.
+    qk.fwd_bytes = bytes(shard(q + k + scores), e);
+    qk.bwd_bytes = bytes(shard(2.0 * (scores + q + k)), e);
     ops.push_back(qk);
     // Soft-capped scores (Gemma 2's eager attention): under flash
     // attention the kernel caps them itself (FlashAttention's softcap
@@ -431,6 +437,11 @@ struct Builder {
     }
     av.fwd_flops = value_flops;
     av.bwd_flops = 2.0 * value_flops;
+    // Forward reads the probabilities and V and writes the output;
+    // backward's dP = dO·Vᵀ reads dO and V and writes dP, dV = Pᵀ·dO reads
+    // P and dO and writes dV.
+    av.fwd_bytes = bytes(shard(scores + v + out), e);
+    av.bwd_bytes = bytes(shard(2.0 * (scores + out + v)), e);
     ops.push_back(av);
   }
 

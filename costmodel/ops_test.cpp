@@ -855,6 +855,30 @@ TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their
   }
 }
 
+TEST_CASE("standard attention's batched GEMMs move each operand once") {
+  // GPT 1.2B of Shoeybi et al. 2019 in fp16, 8 sequences of 1024, tp 2:
+  // Q = K = V = O = 8 · 1024 · 768 elements on the rank, S = 8 · 8 heads ·
+  // 1024² scores. Scores: forward reads Q, K and writes S; backward's two
+  // GEMMs (dQ = dS·K, dK = dSᵀ·Q) read dS each with K or Q and write dQ or
+  // dK. Values: forward reads P (S) and V and writes O; backward (dP =
+  // dO·Vᵀ, dV = Pᵀ·dO) reads dO twice, V and P and writes dP and dV.
+  auto m = gpt(40, 1536, 16, 1024);
+  ExpandOptions o;
+  o.attention = AttentionKernel::Standard;
+  o.precision = Precision::FP16;
+  o.micro_batch = 8;
+  o.tp = 2;
+  const double X = 8.0 * 1024 * 768, S = 8.0 * 8 * 1024 * 1024;
+  const auto ex = expand(m, o);
+  const Op& qk = op_named(ex.main_block(), "attn_scores");
+  const Op& av = op_named(ex.main_block(), "attn_values");
+  CHECK(qk.fwd_bytes == static_cast<Bytes>(2 * (2 * X + S)));
+  CHECK(qk.bwd_bytes == static_cast<Bytes>(2 * 2 * (2 * X + S)));
+  CHECK(av.fwd_bytes == static_cast<Bytes>(2 * (2 * X + S)));
+  CHECK(av.bwd_bytes == static_cast<Bytes>(2 * 2 * (2 * X + S)));
+  CHECK(qk.fwd_flops == 2.0 * 8 * 1024 * 1024 * 768);
+}
+
 TEST_CASE("eager standard attention: scale, mask and softmax as separate kernels over the scores") {
   // GPT 1.2B of Shoeybi et al. 2019 (hidden 1536, 16 heads, sequence 1024)
   // in fp16, 8 sequences, tp 2: S = 8 · 8 heads · 1024 · 1024 score elements
