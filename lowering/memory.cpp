@@ -844,6 +844,15 @@ MemoryModel::MemoryModel(const Scenario& sc, const MemoryRules& rules)
                                       static_cast<double>(im.zero3_max_live), static_cast<double>(im.zero3_reuse_distance));
         }
         comm += gathered * per.weights;
+        // FSDP's root module reduce-scatters its gradients in the final
+        // callback of the backward (FSDP2's _root_post_backward_final_callback:
+        // the root's forward inputs, token ids, carry no gradient to hook), so
+        // the output layer's unsharded gradient, in the compute dtype, is held
+        // from its backward, right after the loss's, to the backward's end:
+        // counted for the step, as the root's gathered weights are. The
+        // embedding's, made last, falls after the activations are freed.
+        if (plan.implementation.zero3_root_unsharded && sc.kernel_memory != KernelMemory::Cpu)
+          comm += ends.head * static_cast<double>(cost::activation_bytes(plan.precision));
         // A gradient bucket allocated once (DeepSpeed's __ipg_bucket_flat_buffer
         // of reduce_bucket_size elements in the model's dtype), on GPU kernels.
         if (sc.kernel_memory != KernelMemory::Cpu)

@@ -693,7 +693,10 @@ TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output l
   // norm's 4,096): 218,112,000 + 525,340,672 parameters. FSDP keeps its
   // root module (the embedding, the final norm, the output layer) gathered
   // from its forward to its backward's end, beside the two layers:
-  // 2·218,112,000 + 2·525,336,576 + 4,096.
+  // 2·218,112,000 + 2·525,336,576 + 4,096; and it reduce-scatters the
+  // root's gradients only at the backward's end, so the output layer's
+  // gradient (its 525,340,672 parameters with the final norm, bf16) is held
+  // from its backward on.
   auto comm = [](const std::string& implementation) {
     const Scenario sc = make("\"llama3-8b\"", R"({"preset": "dgx-h100", "nodes": 2})", R"({"global": 16})",
                              R"({"zero": 3, "implementation": )" + implementation + "}");
@@ -702,10 +705,11 @@ TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output l
   const double layer = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3 * 4096.0 * 14336 + 2 * 4096;
   const double vocab = 128256.0 * 4096;
   CHECK(comm("{}") == 2 * (layer + vocab + 4096));
-  CHECK(comm(R"({"zero3_root_unsharded": true})") == 2 * (2 * layer + 2 * vocab + 4096));
+  CHECK(comm(R"({"zero3_root_unsharded": true})") == 2 * (2 * layer + 2 * vocab + 4096) + 2 * (vocab + 4096));
   // Two pipeline stages (dp 8): the first holds the embedding, the last the
   // output layer and norm; each a layer's weights more held than per use
-  // (2 layers + E against a layer + max(layer, E), E larger than a layer).
+  // (2 layers + E against a layer + max(layer, E), E larger than a layer),
+  // and the last the output layer's gradient too.
   auto stage_comm = [](const std::string& implementation, int s) {
     const Scenario sc = make("\"llama3-8b\"", R"({"preset": "dgx-h100", "nodes": 2})", R"({"global": 16})",
                              R"({"zero": 3, "pp": 2, "implementation": )" + implementation + "}");
@@ -713,7 +717,8 @@ TEST_CASE("ZeRO-3's gathered weights: two layers, and the embedding and output l
   };
   for (int s : {0, 1}) {
     CAPTURE(s);
-    CHECK(stage_comm(R"({"zero3_root_unsharded": true})", s) - stage_comm("{}", s) == 2 * layer);
+    CHECK(stage_comm(R"({"zero3_root_unsharded": true})", s) - stage_comm("{}", s) ==
+          2 * layer + (s == 1 ? 2 * (vocab + 4096) : 0));
   }
 }
 
