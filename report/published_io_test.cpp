@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "lowering/step_costs.hpp"
 #include "report/published.hpp"
 #include "sim/error.hpp"
 #include "tests/testing.hpp"
@@ -102,6 +103,34 @@ TEST_CASE("validate-published: a MosaicML row's FSDP mixed precision prices its 
   CHECK(*def.predicted < *pure.predicted);  // tokens/s: fp32 reduction is slower
   CHECK_FALSE(full.counted);
   CHECK(full.note.find("FSDP mixed precision 'FULL'") != std::string::npos);
+}
+
+TEST_CASE("validate-published: a Megatron-LM 2019 row is its scenario on DGX-2H V100s under the 2019 stack") {
+  // Table 1's 1.2B configuration with 64-way data parallelism (global
+  // batch 512): 4 DGX-2H nodes of 16 V100s at the paper's 130 TFLOP/s fp16
+  // peak, a batch of 8 per model-parallel group in one microbatch, full
+  // recompute, the megatron-lm-2019 stack. The row's prediction is that
+  // scenario's hardware FLOPs over its step time, per GPU.
+  const fs::path p = fs::temp_directory_path() / ("strata-published-meg19-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(p) << R"({"family_notes": {"MEG19": {"defaults": {"model": {"seq_len": 1024, "vocab": 51200}}}},
+      "cases": [{"id": "M", "family": "MEG19", "model": {"layers": 40, "hidden": 1536, "heads": 16},
+                 "hardware": {"count": 64}, "strategy": {"tp": 1, "dp": 64, "global_batch_seqs": 512},
+                 "measured": {"tflops_per_gpu": 37.44}}]})";
+  const auto r = validate_published(p.string());
+  fs::remove(p);
+  REQUIRE(r.rows.size() == 1);
+  REQUIRE(r.rows[0].predicted.has_value());
+  const auto sc = strategies::parse_scenario(R"({
+      "model": {"layers": 40, "hidden": 1536, "heads": 16, "seq_len": 1024, "vocab": 51200, "dropout": true},
+      "cluster": {"gpu": {"preset": "v100-32g", "name": "v100-sxm3-32g-h", "tflops": {"fp16": 130}},
+                  "gpus_per_node": 16, "nodes": 4},
+      "batch": {"global": 512, "micro": 8},
+      "plan": {"tp": 1, "dp": 64, "recompute": "full", "precision": "fp16"},
+      "stack": "megatron-lm-2019"})", "by hand");
+  CHECK(sc.plan.implementation.attention == cost::AttentionKernel::Standard);
+  CHECK_FALSE(sc.plan.implementation.fused_elementwise);
+  const auto pr = strategies::predict_step(sc);
+  CHECK(*r.rows[0].predicted == doctest::Approx(pr.hardware_flops_per_step / to_seconds(pr.step_time) / 64 / 1e12));
 }
 
 }  // namespace
