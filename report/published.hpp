@@ -26,8 +26,37 @@ struct PublishedRow {
   std::string note;     // the settings chosen, or why it failed or is not counted
 };
 
+// Plans of one model ranked: the counted, predicted cases of a family with
+// the same model, GPUs (count and kind) and metric (rows that differ only
+// in their parallel layout, batch, recompute or precision). What a user choosing
+// among them learns: whether the prediction orders them as measured, and
+// how much slower the plan it ranks first ran than the best one.
+struct PublishedGroup {
+  std::string family;
+  std::vector<std::string> ids;
+  // Kendall's τ-b of the predicted against the measured values; absent
+  // when either series has a single value (no ranking to compare).
+  std::optional<double> tau;
+  // How much slower the plan with the best prediction ran than the best
+  // measured plan, in percent (0 when it is the best): measured time over
+  // the best one's less one (throughputs inverted). Among plans predicted
+  // equally best, the slowest measured.
+  double first_shortfall_pct = 0;
+};
+
+// A family's groups: their count, the median τ-b of those with one, and
+// the mean shortfall of the plan ranked first.
+struct PublishedRanking {
+  std::string family;
+  int groups = 0;
+  std::optional<double> median_tau;
+  double mean_first_shortfall_pct = 0;
+};
+
 struct PublishedReport {
   std::vector<PublishedRow> rows;
+  std::vector<PublishedGroup> groups;
+  std::vector<PublishedRanking> ranking_by_family;
   // Mean absolute percentage error by family and over every counted case.
   std::vector<std::pair<std::string, double>> mape_by_family;
   // Mean of faster_pct by family and over every counted case: > 0, the

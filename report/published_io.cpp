@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -8,6 +9,7 @@
 #include "sim/json_reader.hpp"
 #include "lowering/memory.hpp"
 #include "lowering/step_costs.hpp"
+#include "sim/ranking.hpp"
 
 namespace strata::report {
 
@@ -404,6 +406,60 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
   return out;
 }
 
+// The groups of plans of one model (PublishedGroup) among `rows`, whose
+// entries in `keys` name the family, metric, model, GPU count and GPU
+// (empty for a row without a prediction), and each family's summary.
+void rank_groups(PublishedReport& r, const std::vector<std::string>& keys) {
+  std::map<std::string, std::vector<std::size_t>> by_key;
+  for (std::size_t i = 0; i < r.rows.size(); ++i)
+    if (!keys[i].empty()) by_key[keys[i]].push_back(i);
+  std::map<std::string, std::vector<const PublishedGroup*>> by_family;
+  for (const auto& [key, members] : by_key) {
+    if (members.size() < 2) continue;
+    PublishedGroup g;
+    g.family = r.rows[members.front()].family;
+    const bool time = r.rows[members.front()].metric == "step_time_s";
+    // Oriented so that larger is faster for either kind of metric.
+    std::vector<double> measured, predicted;
+    for (const std::size_t i : members) {
+      const PublishedRow& row = r.rows[i];
+      g.ids.push_back(row.id);
+      measured.push_back(time ? -row.measured : row.measured);
+      predicted.push_back(time ? -*row.predicted : *row.predicted);
+    }
+    const auto distinct = [](const std::vector<double>& v) {
+      return std::any_of(v.begin(), v.end(), [&](double x) { return x != v.front(); });
+    };
+    if (distinct(measured) && distinct(predicted)) g.tau = kendall_tau(predicted, measured);
+    const double best_pred = *std::max_element(predicted.begin(), predicted.end());
+    const double best_meas = *std::max_element(measured.begin(), measured.end());
+    double chosen = best_meas;
+    for (std::size_t k = 0; k < predicted.size(); ++k)
+      if (predicted[k] == best_pred) chosen = std::min(chosen, measured[k]);
+    // The chosen plan's time over the best one's, less one: a throughput's
+    // inverse ratio, or the ratio of the (negated) times.
+    g.first_shortfall_pct = 100.0 * ((time ? chosen / best_meas : best_meas / chosen) - 1.0);
+    r.groups.push_back(std::move(g));
+  }
+  for (const PublishedGroup& g : r.groups) by_family[g.family].push_back(&g);
+  for (const auto& [family, groups] : by_family) {
+    PublishedRanking f;
+    f.family = family;
+    f.groups = static_cast<int>(groups.size());
+    std::vector<double> taus;
+    for (const PublishedGroup* g : groups) {
+      if (g->tau) taus.push_back(*g->tau);
+      f.mean_first_shortfall_pct += g->first_shortfall_pct / static_cast<double>(groups.size());
+    }
+    if (!taus.empty()) {
+      std::sort(taus.begin(), taus.end());
+      const std::size_t n = taus.size();
+      f.median_tau = n % 2 == 1 ? taus[n / 2] : 0.5 * (taus[n / 2 - 1] + taus[n / 2]);
+    }
+    r.ranking_by_family.push_back(f);
+  }
+}
+
 }  // namespace
 
 PublishedReport validate_published(const std::string& cases_file) {
@@ -414,7 +470,9 @@ PublishedReport validate_published(const std::string& cases_file) {
     int n = 0;
   };
   std::map<std::string, Sums> fam;
+  std::vector<std::string> keys;  // per row: its group of plans of one model (rank_groups)
   for (const Case& c : cases_of(file, cases_file)) {
+    keys.emplace_back();
     PublishedRow row{c.id, c.family, c.metric, c.measured, std::nullopt, 100, 0, true, c.note};
     if (!c.uncounted.empty()) {
       row.counted = false;
@@ -437,6 +495,8 @@ PublishedReport validate_published(const std::string& cases_file) {
         if (c.metric == "tokens_per_s_per_gpu")
           v = static_cast<double>(sc.batch.global * sc.model.seq_len) / t / gpus;
         row.predicted = v;
+        keys.back() = c.family + "\n" + c.metric + "\n" + c.scenario.at("model").dump() + "\n" +
+                      std::to_string(sc.cluster.gpus()) + " x " + sc.cluster.gpu.name;
         row.error_pct = 100.0 * std::fabs(v - c.measured) / c.measured;
         const bool faster = c.metric == "step_time_s" ? v < c.measured : v > c.measured;
         row.faster_pct = faster ? row.error_pct : -row.error_pct;
@@ -461,6 +521,7 @@ PublishedReport validate_published(const std::string& cases_file) {
     r.mape /= r.counted;
     r.bias /= r.counted;
   }
+  rank_groups(r, keys);
   return r;
 }
 
@@ -485,6 +546,18 @@ std::string render_published(const PublishedReport& r, Format f) {
     j["mape_pct"] = r.mape;
     j["faster_pct"] = r.bias;
     j["counted"] = r.counted;
+    auto groups = nlohmann::ordered_json::array();
+    for (const auto& g : r.groups)
+      groups.push_back({{"family", g.family}, {"ids", g.ids},
+                        {"tau", g.tau ? nlohmann::ordered_json(*g.tau) : nullptr},
+                        {"first_shortfall_pct", g.first_shortfall_pct}});
+    j["groups"] = groups;
+    auto ranking = nlohmann::ordered_json::object();
+    for (const auto& f : r.ranking_by_family)
+      ranking[f.family] = {{"groups", f.groups},
+                           {"median_tau", f.median_tau ? nlohmann::ordered_json(*f.median_tau) : nullptr},
+                           {"mean_first_shortfall_pct", f.mean_first_shortfall_pct}};
+    j["ranking_by_family"] = ranking;
     return j.dump(2) + "\n";
   }
   Table t;
@@ -502,6 +575,14 @@ std::string render_published(const PublishedReport& r, Format f) {
            signed_pct(r.bias_by_family[i].second) + ")\n";
   out += "  all " + std::to_string(r.counted) + " counted cases: " + fixed(r.mape, 1) + " % (" +
          signed_pct(r.bias) + ")\n";
+  if (!r.ranking_by_family.empty()) {
+    out += "\nPlans of one model ranked (cases of a family with the same model, GPUs and metric)\n";
+    for (const auto& f : r.ranking_by_family)
+      out += "  " + f.family + ": " + std::to_string(f.groups) + (f.groups == 1 ? " group" : " groups") +
+             ", median tau-b " + (f.median_tau ? fixed(*f.median_tau, 2) : std::string("-")) +
+             ", the plan ranked first " + fixed(f.mean_first_shortfall_pct, 1) +
+             " % slower than the best on average\n";
+  }
   for (const auto& row : r.rows)
     if (!row.predicted) out += "\n" + row.id + ": " + row.note;
   return out + "\n";
@@ -520,8 +601,16 @@ std::string published_markdown(const PublishedReport& r) {
   for (std::size_t i = 0; i < r.mape_by_family.size(); ++i)
     out += "| " + r.mape_by_family[i].first + " | " + fixed(r.mape_by_family[i].second, 1) + " % | " +
            signed_pct(r.bias_by_family[i].second) + " |\n";
-  return out + "| all " + std::to_string(r.counted) + " counted | " + fixed(r.mape, 1) + " % | " +
+  out += "| all " + std::to_string(r.counted) + " counted | " + fixed(r.mape, 1) + " % | " +
          signed_pct(r.bias) + " |\n";
+  if (r.ranking_by_family.empty()) return out;
+  out += "\n| family | groups of plans of one model | median τ-b | the plan ranked first, slower than the best |\n"
+         "|---|---:|---:|---:|\n";
+  for (const auto& f : r.ranking_by_family)
+    out += "| " + f.family + " | " + std::to_string(f.groups) + " | " +
+           (f.median_tau ? fixed(*f.median_tau, 2) : std::string("-")) + " | " +
+           fixed(f.mean_first_shortfall_pct, 1) + " % |\n";
+  return out;
 }
 
 }  // namespace strata::report

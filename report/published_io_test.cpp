@@ -133,5 +133,55 @@ TEST_CASE("validate-published: a Megatron-LM 2019 row is its scenario on DGX-2H 
   CHECK(*r.rows[0].predicted == doctest::Approx(pr.hardware_flops_per_step / to_seconds(pr.step_time) / 64 / 1e12));
 }
 
+TEST_CASE("validate-published: plans of one model ranked by prediction against measurement") {
+  // Three MosaicML rows of one model on 8 H100s at microbatch 1, 2 and 4
+  // (the larger microbatch predicted faster), measured in the opposite
+  // order: τ-b −1, and the plan ranked first (microbatch 4, 100 tokens/s)
+  // ran 300 / 100 − 1 = 200 % slower than the best. A fourth row of another
+  // model makes no group. Korthikanti et al.'s case makes two rows of one
+  // model (full recompute, selective + SP, the latter predicted faster);
+  // measured 1.0 and 1.25 s, the selective row, ranked first, ran 25 %
+  // slower: τ-b −1, shortfall 1.25 / 1.0 − 1 for a step time.
+  auto mosaic = [](const std::string& id, int layers, int micro, double measured) {
+    return R"({"id": ")" + id + R"(", "family": "MOSAIC",
+        "model": {"layers": )" + std::to_string(layers) + R"(, "hidden": 2048, "heads": 16, "seq_len": 2048},
+        "hardware": {"gpu": "H100-80GB", "count": 8},
+        "strategy": {"microbatch": )" + std::to_string(micro) + R"(, "global_batch_seqs": 64,
+                     "activation_checkpointing": false},
+        "measured": {"tokens_per_s_per_gpu": )" + std::to_string(measured) + "}}";
+  };
+  const fs::path p = fs::temp_directory_path() / ("strata-published-rank-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(p) << R"({"family_notes": {"MOSAIC": {}, "KOR22": {"defaults": {"hardware": {"gpu": "A100-SXM4-80GB"}}}},
+      "cases": [)" + mosaic("a", 24, 1, 300) + "," + mosaic("b", 24, 2, 200) + "," + mosaic("c", 24, 4, 100) + "," +
+                          mosaic("d", 12, 4, 100) + R"(,
+        {"id": "K", "family": "KOR22", "model": {"layers": 48, "hidden": 6144, "heads": 64},
+         "hardware": {"count": 8},
+         "strategy": {"tp": 8, "pp": 1, "dp": 1, "global_batch_seqs": 4, "microbatch": 4, "interleave_stages_m": "none"},
+         "measured": {"iteration_time_s_full_recompute": 1.0, "iteration_time_s_selective_plus_sp": 1.25}}]})";
+  const auto r = validate_published(p.string());
+  fs::remove(p);
+  REQUIRE(r.rows.size() == 6);
+  for (const auto& row : r.rows) REQUIRE(row.predicted.has_value());
+  REQUIRE(*r.rows[0].predicted < *r.rows[1].predicted);
+  REQUIRE(*r.rows[1].predicted < *r.rows[2].predicted);
+  REQUIRE(*r.rows[5].predicted < *r.rows[4].predicted);  // selective + SP the shorter step
+  REQUIRE(r.groups.size() == 2);
+  const auto& k = r.groups[0].family == "KOR22" ? r.groups[0] : r.groups[1];
+  const auto& m = r.groups[0].family == "MOSAIC" ? r.groups[0] : r.groups[1];
+  CHECK(m.ids == std::vector<std::string>{"a", "b", "c"});
+  REQUIRE(m.tau.has_value());
+  CHECK(*m.tau == doctest::Approx(-1.0));
+  CHECK(m.first_shortfall_pct == doctest::Approx(200.0));
+  REQUIRE(k.tau.has_value());
+  CHECK(*k.tau == doctest::Approx(-1.0));
+  CHECK(k.first_shortfall_pct == doctest::Approx(25.0));
+  REQUIRE(r.ranking_by_family.size() == 2);
+  for (const auto& f : r.ranking_by_family) {
+    CHECK(f.groups == 1);
+    REQUIRE(f.median_tau.has_value());
+    CHECK(*f.median_tau == doctest::Approx(-1.0));
+  }
+}
+
 }  // namespace
 }  // namespace strata::report

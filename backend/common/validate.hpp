@@ -25,6 +25,7 @@
 
 #include "backend/common/step_executor.hpp"
 #include "costmodel/calibration.hpp"
+#include "sim/ranking.hpp"
 #include "sim/task_graph.hpp"
 #include "lowering/lower.hpp"
 #include "strategies/scenario.hpp"
@@ -139,9 +140,7 @@ std::string render_validate_table(const ValidateReport& r);
 // kind, stage, predicted_s, measured_s}].
 std::string render_validate_json(const ValidateReport& r);
 
-// Kendall's rank correlation τ-b of two equally long series (ties counted
-// per Kendall 1945); 1 when they order every pair alike, −1 when opposite.
-// Throws Error for fewer than two values or different lengths.
-double kendall_tau(std::span<const double> a, std::span<const double> b);
+// Kendall's τ-b (sim/ranking.hpp), for the backend's callers.
+using strata::kendall_tau;
 
 }  // namespace strata::backend
