@@ -393,8 +393,8 @@ struct Builder {
       return;
     }
     const double scores = a * b * s * s_full;  // elements of the score matrix
-    Op qk = elementwise("attn_scores", OpKind::AttnScores, shard(q + k), e,
-                        shard(q + k + scores), shard(scores));
+    // Traffic set below, as a GEMM moves it.
+    Op qk = elementwise("attn_scores", OpKind::AttnScores, shard(q + k), e, 0, shard(scores));
     qk.fwd_flops = score_flops;
     qk.bwd_flops = 2.0 * score_flops;
     // A batched GEMM moves each of its operands once: forward reads Q and
@@ -429,8 +429,7 @@ struct Builder {
     if (m.dropout) ops.push_back(dropout_mask("attn_dropout", shard(scores), true));
     // Values: saves V, and the dropout output when dropout made a new tensor
     // (otherwise its input is the softmax output, already saved).
-    Op av = elementwise("attn_values", OpKind::AttnValues, shard(v), e, shard(scores + v + out),
-                        shard(out));
+    Op av = elementwise("attn_values", OpKind::AttnValues, shard(v), e, 0, shard(out));  // traffic below
     if (m.dropout) {
       av.core_saved_bytes = bytes(shard(scores), e);
       av.saved_bytes += av.core_saved_bytes;

@@ -855,6 +855,17 @@ TEST_CASE("eager elementwise ops: the reference Llama modules' passes over their
   }
 }
 
+// The 1.2B GPT of Shoeybi et al. 2019 (gpt(40, 1536, 16, 1024)) as that
+// release ran it: fp16, standard attention, 8 sequences a microbatch, tp 2.
+ExpandOptions megatron2019_tp2() {
+  ExpandOptions o;
+  o.attention = AttentionKernel::Standard;
+  o.precision = Precision::FP16;
+  o.micro_batch = 8;
+  o.tp = 2;
+  return o;
+}
+
 TEST_CASE("standard attention's batched GEMMs move each operand once") {
   // GPT 1.2B of Shoeybi et al. 2019 in fp16, 8 sequences of 1024, tp 2:
   // Q = K = V = O = 8 · 1024 · 768 elements on the rank, S = 8 · 8 heads ·
@@ -862,12 +873,8 @@ TEST_CASE("standard attention's batched GEMMs move each operand once") {
   // GEMMs (dQ = dS·K, dK = dSᵀ·Q) read dS each with K or Q and write dQ or
   // dK. Values: forward reads P (S) and V and writes O; backward (dP =
   // dO·Vᵀ, dV = Pᵀ·dO) reads dO twice, V and P and writes dP and dV.
-  auto m = gpt(40, 1536, 16, 1024);
-  ExpandOptions o;
-  o.attention = AttentionKernel::Standard;
-  o.precision = Precision::FP16;
-  o.micro_batch = 8;
-  o.tp = 2;
+  const auto m = gpt(40, 1536, 16, 1024);
+  ExpandOptions o = megatron2019_tp2();
   const double X = 8.0 * 1024 * 768, S = 8.0 * 8 * 1024 * 1024;
   const auto ex = expand(m, o);
   const Op& qk = op_named(ex.main_block(), "attn_scores");
@@ -887,12 +894,8 @@ TEST_CASE("eager standard attention: scale, mask and softmax as separate kernels
   // one read and one write, 8 · 2 bytes per element; backward softmax's
   // (3 passes), the product's and the division's (2 each): 7 · 2 bytes, 3
   // kernels. Fused: one kernel, 2 · 2 bytes forward, twice that backward.
-  auto m = gpt(40, 1536, 16, 1024);
-  ExpandOptions o;
-  o.attention = AttentionKernel::Standard;
-  o.precision = Precision::FP16;
-  o.micro_batch = 8;
-  o.tp = 2;
+  const auto m = gpt(40, 1536, 16, 1024);
+  ExpandOptions o = megatron2019_tp2();
   const double S = 8.0 * 8 * 1024 * 1024;
   const auto fused = expand(m, o);
   o.fused_elementwise = false;

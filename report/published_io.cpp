@@ -45,9 +45,12 @@ double num(const JsonReader& meas, std::string_view key) {
   return meas.at(key).as_number(std::numeric_limits<double>::min(), std::numeric_limits<double>::max());
 }
 
+// A GPT of the Megatron papers: the case's sequence and vocabulary where it
+// states them, else 2,048 and 51,200 (the padded GPT-2 vocabulary).
 json gpt_model(const JsonReader& m, bool dropout) {
   return {{"layers", pos_int_at(m, "layers")}, {"hidden", pos_int_at(m, "hidden")},
-          {"heads", pos_int_at(m, "heads")}, {"seq_len", 2048}, {"vocab", 51200}, {"dropout", dropout}};
+          {"heads", pos_int_at(m, "heads")}, {"seq_len", m.has("seq_len") ? pos_int_at(m, "seq_len") : json(2048)},
+          {"vocab", m.has("vocab") ? pos_int_at(m, "vocab") : json(51200)}, {"dropout", dropout}};
 }
 
 // A Llama 2 / 3 architecture from a case's layers, hidden, heads,
@@ -274,9 +277,6 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
       // one batch per model-parallel group and step (no gradient
       // accumulation in that release). The software is its stack's.
       const int gpus = int_at(hw, "count");
-      json model = gpt_model(m, true);
-      model["seq_len"] = pos_int_at(m, "seq_len");
-      model["vocab"] = pos_int_at(m, "vocab");
       const json batch = pos_int_at(st, "global_batch_seqs");
       const int dp = int_at(st, "dp");
       Case k{id, fam, "tflops_per_gpu",
@@ -284,7 +284,7 @@ std::vector<Case> cases_of(const json& file, const std::string& path) {
              "39 TFLOP/s x the paper's scaling figure",
              num(meas, "tflops_per_gpu"), json::object()};
       k.scenario = {
-          {"model", model},
+          {"model", gpt_model(m, true)},
           {"cluster", {{"gpu", {{"preset", "v100-32g"}, {"name", "v100-sxm3-32g-h"}, {"tflops", {{"fp16", 130}}}}},
                        {"gpus_per_node", std::min(16, gpus)}, {"nodes", std::max(1, gpus / 16)}}},
           {"batch", {{"global", batch}, {"micro", batch.get<int>() / dp}}},
@@ -413,7 +413,6 @@ void rank_groups(PublishedReport& r, const std::vector<std::string>& keys) {
   std::map<std::string, std::vector<std::size_t>> by_key;
   for (std::size_t i = 0; i < r.rows.size(); ++i)
     if (!keys[i].empty()) by_key[keys[i]].push_back(i);
-  std::map<std::string, std::vector<const PublishedGroup*>> by_family;
   for (const auto& [key, members] : by_key) {
     if (members.size() < 2) continue;
     PublishedGroup g;
@@ -441,6 +440,7 @@ void rank_groups(PublishedReport& r, const std::vector<std::string>& keys) {
     g.first_shortfall_pct = 100.0 * ((time ? chosen / best_meas : best_meas / chosen) - 1.0);
     r.groups.push_back(std::move(g));
   }
+  std::map<std::string, std::vector<const PublishedGroup*>> by_family;
   for (const PublishedGroup& g : r.groups) by_family[g.family].push_back(&g);
   for (const auto& [family, groups] : by_family) {
     PublishedRanking f;
