@@ -243,12 +243,12 @@ TEST_CASE("the schema example in docs/cost-model.md reads") {
 }
 
 TEST_CASE("bundled calibrations load and state their provenance") {
-  // configs/calibration holds a100-80g, h100-sxm and h200; each is an
-  // estimate with a source, monotone tables and a bf16 plateau between
-  // Hopper's sustained matmul rate at 700 W (0.71, MSMF) and the best
-  // published A100 burst (0.86).
+  // configs/calibration holds a100-80g, h100-sxm, h200 and v100-32g; each
+  // is an estimate with a source, monotone tables and a 16-bit plateau
+  // between Hopper's sustained matmul rate at 700 W (0.71, MSMF) and the
+  // best published A100 burst (0.86). fp16: the V100 has no bf16.
   const auto names = calibration_preset_names();
-  CHECK(names == std::vector<std::string>{"a100-80g", "h100-sxm", "h200"});
+  CHECK(names == std::vector<std::string>{"a100-80g", "h100-sxm", "h200", "v100-32g"});
   for (const auto& n : names) {
     CAPTURE(n);
     const Calibration c = calibration_preset(n);
@@ -256,7 +256,7 @@ TEST_CASE("bundled calibrations load and state their provenance") {
     CHECK(c.source.size() > 200);
     CHECK(!c.date.empty());
     CHECK(!c.machine.empty());
-    const double plateau = c.gemm_curve(GemmDtype::BF16).at(1e16);
+    const double plateau = c.gemm_curve(GemmDtype::FP16).at(1e16);
     CHECK(plateau >= 0.70);
     CHECK(plateau <= 0.86);
     CHECK(!c.memory.empty());
@@ -269,7 +269,7 @@ TEST_CASE("bundled calibrations load and state their provenance") {
     CHECK(c.overheads.kernel_launch_us > 0);
   }
   CHECK(error_of([] { calibration_preset("tpu"); }) ==
-        "<input>: calibration: unknown calibration preset \"tpu\" (known: a100-80g, h100-sxm, h200)");
+        "<input>: calibration: unknown calibration preset \"tpu\" (known: a100-80g, h100-sxm, h200, v100-32g)");
 }
 
 TEST_CASE("default calibration: bundled curves per GPU preset, generic scaled curves otherwise") {
@@ -309,6 +309,26 @@ TEST_CASE("default calibration: bundled curves per GPU preset, generic scaled cu
       R"({"gpu": {"name": "h100-sxm-like", "memory_GiB": 80, "hbm_GBps": 3350, "tflops": {"bf16": 989.4}}})");
   CHECK(custom.preset.empty());
   CHECK(default_calibration(custom).machine.find("generic") != std::string::npos);
+  // The V100's own file: the generic curves with the fp16 GEMM efficiencies
+  // scaled to the mean of three published V100 matmul rates, (95 + 91.75 +
+  // 83) / 3 = 89.9 TFLOPS, 0.719 of 125 where the A100's curve stands at its
+  // 0.80 plateau (the file's source names each).
+  const Calibration v100 = default_calibration(gpu_preset("v100-32g"));
+  CHECK(v100.machine == calibration_preset("v100-32g").machine);
+  const GpuSpec v100_like = gpu_of(
+      R"({"gpu": {"name": "v100-like", "memory_GiB": 32, "hbm_GBps": 900, "tflops": {"fp16": 125, "fp32": 15.7}}})");
+  const Calibration generic = default_calibration(v100_like);
+  for (double f : {1e9, 1e11, 1e13}) {
+    CAPTURE(f);
+    // Sizes rounded to whole m = n = k move the points by under 0.2 %.
+    CHECK(v100.gemm_curve(GemmDtype::FP16).at(f) ==
+          doctest::Approx(0.8992 * generic.gemm_curve(GemmDtype::FP16).at(f)).epsilon(0.005));
+    CHECK(v100.gemm_curve(GemmDtype::FP32).at(f) ==
+          doctest::Approx(generic.gemm_curve(GemmDtype::FP32).at(f)).epsilon(0.005));
+    CHECK(v100.memory.at(f / 1e3) == doctest::Approx(generic.memory.at(f / 1e3)).epsilon(0.001));
+  }
+  CHECK(v100.gemm_curve(GemmDtype::FP16).at(2.0 * 6048 * 6048 * 6048) ==
+        doctest::Approx((95 + 91.75 + 83) / 3 / 125).epsilon(0.001));
   // A preset built on another keeps the chip's calibration: the H800 is an
   // H100 with less NVLink.
   const GpuSpec h800 = gpu_preset("h800");
