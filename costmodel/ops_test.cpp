@@ -914,7 +914,7 @@ TEST_CASE("eager standard attention: scale, mask and softmax as separate kernels
   CHECK(eager.model_flops() == fused.model_flops());
 }
 
-TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gradients beside it") {
+TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gradients beside it; each kernel's traffic") {
   // Llama-3-8B, two sequences of 8192 in bf16: N = 16384 · 128256 logits.
   auto m = model_preset("llama3-8b");
   m.seq_len = 8192;
@@ -941,6 +941,16 @@ TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gra
   CHECK(unfused.bwd_bytes == static_cast<Bytes>(22 * N));
   CHECK(unfused.fwd_kernels == 3);
   CHECK(unfused.bwd_kernels == 4);
+  // In place, Megatron-LM's _VocabParallelCrossEntropy of logits.float()
+  // passes over the logits once per kernel: forward the cast (read 2, write
+  // 4), max (read 4), sub_ (read 4, write 4), exp (8), sum (read 4) and
+  // div_ (8), 6 kernels; backward the target's index update (per token, no
+  // logit traffic), mul_ by the loss gradient (8) and the cast back (read
+  // 4, write 2), 3 kernels.
+  CHECK(in_place.fwd_bytes == static_cast<Bytes>(38 * N));
+  CHECK(in_place.bwd_bytes == static_cast<Bytes>(14 * N));
+  CHECK(in_place.fwd_kernels == 6);
+  CHECK(in_place.bwd_kernels == 3);
   // Nothing else in the model changes.
   CHECK(unfused_chain.main_block().saved_bytes() == in_place_chain.main_block().saved_bytes());
   CHECK(unfused_chain.head.saved_bytes() == in_place_chain.head.saved_bytes());
@@ -951,6 +961,26 @@ TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gra
   CHECK(fp32.bwd_bytes == static_cast<Bytes>(16 * N));
   CHECK(fp32.fwd_kernels == 2);
   CHECK(fp32.grad_bytes == static_cast<Bytes>(8 * N));
+  // Fused (flash-attn's xentropy kernel) on the bf16 logits: it saves them
+  // (2 bytes per logit) and writes a bf16 gradient; forward reads them twice
+  // (4), backward reads them and writes the gradient (4), one kernel each.
+  o.precision = Precision::BF16;
+  o.cross_entropy = CrossEntropy::Fused;
+  const Op fused = op_named(expand(m, o).head, "loss");
+  CHECK(fused.saved_bytes == static_cast<Bytes>(2 * N));
+  CHECK(fused.grad_bytes == static_cast<Bytes>(2 * N));
+  CHECK(fused.fwd_bytes == static_cast<Bytes>(4 * N));
+  CHECK(fused.bwd_bytes == static_cast<Bytes>(4 * N));
+  CHECK(fused.fwd_kernels == 1);
+  CHECK(fused.bwd_kernels == 1);
+  o.precision = Precision::FP32;
+  // In place in fp32: 32 and 8 bytes per logit, 5 and 2 kernels.
+  o.cross_entropy = CrossEntropy::InPlace;
+  const Op fp32_in_place = op_named(expand(m, o).head, "loss");
+  CHECK(fp32_in_place.fwd_bytes == static_cast<Bytes>(32 * N));
+  CHECK(fp32_in_place.bwd_bytes == static_cast<Bytes>(8 * N));
+  CHECK(fp32_in_place.fwd_kernels == 5);
+  CHECK(fp32_in_place.bwd_kernels == 2);
 }
 
 TEST_CASE("torchtitan's op-level checkpointing: wq, wv, w1, w2 and attention stored, wk, wo, w3 rerun") {

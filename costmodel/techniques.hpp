@@ -48,8 +48,12 @@ constexpr bool fused_attention(AttentionKernel k) { return k != AttentionKernel:
 // of the logits (torchtitan's cross_entropy_loss, torchtitan/components/
 // loss.py: cross_entropy(pred.float(), labels)): log_softmax saves its fp32
 // output, and the backward holds nll_loss's fp32 gradient and
-// log_softmax's fp32 gradient beside it, 8 bytes per logit more.
-enum class CrossEntropy { InPlace, Unfused };
+// log_softmax's fp32 gradient beside it, 8 bytes per logit more. `Fused`:
+// one kernel each way over the logits in the activation type (flash-attn's
+// CrossEntropyLoss, apex's xentropy kernel, as llm-foundry's default
+// loss_fn fused_crossentropy calls it): the logits saved as they are (the
+// activation type's bytes per logit) and a new gradient of their type.
+enum class CrossEntropy { InPlace, Unfused, Fused };
 
 // EveryNth (torchtitan's layer-level selective checkpointing): every
 // recompute_k-th layer of a chunk is fully recomputed, alone; the others keep
@@ -192,8 +196,10 @@ struct EnumNames<cost::AttentionKernel> {
 };
 template <>
 struct EnumNames<cost::CrossEntropy> {
-  static constexpr std::array<std::pair<cost::CrossEntropy, std::string_view>, 2> table{
-      {{cost::CrossEntropy::InPlace, "in_place"}, {cost::CrossEntropy::Unfused, "unfused"}}};
+  static constexpr std::array<std::pair<cost::CrossEntropy, std::string_view>, 3> table{
+      {{cost::CrossEntropy::InPlace, "in_place"},
+       {cost::CrossEntropy::Unfused, "unfused"},
+       {cost::CrossEntropy::Fused, "fused"}}};
 };
 template <>
 struct EnumNames<cost::RecomputeModule> {

@@ -277,6 +277,15 @@ const std::array kTable{
                   "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place"),
                no("the CUDA backend computes the cross-entropy in place (the softmax turned into the gradient), "
                   "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place")},
+    Capability{"fused-cross-entropy", "precision", "flash-attn's fused cross-entropy on the activation-type "
+               "logits (implementation.cross_entropy fused)",
+               [](const Scenario& s) { return s.plan.implementation.cross_entropy == cost::CrossEntropy::Fused; },
+               no("the CPU kernels compute the cross-entropy in place on fp32 logits (the softmax turned into the "
+                  "gradient), not as one kernel over the logits kept in their own type: set "
+                  "plan.implementation.cross_entropy to in_place"),
+               no("the CUDA backend computes the cross-entropy in place on fp32 logits (the softmax turned into the "
+                  "gradient), not as one kernel over the logits kept in their own type: set "
+                  "plan.implementation.cross_entropy to in_place")},
     // ---- cluster -------------------------------------------------------------------
     Capability{"stragglers", "cluster", "slow GPUs (cluster.slow, cluster.stragglers)",
                [](const Scenario& s) { return !s.cluster.slow.empty() || s.cluster.stragglers.has_value(); },
