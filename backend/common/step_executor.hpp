@@ -40,6 +40,13 @@ struct StepResult {
   double seconds = 0;  // wall time of the step
   std::vector<RankMemory> memory;  // by global rank
   std::vector<TaskTime> tasks;     // every rank's, rank by rank in execution order
+  // Pipeline receives (the CPU executor's; the CUDA executor leaves it
+  // empty): `task` is the send the receive completes, `rank` the receiver,
+  // from when it asked for the message to when it held it — so a receiver
+  // that waited shows when the message reached it, its thread's wake-up
+  // included, which no task of its own holds (its consuming task is timed
+  // from the receive's return).
+  std::vector<TaskTime> receipts;
 };
 
 // An executor of one plan's lowered step, measured into a StepResult.

@@ -245,6 +245,17 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
       step_sum[i] += d;
       ++step_runs[i];
     }
+    // A pipeline receive is the transfer's other participant: it arrived
+    // when it asked for the message and the transfer ended, for the
+    // schedule, when the receiver held it (its wake-up included), not when
+    // the sender had posted it.
+    for (const auto& t : res.receipts) {
+      const auto i = static_cast<std::size_t>(t.task);
+      last_start[i] = std::max(last_start[i], t.start);
+      last_end[i] = std::max(last_end[i], t.end);
+      step_sum[i] += t.end - t.start;
+      ++step_runs[i];
+    }
     // A task's own time for the schedule replay: a collective or a pipeline
     // transfer runs once its last participant has arrived, and a rank that
     // arrived earlier waited inside it for the others — a wait the replayed

@@ -102,6 +102,8 @@ struct Rank {
   double loss_sum = 0;
   bool tie_done = false;
   std::vector<TaskTime> times;
+  std::vector<TaskTime> receipts;  // StepResult::receipts
+  Clock::time_point step_start;
   // When the running task's pipeline receive returned: its wait for the
   // other stage is the graph's dependency, not the task's own time, so the
   // task is timed from then (run_rank).
@@ -187,6 +189,10 @@ struct Executor::Impl {
   // The choices of the chunk that holds `layer` (the lowering's).
   Tensor take_activation(Rank& R, int chunk, int mb);
   BackwardBuffers& gradient_buffers(Rank& R, int chunk, int mb);
+  // A pipeline receive into `into`, recorded as a receipt of its send task.
+  void receive(Rank& R, int peer, std::int64_t tag, std::span<float> into);
+  // Pipeline message tag -> the send task that posts it.
+  std::map<std::int64_t, std::int32_t> send_task;
   void tie_embedding(Rank& R);
   void dp_reduce(Rank& R, int bucket);
   // Parameter server (Li et al. 2014), on the first rank of each dp group:
@@ -292,6 +298,11 @@ Executor::Impl::Impl(const strategies::Scenario& s, ExecutorOptions o)
   low = strategies::lower_step(sc, strategies::ModelStepCosts(sc));
   if (low.info.size() != low.graph.num_tasks())
     throw Error("executor: the lowering gave no TaskInfo for some tasks");
+  for (std::size_t i = 0; i < low.info.size(); ++i) {
+    const TaskInfo& t = low.info[i];
+    if (t.op == TaskOp::SendActivation || t.op == TaskOp::SendGradient)
+      send_task[p2p_tag(t.op == TaskOp::SendGradient, t.chunk, t.microbatch)] = static_cast<std::int32_t>(i);
+  }
   dp = static_cast<int>(plan.dp);
   pp = static_cast<int>(plan.pp);
   tp = static_cast<int>(plan.tp);
@@ -493,6 +504,8 @@ void Executor::Impl::run_rank(Rank& R, std::span<const std::int32_t> tokens,
   R.loss_sum = 0;
   R.tie_done = false;
   R.times.clear();
+  R.receipts.clear();
+  R.step_start = t0;
   for (std::size_t i = 0; i < names.size(); ++i) {
     auto& g = R.model->grads()[i];
     if (!g.empty()) g.zero();
@@ -571,6 +584,16 @@ void Executor::Impl::run_task(Rank& R, std::int32_t index, std::span<const std::
               " is not executed by the CPU backend");
 }
 
+void Executor::Impl::receive(Rank& R, int peer, std::int64_t tag, std::span<float> into) {
+  const auto asked = Clock::now();
+  R.pp->recv(peer, tag, into);
+  R.received = Clock::now();
+  const auto send = send_task.find(tag);
+  if (send == send_task.end()) throw Error("executor: no send task for a pipeline message to rank " + std::to_string(R.rank));
+  auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - R.step_start).count(); };
+  R.receipts.push_back({send->second, R.rank, seconds(asked), seconds(*R.received), 0});
+}
+
 Tensor Executor::Impl::take_activation(Rank& R, int chunk, int mb) {
   const auto it = R.act.find({chunk, mb});
   if (it != R.act.end()) {
@@ -580,8 +603,7 @@ Tensor Executor::Impl::take_activation(Rank& R, int chunk, int mb) {
   }
   if (chunk == 0) throw Error("executor: no input for model chunk 0");
   Tensor x(R.device, {R.model->rows(micro), hidden}, MemTag::Activations);
-  R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk - 1) % pp)], p2p_tag(false, chunk - 1, mb), x.span());
-  R.received = Clock::now();
+  receive(R, R.pp_members[static_cast<std::size_t>((chunk - 1) % pp)], p2p_tag(false, chunk - 1, mb), x.span());
   return x;
 }
 
@@ -590,9 +612,8 @@ BackwardBuffers& Executor::Impl::gradient_buffers(Rank& R, int chunk, int mb) {
   if (it != R.grad.end()) return it->second;
   if (chunk + 1 >= chunks) throw Error("executor: no gradient for the last model chunk");
   BackwardBuffers b = R.model->backward_buffers(micro);
-  R.pp->recv(R.pp_members[static_cast<std::size_t>((chunk + 1) % pp)], p2p_tag(true, chunk + 1, mb),
-             b.dres.span());
-  R.received = Clock::now();
+  receive(R, R.pp_members[static_cast<std::size_t>((chunk + 1) % pp)], p2p_tag(true, chunk + 1, mb),
+          b.dres.span());
   return R.grad.emplace(Key{chunk, mb}, std::move(b)).first->second;
 }
 
@@ -1137,6 +1158,7 @@ StepResult Executor::step(std::span<const std::int32_t> tokens, std::span<const 
     out.memory.push_back({R->rank, R->stage, R->device.stats(), R->host.stats(),
                           R->storage ? R->storage->stats() : MemoryStats{}});
     out.tasks.insert(out.tasks.end(), R->times.begin(), R->times.end());
+    out.receipts.insert(out.receipts.end(), R->receipts.begin(), R->receipts.end());
   }
   out.loss = loss / static_cast<double>(I.m * I.dp * I.cp);
   return out;

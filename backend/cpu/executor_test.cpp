@@ -640,6 +640,39 @@ TEST_CASE("cpu/executor: task times: every task of a rank's stage, in graph orde
   CHECK(run.makespan <= static_cast<Time>(r.seconds * 1e9) + 1);
 }
 
+TEST_CASE("cpu/executor: pipeline receipts: each receive names the send it completes, on the receiving rank") {
+  // pp 2, 1F1B, 4 microbatches: stage 0 sends 4 activations, stage 1 sends
+  // 4 gradients; each is received once, by the other stage's rank, after
+  // its send began (the message cannot arrive before it is posted) and
+  // within the step.
+  set_blas_threads(1);
+  const Scenario sc = tiny(2, plan_with(1, 2), 4, 1);
+  Executor ex(sc);
+  const Batch in = batch_of(sc, 5);
+  const auto r = ex.step(in.tokens, in.targets);
+  const auto& info = ex.lowered().info;
+  std::map<std::int32_t, double> send_start;
+  for (const auto& t : r.tasks) {
+    const strategies::TaskOp op = info[static_cast<std::size_t>(t.task)].op;
+    if (op == strategies::TaskOp::SendActivation || op == strategies::TaskOp::SendGradient)
+      send_start[t.task] = t.start;
+  }
+  REQUIRE(send_start.size() == 8);
+  REQUIRE(r.receipts.size() == 8);
+  std::set<std::int32_t> received;
+  for (const auto& t : r.receipts) {
+    CAPTURE(t.task);
+    REQUIRE(send_start.count(t.task) == 1);
+    const auto& label = ex.lowered().graph.tasks()[static_cast<std::size_t>(t.task)].label;
+    CHECK(t.rank == 1 - *label.stage);  // the other stage's only rank
+    CHECK(t.start <= t.end);
+    CHECK(t.end >= send_start[t.task]);
+    CHECK(t.end <= r.seconds);
+    received.insert(t.task);
+  }
+  CHECK(received.size() == 8);  // each send received once
+}
+
 TEST_CASE("cpu/executor: a diverged run stops with the step and the loss named") {
   // SGD with momentum at lr 1e30: the first step's update makes the weights
   // astronomically large, so the second forward's logits overflow and the
