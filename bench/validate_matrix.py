@@ -12,7 +12,9 @@ with --ranks 2, of MATRIX2 (the same kinds of plan on 2 ranks, for a
 machine with a core per rank thread: the ranking the step-time issue judges
 against the measurement's own round-to-round tau), then prints each plan's predicted
 and measured step time and peak memory, the median |error| of the step time
-and Kendall's tau-b between the predicted and the measured ranking. With
+Kendall's tau-b between the predicted and the measured ranking, and the
+schedule check (validate's replay of the measured task times through the
+engine) against the measured step. With
 --rounds R > 1 the matrix runs R times, plan after plan each round (so a
 change of the machine's load touches every plan alike); a plan's measured
 step time is the median of its rounds' medians, and tau-b between rounds
@@ -165,20 +167,26 @@ def main():
     errs = [abs(p - m) / m for p, m in zip(pred, meas)]
     tau = kendall_tau_b(pred, meas)
     sep = " | " if args.markdown else "  "
-    head = ["plan", "predicted ms", "measured ms", "error", "pred peak B", "meas peak B", "peak gap B"]
+    # The schedule check: the measured task times replayed through the
+    # engine, against the measured step (median over the rounds).
+    replay = [statistics.median(x[name]["replay"]["error"] for x in rounds) for name, _ in rows]
+    head = ["plan", "predicted ms", "measured ms", "error", "replay", "pred peak B", "meas peak B", "peak gap B"]
     if args.markdown:
         print("| " + " | ".join(head) + " |")
         print("|---|" + "---:|" * (len(head) - 1))
     else:
         print(sep.join(head))
-    for (name, r), p, m in zip(rows, pred, meas):
+    for (name, r), p, m, rp in zip(rows, pred, meas, replay):
         pp, mp = r["predicted"]["peak_memory_bytes"], r["measured"]["peak_memory_bytes"]
-        cells = [name, f"{p*1e3:.1f}", f"{m*1e3:.1f}", f"{100*(p-m)/m:+.1f} %", str(pp), str(mp), str(pp - mp)]
+        cells = [name, f"{p*1e3:.1f}", f"{m*1e3:.1f}", f"{100*(p-m)/m:+.1f} %", f"{100*rp:+.1f} %",
+                 str(pp), str(mp), str(pp - mp)]
         print(("| " + " | ".join(cells) + " |") if args.markdown else sep.join(cells))
     print()
     print(f"plans: {len(rows)}; rounds: {args.rounds}; steps per plan and round: {args.steps}; "
           f"median |step time error|: {100*statistics.median(errs):.1f} %; "
           f"Kendall tau-b (predicted vs measured ranking): {tau:.3f}")
+    print(f"schedule replay within 5 % of the measured step: {sum(abs(x) <= 0.05 for x in replay)} of {len(replay)} "
+          f"plans (median over rounds; worst {100*max(replay, key=abs):+.1f} %)")
     if args.rounds > 1:
         names = [n for n, _ in scenarios]
         taus = [kendall_tau_b([rounds[i][n]["measured"]["step_time_s"] for n in names],
