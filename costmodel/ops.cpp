@@ -758,48 +758,56 @@ struct Builder {
   }
 
   Op loss_op(std::string_view name) const {
-    // Cross-entropy keeps fp32 logits (vocabulary-parallel) for backward.
-    // Both forms start from the logits cast to fp32 and end with the
-    // gradient cast back (none in fp32 training). Bytes: each kernel reads
-    // and writes its tensor once.
     const double n = shard(b * s * V);
+    // The in-place and unfused forms run on the logits cast to fp32 and
+    // cast the gradient back (neither cast in fp32 training). Bytes: each
+    // kernel reads and writes its tensor once.
     const double cast = e == 4 ? 0.0 : static_cast<double>(e) + 4.0;
     const std::int64_t casts = e == 4 ? 0 : 1;
-    Op loss = elementwise(name, OpKind::Loss, n, 4, n, n);
-    // In place, Megatron-LM's _VocabParallelCrossEntropy of logits.float()
-    // (megatron/mpu/cross_entropy.py; tensor_parallel/cross_entropy.py in
-    // Megatron-Core): forward torch.max (read 4), sub_ (read and write 4),
-    // exp into itself (8), sum (read 4), div_ by the sum (8), each over every
-    // logit, and the per-token gathers and all-reduces beside them; backward
-    // the saved fp32 softmax becomes the gradient in place — the target's
-    // index update per token and mul_ by the loss gradient (8) — and the
-    // cast back is the gradient it holds.
-    loss.fwd_bytes = static_cast<Bytes>(n * (cast + 32.0) + 0.5);
-    loss.bwd_bytes = static_cast<Bytes>(n * (cast + 8.0) + 0.5);
-    loss.fwd_kernels = casts + 5;  // cast, max, sub_, exp, sum, div_
-    loss.bwd_kernels = casts + 2;  // index update, mul_, cast
-    if (o.cross_entropy == CrossEntropy::Unfused) {
-      // PyTorch's F.cross_entropy of pred.float(): the cast, log_softmax
-      // (saves its fp32 output) and nll_loss forward; backward, nll_loss's
-      // fp32 gradient (a filled tensor and a scatter) and log_softmax's
-      // fp32 gradient held at once above the saved output, then the cast
-      // back.
-      loss.grad_bytes = bytes(n, 8);
-      loss.fwd_bytes = static_cast<Bytes>(n * (cast + 8.0) + 0.5);
-      loss.bwd_bytes = static_cast<Bytes>(n * (cast + 16.0) + 0.5);
-      loss.fwd_kernels = casts + 2;  // cast, log_softmax, nll_loss
-      loss.bwd_kernels = casts + 3;  // fill and scatter, log_softmax backward, cast
-    } else if (o.cross_entropy == CrossEntropy::Fused) {
-      // flash-attn's CrossEntropyLoss (csrc/xentropy, apex's kernel) of the
-      // logits as they are: forward one block per token reads its row twice
-      // (max and sum, then the sum of exponentials) and keeps the logits and
-      // a log-sum-exp per token (not counted); backward reads them once and
-      // writes a new gradient of their type (inplace_backward is off).
-      loss = elementwise(name, OpKind::Loss, n, e, n, n);
-      loss.fwd_bytes = bytes(2.0 * n, e);
-      loss.bwd_bytes = bytes(2.0 * n, e);
-      loss.fwd_kernels = 1;
-      loss.bwd_kernels = 1;
+    Op loss;
+    switch (o.cross_entropy) {
+      case CrossEntropy::InPlace:
+        // Megatron-LM's _VocabParallelCrossEntropy of logits.float()
+        // (megatron/mpu/cross_entropy.py; tensor_parallel/cross_entropy.py
+        // in Megatron-Core), which saves the fp32 softmax: forward torch.max
+        // (read 4), sub_ (read and write 4), exp into itself (8), sum (read
+        // 4), div_ by the sum (8), each over every logit, and the per-token
+        // gathers and all-reduces beside them; backward the softmax becomes
+        // the gradient in place — the target's index update per token and
+        // mul_ by the loss gradient (8) — and the cast back is the gradient
+        // it holds.
+        loss = elementwise(name, OpKind::Loss, n, 4, n, n);
+        loss.fwd_bytes = static_cast<Bytes>(n * (cast + 32.0) + 0.5);
+        loss.bwd_bytes = static_cast<Bytes>(n * (cast + 8.0) + 0.5);
+        loss.fwd_kernels = casts + 5;  // cast, max, sub_, exp, sum, div_
+        loss.bwd_kernels = casts + 2;  // index update, mul_, cast
+        break;
+      case CrossEntropy::Unfused:
+        // PyTorch's F.cross_entropy of pred.float(): the cast, log_softmax
+        // (saves its fp32 output) and nll_loss forward; backward, nll_loss's
+        // fp32 gradient (a filled tensor and a scatter) and log_softmax's
+        // fp32 gradient held at once above the saved output, then the cast
+        // back.
+        loss = elementwise(name, OpKind::Loss, n, 4, n, n);
+        loss.grad_bytes = bytes(n, 8);
+        loss.fwd_bytes = static_cast<Bytes>(n * (cast + 8.0) + 0.5);
+        loss.bwd_bytes = static_cast<Bytes>(n * (cast + 16.0) + 0.5);
+        loss.fwd_kernels = casts + 2;  // cast, log_softmax, nll_loss
+        loss.bwd_kernels = casts + 3;  // fill and scatter, log_softmax backward, cast
+        break;
+      case CrossEntropy::Fused:
+        // flash-attn's CrossEntropyLoss (csrc/xentropy, apex's kernel) of
+        // the logits as they are: forward one block per token reads its row
+        // twice (max and sum, then the sum of exponentials) and keeps the
+        // logits and a log-sum-exp per token (not counted); backward reads
+        // them once and writes a new gradient of their type
+        // (inplace_backward is off).
+        loss = elementwise(name, OpKind::Loss, n, e, n, n);
+        loss.fwd_bytes = bytes(2.0 * n, e);
+        loss.bwd_bytes = bytes(2.0 * n, e);
+        loss.fwd_kernels = 1;
+        loss.bwd_kernels = 1;
+        break;
     }
     return loss;
   }
