@@ -14,6 +14,7 @@
 #include "strategies/rank_mesh.hpp"
 #include "strategies/space.hpp"
 #include "strategies/stage_split.hpp"
+#include "strategies/validate.hpp"
 
 namespace strata::strategies {
 namespace {
@@ -176,6 +177,49 @@ TEST_CASE("weighed layouts resolve where a plan meets its cluster, and write no 
   const SpaceAxis* layout = sp.space->find(Axis::PipelineLayout);
   REQUIRE(layout);
   CHECK(layout->values.size() == 3);
+}
+
+TEST_CASE("weighed layouts: explore's points split the blocks for their own pp and layout, not the template's") {
+  // The template (pp 2, gpu_speed) resolves to a 4 : 1 split for the plan
+  // single-plan commands run; the space's points must not inherit it: at
+  // pp 1 there is one stage (no split, none of them refused for a split of
+  // the wrong length), balanced keeps the even split, gpu_speed computes its
+  // own, which on this cluster is the template's. Before, every point kept
+  // the template's 2-entry split: the pp 1 points were refused and the
+  // balanced ones ran the weighed split.
+  const auto sp = parse_scenario(
+      R"({"model": {"layers": 16, "hidden": 1024, "heads": 8, "seq_len": 1024, "vocab": 32000}, "cluster": )" +
+          two_groups(4, 20) + R"(, "batch": {"global": 64},
+          "plan": {"pp": 2, "dp": 8, "pipeline_layout": "gpu_speed"},
+          "space": {"dp": [8, 16], "pp": [1, 2], "pipeline_layout": ["balanced", "gpu_speed"]}})",
+      "t.json");
+  REQUIRE(sp.space);
+  CHECK(sp.resolved_stage_layers);
+  const std::vector<std::int64_t> weighed = sp.plan.stage_layers;
+  CHECK(weighed.front() > weighed.back());
+  Space space = *sp.space;
+  space.gpus = sp.cluster.gpus();
+  int points = 0;
+  for (std::uint64_t i = 0; i < space.size(); ++i) {
+    Plan p;
+    Batch b;
+    space_point(sp, space, i, p, b);
+    if (p.gpus() != sp.cluster.gpus()) continue;
+    ++points;
+    CAPTURE(p.pp);
+    CAPTURE(enum_name(p.pipeline_layout));
+    if (p.pp == 1)
+      CHECK(chunk_layers(p, 16) == std::vector<std::int64_t>{16});
+    else if (p.pipeline_layout == PipelineLayout::Balanced)
+      CHECK(chunk_layers(p, 16) == std::vector<std::int64_t>{8, 8});
+    else
+      CHECK(chunk_layers(p, 16) == weighed);
+    Scenario point = sp;
+    point.plan = p;
+    point.batch = b;
+    CHECK_FALSE(first_violation(point).has_value());
+  }
+  CHECK(points == 4);
 }
 
 TEST_CASE("groups: bad input names the file, the path and the rule") {
