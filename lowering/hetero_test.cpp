@@ -179,6 +179,15 @@ TEST_CASE("weighed layouts resolve where a plan meets its cluster, and write no 
   CHECK(layout->values.size() == 3);
 }
 
+TEST_CASE("weighed layouts on one kind of GPU: every stage weighs the same, the even split") {
+  // Nothing to weigh: no block is priced (explore resolves the split for
+  // every point), and the split is the balanced one.
+  const auto sc = scenario(R"({"preset": "dgx-a100-80g", "nodes": 2})",
+                           R"({"pp": 2, "dp": 8, "pipeline_layout": "gpu_speed"})");
+  CHECK(stage_weights(sc.plan, sc.batch, sc.model, sc.cluster, nullptr) == std::vector<double>{1.0, 1.0});
+  CHECK(sc.plan.stage_layers == std::vector<std::int64_t>{8, 8});
+}
+
 TEST_CASE("weighed layouts: explore's points split the blocks for their own pp and layout, not the template's") {
   // The template (pp 2, gpu_speed) resolves to a 4 : 1 split for the plan
   // single-plan commands run; the space's points must not inherit it: at

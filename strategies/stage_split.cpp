@@ -22,6 +22,9 @@ std::vector<double> stage_weights(const Plan& plan, const Batch& batch, const co
     for (const auto& g : cluster.groups) gpus.push_back(g.gpu);
   else
     gpus.push_back(cluster.gpu);
+  // One kind of GPU: every stage weighs the same, whatever the weight (and
+  // explore's points need not price the model's blocks to learn it).
+  if (gpus.size() == 1) return std::vector<double>(on.size(), 1.0);
   std::vector<double> group(gpus.size(), 0);
   if (plan.pipeline_layout == PipelineLayout::GpuMemory) {
     for (std::size_t g = 0; g < gpus.size(); ++g) group[g] = gpus[g].memory_GiB;
