@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "report/svg.hpp"
+#include "sim/ranking.hpp"
 #include "report/table.hpp"
 #include "report/tradeoff.hpp"
 
@@ -63,13 +64,6 @@ std::string change(double ratio) {
   const double pct = (ratio - 1) * 100;
   if (std::fabs(pct) < 0.05) return "±0.0 %";
   return (pct > 0 ? "+" : "\u2212") + fixed(std::fabs(pct), 1) + " %";
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 bool is_bool_axis(const SpaceAxis& a) {

@@ -451,11 +451,7 @@ void rank_groups(PublishedReport& r, const std::vector<std::string>& keys) {
       if (g->tau) taus.push_back(*g->tau);
       f.mean_first_shortfall_pct += g->first_shortfall_pct / static_cast<double>(groups.size());
     }
-    if (!taus.empty()) {
-      std::sort(taus.begin(), taus.end());
-      const std::size_t n = taus.size();
-      f.median_tau = n % 2 == 1 ? taus[n / 2] : 0.5 * (taus[n / 2 - 1] + taus[n / 2]);
-    }
+    if (!taus.empty()) f.median_tau = median(taus);
     r.ranking_by_family.push_back(f);
   }
 }

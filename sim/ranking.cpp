@@ -1,5 +1,6 @@
 #include "sim/ranking.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -26,6 +27,13 @@ double kendall_tau(std::span<const double> a, std::span<const double> b) {
   const double denom = std::sqrt((pairs - ties_a) * (pairs - ties_b));
   if (!(denom > 0)) throw Error("kendall_tau: a series with every value equal has no ranking");
   return (concordant - discordant) / denom;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace strata

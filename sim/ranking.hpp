@@ -1,8 +1,9 @@
 #pragma once
-// Rank correlation, shared by the CPU backend's validation (predicted
-// against measured step times of a plan matrix) and validate-published
-// (plans of one model ranked by prediction and by measurement).
+// Rank statistics, shared by the backends (validation, calibration) and
+// report/ (validate-published's plans of one model, the HTML report):
+// Kendall's rank correlation and the median.
 #include <span>
+#include <vector>
 
 namespace strata {
 
@@ -11,5 +12,8 @@ namespace strata {
 // Throws Error for fewer than two values, different lengths, or a series
 // whose values are all equal (it has no ranking).
 double kendall_tau(std::span<const double> a, std::span<const double> b);
+
+// The median (the mean of the middle two for an even count); 0 when empty.
+double median(std::vector<double> v);
 
 }  // namespace strata

@@ -50,10 +50,6 @@ struct Scenario {
   // calibration file where it measured that group's GPU, else the GPU's
   // bundled curves: group_calibration); empty otherwise.
   std::shared_ptr<const std::vector<cost::Calibration>> group_curves;
-  // plan.stage_layers were computed from a weighed plan.pipeline_layout on
-  // this cluster (resolve_stage_layers), not given: explore's points, each
-  // with its own pp, schedule and layout, compute their own (space_point).
-  bool resolved_stage_layers = false;
   // The files the scenario named and read, besides itself: its model's,
   // cluster's, stack's and convergence model's, nested ones included
   // (outputs must not replace them).

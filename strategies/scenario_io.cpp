@@ -288,9 +288,7 @@ Scenario read_scenario(JsonReader r, const std::string& base_dir) {
   r.reject_unknown_keys();
   if (s.cluster.heterogeneous())
     s.group_curves = std::make_shared<const std::vector<cost::Calibration>>(group_calibrations(s));
-  const bool given = !s.plan.stage_layers.empty();
   resolve_stage_layers(s.plan, s.batch, s.model, s.cluster, s.group_curves.get());
-  s.resolved_stage_layers = !given && !s.plan.stage_layers.empty();
   if (!s.space) {
     require_valid_plan(s);
   } else if (auto v = size_violation(s)) {

@@ -180,9 +180,9 @@ ImplKeys implementation_axes(const Space& space) {
 void space_point(const Scenario& base, const Space& space, std::uint64_t index, Plan& plan, Batch& batch) {
   plan = base.plan;
   batch = base.batch;
-  // The template's split was computed for its own pp and layout; a point
-  // computes its own below.
-  if (base.resolved_stage_layers) plan.stage_layers.clear();
+  // Under a weighed layout the template's split was computed for its own pp
+  // and layout (a file cannot give both); a point computes its own below.
+  if (weighs_stages(base.plan.pipeline_layout)) plan.stage_layers.clear();
   space.apply(index, plan, batch);
   if (base.stack) apply_stack(*base.stack, plan, base.implementation_keys | implementation_axes(space));
   resolve_stage_layers(plan, batch, base.model, base.cluster, base.group_curves.get());

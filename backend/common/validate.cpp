@@ -34,13 +34,6 @@ constexpr sim::MemTag kTags[] = {sim::MemTag::Params,      sim::MemTag::Grads,
 
 std::size_t idx(sim::MemTag t) { return static_cast<std::size_t>(t); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::string mib(Bytes b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(b) / (1024.0 * 1024.0));
@@ -235,27 +228,25 @@ ValidateReport validate(const strategies::Scenario& sc, StepExecutor& ex, const 
     std::fill(last_end.begin(), last_end.end(), -1.0);
     std::fill(step_sum.begin(), step_sum.end(), 0.0);
     std::fill(step_runs.begin(), step_runs.end(), 0);
-    for (const auto& t : res.tasks) {
-      const auto i = static_cast<std::size_t>(t.task);
-      const double d = t.end - t.start;
-      task_sum[i] += d;
-      ++task_runs[i];
-      last_start[i] = std::max(last_start[i], t.start);
-      last_end[i] = std::max(last_end[i], t.end);
-      step_sum[i] += d;
-      ++step_runs[i];
-    }
-    // A pipeline receive is the transfer's other participant: it arrived
-    // when it asked for the message and the transfer ended, for the
-    // schedule, when the receiver held it (its wake-up included), not when
-    // the sender had posted it.
-    for (const auto& t : res.receipts) {
+    // One participant's span of a task in this step.
+    auto take_part = [&](const TaskTime& t) {
       const auto i = static_cast<std::size_t>(t.task);
       last_start[i] = std::max(last_start[i], t.start);
       last_end[i] = std::max(last_end[i], t.end);
       step_sum[i] += t.end - t.start;
       ++step_runs[i];
+    };
+    for (const auto& t : res.tasks) {
+      const auto i = static_cast<std::size_t>(t.task);
+      task_sum[i] += t.end - t.start;
+      ++task_runs[i];
+      take_part(t);
     }
+    // A pipeline receive is the transfer's other participant: it arrived
+    // when it asked for the message and the transfer ended, for the
+    // schedule, when the receiver held it (its wake-up included), not when
+    // the sender had posted it.
+    for (const auto& t : res.receipts) take_part(t);
     // A task's own time for the schedule replay: a collective or a pipeline
     // transfer runs once its last participant has arrived, and a rank that
     // arrived earlier waited inside it for the others — a wait the replayed

@@ -104,6 +104,8 @@ struct Rank {
   std::vector<TaskTime> times;
   std::vector<TaskTime> receipts;  // StepResult::receipts
   Clock::time_point step_start;
+  // Seconds since the step began (TaskTime's clock).
+  double since_start(Clock::time_point t) const { return std::chrono::duration<double>(t - step_start).count(); }
   // When the running task's pipeline receive returned: its wait for the
   // other stage is the graph's dependency, not the task's own time, so the
   // task is timed from then (run_rank).
@@ -510,13 +512,12 @@ void Executor::Impl::run_rank(Rank& R, std::span<const std::int32_t> tokens,
     auto& g = R.model->grads()[i];
     if (!g.empty()) g.zero();
   }
-  auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); };
   for (const std::int32_t i : R.plan->tasks) {
     R.received.reset();
     const auto a = Clock::now();
     run_task(R, i, tokens, targets);
     const auto start = R.received ? std::max(a, *R.received) : a;
-    R.times.push_back({i, R.rank, seconds(start), seconds(Clock::now()),
+    R.times.push_back({i, R.rank, R.since_start(start), R.since_start(Clock::now()),
                        R.device.stats().current[static_cast<std::size_t>(MemTag::Activations)]});
   }
   if (!R.saved.empty() || !R.act.empty() || !R.grad.empty() || !R.emb.empty() || !R.head.empty())
@@ -590,8 +591,7 @@ void Executor::Impl::receive(Rank& R, int peer, std::int64_t tag, std::span<floa
   R.received = Clock::now();
   const auto send = send_task.find(tag);
   if (send == send_task.end()) throw Error("executor: no send task for a pipeline message to rank " + std::to_string(R.rank));
-  auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(t - R.step_start).count(); };
-  R.receipts.push_back({send->second, R.rank, seconds(asked), seconds(*R.received), 0});
+  R.receipts.push_back({send->second, R.rank, R.since_start(asked), R.since_start(*R.received), 0});
 }
 
 Tensor Executor::Impl::take_activation(Rank& R, int chunk, int mb) {

@@ -22,18 +22,13 @@
 #include "backend/cuda/tensor.hpp"
 #include "costmodel/time_model.hpp"
 #include "sim/error.hpp"
+#include "sim/ranking.hpp"
 
 namespace strata::backend::cuda {
 
 using namespace calib;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
 
 // Raw device or pinned buffers for the benchmarks (not the tracked
 // allocator: nothing here is a training step's memory).
