@@ -118,6 +118,12 @@ class SkewedExecutor final : public StepExecutor {
       t.end = 1e-3;
       seen[static_cast<std::size_t>(t.task)] = true;
     }
+    // A pipeline receive is its send's other participant: 1 ms, never the
+    // first to enter (its send ran before it).
+    for (TaskTime& t : r.receipts) {
+      t.start = 0.0;
+      t.end = 1e-3;
+    }
     r.seconds = 0.1;
     return r;
   }
@@ -130,7 +136,9 @@ TEST_CASE("cpu/validate: a collective or transfer counts from its last participa
   // Closed form over the scripted times: every run of a task is 1 ms of its
   // own; a collective or transfer run by several ranks adds 0.5 ms of peer
   // wait (its first rank's early entry), one run by a single rank is all
-  // its own (nobody to wait for: 1.5 ms).
+  // its own (nobody to wait for: 1.5 ms). A pipeline receive is a run of
+  // the send it completes. (Scripted receipts too: the executor's own are
+  // on the real clock, which the scripted tasks are not.)
   set_blas_threads(1);
   Scenario sc = tiny_plan();
   sc.kernel_memory = strategies::KernelMemory::Cpu;
@@ -141,6 +149,7 @@ TEST_CASE("cpu/validate: a collective or transfer counts from its last participa
   std::vector<int> runs(ex.lowered().graph.num_tasks(), 0);
   StepResult one = ex.step(std::vector<std::int32_t>(64, 0), std::vector<std::int32_t>(64, 0));
   for (const TaskTime& t : one.tasks) ++runs[static_cast<std::size_t>(t.task)];
+  for (const TaskTime& t : one.receipts) ++runs[static_cast<std::size_t>(t.task)];
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (runs[i] == 0) continue;
     const WorkKind k = work_kind(ex.lowered().info[i].op);
