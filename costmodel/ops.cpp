@@ -757,7 +757,7 @@ struct Builder {
     return op;
   }
 
-  Op loss_op(std::string_view name) const {
+  Op loss_op(std::string_view name, CrossEntropy kind) const {
     const double n = shard(b * s * V);
     // The in-place and unfused forms run on the logits cast to fp32 and
     // cast the gradient back (neither cast in fp32 training). Bytes: each
@@ -765,7 +765,7 @@ struct Builder {
     const double cast = e == 4 ? 0.0 : static_cast<double>(e) + 4.0;
     const std::int64_t casts = e == 4 ? 0 : 1;
     Op loss;
-    switch (o.cross_entropy) {
+    switch (kind) {
       case CrossEntropy::InPlace:
         // Megatron-LM's _VocabParallelCrossEntropy of logits.float()
         // (megatron/mpu/cross_entropy.py; tensor_parallel/cross_entropy.py
@@ -810,6 +810,21 @@ struct Builder {
         break;
     }
     return loss;
+  }
+
+  // The trainer's metrics over the main head's logits (ExpandOptions::
+  // train_metric_passes): each pass PyTorch's cross-entropy of the logits
+  // as the unfused loss computes it forward — under autocast the cast to
+  // fp32, log_softmax and nll_loss — without gradient: nothing saved for
+  // a backward, none run. Its fp32 temporaries live only within the op.
+  Op train_metrics() const {
+    const Op pass = loss_op("train_metrics", CrossEntropy::Unfused);
+    Op op = elementwise("train_metrics", OpKind::Loss, 0, e, 0, 0);
+    op.fwd_bytes = o.train_metric_passes * pass.fwd_bytes;
+    op.fwd_kernels = o.train_metric_passes * pass.fwd_kernels;
+    op.bwd_bytes = 0;
+    op.bwd_kernels = 0;
+    return op;
   }
 
   // A prediction module's op names: its block's are the main block's with
@@ -865,7 +880,7 @@ struct Builder {
     ops.push_back(norm("mtp_final_norm"));
     ops.push_back(logits_op("mtp_logits", /*shared=*/true));
     if (m.logit_softcap) ops.push_back(softcap("mtp_logit_softcap", shard(b * s * V), false));
-    ops.push_back(loss_op("mtp_loss"));
+    ops.push_back(loss_op("mtp_loss", o.cross_entropy));
   }
 
   Layer head() const {
@@ -876,7 +891,8 @@ struct Builder {
     l.ops.push_back(norm("final_norm"));
     l.ops.push_back(logits_op("logits", /*shared=*/false));
     if (m.logit_softcap) l.ops.push_back(softcap("logit_softcap", shard(b * s * V), false));
-    l.ops.push_back(loss_op("loss"));
+    l.ops.push_back(loss_op("loss", o.cross_entropy));
+    if (o.train_metric_passes > 0) l.ops.push_back(train_metrics());
     for (std::int64_t k = 0; k < m.mtp_layers; ++k) mtp_module(l.ops);
     return l;
   }

@@ -171,6 +171,11 @@ struct ExpandOptions {
   // (docs/cost-model.md, eager elementwise ops).
   bool fused_elementwise = true;
   CrossEntropy cross_entropy = CrossEntropy::InPlace;
+  // Evaluations of the logits per microbatch by PyTorch's cross-entropy,
+  // without gradient, beside the loss (a trainer's train metrics: Composer
+  // updates each after each microbatch's backward): the head's
+  // `train_metrics` op, each pass the unfused loss's forward traffic.
+  std::int64_t train_metric_passes = 0;
   // What Recompute::Selective drops and reruns (Op::core_saved_bytes,
   // Op::selective_rerun).
   RecomputeModules recompute_modules = kDefaultRecomputeModules;

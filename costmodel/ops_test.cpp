@@ -983,6 +983,48 @@ TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gra
   CHECK(fp32_in_place.bwd_kernels == 2);
 }
 
+TEST_CASE("train metrics: each pass is PyTorch's cross-entropy forward over the logits, nothing kept or differentiated") {
+  // GPT-3 1.3B's shape with MPT's 50,368-entry vocabulary, six sequences
+  // of 2,048 in bf16: N = 12,288 · 50,368 logits. Composer updates each train metric
+  // after each microbatch's backward; llm-foundry's MPT has two
+  // (LanguageCrossEntropy and LanguagePerplexity), each a
+  // torch.nn.CrossEntropyLoss of the logits under autocast: the cast to
+  // fp32 (read 2, write 4) and log_softmax (read 4, write 4), with
+  // nll_loss 3 kernels: 14 bytes a logit per pass, no backward.
+  auto m = model_preset("gpt3-1.3b");
+  m.vocab = 50368;
+  m.seq_len = 2048;
+  ExpandOptions o;
+  o.micro_batch = 6;
+  const double N = 6.0 * 2048 * 50368;
+  const auto none = expand(m, o);
+  for (const Op& op : none.head.ops) CHECK(op.name != "train_metrics");  // 0 passes: no op
+  o.train_metric_passes = 2;
+  const auto two = expand(m, o);
+  const Op metrics = op_named(two.head, "train_metrics");
+  CHECK(metrics.fwd_bytes == static_cast<Bytes>(28 * N));
+  CHECK(metrics.fwd_kernels == 6);
+  CHECK(metrics.bwd_bytes == 0);
+  CHECK(metrics.bwd_kernels == 0);
+  CHECK(metrics.saved_bytes == 0);
+  CHECK(metrics.grad_bytes == 0);
+  CHECK(metrics.fwd_flops == 0);
+  // Each pass is the unfused loss's forward, whatever kernel the loss runs.
+  o.cross_entropy = CrossEntropy::Unfused;
+  CHECK(metrics.fwd_bytes == 2 * op_named(expand(m, o).head, "loss").fwd_bytes);
+  // Nothing else changes: the blocks, the loss, what the head keeps.
+  CHECK(two.main_block().saved_bytes() == none.main_block().saved_bytes());
+  CHECK(two.head.saved_bytes() == none.head.saved_bytes());
+  CHECK(two.head.max_grad_bytes() == none.head.max_grad_bytes());
+  CHECK(two.head.bwd_flops() == none.head.bwd_flops());
+  // fp32 training casts nothing: 8 bytes a logit and 2 kernels per pass.
+  o.cross_entropy = CrossEntropy::InPlace;
+  o.precision = Precision::FP32;
+  const Op fp32 = op_named(expand(m, o).head, "train_metrics");
+  CHECK(fp32.fwd_bytes == static_cast<Bytes>(16 * N));
+  CHECK(fp32.fwd_kernels == 4);
+}
+
 TEST_CASE("torchtitan's op-level checkpointing: wq, wv, w1, w2 and attention stored, wk, wo, w3 rerun") {
   // Llama-3-8B, one sequence of 8192 in bf16: h 4096, kv 1024, f 14336
   // features per token. The block's aten.mm order is wq, wk, wv, wo, w1, w3,

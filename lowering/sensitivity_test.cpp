@@ -317,6 +317,10 @@ const Case kCases[] = {
     // bytes moved.
     {"plan.implementation/cross_entropy", "{}", R"({"plan": {"implementation": {"cross_entropy": "unfused"}}})",
      Effect::PeakUp},
+    // Two evaluations of the logits a microbatch by PyTorch's cross-entropy,
+    // without gradient: more bytes moved, nothing more kept.
+    {"plan.implementation/train_metric_passes", "{}",
+     R"({"plan": {"implementation": {"train_metric_passes": 2}}})", Effect::StepUp},
     {"plan.implementation/tp_grad_overlap", R"({"plan": {"tp": 8}})",
      R"({"plan": {"implementation": {"tp_grad_overlap": false}}})", Effect::StepUp},
     // The column-parallel linears keep their gathered inputs: tp times the

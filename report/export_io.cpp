@@ -226,6 +226,16 @@ struct Flags {
   void add(const std::string& flag, const std::string& v) { items.push_back(flag + " " + v); }
 };
 
+// None of the three engines computes metrics over the logits while it
+// trains (each logs the loss alone).
+void no_train_metrics(const strategies::Implementation& im, std::string_view engine,
+                      std::vector<std::string>& un) {
+  if (im.train_metric_passes > 0)
+    un.push_back("implementation.train_metric_passes=" + str(im.train_metric_passes) + " (" +
+                 std::string(engine) + " computes no metrics over the logits while it trains, only the loss: "
+                 "train_metric_passes=0)");
+}
+
 }  // namespace
 
 Exported export_megatron(const Scenario& sc) {
@@ -329,6 +339,7 @@ Exported export_megatron(const Scenario& sc) {
   // above, already turns it off).
   if (!im.grad_accumulation_fusion && !(p.zero >= 2 && p.pp == 1))
     f.add("--no-gradient-accumulation-fusion");
+  no_train_metrics(im, "Megatron-LM", un);
   if (im.cross_entropy != strategies::CrossEntropy::InPlace)
     un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
                  " (Megatron-LM's loss is its vocabulary-parallel cross-entropy, which computes the "
@@ -636,6 +647,7 @@ Exported export_deepspeed(const Scenario& sc) {
   auto& un = ex.unsupported;
   auto& notes = ex.notes;
   const std::string E = "DeepSpeed";
+  no_train_metrics(im, E, un);
   if (p.moe.capacity_factor)
     un.push_back("moe.capacity_factor (DeepSpeed's MoE layer takes capacity_factor in the model code, "
                  "deepspeed.moe.layer.MoE; ds_config.json has no key for it)");
@@ -1087,6 +1099,7 @@ Exported export_torchtitan(const Scenario& sc) {
   if (!cost::fused_attention(im.attention))
     un.push_back("implementation.attention=standard (torchtitan's models use fused scaled "
                  "dot-product attention)");
+  no_train_metrics(im, E, un);
   if (im.cross_entropy != strategies::CrossEntropy::Unfused)
     un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
                  " (torchtitan's loss is PyTorch's cross_entropy of the fp32 logits: "
@@ -1158,8 +1171,8 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            std::string(engine_name(target)) + "'s default (the plan had " +
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
-                           // The host's dispatch cost, the loss kernel, what
-                           // FSDP keeps of its root module, how it lays out
+                           // The host's dispatch cost, the loss kernel, the
+                           // trainer's metrics, what FSDP keeps of its root module, how it lays out
                            // what it gathers and reduces, and what a
                            // tensor-parallel linear keeps and overlaps are
                            // the framework's own, not flags.
@@ -1169,7 +1182,8 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                                     (key == strategies::ImplKey::TpGradOverlap && target == ExportTarget::TorchTitan) ||
                                     key == strategies::ImplKey::Zero3FlatGrads ||
                                     key == strategies::ImplKey::Zero3HostPerRank ||
-                                    key == strategies::ImplKey::Zero3GatherCopyOut
+                                    key == strategies::ImplKey::Zero3GatherCopyOut ||
+                                    key == strategies::ImplKey::TrainMetricPasses
                                 ? "; no flag sets it: simulate with \"stack\": \""
                             : key == strategies::ImplKey::Allocator
                                 ? "; the launch's environment sets it (below): simulate with \"stack\": \""

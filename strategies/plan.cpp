@@ -47,6 +47,7 @@ cost::ExpandOptions expand_options(const Plan& plan, const Batch& batch) {
   o.attention = plan.implementation.attention;
   o.fused_elementwise = plan.implementation.fused_elementwise;
   o.cross_entropy = plan.implementation.cross_entropy;
+  o.train_metric_passes = plan.implementation.train_metric_passes;
   o.recompute_modules = recompute_modules_of(plan);
   o.expert_load = plan.moe.load();
   return o;

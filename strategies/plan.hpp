@@ -114,6 +114,9 @@ inline constexpr std::int64_t kOneBitBucket = 512;
 // The longest host dispatch per kernel a plan may state (1 ms: a kernel per
 // millisecond is far slower than any framework issues them).
 inline constexpr double kMaxHostDispatchUs = 1000;
+// The most evaluations of the logits per microbatch a plan may state for
+// its trainer's metrics (implementation.train_metric_passes).
+inline constexpr std::int64_t kMaxTrainMetricPasses = 16;
 // The largest ZeRO-3 persistence threshold a plan may state, in elements.
 inline constexpr std::int64_t kMaxPersistenceThreshold = std::int64_t{1} << 40;
 // The largest ZeRO-3 gradient bucket a plan may state, in elements (and
@@ -127,6 +130,13 @@ struct Implementation {
   // The loss's cross-entropy kernel (costmodel/techniques.hpp): Megatron-LM's
   // in place, or PyTorch's unfused one on fp32 logits (torchtitan).
   CrossEntropy cross_entropy = CrossEntropy::InPlace;
+  // The trainer's metrics over the logits, each an evaluation by PyTorch's
+  // cross-entropy without gradient per microbatch (Composer updates each
+  // train metric after each microbatch's backward; llm-foundry's MPT has
+  // two): priced as the unfused loss's forward traffic (costmodel/ops.cpp,
+  // the head's train_metrics op). 0: the trainer computes none (Megatron,
+  // DeepSpeed and torchtitan log the loss alone).
+  std::int64_t train_metric_passes = 0;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   // FP8 parameters (Megatron-Core's --fp8-param-gather: "Keep the compute

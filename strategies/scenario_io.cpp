@@ -44,6 +44,7 @@ Implementation read_implementation(const JsonReader& r) {
   im.attention = r.enum_or("attention", im.attention);
   im.fused_elementwise = r.bool_or("fused_elementwise", im.fused_elementwise);
   im.cross_entropy = r.enum_or("cross_entropy", im.cross_entropy);
+  im.train_metric_passes = r.int_or("train_metric_passes", im.train_metric_passes, 0, kMaxTrainMetricPasses);
   im.overlap_grad_reduce = r.bool_or("overlap_grad_reduce", im.overlap_grad_reduce);
   im.overlap_param_gather = r.bool_or("overlap_param_gather", im.overlap_param_gather);
   im.fp8_param_gather = r.bool_or("fp8_param_gather", im.fp8_param_gather);

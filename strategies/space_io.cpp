@@ -247,6 +247,7 @@ std::string canonical_json(const Plan& p, const Batch& b) {
   if (im.zero3_prefetch_bucket != 0) implementation["zero3_prefetch_bucket"] = im.zero3_prefetch_bucket;
   if (im.zero3_reuse_distance != 0) implementation["zero3_reuse_distance"] = im.zero3_reuse_distance;
   if (im.cross_entropy != CrossEntropy::InPlace) implementation["cross_entropy"] = nm(im.cross_entropy);
+  if (im.train_metric_passes != 0) implementation["train_metric_passes"] = im.train_metric_passes;
   if (im.grad_reduce_dtype != GradReduceDtype::Accumulation)
     implementation["grad_reduce_dtype"] = nm(im.grad_reduce_dtype);
   if (im.cp_comm != CpComm::P2p) implementation["cp_comm"] = nm(im.cp_comm);

@@ -38,6 +38,7 @@ void set(Implementation& im, ImplKey k, std::int64_t v) {
     case ImplKey::Zero3FlatGrads: im.zero3_flat_grads = on; break;
     case ImplKey::Zero3GatherCopyOut: im.zero3_gather_copy_out = on; break;
     case ImplKey::CrossEntropy: im.cross_entropy = static_cast<CrossEntropy>(v); break;
+    case ImplKey::TrainMetricPasses: im.train_metric_passes = v; break;
     case ImplKey::Fp8ParamGather: im.fp8_param_gather = on; break;
     case ImplKey::Allocator: im.allocator = static_cast<sim::AllocatorMode>(v); break;
     case ImplKey::GradReduceDtype: im.grad_reduce_dtype = static_cast<GradReduceDtype>(v); break;
@@ -73,6 +74,7 @@ std::string value_text(ImplKey k, std::int64_t v) {
     case ImplKey::Zero3MaxLive:
     case ImplKey::Zero3PrefetchBucket:
     case ImplKey::Zero3ReuseDistance: return std::to_string(v) + " elements";
+    case ImplKey::TrainMetricPasses: return std::to_string(v);
     default: return v != 0 ? "true" : "false";
   }
 }
@@ -122,6 +124,7 @@ std::int64_t implementation_value(const Implementation& im, ImplKey k) {
     case ImplKey::Zero3FlatGrads: return im.zero3_flat_grads;
     case ImplKey::Zero3GatherCopyOut: return im.zero3_gather_copy_out;
     case ImplKey::CrossEntropy: return static_cast<std::int64_t>(im.cross_entropy);
+    case ImplKey::TrainMetricPasses: return im.train_metric_passes;
     case ImplKey::Fp8ParamGather: return im.fp8_param_gather;
     case ImplKey::Allocator: return static_cast<std::int64_t>(im.allocator);
     case ImplKey::GradReduceDtype: return static_cast<std::int64_t>(im.grad_reduce_dtype);

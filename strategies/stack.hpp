@@ -58,6 +58,7 @@ enum class ImplKey : std::uint8_t {
   Zero3PrefetchBucket,
   Zero3ReuseDistance,
   Zero3HostPerRank,
+  TrainMetricPasses,
 };
 
 }  // namespace strata::strategies
@@ -65,7 +66,7 @@ enum class ImplKey : std::uint8_t {
 namespace strata {
 template <>
 struct EnumNames<strategies::ImplKey> {
-  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 27> table{{
+  static constexpr std::array<std::pair<strategies::ImplKey, std::string_view>, 28> table{{
       {strategies::ImplKey::Attention, "attention"},
       {strategies::ImplKey::FusedElementwise, "fused_elementwise"},
       {strategies::ImplKey::OverlapGradReduce, "overlap_grad_reduce"},
@@ -93,6 +94,7 @@ struct EnumNames<strategies::ImplKey> {
       {strategies::ImplKey::Zero3PrefetchBucket, "zero3_prefetch_bucket"},
       {strategies::ImplKey::Zero3ReuseDistance, "zero3_reuse_distance"},
       {strategies::ImplKey::Zero3HostPerRank, "zero3_host_per_rank"},
+      {strategies::ImplKey::TrainMetricPasses, "train_metric_passes"},
   }};
 };
 }  // namespace strata

@@ -42,6 +42,7 @@ std::int64_t read_value(const JsonReader& v, ImplKey k) {
     case ImplKey::Zero3MaxLive:
     case ImplKey::Zero3PrefetchBucket:
     case ImplKey::Zero3ReuseDistance: return v.as_int(0, kMaxReduceBucket);
+    case ImplKey::TrainMetricPasses: return v.as_int(0, kMaxTrainMetricPasses);
     default: return v.as_bool() ? 1 : 0;
   }
 }

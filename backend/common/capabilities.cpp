@@ -286,6 +286,13 @@ const std::array kTable{
                no("the CUDA backend computes the cross-entropy in place on fp32 logits (the softmax turned into the "
                   "gradient), not as one kernel over the logits kept in their own type: set "
                   "plan.implementation.cross_entropy to in_place")},
+    Capability{"train-metrics", "precision", "the trainer's metrics over the logits "
+               "(implementation.train_metric_passes)",
+               [](const Scenario& s) { return s.plan.implementation.train_metric_passes > 0; },
+               no("the CPU backend computes the loss alone, no metric over the logits: set "
+                  "plan.implementation.train_metric_passes to 0"),
+               no("the CUDA backend computes the loss alone, no metric over the logits: set "
+                  "plan.implementation.train_metric_passes to 0")},
     // ---- cluster -------------------------------------------------------------------
     Capability{"stragglers", "cluster", "slow GPUs (cluster.slow, cluster.stragglers)",
                [](const Scenario& s) { return !s.cluster.slow.empty() || s.cluster.stragglers.has_value(); },
