@@ -795,6 +795,25 @@ struct Builder {
         loss.fwd_kernels = casts + 2;  // cast, log_softmax, nll_loss
         loss.bwd_kernels = casts + 3;  // fill and scatter, log_softmax backward, cast
         break;
+      case CrossEntropy::Parallel:
+        // PyTorch's loss_parallel (torch/distributed/tensor/parallel/
+        // loss.py) on the rank's vocabulary shard of logits.float():
+        // _log_softmax forward runs amax (read 4), x - max (read 4, write
+        // 4), exp (8), sum (read 4) and shifted - logsumexp (8), beside
+        // per-token all-reduces, and saves its fp32 output;
+        // _nll_loss_and_log_softmax_backward makes zeros_like (write 4),
+        // scatters per token, then exp of the output (8), the sum with the
+        // zeros-and-scatter tensor (12) and the product with the loss
+        // gradient (8) — that tensor, the sum and the product (or exp) held
+        // at once, 12 bytes per logit beside the saved output — and the
+        // cast back follows.
+        loss = elementwise(name, OpKind::Loss, n, 4, n, n);
+        loss.grad_bytes = bytes(n, 12);
+        loss.fwd_bytes = static_cast<Bytes>(n * (cast + 32.0) + 0.5);
+        loss.bwd_bytes = static_cast<Bytes>(n * (cast + 32.0) + 0.5);
+        loss.fwd_kernels = casts + 5;  // cast, amax, sub, exp, sum, sub
+        loss.bwd_kernels = casts + 5;  // zeros, scatter, exp, add, mul, cast
+        break;
       case CrossEntropy::Fused:
         // flash-attn's CrossEntropyLoss (csrc/xentropy, apex's kernel) of
         // the logits as they are: forward one block per token reads its row

@@ -981,6 +981,28 @@ TEST_CASE("the loss: in place saves the fp32 softmax; unfused holds two fp32 gra
   CHECK(fp32_in_place.bwd_bytes == static_cast<Bytes>(8 * N));
   CHECK(fp32_in_place.fwd_kernels == 5);
   CHECK(fp32_in_place.bwd_kernels == 2);
+  // PyTorch's loss_parallel on the fp32 logits (torchtitan under tensor
+  // parallelism): it saves the log-softmax (4 bytes per logit) and its
+  // backward holds three fp32 tensors beside it (zeros with the scatter,
+  // their sum with exp, the product): 12 bytes per logit where unfused
+  // holds 8. Traffic in bf16: the cast (6), amax (4), sub (8), exp (8), sum
+  // (4), sub (8) forward, 38 bytes, 6 kernels; zeros (4), exp (8), add
+  // (12), mul (8), the cast back (6) backward, 38 bytes, 6 kernels.
+  o.precision = Precision::BF16;
+  o.cross_entropy = CrossEntropy::Parallel;
+  const auto parallel_chain = expand(m, o);
+  const Op parallel = op_named(parallel_chain.head, "loss");
+  CHECK(parallel.saved_bytes == static_cast<Bytes>(4 * N));
+  CHECK(parallel.grad_bytes == static_cast<Bytes>(12 * N));
+  CHECK(parallel_chain.head.max_grad_bytes() == static_cast<Bytes>(12 * N));
+  CHECK(parallel.fwd_bytes == static_cast<Bytes>(38 * N));
+  CHECK(parallel.bwd_bytes == static_cast<Bytes>(38 * N));
+  CHECK(parallel.fwd_kernels == 6);
+  CHECK(parallel.bwd_kernels == 6);
+  // Over a vocabulary shard: tp 8 holds an eighth of the logits.
+  o.tp = 8;
+  o.sequence_parallel = true;
+  CHECK(op_named(expand(m, o).head, "loss").grad_bytes == static_cast<Bytes>(12 * N / 8));
 }
 
 TEST_CASE("train metrics: each pass is PyTorch's cross-entropy forward over the logits, nothing kept or differentiated") {

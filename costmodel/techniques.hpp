@@ -53,7 +53,13 @@ constexpr bool fused_attention(AttentionKernel k) { return k != AttentionKernel:
 // CrossEntropyLoss, apex's xentropy kernel, as llm-foundry's default
 // loss_fn fused_crossentropy calls it): the logits saved as they are (the
 // activation type's bytes per logit) and a new gradient of their type.
-enum class CrossEntropy { InPlace, Unfused, Fused };
+// `Parallel`: PyTorch's loss_parallel over vocabulary-sharded logits
+// (torch/distributed/tensor/parallel/loss.py, as torchtitan runs its loss
+// under tensor parallelism): log_softmax of the fp32 copy decomposed into
+// eager ops, saving its fp32 output; the backward fuses nll_loss's and
+// log_softmax's into zeros, a scatter, exp, add and multiply, holding three
+// fp32 tensors at once beside the saved one, 12 bytes per logit.
+enum class CrossEntropy { InPlace, Unfused, Fused, Parallel };
 
 // EveryNth (torchtitan's layer-level selective checkpointing): every
 // recompute_k-th layer of a chunk is fully recomputed, alone; the others keep
@@ -196,10 +202,11 @@ struct EnumNames<cost::AttentionKernel> {
 };
 template <>
 struct EnumNames<cost::CrossEntropy> {
-  static constexpr std::array<std::pair<cost::CrossEntropy, std::string_view>, 3> table{
+  static constexpr std::array<std::pair<cost::CrossEntropy, std::string_view>, 4> table{
       {{cost::CrossEntropy::InPlace, "in_place"},
        {cost::CrossEntropy::Unfused, "unfused"},
-       {cost::CrossEntropy::Fused, "fused"}}};
+       {cost::CrossEntropy::Fused, "fused"},
+       {cost::CrossEntropy::Parallel, "parallel"}}};
 };
 template <>
 struct EnumNames<cost::RecomputeModule> {

@@ -1022,6 +1022,30 @@ TEST_CASE("partition_activations: a recomputed layer keeps 1/tp of its input, in
       InputError);
 }
 
+TEST_CASE("torchtitan's loss under tensor parallelism (loss_parallel) holds 4 bytes per logit more than F.cross_entropy") {
+  // Llama 3 8B, two sequences of 8192, tp 4 with sequence parallelism,
+  // full recompute: the peak is the loss's backward. loss_parallel's fused
+  // backward holds the zeros-and-scatter tensor, its sum with exp(output)
+  // and their product beside the saved output (12 bytes per logit of the
+  // rank's vocabulary shard) where F.cross_entropy holds two gradients (8).
+  const Scenario sc = parse_scenario(R"({"model": {"preset": "llama3-8b", "seq_len": 8192},
+      "cluster": {"preset": "dgx-h100", "nodes": 1}, "batch": {"global": 4, "micro": 2}, "stack": "torchtitan",
+      "plan": {"dp": 2, "tp": 4, "sequence_parallel": true, "zero": 3, "recompute": "full", "precision": "bf16"}})",
+                                     "s.json");
+  REQUIRE(sc.plan.implementation.cross_entropy == CrossEntropy::Parallel);  // the stack's, tp > 1
+  Scenario unfused = sc;
+  unfused.plan.implementation.cross_entropy = CrossEntropy::Unfused;
+  const double shard_logits = 2.0 * 8192 * 128256 / 4;
+  for (const bool timeline : {false, true}) {
+    CAPTURE(timeline);
+    const MemoryEstimate p = timeline ? simulate_memory(sc) : estimate_memory(sc);
+    const MemoryEstimate u = timeline ? simulate_memory(unfused) : estimate_memory(unfused);
+    CHECK(static_cast<double>(tag(p.stages[0], MemTag::Activations) - tag(u.stages[0], MemTag::Activations)) ==
+          doctest::Approx(4 * shard_logits).epsilon(1e-9));
+    CHECK(model_states(p.stages[0]) == model_states(u.stages[0]));
+  }
+}
+
 TEST_CASE("torchtitan's unfused loss holds 6 bytes per logit more at the peak, the allocator's 20 % on top") {
   // Llama 3.1 8B as torchtitan runs it (docs/accuracy.md): two sequences of
   // 8192 tokens, vocabulary 128256, no tensor parallelism.

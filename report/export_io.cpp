@@ -1100,10 +1100,16 @@ Exported export_torchtitan(const Scenario& sc) {
     un.push_back("implementation.attention=standard (torchtitan's models use fused scaled "
                  "dot-product attention)");
   no_train_metrics(im, E, un);
-  if (im.cross_entropy != strategies::CrossEntropy::Unfused)
+  // torchtitan's loss is PyTorch's cross_entropy of the fp32 logits, under
+  // loss_parallel whenever tp > 1 unless disable_loss_parallel is set
+  // (torchtitan ParallelDims.loss_parallel_enabled).
+  const bool loss_parallel = im.cross_entropy == strategies::CrossEntropy::Parallel;
+  if (p.tp > 1 && im.cross_entropy == strategies::CrossEntropy::Unfused)
+    par << "disable_loss_parallel = true\n";
+  else if (p.tp > 1 ? !loss_parallel : im.cross_entropy != strategies::CrossEntropy::Unfused)
     un.push_back("implementation.cross_entropy=" + std::string(enum_name(im.cross_entropy)) +
-                 " (torchtitan's loss is PyTorch's cross_entropy of the fp32 logits: "
-                 "cross_entropy=unfused)");
+                 " (torchtitan's loss is PyTorch's cross_entropy of the fp32 logits: cross_entropy=unfused, "
+                 "under loss_parallel with tensor parallelism: cross_entropy=parallel)");
   if (p.zero == 0 && (p.tp > 1 || p.pp > 1 || p.cp > 1) && p.dp > 1)
     notes.push_back("zero=0 with tp, pp or cp: torchtitan's DDP is one-dimensional; with other "
                     "parallelisms use zero 2 or 3 (FSDP)");

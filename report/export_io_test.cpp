@@ -930,6 +930,38 @@ TEST_CASE("torchtitan: context parallelism's rotation, both ways, and Transforme
                        InputError);
 }
 
+TEST_CASE("torchtitan: the loss under loss_parallel with tp, disabled by its flag, both ways") {
+  // torchtitan computes its loss under loss_parallel whenever tp > 1
+  // (ParallelDims.loss_parallel_enabled) unless parallelism.
+  // disable_loss_parallel: cross_entropy parallel is its default there,
+  // unfused the flag; with tp 1 the loss is F.cross_entropy (unfused) and
+  // parallel has no flag (listed).
+  auto plan = [](int tp, const std::string& ce) {
+    return scenario(R"({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "nodes": 1},
+        "batch": {"global": 8, "micro": 1}, "plan": {"dp": )" + std::to_string(8 / tp) + R"(, "tp": )" +
+                    std::to_string(tp) + R"(, "sequence_parallel": )" + (tp > 1 ? "true" : "false") +
+                    R"(, "zero": 3, "precision": "bf16", "implementation": {"cross_entropy": ")" + ce + R"("}}})");
+  };
+  auto round_trip = [&](int tp, const std::string& ce) {
+    const Exported ex = export_torchtitan(plan(tp, ce));
+    return std::pair{ex, import_plan(plan(tp, ce), ExportTarget::TorchTitan, ex.text, "t.toml")
+                             .scenario.plan.implementation.cross_entropy};
+  };
+  const auto [parallel, parallel_back] = round_trip(2, "parallel");
+  CHECK(!contains(parallel.text, "disable_loss_parallel"));
+  CHECK(unsupported(parallel, "implementation.cross_entropy") == "");
+  CHECK(parallel_back == strategies::CrossEntropy::Parallel);
+  const auto [unfused, unfused_back] = round_trip(2, "unfused");
+  CHECK(contains(unfused.text, "disable_loss_parallel = true\n"));
+  CHECK(unsupported(unfused, "implementation.cross_entropy") == "");
+  CHECK(unfused_back == strategies::CrossEntropy::Unfused);
+  const auto [plain, plain_back] = round_trip(1, "unfused");
+  CHECK(!contains(plain.text, "disable_loss_parallel"));
+  CHECK(plain_back == strategies::CrossEntropy::Unfused);
+  CHECK(unsupported(export_torchtitan(plan(1, "parallel")), "implementation.cross_entropy=parallel") != "");
+  CHECK(unsupported(export_torchtitan(plan(2, "in_place")), "implementation.cross_entropy=in_place") != "");
+}
+
 TEST_CASE("torchtitan: GPT-3 175B, interleaved 1F1B with split points") {
   const auto e = export_torchtitan(gpt3());
   const auto& t = e.text;

@@ -920,6 +920,8 @@ Imported import_torchtitan(const Scenario& base, std::string_view text, const st
   im.tp_comm_overlap = boolean("parallelism", "enable_async_tensor_parallel", false) ? TpCommOverlap::Ring
                                                                                      : TpCommOverlap::None;
   im.fused_elementwise = boolean("training", "compile", false);
+  // The loss under loss_parallel when tp > 1 (the stack's), unless disabled.
+  if (boolean("parallelism", "disable_loss_parallel", false)) im.cross_entropy = strategies::CrossEntropy::Unfused;
   // torch.distributed's context parallelism: "allgather" (torchtitan's
   // default, the stack's all_gather_ring) or "alltoall", the ring.
   if (const std::string rotate = text_of("parallelism", "context_parallel_rotate_method", "allgather");

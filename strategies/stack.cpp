@@ -50,6 +50,7 @@ std::int64_t plan_value(const Plan& p, StackSetting::By by) {
     case StackSetting::By::Precision: return static_cast<std::int64_t>(p.precision);
     case StackSetting::By::Schedule: return static_cast<std::int64_t>(p.schedule);
     case StackSetting::By::Zero: return p.zero;
+    case StackSetting::By::TensorParallel: return p.tp > 1 ? 1 : 0;
     case StackSetting::By::Always: break;
   }
   return 0;
@@ -84,6 +85,7 @@ std::string case_text(StackSetting::By by, std::int64_t when) {
     case StackSetting::By::Precision: return std::string(enum_name(static_cast<Precision>(when)));
     case StackSetting::By::Schedule: return std::string(enum_name(static_cast<Schedule>(when)));
     case StackSetting::By::Zero: return "zero " + std::to_string(when);
+    case StackSetting::By::TensorParallel: return when != 0 ? "tp above 1" : "tp 1";
     case StackSetting::By::Always: break;
   }
   return "";

@@ -121,7 +121,8 @@ class ImplKeys {
 
 // One setting of a stack: a value, or values by one of the plan's settings.
 struct StackSetting {
-  enum class By : std::uint8_t { Always, Precision, Schedule, Zero };
+  // TensorParallel: the plan's tp above 1 (case "true") or not ("false").
+  enum class By : std::uint8_t { Always, Precision, Schedule, Zero, TensorParallel };
   ImplKey key = ImplKey::Attention;
   By by = By::Always;
   // (the plan's value of `by` as its enum's number or ZeRO stage, the

@@ -61,6 +61,9 @@ std::int64_t read_case(const JsonReader& c, StackSetting::By by, const std::stri
     case StackSetting::By::Zero:
       if (key.size() == 1 && key[0] >= '0' && key[0] <= '3') return key[0] - '0';
       return bad("a ZeRO stage (0|1|2|3)");
+    case StackSetting::By::TensorParallel:
+      if (key == "true" || key == "false") return key == "true" ? 1 : 0;
+      return bad("whether the plan's tp is above 1 (true|false)");
     case StackSetting::By::Always: break;
   }
   return 0;
@@ -82,7 +85,8 @@ StackSetting read_setting(const JsonReader& r, ImplKey key) {
     if (b == "precision") st.by = StackSetting::By::Precision;
     else if (b == "schedule") st.by = StackSetting::By::Schedule;
     else if (b == "zero") st.by = StackSetting::By::Zero;
-    else by.fail("must be one of precision|schedule|zero (got \"" + b + "\")");
+    else if (b == "tensor_parallel") st.by = StackSetting::By::TensorParallel;
+    else by.fail("must be one of precision|schedule|zero|tensor_parallel (got \"" + b + "\")");
     const JsonReader cases = r.at("cases");
     if (!cases.is_object()) cases.fail("must be an object of values by the plan's setting");
     for (const auto& [name, _] : cases.json().items()) {

@@ -93,6 +93,17 @@ TEST_CASE("a setting that depends on the plan follows it") {
             .plan.implementation.fp32_grad_accumulation);
   CHECK(!with(R"("dp": 8, "precision": "fp16")", R"(, "stack": "megatron-core-0.7")")
              .plan.implementation.fp32_grad_accumulation);
+  // torchtitan runs its loss under loss_parallel whenever tp > 1
+  // (ParallelDims.loss_parallel_enabled), plain F.cross_entropy otherwise.
+  CHECK(with(R"("dp": 4, "tp": 2, "sequence_parallel": true, "zero": 3)", R"(, "stack": "torchtitan")")
+            .plan.implementation.cross_entropy == CrossEntropy::Parallel);
+  CHECK(with(R"("dp": 8, "zero": 3)", R"(, "stack": "torchtitan")").plan.implementation.cross_entropy ==
+        CrossEntropy::Unfused);
+  // The plan's own key wins.
+  CHECK(with(R"("dp": 4, "tp": 2, "sequence_parallel": true, "zero": 3,
+                "implementation": {"cross_entropy": "unfused"})",
+             R"(, "stack": "torchtitan")")
+            .plan.implementation.cross_entropy == CrossEntropy::Unfused);
 }
 
 TEST_CASE("an explored point resolves the stack for its own plan; the space's implementation axes win") {
@@ -177,6 +188,11 @@ TEST_CASE("bad stacks are refused with the file, the JSON path and the rule") {
       "settings": {"overlap_grad_reduce": {"by": "zero", "cases": {"4": true}, "otherwise": false,
                                            "source": "s"}}})");
   CHECK(error_of(R"("dp": 8)", ", \"stack\": \"" + bad_case + "\"").find("is not a ZeRO stage") !=
+        std::string::npos);
+  const std::string bad_tp = file("bad_tp.json", R"({"description": "x",
+      "settings": {"cross_entropy": {"by": "tensor_parallel", "cases": {"2": "parallel"}, "otherwise": "unfused",
+                                     "source": "s"}}})");
+  CHECK(error_of(R"("dp": 8)", ", \"stack\": \"" + bad_tp + "\"").find("whether the plan's tp is above 1") !=
         std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -277,6 +277,13 @@ const std::array kTable{
                   "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place"),
                no("the CUDA backend computes the cross-entropy in place (the softmax turned into the gradient), "
                   "not as log_softmax and nll_loss: set plan.implementation.cross_entropy to in_place")},
+    Capability{"parallel-cross-entropy", "precision", "PyTorch's loss_parallel over vocabulary-sharded fp32 logits "
+               "(implementation.cross_entropy parallel)",
+               [](const Scenario& s) { return s.plan.implementation.cross_entropy == cost::CrossEntropy::Parallel; },
+               no("the CPU kernels compute the cross-entropy in place (the softmax turned into the gradient), "
+                  "not as loss_parallel's eager ops: set plan.implementation.cross_entropy to in_place"),
+               no("the CUDA backend computes the cross-entropy in place (the softmax turned into the gradient), "
+                  "not as loss_parallel's eager ops: set plan.implementation.cross_entropy to in_place")},
     Capability{"fused-cross-entropy", "precision", "flash-attn's fused cross-entropy on the activation-type "
                "logits (implementation.cross_entropy fused)",
                [](const Scenario& s) { return s.plan.implementation.cross_entropy == cost::CrossEntropy::Fused; },
