@@ -1177,12 +1177,15 @@ Exported export_plan(const Scenario& sc, ExportTarget target) {
                            std::string(engine_name(target)) + "'s default (the plan had " +
                            strategies::implementation_text(key, before) +
                            (sc.stack ? " from stack " + sc.stack->name : std::string(", Strata's default")) +
-                           // The host's dispatch cost, the loss kernel, the
+                           // The host's dispatch cost, the loss kernel (but
+                           // torchtitan's disable_loss_parallel with tp), the
                            // trainer's metrics, what FSDP keeps of its root module, how it lays out
                            // what it gathers and reduces, and what a
                            // tensor-parallel linear keeps and overlaps are
                            // the framework's own, not flags.
-                           (key == strategies::ImplKey::HostDispatch || key == strategies::ImplKey::CrossEntropy ||
+                           (key == strategies::ImplKey::HostDispatch ||
+                                    (key == strategies::ImplKey::CrossEntropy &&
+                                     !(target == ExportTarget::TorchTitan && sc.plan.tp > 1)) ||
                                     key == strategies::ImplKey::Zero3RootUnsharded ||
                                     key == strategies::ImplKey::SpRegatherInput ||
                                     (key == strategies::ImplKey::TpGradOverlap && target == ExportTarget::TorchTitan) ||
